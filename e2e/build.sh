@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Builds the e2e harness's real components from the Go module proxy, pinned by
+# e2e/versions.env, into a cache outside the repo. A component whose binary for
+# the pinned version is already cached is skipped.
+#
+#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|all]   (default: all)
+#
+# Prints the bin directory on its last line of stdout-friendly output as
+#   KASCADE_E2E_BIN=<dir>
+set -euo pipefail
+
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$E2E_DIR/versions.env"
+
+CACHE_DIR="${KASCADE_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kascade-e2e}"
+mkdir -p "$CACHE_DIR"
+export GOFLAGS="-mod=mod -buildvcs=false"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# bin_dir NAME VERSION -> cache dir for that component version
+bin_dir() { echo "$CACHE_DIR/$1-$2/bin"; }
+
+# Runs a build step with its output in a log file; on failure prints the tail.
+run_logged() {
+  local logfile="$1"; shift
+  if ! "$@" >"$logfile" 2>&1; then
+    log "FAILED: $*"
+    tail -n 40 "$logfile" >&2
+    return 1
+  fi
+}
+
+build_etcd() {
+  local out; out="$(bin_dir etcd "$ETCD_VERSION")"
+  if [[ -x "$out/etcd" ]]; then log "etcd $ETCD_VERSION cached"; return; fi
+  log "building etcd $ETCD_VERSION (a few minutes on 2 cores)"
+  local work="$CACHE_DIR/src/etcd-$ETCD_VERSION"
+  rm -rf "$work"; mkdir -p "$work" "$out"
+  # etcd's own main module uses relative replaces, so a wrapper module calls etcdmain.
+  cat >"$work/go.mod" <<MOD
+module kascade.local/e2e/etcd
+go 1.24
+MOD
+  cat >"$work/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$work" && run_logged "$work/build.log" go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
+    && run_logged "$work/build.log" go build -trimpath -o "$out/etcd.tmp" . ) 
+  mv "$out/etcd.tmp" "$out/etcd"
+  log "etcd $ETCD_VERSION built"
+}
+
+build_kubernetes() {
+  local out; out="$(bin_dir kubernetes "$KUBERNETES_VERSION")"
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=()
+  for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || missing+=("$b"); done
+  if [[ ${#missing[@]} -eq 0 ]]; then log "kubernetes $KUBERNETES_VERSION cached"; return; fi
+  local work="$CACHE_DIR/src/kubernetes-$KUBERNETES_VERSION"
+  mkdir -p "$work" "$out"
+  if [[ ! -f "$work/go.sum" ]]; then
+    log "resolving k8s.io/kubernetes $KUBERNETES_VERSION"
+    local modfile
+    modfile="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    # k8s.io/kubernetes replaces every staging module with ./staging/...; point them at
+    # the published staging modules of the same release instead.
+    {
+      echo "module kascade.local/e2e/kubernetes"
+      grep -E '^go ' "$modfile"
+      grep -E '^godebug ' "$modfile" || true
+      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+      echo "replace ("
+      grep -E '=> \./staging/src/' "$modfile" | awk -v v="$KUBERNETES_STAGING_VERSION" '{print "\t" $1 " => " $1 " " v}'
+      echo ")"
+    } >"$work/go.mod"
+    cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+    (cd "$work" && run_logged "$work/tidy.log" go mod tidy -e) || { rm -f "$work/go.sum"; return 1; }
+  fi
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+  for b in "${missing[@]}"; do
+    log "building $b $KUBERNETES_VERSION (several minutes each on 2 cores)"
+    (cd "$work" && run_logged "$work/build-$b.log" go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    mv "$out/$b.tmp" "$out/$b"
+    log "$b built"
+  done
+}
+
+build_kwok() {
+  local out; out="$(bin_dir kwok "$KWOK_VERSION")"
+  if [[ -x "$out/kwok" ]]; then log "kwok $KWOK_VERSION cached"; return; fi
+  log "building kwok $KWOK_VERSION"
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/kwok-$KWOK_VERSION"; mkdir -p "$work"
+  GOBIN="$out" run_logged "$work/build.log" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  log "kwok $KWOK_VERSION built"
+}
+
+build_jaeger() {
+  local out; out="$(bin_dir jaeger "$JAEGER_RELEASE")"
+  if [[ -x "$out/jaeger" ]]; then log "jaeger $JAEGER_RELEASE cached"; return; fi
+  if [[ -z "${JAEGER_MODULE_VERSION:-}" ]]; then log "JAEGER_MODULE_VERSION is not set in versions.env"; return 1; fi
+  log "building jaeger $JAEGER_RELEASE ($JAEGER_MODULE_VERSION; several minutes on 2 cores)"
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/jaeger-$JAEGER_RELEASE"; mkdir -p "$work"
+  if [[ ! -f "$work/go.sum" ]]; then
+    local modfile moddir
+    modfile="$(go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    moddir="$(go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    # `go install pkg@version` refuses modules with replace directives, so a
+    # wrapper module requires jaeger and repeats its replaces.
+    {
+      echo "module kascade.local/e2e/jaeger"
+      grep -E '^go ' "$modfile"
+      echo "require github.com/jaegertracing/jaeger $JAEGER_MODULE_VERSION"
+      grep -E '^replace ' "$modfile" || true
+    } >"$work/go.mod"
+    cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/jaegertracing/jaeger/cmd/jaeger"
+GO
+    # Jaeger's own go.sum pins the same build list; the checksum database here
+    # does not answer for all of its dependencies.
+    cp "$moddir/go.sum" "$work/go.sum"; chmod u+w "$work/go.sum"
+    (cd "$work" && run_logged "$work/tidy.log" go mod tidy -e) || { rm -f "$work/go.sum"; return 1; }
+  fi
+  (cd "$work" && run_logged "$work/build.log" go build -trimpath -ldflags "-s -w" -o "$out/jaeger.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
+  mv "$out/jaeger.tmp" "$out/jaeger"
+  log "jaeger $JAEGER_RELEASE built"
+}
+
+link_bins() {
+  local bin="$CACHE_DIR/bin"
+  mkdir -p "$bin"
+  ln -sf "$(bin_dir etcd "$ETCD_VERSION")/etcd" "$bin/etcd"
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    ln -sf "$(bin_dir kubernetes "$KUBERNETES_VERSION")/$b" "$bin/$b"
+  done
+  ln -sf "$(bin_dir kwok "$KWOK_VERSION")/kwok" "$bin/kwok"
+  ln -sf "$(bin_dir jaeger "$JAEGER_RELEASE")/jaeger" "$bin/jaeger"
+  echo "KASCADE_E2E_BIN=$bin"
+}
+
+what="${1:-all}"
+case "$what" in
+  etcd) build_etcd ;;
+  kubernetes) build_kubernetes ;;
+  kwok) build_kwok ;;
+  jaeger) build_jaeger ;;
+  all) build_etcd; build_kwok; build_jaeger; build_kubernetes; link_bins ;;
+  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|all]" >&2; exit 2 ;;
+esac

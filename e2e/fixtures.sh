@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Regenerates e2e/fixtures/<scenario>/ from a fresh control plane:
+#   audit.log          the apiserver's audit log lines written during the scenario
+#                      (writes only: reads are trimmed; lines are not edited)
+#   events.json        core/v1 Events of the scenario's namespace (EventList)
+#   watch/<res>.jsonl  the raw watch streams of the touched resources
+#
+#   e2e/fixtures.sh [scenario...]    (default: every scenario)
+set -euo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NAME=fixtures
+PORT_BASE=38000
+RUN_DIR="$E2E_DIR/.run-$NAME"
+OUT="$E2E_DIR/fixtures"
+SCENARIOS=("$@")
+[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job)
+
+# Namespace and watched resources (API path prefix + resource) of each scenario.
+declare -A NS=([deployment]=default [service]=svc-demo [config]=config-demo [statefulset]=sts-demo [job]=job-demo)
+declare -A WATCH=(
+  [deployment]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
+  [service]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:services /apis/discovery.k8s.io/v1:endpointslices"
+  [config]="/api/v1:configmaps /api/v1:secrets /apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
+  [statefulset]="/apis/apps/v1:statefulsets /apis/apps/v1:controllerrevisions /api/v1:pods /api/v1:services"
+  [job]="/apis/batch/v1:jobs /api/v1:pods"
+)
+
+cleanup() { "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+# No kascade listens here: the webhook's failures are logged by the apiserver and harmless.
+"$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" --audit-webhook-url "http://127.0.0.1:9/audit/$NAME"
+# shellcheck source=/dev/null
+source "$RUN_DIR/env"
+TOKEN="$(awk -F, '/kascade-e2e-admin/ {print $1}' "$RUN_DIR/pki/tokens.csv")"
+api() { curl -sf --cacert "$RUN_DIR/pki/ca.crt" -H "Authorization: Bearer $TOKEN" "$APISERVER_URL$1"; }
+
+for s in "${SCENARIOS[@]}"; do
+  ns="${NS[$s]:?unknown scenario $s}"
+  dir="$OUT/$s"; rm -rf "$dir"; mkdir -p "$dir/watch"
+  echo "== $s (namespace $ns)" >&2
+  "$KUBECTL" create namespace "$ns" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+  offset=$(stat -c %s "$AUDIT_LOG")
+  watch_pids=()
+  for w in ${WATCH[$s]}; do
+    prefix="${w%%:*}"; res="${w##*:}"
+    rv="$(api "$prefix/namespaces/$ns/$res?limit=1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')"
+    group="${prefix#/apis/}"; group="${group%/*}"; [[ "$prefix" == /api/v1 ]] && group=core
+    curl -sN --cacert "$RUN_DIR/pki/ca.crt" -H "Authorization: Bearer $TOKEN" \
+      "$APISERVER_URL$prefix/namespaces/$ns/$res?watch=1&resourceVersion=$rv" >"$dir/watch/$group.$res.jsonl" &
+    watch_pids+=($!)
+  done
+  KASCADE_E2E_ENV="$RUN_DIR/env" "$E2E_DIR/scenarios/$s.sh"
+  # A marker write: once it is in the audit log, everything before it is too.
+  marker="kascade-fixture-end-$s-$RANDOM"
+  "$KUBECTL" annotate namespace "$ns" "kascade.io/fixture-end=$marker" --overwrite >/dev/null
+  deadline=$((SECONDS + 30))
+  until tail -c +"$((offset + 1))" "$AUDIT_LOG" | grep -q "$marker"; do
+    (( SECONDS < deadline )) || { echo "audit log never showed the end marker" >&2; exit 1; }
+    sleep 0.2
+  done
+  kill "${watch_pids[@]}" 2>/dev/null || true
+  wait "${watch_pids[@]}" 2>/dev/null || true
+  tail -c +"$((offset + 1))" "$AUDIT_LOG" | python3 -c '
+import json, sys
+ns, marker = sys.argv[1], sys.argv[2]
+writes = {"create", "update", "patch", "delete", "deletecollection"}
+for line in sys.stdin:
+    if not line.strip() or marker in line:
+        continue
+    ev = json.loads(line)
+    ref = ev.get("objectRef") or {}
+    if ev.get("verb") in writes and ref.get("namespace", "") in (ns, ""):
+        sys.stdout.write(line)
+' "$ns" "$marker" >"$dir/audit.log"
+  api "/api/v1/namespaces/$ns/events" >"$dir/events.json"
+  echo "   $(wc -l <"$dir/audit.log") audit events, $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["items"]))' "$dir/events.json") Events, watch: $(cat "$dir"/watch/*.jsonl | wc -l) lines" >&2
+done
+echo "fixtures written to $OUT" >&2

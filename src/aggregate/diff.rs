@@ -1,0 +1,258 @@
+//! Object diffs: what changed between two versions of an object, path by path.
+//!
+//! Lists of named items (containers, env vars, conditions, volumes…) are matched
+//! by their name-like key rather than by index, so inserting a container does
+//! not show every later container as changed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Keys that identify the items of a list, tried in order.
+const LIST_ITEM_KEYS: &[&str] = &["name", "type", "mountPath", "devicePath", "containerPort"];
+
+/// Paths whose changes are bookkeeping, not behaviour.
+pub fn is_noise(path: &str) -> bool {
+    path.starts_with("metadata.managedFields") || path == "metadata.resourceVersion"
+}
+
+/// One changed leaf. `old`/`new` are JSON texts; `None` means absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub path: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+impl Change {
+    pub fn op(&self) -> &'static str {
+        match (&self.old, &self.new) {
+            (None, Some(_)) => "add",
+            (Some(_), None) => "remove",
+            _ => "replace",
+        }
+    }
+}
+
+/// Appends `key` to `path` as a field segment, quoting keys that are not
+/// plain identifiers (label and annotation keys contain dots and slashes).
+pub fn push_field(path: &mut String, key: &str) {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '$');
+    if plain {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(key);
+    } else {
+        let _ = write!(path, "[{}]", Value::String(key.to_string()));
+    }
+}
+
+/// The key that names the items of `items`, if every item is an object
+/// carrying it with a distinct scalar value.
+fn list_item_key(items: &[Value]) -> Option<&'static str> {
+    if items.is_empty() {
+        return None;
+    }
+    'keys: for key in LIST_ITEM_KEYS {
+        let mut seen = std::collections::HashSet::new();
+        for item in items {
+            match item.get(key) {
+                Some(Value::String(s)) => {
+                    if !seen.insert(s.clone()) {
+                        continue 'keys;
+                    }
+                }
+                Some(Value::Number(n)) => {
+                    if !seen.insert(n.to_string()) {
+                        continue 'keys;
+                    }
+                }
+                _ => continue 'keys,
+            }
+        }
+        return Some(key);
+    }
+    None
+}
+
+/// Calls `f` with the label of each item of a list: `Some(name)` for lists
+/// of named items, `None` where items are identified by index.
+pub fn walk_item_labels(items: &[Value], f: &mut impl FnMut(Option<String>)) {
+    let key = list_item_key(items);
+    for item in items {
+        f(key.map(|k| item_label(item, k)));
+    }
+}
+
+fn item_label(item: &Value, key: &str) -> String {
+    match item.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => String::new(),
+    }
+}
+
+/// Calls `f(path, leaf)` for every leaf of `v` (scalars, and empty objects or
+/// arrays), with paths in kascade's notation: `spec.containers[nginx].image`.
+pub fn walk_leaves(v: &Value, f: &mut impl FnMut(&str, &Value)) {
+    let mut path = String::new();
+    walk(v, &mut path, f);
+}
+
+fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
+    match v {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, child) in map {
+                let len = path.len();
+                push_field(path, k);
+                walk(child, path, f);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            let key = list_item_key(items);
+            for (i, child) in items.iter().enumerate() {
+                let len = path.len();
+                match key {
+                    Some(k) => {
+                        let _ = write!(path, "[{}]", item_label(child, k));
+                    }
+                    None => {
+                        let _ = write!(path, "[{i}]");
+                    }
+                }
+                walk(child, path, f);
+                path.truncate(len);
+            }
+        }
+        _ => f(path, v),
+    }
+}
+
+/// All non-noise leaves of `v` as path → JSON text.
+pub fn flatten(v: &Value) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    walk_leaves(v, &mut |p, leaf| {
+        if !is_noise(p) {
+            out.insert(p.to_string(), leaf.to_string());
+        }
+    });
+    out
+}
+
+/// Leaf changes from `old` to `new`, in path order.
+pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
+    let a = flatten(old);
+    let b = flatten(new);
+    let mut changes = Vec::new();
+    let mut ia = a.into_iter().peekable();
+    let mut ib = b.into_iter().peekable();
+    loop {
+        match (ia.peek(), ib.peek()) {
+            (None, None) => break,
+            (Some(_), None) => {
+                let (p, o) = ia.next().unwrap();
+                changes.push(Change {
+                    path: p,
+                    old: Some(o),
+                    new: None,
+                });
+            }
+            (None, Some(_)) => {
+                let (p, n) = ib.next().unwrap();
+                changes.push(Change {
+                    path: p,
+                    old: None,
+                    new: Some(n),
+                });
+            }
+            (Some((pa, _)), Some((pb, _))) => match pa.cmp(pb) {
+                std::cmp::Ordering::Less => {
+                    let (p, o) = ia.next().unwrap();
+                    changes.push(Change {
+                        path: p,
+                        old: Some(o),
+                        new: None,
+                    });
+                }
+                std::cmp::Ordering::Greater => {
+                    let (p, n) = ib.next().unwrap();
+                    changes.push(Change {
+                        path: p,
+                        old: None,
+                        new: Some(n),
+                    });
+                }
+                std::cmp::Ordering::Equal => {
+                    let (p, o) = ia.next().unwrap();
+                    let (_, n) = ib.next().unwrap();
+                    if o != n {
+                        changes.push(Change {
+                            path: p,
+                            old: Some(o),
+                            new: Some(n),
+                        });
+                    }
+                }
+            },
+        }
+    }
+    changes
+}
+
+/// Removes fields that are never shown: `metadata.managedFields`.
+pub fn strip_noise(v: &mut Value) {
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn named_lists_match_by_name_not_index() {
+        let old = json!({"spec": {"containers": [
+            {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}});
+        let new = json!({"spec": {"containers": [
+            {"name": "z", "image": "z:1"}, {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:2"}]}});
+        let changes = diff(&old, &new);
+        let paths: Vec<_> = changes.iter().map(|c| (c.path.as_str(), c.op())).collect();
+        assert_eq!(
+            paths,
+            vec![
+                ("spec.containers[b].image", "replace"),
+                ("spec.containers[z].image", "add"),
+                ("spec.containers[z].name", "add"),
+            ]
+        );
+        assert_eq!(changes[0].old.as_deref(), Some("\"b:1\""));
+        assert_eq!(changes[0].new.as_deref(), Some("\"b:2\""));
+    }
+
+    #[test]
+    fn unkeyed_lists_fall_back_to_index_and_keys_are_quoted() {
+        let v =
+            json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}, "args": ["-v", "-q"]});
+        let flat = flatten(&v);
+        assert!(flat.contains_key("metadata.labels[\"app.kubernetes.io/name\"]"));
+        assert!(flat.contains_key("args[0]"));
+        assert!(flat.contains_key("args[1]"));
+    }
+
+    #[test]
+    fn noise_is_not_a_change() {
+        let old =
+            json!({"metadata": {"resourceVersion": "1", "managedFields": [{"manager": "a"}]}});
+        let new =
+            json!({"metadata": {"resourceVersion": "2", "managedFields": [{"manager": "b"}]}});
+        assert!(diff(&old, &new).is_empty());
+    }
+}

@@ -1,0 +1,137 @@
+//! Aggregation: accepted audit events → object spans, audit spans, links.
+//!
+//! Events enter through one bounded queue (admission is all-or-nothing per
+//! webhook batch, so the apiserver can retry a refused batch whole), then are
+//! sharded by object so each object's writes are processed in order while
+//! different objects proceed in parallel.
+
+pub mod diff;
+pub mod offline;
+pub mod processor;
+pub mod redact;
+pub mod relations;
+pub mod rules;
+pub mod span_cache;
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::metrics::Metrics;
+pub use processor::{Accepted, Processor, ProcessorConfig};
+
+/// Why a batch was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    #[error("queue is full ({depth} of {capacity} events waiting); retry later")]
+    Full { depth: usize, capacity: usize },
+    #[error("batch of {batch} events is larger than the whole queue ({capacity})")]
+    TooLarge { batch: usize, capacity: usize },
+    #[error("kascade is shutting down")]
+    Closed,
+}
+
+/// The entry point of the pipeline, shared by every source.
+#[derive(Clone)]
+pub struct Intake {
+    tx: mpsc::Sender<Accepted>,
+    capacity: usize,
+    metrics: Arc<Metrics>,
+}
+
+impl Intake {
+    /// Admits the whole batch or none of it, without waiting.
+    pub fn try_submit(&self, batch: Vec<Accepted>) -> Result<(), AdmitError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if batch.len() > self.capacity {
+            return Err(AdmitError::TooLarge {
+                batch: batch.len(),
+                capacity: self.capacity,
+            });
+        }
+        match self.tx.try_reserve_many(batch.len()) {
+            Ok(permits) => {
+                for (permit, item) in permits.zip(batch) {
+                    permit.send(item);
+                }
+                self.metrics.queue_depth.set(self.depth() as i64);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(AdmitError::Full {
+                depth: self.depth(),
+                capacity: self.capacity,
+            }),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(AdmitError::Closed),
+        }
+    }
+
+    /// Admits one event, waiting for room (used by replay, where the source can wait).
+    pub async fn submit(&self, item: Accepted) -> Result<(), AdmitError> {
+        self.tx.send(item).await.map_err(|_| AdmitError::Closed)
+    }
+
+    pub fn depth(&self) -> usize {
+        self.capacity - self.tx.capacity()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// Starts the dispatcher and `shards` workers. The returned handle finishes
+/// once every `Intake` clone is dropped and all queued events are processed.
+pub fn start(
+    processor: Arc<Processor>,
+    queue_capacity: usize,
+    shards: usize,
+    metrics: Arc<Metrics>,
+) -> (Intake, JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<Accepted>(queue_capacity);
+    metrics.queue_capacity.set(queue_capacity as i64);
+    let shards = shards.max(1);
+    let mut shard_txs = Vec::with_capacity(shards);
+    let mut workers = Vec::with_capacity(shards);
+    for _ in 0..shards {
+        // Small queues relative to the intake, so a stalled exporter fills the
+        // intake (and the webhook says 429) rather than hiding events in shards.
+        let (stx, mut srx) = mpsc::channel::<Accepted>((queue_capacity / shards).clamp(1, 256));
+        shard_txs.push(stx);
+        let p = processor.clone();
+        workers.push(tokio::spawn(async move {
+            while let Some(item) = srx.recv().await {
+                let object = item.object.to_string();
+                let audit_id = item.event.audit_id.clone();
+                if let Err(e) = p.process(item).await {
+                    tracing::error!(%object, %audit_id, error = %e, "processing an audit event failed");
+                }
+            }
+        }));
+    }
+    let m = metrics.clone();
+    let handle = tokio::spawn(async move {
+        while let Some(item) = rx.recv().await {
+            m.queue_depth.set(rx.len() as i64);
+            let shard = (xxh3_64(item.object.key().as_bytes()) % shards as u64) as usize;
+            if shard_txs[shard].send(item).await.is_err() {
+                break;
+            }
+        }
+        drop(shard_txs);
+        for w in workers {
+            let _ = w.await;
+        }
+    });
+    (
+        Intake {
+            tx,
+            capacity: queue_capacity,
+            metrics,
+        },
+        handle,
+    )
+}

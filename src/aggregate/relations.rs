@@ -1,0 +1,252 @@
+//! Relations of an object: owner references, then the declarative rules.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use serde_json::Value;
+
+use super::rules::{Relation, Role, RuleSet};
+use crate::model::ObjectRef;
+
+pub const CLASS_OWNER: &str = "owner";
+pub const CLASS_NON_CONTROLLER_OWNER: &str = "owner-ref";
+
+/// Maps an owner reference's kind to its resource and scope. Seeded with the
+/// built-in kinds, and taught by every audit event that names both.
+pub struct KindRegistry {
+    map: RwLock<HashMap<(String, String), (String, bool)>>,
+}
+
+/// (group, kind, resource, namespaced) of the built-in kinds that own things
+/// or are commonly referenced.
+const BUILTIN_KINDS: &[(&str, &str, &str, bool)] = &[
+    ("", "Pod", "pods", true),
+    ("", "Node", "nodes", false),
+    ("", "Namespace", "namespaces", false),
+    ("", "Service", "services", true),
+    ("", "Endpoints", "endpoints", true),
+    ("", "ConfigMap", "configmaps", true),
+    ("", "Secret", "secrets", true),
+    ("", "ServiceAccount", "serviceaccounts", true),
+    ("", "PersistentVolume", "persistentvolumes", false),
+    ("", "PersistentVolumeClaim", "persistentvolumeclaims", true),
+    ("", "ReplicationController", "replicationcontrollers", true),
+    ("apps", "Deployment", "deployments", true),
+    ("apps", "ReplicaSet", "replicasets", true),
+    ("apps", "StatefulSet", "statefulsets", true),
+    ("apps", "DaemonSet", "daemonsets", true),
+    ("apps", "ControllerRevision", "controllerrevisions", true),
+    ("batch", "Job", "jobs", true),
+    ("batch", "CronJob", "cronjobs", true),
+    ("discovery.k8s.io", "EndpointSlice", "endpointslices", true),
+    (
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+    ),
+    (
+        "autoscaling",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        true,
+    ),
+    ("networking.k8s.io", "Ingress", "ingresses", true),
+    ("storage.k8s.io", "StorageClass", "storageclasses", false),
+    (
+        "storage.k8s.io",
+        "VolumeAttachment",
+        "volumeattachments",
+        false,
+    ),
+    ("coordination.k8s.io", "Lease", "leases", true),
+    (
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        "clusterroles",
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+    ),
+    ("rbac.authorization.k8s.io", "Role", "roles", true),
+    (
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        "rolebindings",
+        true,
+    ),
+    (
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+    ),
+];
+
+impl Default for KindRegistry {
+    fn default() -> Self {
+        let map = BUILTIN_KINDS
+            .iter()
+            .map(|(g, k, r, ns)| ((g.to_string(), k.to_string()), (r.to_string(), *ns)))
+            .collect();
+        Self {
+            map: RwLock::new(map),
+        }
+    }
+}
+
+impl KindRegistry {
+    /// Records that `kind` in `group` is served as `resource`.
+    pub fn learn(&self, group: &str, kind: &str, resource: &str, namespaced: bool) {
+        if kind.is_empty() || resource.is_empty() {
+            return;
+        }
+        let key = (group.to_string(), kind.to_string());
+        if self.map.read().unwrap().contains_key(&key) {
+            return;
+        }
+        self.map
+            .write()
+            .unwrap()
+            .insert(key, (resource.to_string(), namespaced));
+    }
+
+    /// Resource and scope of `kind`; unknown kinds are guessed the way
+    /// Kubernetes pluralises (`Foo` → `foos`, `Policy` → `policies`) and assumed namespaced.
+    pub fn resolve(&self, group: &str, kind: &str) -> (String, bool) {
+        if let Some(v) = self
+            .map
+            .read()
+            .unwrap()
+            .get(&(group.to_string(), kind.to_string()))
+        {
+            return v.clone();
+        }
+        let lower = kind.to_ascii_lowercase();
+        let plural = if let Some(stem) = lower.strip_suffix('y') {
+            format!("{stem}ies")
+        } else if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with('x') {
+            format!("{lower}es")
+        } else {
+            format!("{lower}s")
+        };
+        (plural, true)
+    }
+}
+
+/// Relations from `metadata.ownerReferences`: each owner is a parent; the
+/// controller owner with class `owner`, others with `owner-ref`. Returns the
+/// owners' uids alongside, for their object spans.
+pub fn owner_relations(
+    obj: &ObjectRef,
+    state: &Value,
+    kinds: &KindRegistry,
+    out: &mut Vec<(Relation, String)>,
+) {
+    let Some(refs) = state
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    for r in refs {
+        let (Some(api_version), Some(kind), Some(name)) = (
+            r.get("apiVersion").and_then(Value::as_str),
+            r.get("kind").and_then(Value::as_str),
+            r.get("name").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let (resource, namespaced) = kinds.resolve(group, kind);
+        let controller = r
+            .get("controller")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let uid = r
+            .get("uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        out.push((
+            Relation {
+                target: ObjectRef::new(
+                    &obj.cluster,
+                    group,
+                    resource,
+                    if namespaced {
+                        obj.namespace.as_str()
+                    } else {
+                        ""
+                    },
+                    name,
+                ),
+                role: Role::Parent,
+                class: if controller {
+                    CLASS_OWNER
+                } else {
+                    CLASS_NON_CONTROLLER_OWNER
+                }
+                .into(),
+            },
+            uid,
+        ));
+    }
+}
+
+/// Every relation of `obj`: owners first, then rule matches; deduplicated.
+pub fn all_relations(
+    obj: &ObjectRef,
+    state: &Value,
+    kinds: &KindRegistry,
+    rules: &RuleSet,
+) -> Vec<(Relation, String)> {
+    let mut out = Vec::new();
+    owner_relations(obj, state, kinds, &mut out);
+    let mut by_rules = Vec::new();
+    rules.relations(obj, state, &mut by_rules);
+    out.extend(by_rules.into_iter().map(|r| (r, String::new())));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|(r, _)| r.target != *obj && seen.insert(r.clone()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn owner_refs_become_parent_relations() {
+        let pod = ObjectRef::new("c", "", "pods", "default", "hello-abc-xyz");
+        let state = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "hello-abc", "uid": "u1", "controller": true},
+            {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u2"},
+            {"apiVersion": "example.com/v1", "kind": "NetworkPolicy", "name": "np", "uid": "u3"}]}});
+        let kinds = KindRegistry::default();
+        let rels = all_relations(&pod, &state, &kinds, &RuleSet::default());
+        assert_eq!(rels.len(), 3);
+        assert_eq!(
+            rels[0].0.target,
+            ObjectRef::new("c", "apps", "replicasets", "default", "hello-abc")
+        );
+        assert_eq!(rels[0].0.class, CLASS_OWNER);
+        assert_eq!(rels[0].1, "u1");
+        assert_eq!(rels[1].0.target.namespace, "", "nodes are cluster-scoped");
+        assert_eq!(rels[1].0.class, CLASS_NON_CONTROLLER_OWNER);
+        assert_eq!(rels[2].0.target.resource, "networkpolicies");
+        assert!(rels.iter().all(|(r, _)| r.role == Role::Parent));
+    }
+
+    #[test]
+    fn learned_kinds_override_guesses() {
+        let kinds = KindRegistry::default();
+        assert_eq!(kinds.resolve("x.io", "Moose").0, "mooses");
+        kinds.learn("x.io", "Moose", "moose", false);
+        assert_eq!(kinds.resolve("x.io", "Moose"), ("moose".to_string(), false));
+    }
+}

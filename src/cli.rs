@@ -1,0 +1,473 @@
+//! Command line: `kascade collect`, `kascade replay`, `kascade rules check`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use prometheus_client::registry::Registry;
+use regex::Regex;
+
+use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use crate::aggregate::rules::RuleSet;
+use crate::aggregate::span_cache::LocalSpanCache;
+use crate::aggregate::{self, Processor, ProcessorConfig};
+use crate::export::{self, ExportConfig, OtlpProtocol, OutputSpec};
+use crate::metrics::Metrics;
+use crate::model::Windowing;
+use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
+use crate::source::{replay, validate_cluster_name, webhook};
+
+/// The rules shipped in `rules/`, used when `--rules` is not given.
+pub const BUILTIN_RULES: &[(&str, &str)] = &[
+    ("rules/links.yaml", include_str!("../rules/links.yaml")),
+    (
+        "rules/networking.yaml",
+        include_str!("../rules/networking.yaml"),
+    ),
+    ("rules/pods.yaml", include_str!("../rules/pods.yaml")),
+    ("rules/storage.yaml", include_str!("../rules/storage.yaml")),
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kascade",
+    version,
+    about = "Kubernetes control-plane activity as distributed traces"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "KASCADE_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Receive the kube-apiserver audit webhook and export object traces.
+    Collect(CollectArgs),
+    /// Feed audit log files (JSON lines) through the pipeline, flush, exit.
+    Replay(ReplayArgs),
+    /// Work with relation rule files.
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RulesCommand {
+    /// Validate every rule file in DIR; exits non-zero naming each bad rule.
+    Check {
+        /// Directory of *.yaml rule files.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct CollectArgs {
+    /// Address of the webhook, metrics and health server.
+    #[arg(long, default_value = "0.0.0.0:8090", env = "KASCADE_LISTEN")]
+    pub listen: SocketAddr,
+    /// Cluster name for events posted to /audit (without a cluster in the path).
+    #[arg(long, default_value = "default", env = "KASCADE_CLUSTER")]
+    pub cluster: String,
+    /// File holding the bearer token the apiserver must send (Authorization: Bearer ...).
+    #[arg(long, env = "KASCADE_WEBHOOK_TOKEN_FILE")]
+    pub webhook_token_file: Option<PathBuf>,
+    /// Largest accepted webhook body, in bytes (after gzip decompression); larger gets 413.
+    #[arg(long, default_value_t = 32 << 20, env = "KASCADE_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    #[command(flatten)]
+    pub export: ExportArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// Audit log files, one JSON event per line.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Cluster name recorded on every span.
+    #[arg(long, default_value = "default", env = "KASCADE_CLUSTER")]
+    pub cluster: String,
+    /// Fail on the first malformed line instead of reporting and skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    #[command(flatten)]
+    pub export: ExportArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PipelineArgs {
+    /// Width of the time window: each object gets one span per window.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, env = "KASCADE_WINDOW")]
+    pub window: Duration,
+    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
+    #[arg(long, env = "KASCADE_RULES")]
+    pub rules: Option<PathBuf>,
+    /// Audit verbs that become spans (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_VERBS.iter().map(|s| s.to_string()).collect::<Vec<_>>(), env = "KASCADE_VERBS")]
+    pub verbs: Vec<String>,
+    /// Resources to ignore, as `resource` or `resource.group` (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_EXCLUDED_RESOURCES.iter().map(|s| s.to_string()).collect::<Vec<_>>(), env = "KASCADE_EXCLUDE_RESOURCES")]
+    pub exclude_resources: Vec<String>,
+    /// Ignore events whose user agent matches this regex.
+    #[arg(long, env = "KASCADE_EXCLUDE_USER_AGENT")]
+    pub exclude_user_agent: Option<String>,
+    /// Redact values whose diff path matches this regex (Secret data is always redacted).
+    #[arg(long, default_value = DEFAULT_REDACT_PATHS, env = "KASCADE_REDACT_PATHS")]
+    pub redact_paths: String,
+    /// Bytes of last-seen object states kept for diffs (least recently used are evicted).
+    #[arg(long, default_value_t = 128 << 20, env = "KASCADE_STATE_CACHE_BYTES")]
+    pub state_cache_bytes: u64,
+    /// Object windows remembered by the span cache.
+    #[arg(long, default_value_t = 500_000, env = "KASCADE_SPAN_CACHE_ENTRIES")]
+    pub span_cache_entries: u64,
+    /// How long after its window ends an object window stays in the span cache.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "KASCADE_SPAN_CACHE_GRACE")]
+    pub span_cache_grace: Duration,
+    /// Accepted audit events that may wait for processing; a full queue answers 429.
+    #[arg(long, default_value_t = 20_000, env = "KASCADE_QUEUE_SIZE")]
+    pub queue_size: usize,
+    /// Parallel workers (events of one object always go to the same worker).
+    #[arg(long, default_value_t = default_workers(), env = "KASCADE_WORKERS")]
+    pub workers: usize,
+    /// Most changed paths recorded per write.
+    #[arg(long, default_value_t = 100, env = "KASCADE_MAX_DIFF_CHANGES")]
+    pub max_diff_changes: usize,
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Where spans go: `otlp`, `otlp-json=PATH`; repeat for several.
+    #[arg(
+        long = "output",
+        default_value = "otlp",
+        env = "KASCADE_OUTPUT",
+        value_delimiter = ','
+    )]
+    pub outputs: Vec<OutputSpec>,
+    /// OTLP endpoint (gRPC: http://host:4317, HTTP: http://host:4318).
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:4317",
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )]
+    pub otlp_endpoint: String,
+    /// OTLP transport.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "grpc",
+        env = "KASCADE_OTLP_PROTOCOL"
+    )]
+    pub otlp_protocol: OtlpProtocol,
+    /// Extra header sent with every export, `key=value`; repeatable.
+    #[arg(long = "otlp-header", value_parser = parse_header)]
+    pub otlp_headers: Vec<(String, String)>,
+    /// Timeout of one export request.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "KASCADE_OTLP_TIMEOUT")]
+    pub otlp_timeout: Duration,
+    /// Spans per export request.
+    #[arg(long, default_value_t = 2048, env = "KASCADE_EXPORT_BATCH_SIZE")]
+    pub export_batch_size: usize,
+    /// Longest a span waits for its batch to fill.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_BATCH_TIMEOUT")]
+    pub export_batch_timeout: Duration,
+    /// Spans that may wait for export before processing slows down.
+    #[arg(long, default_value_t = 50_000, env = "KASCADE_EXPORT_QUEUE_SIZE")]
+    pub export_queue_size: usize,
+    /// How long a failing export is retried before its spans are dropped (and counted).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_RETRY_FOR")]
+    pub export_retry_for: Duration,
+    /// service.name of the exported spans.
+    #[arg(long, default_value = "kascade", env = "KASCADE_SERVICE_NAME")]
+    pub service_name: String,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not key=value"))?;
+    if k.is_empty() {
+        return Err(format!("{s:?} has an empty key"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+pub fn load_rules(dir: Option<&Path>) -> anyhow::Result<RuleSet> {
+    let result = match dir {
+        Some(d) => RuleSet::load_dir(d),
+        None => {
+            let mut set = RuleSet::default();
+            let mut errors = Vec::new();
+            for (name, text) in BUILTIN_RULES {
+                if let Err(mut e) = set.add_yaml(name, text) {
+                    errors.append(&mut e);
+                }
+            }
+            if errors.is_empty() {
+                Ok(set)
+            } else {
+                Err(errors)
+            }
+        }
+    };
+    result.map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        anyhow::anyhow!("invalid rules:\n  {}", lines.join("\n  "))
+    })
+}
+
+impl PipelineArgs {
+    pub fn filter(&self) -> anyhow::Result<AuditFilter> {
+        let exclude_user_agents = self
+            .exclude_user_agent
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .context("--exclude-user-agent is not a valid regex")?;
+        Ok(AuditFilter {
+            verbs: self.verbs.iter().cloned().collect(),
+            exclude_resources: self.exclude_resources.iter().cloned().collect(),
+            exclude_user_agents,
+        })
+    }
+
+    fn processor_config(&self) -> anyhow::Result<ProcessorConfig> {
+        if self.window < Duration::from_secs(1) {
+            bail!("--window must be at least 1s");
+        }
+        Ok(ProcessorConfig {
+            windowing: Windowing::new(self.window),
+            state_cache_bytes: self.state_cache_bytes,
+            max_diff_changes: self.max_diff_changes,
+            ..ProcessorConfig::default()
+        })
+    }
+}
+
+impl ExportArgs {
+    fn config(&self) -> ExportConfig {
+        ExportConfig {
+            endpoint: self.otlp_endpoint.clone(),
+            protocol: self.otlp_protocol,
+            headers: self.otlp_headers.clone(),
+            timeout: self.otlp_timeout,
+            batch_size: self.export_batch_size.max(1),
+            batch_timeout: self.export_batch_timeout,
+            queue_capacity: self.export_queue_size.max(1),
+            retry_for: self.export_retry_for,
+            service_name: self.service_name.clone(),
+        }
+    }
+}
+
+/// A running pipeline: the intake for sources, and what to await on shutdown.
+pub struct Pipeline {
+    pub intake: aggregate::Intake,
+    pub processor: Arc<Processor>,
+    pub metrics: Arc<Metrics>,
+    aggregate_done: tokio::task::JoinHandle<()>,
+    export_done: tokio::task::JoinHandle<()>,
+}
+
+impl Pipeline {
+    pub fn start(p: &PipelineArgs, e: &ExportArgs, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        let rules = Arc::new(load_rules(p.rules.as_deref())?);
+        tracing::info!(rules = rules.len(), "relation rules loaded");
+        let redact = Regex::new(&p.redact_paths).context("--redact-paths is not a valid regex")?;
+        let cfg = p.processor_config()?;
+        let spans = Arc::new(LocalSpanCache::new(
+            p.span_cache_entries,
+            p.window + p.span_cache_grace,
+        ));
+        let (span_tx, export_done) = export::start(e.config(), &e.outputs, metrics.clone())?;
+        let processor = Arc::new(Processor::new(
+            cfg,
+            Redactor::new(Some(redact)),
+            rules,
+            spans,
+            span_tx,
+            metrics.clone(),
+        ));
+        let (intake, aggregate_done) = aggregate::start(
+            processor.clone(),
+            p.queue_size.max(1),
+            p.workers,
+            metrics.clone(),
+        );
+        Ok(Self {
+            intake,
+            processor,
+            metrics,
+            aggregate_done,
+            export_done,
+        })
+    }
+
+    /// Processes everything already accepted, exports it, and stops.
+    pub async fn finish(self) {
+        let Pipeline {
+            intake,
+            processor,
+            aggregate_done,
+            export_done,
+            ..
+        } = self;
+        drop(intake);
+        let _ = aggregate_done.await;
+        // The processor holds the exporter's sender: dropping the last
+        // reference lets the exporter flush and end.
+        drop(processor);
+        let _ = export_done.await;
+    }
+}
+
+/// Builds the collector's HTTP app and the pipeline behind it (used by
+/// `run_collect` and by tests that serve it on an ephemeral port).
+pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(axum::Router, Pipeline)> {
+    validate_cluster_name(&args.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+    let token = match &args.webhook_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read --webhook-token-file {}", p.display()))?
+                .trim()
+                .to_string();
+            if t.is_empty() {
+                bail!("--webhook-token-file {} is empty", p.display());
+            }
+            Some(t)
+        }
+        None => {
+            tracing::warn!(
+                "no --webhook-token-file: the audit webhook accepts unauthenticated requests"
+            );
+            None
+        }
+    };
+    let metrics = Arc::new(Metrics::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let filter = args.pipeline.filter()?;
+    let pipeline = Pipeline::start(&args.pipeline, &args.export, metrics.clone())?;
+    let state = Arc::new(webhook::WebhookState {
+        intake: pipeline.intake.clone(),
+        filter,
+        default_cluster: args.cluster.clone(),
+        token,
+        max_body_bytes: args.max_body_bytes,
+        metrics,
+        registry,
+        processor: pipeline.processor.clone(),
+    });
+    Ok((webhook::router(state), pipeline))
+}
+
+pub async fn run_collect(args: CollectArgs) -> anyhow::Result<()> {
+    let (app, pipeline) = build_collect(&args)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, cluster = %args.cluster, "kascade collect is serving the audit webhook");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("webhook server failed")?;
+    tracing::info!("shutting down: processing and exporting what was accepted");
+    pipeline.finish().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term.recv() => {},
+    }
+}
+
+pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    validate_cluster_name(&args.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+    let metrics = Arc::new(Metrics::default());
+    let filter = args.pipeline.filter()?;
+    let pipeline = Pipeline::start(&args.pipeline, &args.export, metrics.clone())?;
+    let result = replay::replay_files(
+        &args.files,
+        &args.cluster,
+        &filter,
+        &pipeline.intake,
+        args.strict,
+        &metrics,
+    )
+    .await;
+    pipeline.finish().await;
+    let stats = result?;
+    let exported: u64 = ["otlp", "otlp-json"]
+        .iter()
+        .map(|o| {
+            metrics
+                .spans_exported
+                .get_or_create(&Metrics::output(o))
+                .get()
+        })
+        .sum();
+    let dropped: u64 = ["otlp", "otlp-json"]
+        .iter()
+        .map(|o| {
+            metrics
+                .spans_dropped
+                .get_or_create(&Metrics::output(o))
+                .get()
+        })
+        .sum();
+    eprintln!(
+        "replayed {} lines: {} events accepted, {} malformed lines skipped; {} spans exported{}",
+        stats.lines,
+        stats.accepted,
+        stats.bad_lines,
+        exported,
+        if dropped > 0 {
+            format!(", {dropped} DROPPED")
+        } else {
+            String::new()
+        }
+    );
+    if dropped > 0 {
+        bail!("{dropped} spans could not be exported");
+    }
+    Ok(())
+}
+
+pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
+    let set = load_rules(Some(dir))?;
+    println!("{}: {} rules OK", dir.display(), set.len());
+    Ok(())
+}

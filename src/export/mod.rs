@@ -1,0 +1,271 @@
+//! Export: batches spans and writes them to every configured output (OTLP
+//! over gRPC or HTTP, and/or an OTLP/JSON file), retrying a failed batch so a
+//! Jaeger restart does not lose spans.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::metrics::Metrics;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    Grpc,
+    Http,
+}
+
+/// Where spans go: `otlp` (the configured OTLP endpoint) or `otlp-json=PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputSpec {
+    Otlp,
+    OtlpJson(PathBuf),
+}
+
+impl std::str::FromStr for OutputSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "otlp" {
+            Ok(OutputSpec::Otlp)
+        } else if let Some(p) = s.strip_prefix("otlp-json=") {
+            if p.is_empty() {
+                return Err("otlp-json= needs a file path".into());
+            }
+            Ok(OutputSpec::OtlpJson(PathBuf::from(p)))
+        } else {
+            Err(format!(
+                "unknown output {s:?}: expected `otlp` or `otlp-json=PATH`"
+            ))
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub endpoint: String,
+    pub protocol: OtlpProtocol,
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub batch_size: usize,
+    pub batch_timeout: Duration,
+    pub queue_capacity: usize,
+    /// How long a failing batch is retried before it is dropped (and counted).
+    pub retry_for: Duration,
+    pub service_name: String,
+}
+
+enum Output {
+    Otlp {
+        exporter: opentelemetry_otlp::SpanExporter,
+        endpoint: String,
+    },
+    Json {
+        writer: BufWriter<File>,
+        path: PathBuf,
+    },
+}
+
+impl Output {
+    fn label(&self) -> &'static str {
+        match self {
+            Output::Otlp { .. } => "otlp",
+            Output::Json { .. } => "otlp-json",
+        }
+    }
+}
+
+fn build_outputs(
+    cfg: &ExportConfig,
+    specs: &[OutputSpec],
+    resource: &Resource,
+) -> anyhow::Result<Vec<Output>> {
+    let mut outputs = Vec::new();
+    for spec in specs {
+        match spec {
+            OutputSpec::Otlp => {
+                let mut exporter = match cfg.protocol {
+                    OtlpProtocol::Grpc => {
+                        let mut md = tonic::metadata::MetadataMap::new();
+                        for (k, v) in &cfg.headers {
+                            let key = tonic::metadata::MetadataKey::from_bytes(
+                                k.to_ascii_lowercase().as_bytes(),
+                            )
+                            .with_context(|| {
+                                format!("--otlp-header {k:?}: not a valid gRPC metadata key")
+                            })?;
+                            let val = v.parse().with_context(|| {
+                                format!("--otlp-header {k}: value is not valid ASCII")
+                            })?;
+                            md.insert(key, val);
+                        }
+                        opentelemetry_otlp::SpanExporter::builder()
+                            .with_tonic()
+                            .with_endpoint(cfg.endpoint.clone())
+                            .with_timeout(cfg.timeout)
+                            .with_metadata(md)
+                            .build()
+                    }
+                    OtlpProtocol::Http => {
+                        let mut endpoint = cfg.endpoint.trim_end_matches('/').to_string();
+                        if !endpoint.ends_with("/v1/traces") {
+                            endpoint.push_str("/v1/traces");
+                        }
+                        opentelemetry_otlp::SpanExporter::builder()
+                            .with_http()
+                            .with_endpoint(endpoint)
+                            .with_timeout(cfg.timeout)
+                            .with_headers(cfg.headers.iter().cloned().collect::<HashMap<_, _>>())
+                            .build()
+                    }
+                }
+                .with_context(|| format!("cannot create the OTLP exporter for {}", cfg.endpoint))?;
+                exporter.set_resource(resource);
+                outputs.push(Output::Otlp {
+                    exporter,
+                    endpoint: cfg.endpoint.clone(),
+                });
+            }
+            OutputSpec::OtlpJson(path) => {
+                let file = File::create(path)
+                    .with_context(|| format!("cannot create output file {}", path.display()))?;
+                outputs.push(Output::Json {
+                    writer: BufWriter::new(file),
+                    path: path.clone(),
+                });
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+/// Serialises spans as one OTLP/JSON `ExportTraceServiceRequest`.
+pub fn to_otlp_json(spans: Vec<SpanData>, resource: &Resource) -> anyhow::Result<String> {
+    let req = ExportTraceServiceRequest {
+        resource_spans: group_spans_by_resource_and_scope(
+            spans,
+            &ResourceAttributesWithSchema::from(resource),
+        ),
+    };
+    Ok(serde_json::to_string(&req)?)
+}
+
+async fn write_batch(
+    out: &mut Output,
+    batch: &[SpanData],
+    resource: &Resource,
+    cfg: &ExportConfig,
+    metrics: &Metrics,
+) {
+    let label = Metrics::output(out.label());
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let result = match out {
+            Output::Otlp { exporter, .. } => exporter
+                .export(batch.to_vec())
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}")),
+            Output::Json { writer, .. } => {
+                to_otlp_json(batch.to_vec(), resource).and_then(|line| {
+                    writer.write_all(line.as_bytes())?;
+                    writer.write_all(b"\n")?;
+                    Ok(())
+                })
+            }
+        };
+        match result {
+            Ok(()) => {
+                metrics
+                    .spans_exported
+                    .get_or_create(&label)
+                    .inc_by(batch.len() as u64);
+                return;
+            }
+            Err(e) => {
+                metrics.export_errors.get_or_create(&label).inc();
+                let target = match out {
+                    Output::Otlp { endpoint, .. } => endpoint.clone(),
+                    Output::Json { path, .. } => path.display().to_string(),
+                };
+                if started.elapsed() >= cfg.retry_for {
+                    metrics
+                        .spans_dropped
+                        .get_or_create(&label)
+                        .inc_by(batch.len() as u64);
+                    tracing::error!(output = %target, spans = batch.len(), error = %e,
+                        "export kept failing for {:?}; batch dropped", cfg.retry_for);
+                    return;
+                }
+                tracing::warn!(output = %target, spans = batch.len(), error = %e, retry_in = ?backoff, "export failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Starts the export task. It ends, after flushing, when every sender is dropped.
+pub fn start(
+    cfg: ExportConfig,
+    specs: &[OutputSpec],
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<(mpsc::Sender<SpanData>, JoinHandle<()>)> {
+    let resource = Resource::builder_empty()
+        .with_service_name(cfg.service_name.clone())
+        .build();
+    let mut outputs = build_outputs(&cfg, specs, &resource)?;
+    let (tx, mut rx) = mpsc::channel::<SpanData>(cfg.queue_capacity);
+    let handle = tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(cfg.batch_size);
+        loop {
+            let deadline = tokio::time::sleep(cfg.batch_timeout);
+            tokio::pin!(deadline);
+            let mut closed = false;
+            while batch.len() < cfg.batch_size {
+                tokio::select! {
+                    biased;
+                    got = rx.recv() => match got {
+                        Some(s) => batch.push(s),
+                        None => { closed = true; break; }
+                    },
+                    _ = &mut deadline => break,
+                }
+            }
+            metrics.export_queue_depth.set(rx.len() as i64);
+            if !batch.is_empty() {
+                for out in outputs.iter_mut() {
+                    write_batch(out, &batch, &resource, &cfg, &metrics).await;
+                }
+                batch.clear();
+            }
+            if closed {
+                break;
+            }
+        }
+        for out in outputs.iter_mut() {
+            match out {
+                Output::Otlp { exporter, .. } => {
+                    let _ = exporter.shutdown();
+                }
+                Output::Json { writer, path } => {
+                    if let Err(e) = writer.flush() {
+                        tracing::error!(path = %path.display(), error = %e, "cannot flush output file");
+                    }
+                }
+            }
+        }
+    });
+    Ok((tx, handle))
+}

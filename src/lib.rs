@@ -1,0 +1,12 @@
+//! kascade: the Kubernetes control plane as distributed traces.
+//!
+//! Data flow: `source` (audit webhook, audit files) → `aggregate` (windows,
+//! span cache, diffs, relations, rules) → `export` (OTLP, OTLP/JSON).
+
+pub mod aggregate;
+pub mod cli;
+pub mod export;
+pub mod metrics;
+pub mod model;
+pub mod source;
+pub mod span_model;

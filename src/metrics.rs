@@ -1,0 +1,146 @@
+//! kascade's own Prometheus metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutputLabel {
+    pub output: String,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub events_received: Family<SourceLabel, Counter>,
+    pub events_accepted: Family<SourceLabel, Counter>,
+    pub events_rejected: Family<ReasonLabel, Counter>,
+    pub events_filtered: Family<ReasonLabel, Counter>,
+    pub events_processed: Counter,
+    pub object_spans: Counter,
+    pub link_spans: Counter,
+    pub spans_exported: Family<OutputLabel, Counter>,
+    pub spans_dropped: Family<OutputLabel, Counter>,
+    pub export_errors: Family<OutputLabel, Counter>,
+    pub queue_depth: Gauge,
+    pub queue_capacity: Gauge,
+    pub export_queue_depth: Gauge,
+    pub span_cache_entries: Gauge,
+    pub state_cache_entries: Gauge,
+    pub state_cache_bytes: Gauge,
+}
+
+impl Metrics {
+    pub fn register(&self, r: &mut Registry) {
+        let r = r.sub_registry_with_prefix("kascade");
+        r.register(
+            "audit_events_received",
+            "Audit events received, by source",
+            self.events_received.clone(),
+        );
+        r.register(
+            "audit_events_accepted",
+            "Audit events accepted for processing",
+            self.events_accepted.clone(),
+        );
+        r.register(
+            "audit_events_rejected",
+            "Audit events rejected (malformed, overload, too large)",
+            self.events_rejected.clone(),
+        );
+        r.register(
+            "audit_events_filtered",
+            "Audit events dropped by the filter, by reason",
+            self.events_filtered.clone(),
+        );
+        r.register(
+            "audit_events_processed",
+            "Audit events turned into spans",
+            self.events_processed.clone(),
+        );
+        r.register(
+            "object_spans_created",
+            "Object spans created (one per object and window)",
+            self.object_spans.clone(),
+        );
+        r.register(
+            "link_spans_created",
+            "Link spans created",
+            self.link_spans.clone(),
+        );
+        r.register(
+            "spans_exported",
+            "Spans exported, by output",
+            self.spans_exported.clone(),
+        );
+        r.register(
+            "spans_dropped",
+            "Spans dropped after export retries ran out, by output",
+            self.spans_dropped.clone(),
+        );
+        r.register(
+            "export_errors",
+            "Failed export attempts, by output",
+            self.export_errors.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Accepted audit events waiting to be processed",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "queue_capacity",
+            "Capacity of the audit event queue",
+            self.queue_capacity.clone(),
+        );
+        r.register(
+            "export_queue_depth",
+            "Spans waiting to be exported",
+            self.export_queue_depth.clone(),
+        );
+        r.register(
+            "span_cache_entries",
+            "Object windows in the span cache",
+            self.span_cache_entries.clone(),
+        );
+        r.register(
+            "state_cache_entries",
+            "Objects whose last state is kept for diffs",
+            self.state_cache_entries.clone(),
+        );
+        r.register(
+            "state_cache_bytes",
+            "Bytes of last object states kept for diffs",
+            self.state_cache_bytes.clone(),
+        );
+    }
+
+    pub fn source(s: &str) -> SourceLabel {
+        SourceLabel {
+            source: s.to_string(),
+        }
+    }
+
+    pub fn reason(s: &str) -> ReasonLabel {
+        ReasonLabel {
+            reason: s.to_string(),
+        }
+    }
+
+    pub fn output(s: &str) -> OutputLabel {
+        OutputLabel {
+            output: s.to_string(),
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The kube-apiserver audit event (`audit.k8s.io/v1`), as the log and webhook
+//! backends write it, and the filter that decides which events become spans.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::SystemTime;
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::model::ObjectRef;
+
+pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub level: String,
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+    pub stage: String,
+    #[serde(default)]
+    pub request_uri: String,
+    pub verb: String,
+    #[serde(default)]
+    pub user: UserInfo,
+    #[serde(default)]
+    pub impersonated_user: Option<UserInfo>,
+    #[serde(default, rename = "sourceIPs")]
+    pub source_ips: Vec<String>,
+    #[serde(default)]
+    pub user_agent: String,
+    #[serde(default)]
+    pub object_ref: Option<AuditObjectRef>,
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    #[serde(default)]
+    pub request_object: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub response_object: Option<Box<RawValue>>,
+    #[serde(with = "rfc3339")]
+    pub request_received_timestamp: SystemTime,
+    #[serde(with = "rfc3339")]
+    pub stage_timestamp: SystemTime,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditObjectRef {
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub api_group: String,
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub resource_version: String,
+    #[serde(default)]
+    pub subresource: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ResponseStatus {
+    #[serde(default)]
+    pub code: i32,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub reason: String,
+}
+
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer};
+    use std::time::SystemTime;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let s = <&str>::deserialize(d)?;
+        humantime::parse_rfc3339_weak(s)
+            .map_err(|e| serde::de::Error::custom(format!("bad timestamp {s:?}: {e}")))
+    }
+}
+
+/// Just enough of the response object to identify objects created with
+/// `generateName` and to tell a full object from a `Status` or `Scale`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ObjectHead {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: HeadMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub uid: String,
+}
+
+impl AuditEvent {
+    /// Checks the fields every event must carry, naming what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.api_version.is_empty() && self.api_version != AUDIT_API_VERSION {
+            return Err(format!(
+                "apiVersion {:?} is not {AUDIT_API_VERSION}",
+                self.api_version
+            ));
+        }
+        if !self.kind.is_empty() && self.kind != "Event" {
+            return Err(format!("kind {:?} is not Event", self.kind));
+        }
+        if self.audit_id.is_empty() {
+            return Err("auditID is empty".into());
+        }
+        Ok(())
+    }
+
+    pub fn response_head(&self) -> Option<ObjectHead> {
+        self.response_object
+            .as_ref()
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+    }
+
+    /// The object this event wrote, with the name taken from the response
+    /// when the request used `generateName`.
+    pub fn object(&self, cluster: &str) -> Option<(ObjectRef, String)> {
+        let r = self.object_ref.as_ref()?;
+        if r.resource.is_empty() {
+            return None;
+        }
+        let head = self.response_head();
+        let mut name = r.name.clone();
+        let mut uid = r.uid.clone();
+        if let Some(h) = head.filter(|h| h.kind != "Status") {
+            if name.is_empty() {
+                name = h.metadata.name;
+            }
+            if uid.is_empty() {
+                uid = h.metadata.uid;
+            }
+        }
+        if name.is_empty() {
+            // deletecollection, or a create that failed before naming.
+            return None;
+        }
+        Some((
+            ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name),
+            uid,
+        ))
+    }
+
+    pub fn subresource(&self) -> &str {
+        self.object_ref
+            .as_ref()
+            .map(|r| r.subresource.as_str())
+            .unwrap_or("")
+    }
+
+    pub fn code(&self) -> i32 {
+        self.response_status.as_ref().map(|s| s.code).unwrap_or(0)
+    }
+}
+
+/// Why an event was not turned into spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterReason {
+    Stage,
+    Verb,
+    Resource,
+    UserAgent,
+    NoObject,
+}
+
+impl FilterReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FilterReason::Stage => "stage",
+            FilterReason::Verb => "verb",
+            FilterReason::Resource => "resource",
+            FilterReason::UserAgent => "user_agent",
+            FilterReason::NoObject => "no_object",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditFilter {
+    pub verbs: HashSet<String>,
+    /// Resources (`resource` or `resource.group`) to drop.
+    pub exclude_resources: HashSet<String>,
+    pub exclude_user_agents: Option<Regex>,
+}
+
+pub const DEFAULT_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+pub const DEFAULT_EXCLUDED_RESOURCES: &[&str] = &["events", "events.events.k8s.io", "leases"];
+
+impl Default for AuditFilter {
+    fn default() -> Self {
+        Self {
+            verbs: DEFAULT_VERBS.iter().map(|s| s.to_string()).collect(),
+            exclude_resources: DEFAULT_EXCLUDED_RESOURCES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            exclude_user_agents: None,
+        }
+    }
+}
+
+impl AuditFilter {
+    pub fn check(&self, ev: &AuditEvent) -> Result<(), FilterReason> {
+        if ev.stage != "ResponseComplete" {
+            return Err(FilterReason::Stage);
+        }
+        if !self.verbs.contains(&ev.verb) {
+            return Err(FilterReason::Verb);
+        }
+        let Some(r) = ev.object_ref.as_ref() else {
+            return Err(FilterReason::NoObject);
+        };
+        if self.exclude_resources.contains(&r.resource)
+            || (!r.api_group.is_empty()
+                && self
+                    .exclude_resources
+                    .contains(&format!("{}.{}", r.resource, r.api_group)))
+        {
+            return Err(FilterReason::Resource);
+        }
+        if let Some(re) = &self.exclude_user_agents
+            && re.is_match(&ev.user_agent)
+        {
+            return Err(FilterReason::UserAgent);
+        }
+        Ok(())
+    }
+}
+
+/// The body of an audit webhook request.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventListEnvelope {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub items: Vec<Box<RawValue>>,
+}
+
+/// Result of decoding a webhook body: good events, and one message per bad item.
+pub struct DecodedBatch {
+    pub events: Vec<AuditEvent>,
+    pub errors: Vec<String>,
+}
+
+/// Decodes an `EventList`; a malformed item is reported by index and does not
+/// take the rest of the batch down. Fails as a whole only when the envelope
+/// itself is not an `audit.k8s.io/v1` `EventList`.
+pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
+    let env: EventListEnvelope =
+        serde_json::from_slice(body).map_err(|e| format!("body is not a JSON EventList: {e}"))?;
+    if env.kind != "EventList" {
+        return Err(format!("kind {:?} is not EventList", env.kind));
+    }
+    if env.api_version != AUDIT_API_VERSION {
+        return Err(format!(
+            "apiVersion {:?} is not {AUDIT_API_VERSION}",
+            env.api_version
+        ));
+    }
+    let mut events = Vec::with_capacity(env.items.len());
+    let mut errors = Vec::new();
+    for (i, raw) in env.items.iter().enumerate() {
+        match parse_event(raw.get()) {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("items[{i}]: {e}")),
+        }
+    }
+    Ok(DecodedBatch { events, errors })
+}
+
+/// Parses one audit event (one line of an audit log file).
+pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
+    let ev: AuditEvent = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    ev.validate()?;
+    Ok(ev)
+}

@@ -1,0 +1,240 @@
+//! `kascade collect`'s HTTP server: the audit webhook (`POST /audit`,
+//! `POST /audit/{cluster}`), Prometheus `/metrics`, `/healthz` and `/readyz`.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use prometheus_client::registry::Registry;
+
+use super::audit::{AuditFilter, decode_event_list};
+use crate::aggregate::{AdmitError, Intake, Processor};
+use crate::metrics::Metrics;
+
+pub struct WebhookState {
+    pub intake: Intake,
+    pub filter: AuditFilter,
+    pub default_cluster: String,
+    /// Bearer token the apiserver must present, if set.
+    pub token: Option<String>,
+    pub max_body_bytes: usize,
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    pub processor: Arc<Processor>,
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, msg.into() + "\n").into_response()
+}
+
+pub fn router(state: Arc<WebhookState>) -> Router {
+    let limit = state.max_body_bytes;
+    Router::new()
+        .route("/audit", post(audit_default))
+        .route("/audit/{cluster}", post(audit_cluster))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn audit_default(
+    State(st): State<Arc<WebhookState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let cluster = st.default_cluster.clone();
+    handle_audit(&st, &cluster, &headers, &body)
+}
+
+async fn audit_cluster(
+    State(st): State<Arc<WebhookState>>,
+    Path(cluster): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = super::validate_cluster_name(&cluster) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    handle_audit(&st, &cluster, &headers, &body)
+}
+
+fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
+    let Some(expected) = &st.token else {
+        return true;
+    };
+    let Some(got) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Constant-time comparison: the token is a credential.
+    got.len() == expected.len()
+        && got
+            .bytes()
+            .zip(expected.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Vec<u8>, Response> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity");
+    match encoding {
+        "identity" | "" => Ok(body.to_vec()),
+        "gzip" => {
+            let mut out = Vec::new();
+            let limit = st.max_body_bytes as u64;
+            flate2::read::GzDecoder::new(&body[..])
+                .take(limit + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| {
+                    error(
+                        StatusCode::BAD_REQUEST,
+                        format!("body is not valid gzip: {e}"),
+                    )
+                })?;
+            if out.len() as u64 > limit {
+                return Err(error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("decompressed body exceeds {limit} bytes (--max-body-bytes)"),
+                ));
+            }
+            Ok(out)
+        }
+        other => Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
+        )),
+    }
+}
+
+fn handle_audit(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: &Bytes) -> Response {
+    if !authorized(st, headers) {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("unauthorized"))
+            .inc();
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    }
+    let body = match decompress(st, headers, body) {
+        Ok(b) => b,
+        Err(resp) => {
+            st.metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("bad_body"))
+                .inc();
+            return resp;
+        }
+    };
+    let batch = match decode_event_list(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            st.metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("malformed"))
+                .inc();
+            tracing::warn!(cluster, error = %e, "rejected audit webhook body");
+            return error(StatusCode::BAD_REQUEST, e);
+        }
+    };
+    let source = Metrics::source("webhook");
+    st.metrics
+        .events_received
+        .get_or_create(&source)
+        .inc_by((batch.events.len() + batch.errors.len()) as u64);
+    if !batch.errors.is_empty() {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("malformed"))
+            .inc_by(batch.errors.len() as u64);
+    }
+    let accepted: Vec<_> = batch
+        .events
+        .into_iter()
+        .filter_map(|ev| super::accept(ev, cluster, &st.filter, &st.metrics))
+        .collect();
+    let n = accepted.len();
+    match st.intake.try_submit(accepted) {
+        Ok(()) => {
+            st.metrics
+                .events_accepted
+                .get_or_create(&source)
+                .inc_by(n as u64);
+        }
+        Err(e) => {
+            st.metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("overload"))
+                .inc_by(n as u64);
+            let status = match e {
+                AdmitError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
+                AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            tracing::warn!(cluster, events = n, error = %e, "refused an audit batch");
+            let mut resp = error(status, e.to_string());
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
+    }
+    if batch.errors.is_empty() {
+        (StatusCode::OK, format!("accepted {n} events\n")).into_response()
+    } else {
+        tracing::warn!(cluster, bad = batch.errors.len(), first = %batch.errors[0], "audit batch had malformed items");
+        error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "accepted {n} events; {} malformed items were skipped:\n{}",
+                batch.errors.len(),
+                batch.errors.join("\n")
+            ),
+        )
+    }
+}
+
+async fn metrics(State(st): State<Arc<WebhookState>>) -> Response {
+    st.processor.update_gauges();
+    st.metrics.queue_depth.set(st.intake.depth() as i64);
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &st.registry) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {e}"),
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// Not ready while the queue is nearly full, so a load balancer sends the
+/// apiserver's retries to another replica.
+async fn readyz(State(st): State<Arc<WebhookState>>) -> Response {
+    let depth = st.intake.depth();
+    let cap = st.intake.capacity();
+    if depth * 10 >= cap * 9 {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("queue {depth}/{cap} is nearly full"),
+        )
+    } else {
+        (StatusCode::OK, "ok\n").into_response()
+    }
+}

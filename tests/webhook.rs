@@ -1,0 +1,310 @@
+//! The audit webhook's HTTP behaviour: accepted batches, gzip, bad input (400),
+//! size limit (413), authentication (401) and overload (429), fed with real
+//! audit events captured from the e2e control plane.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Parser;
+use kascade::cli::{Cli, Command, build_collect};
+
+struct Server {
+    url: String,
+    _dir: tempfile::TempDir,
+    out: std::path::PathBuf,
+}
+
+async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let out_arg = format!("otlp-json={}", out.display());
+    let mut argv = vec![
+        "kascade",
+        "collect",
+        "--cluster",
+        "test",
+        "--output",
+        &out_arg,
+    ];
+    argv.extend_from_slice(extra);
+    let Command::Collect(args) = Cli::parse_from(argv).command else {
+        unreachable!()
+    };
+    let (app, pipeline) = build_collect(&args).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (
+        Server {
+            url,
+            _dir: dir,
+            out,
+        },
+        pipeline,
+    )
+}
+
+fn metric(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn accepts_a_real_batch_plain_and_gzipped() {
+    let (srv, pipeline) = serve(&[]).await;
+    let lines = common::audit_lines("deployment");
+    let half = lines.len() / 2;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .body(common::event_list(&lines[..half]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(common::event_list(&lines[half..]).as_bytes())
+        .unwrap();
+    let r = client
+        .post(format!("{}/audit/other-cluster", srv.url))
+        .header("Content-Encoding", "gzip")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    let m = client
+        .get(format!("{}/metrics", srv.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &m,
+            "kascade_audit_events_received_total{source=\"webhook\"}"
+        ),
+        lines.len() as u64
+    );
+    pipeline.finish().await;
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    assert!(
+        out.contains("\"stringValue\":\"test\""),
+        "cluster from --cluster"
+    );
+    assert!(
+        out.contains("\"stringValue\":\"other-cluster\""),
+        "cluster from the path"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_problem_and_keeps_good_items() {
+    let (srv, pipeline) = serve(&[]).await;
+    let client = reqwest::Client::new();
+    let post = |body: String| client.post(format!("{}/audit", srv.url)).body(body).send();
+
+    let r = post("{not json".into()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("not a JSON EventList"));
+
+    let r = post(r#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1beta1","items":[]}"#.into())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("audit.k8s.io/v1beta1"));
+
+    let r = post(r#"{"kind":"PodList","apiVersion":"audit.k8s.io/v1","items":[]}"#.into())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("PodList"));
+
+    let lines = common::audit_lines("deployment");
+    let good: Vec<String> = lines.iter().take(3).cloned().collect();
+    let mixed = vec![
+        good[0].clone(),
+        r#"{"kind":"Event","auditID":"x"}"#.to_string(),
+        good[1].clone(),
+        good[2].clone(),
+    ];
+    let r = post(common::event_list(&mixed)).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("items[1]"), "{text}");
+    assert!(text.contains("accepted"), "{text}");
+
+    let r = client
+        .post(format!("{}/audit/bad%20name", srv.url))
+        .body(common::event_list(&good))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+
+    let m = client
+        .get(format!("{}/metrics", srv.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &m,
+            "kascade_audit_events_rejected_total{reason=\"malformed\"}"
+        ),
+        4
+    );
+    pipeline.finish().await;
+    // The three good items of the mixed batch became spans.
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    for line in &good {
+        let id = serde_json::from_str::<serde_json::Value>(line).unwrap()["auditID"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(out.contains(&id), "audit span of {id} missing");
+    }
+}
+
+#[tokio::test]
+async fn oversized_body_is_413_and_missing_token_is_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let token_arg = token.display().to_string();
+    let (srv, _p) = serve(&[
+        "--max-body-bytes",
+        "2048",
+        "--webhook-token-file",
+        &token_arg,
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let lines = common::audit_lines("deployment");
+    let body = common::event_list(&lines[..5]);
+    assert!(body.len() > 2048);
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .bearer_auth("s3cret-token")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    let small = common::event_list(&[]);
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .body(small.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .bearer_auth("wrong-token!")
+        .body(small.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .bearer_auth("s3cret-token")
+        .body(small)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // A gzip bomb is cut at the limit too.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![b' '; 1 << 20]).unwrap();
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .bearer_auth("s3cret-token")
+        .header("Content-Encoding", "gzip")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_and_nothing_accepted_is_lost() {
+    // An OTLP "receiver" that accepts connections and never answers: the
+    // exporter stalls, the workers wait on it, and the intake fills up.
+    let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", sink.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let argv = [
+        "kascade",
+        "collect",
+        "--cluster",
+        "test",
+        "--output",
+        "otlp",
+        "--otlp-endpoint",
+        &endpoint,
+        "--otlp-timeout",
+        "60s",
+        "--export-queue-size",
+        "1",
+        "--export-batch-size",
+        "1",
+        "--queue-size",
+        "8",
+        "--workers",
+        "1",
+    ];
+    let Command::Collect(args) = Cli::parse_from(argv).command else {
+        unreachable!()
+    };
+    let (app, _pipeline) = build_collect(&args).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = reqwest::Client::new();
+    let lines = common::audit_lines("deployment");
+    let writes: Vec<String> = lines.into_iter().take(8).collect();
+    let mut accepted = 0;
+    let mut refused = None;
+    for _ in 0..100 {
+        let r = client
+            .post(format!("{url}/audit"))
+            .body(common::event_list(&writes))
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => accepted += 1,
+            429 => {
+                assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+                refused = Some(r.text().await.unwrap());
+                break;
+            }
+            other => panic!("unexpected status {other}: {}", r.text().await.unwrap()),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let msg = refused.expect("the webhook never answered 429 although the exporter is stalled");
+    assert!(msg.contains("queue is full"), "{msg}");
+    assert!(accepted >= 1);
+    let ready = client.get(format!("{url}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503, "not ready while the queue is full");
+    drop(dir);
+}
