@@ -38,7 +38,6 @@ for s in "${SCENARIOS[@]}"; do
   ns="${NS[$s]:?unknown scenario $s}"
   dir="$OUT/$s"; rm -rf "$dir"; mkdir -p "$dir/watch"
   echo "== $s (namespace $ns)" >&2
-  "$KUBECTL" create namespace "$ns" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
   offset=$(stat -c %s "$AUDIT_LOG")
   watch_pids=()
   for w in ${WATCH[$s]}; do

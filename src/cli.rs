@@ -293,6 +293,8 @@ pub struct Pipeline {
     pub intake: aggregate::Intake,
     pub processor: Arc<Processor>,
     pub metrics: Arc<Metrics>,
+    shutdown: aggregate::Shutdown,
+    export_shutdown: aggregate::Shutdown,
     aggregate_done: tokio::task::JoinHandle<()>,
     export_done: tokio::task::JoinHandle<()>,
 }
@@ -307,7 +309,8 @@ impl Pipeline {
             p.span_cache_entries,
             p.window + p.span_cache_grace,
         ));
-        let (span_tx, export_done) = export::start(e.config(), &e.outputs, metrics.clone())?;
+        let (span_tx, export_shutdown, export_done) =
+            export::start(e.config(), &e.outputs, metrics.clone())?;
         let processor = Arc::new(Processor::new(
             cfg,
             Redactor::new(Some(redact)),
@@ -316,7 +319,7 @@ impl Pipeline {
             span_tx,
             metrics.clone(),
         ));
-        let (intake, aggregate_done) = aggregate::start(
+        let (intake, shutdown, aggregate_done) = aggregate::start(
             processor.clone(),
             p.queue_size.max(1),
             p.workers,
@@ -326,6 +329,8 @@ impl Pipeline {
             intake,
             processor,
             metrics,
+            shutdown,
+            export_shutdown,
             aggregate_done,
             export_done,
         })
@@ -336,15 +341,18 @@ impl Pipeline {
         let Pipeline {
             intake,
             processor,
+            shutdown,
+            export_shutdown,
             aggregate_done,
             export_done,
             ..
         } = self;
+        shutdown.close();
         drop(intake);
         let _ = aggregate_done.await;
-        // The processor holds the exporter's sender: dropping the last
-        // reference lets the exporter flush and end.
+        // Every worker has ended, so nothing more is sent to the exporter.
         drop(processor);
+        export_shutdown.close();
         let _ = export_done.await;
     }
 }

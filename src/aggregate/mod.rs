@@ -83,14 +83,30 @@ impl Intake {
     }
 }
 
+/// Ends the pipeline: the intake stops admitting (sources get `Closed`), what
+/// was admitted is still processed.
+pub struct Shutdown(tokio::sync::oneshot::Sender<()>);
+
+impl Shutdown {
+    pub fn new() -> (Shutdown, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Shutdown(tx), rx)
+    }
+
+    pub fn close(self) {
+        let _ = self.0.send(());
+    }
+}
+
 /// Starts the dispatcher and `shards` workers. The returned handle finishes
-/// once every `Intake` clone is dropped and all queued events are processed.
+/// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
+/// and all queued events are processed.
 pub fn start(
     processor: Arc<Processor>,
     queue_capacity: usize,
     shards: usize,
     metrics: Arc<Metrics>,
-) -> (Intake, JoinHandle<()>) {
+) -> (Intake, Shutdown, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Accepted>(queue_capacity);
     metrics.queue_capacity.set(queue_capacity as i64);
     let shards = shards.max(1);
@@ -113,8 +129,18 @@ pub fn start(
         }));
     }
     let m = metrics.clone();
+    let (stop, mut stop_rx) = Shutdown::new();
     let handle = tokio::spawn(async move {
-        while let Some(item) = rx.recv().await {
+        loop {
+            let item = tokio::select! {
+                item = rx.recv() => item,
+                _ = &mut stop_rx, if !stop_rx.is_terminated() => {
+                    // Refuse new events; the loop drains what is queued.
+                    rx.close();
+                    continue;
+                }
+            };
+            let Some(item) = item else { break };
             m.queue_depth.set(rx.len() as i64);
             let shard = (xxh3_64(item.object.key().as_bytes()) % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {
@@ -132,6 +158,7 @@ pub fn start(
             capacity: queue_capacity,
             metrics,
         },
+        stop,
         handle,
     )
 }

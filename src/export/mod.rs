@@ -216,17 +216,23 @@ async fn write_batch(
     }
 }
 
-/// Starts the export task. It ends, after flushing, when every sender is dropped.
+/// Starts the export task. It ends, after exporting what is queued, when every
+/// sender is dropped or `stop` fires (once nothing more will be sent).
 pub fn start(
     cfg: ExportConfig,
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
-) -> anyhow::Result<(mpsc::Sender<SpanData>, JoinHandle<()>)> {
+) -> anyhow::Result<(
+    mpsc::Sender<SpanData>,
+    crate::aggregate::Shutdown,
+    JoinHandle<()>,
+)> {
     let resource = Resource::builder_empty()
         .with_service_name(cfg.service_name.clone())
         .build();
     let mut outputs = build_outputs(&cfg, specs, &resource)?;
     let (tx, mut rx) = mpsc::channel::<SpanData>(cfg.queue_capacity);
+    let (stop, mut stop_rx) = crate::aggregate::Shutdown::new();
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(cfg.batch_size);
         loop {
@@ -240,6 +246,7 @@ pub fn start(
                         Some(s) => batch.push(s),
                         None => { closed = true; break; }
                     },
+                    _ = &mut stop_rx, if !stop_rx.is_terminated() => rx.close(),
                     _ = &mut deadline => break,
                 }
             }
@@ -267,5 +274,5 @@ pub fn start(
             }
         }
     });
-    Ok((tx, handle))
+    Ok((tx, stop, handle))
 }

@@ -1,0 +1,157 @@
+//! The `kascade` binary as a user runs it: replay to OTLP/JSON, bad lines,
+//! `--strict`, and `rules check`.
+
+mod common;
+
+use std::process::Command;
+
+fn kascade() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kascade"))
+}
+
+#[test]
+fn replay_writes_otlp_json_requests_one_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let log = common::fixture_path("deployment", "audit.log");
+    let st = kascade()
+        .args(["replay", "--cluster", "fx", "--output"])
+        .arg(format!("otlp-json={}", out.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert!(stderr.contains("0 malformed lines skipped"), "{stderr}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut spans = 0;
+    let mut names = std::collections::HashSet::new();
+    for line in text.lines() {
+        // Each line is an ExportTraceServiceRequest in OTLP/JSON.
+        let req: serde_json::Value = serde_json::from_str(line).unwrap();
+        for rs in req["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    spans += 1;
+                    assert_eq!(s["traceId"].as_str().unwrap().len(), 32, "hex trace id");
+                    names.insert(s["name"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert!(spans > 100, "{spans}");
+    assert!(names.contains("deployments default/hello"), "{names:?}");
+    assert!(names.contains("kascade-e2e-admin create"));
+}
+
+#[test]
+fn bad_lines_are_reported_with_file_and_line_and_skipped_unless_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let lines = common::audit_lines("deployment");
+    std::fs::write(
+        &log,
+        format!("{}\n{{\"truncated\": \n{}\n", lines[0], lines[1]),
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let st = kascade()
+        .args(["replay", "--output"])
+        .arg(format!("otlp-json={}", out.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:2:", log.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("2 events accepted, 1 malformed lines skipped"),
+        "{stderr}"
+    );
+
+    let st = kascade()
+        .args(["replay", "--strict", "--output"])
+        .arg(format!("otlp-json={}", out.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    assert!(String::from_utf8_lossy(&st.stderr).contains(&format!("{}:2:", log.display())));
+
+    let st = kascade()
+        .args([
+            "replay",
+            "/nonexistent/audit.log",
+            "--output",
+            "otlp-json=/dev/null",
+        ])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    assert!(String::from_utf8_lossy(&st.stderr).contains("/nonexistent/audit.log"));
+}
+
+#[test]
+fn rules_check_accepts_the_shipped_rules_and_names_bad_ones() {
+    let st = kascade()
+        .args([
+            "rules",
+            "check",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/rules"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(String::from_utf8_lossy(&st.stdout).contains("rules OK"));
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "rules:\n  - name: broken\n    match: {resource: pods}\n    class: x\n    role: child\n    target: {nameRegex: '([a-z', resource: nodes}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("typo.yaml"),
+        "rules:\n  - name: t\n    matches: {resource: pods}\n",
+    )
+    .unwrap();
+    let st = kascade()
+        .args(["rules", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("bad.yaml") && err.contains("\"broken\"") && err.contains("target.nameRegex"),
+        "{err}"
+    );
+    assert!(err.contains("typo.yaml:3:"), "{err}");
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let st = kascade()
+        .args(["replay", "x.log", "--output", "jaeger"])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    assert!(String::from_utf8_lossy(&st.stderr).contains("unknown output \"jaeger\""));
+    let st = kascade()
+        .args(["replay", "x.log", "--exclude-user-agent", "(("])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    assert!(String::from_utf8_lossy(&st.stderr).contains("--exclude-user-agent"));
+}

@@ -1,0 +1,589 @@
+//! The trace builder over audit logs captured from the real control plane
+//! (e2e/fixtures): object spans, owner and rule links in both directions,
+//! diffs, snapshots, redaction. Expected names and values are read from the
+//! fixture itself, not from kascade's output.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::offline::spans_from_audit_lines;
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::cli::load_rules;
+use kascade::model::Windowing;
+use kascade::source::audit::AuditFilter;
+use opentelemetry::Value as OtelValue;
+use opentelemetry_sdk::trace::SpanData;
+use serde_json::Value;
+
+fn attr(s: &SpanData, key: &str) -> Option<String> {
+    s.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| match &kv.value {
+            OtelValue::String(v) => v.to_string(),
+            other => other.to_string(),
+        })
+}
+
+fn event_attr(e: &opentelemetry::trace::Event, key: &str) -> Option<String> {
+    e.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+async fn build(scenario: &str, window: Duration) -> Vec<SpanData> {
+    let cfg = ProcessorConfig {
+        windowing: Windowing::new(window),
+        ..ProcessorConfig::default()
+    };
+    let rules = Arc::new(load_rules(None).unwrap());
+    let redactor = Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap()));
+    let (spans, errors) = spans_from_audit_lines(
+        common::audit_lines(scenario),
+        "fixture",
+        rules,
+        &AuditFilter::default(),
+        cfg,
+        redactor,
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    spans
+}
+
+/// (resource, name) of every object span.
+fn objects(spans: &[SpanData]) -> HashSet<(String, String)> {
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
+        .map(|s| (attr(s, "resource").unwrap(), attr(s, "name").unwrap()))
+        .collect()
+}
+
+/// Object span (resource, name) by span id, to resolve a link span's parent.
+fn object_by_span(spans: &[SpanData]) -> HashMap<opentelemetry::trace::SpanId, (String, String)> {
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
+        .map(|s| {
+            (
+                s.span_context.span_id(),
+                (attr(s, "resource").unwrap(), attr(s, "name").unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// (from resource, from name, role, class, to resource, to name) of every link span.
+fn link_set(spans: &[SpanData]) -> BTreeSet<(String, String, String, String, String, String)> {
+    let owners = object_by_span(spans);
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("link"))
+        .map(|s| {
+            let (fr, fname) = owners[&s.parent_span_id].clone();
+            (
+                fr,
+                fname,
+                attr(s, "link.role").unwrap(),
+                attr(s, "link.class").unwrap(),
+                attr(s, "link.resource").unwrap(),
+                attr(s, "link.name").unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Names of objects of `kind` created in the fixture, read from the audit log itself.
+fn created(scenario: &str, resource: &str) -> BTreeSet<String> {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["subresource"].is_null()
+                && e["responseStatus"]["code"] == 201
+        })
+        .map(|e| {
+            e["responseObject"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Pod name → node name, from the scheduler's bindings in the fixture.
+fn bindings(scenario: &str) -> HashMap<String, String> {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["objectRef"]["subresource"] == "binding")
+        .map(|e| {
+            (
+                e["objectRef"]["name"].as_str().unwrap().to_string(),
+                e["requestObject"]["target"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn audit_spans_of<'a>(spans: &'a [SpanData], resource: &str, name: &str) -> Vec<&'a SpanData> {
+    let owners = object_by_span(spans);
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("audit"))
+        .filter(|s| {
+            owners.get(&s.parent_span_id) == Some(&(resource.to_string(), name.to_string()))
+        })
+        .collect()
+}
+
+fn diffs(span: &SpanData) -> Vec<(String, Option<String>, Option<String>)> {
+    span.events
+        .events
+        .iter()
+        .filter(|e| e.name == "diff")
+        .map(|e| {
+            (
+                event_attr(e, "diff.path").unwrap(),
+                event_attr(e, "diff.old"),
+                event_attr(e, "diff.new"),
+            )
+        })
+        .collect()
+}
+
+fn s(v: &str) -> String {
+    v.to_string()
+}
+
+#[tokio::test]
+async fn deployment_scenario_gives_object_spans_for_every_object() {
+    let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
+    let objs = objects(&spans);
+    assert!(objs.contains(&(s("deployments"), s("hello"))));
+    let rs = created("deployment", "replicasets");
+    assert_eq!(rs.len(), 2, "the fixture has two ReplicaSets: {rs:?}");
+    let pods = created("deployment", "pods");
+    assert!(pods.len() >= 7, "{pods:?}");
+    for name in rs.iter() {
+        assert!(
+            objs.contains(&(s("replicasets"), name.clone())),
+            "no object span for ReplicaSet {name}"
+        );
+    }
+    for name in pods.iter() {
+        assert!(
+            objs.contains(&(s("pods"), name.clone())),
+            "no object span for Pod {name}"
+        );
+    }
+    // Exactly one object span per object (one window here).
+    let object_spans = spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
+        .count();
+    assert_eq!(object_spans, objs.len());
+}
+
+#[tokio::test]
+async fn owner_and_node_links_exist_in_both_directions() {
+    let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
+    let links = link_set(&spans);
+    let rs = created("deployment", "replicasets");
+    for r in &rs {
+        assert!(
+            links.contains(&(
+                s("replicasets"),
+                r.clone(),
+                s("parent"),
+                s("owner"),
+                s("deployments"),
+                s("hello")
+            )),
+            "{r} → deployment"
+        );
+        assert!(
+            links.contains(&(
+                s("deployments"),
+                s("hello"),
+                s("child"),
+                s("owner"),
+                s("replicasets"),
+                r.clone()
+            )),
+            "deployment → {r}"
+        );
+    }
+    let bound = bindings("deployment");
+    assert!(!bound.is_empty());
+    for pod in created("deployment", "pods") {
+        let owner = rs
+            .iter()
+            .find(|r| pod.starts_with(&format!("{r}-")))
+            .expect("pod named after its ReplicaSet");
+        assert!(
+            links.contains(&(
+                s("pods"),
+                pod.clone(),
+                s("parent"),
+                s("owner"),
+                s("replicasets"),
+                owner.clone()
+            )),
+            "{pod} → rs"
+        );
+        assert!(
+            links.contains(&(
+                s("replicasets"),
+                owner.clone(),
+                s("child"),
+                s("owner"),
+                s("pods"),
+                pod.clone()
+            )),
+            "rs → {pod}"
+        );
+        if let Some(node) = bound.get(&pod) {
+            assert!(
+                links.contains(&(
+                    s("pods"),
+                    pod.clone(),
+                    s("child"),
+                    s("node"),
+                    s("nodes"),
+                    node.clone()
+                )),
+                "{pod} → {node}"
+            );
+            assert!(
+                links.contains(&(
+                    s("nodes"),
+                    node.clone(),
+                    s("parent"),
+                    s("node"),
+                    s("pods"),
+                    pod.clone()
+                )),
+                "{node} → {pod}"
+            );
+        }
+    }
+    // Links point at the other object's span with an OpenTelemetry link too.
+    let link_span = spans
+        .iter()
+        .find(|s| attr(s, "kascade.span").as_deref() == Some("link"))
+        .unwrap();
+    assert_eq!(link_span.links.links.len(), 1);
+}
+
+#[tokio::test]
+async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
+    let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
+    let writes = audit_spans_of(&spans, "deployments", "hello");
+    let all: Vec<_> = writes.iter().flat_map(|w| diffs(w)).collect();
+    assert!(
+        all.contains(&(s("spec.replicas"), Some(s("3")), Some(s("5")))),
+        "{all:#?}"
+    );
+    assert!(all.contains(&(s("spec.replicas"), Some(s("5")), Some(s("2")))));
+    assert!(all.contains(&(
+        s("spec.template.spec.containers[nginx].image"),
+        Some(s("\"nginx:1.27\"")),
+        Some(s("\"nginx:1.28\""))
+    )));
+    // The scale writes are the user's, on the scale subresource.
+    let scale_writes: Vec<_> = writes
+        .iter()
+        .filter(|w| attr(w, "audit.subresource").as_deref() == Some("scale"))
+        .collect();
+    assert_eq!(scale_writes.len(), 2);
+    assert!(
+        scale_writes
+            .iter()
+            .all(|w| w.name.starts_with("kascade-e2e-admin patch scale"))
+    );
+    // The create carries a snapshot; nothing carries managedFields.
+    let create = writes
+        .iter()
+        .find(|w| attr(w, "audit.verb").as_deref() == Some("create"))
+        .unwrap();
+    let snap = create
+        .events
+        .events
+        .iter()
+        .find(|e| e.name == "snapshot")
+        .expect("create snapshot");
+    assert!(
+        event_attr(snap, "snapshot")
+            .unwrap()
+            .contains("\"replicas\":3")
+    );
+    for span in &spans {
+        for e in &span.events.events {
+            for kv in &e.attributes {
+                assert!(
+                    !kv.value.to_string().contains("managedFields"),
+                    "managedFields in {}",
+                    span.name
+                );
+            }
+        }
+    }
+    // Failed writes (409 conflicts in the fixture) are errors with the Status message.
+    let conflicts: Vec<_> = writes
+        .iter()
+        .filter(|w| attr(w, "audit.code").as_deref() == Some("409"))
+        .collect();
+    assert!(!conflicts.is_empty(), "the fixture has 409 conflicts");
+    for c in conflicts {
+        assert!(
+            matches!(&c.status, opentelemetry::trace::Status::Error { description } if description.contains("the object has been modified")),
+            "{:?}",
+            c.status
+        );
+    }
+}
+
+#[tokio::test]
+async fn deleted_replicasets_carry_a_snapshot() {
+    let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
+    for rs in created("deployment", "replicasets") {
+        let writes = audit_spans_of(&spans, "replicasets", &rs);
+        let delete = writes
+            .iter()
+            .find(|w| attr(w, "audit.verb").as_deref() == Some("delete"))
+            .unwrap_or_else(|| panic!("no delete of {rs}"));
+        assert!(delete.name.contains("generic-garbage-collector"));
+        let snap = delete
+            .events
+            .events
+            .iter()
+            .find(|e| e.name == "snapshot")
+            .expect("delete snapshot");
+        assert!(event_attr(snap, "snapshot").unwrap().contains(&rs));
+    }
+}
+
+#[tokio::test]
+async fn secret_values_appear_nowhere_in_the_output() {
+    let raw = common::audit_lines("config").join("\n");
+    let secrets = [
+        "kascade-fixture-s3cr3t-value",
+        "a2FzY2FkZS1maXh0dXJlLXMzY3IzdC12YWx1ZQ==",
+        "kascade-fixture-rotated-value",
+        "a2FzY2FkZS1maXh0dXJlLXJvdGF0ZWQtdmFsdWU=",
+    ];
+    // Precondition: the fixture does carry the secret (base64 in Secret data).
+    assert!(raw.contains(secrets[1]) && raw.contains(secrets[3]));
+    let spans = build("config", Duration::from_secs(3600 * 24)).await;
+    let resource = opentelemetry_sdk::Resource::builder_empty().build();
+    let json = kascade::export::to_otlp_json(spans.clone(), &resource).unwrap();
+    for secret in secrets {
+        assert!(
+            !json.contains(secret),
+            "secret {secret} leaked into the OTLP output"
+        );
+    }
+    // The rotation is still visible, as a change of the redaction marker.
+    let writes = audit_spans_of(&spans, "secrets", "app-secret");
+    let changed: Vec<_> = writes
+        .iter()
+        .flat_map(|w| diffs(w))
+        .filter(|(p, _, _)| p == "data.password")
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    let (_, old, new) = &changed[0];
+    assert!(
+        old.as_ref().unwrap().contains("<redacted:")
+            && new.as_ref().unwrap().contains("<redacted:")
+    );
+    assert_ne!(old, new);
+}
+
+#[tokio::test]
+async fn config_pods_link_to_configmap_and_secret_and_configmap_change_is_a_diff() {
+    let spans = build("config", Duration::from_secs(3600 * 24)).await;
+    let links = link_set(&spans);
+    assert!(links.contains(&(
+        s("pods"),
+        s("config-pod"),
+        s("child"),
+        s("configmap"),
+        s("configmaps"),
+        s("app-config")
+    )));
+    assert!(links.contains(&(
+        s("pods"),
+        s("config-pod"),
+        s("child"),
+        s("secret"),
+        s("secrets"),
+        s("app-secret")
+    )));
+    assert!(links.contains(&(
+        s("configmaps"),
+        s("app-config"),
+        s("parent"),
+        s("configmap"),
+        s("pods"),
+        s("config-pod")
+    )));
+    let app_pods: Vec<_> = created("config", "pods")
+        .into_iter()
+        .filter(|p| p.starts_with("app-"))
+        .collect();
+    assert_eq!(app_pods.len(), 2);
+    for p in app_pods {
+        assert!(
+            links.contains(&(
+                s("pods"),
+                p.clone(),
+                s("child"),
+                s("secret"),
+                s("secrets"),
+                s("app-secret")
+            )),
+            "{p} env secretKeyRef"
+        );
+        assert!(
+            links.contains(&(
+                s("pods"),
+                p.clone(),
+                s("child"),
+                s("configmap"),
+                s("configmaps"),
+                s("app-config")
+            )),
+            "{p} volume"
+        );
+    }
+    let cm = audit_spans_of(&spans, "configmaps", "app-config");
+    let all: Vec<_> = cm.iter().flat_map(|w| diffs(w)).collect();
+    assert!(
+        all.contains(&(s("data.mode"), Some(s("\"blue\"")), Some(s("\"green\"")))),
+        "{all:?}"
+    );
+}
+
+#[tokio::test]
+async fn service_statefulset_and_job_relations() {
+    let spans = build("service", Duration::from_secs(3600 * 24)).await;
+    let links = link_set(&spans);
+    let slices = created("service", "endpointslices");
+    assert!(!slices.is_empty());
+    for sl in slices {
+        assert!(
+            links.contains(&(
+                s("endpointslices"),
+                sl.clone(),
+                s("parent"),
+                s("service"),
+                s("services"),
+                s("web")
+            )),
+            "{sl}"
+        );
+        assert!(links.contains(&(
+            s("services"),
+            s("web"),
+            s("child"),
+            s("service"),
+            s("endpointslices"),
+            sl
+        )));
+    }
+
+    let spans = build("statefulset", Duration::from_secs(3600 * 24)).await;
+    let links = link_set(&spans);
+    assert!(links.contains(&(
+        s("statefulsets"),
+        s("db"),
+        s("child"),
+        s("service"),
+        s("services"),
+        s("db")
+    )));
+    for pod in ["db-0", "db-1", "db-2"] {
+        assert!(
+            links.contains(&(
+                s("pods"),
+                s(pod),
+                s("parent"),
+                s("owner"),
+                s("statefulsets"),
+                s("db")
+            )),
+            "{pod}"
+        );
+    }
+
+    let spans = build("job", Duration::from_secs(3600 * 24)).await;
+    let links = link_set(&spans);
+    let pods = created("job", "pods");
+    assert!(pods.len() >= 3);
+    for pod in pods {
+        assert!(
+            links.contains(&(
+                s("jobs"),
+                s("pi"),
+                s("child"),
+                s("owner"),
+                s("pods"),
+                pod.clone()
+            )),
+            "{pod}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn small_windows_split_an_object_into_one_span_per_window() {
+    let long = build("deployment", Duration::from_secs(3600 * 24)).await;
+    let short = build("deployment", Duration::from_secs(1)).await;
+    let windows_of = |spans: &[SpanData]| -> BTreeSet<String> {
+        spans
+            .iter()
+            .filter(|s| {
+                attr(s, "kascade.span").as_deref() == Some("object")
+                    && attr(s, "name").as_deref() == Some("hello")
+            })
+            .map(|s| attr(s, "kascade.window.start").unwrap())
+            .collect()
+    };
+    assert_eq!(windows_of(&long).len(), 1);
+    let short_windows = windows_of(&short);
+    assert!(short_windows.len() >= 2, "{short_windows:?}");
+    // Every audit span sits in the window of its start time, under that window's object span.
+    let by_id: HashMap<_, _> = short
+        .iter()
+        .map(|s| (s.span_context.span_id(), s))
+        .collect();
+    for a in short
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("audit"))
+    {
+        let parent = by_id[&a.parent_span_id];
+        assert_eq!(parent.span_context.trace_id(), a.span_context.trace_id());
+        let start: u64 = attr(parent, "kascade.window.start")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let t = a
+            .start_time
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(t, start);
+    }
+}
