@@ -15,7 +15,7 @@ set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CMD="${1:-}"; shift || true
 NAME="${KASCADE_E2E_NAME:-e2e}"
-PORT_BASE="${KASCADE_E2E_PORT_BASE:-36000}"
+PORT_BASE="${KASCADE_E2E_PORT_BASE:-26000}"
 AUDIT_POLICY="$E2E_DIR/audit-policy.yaml"
 WEBHOOK_URL=""
 while [[ $# -gt 0 ]]; do
@@ -30,7 +30,10 @@ done
 [[ "$NAME" =~ ^[a-z0-9][a-z0-9-]*$ ]] || { echo "--name must be lower-case letters, digits and '-'" >&2; exit 2; }
 if [[ "$NAME" == e2e ]]; then RUN_DIR="$E2E_DIR/.run"; else RUN_DIR="$E2E_DIR/.run-$NAME"; fi
 # kascade's default webhook address, with this cluster's name in the path.
-WEBHOOK_URL="${WEBHOOK_URL:-${AUDIT_WEBHOOK_URL:-http://127.0.0.1:8090/audit/$NAME}}"
+WEBHOOK_URL="${WEBHOOK_URL:-${AUDIT_WEBHOOK_URL:-https://127.0.0.1:8090/audit/$NAME}}"
+# The webhook's PKI is shared by every cluster of this checkout, so one kascade
+# (one serving certificate) can receive the audit webhooks of several clusters.
+WEBHOOK_PKI="$E2E_DIR/.pki"
 
 ETCD_PORT=$((PORT_BASE + 79)); ETCD_PEER_PORT=$((PORT_BASE + 80))
 APISERVER_PORT=$((PORT_BASE + 443)); KCM_PORT=$((PORT_BASE + 257)); SCHED_PORT=$((PORT_BASE + 259))
@@ -122,6 +125,26 @@ make_pki() {
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 }
 
+make_webhook_pki() {
+  local p="$WEBHOOK_PKI"
+  [[ -f "$p/kascade.crt" && -f "$p/apiserver-client.crt" ]] && return 0
+  mkdir -p "$p"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 3650 \
+    -subj "/CN=kascade-e2e-webhook-ca" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$p/kascade.key" -out "$p/kascade.csr" -subj "/CN=kascade" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kascade\n' >"$p/kascade.ext"
+  openssl x509 -req -in "$p/kascade.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+    -out "$p/kascade.crt" -days 3650 -extfile "$p/kascade.ext" 2>/dev/null
+  # The apiserver's client certificate, for kascade's --tls-client-ca-file (mutual TLS).
+  openssl req -newkey rsa:2048 -nodes -keyout "$p/apiserver-client.key" -out "$p/apiserver-client.csr" \
+    -subj "/CN=kube-apiserver-audit" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$p/client.ext"
+  openssl x509 -req -in "$p/apiserver-client.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+    -out "$p/apiserver-client.crt" -days 3650 -extfile "$p/client.ext" 2>/dev/null
+  openssl rand -hex 16 >"$p/webhook.token"
+  chmod 600 "$p"/*.key "$p/webhook.token"
+}
+
 cmd_up() {
   if [[ -f "$RUN_DIR/pids/kube-apiserver.pid" ]] && pid_alive "$(cat "$RUN_DIR/pids/kube-apiserver.pid")"; then
     log "already up (run dir $RUN_DIR); use 'down' first"; exit 1
@@ -138,10 +161,12 @@ cmd_up() {
   trap 'log "up failed"; print_log_tails; stop_all' ERR
 
   make_pki
-  local admin_token kcm_token sched_token kwok_token reader_token webhook_token
+  local admin_token kcm_token sched_token kwok_token reader_token
   admin_token="$(openssl rand -hex 16)"; kcm_token="$(openssl rand -hex 16)"
   sched_token="$(openssl rand -hex 16)"; kwok_token="$(openssl rand -hex 16)"
-  reader_token="$(openssl rand -hex 16)"; webhook_token="$(openssl rand -hex 16)"
+  reader_token="$(openssl rand -hex 16)"
+  make_webhook_pki
+  local webhook_token; webhook_token="$(cat "$WEBHOOK_PKI/webhook.token")"
   # Each component has its own identity, so audit events show who acted.
   cat >"$RUN_DIR/pki/tokens.csv" <<CSV
 $admin_token,kascade-e2e-admin,uid-admin,"system:masters"
@@ -155,8 +180,7 @@ CSV
   write_kubeconfig "$RUN_DIR/scheduler.kubeconfig" system:kube-scheduler "$sched_token"
   write_kubeconfig "$RUN_DIR/kwok.kubeconfig" kwok-kubelet "$kwok_token"
   write_kubeconfig "$RUN_DIR/kascade.kubeconfig" kascade "$reader_token"
-  printf '%s\n' "$webhook_token" >"$RUN_DIR/webhook.token"
-  chmod 600 "$RUN_DIR/webhook.token" "$RUN_DIR/pki/tokens.csv"
+  chmod 600 "$RUN_DIR/pki/tokens.csv"
   cat >"$RUN_DIR/audit-webhook.kubeconfig" <<KCFG
 apiVersion: v1
 kind: Config
@@ -164,10 +188,13 @@ clusters:
 - name: kascade
   cluster:
     server: $WEBHOOK_URL
+    certificate-authority: $WEBHOOK_PKI/ca.crt
 users:
 - name: kube-apiserver
   user:
     token: $webhook_token
+    client-certificate: $WEBHOOK_PKI/apiserver-client.crt
+    client-key: $WEBHOOK_PKI/apiserver-client.key
 contexts:
 - name: kascade
   context: {cluster: kascade, user: kube-apiserver}
@@ -261,7 +288,10 @@ export APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
 export AUDIT_LOG=$RUN_DIR/audit.log
 export AUDIT_WEBHOOK_URL=$WEBHOOK_URL
-export AUDIT_WEBHOOK_TOKEN_FILE=$RUN_DIR/webhook.token
+export AUDIT_WEBHOOK_TOKEN_FILE=$WEBHOOK_PKI/webhook.token
+export KASCADE_TLS_CERT_FILE=$WEBHOOK_PKI/kascade.crt
+export KASCADE_TLS_KEY_FILE=$WEBHOOK_PKI/kascade.key
+export KASCADE_TLS_CLIENT_CA_FILE=$WEBHOOK_PKI/ca.crt
 export JAEGER_OTLP_GRPC=http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT
 export JAEGER_OTLP_HTTP=http://127.0.0.1:$JAEGER_OTLP_HTTP_PORT
 export JAEGER_QUERY_URL=http://127.0.0.1:$JAEGER_QUERY_HTTP_PORT

@@ -9,7 +9,7 @@
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NAME=fixtures
-PORT_BASE=38000
+PORT_BASE=28000
 RUN_DIR="$E2E_DIR/.run-$NAME"
 OUT="$E2E_DIR/fixtures"
 SCENARIOS=("$@")

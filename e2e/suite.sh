@@ -36,18 +36,31 @@ trap cleanup EXIT
 source "$E2E_DIR/.run/env"
 
 # kascade starts after the apiserver: the apiserver's webhook retries meanwhile.
-"$KASCADE" collect --listen 127.0.0.1:8090 --cluster "$CLUSTER_NAME" \
+"$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
   --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
+  --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
+  --tls-client-ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \
   --otlp-endpoint "$JAEGER_OTLP_GRPC" --export-batch-timeout 200ms \
   >"$KASCADE_E2E_RUN_DIR/kascade.log" 2>&1 &
 KASCADE_PID=$!
 deadline=$((SECONDS + 30))
-until curl -sf http://127.0.0.1:8090/readyz >/dev/null; do
+until curl -sf http://127.0.0.1:8091/readyz >/dev/null; do
   kill -0 "$KASCADE_PID" 2>/dev/null || { log "kascade exited"; exit 1; }
   (( SECONDS < deadline )) || { log "kascade not ready after 30s"; exit 1; }
   sleep 0.2
 done
 log "kascade collect is ready"
+
+# The webhook is HTTPS with mutual TLS and a bearer token: without a client
+# certificate the handshake fails, with one but without the token it is 401.
+if curl -s --cacert "$KASCADE_TLS_CLIENT_CA_FILE" -X POST https://127.0.0.1:8090/audit -d '{}' >/dev/null 2>&1; then
+  log "FAIL: the webhook answered a client without a certificate"; exit 1
+fi
+code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_CLIENT_CA_FILE" \
+  --cert "$E2E_DIR/.pki/apiserver-client.crt" --key "$E2E_DIR/.pki/apiserver-client.key" \
+  -X POST https://127.0.0.1:8090/audit -d '{}')
+[[ "$code" == 401 ]] || { log "FAIL: a request without the bearer token got $code, not 401"; exit 1; }
+log "webhook refuses clients without certificate or token"
 
 for s in deployment service config; do
   log "scenario $s"
@@ -55,5 +68,5 @@ for s in deployment service config; do
 done
 
 log "checking Jaeger"
-export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8090/metrics
+export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics
 cargo test --release --locked --test e2e -- --ignored --test-threads=1

@@ -81,15 +81,27 @@ pub enum RulesCommand {
 
 #[derive(Args, Debug)]
 pub struct CollectArgs {
-    /// Address of the webhook, metrics and health server.
+    /// Address of the audit webhook (HTTPS with --tls-cert-file).
     #[arg(long, default_value = "0.0.0.0:8090", env = "KASCADE_LISTEN")]
     pub listen: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:8091", env = "KASCADE_ADMIN_LISTEN")]
+    pub admin_listen: SocketAddr,
     /// Cluster name for events posted to /audit (without a cluster in the path).
     #[arg(long, default_value = "default", env = "KASCADE_CLUSTER")]
     pub cluster: String,
     /// File holding the bearer token the apiserver must send (Authorization: Bearer ...).
     #[arg(long, env = "KASCADE_WEBHOOK_TOKEN_FILE")]
     pub webhook_token_file: Option<PathBuf>,
+    /// Serve HTTPS with this certificate (PEM chain). The apiserver sends bearer tokens only over HTTPS.
+    #[arg(long, env = "KASCADE_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, env = "KASCADE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS with the apiserver.
+    #[arg(long, env = "KASCADE_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
     /// Largest accepted webhook body, in bytes (after gzip decompression); larger gets 413.
     #[arg(long, default_value_t = 32 << 20, env = "KASCADE_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
@@ -359,7 +371,13 @@ impl Pipeline {
 
 /// Builds the collector's HTTP app and the pipeline behind it (used by
 /// `run_collect` and by tests that serve it on an ephemeral port).
-pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(axum::Router, Pipeline)> {
+/// The collector's two HTTP apps: the audit webhook and the admin endpoints.
+pub struct CollectApps {
+    pub audit: axum::Router,
+    pub admin: axum::Router,
+}
+
+pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipeline)> {
     validate_cluster_name(&args.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     let token = match &args.webhook_token_file {
         Some(p) => {
@@ -394,21 +412,115 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(axum::Router, Pipeli
         registry,
         processor: pipeline.processor.clone(),
     });
-    Ok((webhook::router(state), pipeline))
+    Ok((
+        CollectApps {
+            audit: webhook::audit_router(state.clone()),
+            admin: webhook::admin_router(state),
+        },
+        pipeline,
+    ))
+}
+
+/// The rustls server configuration for `--tls-*` (ring provider, TLS 1.2+,
+/// optional client-certificate verification).
+pub fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        bail!("--tls-cert-file {}: no certificate in it", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| anyhow::anyhow!("--tls-key-file {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?
+            {
+                let c =
+                    c.map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?;
+                roots
+                    .add(c)
+                    .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .context("--tls-cert-file and --tls-key-file do not form a usable certificate")?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
 }
 
 pub async fn run_collect(args: CollectArgs) -> anyhow::Result<()> {
-    let (app, pipeline) = build_collect(&args)?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let (apps, pipeline) = build_collect(&args)?;
+    let app = apps.audit;
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, cluster = %args.cluster, "kascade collect is serving the audit webhook");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("webhook server failed")?;
+        .with_context(|| format!("cannot listen on --admin-listen {}", args.admin_listen))?;
+    tracing::info!(admin_listen = %args.admin_listen, "serving /metrics, /healthz, /readyz");
+    let admin = tokio::spawn(async move {
+        axum::serve(admin_listener, apps.admin)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+    });
+    match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let cfg = tls_config(cert, key, args.tls_client_ca_file.as_deref())?;
+            let handle = axum_server::Handle::new();
+            let h = handle.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                h.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+            });
+            tracing::info!(listen = %args.listen, cluster = %args.cluster, mtls = args.tls_client_ca_file.is_some(),
+                "kascade collect is serving the audit webhook over HTTPS");
+            axum_server::bind_rustls(
+                args.listen,
+                axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(cfg)),
+            )
+            .handle(handle)
+            .serve(app.into_make_service())
+            .await
+            .with_context(|| format!("webhook server on {} failed", args.listen))?;
+        }
+        _ => {
+            if args.webhook_token_file.is_some() {
+                tracing::warn!(
+                    "--webhook-token-file without --tls-cert-file: the apiserver sends bearer tokens only over HTTPS"
+                );
+            }
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", args.listen))?;
+            tracing::info!(listen = %args.listen, cluster = %args.cluster, "kascade collect is serving the audit webhook over plain HTTP");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+                .context("webhook server failed")?;
+        }
+    }
     tracing::info!("shutting down: processing and exporting what was accepted");
     pipeline.finish().await;
+    admin.abort();
     Ok(())
 }
 

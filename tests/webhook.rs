@@ -32,7 +32,8 @@ async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
     let Command::Collect(args) = Cli::parse_from(argv).command else {
         unreachable!()
     };
-    let (app, pipeline) = build_collect(&args).unwrap();
+    let (apps, pipeline) = build_collect(&args).unwrap();
+    let app = apps.audit.merge(apps.admin);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -274,7 +275,8 @@ async fn a_full_queue_answers_429_and_readyz_turns_unready() {
     let Command::Collect(args) = Cli::parse_from(argv).command else {
         unreachable!()
     };
-    let (app, _pipeline) = build_collect(&args).unwrap();
+    let (apps, _pipeline) = build_collect(&args).unwrap();
+    let app = apps.audit.merge(apps.admin);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -32,15 +32,23 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into() + "\n").into_response()
 }
 
-pub fn router(state: Arc<WebhookState>) -> Router {
+/// The audit webhook: `POST /audit` and `POST /audit/{cluster}`.
+pub fn audit_router(state: Arc<WebhookState>) -> Router {
     let limit = state.max_body_bytes;
     Router::new()
         .route("/audit", post(audit_default))
         .route("/audit/{cluster}", post(audit_cluster))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Metrics and health, on their own listener: probes and Prometheus need no
+/// client certificate even when the webhook requires one.
+pub fn admin_router(state: Arc<WebhookState>) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
