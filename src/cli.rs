@@ -158,7 +158,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "KASCADE_SPAN_CACHE_GRACE")]
     pub span_cache_grace: Duration,
     /// Accepted audit events that may wait for processing; a full queue answers 429.
-    #[arg(long, default_value_t = 20_000, env = "KASCADE_QUEUE_SIZE")]
+    #[arg(long, default_value_t = 4_000, env = "KASCADE_QUEUE_SIZE")]
     pub queue_size: usize,
     /// Parallel workers (events of one object always go to the same worker).
     #[arg(long, default_value_t = default_workers(), env = "KASCADE_WORKERS")]
@@ -212,7 +212,7 @@ pub struct ExportArgs {
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_BATCH_TIMEOUT")]
     pub export_batch_timeout: Duration,
     /// Spans that may wait for export before processing slows down.
-    #[arg(long, default_value_t = 50_000, env = "KASCADE_EXPORT_QUEUE_SIZE")]
+    #[arg(long, default_value_t = 10_000, env = "KASCADE_EXPORT_QUEUE_SIZE")]
     pub export_queue_size: usize,
     /// How long a failing export is retried before its spans are dropped (and counted).
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_RETRY_FOR")]

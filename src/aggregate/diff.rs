@@ -4,7 +4,6 @@
 //! by their name-like key rather than by index, so inserting a container does
 //! not show every later container as changed.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -134,75 +133,126 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
     }
 }
 
-/// All non-noise leaves of `v` as path → JSON text.
-pub fn flatten(v: &Value) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    walk_leaves(v, &mut |p, leaf| {
-        if !is_noise(p) {
-            out.insert(p.to_string(), leaf.to_string());
-        }
-    });
-    out
+/// Leaf changes from `old` to `new`, in path order. Walks both trees together
+/// and only spells out the paths of subtrees that differ.
+pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
+    let mut changes = Vec::new();
+    let mut path = String::new();
+    diff_at(old, new, &mut path, &mut changes);
+    changes.retain(|c| !is_noise(&c.path));
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    changes
 }
 
-/// Leaf changes from `old` to `new`, in path order.
-pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
-    let a = flatten(old);
-    let b = flatten(new);
-    let mut changes = Vec::new();
-    let mut ia = a.into_iter().peekable();
-    let mut ib = b.into_iter().peekable();
-    loop {
-        match (ia.peek(), ib.peek()) {
-            (None, None) => break,
-            (Some(_), None) => {
-                let (p, o) = ia.next().unwrap();
-                changes.push(Change {
-                    path: p,
-                    old: Some(o),
-                    new: None,
-                });
-            }
-            (None, Some(_)) => {
-                let (p, n) = ib.next().unwrap();
-                changes.push(Change {
-                    path: p,
-                    old: None,
-                    new: Some(n),
-                });
-            }
-            (Some((pa, _)), Some((pb, _))) => match pa.cmp(pb) {
-                std::cmp::Ordering::Less => {
-                    let (p, o) = ia.next().unwrap();
-                    changes.push(Change {
-                        path: p,
-                        old: Some(o),
-                        new: None,
-                    });
+fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>) {
+    walk(v, path, &mut |p, leaf| {
+        let text = Some(leaf.to_string());
+        out.push(Change {
+            path: p.to_string(),
+            old: if removed { text.clone() } else { None },
+            new: if removed { None } else { text },
+        });
+    });
+}
+
+fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
+    if old == new {
+        return;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) if !a.is_empty() && !b.is_empty() => {
+            for (k, av) in a {
+                let len = path.len();
+                push_field(path, k);
+                match b.get(k) {
+                    Some(bv) => diff_at(av, bv, path, out),
+                    None => leaves_as(av, path, true, out),
                 }
-                std::cmp::Ordering::Greater => {
-                    let (p, n) = ib.next().unwrap();
-                    changes.push(Change {
-                        path: p,
-                        old: None,
-                        new: Some(n),
-                    });
+                path.truncate(len);
+            }
+            for (k, bv) in b {
+                if !a.contains_key(k) {
+                    let len = path.len();
+                    push_field(path, k);
+                    leaves_as(bv, path, false, out);
+                    path.truncate(len);
                 }
-                std::cmp::Ordering::Equal => {
-                    let (p, o) = ia.next().unwrap();
-                    let (_, n) = ib.next().unwrap();
-                    if o != n {
-                        changes.push(Change {
-                            path: p,
-                            old: Some(o),
-                            new: Some(n),
-                        });
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if !a.is_empty() && !b.is_empty() => {
+            let ka = list_item_key(a);
+            let kb = list_item_key(b);
+            match (ka, kb) {
+                (Some(k), Some(k2)) if k == k2 => {
+                    let old_items: std::collections::HashMap<String, &Value> =
+                        a.iter().map(|i| (item_label(i, k), i)).collect();
+                    let mut seen = std::collections::HashSet::new();
+                    for bi in b {
+                        let label = item_label(bi, k);
+                        let len = path.len();
+                        let _ = write!(path, "[{label}]");
+                        match old_items.get(&label) {
+                            Some(ai) => diff_at(ai, bi, path, out),
+                            None => leaves_as(bi, path, false, out),
+                        }
+                        path.truncate(len);
+                        seen.insert(label);
+                    }
+                    for ai in a {
+                        let label = item_label(ai, k);
+                        if !seen.contains(&label) {
+                            let len = path.len();
+                            let _ = write!(path, "[{label}]");
+                            leaves_as(ai, path, true, out);
+                            path.truncate(len);
+                        }
                     }
                 }
-            },
+                (None, None) => {
+                    for i in 0..a.len().max(b.len()) {
+                        let len = path.len();
+                        let _ = write!(path, "[{i}]");
+                        match (a.get(i), b.get(i)) {
+                            (Some(x), Some(y)) => diff_at(x, y, path, out),
+                            (Some(x), None) => leaves_as(x, path, true, out),
+                            (None, Some(y)) => leaves_as(y, path, false, out),
+                            (None, None) => {}
+                        }
+                        path.truncate(len);
+                    }
+                }
+                // The list changed how its items are identified: show it whole.
+                _ => {
+                    leaves_as(old, path, true, out);
+                    leaves_as(new, path, false, out);
+                }
+            }
+        }
+        (a, b) if is_leaf(a) && is_leaf(b) => out.push(Change {
+            path: path.clone(),
+            old: Some(a.to_string()),
+            new: Some(b.to_string()),
+        }),
+        (a, b) => {
+            // An empty container that fills up (or empties) is just the adds (removes).
+            let same_kind = a.is_object() == b.is_object() && a.is_array() == b.is_array();
+            if !(same_kind && is_leaf(a)) {
+                leaves_as(a, path, true, out);
+            }
+            if !(same_kind && is_leaf(b)) {
+                leaves_as(b, path, false, out);
+            }
         }
     }
-    changes
+}
+
+/// Scalars and empty containers: what `walk_leaves` reports as leaves.
+fn is_leaf(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => true,
+    }
 }
 
 /// Removes fields that are never shown: `metadata.managedFields`.
@@ -241,10 +291,15 @@ mod tests {
     fn unkeyed_lists_fall_back_to_index_and_keys_are_quoted() {
         let v =
             json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}, "args": ["-v", "-q"]});
-        let flat = flatten(&v);
-        assert!(flat.contains_key("metadata.labels[\"app.kubernetes.io/name\"]"));
-        assert!(flat.contains_key("args[0]"));
-        assert!(flat.contains_key("args[1]"));
+        let added: Vec<String> = diff(&json!({}), &v).into_iter().map(|c| c.path).collect();
+        assert_eq!(
+            added,
+            vec![
+                "args[0]",
+                "args[1]",
+                "metadata.labels[\"app.kubernetes.io/name\"]"
+            ]
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub struct Processor {
     rules: Arc<RuleSet>,
     kinds: KindRegistry,
     /// Last seen state of each object (redacted, without managedFields), as JSON bytes.
-    states: moka::sync::Cache<String, Arc<[u8]>>,
+    states: moka::sync::Cache<String, Arc<str>>,
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<SpanData>,
     metrics: Arc<Metrics>,
@@ -96,7 +96,7 @@ impl Processor {
         metrics: Arc<Metrics>,
     ) -> Self {
         let states = moka::sync::Cache::builder()
-            .weigher(|k: &String, v: &Arc<[u8]>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
+            .weigher(|k: &String, v: &Arc<str>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
             .max_capacity(cfg.state_cache_bytes)
             .build();
         Self {
@@ -127,7 +127,7 @@ impl Processor {
     fn last_state(&self, key: &str) -> Option<Value> {
         self.states
             .get(key)
-            .and_then(|b| serde_json::from_slice(&b).ok())
+            .and_then(|b| serde_json::from_str(&b).ok())
     }
 
     /// Applies the write to the last known state, yielding the new state and
@@ -339,7 +339,14 @@ impl Processor {
         let old = self.last_state(&key);
         let outcome = self.apply(ev, obj, old.as_ref());
 
-        self.ensure_object_span(&ow, &item.uid).await?;
+        let uid = outcome
+            .state
+            .as_ref()
+            .and_then(|s| s.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .unwrap_or(&item.uid)
+            .to_string();
+        self.ensure_object_span(&ow, &uid).await?;
 
         let new_rv = outcome
             .state
@@ -412,8 +419,8 @@ impl Processor {
         if deleted {
             self.states.invalidate(&key);
         } else if let Some(state) = outcome.state {
-            let bytes: Arc<[u8]> = serde_json::to_vec(&state)?.into();
-            self.states.insert(key, bytes);
+            let text: Arc<str> = serde_json::to_string(&state)?.into();
+            self.states.insert(key, text);
         }
         self.metrics.events_processed.inc();
         Ok(())

@@ -68,7 +68,7 @@ pub struct ExportConfig {
 
 enum Output {
     Otlp {
-        exporter: opentelemetry_otlp::SpanExporter,
+        exporter: Box<opentelemetry_otlp::SpanExporter>,
         endpoint: String,
     },
     Json {
@@ -133,7 +133,7 @@ fn build_outputs(
                 .with_context(|| format!("cannot create the OTLP exporter for {}", cfg.endpoint))?;
                 exporter.set_resource(resource);
                 outputs.push(Output::Otlp {
-                    exporter,
+                    exporter: Box::new(exporter),
                     endpoint: cfg.endpoint.clone(),
                 });
             }

@@ -149,19 +149,18 @@ impl AuditEvent {
     }
 
     /// The object this event wrote, with the name taken from the response
-    /// when the request used `generateName`.
+    /// when the request used `generateName` (the response is only parsed then).
     pub fn object(&self, cluster: &str) -> Option<(ObjectRef, String)> {
         let r = self.object_ref.as_ref()?;
         if r.resource.is_empty() {
             return None;
         }
-        let head = self.response_head();
         let mut name = r.name.clone();
         let mut uid = r.uid.clone();
-        if let Some(h) = head.filter(|h| h.kind != "Status") {
-            if name.is_empty() {
-                name = h.metadata.name;
-            }
+        if name.is_empty()
+            && let Some(h) = self.response_head().filter(|h| h.kind != "Status")
+        {
+            name = h.metadata.name;
             if uid.is_empty() {
                 uid = h.metadata.uid;
             }

@@ -82,7 +82,7 @@ pub async fn replay_files(
                 metrics.events_accepted.get_or_create(&source).inc();
                 intake.submit(item).await?;
             }
-            if line_no % 1024 == 0 {
+            if line_no.is_multiple_of(1024) {
                 bar.set_message(format!("{} events", stats.accepted));
             }
         }

@@ -93,7 +93,10 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
             == 0
 }
 
-fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Vec<u8>, Response> {
+/// A refusal: status and message for the client.
+type Refusal = (StatusCode, String);
+
+fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Vec<u8>, Refusal> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -107,20 +110,20 @@ fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Ve
                 .take(limit + 1)
                 .read_to_end(&mut out)
                 .map_err(|e| {
-                    error(
+                    (
                         StatusCode::BAD_REQUEST,
                         format!("body is not valid gzip: {e}"),
                     )
                 })?;
             if out.len() as u64 > limit {
-                return Err(error(
+                return Err((
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("decompressed body exceeds {limit} bytes (--max-body-bytes)"),
                 ));
             }
             Ok(out)
         }
-        other => Err(error(
+        other => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
         )),
@@ -137,12 +140,12 @@ fn handle_audit(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: &By
     }
     let body = match decompress(st, headers, body) {
         Ok(b) => b,
-        Err(resp) => {
+        Err((status, msg)) => {
             st.metrics
                 .events_rejected
                 .get_or_create(&Metrics::reason("bad_body"))
                 .inc();
-            return resp;
+            return error(status, msg);
         }
     };
     let batch = match decode_event_list(&body) {

@@ -1,0 +1,245 @@
+//! Load generator for `kascade collect` (run by e2e/bench/collect.sh, which
+//! starts kascade and a real OTLP receiver first).
+//!
+//! Posts real audit batches — the deployment fixture captured from the e2e
+//! control plane, copied into fresh namespaces so every copy is a new set of
+//! objects — to the audit webhook from several concurrent senders (as batches
+//! of 400, the apiserver's default), retrying on 429 like the apiserver does.
+//! Reports sustained events/s (until kascade has processed every event),
+//! p50/p99 webhook latency, and kascade's peak RSS.
+//!
+//! Environment: KASCADE_URL (webhook base), KASCADE_ADMIN_URL, KASCADE_PID,
+//! BENCH_COPIES (default 4000 ≈ 100k objects), BENCH_SENDERS (default 4).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BATCH: usize = 400;
+const NS: &str = "__KASCADE_BENCH_NS__";
+const ID: &str = "__KASCADE_BENCH_ID__";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+/// The fixture's events as JSON texts with placeholders for namespace and audit ID.
+fn templates() -> (Vec<String>, usize) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/e2e/fixtures/deployment/audit.log"
+    );
+    let text = std::fs::read_to_string(path).expect("deployment fixture");
+    let mut objects = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut ev: Value = serde_json::from_str(line).unwrap();
+        let ns = ev["objectRef"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let resource = ev["objectRef"]["resource"].as_str().unwrap_or("");
+        if ns.is_empty() || resource == "events" {
+            // Cluster-scoped objects would be shared by every copy; Events are
+            // filtered out by kascade's defaults and would only inflate the rate.
+            continue;
+        }
+        let name = ev["objectRef"]["name"].as_str().unwrap_or("").to_string();
+        let resp_name = ev["responseObject"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        objects.insert(format!(
+            "{}/{}",
+            ev["objectRef"]["resource"],
+            if name.is_empty() { resp_name } else { name }
+        ));
+        let id = ev["auditID"].as_str().unwrap().to_string();
+        ev["auditID"] = Value::String(format!("{id}-{ID}"));
+        let text = serde_json::to_string(&ev).unwrap();
+        out.push(
+            text.replace(
+                &format!("\"namespace\":\"{ns}\""),
+                &format!("\"namespace\":\"{NS}\""),
+            )
+            .replace(&format!("/namespaces/{ns}/"), &format!("/namespaces/{NS}/")),
+        );
+    }
+    (out, objects.len())
+}
+
+fn peak_rss_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+async fn metric(client: &reqwest::Client, admin: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") || std::env::var("KASCADE_URL").is_err() {
+        // `cargo bench` without the harness around it: nothing to measure.
+        eprintln!(
+            "collect_load: run e2e/bench/collect.sh (needs KASCADE_URL, KASCADE_ADMIN_URL, KASCADE_PID)"
+        );
+        return;
+    }
+    let url = format!("{}/audit/bench", env_or("KASCADE_URL", ""));
+    let admin = env_or("KASCADE_ADMIN_URL", "");
+    let pid = env_or("KASCADE_PID", "");
+    let copies: usize = env_or("BENCH_COPIES", "4000").parse().unwrap();
+    let senders: usize = env_or("BENCH_SENDERS", "4").parse().unwrap();
+    let (tpl, objects_per_copy) = templates();
+    let total_events = tpl.len() * copies;
+    eprintln!(
+        "collect_load: {copies} copies × {} events ({objects_per_copy} objects each) = {total_events} events, {} objects, {senders} senders",
+        tpl.len(),
+        copies * objects_per_copy
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(senders)
+        .build()
+        .unwrap();
+    let base_processed = metric(&client, &admin, "kascade_audit_events_processed_total").await;
+    let base_accepted = metric(
+        &client,
+        &admin,
+        "kascade_audit_events_accepted_total{source=\"webhook\"}",
+    )
+    .await;
+    let tpl = Arc::new(tpl);
+    let next = Arc::new(AtomicUsize::new(0));
+    let retries = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..senders {
+        let (tpl, next, retries, client, url) = (
+            tpl.clone(),
+            next.clone(),
+            retries.clone(),
+            client.clone(),
+            url.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let per_copy = tpl.len();
+            loop {
+                // Work item = BATCH consecutive events of the copy stream.
+                let first = next.fetch_add(BATCH, Ordering::Relaxed);
+                if first >= per_copy * copies {
+                    break;
+                }
+                let last = (first + BATCH).min(per_copy * copies);
+                let mut body = String::with_capacity(BATCH * 6000);
+                body.push_str("{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{},\"items\":[");
+                for (k, i) in (first..last).enumerate() {
+                    let copy = i / per_copy;
+                    if k > 0 {
+                        body.push(',');
+                    }
+                    let ns = format!("bench-{copy}");
+                    body.push_str(&tpl[i % per_copy].replace(NS, &ns).replace(ID, &copy.to_string()));
+                }
+                body.push_str("]}");
+                loop {
+                    let t = Instant::now();
+                    let r = client.post(&url).body(body.clone()).send().await.expect("kascade answers");
+                    let status = r.status().as_u16();
+                    let _ = r.bytes().await;
+                    if status == 429 || status == 503 {
+                        retries.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    assert_eq!(status, 200, "webhook refused a batch");
+                    latencies.push(t.elapsed());
+                    break;
+                }
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    let posted = start.elapsed();
+    // Sustained rate: until kascade has processed everything it accepted.
+    let accepted = metric(
+        &client,
+        &admin,
+        "kascade_audit_events_accepted_total{source=\"webhook\"}",
+    )
+    .await
+        - base_accepted;
+    assert_eq!(
+        accepted as usize, total_events,
+        "kascade filtered some of the load"
+    );
+    let target = base_processed + accepted;
+    loop {
+        if metric(&client, &admin, "kascade_audit_events_processed_total").await >= target {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "kascade did not finish processing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let processed = start.elapsed();
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
+    let exported = metric(
+        &client,
+        &admin,
+        "kascade_spans_exported_total{output=\"otlp\"}",
+    )
+    .await;
+    let dropped = metric(
+        &client,
+        &admin,
+        "kascade_spans_dropped_total{output=\"otlp\"}",
+    )
+    .await;
+    println!("events:            {total_events}");
+    println!("objects tracked:   {}", copies * objects_per_copy);
+    println!("posted in:         {:.2}s", posted.as_secs_f64());
+    println!("processed in:      {:.2}s", processed.as_secs_f64());
+    println!(
+        "sustained rate:    {:.0} events/s",
+        total_events as f64 / processed.as_secs_f64()
+    );
+    println!(
+        "webhook latency:   p50 {:.1} ms, p99 {:.1} ms (per batch of {BATCH})",
+        pct(0.5).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3
+    );
+    println!("429 retries:       {}", retries.load(Ordering::Relaxed));
+    println!(
+        "spans exported:    {exported:.0} (dropped {dropped:.0}, export may still be draining)"
+    );
+    if let Some(kib) = peak_rss_kib(&pid) {
+        println!("kascade peak RSS:  {:.0} MiB", kib as f64 / 1024.0);
+    }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Load benchmark of `kascade collect`: a real OTLP receiver (Jaeger v2 with a
+# discarding pipeline), kascade (release build), and the load generator
+# benches/collect_load.rs posting real audit batches. Prints the numbers
+# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
+cargo build --release --locked --bin kascade >&2
+cargo bench --locked --bench collect_load --no-run >&2
+RUN="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$RUN"; }
+trap cleanup EXIT
+JAEGER_OTLP_GRPC_PORT=29317 JAEGER_HEALTH_PORT=29133 \
+  "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
+pids+=($!)
+"$ROOT/target/release/kascade" collect --listen 127.0.0.1:29090 --admin-listen 127.0.0.1:29091 \
+  --otlp-endpoint http://127.0.0.1:29317 ${KASCADE_BENCH_ARGS:-} >"$RUN/kascade.log" 2>&1 &
+KPID=$!; pids+=($KPID)
+deadline=$((SECONDS + 30))
+until curl -sf http://127.0.0.1:29133/status >/dev/null 2>&1 || curl -sf http://127.0.0.1:29133/ >/dev/null 2>&1; do
+  (( SECONDS < deadline )) || { echo "Jaeger sink not ready" >&2; cat "$RUN/jaeger.log" >&2; exit 1; }; sleep 0.2
+done
+until curl -sf http://127.0.0.1:29091/readyz >/dev/null; do
+  (( SECONDS < deadline )) || { echo "kascade not ready" >&2; cat "$RUN/kascade.log" >&2; exit 1; }; sleep 0.2
+done
+KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID \
+  cargo bench --locked --bench collect_load
+grep -E "WARN|ERROR" "$RUN/kascade.log" | head -5 >&2 || true
