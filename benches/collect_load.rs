@@ -42,8 +42,9 @@ fn templates() -> (Vec<String>, usize) {
             .to_string();
         let resource = ev["objectRef"]["resource"].as_str().unwrap_or("");
         if ns.is_empty() || resource == "events" {
-            // Cluster-scoped objects would be shared by every copy; Events are
-            // filtered out by kascade's defaults and would only inflate the rate.
+            // Cluster-scoped objects would be shared by every copy; Events
+            // (event spans on other objects, not objects of their own) would
+            // skew the objects-per-second rate this measures.
             continue;
         }
         let name = ev["objectRef"]["name"].as_str().unwrap_or("").to_string();

@@ -15,15 +15,20 @@ log "building kascade (release)"
 cargo build --release --locked --bin kascade 2>&1 | tail -n 2 >&2
 KASCADE="$ROOT/target/release/kascade"
 
-KASCADE_PID=""
+KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""
 cleanup() {
   local rc=$?
+  for p in $FRONTEND_PID $JAEGER_QUERY_PID; do kill "$p" 2>/dev/null || true; done
   if [[ -n "$KASCADE_PID" ]] && kill -0 "$KASCADE_PID" 2>/dev/null; then
     kill -TERM "$KASCADE_PID" 2>/dev/null || true
     wait "$KASCADE_PID" 2>/dev/null || true
   fi
   if [[ $rc -ne 0 && -f "$E2E_DIR/.run/kascade.log" ]]; then
     echo "----- tail of kascade.log -----" >&2; tail -n 40 "$E2E_DIR/.run/kascade.log" >&2
+  fi
+  if [[ $rc -ne 0 && -f "$E2E_DIR/.run/kascade-frontend.log" ]]; then
+    echo "----- tail of kascade-frontend.log -----" >&2; tail -n 20 "$E2E_DIR/.run/kascade-frontend.log" >&2
+    echo "----- tail of jaeger-query.log -----" >&2; tail -n 20 "$E2E_DIR/.run/jaeger-query.log" >&2
   fi
   "$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
   log "finished in $((SECONDS - started))s (exit $rc)"
@@ -62,11 +67,31 @@ code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_CLIENT_CA_F
 [[ "$code" == 401 ]] || { log "FAIL: a request without the bearer token got $code, not 401"; exit 1; }
 log "webhook refuses clients without certificate or token"
 
+# The read side: kascade frontend over the raw Jaeger, and a second Jaeger v2
+# (the UI/query tier) whose trace storage is the frontend.
+"$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
+  --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME" \
+  >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
+FRONTEND_PID=$!
+JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=8096 JAEGER_QUERY_GRPC_PORT=8097 JAEGER_HEALTH_PORT=8098 \
+  JAEGER_OTLP_GRPC_PORT=8099 KASCADE_FRONTEND_GRPC=127.0.0.1:8093 \
+  "$KASCADE_E2E_BIN/jaeger" --config "file:$E2E_DIR/jaeger/query.yaml" >"$KASCADE_E2E_RUN_DIR/jaeger-query.log" 2>&1 &
+JAEGER_QUERY_PID=$!
+deadline=$((SECONDS + 60))
+until curl -sf http://127.0.0.1:8094/readyz >/dev/null && curl -sf http://127.0.0.1:8096/api/services >/dev/null; do
+  kill -0 "$FRONTEND_PID" 2>/dev/null || { log "kascade frontend exited"; tail -n 20 "$KASCADE_E2E_RUN_DIR/kascade-frontend.log" >&2; exit 1; }
+  kill -0 "$JAEGER_QUERY_PID" 2>/dev/null || { log "Jaeger query tier exited"; tail -n 20 "$KASCADE_E2E_RUN_DIR/jaeger-query.log" >&2; exit 1; }
+  (( SECONDS < deadline )) || { log "read side not ready after 60s"; exit 1; }
+  sleep 0.2
+done
+log "kascade frontend and the Jaeger query tier are ready"
+
 for s in deployment service config; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done
 
 log "checking Jaeger"
-export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics
+export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics \
+  JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094
 cargo test --release --locked --test e2e -- --ignored --test-threads=1

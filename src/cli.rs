@@ -1,4 +1,5 @@
-//! Command line: `kascade collect`, `kascade replay`, `kascade rules check`.
+//! Command line: `kascade collect`, `kascade replay`, `kascade rules check`
+//! (the read side, `frontend` and `trace`, is in cli_frontend.rs).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,10 @@ pub enum Command {
     Collect(CollectArgs),
     /// Feed audit log files (JSON lines) through the pipeline, flush, exit.
     Replay(ReplayArgs),
+    /// Serve assembled object traces to the Jaeger UI (Jaeger remote storage API v2) and /redirect.
+    Frontend(crate::cli_frontend::FrontendArgs),
+    /// Print the assembled trace of one object from audit log files, offline.
+    Trace(crate::cli_frontend::TraceArgs),
     /// Work with relation rule files.
     Rules {
         #[command(subcommand)]
@@ -139,7 +144,7 @@ pub struct PipelineArgs {
     /// Audit verbs that become spans (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_VERBS.iter().map(|s| s.to_string()).collect::<Vec<_>>(), env = "KASCADE_VERBS")]
     pub verbs: Vec<String>,
-    /// Resources to ignore, as `resource` or `resource.group` (comma-separated).
+    /// Resources to ignore, as `resource` or `resource.group` (comma-separated); Events (`events,events.events.k8s.io`) otherwise become event spans on the objects they are about.
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_EXCLUDED_RESOURCES.iter().map(|s| s.to_string()).collect::<Vec<_>>(), env = "KASCADE_EXCLUDE_RESOURCES")]
     pub exclude_resources: Vec<String>,
     /// Ignore events whose user agent matches this regex.
@@ -271,7 +276,7 @@ impl PipelineArgs {
         })
     }
 
-    fn processor_config(&self) -> anyhow::Result<ProcessorConfig> {
+    pub fn processor_config(&self) -> anyhow::Result<ProcessorConfig> {
         if self.window < Duration::from_secs(1) {
             bail!("--window must be at least 1s");
         }
@@ -524,7 +529,7 @@ pub async fn run_collect(args: CollectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");

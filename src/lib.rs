@@ -5,7 +5,9 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod cli_frontend;
 pub mod export;
+pub mod frontend;
 pub mod metrics;
 pub mod model;
 pub mod source;

@@ -20,6 +20,8 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Collect(args) => kascade::cli::run_collect(args).await,
         Command::Replay(args) => kascade::cli::run_replay(args).await,
+        Command::Frontend(args) => kascade::cli_frontend::run_frontend(args).await,
+        Command::Trace(args) => kascade::cli_frontend::run_trace(args).await,
         Command::Rules {
             command: RulesCommand::Check { dir },
         } => kascade::cli::run_rules_check(&dir),

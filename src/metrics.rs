@@ -30,6 +30,7 @@ pub struct Metrics {
     pub events_processed: Counter,
     pub object_spans: Counter,
     pub link_spans: Counter,
+    pub event_spans: Counter,
     pub spans_exported: Family<OutputLabel, Counter>,
     pub spans_dropped: Family<OutputLabel, Counter>,
     pub export_errors: Family<OutputLabel, Counter>,
@@ -78,6 +79,11 @@ impl Metrics {
             "link_spans_created",
             "Link spans created",
             self.link_spans.clone(),
+        );
+        r.register(
+            "event_spans_created",
+            "Event spans created (one per Kubernetes Event occurrence written)",
+            self.event_spans.clone(),
         );
         r.register(
             "spans_exported",

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, TraceId};
-use xxhash_rust::xxh3::{xxh3_64_with_seed, xxh3_128};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// A Kubernetes object as kascade identifies it: not by uid, so that an
 /// object's span can be found by name, and a deleted-then-recreated object
@@ -49,6 +49,12 @@ impl ObjectRef {
             "{}/{}/{}/{}/{}",
             self.cluster, self.group, self.resource, self.namespace, self.name
         )
+    }
+
+    /// Stable 64-bit hash of the key: the first half of every raw trace id of
+    /// this object.
+    pub fn hash(&self) -> u64 {
+        xxh3_64_with_seed(self.key().as_bytes(), 0)
     }
 
     /// `group/resource`, or `resource` for the core group.
@@ -109,18 +115,30 @@ impl ObjectWindow {
         format!("{}@{}", self.object.key(), self.window_start)
     }
 
+    /// `xxh3-64(object key) ‖ window start (u64, big endian)`: the frontend
+    /// can compute the raw trace of any object window from the object's hash
+    /// alone, which is what lets its assembled trace ids be decoded by any
+    /// replica (see frontend/trace_id.rs).
     pub fn trace_id(&self) -> TraceId {
-        let mut id = xxh3_128(self.cache_key().as_bytes()).to_be_bytes();
-        // An all-zero trace id is invalid in OTLP.
-        if id == [0; 16] {
-            id[15] = 1;
-        }
-        TraceId::from_bytes(id)
+        raw_trace_id(self.object.hash(), self.window_start)
     }
 
     pub fn span_id(&self) -> SpanId {
         derived_span_id(self.cache_key().as_bytes(), 0)
     }
+}
+
+/// The raw trace id of the window starting at `window_start` of the object
+/// whose [`ObjectRef::hash`] is `object_hash`.
+pub fn raw_trace_id(object_hash: u64, window_start: u64) -> TraceId {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&object_hash.to_be_bytes());
+    id[8..].copy_from_slice(&window_start.to_be_bytes());
+    // An all-zero trace id is invalid in OTLP.
+    if id == [0; 16] {
+        id[15] = 1;
+    }
+    TraceId::from_bytes(id)
 }
 
 /// A non-zero span id derived from `data`; `salt` separates span kinds that

@@ -20,7 +20,7 @@ pub mod attr {
     pub const NAMESPACE: &str = "namespace";
     pub const NAME: &str = "name";
     pub const UID: &str = "uid";
-    /// `object`, `audit`, `link`: what a span stands for.
+    /// `object`, `audit`, `link`, `event`: what a span stands for.
     pub const SPAN_KIND: &str = "kascade.span";
     pub const WINDOW_START: &str = "kascade.window.start";
 
@@ -49,17 +49,31 @@ pub mod attr {
     pub const DIFF_OLD: &str = "diff.old";
     pub const DIFF_NEW: &str = "diff.new";
     pub const SNAPSHOT: &str = "snapshot";
+
+    /// Event spans (a Kubernetes Event about the object).
+    pub const EVENT_REASON: &str = "event.reason";
+    pub const EVENT_MESSAGE: &str = "event.message";
+    /// `Normal` or `Warning`.
+    pub const EVENT_TYPE: &str = "event.type";
+    pub const EVENT_COMPONENT: &str = "event.component";
+    pub const EVENT_COUNT: &str = "event.count";
+    /// Name and uid of the Event object itself.
+    pub const EVENT_NAME: &str = "event.name";
+    pub const EVENT_UID: &str = "event.uid";
+    pub const EVENT_ACTION: &str = "event.action";
 }
 
 pub const SPAN_KIND_OBJECT: &str = "object";
 pub const SPAN_KIND_AUDIT: &str = "audit";
 pub const SPAN_KIND_LINK: &str = "link";
+pub const SPAN_KIND_EVENT: &str = "event";
 pub const EVENT_DIFF: &str = "diff";
 pub const EVENT_SNAPSHOT: &str = "snapshot";
 
 /// Span-id salts: distinct spans derived from the same input.
 const SALT_AUDIT: u64 = 1;
 const SALT_LINK: u64 = 2;
+const SALT_EVENT: u64 = 3;
 
 fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("kascade")
@@ -288,4 +302,118 @@ pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanDa
         0,
     ));
     s
+}
+
+/// One occurrence of a Kubernetes Event, as its event span shows it.
+pub struct EventFields<'a> {
+    /// What identifies the Event across sources: its uid (or, when the uid is
+    /// not known, the Event object's key, `cluster/group/events/namespace/name`).
+    pub identity: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub event_type: &'a str,
+    pub component: &'a str,
+    pub action: &'a str,
+    pub count: i64,
+    /// The occurrence time: the span starts and ends there.
+    pub at: SystemTime,
+}
+
+/// The span id of an Event occurrence: the same Event seen twice (a retried
+/// webhook batch, another source) gets the same id; each new count a new one.
+pub fn event_span_id(identity: &str, count: i64) -> SpanId {
+    derived_span_id(format!("{identity}|{count}").as_bytes(), SALT_EVENT)
+}
+
+/// A Kubernetes Event about the object, as a zero-length child of the
+/// object's span named after the Event's reason; an error when it is a Warning.
+pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanData {
+    let parent = span_context(ow);
+    let ctx = SpanContext::new(
+        parent.trace_id(),
+        event_span_id(e.identity, e.count),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::NONE,
+    );
+    let mut attrs = vec![
+        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_EVENT),
+        KeyValue::new(attr::EVENT_REASON, e.reason.to_string()),
+        KeyValue::new(attr::EVENT_MESSAGE, e.message.to_string()),
+        KeyValue::new(attr::EVENT_TYPE, e.event_type.to_string()),
+        KeyValue::new(attr::EVENT_COMPONENT, e.component.to_string()),
+        KeyValue::new(attr::EVENT_COUNT, e.count),
+        KeyValue::new(attr::EVENT_NAME, e.name.to_string()),
+    ];
+    if !e.uid.is_empty() {
+        attrs.push(KeyValue::new(attr::EVENT_UID, e.uid.to_string()));
+    }
+    if !e.action.is_empty() {
+        attrs.push(KeyValue::new(attr::EVENT_ACTION, e.action.to_string()));
+    }
+    let name = if e.reason.is_empty() {
+        SPAN_KIND_EVENT.to_string()
+    } else {
+        e.reason.to_string()
+    };
+    let mut s = span(ctx, parent.span_id(), name, e.at, e.at, attrs);
+    if e.event_type == "Warning" {
+        s.status = Status::error(if e.message.is_empty() {
+            e.reason.to_string()
+        } else {
+            e.message.to_string()
+        });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ObjectRef;
+
+    #[test]
+    fn event_span_ids_follow_uid_and_count() {
+        let a = event_span_id("uid-1", 2);
+        assert_eq!(a, event_span_id("uid-1", 2));
+        assert_ne!(a, event_span_id("uid-1", 3));
+        assert_ne!(a, event_span_id("uid-2", 2));
+    }
+
+    #[test]
+    fn warnings_are_errors_with_the_message() {
+        let ow = ObjectWindow {
+            object: ObjectRef::new("c", "", "pods", "ns", "p"),
+            window_start: 0,
+        };
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(7);
+        let f = EventFields {
+            identity: "u",
+            name: "p.1",
+            uid: "u",
+            reason: "FailedScheduling",
+            message: "0/3 nodes are available",
+            event_type: "Warning",
+            component: "default-scheduler",
+            action: "Scheduling",
+            count: 1,
+            at,
+        };
+        let s = event_span(&ow, &f);
+        assert_eq!(s.name, "FailedScheduling");
+        assert_eq!(s.parent_span_id, ow.span_id());
+        assert_eq!(s.span_context.trace_id(), ow.trace_id());
+        assert_eq!((s.start_time, s.end_time), (at, at));
+        assert_eq!(s.status, Status::error("0/3 nodes are available"));
+        let normal = event_span(
+            &ow,
+            &EventFields {
+                event_type: "Normal",
+                ..f
+            },
+        );
+        assert_eq!(normal.status, Status::Unset);
+    }
 }

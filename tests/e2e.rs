@@ -263,3 +263,260 @@ async fn kascade_metrics_count_what_it_did() {
         "reads are filtered: {text}"
     );
 }
+
+// ---- The read side: Jaeger v2 (UI/query tier) → kascade frontend → raw Jaeger.
+
+/// The Jaeger UI's own search (`/api/traces` of the query tier, whose trace
+/// storage is the kascade frontend), polled until `ok` holds.
+async fn ui_search(service: &str, tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let url = format!("{}/api/traces", env("JAEGER_UI_URL"));
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let resp: Value = client
+            .get(&url)
+            .query(&[
+                ("service", service),
+                ("tags", &tags.to_string()),
+                ("lookback", "2h"),
+                ("limit", "20"),
+            ])
+            .send()
+            .await
+            .expect("Jaeger query tier answers")
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            resp["errors"].is_null(),
+            "the UI search failed: {}",
+            resp["errors"]
+        );
+        let traces = resp["data"].as_array().cloned().unwrap_or_default();
+        if ok(&traces) {
+            return traces;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the UI never showed a trace for {tags} that passes the check; last: {}",
+            serde_json::to_string(&traces)
+                .unwrap()
+                .chars()
+                .take(2000)
+                .collect::<String>()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn service_of<'a>(trace: &'a Value, span: &Value) -> &'a str {
+    trace["processes"][span["processID"].as_str().unwrap()]["serviceName"]
+        .as_str()
+        .unwrap()
+}
+
+fn parent_of(span: &Value) -> Option<&str> {
+    span["references"]
+        .as_array()?
+        .iter()
+        .find(|r| r["refType"] == "CHILD_OF")
+        .and_then(|r| r["spanID"].as_str())
+}
+
+fn log_names(span: &Value) -> Vec<String> {
+    span["logs"]
+        .as_array()
+        .map(|logs| {
+            logs.iter()
+                .filter_map(|l| {
+                    l["fields"]
+                        .as_array()?
+                        .iter()
+                        .find(|f| f["key"] == "event")
+                        .and_then(|f| f["value"].as_str())
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+#[ignore]
+async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
+    let client = reqwest::Client::new();
+    let ui = env("JAEGER_UI_URL");
+    let services: Value = client
+        .get(format!("{ui}/api/v3/services"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        services["services"],
+        serde_json::json!(["tracing", "tree", "timeline", "grouped"])
+    );
+
+    // Complete once the delete (the scenario's last step) is in.
+    let has_delete = |traces: &[Value]| {
+        traces.len() == 1
+            && traces[0]["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| log_names(s).iter().any(|n| n.ends_with(" delete")))
+    };
+    let traces = ui_search(
+        "tracing",
+        serde_json::json!({"resource": "deployments", "name": "hello"}),
+        has_delete,
+    )
+    .await;
+    let trace = &traces[0];
+    let spans = trace["spans"].as_array().unwrap();
+    let roots: Vec<&Value> = spans.iter().filter(|s| parent_of(s).is_none()).collect();
+    assert_eq!(roots.len(), 1);
+    let root = roots[0];
+    assert_eq!(service_of(trace, root), "deployments");
+    assert_eq!(root["operationName"], "default/hello");
+    let root_id = root["spanID"].as_str().unwrap();
+    let replicasets: Vec<&Value> = spans
+        .iter()
+        .filter(|s| parent_of(s) == Some(root_id) && service_of(trace, s) == "replicasets")
+        .collect();
+    assert_eq!(replicasets.len(), 2, "before and after the image change");
+    for rs in &replicasets {
+        let rs_id = rs["spanID"].as_str().unwrap();
+        let pods = spans
+            .iter()
+            .filter(|s| parent_of(s) == Some(rs_id) && service_of(trace, s) == "pods")
+            .count();
+        assert!(pods >= 2, "{} has {pods} pods", rs["operationName"]);
+    }
+    let logs = log_names(root);
+    assert!(logs.iter().any(|n| n.ends_with(" patch scale")), "{logs:?}");
+    assert!(
+        logs.iter().any(|n| n == "event ScalingReplicaSet"),
+        "{logs:?}"
+    );
+    let text = trace.to_string();
+    assert!(text.contains("snapshot"), "the delete carries a snapshot");
+    assert!(!text.contains("managedFields"));
+
+    // The UI reloads the trace by id later.
+    let id = trace["traceID"].as_str().unwrap();
+    let reloaded: Value = client
+        .get(format!("{ui}/api/traces/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        reloaded["data"][0]["spans"].as_array().unwrap().len(),
+        spans.len()
+    );
+
+    // Operations of a mode are the clusters.
+    let ops: Value = client
+        .get(format!("{ui}/api/v3/operations?service=tracing"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(ops.to_string().contains(&env("CLUSTER_NAME")), "{ops}");
+
+    // Scope ancestors from the new ReplicaSet: the Deployment with only it.
+    let newest = replicasets
+        .iter()
+        .max_by_key(|s| s["startTime"].as_u64())
+        .unwrap()["operationName"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("default/")
+        .to_string();
+    let traces = ui_search(
+        "tracing",
+        serde_json::json!({"resource": "replicasets", "name": newest, "scope": "ancestors"}),
+        |t| t.len() == 1,
+    )
+    .await;
+    let names: BTreeSet<String> = traces[0]["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["operationName"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["default/hello".to_string(), format!("default/{newest}")])
+    );
+
+    // A bad tag is refused with a message naming it.
+    let resp: Value = client
+        .get(format!("{ui}/api/traces"))
+        .query(&[
+            ("service", "tracing"),
+            ("tags", r#"{"kind":"Pod"}"#),
+            ("lookback", "1h"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        resp["errors"].to_string().contains("\\\"kind\\\""),
+        "{resp}"
+    );
+}
+
+#[tokio::test]
+#[ignore]
+async fn redirect_leads_to_a_trace_the_ui_can_open() {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    // Wait until the Deployment's spans are searchable at all.
+    ui_search(
+        "tracing",
+        serde_json::json!({"resource": "deployments", "name": "hello"}),
+        |t| t.len() == 1,
+    )
+    .await;
+    let resp = client
+        .get(format!("{}/redirect", env("KASCADE_FRONTEND_URL")))
+        .query(&[
+            ("cluster", env("CLUSTER_NAME").as_str()),
+            ("group", "apps"),
+            ("resource", "deployments"),
+            ("namespace", "default"),
+            ("name", "hello"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::FOUND);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    let id = location
+        .rsplit_once("/trace/")
+        .map(|(_, id)| id.to_string())
+        .unwrap_or_else(|| panic!("{location}"));
+    let trace: Value = client
+        .get(format!("{}/api/traces/{id}", env("JAEGER_UI_URL")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let spans = trace["data"][0]["spans"].as_array().expect("a trace");
+    assert!(spans.iter().any(|s| s["operationName"] == "default/hello"));
+}

@@ -1,7 +1,7 @@
 //! The trace builder over audit logs captured from the real control plane
 //! (e2e/fixtures): object spans, owner and rule links in both directions,
-//! diffs, snapshots, redaction. Expected names and values are read from the
-//! fixture itself, not from kascade's output.
+//! diffs, snapshots, redaction, Kubernetes Events as event spans. Expected
+//! names and values are read from the fixture itself, not from kascade's output.
 
 mod common;
 
@@ -586,4 +586,372 @@ async fn small_windows_split_an_object_into_one_span_per_window() {
             .as_secs();
         assert_eq!(t, start);
     }
+}
+
+// ---- Kubernetes Events → event spans ----
+
+/// The Event objects written in a fixture (the `responseObject` of every
+/// successful Event create/update/patch, either API), read from the audit log.
+fn event_writes(scenario: &str) -> Vec<Value> {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| {
+            e["objectRef"]["resource"] == "events"
+                && matches!(e["verb"].as_str(), Some("create" | "update" | "patch"))
+                && e["responseStatus"]["code"].as_i64().unwrap_or(0) < 400
+        })
+        .map(|e| e["responseObject"].clone())
+        .collect()
+}
+
+/// The first audit log line of the fixture that writes an Event through `group`.
+fn event_write_line(scenario: &str, group: &str) -> String {
+    common::audit_lines(scenario)
+        .into_iter()
+        .find(|l| {
+            let e: Value = serde_json::from_str(l).unwrap();
+            e["objectRef"]["resource"] == "events"
+                && e["objectRef"]["apiGroup"].as_str().unwrap_or("") == group
+        })
+        .unwrap_or_else(|| panic!("{scenario} has no Event written through {group:?}"))
+}
+
+/// An event span as (involved resource, involved name, span) — the involved
+/// object is the event span's parent object span.
+fn event_spans(spans: &[SpanData]) -> Vec<(String, String, &SpanData)> {
+    let owners = object_by_span(spans);
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("event"))
+        .map(|s| {
+            let (r, n) = owners
+                .get(&s.parent_span_id)
+                .unwrap_or_else(|| panic!("event span {} has no object span parent", s.name))
+                .clone();
+            (r, n, s)
+        })
+        .collect()
+}
+
+fn events_on<'a>(
+    spans: &[(String, String, &'a SpanData)],
+    resource: &str,
+    name: &str,
+) -> Vec<&'a SpanData> {
+    spans
+        .iter()
+        .filter(|(r, n, _)| r == resource && n == name)
+        .map(|(_, _, s)| *s)
+        .collect()
+}
+
+/// The resource of an involved object's kind, for the kinds the fixtures' Events are about.
+fn resource_of_kind(kind: &str) -> String {
+    assert!(
+        ["Deployment", "ReplicaSet", "Pod", "Job", "StatefulSet"].contains(&kind),
+        "an Event about a {kind}: extend this test"
+    );
+    format!("{}s", kind.to_ascii_lowercase())
+}
+
+fn message_of(event: &Value) -> String {
+    event["message"]
+        .as_str()
+        .or(event["note"].as_str())
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
+    let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
+    let events = event_spans(&spans);
+
+    // The Deployment's trace has its ScalingReplicaSet events, with the
+    // messages the deployment controller wrote.
+    let on_deploy = events_on(&events, "deployments", "hello");
+    let deploy_span = spans
+        .iter()
+        .find(|s| {
+            attr(s, "kascade.span").as_deref() == Some("object")
+                && attr(s, "resource").as_deref() == Some("deployments")
+                && attr(s, "name").as_deref() == Some("hello")
+        })
+        .unwrap();
+    let expected: BTreeSet<String> = event_writes("deployment")
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Deployment")
+        .map(message_of)
+        .collect();
+    let got: BTreeSet<String> = on_deploy
+        .iter()
+        .map(|s| attr(s, "event.message").unwrap())
+        .collect();
+    assert_eq!(got, expected);
+    assert!(on_deploy.iter().all(|s| s.name == "ScalingReplicaSet"));
+    assert!(
+        got.iter()
+            .any(|m| m.starts_with("Scaled up replica set hello-") && m.ends_with(" from 0 to 3")),
+        "{got:#?}"
+    );
+    for s in &on_deploy {
+        assert_eq!(
+            s.span_context.trace_id(),
+            deploy_span.span_context.trace_id()
+        );
+        assert_eq!(s.start_time, s.end_time, "an occurrence is a point in time");
+        assert_eq!(attr(s, "event.type").as_deref(), Some("Normal"));
+        assert_eq!(
+            attr(s, "event.component").as_deref(),
+            Some("deployment-controller")
+        );
+        assert_eq!(attr(s, "event.count").as_deref(), Some("1"));
+        assert!(attr(s, "event.name").unwrap().starts_with("hello."));
+        assert_eq!(s.status, opentelemetry::trace::Status::Unset);
+        // In the second of the Event's lastTimestamp (core/v1 has no eventTime
+        // here), refined by the time the Event was written.
+        let uid = attr(s, "event.uid").unwrap();
+        let source = event_writes("deployment")
+            .into_iter()
+            .find(|e| e["metadata"]["uid"] == uid.as_str())
+            .unwrap();
+        let last =
+            humantime::parse_rfc3339_weak(source["lastTimestamp"].as_str().unwrap()).unwrap();
+        assert!(
+            s.start_time >= last && s.start_time < last + Duration::from_secs(1),
+            "{:?} is not within the second of {last:?}",
+            s.start_time
+        );
+    }
+
+    // ReplicaSets have SuccessfulCreate events naming the pods they created.
+    let replicasets = created("deployment", "replicasets");
+    assert!(!replicasets.is_empty());
+    for rs in replicasets {
+        let on_rs = events_on(&events, "replicasets", &rs);
+        let creates: Vec<_> = on_rs
+            .iter()
+            .filter(|s| s.name == "SuccessfulCreate")
+            .collect();
+        assert!(!creates.is_empty(), "no SuccessfulCreate on {rs}");
+        for s in creates {
+            let msg = attr(s, "event.message").unwrap();
+            assert!(msg.starts_with(&format!("Created pod: {rs}-")), "{msg}");
+            assert_eq!(
+                attr(s, "event.component").as_deref(),
+                Some("replicaset-controller")
+            );
+        }
+    }
+
+    // Pods have the scheduler's Scheduled event (events.k8s.io), naming the
+    // node of the binding, at the event's own time.
+    let bound = bindings("deployment");
+    assert!(!bound.is_empty());
+    let written = event_writes("deployment");
+    for (pod, node) in &bound {
+        let on_pod = events_on(&events, "pods", pod);
+        let scheduled: Vec<_> = on_pod.iter().filter(|s| s.name == "Scheduled").collect();
+        assert_eq!(scheduled.len(), 1, "{pod}: {on_pod:?}");
+        let s = scheduled[0];
+        assert_eq!(
+            attr(s, "event.component").as_deref(),
+            Some("default-scheduler")
+        );
+        assert_eq!(attr(s, "event.action").as_deref(), Some("Binding"));
+        assert_eq!(
+            attr(s, "event.message").unwrap(),
+            format!("Successfully assigned default/{pod} to {node}")
+        );
+        let source = written
+            .iter()
+            .find(|e| e["regarding"]["name"] == pod.as_str() && e["reason"] == "Scheduled")
+            .unwrap();
+        let event_time =
+            humantime::parse_rfc3339_weak(source["eventTime"].as_str().unwrap()).unwrap();
+        assert_eq!(s.start_time, event_time);
+        assert_eq!(
+            attr(s, "event.uid").unwrap(),
+            source["metadata"]["uid"].as_str().unwrap()
+        );
+    }
+
+    // Events are not objects of their own.
+    assert!(
+        !objects(&spans).iter().any(|(r, _)| r == "events"),
+        "an Event got an object span"
+    );
+    assert!(
+        spans
+            .iter()
+            .all(|s| attr(s, "resource").as_deref() != Some("events"))
+    );
+}
+
+#[tokio::test]
+async fn every_event_write_in_every_fixture_is_one_event_span() {
+    for scenario in ["deployment", "service", "config", "statefulset", "job"] {
+        let spans = build(scenario, Duration::from_secs(3600 * 24)).await;
+        let events = event_spans(&spans);
+        let expected: BTreeSet<(String, String, String, String)> = event_writes(scenario)
+            .iter()
+            .map(|e| {
+                let involved = if e["involvedObject"].is_object() {
+                    &e["involvedObject"]
+                } else {
+                    &e["regarding"]
+                };
+                (
+                    resource_of_kind(involved["kind"].as_str().unwrap()),
+                    involved["name"].as_str().unwrap().to_string(),
+                    e["reason"].as_str().unwrap().to_string(),
+                    message_of(e),
+                )
+            })
+            .collect();
+        let got: BTreeSet<(String, String, String, String)> = events
+            .iter()
+            .map(|(r, n, s)| {
+                (
+                    r.clone(),
+                    n.clone(),
+                    s.name.to_string(),
+                    attr(s, "event.message").unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, expected, "{scenario}");
+        assert_eq!(
+            events.len(),
+            event_writes(scenario).len(),
+            "{scenario}: one span per Event write"
+        );
+        assert!(!objects(&spans).iter().any(|(r, _)| r == "events"));
+    }
+    // The Job's completion is on the Job.
+    let spans = build("job", Duration::from_secs(3600 * 24)).await;
+    let events = event_spans(&spans);
+    assert!(
+        events_on(&events, "jobs", "pi")
+            .iter()
+            .any(|s| s.name == "Completed")
+    );
+}
+
+async fn build_lines(lines: Vec<String>) -> Vec<SpanData> {
+    let (spans, errors) = spans_from_audit_lines(
+        lines,
+        "fixture",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    spans
+}
+
+#[tokio::test]
+async fn the_same_event_write_twice_gives_the_same_span_id() {
+    for group in ["", "events.k8s.io"] {
+        let line = event_write_line("deployment", group);
+        let spans = build_lines(vec![line.clone(), line.clone()]).await;
+        let events = event_spans(&spans);
+        assert_eq!(events.len(), 2, "{group:?}");
+        assert_eq!(
+            events[0].2.span_context, events[1].2.span_context,
+            "{group:?}: a retried write is the same span"
+        );
+        // Its involved object's span is created once, as the trace root.
+        let roots: Vec<_> = spans
+            .iter()
+            .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
+            .collect();
+        assert_eq!(roots.len(), 1);
+        assert_eq!(
+            events[0].2.span_context.trace_id(),
+            roots[0].span_context.trace_id()
+        );
+
+        // The same Event occurring again (the recorder bumps its count) is a
+        // new span in the same trace. The real write, with the count it
+        // would carry after one more occurrence.
+        let mut again: Value = serde_json::from_str(&line).unwrap();
+        let obj = &mut again["responseObject"];
+        if obj["involvedObject"].is_object() {
+            obj["count"] = 2.into();
+        } else {
+            obj["series"] = serde_json::json!({"count": 2, "lastObservedTime": obj["eventTime"]});
+        }
+        let spans = build_lines(vec![line, again.to_string()]).await;
+        let events = event_spans(&spans);
+        assert_eq!(events.len(), 2);
+        assert_ne!(
+            events[0].2.span_context.span_id(),
+            events[1].2.span_context.span_id()
+        );
+        assert_eq!(
+            events[0].2.span_context.trace_id(),
+            events[1].2.span_context.trace_id()
+        );
+        assert_eq!(attr(events[1].2, "event.count").as_deref(), Some("2"));
+    }
+}
+
+#[tokio::test]
+async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted() {
+    use kascade::aggregate::Processor;
+    use kascade::aggregate::span_cache::LocalSpanCache;
+    use kascade::metrics::Metrics;
+    use kascade::source::accept;
+    use kascade::source::audit::parse_event;
+
+    let metrics = Arc::new(Metrics::default());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let processor = Processor::new(
+        ProcessorConfig::default(),
+        Redactor::new(None),
+        Arc::new(load_rules(None).unwrap()),
+        Arc::new(LocalSpanCache::new(1000, Duration::from_secs(3600))),
+        tx,
+        metrics.clone(),
+    );
+    let run = |line: String| {
+        let item = accept(
+            parse_event(&line).unwrap(),
+            "fixture",
+            &AuditFilter::default(),
+            &metrics,
+        )
+        .expect("Event writes pass the default filter");
+        processor.process(item)
+    };
+    // A real Event create as a Request-level policy logs it: no response.
+    let mut ev: Value = serde_json::from_str(&event_write_line("deployment", "")).unwrap();
+    let expected_message = message_of(&ev["requestObject"]);
+    ev.as_object_mut().unwrap().remove("responseObject");
+    run(ev.to_string()).await.unwrap();
+    // ... and as a Metadata-level policy logs it: neither request nor response.
+    ev.as_object_mut().unwrap().remove("requestObject");
+    run(ev.to_string()).await.unwrap();
+    drop(processor);
+    let mut spans = Vec::new();
+    while let Some(s) = rx.recv().await {
+        spans.push(s);
+    }
+    let events = event_spans(&spans);
+    assert_eq!(events.len(), 1, "the create's request carries the Event");
+    assert_eq!(
+        attr(events[0].2, "event.message").unwrap(),
+        expected_message
+    );
+    let filtered = |reason: &str| {
+        metrics
+            .events_filtered
+            .get_or_create(&Metrics::reason(reason))
+            .get()
+    };
+    assert_eq!(filtered("event-without-object"), 1);
 }

@@ -1,4 +1,5 @@
-//! Aggregation: accepted audit events → object spans, audit spans, links.
+//! Aggregation: accepted audit events → object spans, audit spans, links,
+//! and event spans for writes of Kubernetes Events.
 //!
 //! Events enter through one bounded queue (admission is all-or-nothing per
 //! webhook batch, so the apiserver can retry a refused batch whole), then are
@@ -6,6 +7,7 @@
 //! different objects proceed in parallel.
 
 pub mod diff;
+pub mod k8s_event;
 pub mod offline;
 pub mod processor;
 pub mod redact;

@@ -1,6 +1,8 @@
 //! Turns one accepted audit event into spans: the object span of its window
 //! (once), an audit span with the diff or snapshot, and link spans for every
-//! relation not yet recorded in that window, on both sides.
+//! relation not yet recorded in that window, on both sides. A write of a
+//! Kubernetes Event instead becomes an event span on the object the Event is
+//! about.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -13,14 +15,17 @@ use tokio::sync::mpsc;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::diff::{self, Change};
+use super::k8s_event::{K8sEvent, is_event_resource};
 use super::redact::Redactor;
 use super::relations::{KindRegistry, all_relations};
 use super::rules::{Relation, RuleSet};
 use super::span_cache::{Slot, SpanCache};
 use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
-use crate::source::audit::AuditEvent;
-use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, LinkFields, attr};
+use crate::source::audit::{AuditEvent, FilterReason};
+use crate::span_model::{
+    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EventFields, LinkFields, attr,
+};
 
 /// An audit event that passed the filter, with its object resolved.
 pub struct Accepted {
@@ -325,7 +330,99 @@ impl Processor {
         )
     }
 
+    fn count_filtered(&self, reason: FilterReason) {
+        self.metrics
+            .events_filtered
+            .get_or_create(&Metrics::reason(reason.as_str()))
+            .inc();
+    }
+
+    /// The Event a write of an Event object recorded: from the response (a
+    /// patch's request is partial), else from the request of a create (when
+    /// the audit policy logs no responses).
+    fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
+        let parse = |raw: &Option<Box<serde_json::value::RawValue>>| {
+            raw.as_ref()
+                .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                .and_then(|v| K8sEvent::from_object(&v))
+        };
+        parse(&ev.response_object).or_else(|| {
+            if ev.verb == "create" {
+                parse(&ev.request_object)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// A write of a Kubernetes Event: an event span on the object the Event
+    /// is about (whose object span is created if the window has none yet).
+    /// The Event object itself gets no span, no diff, no cached state.
+    async fn process_event_write(&self, item: Accepted) -> anyhow::Result<()> {
+        let ev = &item.event;
+        if !matches!(ev.verb.as_str(), "create" | "update" | "patch") {
+            self.count_filtered(FilterReason::EventDelete);
+            return Ok(());
+        }
+        if ev.code() >= 400 {
+            self.count_filtered(FilterReason::EventWriteFailed);
+            return Ok(());
+        }
+        let Some(e) = Self::written_event(ev) else {
+            self.count_filtered(FilterReason::EventWithoutObject);
+            return Ok(());
+        };
+        let own = &item.object;
+        let involved = self.kinds.referenced_object(
+            &own.cluster,
+            &e.involved.api_version,
+            &e.involved.kind,
+            &e.involved.namespace,
+            &e.involved.name,
+        );
+        let at = precise_occurrence(e.occurred, ev.stage_timestamp);
+        let ow = ObjectWindow {
+            object: involved,
+            window_start: self.cfg.windowing.window_start(at),
+        };
+        self.ensure_object_span(&ow, &e.involved.uid).await?;
+        let name = if e.name.is_empty() {
+            own.name.as_str()
+        } else {
+            e.name.as_str()
+        };
+        let uid = if e.uid.is_empty() {
+            item.uid.as_str()
+        } else {
+            e.uid.as_str()
+        };
+        let identity = if uid.is_empty() {
+            own.key()
+        } else {
+            uid.to_string()
+        };
+        let fields = EventFields {
+            identity: &identity,
+            name,
+            uid,
+            reason: &e.reason,
+            message: &e.message,
+            event_type: &e.event_type,
+            component: &e.component,
+            action: &e.action,
+            count: e.count,
+            at,
+        };
+        self.metrics.event_spans.inc();
+        self.emit(span_model::event_span(&ow, &fields)).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+
     pub async fn process(&self, item: Accepted) -> anyhow::Result<()> {
+        if is_event_resource(&item.object.group, &item.object.resource) {
+            return self.process_event_write(item).await;
+        }
         let ev = &item.event;
         let obj = &item.object;
         let ow = ObjectWindow {
@@ -424,5 +521,21 @@ impl Processor {
         }
         self.metrics.events_processed.inc();
         Ok(())
+    }
+}
+
+/// core/v1 Event timestamps have whole-second precision, which would sort an
+/// Event before the writes of the same second it reports. When the write of
+/// the Event falls within that second, its audit time is the better estimate.
+fn precise_occurrence(occurred: Option<SystemTime>, written: SystemTime) -> SystemTime {
+    let Some(t) = occurred else {
+        return written;
+    };
+    let whole_second = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_ok_and(|d| d.subsec_nanos() == 0);
+    match written.duration_since(t) {
+        Ok(lag) if whole_second && lag < std::time::Duration::from_secs(1) => written,
+        _ => t,
     }
 }

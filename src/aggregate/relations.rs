@@ -136,6 +136,28 @@ impl KindRegistry {
         };
         (plural, true)
     }
+
+    /// The object a reference by `apiVersion` and `kind` names (an owner
+    /// reference, an Event's involved object): in `namespace` when its kind
+    /// is namespaced, cluster-scoped otherwise.
+    pub fn referenced_object(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> ObjectRef {
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let (resource, namespaced) = self.resolve(group, kind);
+        ObjectRef::new(
+            cluster,
+            group,
+            resource,
+            if namespaced { namespace } else { "" },
+            name,
+        )
+    }
 }
 
 /// Relations from `metadata.ownerReferences`: each owner is a parent; the
@@ -161,8 +183,6 @@ pub fn owner_relations(
         ) else {
             continue;
         };
-        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-        let (resource, namespaced) = kinds.resolve(group, kind);
         let controller = r
             .get("controller")
             .and_then(Value::as_bool)
@@ -174,15 +194,11 @@ pub fn owner_relations(
             .to_string();
         out.push((
             Relation {
-                target: ObjectRef::new(
+                target: kinds.referenced_object(
                     &obj.cluster,
-                    group,
-                    resource,
-                    if namespaced {
-                        obj.namespace.as_str()
-                    } else {
-                        ""
-                    },
+                    api_version,
+                    kind,
+                    &obj.namespace,
                     name,
                 ),
                 role: Role::Parent,

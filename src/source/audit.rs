@@ -195,6 +195,13 @@ pub enum FilterReason {
     Resource,
     UserAgent,
     NoObject,
+    /// An Event write that carries no Event naming an involved object
+    /// (Metadata-level policy, a patch without response).
+    EventWithoutObject,
+    /// A failed Event write: nothing was recorded.
+    EventWriteFailed,
+    /// An Event deleted: not an occurrence.
+    EventDelete,
 }
 
 impl FilterReason {
@@ -205,6 +212,9 @@ impl FilterReason {
             FilterReason::Resource => "resource",
             FilterReason::UserAgent => "user_agent",
             FilterReason::NoObject => "no_object",
+            FilterReason::EventWithoutObject => "event-without-object",
+            FilterReason::EventWriteFailed => "event-write-failed",
+            FilterReason::EventDelete => "event-delete",
         }
     }
 }
@@ -218,7 +228,9 @@ pub struct AuditFilter {
 }
 
 pub const DEFAULT_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
-pub const DEFAULT_EXCLUDED_RESOURCES: &[&str] = &["events", "events.events.k8s.io", "leases"];
+/// Events (`events`, `events.events.k8s.io`) are not excluded: each Event
+/// write becomes an event span on the object it is about.
+pub const DEFAULT_EXCLUDED_RESOURCES: &[&str] = &["leases"];
 
 impl Default for AuditFilter {
     fn default() -> Self {

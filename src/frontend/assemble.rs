@@ -1,0 +1,381 @@
+//! Follow links from a searched object and build the object tree its trace
+//! shows: the object alone, its ancestors, its descendants, or the full tree
+//! from its top ancestor down. Reads are concurrent and bounded; repeated
+//! objects and cycles are detected by object identity.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::merge::{Link, ObjectHistory, Role, merge};
+use super::raw::{RawError, RawStore};
+use crate::model::{ObjectRef, raw_trace_id};
+
+/// Which related objects a trace shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// The object alone.
+    Object,
+    /// Its owners up to the top, each with only the path down to the object.
+    Ancestors,
+    /// The objects it owns (and their links), down.
+    Descendants,
+    /// Everything below its top ancestor.
+    Full,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [
+        Scope::Full,
+        Scope::Ancestors,
+        Scope::Descendants,
+        Scope::Object,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Object => "object",
+            Scope::Ancestors => "ancestors",
+            Scope::Descendants => "descendants",
+            Scope::Full => "full",
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            Scope::Full => 0,
+            Scope::Ancestors => 1,
+            Scope::Descendants => 2,
+            Scope::Object => 3,
+        }
+    }
+
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.code() == c)
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                format!("unknown scope {s:?} (expected full, ancestors, descendants or object)")
+            })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Levels below (and above) the searched object that are followed.
+    pub max_depth: usize,
+    /// Objects in one trace; further links are noted, not followed.
+    pub max_objects: usize,
+    /// Raw reads in flight at once.
+    pub concurrency: usize,
+    /// Link classes whose target is shared by many objects (a Node, a
+    /// ConfigMap): shown below an object, never climbed up from.
+    pub shared_classes: HashSet<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_depth: 8,
+            max_objects: 5000,
+            concurrency: 16,
+            shared_classes: [
+                "node",
+                "configmap",
+                "secret",
+                "serviceaccount",
+                "storageclass",
+                "backend",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub history: ObjectHistory,
+    pub parent: Option<usize>,
+    /// Class of the link from the parent.
+    pub class: Option<String>,
+    pub children: Vec<usize>,
+}
+
+/// The object tree of one assembled trace; `nodes[0]` is the root.
+#[derive(Clone, Debug)]
+pub struct Assembly {
+    pub nodes: Vec<Node>,
+    /// The node that was searched for.
+    pub searched: usize,
+    /// What was not followed (limits, repeated objects), for the reader.
+    pub notes: Vec<String>,
+}
+
+impl Assembly {
+    /// Nodes in depth-first order with their depth.
+    pub fn walk(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut stack = vec![(0usize, 0usize)];
+        while let Some((i, d)) = stack.pop() {
+            out.push((i, d));
+            for &c in self.nodes[i].children.iter().rev() {
+                stack.push((c, d + 1));
+            }
+        }
+        out
+    }
+}
+
+pub struct Assembler<S> {
+    store: Arc<S>,
+    limits: Limits,
+}
+
+impl<S: RawStore> Assembler<S> {
+    pub fn new(store: Arc<S>, limits: Limits) -> Self {
+        Self { store, limits }
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Reads every window of `object` among `windows` and merges them.
+    pub async fn load(
+        &self,
+        object: &ObjectRef,
+        windows: &[u64],
+    ) -> Result<Option<ObjectHistory>, RawError> {
+        let hash = object.hash();
+        let ids: Vec<_> = windows
+            .iter()
+            .map(|&w| raw_trace_id(hash, w).to_bytes())
+            .collect();
+        let reads = futures::stream::iter(ids.into_iter().map(|id| self.store.get(id)))
+            .buffer_unordered(self.limits.concurrency.max(1))
+            .collect::<Vec<_>>()
+            .await;
+        let mut spans = Vec::new();
+        for r in reads {
+            spans.extend(r?);
+        }
+        Ok(merge(spans).filter(|h| &h.object == object))
+    }
+
+    async fn load_many(
+        &self,
+        objects: Vec<ObjectRef>,
+        windows: &[u64],
+    ) -> Result<Vec<ObjectHistory>, RawError> {
+        // Each object's windows are read concurrently too; bound the objects
+        // in flight so the total stays near the configured concurrency.
+        let per_object = windows.len().max(1);
+        let objects_in_flight = (self.limits.concurrency / per_object).max(1);
+        let loaded = futures::stream::iter(objects.into_iter().map(|o| async move {
+            let h = self.load(&o, windows).await?;
+            Ok::<_, RawError>(h.unwrap_or_else(|| ObjectHistory::placeholder(o)))
+        }))
+        .buffered(objects_in_flight)
+        .collect::<Vec<_>>()
+        .await;
+        loaded.into_iter().collect()
+    }
+
+    /// Builds the tree for `searched` (already loaded) in `scope`, reading
+    /// related objects in the windows `windows` (window starts, seconds).
+    pub async fn assemble(
+        &self,
+        searched: ObjectHistory,
+        scope: Scope,
+        windows: &[u64],
+    ) -> Result<Assembly, RawError> {
+        let mut notes = Vec::new();
+        // Upward chain: searched first, top ancestor last.
+        let mut chain = vec![(searched, None::<String>)];
+        if matches!(scope, Scope::Ancestors | Scope::Full) {
+            let mut seen: HashSet<ObjectRef> = HashSet::from([chain[0].0.object.clone()]);
+            loop {
+                let current = &chain.last().expect("chain starts non-empty").0;
+                if chain.len() > self.limits.max_depth {
+                    notes.push(format!(
+                        "stopped climbing at {} (max depth {})",
+                        current.object, self.limits.max_depth
+                    ));
+                    break;
+                }
+                let Some(up) = self.parent_link(current) else {
+                    break;
+                };
+                if !seen.insert(up.other.clone()) {
+                    notes.push(format!("cycle: {} is its own ancestor", up.other));
+                    break;
+                }
+                let loaded = self.load_many(vec![up.other.clone()], windows).await?;
+                let parent = loaded.into_iter().next().expect("one object loaded");
+                // The class is the one of the link from parent to child.
+                chain.last_mut().expect("non-empty").1 = Some(up.class.clone());
+                chain.push((parent, None));
+            }
+        }
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut index: HashMap<ObjectRef, usize> = HashMap::new();
+        // Lay the chain out top-down.
+        for (history, class_to_parent) in chain.into_iter().rev() {
+            let parent = nodes.len().checked_sub(1);
+            let i = nodes.len();
+            index.insert(history.object.clone(), i);
+            nodes.push(Node {
+                history,
+                parent,
+                class: None,
+                children: Vec::new(),
+            });
+            if let Some(p) = parent {
+                nodes[p].children.push(i);
+            }
+            nodes[i].class = class_to_parent;
+        }
+        let searched = nodes.len() - 1;
+        let start = match scope {
+            Scope::Object | Scope::Ancestors => None,
+            Scope::Descendants => Some(searched),
+            Scope::Full => Some(0),
+        };
+        if let Some(start) = start {
+            self.descend(&mut nodes, &mut index, start, windows, &mut notes)
+                .await?;
+        }
+        let mut asm = Assembly {
+            nodes,
+            searched,
+            notes,
+        };
+        sort_children(&mut asm);
+        Ok(asm)
+    }
+
+    /// The link to climb from `h`: an owner first, then any non-shared parent.
+    fn parent_link<'a>(&self, h: &'a ObjectHistory) -> Option<&'a Link> {
+        let parents = h
+            .links
+            .iter()
+            .filter(|l| l.role == Role::Parent && !self.limits.shared_classes.contains(&l.class));
+        let mut best: Option<&Link> = None;
+        for l in parents {
+            let rank = |l: &Link| match l.class.as_str() {
+                "owner" => 0,
+                "owner-ref" => 1,
+                _ => 2,
+            };
+            if best.is_none_or(|b| rank(l) < rank(b)) {
+                best = Some(l);
+            }
+        }
+        best
+    }
+
+    async fn descend(
+        &self,
+        nodes: &mut Vec<Node>,
+        index: &mut HashMap<ObjectRef, usize>,
+        start: usize,
+        windows: &[u64],
+        notes: &mut Vec<String>,
+    ) -> Result<(), RawError> {
+        let mut frontier = vec![start];
+        let mut depth = 0;
+        let mut truncated = 0usize;
+        while !frontier.is_empty() {
+            if depth >= self.limits.max_depth {
+                let pending: usize = frontier
+                    .iter()
+                    .map(|&i| child_links(&nodes[i].history).count())
+                    .sum();
+                if pending > 0 {
+                    notes.push(format!(
+                        "{pending} links below depth {} not followed (max depth)",
+                        self.limits.max_depth
+                    ));
+                }
+                break;
+            }
+            // Children to read at this level, each object once.
+            let mut wanted: Vec<(usize, Link)> = Vec::new();
+            let mut claimed: HashSet<ObjectRef> = HashSet::new();
+            for &p in &frontier {
+                for l in child_links(&nodes[p].history) {
+                    // An object already in the tree (a shared Node, a cycle)
+                    // is shown once, under the first parent that reached it.
+                    if index.contains_key(&l.other) || !claimed.insert(l.other.clone()) {
+                        continue;
+                    }
+                    if index.len() + wanted.len() >= self.limits.max_objects {
+                        truncated += 1;
+                        continue;
+                    }
+                    wanted.push((p, l.clone()));
+                }
+            }
+            let loaded = self
+                .load_many(
+                    wanted.iter().map(|(_, l)| l.other.clone()).collect(),
+                    windows,
+                )
+                .await?;
+            let mut next = Vec::with_capacity(loaded.len());
+            for ((parent, link), history) in wanted.into_iter().zip(loaded) {
+                let i = nodes.len();
+                index.insert(history.object.clone(), i);
+                nodes.push(Node {
+                    history,
+                    parent: Some(parent),
+                    class: Some(link.class),
+                    children: Vec::new(),
+                });
+                nodes[parent].children.push(i);
+                next.push(i);
+            }
+            frontier = next;
+            depth += 1;
+        }
+        if truncated > 0 {
+            notes.push(format!(
+                "{truncated} linked objects not shown (max {} objects per trace)",
+                self.limits.max_objects
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn child_links(h: &ObjectHistory) -> impl Iterator<Item = &Link> {
+    h.links.iter().filter(|l| l.role == Role::Child)
+}
+
+/// Children in the order they became active, then by name: stable output.
+fn sort_children(asm: &mut Assembly) {
+    let keys: Vec<(u64, String)> = asm
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.history.active_range().map_or(u64::MAX, |r| r.0),
+                n.history.object.key(),
+            )
+        })
+        .collect();
+    for n in &mut asm.nodes {
+        n.children.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
+    }
+}

@@ -1,0 +1,398 @@
+//! Display modes: an assembled object tree becomes OTLP spans that read well
+//! in the Jaeger UI. Service = resource, operation = `namespace/name`
+//! (with the cluster where it differs from the parent's); kascade's internal
+//! attributes are hidden.
+
+use std::collections::{BTreeMap, HashSet};
+use std::str::FromStr;
+
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::assemble::{Assembly, Node};
+use super::merge::{Entry, Source};
+use super::raw::{TraceIdBytes, kv, string_attr};
+use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
+
+/// How an object tree is laid out as spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// One span per object; writes, Events and diffs are its logs.
+    Tracing,
+    /// One span per object, each write and Event a child span.
+    Tree,
+    /// Every write and Event of every object flat under the root object.
+    Timeline,
+    /// Like tracing, with one child span per source (audit, event).
+    Grouped,
+}
+
+impl Mode {
+    /// The default first: the Jaeger UI preselects the first service.
+    pub const ALL: [Mode; 4] = [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Tracing => "tracing",
+            Mode::Tree => "tree",
+            Mode::Timeline => "timeline",
+            Mode::Grouped => "grouped",
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            Mode::Tracing => 0,
+            Mode::Tree => 1,
+            Mode::Timeline => 2,
+            Mode::Grouped => 3,
+        }
+    }
+
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.code() == c)
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!("unknown display mode {s:?} (expected tracing, tree, timeline or grouped)")
+            })
+    }
+}
+
+/// Most characters of one diff value shown in a log.
+const MAX_VALUE_CHARS: usize = 400;
+
+fn span_id(seed: &str, salt: u64) -> Vec<u8> {
+    let v = xxh3_64_with_seed(seed.as_bytes(), salt).max(1);
+    v.to_be_bytes().to_vec()
+}
+
+fn visible(attrs: &[KeyValue]) -> Vec<KeyValue> {
+    attrs
+        .iter()
+        .filter(|kv| !kv.key.starts_with("kascade.") && !kv.key.starts_with("link."))
+        .cloned()
+        .collect()
+}
+
+fn shorten(s: &str) -> String {
+    if s.chars().count() <= MAX_VALUE_CHARS {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(MAX_VALUE_CHARS).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// One line per changed path: `path: old → new`, `+ path: new`, `- path: old`.
+pub fn diff_lines(span: &Span) -> Vec<String> {
+    span.events
+        .iter()
+        .filter(|e| e.name == EVENT_DIFF)
+        .map(|e| {
+            let a = &e.attributes;
+            let path = string_attr(a, attr::DIFF_PATH).unwrap_or("?");
+            let old = string_attr(a, attr::DIFF_OLD).map(shorten);
+            let new = string_attr(a, attr::DIFF_NEW).map(shorten);
+            match (string_attr(a, attr::DIFF_OP), old, new) {
+                (Some("add"), _, Some(n)) => format!("+ {path}: {n}"),
+                (Some("remove"), Some(o), _) => format!("- {path}: {o}"),
+                (_, o, n) => format!(
+                    "{path}: {} → {}",
+                    o.unwrap_or_else(|| "∅".into()),
+                    n.unwrap_or_else(|| "∅".into())
+                ),
+            }
+        })
+        .collect()
+}
+
+pub fn snapshot(span: &Span) -> Option<&str> {
+    span.events
+        .iter()
+        .find(|e| e.name == EVENT_SNAPSHOT)
+        .and_then(|e| string_attr(&e.attributes, attr::SNAPSHOT))
+}
+
+fn is_error(span: &Span) -> bool {
+    span.status
+        .as_ref()
+        .is_some_and(|s| s.code == StatusCode::Error as i32)
+}
+
+/// An entry folded into one log of its object's span.
+fn entry_log(e: &Entry) -> Event {
+    let mut attributes = visible(&e.span.attributes);
+    attributes.insert(0, kv("source", e.source.name()));
+    let diff = diff_lines(&e.span);
+    if !diff.is_empty() {
+        attributes.push(kv("diff", diff.join("\n")));
+    }
+    if let Some(s) = snapshot(&e.span) {
+        attributes.push(kv("snapshot", s));
+    }
+    if is_error(&e.span) {
+        attributes.push(kv("level", "error"));
+        if let Some(st) = &e.span.status {
+            attributes.push(kv("error.message", st.message.clone()));
+        }
+    }
+    let name = match e.source {
+        Source::Event => format!("event {}", e.span.name),
+        _ => e.span.name.clone(),
+    };
+    Event {
+        time_unix_nano: e.span.start_time_unix_nano,
+        name,
+        attributes,
+        dropped_attributes_count: 0,
+    }
+}
+
+/// The raw entry span, re-parented into the assembled trace.
+fn entry_span(e: &Entry, trace_id: &TraceIdBytes, parent: &[u8], name: String) -> Span {
+    let mut s = e.span.clone();
+    s.trace_id = trace_id.to_vec();
+    s.parent_span_id = parent.to_vec();
+    s.name = name;
+    s.attributes = visible(&s.attributes);
+    s.attributes.insert(0, kv("source", e.source.name()));
+    s.links.clear();
+    s
+}
+
+fn object_label(n: &Node, parent: Option<&Node>) -> String {
+    let o = &n.history.object;
+    let mut s = if o.namespace.is_empty() {
+        o.name.clone()
+    } else {
+        format!("{}/{}", o.namespace, o.name)
+    };
+    if parent.is_some_and(|p| p.history.object.cluster != o.cluster) {
+        s = format!("{s} (cluster {})", o.cluster);
+    }
+    s
+}
+
+/// Output being built: spans grouped by service.
+#[derive(Default)]
+struct Out {
+    by_service: BTreeMap<String, Vec<Span>>,
+}
+
+impl Out {
+    fn push(&mut self, service: &str, span: Span) {
+        self.by_service
+            .entry(service.to_string())
+            .or_default()
+            .push(span);
+    }
+
+    fn finish(self) -> Vec<ResourceSpans> {
+        self.by_service
+            .into_iter()
+            .map(|(service, spans)| ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", service)],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "kascade-frontend".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            })
+            .collect()
+    }
+}
+
+/// Times of each object span: the entries it covers; an object with none
+/// sits at its parent's start, zero length.
+fn object_times(asm: &Assembly) -> Vec<(u64, u64)> {
+    let mut times = vec![(0u64, 0u64); asm.nodes.len()];
+    for (i, _) in asm.walk() {
+        let n = &asm.nodes[i];
+        times[i] = n.history.active_range().unwrap_or_else(|| {
+            let at = n
+                .parent
+                .map(|p| times[p].0)
+                .or_else(|| n.history.windows.first().copied())
+                .unwrap_or(0);
+            (at, at)
+        });
+    }
+    times
+}
+
+/// Lays `asm` out as spans of one trace with id `trace_id`. Children linked
+/// by a class in `group_classes` go under a virtual span named by the class.
+pub fn render(
+    asm: &Assembly,
+    mode: Mode,
+    trace_id: &TraceIdBytes,
+    group_classes: &HashSet<String>,
+) -> Vec<ResourceSpans> {
+    let mut times = object_times(asm);
+    if mode == Mode::Timeline {
+        // The root spans every entry shown under it.
+        let all = asm.nodes.iter().filter_map(|n| n.history.active_range());
+        let (s, e) = all.fold((u64::MAX, 0), |(s, e), r| (s.min(r.0), e.max(r.1)));
+        if s <= e {
+            times[0] = (s, e);
+        }
+    }
+    let mut out = Out::default();
+    let ids: Vec<Vec<u8>> = asm
+        .nodes
+        .iter()
+        .map(|n| span_id(&n.history.object.key(), 0x6b61))
+        .collect();
+    // (parent node, class) -> virtual span id, start, end.
+    let mut virtuals: BTreeMap<(usize, String), (Vec<u8>, u64, u64)> = BTreeMap::new();
+    let parent_span = |i: usize, virtuals: &mut BTreeMap<(usize, String), (Vec<u8>, u64, u64)>| {
+        let n = &asm.nodes[i];
+        let p = n.parent?;
+        match &n.class {
+            Some(c) if mode != Mode::Timeline && group_classes.contains(c) => {
+                let v = virtuals.entry((p, c.clone())).or_insert_with(|| {
+                    let key = format!("{}|{c}", asm.nodes[p].history.object.key());
+                    (span_id(&key, 0x7669), u64::MAX, 0)
+                });
+                v.1 = v.1.min(times[i].0);
+                v.2 = v.2.max(times[i].1);
+                Some(v.0.clone())
+            }
+            _ => Some(ids[p].clone()),
+        }
+    };
+    for (i, _) in asm.walk() {
+        let n = &asm.nodes[i];
+        let parent = n.parent.map(|p| &asm.nodes[p]);
+        let service = n.history.object.resource.as_str();
+        let mut attributes = visible(&n.history.attributes);
+        if attributes.is_empty() {
+            // A placeholder: known only from a link.
+            let o = &n.history.object;
+            attributes = vec![
+                kv(attr::CLUSTER, o.cluster.clone()),
+                kv(attr::GROUP, o.group.clone()),
+                kv(attr::RESOURCE, o.resource.clone()),
+                kv(attr::NAMESPACE, o.namespace.clone()),
+                kv(attr::NAME, o.name.clone()),
+                kv("note", "no writes or Events in range"),
+            ];
+        }
+        if let Some(c) = &n.class {
+            attributes.push(kv("relation", c.clone()));
+        }
+        if i == asm.searched && asm.nodes.len() > 1 {
+            attributes.push(kv("searched", "true"));
+        }
+        if i == 0 {
+            for note in &asm.notes {
+                attributes.push(kv("note", note.clone()));
+            }
+        }
+        let mut obj = Span {
+            trace_id: trace_id.to_vec(),
+            span_id: ids[i].clone(),
+            parent_span_id: parent_span(i, &mut virtuals).unwrap_or_default(),
+            name: object_label(n, parent),
+            kind: 1, // internal
+            start_time_unix_nano: times[i].0,
+            end_time_unix_nano: times[i].1,
+            attributes,
+            ..Default::default()
+        };
+        match mode {
+            Mode::Tracing => {
+                obj.events = n.history.entries.iter().map(entry_log).collect();
+            }
+            Mode::Tree => {
+                for e in &n.history.entries {
+                    let name = match e.source {
+                        Source::Event => format!("event {}", e.span.name),
+                        _ => e.span.name.clone(),
+                    };
+                    out.push(service, entry_span(e, trace_id, &ids[i], name));
+                }
+            }
+            Mode::Timeline => {
+                let label = format!("{} {}", service, object_label(n, None));
+                for e in &n.history.entries {
+                    let name = format!("{label}: {}", e.span.name);
+                    out.push(service, entry_span(e, trace_id, &ids[0], name));
+                }
+            }
+            Mode::Grouped => {
+                let mut by_source: BTreeMap<Source, Vec<&Entry>> = BTreeMap::new();
+                for e in &n.history.entries {
+                    by_source.entry(e.source).or_default().push(e);
+                }
+                for (source, entries) in by_source {
+                    let start = entries.iter().map(|e| e.span.start_time_unix_nano).min();
+                    let end = entries.iter().map(|e| e.span.end_time_unix_nano).max();
+                    let any_error = entries.iter().any(|e| is_error(&e.span));
+                    out.push(
+                        service,
+                        Span {
+                            trace_id: trace_id.to_vec(),
+                            span_id: span_id(&n.history.object.key(), 0x100 + source as u64),
+                            parent_span_id: ids[i].clone(),
+                            name: source.name().to_string(),
+                            kind: 1,
+                            start_time_unix_nano: start.unwrap_or(times[i].0),
+                            end_time_unix_nano: end.unwrap_or(times[i].1),
+                            attributes: vec![kv("source", source.name())],
+                            events: entries.iter().map(|e| entry_log(e)).collect(),
+                            status: any_error.then(|| Status {
+                                message: format!("a {} entry failed", source.name()),
+                                code: StatusCode::Error as i32,
+                            }),
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+        }
+        if mode == Mode::Timeline && i != 0 {
+            continue; // only the root object is a span in the timeline
+        }
+        out.push(service, obj);
+    }
+    for ((p, class), (id, start, end)) in virtuals {
+        let parent = &asm.nodes[p];
+        out.push(
+            &parent.history.object.resource,
+            Span {
+                trace_id: trace_id.to_vec(),
+                span_id: id,
+                parent_span_id: ids[p].clone(),
+                name: class.clone(),
+                kind: 1,
+                start_time_unix_nano: start,
+                end_time_unix_nano: end.max(start),
+                attributes: vec![kv("relation", class)],
+                ..Default::default()
+            },
+        );
+    }
+    out.finish()
+}

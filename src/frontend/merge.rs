@@ -1,0 +1,188 @@
+//! Merge: the raw traces of one object (one per window) become one
+//! [`ObjectHistory`] — its writes and Events in time order and the objects
+//! it is linked to.
+
+use std::collections::HashSet;
+
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::raw::string_attr;
+use crate::model::ObjectRef;
+use crate::span_model::{SPAN_KIND_AUDIT, SPAN_KIND_LINK, SPAN_KIND_OBJECT, attr};
+
+/// What a history entry came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// A write seen in the audit log.
+    Audit,
+    /// A Kubernetes Event about the object.
+    Event,
+    /// Anything else a collector recorded under the object span.
+    Other,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Audit => "audit",
+            Source::Event => "event",
+            Source::Other => "other",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub source: Source,
+    /// The raw span, as the collector wrote it.
+    pub span: Span,
+}
+
+/// Which side of a relation the *other* object is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Parent,
+    Child,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Link {
+    pub other: ObjectRef,
+    pub role: Role,
+    pub class: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct ObjectHistory {
+    pub object: ObjectRef,
+    pub uid: String,
+    /// Attributes of the raw object span (identity, semantic conventions).
+    pub attributes: Vec<KeyValue>,
+    /// Raw windows merged here, as window starts in ns since the epoch.
+    pub windows: Vec<u64>,
+    /// Writes and Events, by start time.
+    pub entries: Vec<Entry>,
+    /// Distinct relations, in the order first recorded.
+    pub links: Vec<Link>,
+}
+
+impl ObjectHistory {
+    /// A node for an object known only from a link: nothing recorded in range.
+    pub fn placeholder(object: ObjectRef) -> Self {
+        Self {
+            object,
+            uid: String::new(),
+            attributes: Vec::new(),
+            windows: Vec::new(),
+            entries: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    /// First and last instant covered by the entries.
+    pub fn active_range(&self) -> Option<(u64, u64)> {
+        let start = self
+            .entries
+            .iter()
+            .map(|e| e.span.start_time_unix_nano)
+            .min()?;
+        let end = self
+            .entries
+            .iter()
+            .map(|e| e.span.end_time_unix_nano.max(e.span.start_time_unix_nano))
+            .max()?;
+        Some((start, end))
+    }
+}
+
+pub fn object_of(attrs: &[KeyValue], prefix: &str) -> Option<ObjectRef> {
+    let get = |k: &str| string_attr(attrs, &format!("{prefix}{k}")).map(str::to_string);
+    Some(ObjectRef::new(
+        get(attr::CLUSTER)?,
+        get(attr::GROUP).unwrap_or_default(),
+        get(attr::RESOURCE)?,
+        get(attr::NAMESPACE).unwrap_or_default(),
+        get(attr::NAME)?,
+    ))
+}
+
+/// Merges raw spans of one object (any number of windows). `None` when there
+/// is no object span among them.
+pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
+    let mut history: Option<ObjectHistory> = None;
+    let mut entries = Vec::new();
+    let mut links = Vec::new();
+    let mut seen_entries = HashSet::new();
+    for span in spans {
+        match string_attr(&span.attributes, attr::SPAN_KIND) {
+            Some(SPAN_KIND_OBJECT) => {
+                let Some(object) = object_of(&span.attributes, "") else {
+                    continue;
+                };
+                let h = history.get_or_insert_with(|| ObjectHistory {
+                    object,
+                    uid: String::new(),
+                    attributes: span.attributes.clone(),
+                    windows: Vec::new(),
+                    entries: Vec::new(),
+                    links: Vec::new(),
+                });
+                if h.uid.is_empty()
+                    && let Some(uid) = string_attr(&span.attributes, attr::UID)
+                {
+                    h.uid = uid.to_string();
+                }
+                h.windows.push(span.start_time_unix_nano);
+            }
+            Some(SPAN_KIND_LINK) => {
+                let role = match string_attr(&span.attributes, attr::LINK_ROLE) {
+                    Some("parent") => Role::Parent,
+                    Some("child") => Role::Child,
+                    _ => continue,
+                };
+                let (Some(other), Some(class)) = (
+                    object_of(&span.attributes, "link."),
+                    string_attr(&span.attributes, attr::LINK_CLASS),
+                ) else {
+                    continue;
+                };
+                links.push((
+                    span.start_time_unix_nano,
+                    Link {
+                        other,
+                        role,
+                        class: class.to_string(),
+                    },
+                ));
+            }
+            kind => {
+                if !seen_entries.insert(span.span_id.clone()) {
+                    continue; // the same span read twice (overlapping reads)
+                }
+                let source = match kind {
+                    Some(SPAN_KIND_AUDIT) => Source::Audit,
+                    Some("event") => Source::Event,
+                    _ => Source::Other,
+                };
+                entries.push(Entry { source, span });
+            }
+        }
+    }
+    let mut h = history?;
+    entries.sort_by(|a, b| {
+        (a.span.start_time_unix_nano, a.span.end_time_unix_nano)
+            .cmp(&(b.span.start_time_unix_nano, b.span.end_time_unix_nano))
+    });
+    h.entries = entries;
+    links.sort_by_key(|(t, _)| *t);
+    let mut seen_links = HashSet::new();
+    h.links = links
+        .into_iter()
+        .map(|(_, l)| l)
+        .filter(|l| seen_links.insert(l.clone()))
+        .collect();
+    h.windows.sort_unstable();
+    h.windows.dedup();
+    Some(h)
+}

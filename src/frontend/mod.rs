@@ -1,0 +1,274 @@
+//! The frontend: raw reads → merge → follow links → display modes → Jaeger.
+//!
+//! [`Frontend`] answers "show me this object" with one assembled trace. It
+//! serves the Jaeger UI through Jaeger's remote storage API v2 (service.rs),
+//! dashboard links (http.rs), and `kascade trace` offline (text.rs).
+
+pub mod assemble;
+pub mod display;
+pub mod http;
+pub mod merge;
+pub mod offline;
+pub mod proto;
+pub mod raw;
+pub mod service;
+pub mod text;
+pub mod trace_id;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+
+use crate::model::{ObjectRef, Windowing, raw_trace_id};
+use assemble::{Assembler, Assembly, Limits, Scope};
+use display::Mode;
+use merge::{ObjectHistory, merge};
+use raw::{RawError, RawStore, TimeRange, TraceIdBytes};
+use trace_id::AssembledId;
+
+/// Search tags users can type (Kelemetry-compatible), plus `scope`.
+pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace", "name"];
+
+#[derive(Clone, Debug)]
+pub struct FrontendConfig {
+    /// Must equal the collector's `--window`.
+    pub window: Duration,
+    pub limits: Limits,
+    /// Link classes shown under a virtual span named by the class.
+    pub group_classes: HashSet<String>,
+    pub default_scope: Scope,
+    /// Raw traces read per search (each is one object window).
+    pub raw_search_limit: usize,
+    /// How long an assembled trace is kept for reloads.
+    pub cache_ttl: Duration,
+    pub cache_entries: u64,
+    /// Clusters offered as operations before any search has seen them.
+    pub clusters: Vec<String>,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(1800),
+            limits: Limits::default(),
+            group_classes: HashSet::new(),
+            default_scope: Scope::Full,
+            raw_search_limit: 500,
+            cache_ttl: Duration::from_secs(600),
+            cache_entries: 1000,
+            clusters: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrontendError {
+    #[error(transparent)]
+    Raw(#[from] RawError),
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+/// A search from the UI (or the redirect endpoint).
+#[derive(Clone, Debug)]
+pub struct SearchQuery {
+    pub mode: Mode,
+    pub scope: Scope,
+    /// `(key, value)` over [`SEARCH_TAGS`].
+    pub tags: Vec<(String, String)>,
+    pub range: TimeRange,
+    /// Objects (= traces) returned at most.
+    pub limit: usize,
+}
+
+/// One assembled trace, ready to stream.
+#[derive(Debug)]
+pub struct AssembledTrace {
+    pub id: TraceIdBytes,
+    pub assembly: Assembly,
+    pub resource_spans: Vec<ResourceSpans>,
+}
+
+pub struct Frontend<S> {
+    assembler: Assembler<S>,
+    cfg: FrontendConfig,
+    windowing: Windowing,
+    cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
+    clusters: moka::sync::Cache<String, ()>,
+}
+
+impl<S: RawStore> Frontend<S> {
+    pub fn new(store: Arc<S>, cfg: FrontendConfig) -> Self {
+        let clusters = moka::sync::Cache::new(10_000);
+        for c in &cfg.clusters {
+            clusters.insert(c.clone(), ());
+        }
+        Self {
+            assembler: Assembler::new(store, cfg.limits.clone()),
+            windowing: Windowing::new(cfg.window),
+            cache: moka::future::Cache::builder()
+                .max_capacity(cfg.cache_entries)
+                .time_to_live(cfg.cache_ttl)
+                .build(),
+            clusters,
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &FrontendConfig {
+        &self.cfg
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        self.assembler.store()
+    }
+
+    /// Clusters seen so far (and configured), sorted.
+    pub fn clusters(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.clusters.iter().map(|(k, _)| (*k).clone()).collect();
+        v.sort();
+        v
+    }
+
+    fn width(&self) -> u64 {
+        self.cfg.window.as_secs().max(1)
+    }
+
+    /// Window starts from the one containing `from` to the one containing
+    /// `to`, at most 255 (the id keeps a one-byte count).
+    pub fn windows_between(&self, from: SystemTime, to: SystemTime) -> Vec<u64> {
+        let (a, b) = (
+            self.windowing.window_start(from),
+            self.windowing.window_start(to.max(from)),
+        );
+        (0..255u64)
+            .map(|i| a + i * self.width())
+            .take_while(|w| *w <= b)
+            .collect()
+    }
+
+    /// Finds the objects matching the query and assembles one trace each.
+    pub async fn search(&self, q: &SearchQuery) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
+        for (k, _) in &q.tags {
+            if !SEARCH_TAGS.contains(&k.as_str()) {
+                return Err(FrontendError::InvalidArgument(format!(
+                    "unknown tag {k:?}: search by {} (and scope)",
+                    SEARCH_TAGS.join(", ")
+                )));
+            }
+        }
+        let range_windows = self.windows_between(q.range.start, q.range.end);
+        let raw_ids = self
+            .store()
+            .find(&q.tags, q.range, self.cfg.raw_search_limit)
+            .await?;
+        // A raw id is `object hash ‖ window start`: group windows by object.
+        let mut objects: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for id in &raw_ids {
+            let hash = u64::from_be_bytes(id[..8].try_into().expect("8 bytes"));
+            let window = u64::from_be_bytes(id[8..].try_into().expect("8 bytes"));
+            objects.entry(hash).or_default().push(window);
+        }
+        let mut out = Vec::new();
+        for (hash, mut windows) in objects {
+            if out.len() >= q.limit {
+                break;
+            }
+            windows.sort_unstable();
+            let first = windows[0].max(range_windows.first().copied().unwrap_or(windows[0]));
+            let last = range_windows.last().copied().unwrap_or(first).max(first);
+            let count = (((last - first) / self.width()) + 1).min(255) as u8;
+            let id = AssembledId {
+                object_hash: hash,
+                first_window: first,
+                windows: count,
+                mode: q.mode,
+                scope: q.scope,
+            };
+            if let Some(t) = self.get(&id.encode()).await? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// An assembled trace by id: from the cache, else assembled again from
+    /// what the id encodes. `None` for ids kascade did not make or objects
+    /// with nothing recorded in range.
+    pub async fn get(
+        &self,
+        id: &TraceIdBytes,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        if let Some(t) = self.cache.get(id).await {
+            return Ok(Some(t));
+        }
+        let Some(decoded) = AssembledId::decode(id) else {
+            return Ok(None);
+        };
+        let windows = decoded.window_starts(self.width());
+        // The first window where the object has a raw trace tells who it is.
+        let mut object: Option<ObjectRef> = None;
+        for &w in &windows {
+            let spans = self
+                .store()
+                .get(raw_trace_id(decoded.object_hash, w).to_bytes())
+                .await?;
+            if let Some(h) = merge(spans) {
+                object = Some(h.object);
+                break;
+            }
+        }
+        let Some(object) = object else {
+            return Ok(None);
+        };
+        let Some(searched) = self.assembler.load(&object, &windows).await? else {
+            return Ok(None);
+        };
+        let trace = self.assemble(searched, decoded, &windows).await?;
+        self.cache.insert(*id, trace.clone()).await;
+        Ok(Some(trace))
+    }
+
+    async fn assemble(
+        &self,
+        searched: ObjectHistory,
+        id: AssembledId,
+        windows: &[u64],
+    ) -> Result<Arc<AssembledTrace>, FrontendError> {
+        let assembly = self.assembler.assemble(searched, id.scope, windows).await?;
+        for n in &assembly.nodes {
+            if !self.clusters.contains_key(&n.history.object.cluster) {
+                self.clusters.insert(n.history.object.cluster.clone(), ());
+            }
+        }
+        let encoded = id.encode();
+        let resource_spans = display::render(&assembly, id.mode, &encoded, &self.cfg.group_classes);
+        Ok(Arc::new(AssembledTrace {
+            id: encoded,
+            assembly,
+            resource_spans,
+        }))
+    }
+
+    /// The id of the trace of `object` around `at` (the window before, the
+    /// window of, and the window after `at`), without reading anything.
+    pub fn id_for(
+        &self,
+        object: &ObjectRef,
+        at: SystemTime,
+        mode: Mode,
+        scope: Scope,
+    ) -> TraceIdBytes {
+        let w = self.windowing.window_start(at);
+        AssembledId {
+            object_hash: object.hash(),
+            first_window: w.saturating_sub(self.width()),
+            windows: 3,
+            mode,
+            scope,
+        }
+        .encode()
+    }
+}

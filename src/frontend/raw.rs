@@ -1,0 +1,358 @@
+//! Raw reads: the per-object-window traces the collector exported.
+//!
+//! Two stores: Jaeger's query HTTP API (the frontend in production) and an
+//! in-memory store (offline `kascade trace`, tests and benchmarks). Both
+//! answer the same two questions: which raw traces have an object span
+//! matching these tags, and what are the spans of one raw trace.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, TracesData};
+use serde::Deserialize;
+
+use crate::span_model::{SPAN_KIND_OBJECT, attr};
+
+pub type TraceIdBytes = [u8; 16];
+
+/// A closed time interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    pub start: SystemTime,
+    pub end: SystemTime,
+}
+
+impl TimeRange {
+    pub fn new(start: SystemTime, end: SystemTime) -> Self {
+        Self { start, end }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    #[error("raw Jaeger at {url} is unreachable: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("raw Jaeger at {url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("raw Jaeger at {url} sent a response kascade cannot read: {message}")]
+    Decode { url: String, message: String },
+}
+
+/// Where raw object-window traces are read from.
+pub trait RawStore: Send + Sync + 'static {
+    /// Ids of raw traces whose object span carries every `(key, value)` tag
+    /// and whose window overlaps `range`; at most `limit`.
+    fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<TraceIdBytes>, RawError>> + Send;
+
+    /// The spans of one raw trace; empty when the store has no such trace.
+    fn get(&self, id: TraceIdBytes) -> impl Future<Output = Result<Vec<Span>, RawError>> + Send;
+
+    /// A short description for logs and errors.
+    fn describe(&self) -> String;
+}
+
+pub fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        }
+    })
+}
+
+pub fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
+    attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::IntValue(i)) => Some(*i),
+            Some(any_value::Value::StringValue(s)) => s.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
+pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+}
+
+pub fn from_nanos(n: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(n)
+}
+
+pub fn trace_id_bytes(bytes: &[u8]) -> Option<TraceIdBytes> {
+    bytes.try_into().ok()
+}
+
+pub fn spans_of(data: impl IntoIterator<Item = ResourceSpans>) -> Vec<Span> {
+    data.into_iter()
+        .flat_map(|rs| rs.scope_spans)
+        .flat_map(|ss| ss.spans)
+        .collect()
+}
+
+/// Raw spans held in memory, indexed by trace.
+#[derive(Default)]
+pub struct MemoryStore {
+    traces: HashMap<TraceIdBytes, Vec<Span>>,
+}
+
+impl MemoryStore {
+    pub fn new(spans: impl IntoIterator<Item = Span>) -> Self {
+        let mut traces: HashMap<TraceIdBytes, Vec<Span>> = HashMap::new();
+        for s in spans {
+            if let Some(id) = trace_id_bytes(&s.trace_id) {
+                traces.entry(id).or_default().push(s);
+            }
+        }
+        Self { traces }
+    }
+
+    /// Earliest and latest span start, in ns since the epoch.
+    pub fn time_span(&self) -> Option<(u64, u64)> {
+        let starts = self
+            .traces
+            .values()
+            .flatten()
+            .map(|s| s.start_time_unix_nano);
+        let (a, b) = starts.fold((u64::MAX, 0), |(a, b), t| (a.min(t), b.max(t)));
+        (a <= b).then_some((a, b))
+    }
+
+    pub fn len(&self) -> usize {
+        self.traces.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.traces.is_empty()
+    }
+}
+
+impl RawStore for MemoryStore {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        let (from, to) = (nanos(range.start), nanos(range.end));
+        let mut found: Vec<(u64, TraceIdBytes)> = self
+            .traces
+            .iter()
+            .filter_map(|(id, spans)| {
+                let obj = spans.iter().find(|s| {
+                    string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
+                })?;
+                let matches = obj.start_time_unix_nano <= to
+                    && obj.end_time_unix_nano >= from
+                    && tags
+                        .iter()
+                        .all(|(k, v)| string_attr(&obj.attributes, k) == Some(v.as_str()));
+                matches.then_some((obj.start_time_unix_nano, *id))
+            })
+            .collect();
+        found.sort();
+        Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+
+    async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        Ok(self.traces.get(&id).cloned().unwrap_or_default())
+    }
+
+    fn describe(&self) -> String {
+        format!("in-memory store ({} raw traces)", self.traces.len())
+    }
+}
+
+/// Jaeger's query HTTP API: `/api/traces` (search with tags) and
+/// `/api/v3/traces/{id}` (one trace as OTLP JSON).
+pub struct JaegerHttp {
+    base: String,
+    service: String,
+    client: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct V1Search {
+    #[serde(default)]
+    data: Option<Vec<V1Trace>>,
+}
+
+#[derive(Deserialize)]
+struct V1Trace {
+    #[serde(rename = "traceID")]
+    trace_id: String,
+}
+
+#[derive(Deserialize)]
+struct V3Trace {
+    result: TracesData,
+}
+
+impl JaegerHttp {
+    /// `base` is the raw Jaeger's query URL (e.g. `http://jaeger:16686`);
+    /// `service` the collector's `--service-name`.
+    pub fn new(base: &str, service: &str, timeout: Duration) -> Self {
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            service: service.to_string(),
+            client: reqwest::Client::builder()
+                .timeout(timeout)
+                .build()
+                .expect("reqwest client with default TLS settings"),
+        }
+    }
+
+    async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
+        let resp = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| RawError::Unreachable {
+                url: self.base.clone(),
+                message: error_chain(&e),
+            })?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let body = resp.bytes().await.map_err(|e| RawError::Unreachable {
+            url: self.base.clone(),
+            message: error_chain(&e),
+        })?;
+        if !status.is_success() {
+            return Err(RawError::Status {
+                url: url.to_string(),
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+            });
+        }
+        Ok(Some(body))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Jaeger prints trace ids without leading zeros.
+pub fn parse_hex_trace_id(s: &str) -> Option<TraceIdBytes> {
+    if s.is_empty() || s.len() > 32 {
+        return None;
+    }
+    u128::from_str_radix(s, 16).ok().map(|v| v.to_be_bytes())
+}
+
+pub fn hex_trace_id(id: &TraceIdBytes) -> String {
+    format!("{:032x}", u128::from_be_bytes(*id))
+}
+
+impl RawStore for JaegerHttp {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        let tag_map: serde_json::Map<String, serde_json::Value> = tags
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let micros = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/api/traces", self.base),
+            &[
+                ("service", self.service.clone()),
+                ("tags", serde_json::Value::Object(tag_map).to_string()),
+                ("start", micros(range.start).to_string()),
+                ("end", micros(range.end).to_string()),
+                ("limit", limit.to_string()),
+            ],
+        )
+        .map_err(|e| RawError::Decode {
+            url: self.base.clone(),
+            message: e.to_string(),
+        })?;
+        let Some(body) = self.fetch(url.as_str()).await? else {
+            return Ok(Vec::new());
+        };
+        let parsed: V1Search = serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+            url: url.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(parsed
+            .data
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| parse_hex_trace_id(&t.trace_id))
+            .collect())
+    }
+
+    async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        let url = format!("{}/api/v3/traces/{}", self.base, hex_trace_id(&id));
+        let Some(body) = self.fetch(&url).await? else {
+            return Ok(Vec::new());
+        };
+        let parsed: V3Trace = serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+            url: url.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(spans_of(parsed.result.resource_spans))
+    }
+
+    fn describe(&self) -> String {
+        format!("raw Jaeger at {} (service {})", self.base, self.service)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_ids_round_trip_through_jaeger_hex() {
+        let id: TraceIdBytes = [0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+        let hex = hex_trace_id(&id);
+        assert_eq!(hex.len(), 32);
+        assert_eq!(parse_hex_trace_id(&hex), Some(id));
+        assert_eq!(parse_hex_trace_id(hex.trim_start_matches('0')), Some(id));
+        assert_eq!(parse_hex_trace_id("xyz"), None);
+    }
+}

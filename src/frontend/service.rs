@@ -1,0 +1,286 @@
+//! Jaeger v2 remote storage API (`jaeger.storage.v2.TraceReader`,
+//! `DependencyReader`) over the assembled traces, so a stock Jaeger v2 with a
+//! `grpc` trace storage serves its UI from kascade.
+//!
+//! The UI's search form maps as: Service = display mode, Operation = cluster,
+//! Tags = cluster/group/resource/namespace/name (and `scope`), lookback =
+//! clip range.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::Stream;
+use opentelemetry_proto::tonic::trace::v1::TracesData;
+use tonic::{Request, Response, Status};
+
+use super::display::Mode;
+use super::proto::dependency_reader_server::{DependencyReader, DependencyReaderServer};
+use super::proto::trace_reader_server::{TraceReader, TraceReaderServer};
+use super::proto::{
+    FindTraceIDsResponse, FindTracesRequest, FoundTraceId, GetDependenciesRequest,
+    GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse, GetServicesRequest,
+    GetServicesResponse, GetTracesRequest, Operation, TraceQueryParameters, any_value,
+};
+use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
+use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
+use crate::frontend::assemble::Scope;
+
+type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesData, Status>> + Send>>;
+
+/// Default number of traces a search returns when the UI does not say.
+const DEFAULT_SEARCH_DEPTH: usize = 20;
+
+pub struct JaegerStorage<S> {
+    frontend: Arc<Frontend<S>>,
+}
+
+impl<S: RawStore> JaegerStorage<S> {
+    pub fn new(frontend: Arc<Frontend<S>>) -> Self {
+        Self { frontend }
+    }
+
+    pub fn servers(self) -> (TraceReaderServer<Self>, DependencyReaderServer<Deps>) {
+        (
+            TraceReaderServer::new(self),
+            DependencyReaderServer::new(Deps),
+        )
+    }
+}
+
+fn to_status(e: FrontendError) -> Status {
+    match e {
+        FrontendError::InvalidArgument(m) => Status::invalid_argument(m),
+        FrontendError::Raw(r) => {
+            tracing::warn!(error = %r, "raw read failed");
+            Status::unavailable(r.to_string())
+        }
+    }
+}
+
+fn timestamp(t: &Option<prost_types::Timestamp>) -> Option<SystemTime> {
+    t.as_ref().and_then(|t| {
+        let secs = u64::try_from(t.seconds).ok()?;
+        Some(UNIX_EPOCH + Duration::new(secs, u32::try_from(t.nanos).unwrap_or(0)))
+    })
+}
+
+/// The UI's search as a [`SearchQuery`]; bad input is an InvalidArgument
+/// naming what is wrong.
+pub fn parse_query(
+    q: Option<TraceQueryParameters>,
+    default_scope: Scope,
+) -> Result<SearchQuery, Status> {
+    let q = q.ok_or_else(|| Status::invalid_argument("missing query"))?;
+    let mode = if q.service_name.is_empty() {
+        Mode::ALL[0]
+    } else {
+        q.service_name
+            .parse::<Mode>()
+            .map_err(|e| Status::invalid_argument(format!("service: {e}")))?
+    };
+    let mut scope = default_scope;
+    let mut tags = Vec::new();
+    for kv in &q.attributes {
+        let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => s.clone(),
+            Some(any_value::Value::IntValue(i)) => i.to_string(),
+            Some(any_value::Value::BoolValue(b)) => b.to_string(),
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "tag {:?}: expected a string value",
+                    kv.key
+                )));
+            }
+        };
+        match kv.key.as_str() {
+            "scope" => {
+                scope = value
+                    .parse()
+                    .map_err(|e| Status::invalid_argument(format!("tag \"scope\": {e}")))?;
+            }
+            k if super::SEARCH_TAGS.contains(&k) => {
+                // The core API group has no name; accept the usual spellings.
+                let value = if k == "group" && (value == "core" || value == "v1") {
+                    String::new()
+                } else {
+                    value
+                };
+                tags.push((k.to_string(), value));
+            }
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown tag {other:?}: search by {} or scope",
+                    super::SEARCH_TAGS.join(", ")
+                )));
+            }
+        }
+    }
+    if !q.operation_name.is_empty() && !tags.iter().any(|(k, _)| k == "cluster") {
+        tags.push(("cluster".into(), q.operation_name.clone()));
+    }
+    let end = timestamp(&q.start_time_max).unwrap_or_else(SystemTime::now);
+    let start = timestamp(&q.start_time_min).unwrap_or(end - Duration::from_secs(3600));
+    if start > end {
+        return Err(Status::invalid_argument(
+            "start_time_min is after start_time_max",
+        ));
+    }
+    let limit = usize::try_from(q.search_depth)
+        .ok()
+        .filter(|d| *d > 0)
+        .unwrap_or(DEFAULT_SEARCH_DEPTH);
+    Ok(SearchQuery {
+        mode,
+        scope,
+        tags,
+        range: TimeRange::new(start, end),
+        limit,
+    })
+}
+
+fn chunk(t: &AssembledTrace) -> TracesData {
+    TracesData {
+        resource_spans: t.resource_spans.clone(),
+    }
+}
+
+fn stream_of(traces: Vec<Arc<AssembledTrace>>) -> TraceStream {
+    // One TracesData per trace: chunks never mix traces.
+    Box::pin(futures::stream::iter(
+        traces
+            .into_iter()
+            .filter(|t| !t.resource_spans.is_empty())
+            .map(|t| Ok(chunk(&t))),
+    ))
+}
+
+fn span_range(t: &AssembledTrace) -> (u64, u64) {
+    let spans = t
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans);
+    spans.fold((u64::MAX, 0), |(s, e), sp| {
+        (s.min(sp.start_time_unix_nano), e.max(sp.end_time_unix_nano))
+    })
+}
+
+fn proto_ts(ns: u64) -> prost_types::Timestamp {
+    let t = from_nanos(ns);
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+#[tonic::async_trait]
+impl<S: RawStore> TraceReader for JaegerStorage<S> {
+    type GetTracesStream = TraceStream;
+    type FindTracesStream = TraceStream;
+
+    async fn get_traces(
+        &self,
+        request: Request<GetTracesRequest>,
+    ) -> Result<Response<TraceStream>, Status> {
+        let mut found = Vec::new();
+        for q in request.into_inner().query {
+            let Some(id) = trace_id_bytes(&q.trace_id) else {
+                return Err(Status::invalid_argument(format!(
+                    "trace_id must be 16 bytes, got {}",
+                    q.trace_id.len()
+                )));
+            };
+            if let Some(t) = self.frontend.get(&id).await.map_err(to_status)? {
+                found.push(t);
+            }
+        }
+        Ok(Response::new(stream_of(found)))
+    }
+
+    async fn get_services(
+        &self,
+        _: Request<GetServicesRequest>,
+    ) -> Result<Response<GetServicesResponse>, Status> {
+        Ok(Response::new(GetServicesResponse {
+            services: Mode::ALL.iter().map(|m| m.name().to_string()).collect(),
+        }))
+    }
+
+    async fn get_operations(
+        &self,
+        request: Request<GetOperationsRequest>,
+    ) -> Result<Response<GetOperationsResponse>, Status> {
+        let service = request.into_inner().service;
+        if !service.is_empty() && service.parse::<Mode>().is_err() {
+            return Ok(Response::new(GetOperationsResponse::default()));
+        }
+        Ok(Response::new(GetOperationsResponse {
+            operations: self
+                .frontend
+                .clusters()
+                .into_iter()
+                .map(|name| Operation {
+                    name,
+                    span_kind: String::new(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn find_traces(
+        &self,
+        request: Request<FindTracesRequest>,
+    ) -> Result<Response<TraceStream>, Status> {
+        let q = parse_query(
+            request.into_inner().query,
+            self.frontend.config().default_scope,
+        )?;
+        let traces = self.frontend.search(&q).await.map_err(to_status)?;
+        Ok(Response::new(stream_of(traces)))
+    }
+
+    async fn find_trace_i_ds(
+        &self,
+        request: Request<FindTracesRequest>,
+    ) -> Result<Response<FindTraceIDsResponse>, Status> {
+        let q = parse_query(
+            request.into_inner().query,
+            self.frontend.config().default_scope,
+        )?;
+        let traces = self.frontend.search(&q).await.map_err(to_status)?;
+        Ok(Response::new(FindTraceIDsResponse {
+            trace_ids: traces
+                .iter()
+                .filter(|t| !t.resource_spans.is_empty())
+                .map(|t| {
+                    let (s, e) = span_range(t);
+                    FoundTraceId {
+                        trace_id: t.id.to_vec(),
+                        start: Some(proto_ts(s)),
+                        end: Some(proto_ts(e.max(s))),
+                    }
+                })
+                .collect(),
+        }))
+    }
+}
+
+/// kascade has no service dependency graph: object relations are traces.
+pub struct Deps;
+
+#[tonic::async_trait]
+impl DependencyReader for Deps {
+    async fn get_dependencies(
+        &self,
+        _: Request<GetDependenciesRequest>,
+    ) -> Result<Response<GetDependenciesResponse>, Status> {
+        Ok(Response::new(GetDependenciesResponse::default()))
+    }
+}
+
+/// Hex of an assembled id, as the Jaeger UI shows it.
+pub fn hex_id(id: &TraceIdBytes) -> String {
+    super::raw::hex_trace_id(id)
+}

@@ -1,0 +1,153 @@
+//! An assembled object tree as text for the terminal (`kascade trace`):
+//! object hierarchy, times relative to the first entry, who did what, diffs.
+
+use std::fmt::Write as _;
+
+use super::assemble::Assembly;
+use super::display::{diff_lines, snapshot};
+use super::merge::Source;
+use super::raw::{from_nanos, string_attr};
+
+pub struct TextOptions {
+    /// Changed paths shown per write (the rest are counted).
+    pub max_diff_lines: usize,
+    /// Show create/delete snapshots.
+    pub snapshots: bool,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        Self {
+            max_diff_lines: 8,
+            snapshots: false,
+        }
+    }
+}
+
+fn rel(ns: u64, base: u64) -> String {
+    let d = ns.saturating_sub(base) as f64 / 1e9;
+    format!("+{d:.3}s")
+}
+
+pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
+    let base = asm
+        .nodes
+        .iter()
+        .filter_map(|n| n.history.active_range())
+        .map(|r| r.0)
+        .min()
+        .unwrap_or(0);
+    let mut out = String::new();
+    if base > 0 {
+        let t0 = humantime::format_rfc3339_millis(from_nanos(base));
+        let _ = writeln!(out, "t0 = {t0}");
+    }
+    for note in &asm.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    // Prefix of each depth: "│  " while the ancestor at that depth has more siblings.
+    let walk = asm.walk();
+    let mut last_at_depth: Vec<bool> = Vec::new();
+    for (pos, &(i, depth)) in walk.iter().enumerate() {
+        let n = &asm.nodes[i];
+        let is_last = !walk[pos + 1..]
+            .iter()
+            .take_while(|(_, d)| *d >= depth)
+            .any(|(_, d)| *d == depth);
+        last_at_depth.truncate(depth);
+        let mut prefix = String::new();
+        for &last in last_at_depth.iter().skip(1) {
+            prefix.push_str(if last { "   " } else { "│  " });
+        }
+        if depth > 0 {
+            prefix.push_str(if is_last { "└─ " } else { "├─ " });
+        }
+        last_at_depth.push(is_last);
+        let o = &n.history.object;
+        let mut head = format!("{prefix}{} ", o.resource);
+        if !o.namespace.is_empty() {
+            let _ = write!(head, "{}/", o.namespace);
+        }
+        head.push_str(&o.name);
+        if let Some(c) = &n.class {
+            let _ = write!(head, "  [{c}]");
+        }
+        if n.parent
+            .is_none_or(|p| asm.nodes[p].history.object.cluster != o.cluster)
+        {
+            let _ = write!(head, "  (cluster {})", o.cluster);
+        }
+        if i == asm.searched && asm.nodes.len() > 1 {
+            head.push_str("  ◀ searched");
+        }
+        if n.history.entries.is_empty() {
+            head.push_str("  (nothing recorded in range)");
+        }
+        let _ = writeln!(out, "{head}");
+        // Entries are indented under the object, continuing its tree line.
+        let mut body = String::new();
+        for &last in last_at_depth.iter().skip(1) {
+            body.push_str(if last { "   " } else { "│  " });
+        }
+        body.push_str(if n.children.is_empty() {
+            "   "
+        } else {
+            "│  "
+        });
+        for e in &n.history.entries {
+            let t = rel(e.span.start_time_unix_nano, base);
+            let failed = e
+                .span
+                .status
+                .as_ref()
+                .filter(|s| s.code == 2)
+                .map(|s| format!("  ✗ {}", s.message))
+                .unwrap_or_default();
+            match e.source {
+                Source::Event => {
+                    let a = &e.span.attributes;
+                    let kind = string_attr(a, "event.type").unwrap_or("Normal");
+                    let comp = string_attr(a, "event.component").unwrap_or("");
+                    let msg = string_attr(a, "event.message").unwrap_or("");
+                    let _ = writeln!(
+                        out,
+                        "{body}{t}  event {} {kind} ({comp}): {msg}",
+                        e.span.name
+                    );
+                }
+                _ => {
+                    let code = string_attr(&e.span.attributes, "audit.code")
+                        .map(str::to_string)
+                        .or_else(|| {
+                            super::raw::int_attr(&e.span.attributes, "audit.code")
+                                .map(|c| c.to_string())
+                        })
+                        .unwrap_or_default();
+                    let lines = diff_lines(&e.span);
+                    let summary = if opts.max_diff_lines == 0 && !lines.is_empty() {
+                        format!("  ({} changes)", lines.len())
+                    } else {
+                        String::new()
+                    };
+                    let _ = writeln!(out, "{body}{t}  {} {code}{summary}{failed}", e.span.name);
+                    for l in lines.iter().take(opts.max_diff_lines) {
+                        let _ = writeln!(out, "{body}            {l}");
+                    }
+                    if opts.max_diff_lines > 0 && lines.len() > opts.max_diff_lines {
+                        let _ = writeln!(
+                            out,
+                            "{body}            … {} more changes",
+                            lines.len() - opts.max_diff_lines
+                        );
+                    }
+                    if opts.snapshots
+                        && let Some(s) = snapshot(&e.span)
+                    {
+                        let _ = writeln!(out, "{body}            snapshot: {s}");
+                    }
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,626 @@
+//! The frontend over the real fixtures: scopes, display modes, trace ids that
+//! survive a replica without cache, the redirect endpoint and bad input.
+//! Expected objects are read from the audit log itself (owner references in
+//! the apiserver's responses), not from kascade's output.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::cli::load_rules;
+use kascade::frontend::assemble::{Limits, Scope};
+use kascade::frontend::display::{Mode, render};
+use kascade::frontend::http::{RedirectState, router};
+use kascade::frontend::offline::store_from_audit_lines;
+use kascade::frontend::proto::{AnyValue, KeyValue, TraceQueryParameters, any_value};
+use kascade::frontend::raw::{
+    JaegerHttp, MemoryStore, RawStore, TimeRange, from_nanos, parse_hex_trace_id, string_attr,
+};
+use kascade::frontend::service::parse_query;
+use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, FrontendError, SearchQuery};
+use kascade::model::Windowing;
+use kascade::source::audit::AuditFilter;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use serde_json::Value;
+use tower::ServiceExt;
+
+const CLUSTER: &str = "fixture";
+
+async fn store(scenario: &str) -> MemoryStore {
+    let (store, errors) = store_from_audit_lines(
+        common::audit_lines(scenario),
+        CLUSTER,
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig {
+            windowing: Windowing::new(Duration::from_secs(1800)),
+            ..ProcessorConfig::default()
+        },
+        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    store
+}
+
+fn whole_range(store: &MemoryStore) -> TimeRange {
+    let (a, b) = store.time_span().expect("spans");
+    TimeRange::new(from_nanos(a), from_nanos(b))
+}
+
+async fn frontend(scenario: &str) -> (Arc<Frontend<MemoryStore>>, TimeRange) {
+    let s = store(scenario).await;
+    let range = whole_range(&s);
+    (
+        Arc::new(Frontend::new(Arc::new(s), FrontendConfig::default())),
+        range,
+    )
+}
+
+fn tags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn search_one(
+    f: &Frontend<MemoryStore>,
+    range: TimeRange,
+    mode: Mode,
+    scope: Scope,
+    t: &[(&str, &str)],
+) -> Arc<AssembledTrace> {
+    let found = f
+        .search(&SearchQuery {
+            mode,
+            scope,
+            tags: tags(t),
+            range,
+            limit: 20,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "one trace for {t:?}");
+    found[0].clone()
+}
+
+/// ReplicaSets of `hello` and the Pods of each, from the owner references the
+/// apiserver returned in the audit log.
+fn owned_by_fixture(scenario: &str) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut owned: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for line in common::audit_lines(scenario) {
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        let obj = &ev["responseObject"];
+        let Some(owners) = obj["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        for o in owners {
+            if o["controller"] == true {
+                owned
+                    .entry((
+                        o["kind"].as_str().unwrap().to_string(),
+                        o["name"].as_str().unwrap().to_string(),
+                    ))
+                    .or_default()
+                    .insert(name.to_string());
+            }
+        }
+    }
+    owned
+}
+
+fn all_spans(t: &AssembledTrace) -> Vec<(String, Span)> {
+    t.resource_spans
+        .iter()
+        .flat_map(|rs| {
+            let service = rs
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default()
+                .to_string();
+            rs.scope_spans
+                .iter()
+                .flat_map(|ss| ss.spans.clone())
+                .map(move |s| (service.clone(), s))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn full_tree_of_the_deployment_has_both_replicasets_and_their_pods() {
+    let (f, range) = frontend("deployment").await;
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let owned = owned_by_fixture("deployment");
+    let replicasets = &owned[&("Deployment".to_string(), "hello".to_string())];
+    assert_eq!(replicasets.len(), 2, "the fixture has two ReplicaSets");
+
+    let asm = &t.assembly;
+    let root = &asm.nodes[0];
+    assert_eq!(root.history.object.resource, "deployments");
+    assert_eq!(root.history.object.name, "hello");
+    let children: BTreeSet<String> = root
+        .children
+        .iter()
+        .map(|&c| &asm.nodes[c].history.object)
+        .filter(|o| o.resource == "replicasets")
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(&children, replicasets);
+    for &c in &root.children {
+        let rs = &asm.nodes[c];
+        let pods: BTreeSet<String> = rs
+            .children
+            .iter()
+            .map(|&p| &asm.nodes[p].history.object)
+            .filter(|o| o.resource == "pods")
+            .map(|o| o.name.clone())
+            .collect();
+        assert_eq!(
+            pods,
+            owned[&("ReplicaSet".to_string(), rs.history.object.name.clone())],
+            "pods under {}",
+            rs.history.object.name
+        );
+    }
+
+    // In tracing mode the writes, Events and diffs are logs of the object span.
+    let spans = all_spans(&t);
+    let root_span = spans
+        .iter()
+        .find(|(svc, s)| svc == "deployments" && s.parent_span_id.is_empty())
+        .map(|(_, s)| s)
+        .expect("root span");
+    assert_eq!(root_span.name, "default/hello");
+    let log = |pred: &dyn Fn(&opentelemetry_proto::tonic::trace::v1::span::Event) -> bool| {
+        root_span.events.iter().any(pred)
+    };
+    assert!(log(&|e| e.name.ends_with("patch scale")
+        && string_attr(&e.attributes, "diff")
+            .is_some_and(|d| d.contains("spec.replicas: 3 → 5"))));
+    assert!(log(
+        &|e| e.name.ends_with(" delete") && string_attr(&e.attributes, "snapshot").is_some()
+    ));
+    assert!(log(&|e| e.name == "event ScalingReplicaSet"));
+    let json = serde_json::to_string(&t.resource_spans).unwrap();
+    assert!(
+        !json.contains("managedFields"),
+        "managedFields leaked into a diff"
+    );
+    assert!(
+        !json.contains("kascade.span"),
+        "internal attributes are hidden"
+    );
+}
+
+#[tokio::test]
+async fn ancestors_of_a_replicaset_is_the_deployment_with_only_that_replicaset() {
+    let (f, range) = frontend("deployment").await;
+    let owned = owned_by_fixture("deployment");
+    for rs in &owned[&("Deployment".to_string(), "hello".to_string())] {
+        let t = search_one(
+            &f,
+            range,
+            Mode::Tracing,
+            Scope::Ancestors,
+            &[("resource", "replicasets"), ("name", rs)],
+        )
+        .await;
+        let asm = &t.assembly;
+        assert_eq!(asm.nodes.len(), 2);
+        assert_eq!(asm.nodes[0].history.object.name, "hello");
+        assert_eq!(asm.nodes[0].children, vec![1]);
+        assert_eq!(&asm.nodes[1].history.object.name, rs);
+        assert_eq!(asm.nodes[1].class.as_deref(), Some("owner"));
+        assert_eq!(asm.searched, 1);
+    }
+}
+
+#[tokio::test]
+async fn descendants_and_object_scopes() {
+    let (f, range) = frontend("deployment").await;
+    let owned = owned_by_fixture("deployment");
+    let rs = owned[&("Deployment".to_string(), "hello".to_string())]
+        .iter()
+        .next()
+        .unwrap()
+        .clone();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Descendants,
+        &[("resource", "replicasets"), ("name", &rs)],
+    )
+    .await;
+    let asm = &t.assembly;
+    assert_eq!(
+        asm.nodes[0].history.object.name, rs,
+        "the searched RS is the root"
+    );
+    let pods: BTreeSet<String> = asm
+        .nodes
+        .iter()
+        .filter(|n| n.history.object.resource == "pods")
+        .map(|n| n.history.object.name.clone())
+        .collect();
+    assert_eq!(pods, owned[&("ReplicaSet".to_string(), rs.clone())]);
+    assert!(
+        asm.nodes
+            .iter()
+            .all(|n| n.history.object.resource != "deployments"),
+        "descendants never climb"
+    );
+
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Object,
+        &[("resource", "replicasets"), ("name", &rs)],
+    )
+    .await;
+    assert_eq!(t.assembly.nodes.len(), 1);
+}
+
+#[tokio::test]
+async fn display_modes_lay_out_the_same_entries_differently() {
+    let (f, range) = frontend("deployment").await;
+    let q = [("resource", "deployments"), ("name", "hello")];
+    let tracing = search_one(&f, range, Mode::Tracing, Scope::Full, &q).await;
+    let entries: usize = tracing
+        .assembly
+        .nodes
+        .iter()
+        .map(|n| n.history.entries.len())
+        .sum();
+    let objects = tracing.assembly.nodes.len();
+    assert!(entries > objects);
+
+    let spans = all_spans(&tracing);
+    assert_eq!(spans.len(), objects, "tracing: one span per object");
+    let logs: usize = spans.iter().map(|(_, s)| s.events.len()).sum();
+    assert_eq!(logs, entries, "tracing: every entry is a log");
+
+    let tree = search_one(&f, range, Mode::Tree, Scope::Full, &q).await;
+    let spans = all_spans(&tree);
+    assert_eq!(
+        spans.len(),
+        objects + entries,
+        "tree: entries are child spans"
+    );
+
+    let timeline = search_one(&f, range, Mode::Timeline, Scope::Full, &q).await;
+    let spans = all_spans(&timeline);
+    assert_eq!(spans.len(), 1 + entries, "timeline: root plus every entry");
+    let root = spans
+        .iter()
+        .find(|(_, s)| s.parent_span_id.is_empty())
+        .unwrap();
+    assert!(
+        spans
+            .iter()
+            .filter(|(_, s)| !s.parent_span_id.is_empty())
+            .all(|(_, s)| s.parent_span_id == root.1.span_id),
+        "timeline: flat under the root"
+    );
+    let (first, last) = spans.iter().fold((u64::MAX, 0), |(a, b), (_, s)| {
+        (a.min(s.start_time_unix_nano), b.max(s.end_time_unix_nano))
+    });
+    assert_eq!(
+        (root.1.start_time_unix_nano, root.1.end_time_unix_nano),
+        (first, last)
+    );
+
+    let grouped = search_one(&f, range, Mode::Grouped, Scope::Full, &q).await;
+    let spans = all_spans(&grouped);
+    let source_spans: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == "audit" || s.name == "event")
+        .collect();
+    let logs: usize = source_spans.iter().map(|s| s.events.len()).sum();
+    assert_eq!(logs, entries, "grouped: every entry in its source span");
+    assert!(source_spans.iter().any(|s| s.name == "event"));
+
+    // Every mode keeps one trace id and parents that exist.
+    for t in [&tracing, &tree, &timeline, &grouped] {
+        let spans = all_spans(t);
+        let ids: HashSet<Vec<u8>> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();
+        assert_eq!(ids.len(), spans.len(), "span ids are unique");
+        for (_, s) in &spans {
+            assert_eq!(s.trace_id, t.id.to_vec());
+            assert!(s.parent_span_id.is_empty() || ids.contains(&s.parent_span_id));
+        }
+    }
+}
+
+#[tokio::test]
+async fn classes_can_be_grouped_under_a_virtual_span() {
+    let (f, range) = frontend("deployment").await;
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let group: HashSet<String> = ["node".to_string()].into();
+    let rendered = render(&t.assembly, Mode::Tracing, &t.id, &group);
+    let spans: Vec<Span> = rendered
+        .iter()
+        .flat_map(|rs| rs.scope_spans.iter().flat_map(|ss| ss.spans.clone()))
+        .collect();
+    let virtuals: Vec<&Span> = spans.iter().filter(|s| s.name == "node").collect();
+    assert!(!virtuals.is_empty());
+    let nodes: Vec<&Span> = spans
+        .iter()
+        .filter(|s| string_attr(&s.attributes, "resource") == Some("nodes"))
+        .collect();
+    assert!(!nodes.is_empty());
+    for n in nodes {
+        assert!(
+            virtuals.iter().any(|v| v.span_id == n.parent_span_id),
+            "node {} hangs under a virtual 'node' span",
+            n.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_trace_id_reloads_on_a_replica_without_the_cache() {
+    let s = Arc::new(store("deployment").await);
+    let range = whole_range(&s);
+    let a = Frontend::new(s.clone(), FrontendConfig::default());
+    let b = Frontend::new(s.clone(), FrontendConfig::default());
+    let found = a
+        .search(&SearchQuery {
+            mode: Mode::Tree,
+            scope: Scope::Full,
+            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+            range,
+            limit: 5,
+        })
+        .await
+        .unwrap();
+    let original = &found[0];
+    let reloaded = b
+        .get(&original.id)
+        .await
+        .unwrap()
+        .expect("decoded and rebuilt");
+    assert_eq!(
+        serde_json::to_string(&reloaded.resource_spans).unwrap(),
+        serde_json::to_string(&original.resource_spans).unwrap()
+    );
+    assert!(
+        b.get(&[9u8; 16]).await.unwrap().is_none(),
+        "foreign ids are not found"
+    );
+}
+
+#[tokio::test]
+async fn an_object_without_activity_in_range_is_an_empty_result() {
+    let (f, _) = frontend("deployment").await;
+    let long_ago = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let found = f
+        .search(&SearchQuery {
+            mode: Mode::Tracing,
+            scope: Scope::Full,
+            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+            range: TimeRange::new(long_ago, long_ago + Duration::from_secs(3600)),
+            limit: 5,
+        })
+        .await
+        .unwrap();
+    assert!(found.is_empty());
+    let err = f
+        .search(&SearchQuery {
+            mode: Mode::Tracing,
+            scope: Scope::Full,
+            tags: tags(&[("kind", "Deployment")]),
+            range: TimeRange::new(long_ago, long_ago),
+            limit: 5,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FrontendError::InvalidArgument(m) if m.contains("\"kind\"")));
+}
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+    }
+}
+
+#[test]
+fn ui_search_form_maps_to_mode_cluster_tags_and_scope() {
+    let q = parse_query(
+        Some(TraceQueryParameters {
+            service_name: "timeline".into(),
+            operation_name: "prod".into(),
+            attributes: vec![
+                kv("resource", "pods"),
+                kv("group", "core"),
+                kv("scope", "ancestors"),
+            ],
+            ..Default::default()
+        }),
+        Scope::Full,
+    )
+    .unwrap();
+    assert_eq!(q.mode, Mode::Timeline);
+    assert_eq!(q.scope, Scope::Ancestors);
+    assert!(q.tags.contains(&("cluster".into(), "prod".into())));
+    assert!(q.tags.contains(&("group".into(), String::new())));
+
+    let err = parse_query(
+        Some(TraceQueryParameters {
+            attributes: vec![kv("http.status_code", "200")],
+            ..Default::default()
+        }),
+        Scope::Full,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("http.status_code"),
+        "{}",
+        err.message()
+    );
+
+    let err = parse_query(
+        Some(TraceQueryParameters {
+            service_name: "flamegraph".into(),
+            ..Default::default()
+        }),
+        Scope::Full,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("flamegraph"));
+}
+
+#[tokio::test]
+async fn redirect_points_the_ui_at_a_trace_that_assembles() {
+    let (f, range) = frontend("deployment").await;
+    let app = router(Arc::new(RedirectState {
+        frontend: f.clone(),
+        ui_url: "http://ui.example:16686/".into(),
+        default_cluster: CLUSTER.into(),
+    }));
+    let secs = range
+        .start
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let resp = app
+        .clone()
+        .oneshot(
+            Request::get(format!(
+                "/redirect?group=apps&resource=deployments&namespace=default&name=hello&time={secs}&mode=tree"
+            ))
+            .body(Body::empty())
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    let hex = location
+        .strip_prefix("http://ui.example:16686/trace/")
+        .unwrap_or_else(|| panic!("{location}"));
+    let id = parse_hex_trace_id(hex).unwrap();
+    let t = f
+        .get(&id)
+        .await
+        .unwrap()
+        .expect("the redirect's trace assembles");
+    assert_eq!(t.assembly.nodes[0].history.object.name, "hello");
+
+    for (query, needle) in [
+        ("/redirect?resource=deployments", "name="),
+        (
+            "/redirect?resource=deployments&name=hello&time=yesterday",
+            "time \"yesterday\"",
+        ),
+        (
+            "/redirect?resource=deployments&name=hello&scope=up",
+            "scope",
+        ),
+    ] {
+        let resp = app
+            .clone()
+            .oneshot(Request::get(query).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{query}");
+        let body = axum::body::to_bytes(resp.into_body(), 10_000)
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(needle), "{query}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_raw_jaeger_is_an_error_naming_its_url() {
+    // Nothing listens on port 1 of the loopback: a real refused connection.
+    let store = JaegerHttp::new("http://127.0.0.1:1", "kascade", Duration::from_secs(2));
+    let err = store.get([1; 16]).await.unwrap_err().to_string();
+    assert!(err.contains("http://127.0.0.1:1"), "{err}");
+    let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+    let now = std::time::SystemTime::now();
+    let err = f
+        .search(&SearchQuery {
+            mode: Mode::Tracing,
+            scope: Scope::Full,
+            tags: tags(&[("name", "hello")]),
+            range: TimeRange::new(now - Duration::from_secs(60), now),
+            limit: 1,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FrontendError::Raw(_)));
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+}
+
+#[tokio::test]
+async fn secret_values_never_reach_an_assembled_trace() {
+    // The config scenario's Secret values (plain and as base64 in Secret data).
+    let secret_values = [
+        "kascade-fixture-s3cr3t-value",
+        "a2FzY2FkZS1maXh0dXJlLXMzY3IzdC12YWx1ZQ==",
+        "kascade-fixture-rotated-value",
+        "a2FzY2FkZS1maXh0dXJlLXJvdGF0ZWQtdmFsdWU=",
+    ];
+    let raw = common::audit_lines("config").join("\n");
+    assert!(raw.contains(secret_values[1]) && raw.contains(secret_values[3]));
+    let s = Arc::new(store("config").await);
+    let range = whole_range(&s);
+    let f = Frontend::new(
+        s,
+        FrontendConfig {
+            limits: Limits::default(),
+            ..FrontendConfig::default()
+        },
+    );
+    for mode in Mode::ALL {
+        let found = f
+            .search(&SearchQuery {
+                mode,
+                scope: Scope::Full,
+                tags: tags(&[("namespace", "config-demo")]),
+                range,
+                limit: 100,
+            })
+            .await
+            .unwrap();
+        assert!(!found.is_empty());
+        for t in found {
+            let json = serde_json::to_string(&t.resource_spans).unwrap();
+            for v in secret_values {
+                assert!(!json.contains(v), "{v} leaked");
+            }
+        }
+    }
+}
