@@ -155,3 +155,39 @@ fn bad_flags_are_named() {
     assert!(!st.status.success());
     assert!(String::from_utf8_lossy(&st.stderr).contains("--exclude-user-agent"));
 }
+
+#[test]
+fn every_flag_in_help_is_documented_in_the_readme() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z0-9-]+)").unwrap();
+    let mut checked = 0;
+    for sub in [
+        vec![],
+        vec!["collect"],
+        vec!["replay"],
+        vec!["frontend"],
+        vec!["trace"],
+        vec!["rules"],
+        vec!["rules", "check"],
+    ] {
+        let out = kascade().args(&sub).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{sub:?} --help");
+        let help = String::from_utf8(out.stdout).unwrap();
+        for line in help.lines() {
+            if let Some(c) = flag.captures(line) {
+                let f = &c[1];
+                checked += 1;
+                assert!(
+                    readme.contains(&format!("`{f}`")) || readme.contains(&format!("`{f} ")),
+                    "`kascade {} --help` lists {f}, which README.md does not document",
+                    sub.join(" ")
+                );
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} flags found: the help format changed?"
+    );
+}

@@ -519,4 +519,26 @@ async fn redirect_leads_to_a_trace_the_ui_can_open() {
         .unwrap();
     let spans = trace["data"][0]["spans"].as_array().expect("a trace");
     assert!(spans.iter().any(|s| s["operationName"] == "default/hello"));
+
+    // The frontend counted what it served.
+    let metrics = client
+        .get(format!("{}/metrics", env("KASCADE_FRONTEND_URL")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in\n{metrics}"))
+    };
+    assert!(value("kascade_frontend_requests_total{rpc=\"FindTraces\"}") >= 1.0);
+    assert!(value("kascade_frontend_requests_total{rpc=\"GetTraces\"}") >= 1.0);
+    assert!(value("kascade_frontend_traces_assembled_total") >= 1.0);
+    assert!(value("kascade_frontend_raw_reads_total") >= 1.0);
 }

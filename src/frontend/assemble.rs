@@ -10,7 +10,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::merge::{Link, ObjectHistory, Role, merge};
-use super::raw::{RawError, RawStore};
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::raw::{RawError, RawStore, TraceIdBytes};
+use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, raw_trace_id};
 
 /// Which related objects a trace shows.
@@ -140,11 +143,26 @@ impl Assembly {
 pub struct Assembler<S> {
     store: Arc<S>,
     limits: Limits,
+    metrics: Arc<FrontendMetrics>,
 }
 
 impl<S: RawStore> Assembler<S> {
-    pub fn new(store: Arc<S>, limits: Limits) -> Self {
-        Self { store, limits }
+    pub fn new(store: Arc<S>, limits: Limits, metrics: Arc<FrontendMetrics>) -> Self {
+        Self {
+            store,
+            limits,
+            metrics,
+        }
+    }
+
+    /// One raw trace, counted.
+    pub async fn read(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        self.metrics.raw_reads.inc();
+        let r = self.store.get(id).await;
+        if r.is_err() {
+            self.metrics.raw_read_errors.inc();
+        }
+        r
     }
 
     pub fn store(&self) -> &Arc<S> {
@@ -162,7 +180,7 @@ impl<S: RawStore> Assembler<S> {
             .iter()
             .map(|&w| raw_trace_id(hash, w).to_bytes())
             .collect();
-        let reads = futures::stream::iter(ids.into_iter().map(|id| self.store.get(id)))
+        let reads = futures::stream::iter(ids.into_iter().map(|id| self.read(id)))
             .buffer_unordered(self.limits.concurrency.max(1))
             .collect::<Vec<_>>()
             .await;

@@ -102,10 +102,32 @@ async fn redirect<S: RawStore>(
     (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
 }
 
-/// `/redirect`, `/healthz`, `/readyz` (and whatever `extra` adds, e.g. metrics).
+async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Response {
+    let mut registry = prometheus_client::registry::Registry::default();
+    st.frontend.metrics().register(&mut registry);
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// `/redirect`, `/metrics`, `/healthz`, `/readyz`.
 pub fn router<S: RawStore>(state: Arc<RedirectState<S>>) -> Router {
     Router::new()
         .route("/redirect", get(redirect::<S>))
+        .route("/metrics", get(metrics::<S>))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
         .with_state(state)

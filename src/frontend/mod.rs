@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
+use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, Windowing, raw_trace_id};
 use assemble::{Assembler, Assembly, Limits, Scope};
 use display::Mode;
@@ -93,6 +94,7 @@ pub struct AssembledTrace {
 
 pub struct Frontend<S> {
     assembler: Assembler<S>,
+    metrics: Arc<FrontendMetrics>,
     cfg: FrontendConfig,
     windowing: Windowing,
     cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
@@ -105,8 +107,10 @@ impl<S: RawStore> Frontend<S> {
         for c in &cfg.clusters {
             clusters.insert(c.clone(), ());
         }
+        let metrics = Arc::new(FrontendMetrics::default());
         Self {
-            assembler: Assembler::new(store, cfg.limits.clone()),
+            assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone()),
+            metrics,
             windowing: Windowing::new(cfg.window),
             cache: moka::future::Cache::builder()
                 .max_capacity(cfg.cache_entries)
@@ -115,6 +119,10 @@ impl<S: RawStore> Frontend<S> {
             clusters,
             cfg,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<FrontendMetrics> {
+        &self.metrics
     }
 
     pub fn config(&self) -> &FrontendConfig {
@@ -202,6 +210,7 @@ impl<S: RawStore> Frontend<S> {
         id: &TraceIdBytes,
     ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
         if let Some(t) = self.cache.get(id).await {
+            self.metrics.cache_hits.inc();
             return Ok(Some(t));
         }
         let Some(decoded) = AssembledId::decode(id) else {
@@ -212,8 +221,8 @@ impl<S: RawStore> Frontend<S> {
         let mut object: Option<ObjectRef> = None;
         for &w in &windows {
             let spans = self
-                .store()
-                .get(raw_trace_id(decoded.object_hash, w).to_bytes())
+                .assembler
+                .read(raw_trace_id(decoded.object_hash, w).to_bytes())
                 .await?;
             if let Some(h) = merge(spans) {
                 object = Some(h.object);
@@ -237,7 +246,12 @@ impl<S: RawStore> Frontend<S> {
         id: AssembledId,
         windows: &[u64],
     ) -> Result<Arc<AssembledTrace>, FrontendError> {
+        let started = std::time::Instant::now();
         let assembly = self.assembler.assemble(searched, id.scope, windows).await?;
+        self.metrics.traces_assembled.inc();
+        self.metrics
+            .objects_per_trace
+            .observe(assembly.nodes.len() as f64);
         for n in &assembly.nodes {
             if !self.clusters.contains_key(&n.history.object.cluster) {
                 self.clusters.insert(n.history.object.cluster.clone(), ());
@@ -245,6 +259,9 @@ impl<S: RawStore> Frontend<S> {
         }
         let encoded = id.encode();
         let resource_spans = display::render(&assembly, id.mode, &encoded, &self.cfg.group_classes);
+        self.metrics
+            .assemble_seconds
+            .observe(started.elapsed().as_secs_f64());
         Ok(Arc::new(AssembledTrace {
             id: encoded,
             assembly,

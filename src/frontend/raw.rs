@@ -148,6 +148,10 @@ impl MemoryStore {
         (a <= b).then_some((a, b))
     }
 
+    pub fn span_count(&self) -> usize {
+        self.traces.values().map(Vec::len).sum()
+    }
+
     pub fn len(&self) -> usize {
         self.traces.len()
     }

@@ -25,6 +25,7 @@ use super::proto::{
 use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
 use crate::frontend::assemble::Scope;
+use crate::metrics::FrontendMetrics;
 
 type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesData, Status>> + Send>>;
 
@@ -38,6 +39,27 @@ pub struct JaegerStorage<S> {
 impl<S: RawStore> JaegerStorage<S> {
     pub fn new(frontend: Arc<Frontend<S>>) -> Self {
         Self { frontend }
+    }
+
+    fn count(&self, rpc: &str) {
+        self.frontend
+            .metrics()
+            .requests
+            .get_or_create(&FrontendMetrics::rpc(rpc))
+            .inc();
+    }
+
+    fn error(&self, rpc: &str) {
+        self.frontend
+            .metrics()
+            .errors
+            .get_or_create(&FrontendMetrics::rpc(rpc))
+            .inc();
+    }
+
+    fn fail(&self, rpc: &str, e: FrontendError) -> Status {
+        self.error(rpc);
+        to_status(e)
     }
 
     pub fn servers(self) -> (TraceReaderServer<Self>, DependencyReaderServer<Deps>) {
@@ -184,6 +206,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<GetTracesRequest>,
     ) -> Result<Response<TraceStream>, Status> {
+        self.count("GetTraces");
         let mut found = Vec::new();
         for q in request.into_inner().query {
             let Some(id) = trace_id_bytes(&q.trace_id) else {
@@ -192,7 +215,12 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
                     q.trace_id.len()
                 )));
             };
-            if let Some(t) = self.frontend.get(&id).await.map_err(to_status)? {
+            if let Some(t) = self
+                .frontend
+                .get(&id)
+                .await
+                .map_err(|e| self.fail("GetTraces", e))?
+            {
                 found.push(t);
             }
         }
@@ -212,6 +240,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<GetOperationsRequest>,
     ) -> Result<Response<GetOperationsResponse>, Status> {
+        self.count("GetOperations");
         let service = request.into_inner().service;
         if !service.is_empty() && service.parse::<Mode>().is_err() {
             return Ok(Response::new(GetOperationsResponse::default()));
@@ -233,11 +262,17 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<FindTracesRequest>,
     ) -> Result<Response<TraceStream>, Status> {
+        self.count("FindTraces");
         let q = parse_query(
             request.into_inner().query,
             self.frontend.config().default_scope,
-        )?;
-        let traces = self.frontend.search(&q).await.map_err(to_status)?;
+        )
+        .inspect_err(|_| self.error("FindTraces"))?;
+        let traces = self
+            .frontend
+            .search(&q)
+            .await
+            .map_err(|e| self.fail("FindTraces", e))?;
         Ok(Response::new(stream_of(traces)))
     }
 
@@ -245,11 +280,17 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<FindTracesRequest>,
     ) -> Result<Response<FindTraceIDsResponse>, Status> {
+        self.count("FindTraceIDs");
         let q = parse_query(
             request.into_inner().query,
             self.frontend.config().default_scope,
-        )?;
-        let traces = self.frontend.search(&q).await.map_err(to_status)?;
+        )
+        .inspect_err(|_| self.error("FindTraceIDs"))?;
+        let traces = self
+            .frontend
+            .search(&q)
+            .await
+            .map_err(|e| self.fail("FindTraceIDs", e))?;
         Ok(Response::new(FindTraceIDsResponse {
             trace_ids: traces
                 .iter()

@@ -1,0 +1,99 @@
+//! Frontend assembly cost: the full tree of a Deployment with N Pods, read
+//! from an in-memory raw store, merged, linked and rendered in tracing mode
+//! (the Jaeger UI's default). The spans come from the real deployment
+//! fixture run through the real collector pipeline, with one Pod's audit
+//! lines (its create, binding, status, Events, deletes) copied under fresh
+//! names to reach N Pods. Target: ≤ 300 ms at 1,000 Pods, linear in spans.
+//!
+//! Run: `cargo bench --bench assemble` (README, Benchmarks).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::cli::load_rules;
+use kascade::frontend::assemble::Scope;
+use kascade::frontend::display::Mode;
+use kascade::frontend::offline::store_from_audit_lines;
+use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos};
+use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+use kascade::source::audit::AuditFilter;
+
+const TEMPLATE_POD: &str = "hello-54f9b65d48-dfv6w";
+
+fn audit_lines(pods: usize) -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/e2e/fixtures/deployment/audit.log"
+    );
+    let text = std::fs::read_to_string(path).expect("deployment fixture");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let template: Vec<&str> = text.lines().filter(|l| l.contains(TEMPLATE_POD)).collect();
+    for i in 0..pods {
+        let name = format!("hello-54f9b65d48-b{i:05}");
+        for l in &template {
+            lines.push(l.replace(TEMPLATE_POD, &name));
+        }
+    }
+    lines
+}
+
+fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRange, usize) {
+    let (store, errors) = rt.block_on(store_from_audit_lines(
+        audit_lines(pods),
+        "bench",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+    ));
+    assert!(errors.is_empty(), "{errors:?}");
+    let (a, b) = store.time_span().unwrap();
+    let spans = store.span_count();
+    (
+        Arc::new(store),
+        TimeRange::new(from_nanos(a), from_nanos(b)),
+        spans,
+    )
+}
+
+fn assemble(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("assemble_deployment_full_tree");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    for pods in [250, 500, 1000] {
+        let (store, range, spans) = store(pods, &rt);
+        group.throughput(Throughput::Elements(spans as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(pods), &pods, |b, _| {
+            b.to_async(&rt).iter(|| async {
+                // A fresh frontend each time: nothing cached.
+                let f = Frontend::new(store.clone(), FrontendConfig::default());
+                let found = f
+                    .search(&SearchQuery {
+                        mode: Mode::Tracing,
+                        scope: Scope::Full,
+                        tags: vec![
+                            ("resource".into(), "deployments".into()),
+                            ("name".into(), "hello".into()),
+                        ],
+                        range,
+                        limit: 1,
+                    })
+                    .await
+                    .unwrap();
+                assert!(found[0].assembly.nodes.len() > pods);
+                found
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, assemble);
+criterion_main!(benches);
