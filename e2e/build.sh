@@ -3,10 +3,11 @@
 # e2e/versions.env, into a cache outside the repo. A component whose binary for
 # the pinned version is already cached is skipped.
 #
-#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|all]   (default: all)
+#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|all]   (default: all)
 #
 # Prints the bin directory on its last line of stdout-friendly output as
 #   KASCADE_E2E_BIN=<dir>
+# (`helm` and `compose-check` alone print HELM=<path> / COMPOSE_CHECK=<path>).
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -155,6 +156,60 @@ GO
   log "jaeger $JAEGER_RELEASE built"
 }
 
+build_helm() {
+  local out; out="$(bin_dir helm "$HELM_VERSION")"
+  if [[ -x "$out/helm" ]]; then log "helm $HELM_VERSION cached"; return; fi
+  log "building helm $HELM_VERSION (a few minutes on 2 cores)"
+  local t0=$SECONDS
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/helm-$HELM_VERSION"; mkdir -p "$work"
+  # Helm's Makefile derives its default Kubernetes version (.Capabilities,
+  # lint) from the client-go it is built with; without it helm assumes v1.20.
+  local modfile k8s_minor
+  modfile="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  k8s_minor="$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$modfile")"
+  [[ -n "$k8s_minor" ]] || { log "cannot find helm's client-go version in $modfile"; return 1; }
+  local x="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  local p
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    x+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+  done
+  GOBIN="$work" run_logged "$work/build.log" go install -trimpath -ldflags "-s -w $x" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv "$work/helm" "$out/helm"
+  log "helm $HELM_VERSION built in $((SECONDS - t0))s"
+}
+
+# The compose validator is this repo's own Go module; its cache key is the
+# hash of its sources, so an edit rebuilds it.
+build_compose_check() {
+  local src="$E2E_DIR/tools/compose-check"
+  local mod
+  for mod in "github.com/compose-spec/compose-go/v2 $COMPOSE_GO_VERSION" "github.com/moby/buildkit $BUILDKIT_VERSION"; do
+    if ! grep -qE "^(require )?[[:space:]]*$mod\$" "$src/go.mod"; then
+      log "$src/go.mod does not require $mod (versions.env)"; return 1
+    fi
+  done
+  local key; key="$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go | sha256sum | cut -c1-12)"
+  local out; out="$(bin_dir compose-check "$COMPOSE_GO_VERSION-$key")"
+  if [[ -x "$out/compose-check" ]]; then log "compose-check (compose-go $COMPOSE_GO_VERSION, buildkit $BUILDKIT_VERSION) cached"; return; fi
+  log "building compose-check (compose-go $COMPOSE_GO_VERSION, buildkit $BUILDKIT_VERSION)"
+  local t0=$SECONDS
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/compose-check"; mkdir -p "$work"
+  # -mod=readonly: the committed go.sum must be complete.
+  (cd "$src" && GOFLAGS=-buildvcs=false run_logged "$work/build.log" \
+    go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/compose-check.tmp" .)
+  mv "$out/compose-check.tmp" "$out/compose-check"
+  log "compose-check built in $((SECONDS - t0))s"
+}
+
+compose_check_bin() {
+  local src="$E2E_DIR/tools/compose-check" key
+  key="$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go | sha256sum | cut -c1-12)"
+  echo "$(bin_dir compose-check "$COMPOSE_GO_VERSION-$key")/compose-check"
+}
+
 link_bins() {
   local bin="$CACHE_DIR/bin"
   mkdir -p "$bin"
@@ -164,6 +219,8 @@ link_bins() {
   done
   ln -sf "$(bin_dir kwok "$KWOK_VERSION")/kwok" "$bin/kwok"
   ln -sf "$(bin_dir jaeger "$JAEGER_RELEASE")/jaeger" "$bin/jaeger"
+  ln -sf "$(bin_dir helm "$HELM_VERSION")/helm" "$bin/helm"
+  ln -sf "$(compose_check_bin)" "$bin/compose-check"
   echo "KASCADE_E2E_BIN=$bin"
 }
 
@@ -173,6 +230,8 @@ case "$what" in
   kubernetes) build_kubernetes ;;
   kwok) build_kwok ;;
   jaeger) build_jaeger ;;
-  all) build_etcd; build_kwok; build_jaeger; build_kubernetes; link_bins ;;
-  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|all]" >&2; exit 2 ;;
+  helm) build_helm; echo "HELM=$(bin_dir helm "$HELM_VERSION")/helm" ;;
+  compose-check) build_compose_check; echo "COMPOSE_CHECK=$(compose_check_bin)" ;;
+  all) build_etcd; build_kwok; build_jaeger; build_kubernetes; build_helm; build_compose_check; link_bins ;;
+  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|all]" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@
 #   e2e/cluster.sh up     [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]
 #   e2e/cluster.sh down   [--name NAME]
 #   e2e/cluster.sh status [--name NAME]
+#   e2e/cluster.sh restart COMPONENT [--name NAME]   (e.g. kube-apiserver)
 #
 # NAME (default "e2e") is also the cluster name; its run dir is e2e/.run (for
 # the default name) or e2e/.run-NAME, holding configs, logs, PIDs and `env`,
@@ -14,6 +15,8 @@ set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CMD="${1:-}"; shift || true
+RESTART=""
+if [[ "$CMD" == restart ]]; then RESTART="${1:-}"; shift || true; fi
 NAME="${KASCADE_E2E_NAME:-e2e}"
 PORT_BASE="${KASCADE_E2E_PORT_BASE:-26000}"
 AUDIT_POLICY="$E2E_DIR/audit-policy.yaml"
@@ -54,7 +57,9 @@ pid_alive() {
 start() {
   local name="$1"; shift
   log "starting $name"
-  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
+  # The command line is kept for `restart` (the component's environment is not).
+  mkdir -p "$RUN_DIR/cmds"; printf '%q ' "$@" >"$RUN_DIR/cmds/$name"
+  setsid "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
   echo $! >"$RUN_DIR/pids/$name.pid"
 }
 
@@ -91,59 +96,10 @@ stop_all() {
   done
 }
 
-write_kubeconfig() {
-  local file="$1" user="$2" token="$3"
-  cat >"$file" <<KCFG
-apiVersion: v1
-kind: Config
-clusters:
-- name: $NAME
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $RUN_DIR/pki/ca.crt
-users:
-- name: $user
-  user:
-    token: $token
-contexts:
-- name: $NAME
-  context: {cluster: $NAME, user: $user}
-current-context: $NAME
-KCFG
-}
-
-make_pki() {
-  local pki="$RUN_DIR/pki"; mkdir -p "$pki"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 3650 \
-    -subj "/CN=kascade-e2e-$NAME-ca" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" \
-    -subj "/CN=kube-apiserver" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' >"$pki/san.ext"
-  openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-    -out "$pki/apiserver.crt" -days 3650 -extfile "$pki/san.ext" 2>/dev/null
-  openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
-  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
-}
-
-make_webhook_pki() {
-  local p="$WEBHOOK_PKI"
-  [[ -f "$p/kascade.crt" && -f "$p/apiserver-client.crt" ]] && return 0
-  mkdir -p "$p"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 3650 \
-    -subj "/CN=kascade-e2e-webhook-ca" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -keyout "$p/kascade.key" -out "$p/kascade.csr" -subj "/CN=kascade" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kascade\n' >"$p/kascade.ext"
-  openssl x509 -req -in "$p/kascade.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
-    -out "$p/kascade.crt" -days 3650 -extfile "$p/kascade.ext" 2>/dev/null
-  # The apiserver's client certificate, for kascade's --tls-client-ca-file (mutual TLS).
-  openssl req -newkey rsa:2048 -nodes -keyout "$p/apiserver-client.key" -out "$p/apiserver-client.csr" \
-    -subj "/CN=kube-apiserver-audit" 2>/dev/null
-  printf 'extendedKeyUsage=clientAuth\n' >"$p/client.ext"
-  openssl x509 -req -in "$p/apiserver-client.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
-    -out "$p/apiserver-client.crt" -days 3650 -extfile "$p/client.ext" 2>/dev/null
-  openssl rand -hex 16 >"$p/webhook.token"
-  chmod 600 "$p"/*.key "$p/webhook.token"
-}
+# Certificates, tokens and kubeconfigs: e2e/pki.sh, shared with the
+# docker-compose quickstart (deploy/compose/init.sh).
+# shellcheck source=pki.sh
+source "$E2E_DIR/pki.sh"
 
 cmd_up() {
   if [[ -f "$RUN_DIR/pids/kube-apiserver.pid" ]] && pid_alive "$(cat "$RUN_DIR/pids/kube-apiserver.pid")"; then
@@ -160,46 +116,13 @@ cmd_up() {
   rm -rf "$RUN_DIR"; mkdir -p "$RUN_DIR/logs" "$RUN_DIR/pids"
   trap 'log "up failed"; print_log_tails; stop_all' ERR
 
-  make_pki
-  local admin_token kcm_token sched_token kwok_token reader_token
-  admin_token="$(openssl rand -hex 16)"; kcm_token="$(openssl rand -hex 16)"
-  sched_token="$(openssl rand -hex 16)"; kwok_token="$(openssl rand -hex 16)"
-  reader_token="$(openssl rand -hex 16)"
-  make_webhook_pki
-  local webhook_token; webhook_token="$(cat "$WEBHOOK_PKI/webhook.token")"
+  pki_cluster "$RUN_DIR/pki" "$NAME" \
+    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
   # Each component has its own identity, so audit events show who acted.
-  cat >"$RUN_DIR/pki/tokens.csv" <<CSV
-$admin_token,kascade-e2e-admin,uid-admin,"system:masters"
-$kcm_token,system:kube-controller-manager,uid-kcm
-$sched_token,system:kube-scheduler,uid-scheduler
-$kwok_token,kwok-kubelet,uid-kwok,"system:masters"
-$reader_token,kascade,uid-kascade
-CSV
-  write_kubeconfig "$RUN_DIR/admin.kubeconfig" kascade-e2e-admin "$admin_token"
-  write_kubeconfig "$RUN_DIR/kcm.kubeconfig" system:kube-controller-manager "$kcm_token"
-  write_kubeconfig "$RUN_DIR/scheduler.kubeconfig" system:kube-scheduler "$sched_token"
-  write_kubeconfig "$RUN_DIR/kwok.kubeconfig" kwok-kubelet "$kwok_token"
-  write_kubeconfig "$RUN_DIR/kascade.kubeconfig" kascade "$reader_token"
-  chmod 600 "$RUN_DIR/pki/tokens.csv"
-  cat >"$RUN_DIR/audit-webhook.kubeconfig" <<KCFG
-apiVersion: v1
-kind: Config
-clusters:
-- name: kascade
-  cluster:
-    server: $WEBHOOK_URL
-    certificate-authority: $WEBHOOK_PKI/ca.crt
-users:
-- name: kube-apiserver
-  user:
-    token: $webhook_token
-    client-certificate: $WEBHOOK_PKI/apiserver-client.crt
-    client-key: $WEBHOOK_PKI/apiserver-client.key
-contexts:
-- name: kascade
-  context: {cluster: kascade, user: kube-apiserver}
-current-context: kascade
-KCFG
+  pki_identities "$RUN_DIR/pki" "$RUN_DIR" "$NAME" "https://127.0.0.1:$APISERVER_PORT"
+  local admin_token="$ADMIN_TOKEN"
+  pki_webhook "$WEBHOOK_PKI" "IP:127.0.0.1,DNS:localhost,DNS:kascade"
+  pki_webhook_kubeconfig "$RUN_DIR/audit-webhook.kubeconfig" "$WEBHOOK_URL" "$WEBHOOK_PKI"
   cp "$AUDIT_POLICY" "$RUN_DIR/audit-policy.yaml"
   cp "$E2E_DIR/jaeger/raw.yaml" "$RUN_DIR/jaeger-raw.yaml"
 
@@ -254,26 +177,14 @@ KCFG
     start jaeger "$bin/jaeger" --config "file:$RUN_DIR/jaeger-raw.yaml"
 
   local kubectl=("$bin/kubectl" --kubeconfig "$RUN_DIR/admin.kubeconfig")
-  for i in 0 1 2; do
-    cat <<NODE
-apiVersion: v1
-kind: Node
-metadata:
-  name: kwok-node-$i
-  annotations:
-    kwok.x-k8s.io/node: fake
-    node.alpha.kubernetes.io/ttl: "0"
-  labels:
-    type: kwok
-    kubernetes.io/hostname: kwok-node-$i
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    topology.kubernetes.io/zone: zone-$i
----
-NODE
-  done | "${kubectl[@]}" apply -f - >/dev/null
+  "${kubectl[@]}" apply -f "$E2E_DIR/kwok/nodes.yaml" >/dev/null
   wait_for "3 kwok nodes Ready" 60 "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=2s
   wait_for "default ServiceAccount" 60 "${kubectl[@]}" get serviceaccount default -n default
+  # kascade's watchers run as user `kascade` with exactly the chart's
+  # read-only ClusterRole (deploy/helm/kascade, get/list/watch).
+  "$bin/helm" template kascade "$E2E_DIR/../deploy/helm/kascade" --show-only templates/rbac.yaml 2>/dev/null \
+    | "${kubectl[@]}" apply -f - >/dev/null
+  "${kubectl[@]}" create clusterrolebinding kascade-e2e-reader --clusterrole=kascade-reader --user=kascade >/dev/null
   wait_for "Jaeger query API" 60 curl -sf "http://127.0.0.1:$JAEGER_QUERY_HTTP_PORT/api/services"
 
   cat >"$RUN_DIR/env" <<ENV
@@ -319,9 +230,36 @@ cmd_status() {
   return $rc
 }
 
+# restart COMPONENT: stops it (TERM, then KILL after 15 s) and starts it again
+# with the same command line, then waits for it to be ready (apiserver: /readyz).
+cmd_restart() {
+  local name="$RESTART" pid
+  [[ -f "$RUN_DIR/cmds/$name" ]] || { log "no component $name in $RUN_DIR"; exit 1; }
+  [[ "$name" != jaeger ]] || { log "jaeger takes its ports from the environment; restart the cluster instead"; exit 1; }
+  pid="$(cat "$RUN_DIR/pids/$name.pid")"
+  if pid_alive "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 15))
+    while pid_alive "$pid" && (( SECONDS < deadline )); do sleep 0.2; done
+    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+  fi
+  log "restarting $name"
+  # exec, so that $! is the component itself (what `down` stops).
+  (eval "exec setsid $(cat "$RUN_DIR/cmds/$name")") >>"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN_DIR/pids/$name.pid"
+  if [[ "$name" == kube-apiserver ]]; then
+    local token url
+    token="$(awk -F, '$2=="kascade-e2e-admin" {print $1}' "$RUN_DIR/pki/tokens.csv")"
+    url="$(sed -n 's/^export APISERVER_URL=//p' "$RUN_DIR/env")"
+    wait_for "kube-apiserver /readyz" 90 curl -sf --cacert "$RUN_DIR/pki/ca.crt" \
+      -H "Authorization: Bearer $token" "$url/readyz"
+  fi
+}
+
 case "$CMD" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]" >&2; exit 2 ;;
+  restart) cmd_restart ;;
+  *) echo "usage: $0 up|down|status|restart COMPONENT [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]" >&2; exit 2 ;;
 esac

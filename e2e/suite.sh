@@ -31,22 +31,34 @@ cleanup() {
     echo "----- tail of jaeger-query.log -----" >&2; tail -n 20 "$E2E_DIR/.run/jaeger-query.log" >&2
   fi
   "$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
+  "$E2E_DIR/cluster.sh" down --name "$CLUSTER_B" >/dev/null 2>&1 || true
   log "finished in $((SECONDS - started))s (exit $rc)"
   exit $rc
 }
+CLUSTER_B=remote
 trap cleanup EXIT
 
+# Cluster B audits pods at Metadata level only: their diffs must come from
+# the list-watch. Both clusters send their audit webhook to the same kascade.
+"$E2E_DIR/cluster.sh" up --name "$CLUSTER_B" --port-base 27000 \
+  --audit-policy "$E2E_DIR/audit-policy-metadata-pods.yaml"
+B_ENV="$E2E_DIR/.run-$CLUSTER_B/env"
+B_KASCADE_KUBECONFIG="$(sed -n 's/^export KASCADE_KUBECONFIG=//p' "$B_ENV")"
 "$E2E_DIR/cluster.sh" up
 # shellcheck source=/dev/null
 source "$E2E_DIR/.run/env"
 
-# kascade starts after the apiserver: the apiserver's webhook retries meanwhile.
-"$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
-  --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
-  --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
-  --tls-client-ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \
-  --otlp-endpoint "$JAEGER_OTLP_GRPC" --export-batch-timeout 200ms \
-  >"$KASCADE_E2E_RUN_DIR/kascade.log" 2>&1 &
+# kascade starts after the apiservers (their webhooks retry meanwhile), with
+# the settings the quickstart and the chart use (deploy/config/*.env), and
+# watches both clusters as the read-only user bound to the chart's ClusterRole.
+( set -a; source "$ROOT/deploy/config/collect.env"; set +a
+  exec "$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
+    --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
+    --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
+    --tls-client-ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \
+    --watch-cluster "$CLUSTER_NAME=$KASCADE_KUBECONFIG,$CLUSTER_B=$B_KASCADE_KUBECONFIG" \
+    --otlp-endpoint "$JAEGER_OTLP_GRPC"
+) >"$KASCADE_E2E_RUN_DIR/kascade.log" 2>&1 &
 KASCADE_PID=$!
 deadline=$((SECONDS + 30))
 until curl -sf http://127.0.0.1:8091/readyz >/dev/null; do
@@ -69,9 +81,10 @@ log "webhook refuses clients without certificate or token"
 
 # The read side: kascade frontend over the raw Jaeger, and a second Jaeger v2
 # (the UI/query tier) whose trace storage is the frontend.
-"$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
-  --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME" \
-  >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
+( set -a; source "$ROOT/deploy/config/frontend.env"; set +a
+  exec "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
+    --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME"
+) >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
 FRONTEND_PID=$!
 JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=8096 JAEGER_QUERY_GRPC_PORT=8097 JAEGER_HEALTH_PORT=8098 \
   JAEGER_OTLP_GRPC_PORT=8099 KASCADE_FRONTEND_GRPC=127.0.0.1:8093 \
@@ -85,13 +98,21 @@ until curl -sf http://127.0.0.1:8094/readyz >/dev/null && curl -sf http://127.0.
   sleep 0.2
 done
 log "kascade frontend and the Jaeger query tier are ready"
+"$E2E_DIR/validate-deploy.sh"
 
-for s in deployment service config; do
+for s in deployment service config unschedulable statefulset; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done
+# The watchers must survive an apiserver restart without losing or repeating Events.
+"$E2E_DIR/cluster.sh" restart kube-apiserver
+log "scenario job (after the apiserver restart)"
+"$E2E_DIR/scenarios/job.sh"
+log "scenario crosscluster (in cluster $CLUSTER_B)"
+KASCADE_E2E_ENV="$B_ENV" LINK_CLUSTER="$CLUSTER_NAME" "$E2E_DIR/scenarios/crosscluster.sh"
 
+KASCADE_BIN="$KASCADE" "$E2E_DIR/scale-out.sh"
 log "checking Jaeger"
-export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics \
+export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics CLUSTER_B_NAME="$CLUSTER_B" \
   JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094
 cargo test --release --locked --test e2e -- --ignored --test-threads=1

@@ -29,6 +29,7 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
         include_str!("../rules/networking.yaml"),
     ),
     ("rules/pods.yaml", include_str!("../rules/pods.yaml")),
+    ("rules/policy.yaml", include_str!("../rules/policy.yaml")),
     ("rules/storage.yaml", include_str!("../rules/storage.yaml")),
 ];
 
@@ -61,7 +62,7 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Receive the kube-apiserver audit webhook and export object traces.
-    Collect(CollectArgs),
+    Collect(Box<CollectArgs>),
     /// Feed audit log files (JSON lines) through the pipeline, flush, exit.
     Replay(ReplayArgs),
     /// Serve assembled object traces to the Jaeger UI (Jaeger remote storage API v2) and /redirect.
@@ -111,9 +112,36 @@ pub struct CollectArgs {
     #[arg(long, default_value_t = 32 << 20, env = "KASCADE_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
     #[command(flatten)]
+    pub span_cache: Box<SpanCacheArgs>,
+    #[command(flatten)]
+    pub watch: WatchArgs,
+    #[command(flatten)]
     pub pipeline: PipelineArgs,
     #[command(flatten)]
     pub export: ExportArgs,
+}
+
+/// List-watch of objects and Events (in addition to the audit webhook).
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// Watch a cluster: `NAME=KUBECONFIG` (read-only credentials suffice); repeat or comma-separate for several.
+    #[arg(long = "watch-cluster", value_delimiter = ',', value_parser = crate::source::watch::parse_cluster_kubeconfig, env = "KASCADE_WATCH_CLUSTERS")]
+    pub clusters: Vec<(String, PathBuf)>,
+    /// Resources to watch, as `resource` or `resource.group` (comma-separated); default: every listable, watchable one.
+    #[arg(long, value_delimiter = ',', env = "KASCADE_WATCH_RESOURCES")]
+    pub watch_resources: Vec<String>,
+    /// Resources never watched (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = crate::source::watch::DEFAULT_WATCH_EXCLUDE.iter().map(|s| s.to_string()).collect::<Vec<_>>(), env = "KASCADE_WATCH_EXCLUDE")]
+    pub watch_exclude: Vec<String>,
+    /// Watch Kubernetes Events and show them on the objects they are about.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "KASCADE_WATCH_EVENTS")]
+    pub watch_events: bool,
+    /// Events older than this, listed when a watch (re)starts, are not shown (again).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "KASCADE_EVENT_MAX_AGE")]
+    pub event_max_age: Duration,
+    /// How long a change seen by the watch waits for the audit event of the same write before it is shown alone.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_WATCH_AUDIT_WAIT")]
+    pub watch_audit_wait: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -171,6 +199,9 @@ pub struct PipelineArgs {
     /// Most changed paths recorded per write.
     #[arg(long, default_value_t = 100, env = "KASCADE_MAX_DIFF_CHANGES")]
     pub max_diff_changes: usize,
+    /// Set from `collect --watch-audit-wait`.
+    #[arg(skip = Duration::from_secs(5))]
+    pub watch_audit_wait: Duration,
 }
 
 fn default_workers() -> usize {
@@ -284,6 +315,7 @@ impl PipelineArgs {
             windowing: Windowing::new(self.window),
             state_cache_bytes: self.state_cache_bytes,
             max_diff_changes: self.max_diff_changes,
+            watch_audit_wait: self.watch_audit_wait,
             ..ProcessorConfig::default()
         })
     }
@@ -318,14 +350,24 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn start(p: &PipelineArgs, e: &ExportArgs, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let rules = Arc::new(load_rules(p.rules.as_deref())?);
-        tracing::info!(rules = rules.len(), "relation rules loaded");
-        let redact = Regex::new(&p.redact_paths).context("--redact-paths is not a valid regex")?;
-        let cfg = p.processor_config()?;
         let spans = Arc::new(LocalSpanCache::new(
             p.span_cache_entries,
             p.window + p.span_cache_grace,
         ));
+        Self::start_with(p, e, spans, metrics)
+    }
+
+    /// `start` with the given span cache (`collect` may share it through etcd).
+    pub fn start_with(
+        p: &PipelineArgs,
+        e: &ExportArgs,
+        spans: Arc<dyn crate::aggregate::span_cache::SpanCache>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let rules = Arc::new(load_rules(p.rules.as_deref())?);
+        tracing::info!(rules = rules.len(), "relation rules loaded");
+        let redact = Regex::new(&p.redact_paths).context("--redact-paths is not a valid regex")?;
+        let cfg = p.processor_config()?;
         let (span_tx, export_shutdown, export_done) =
             export::start(e.config(), &e.outputs, metrics.clone())?;
         let processor = Arc::new(Processor::new(
@@ -406,7 +448,8 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipelin
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     let filter = args.pipeline.filter()?;
-    let pipeline = Pipeline::start(&args.pipeline, &args.export, metrics.clone())?;
+    let spans = args.span_cache.build(&args.pipeline, metrics.clone())?;
+    let pipeline = Pipeline::start_with(&args.pipeline, &args.export, spans, metrics.clone())?;
     let state = Arc::new(webhook::WebhookState {
         intake: pipeline.intake.clone(),
         filter,
@@ -475,8 +518,24 @@ pub fn tls_config(
     Ok(cfg)
 }
 
-pub async fn run_collect(args: CollectArgs) -> anyhow::Result<()> {
+pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
+    args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
     let (apps, pipeline) = build_collect(&args)?;
+    let mut watchers = Vec::new();
+    for (cluster, kubeconfig) in &args.watch.clusters {
+        let cfg = crate::source::watch::WatchConfig {
+            cluster: cluster.clone(),
+            kubeconfig: kubeconfig.clone(),
+            include: args.watch.watch_resources.iter().cloned().collect(),
+            exclude: args.watch.watch_exclude.iter().cloned().collect(),
+            event_max_age: args.watch.event_max_age,
+            watch_events: args.watch.watch_events,
+        };
+        watchers.extend(
+            crate::source::watch::start(cfg, pipeline.intake.clone(), pipeline.metrics.clone())
+                .await?,
+        );
+    }
     let app = apps.audit;
     let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)
         .await
@@ -524,6 +583,9 @@ pub async fn run_collect(args: CollectArgs) -> anyhow::Result<()> {
         }
     }
     tracing::info!("shutting down: processing and exporting what was accepted");
+    for w in &watchers {
+        w.abort();
+    }
     pipeline.finish().await;
     admin.abort();
     Ok(())
@@ -595,4 +657,90 @@ pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
     let set = load_rules(Some(dir))?;
     println!("{}: {} rules OK", dir.display(), set.len());
     Ok(())
+}
+
+/// The span cache of `collect`: local to the process, or shared by replicas
+/// through etcd (see `aggregate::span_cache`).
+#[derive(Args, Debug, Clone)]
+pub struct SpanCacheArgs {
+    /// etcd client URLs (comma-separated) of a span cache shared by replicas, so each object span and link is emitted once; empty: local cache only.
+    #[arg(long, value_delimiter = ',', env = "KASCADE_ETCD_ENDPOINTS")]
+    pub etcd_endpoints: Vec<String>,
+    /// Prefix of every etcd key kascade writes.
+    #[arg(long, default_value = "/kascade/spans/", env = "KASCADE_ETCD_PREFIX")]
+    pub etcd_prefix: String,
+    /// Longest one etcd request may take; then kascade falls back to its local span cache until etcd answers again.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_TIMEOUT")]
+    pub etcd_timeout: Duration,
+    /// While falling back, how often etcd is probed.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_PROBE_INTERVAL")]
+    pub etcd_probe_interval: Duration,
+    /// CA (PEM) of etcd's serving certificate; needed for https:// endpoints.
+    #[arg(long, env = "KASCADE_ETCD_CA_FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd.
+    #[arg(
+        long,
+        env = "KASCADE_ETCD_CERT_FILE",
+        requires = "etcd_key_file",
+        requires = "etcd_ca_file"
+    )]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert-file.
+    #[arg(long, env = "KASCADE_ETCD_KEY_FILE", requires = "etcd_cert_file")]
+    pub etcd_key_file: Option<PathBuf>,
+    /// etcd user (etcd authentication enabled).
+    #[arg(long, env = "KASCADE_ETCD_USERNAME", requires = "etcd_password_file")]
+    pub etcd_username: Option<String>,
+    /// File holding the password of --etcd-username.
+    #[arg(long, env = "KASCADE_ETCD_PASSWORD_FILE", requires = "etcd_username")]
+    pub etcd_password_file: Option<PathBuf>,
+}
+
+impl SpanCacheArgs {
+    /// The local cache, or the etcd one (which starts checking etcd in the
+    /// background when called inside a Tokio runtime).
+    pub fn build(
+        &self,
+        p: &PipelineArgs,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Arc<dyn crate::aggregate::span_cache::SpanCache>> {
+        use crate::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, EtcdTls};
+        let ttl = p.window + p.span_cache_grace;
+        let endpoints: Vec<String> = self
+            .etcd_endpoints
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+            .map(str::to_string)
+            .collect();
+        if endpoints.is_empty() {
+            return Ok(Arc::new(LocalSpanCache::new(p.span_cache_entries, ttl)));
+        }
+        let mut cfg = EtcdConfig::new(endpoints, ttl);
+        cfg.prefix = self.etcd_prefix.clone();
+        if !cfg.prefix.starts_with('/') {
+            bail!("--etcd-prefix must start with /");
+        }
+        if self.etcd_timeout.is_zero() {
+            bail!("--etcd-timeout must be positive");
+        }
+        cfg.timeout = self.etcd_timeout;
+        cfg.probe_interval = self.etcd_probe_interval;
+        cfg.tls = self.etcd_ca_file.as_ref().map(|ca| EtcdTls {
+            ca_file: ca.clone(),
+            client_cert: self.etcd_cert_file.clone().zip(self.etcd_key_file.clone()),
+        });
+        if let (Some(user), Some(file)) = (&self.etcd_username, &self.etcd_password_file) {
+            let password = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read --etcd-password-file {}", file.display()))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string();
+            cfg.auth = Some((user.clone(), password));
+        }
+        let cache =
+            EtcdSpanCache::new(cfg, p.span_cache_entries, metrics).context("--etcd-endpoints")?;
+        cache.start();
+        Ok(Arc::new(cache))
+    }
 }

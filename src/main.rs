@@ -18,7 +18,7 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.command {
-        Command::Collect(args) => kascade::cli::run_collect(args).await,
+        Command::Collect(args) => kascade::cli::run_collect(*args).await,
         Command::Replay(args) => kascade::cli::run_replay(args).await,
         Command::Frontend(args) => kascade::cli_frontend::run_frontend(args).await,
         Command::Trace(args) => kascade::cli_frontend::run_trace(args).await,

@@ -21,6 +21,23 @@ pub struct OutputLabel {
     pub output: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: String,
+}
+
+/// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
+/// `Metrics` can derive one.
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram(pub prometheus_client::metrics::histogram::Histogram);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        Self(Histogram::new(exponential_buckets(0.0005, 2.0, 14)))
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub events_received: Family<SourceLabel, Counter>,
@@ -28,6 +45,9 @@ pub struct Metrics {
     pub events_rejected: Family<ReasonLabel, Counter>,
     pub events_filtered: Family<ReasonLabel, Counter>,
     pub events_processed: Counter,
+    pub watch_spans: Counter,
+    pub watch_changes: Family<SourceLabel, Counter>,
+    pub watch_errors: Family<SourceLabel, Counter>,
     pub object_spans: Counter,
     pub link_spans: Counter,
     pub event_spans: Counter,
@@ -38,6 +58,11 @@ pub struct Metrics {
     pub queue_capacity: Gauge,
     pub export_queue_depth: Gauge,
     pub span_cache_entries: Gauge,
+    pub span_cache_fallback: Gauge,
+    pub span_cache_etcd_requests: Family<OpLabel, Counter>,
+    pub span_cache_etcd_errors: Family<ReasonLabel, Counter>,
+    pub span_cache_etcd_seconds: LatencyHistogram,
+    pub span_cache_local_reservations: Counter,
     pub state_cache_entries: Gauge,
     pub state_cache_bytes: Gauge,
 }
@@ -69,6 +94,21 @@ impl Metrics {
             "audit_events_processed",
             "Audit events turned into spans",
             self.events_processed.clone(),
+        );
+        r.register(
+            "watch_spans_created",
+            "Changes seen only by the list-watch, shown as watch spans",
+            self.watch_spans.clone(),
+        );
+        r.register(
+            "watch_changes",
+            "Object versions received from list-watch, by cluster",
+            self.watch_changes.clone(),
+        );
+        r.register(
+            "watch_errors",
+            "List-watch errors (reconnected with backoff), by cluster",
+            self.watch_errors.clone(),
         );
         r.register(
             "object_spans_created",
@@ -121,6 +161,31 @@ impl Metrics {
             self.span_cache_entries.clone(),
         );
         r.register(
+            "span_cache_fallback",
+            "1 while etcd (--etcd-endpoints) is unreachable and the local span cache decides alone",
+            self.span_cache_fallback.clone(),
+        );
+        r.register(
+            "span_cache_etcd_requests",
+            "Requests to etcd by the shared span cache, by op (reserve, link, lease, probe, republish, auth)",
+            self.span_cache_etcd_requests.clone(),
+        );
+        r.register(
+            "span_cache_etcd_errors",
+            "Failed requests to etcd by the shared span cache, by reason (timeout, connect, status, decode)",
+            self.span_cache_etcd_errors.clone(),
+        );
+        r.register(
+            "span_cache_etcd_request_seconds",
+            "Latency of one request to etcd by the shared span cache",
+            self.span_cache_etcd_seconds.0.clone(),
+        );
+        r.register(
+            "span_cache_local_reservations",
+            "Object spans and links reserved by this replica alone while etcd was unreachable (other replicas may emit them too)",
+            self.span_cache_local_reservations.clone(),
+        );
+        r.register(
             "state_cache_entries",
             "Objects whose last state is kept for diffs",
             self.state_cache_entries.clone(),
@@ -142,6 +207,10 @@ impl Metrics {
         ReasonLabel {
             reason: s.to_string(),
         }
+    }
+
+    pub fn op(s: &str) -> OpLabel {
+        OpLabel { op: s.to_string() }
     }
 
     pub fn output(s: &str) -> OutputLabel {

@@ -36,6 +36,10 @@ pub mod attr {
     pub const AUDIT_IMPERSONATED_USER: &str = "audit.impersonated_user";
     pub const DIFF_TRUNCATED: &str = "kascade.diff.truncated";
 
+    pub const WATCH_TYPE: &str = "watch.type";
+    pub const WATCH_RV_OLD: &str = "watch.resource_version.old";
+    pub const WATCH_RV_NEW: &str = "watch.resource_version.new";
+
     pub const LINK_ROLE: &str = "link.role";
     pub const LINK_CLASS: &str = "link.class";
     pub const LINK_CLUSTER: &str = "link.cluster";
@@ -66,6 +70,7 @@ pub mod attr {
 pub const SPAN_KIND_OBJECT: &str = "object";
 pub const SPAN_KIND_AUDIT: &str = "audit";
 pub const SPAN_KIND_LINK: &str = "link";
+pub const SPAN_KIND_WATCH: &str = "watch";
 pub const SPAN_KIND_EVENT: &str = "event";
 pub const EVENT_DIFF: &str = "diff";
 pub const EVENT_SNAPSHOT: &str = "snapshot";
@@ -74,6 +79,7 @@ pub const EVENT_SNAPSHOT: &str = "snapshot";
 const SALT_AUDIT: u64 = 1;
 const SALT_LINK: u64 = 2;
 const SALT_EVENT: u64 = 3;
+const SALT_WATCH: u64 = 4;
 
 fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("kascade")
@@ -367,6 +373,48 @@ pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanData {
         });
     }
     s
+}
+
+/// A change seen only by the list-watch (no audit event showed it): a
+/// zero-length child of the object span at the time it was observed, named
+/// `watch <added|modified|deleted|listed>`; the diff or snapshot are its events.
+pub fn watch_span(
+    ow: &ObjectWindow,
+    kind: &str,
+    old_rv: &str,
+    new_rv: &str,
+    at: SystemTime,
+) -> SpanData {
+    let parent = span_context(ow);
+    let id = derived_span_id(
+        format!("{}|{kind}|{new_rv}", ow.cache_key()).as_bytes(),
+        SALT_WATCH,
+    );
+    let ctx = SpanContext::new(
+        parent.trace_id(),
+        id,
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::NONE,
+    );
+    let mut attrs = vec![
+        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_WATCH),
+        KeyValue::new(attr::WATCH_TYPE, kind.to_string()),
+    ];
+    if !old_rv.is_empty() {
+        attrs.push(KeyValue::new(attr::WATCH_RV_OLD, old_rv.to_string()));
+    }
+    if !new_rv.is_empty() {
+        attrs.push(KeyValue::new(attr::WATCH_RV_NEW, new_rv.to_string()));
+    }
+    span(
+        ctx,
+        parent.span_id(),
+        format!("watch {kind}"),
+        at,
+        at,
+        attrs,
+    )
 }
 
 #[cfg(test)]

@@ -200,37 +200,92 @@ async fn replay_of_the_audit_log_gives_the_same_spans_as_the_webhook() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    // Span ids of the Deployment's trace(s), from the replay's OTLP/JSON ...
+    // The Deployment's spans from the replay's OTLP/JSON, by trace: span ids
+    // of its writes, Events and object span, and its relations.
+    let kind_of = |s: &Value| {
+        s["attributes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|kv| kv["key"] == "kascade.span"))
+            .and_then(|kv| kv["value"]["stringValue"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let attr_of = |s: &Value, k: &str| {
+        s["attributes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|kv| kv["key"] == k))
+            .and_then(|kv| kv["value"]["stringValue"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
     let mut replayed: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut replayed_links: HashMap<String, BTreeSet<String>> = HashMap::new();
     for line in std::fs::read_to_string(&out).unwrap().lines() {
         let req: Value = serde_json::from_str(line).unwrap();
         for rs in req["resourceSpans"].as_array().unwrap() {
             for ss in rs["scopeSpans"].as_array().unwrap() {
                 for s in ss["spans"].as_array().unwrap() {
-                    replayed
-                        .entry(s["traceId"].as_str().unwrap().to_string())
-                        .or_default()
-                        .insert(s["spanId"].as_str().unwrap().to_string());
+                    let trace = s["traceId"].as_str().unwrap().to_string();
+                    if kind_of(s) == "link" {
+                        replayed_links.entry(trace).or_default().insert(format!(
+                            "{} {} {}/{}",
+                            attr_of(s, "link.role"),
+                            attr_of(s, "link.class"),
+                            attr_of(s, "link.resource"),
+                            attr_of(s, "link.name")
+                        ));
+                    } else {
+                        replayed
+                            .entry(trace)
+                            .or_default()
+                            .insert(s["spanId"].as_str().unwrap().to_string());
+                    }
                 }
             }
         }
     }
-    // ... and from Jaeger, fed by the webhook.
+    // ... and from Jaeger, fed by the webhook (and the list-watch).
     let tags = serde_json::json!({"cluster": cluster, "resource": "deployments", "namespace": "default", "name": "hello"});
     let traces = search(tags, |t| !t.is_empty()).await;
+    let mut live_links = BTreeSet::new();
+    let mut offline_links = BTreeSet::new();
     for trace in traces {
-        let id = trace["traceID"].as_str().unwrap().to_string();
-        let live: BTreeSet<String> = trace["spans"]
-            .as_array()
-            .unwrap()
+        let id = format!("{:0>32}", trace["traceID"].as_str().unwrap());
+        let spans = trace["spans"].as_array().unwrap();
+        // Writes, Events and the object span: the same spans, by id. Changes
+        // only the list-watch saw are live-only by nature.
+        let live: BTreeSet<String> = spans
             .iter()
+            .filter(|s| !matches!(tag_str(s, "kascade.span"), Some("watch") | Some("link")))
             .map(|s| s["spanID"].as_str().unwrap().to_string())
             .collect();
         let offline = replayed
             .get(&id)
             .unwrap_or_else(|| panic!("replay has no trace {id}"));
         assert_eq!(&live, offline, "trace {id}: webhook and replay differ");
+        // Relations: the same set over the object's windows (a relation the
+        // watch saw first may sit in the window before a boundary), except
+        // links from other clusters, which this audit log cannot know.
+        for s in spans
+            .iter()
+            .filter(|s| tag_str(s, "kascade.span") == Some("link"))
+        {
+            if tag_str(s, "link.cluster") == Some(cluster.as_str()) {
+                live_links.insert(format!(
+                    "{} {} {}/{}",
+                    tag_str(s, "link.role").unwrap_or(""),
+                    tag_str(s, "link.class").unwrap_or(""),
+                    tag_str(s, "link.resource").unwrap_or(""),
+                    tag_str(s, "link.name").unwrap_or("")
+                ));
+            }
+        }
+        offline_links.extend(replayed_links.get(&id).cloned().unwrap_or_default());
     }
+    assert_eq!(
+        live_links, offline_links,
+        "relations differ between webhook and replay"
+    );
 }
 
 #[tokio::test]
@@ -541,4 +596,306 @@ async fn redirect_leads_to_a_trace_the_ui_can_open() {
     assert!(value("kascade_frontend_requests_total{rpc=\"GetTraces\"}") >= 1.0);
     assert!(value("kascade_frontend_traces_assembled_total") >= 1.0);
     assert!(value("kascade_frontend_raw_reads_total") >= 1.0);
+}
+
+// ---- Live sources: list-watch, Events, selectors, a second cluster.
+
+fn tag_of<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    tag(span, key)
+}
+
+fn log_fields(span: &Value) -> Vec<HashMap<String, Value>> {
+    span["logs"]
+        .as_array()
+        .map(|logs| {
+            logs.iter()
+                .map(|l| {
+                    l["fields"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|f| {
+                            (
+                                f["key"].as_str().unwrap_or("").to_string(),
+                                f["value"].clone(),
+                            )
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+#[ignore]
+async fn an_unschedulable_pod_carries_failed_scheduling_as_an_error() {
+    let tags = serde_json::json!({"cluster": env("CLUSTER_NAME"), "resource": "pods", "namespace": "sched-demo", "name": "stuck"});
+    let is_failed = |s: &Value| tag_str(s, "event.reason") == Some("FailedScheduling");
+    let traces = search(tags, |t| spans_of(t).iter().any(is_failed)).await;
+    let spans = spans_of(&traces);
+    let ev = spans.iter().find(|s| is_failed(s)).unwrap();
+    assert_eq!(tag_str(ev, "otel.status_code"), Some("ERROR"));
+    assert_eq!(tag_str(ev, "event.type"), Some("Warning"));
+    assert!(
+        tag_str(ev, "event.message").is_some_and(|m| m.contains("didn't match")),
+        "{ev}"
+    );
+}
+
+/// Event spans of a raw trace as Jaeger stored them, duplicates included
+/// (`/api/traces` merges identical spans): (Event uid, count) → copies.
+async fn stored_event_spans(trace_ids: &[String]) -> HashMap<(String, i64), usize> {
+    let client = reqwest::Client::new();
+    let mut m = HashMap::new();
+    for id in trace_ids {
+        let resp: Value = client
+            .get(format!("{}/api/v3/traces/{id}", env("JAEGER_QUERY_URL")))
+            .query(&[("raw_traces", "true")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let spans = resp["result"]["resourceSpans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|rs| rs["scopeSpans"].as_array().cloned().unwrap_or_default())
+            .flat_map(|ss| ss["spans"].as_array().cloned().unwrap_or_default());
+        for s in spans {
+            let attr = |k: &str| {
+                s["attributes"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|kv| kv["key"] == k))
+                    .map(|kv| kv["value"].clone())
+            };
+            if attr("kascade.span").and_then(|v| v["stringValue"].as_str().map(str::to_string))
+                != Some("event".into())
+            {
+                continue;
+            }
+            let uid = attr("event.uid")
+                .and_then(|v| v["stringValue"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            let count = attr("event.count")
+                .and_then(|v| match &v["intValue"] {
+                    Value::String(s) => s.parse().ok(),
+                    n => n.as_i64(),
+                })
+                .unwrap_or(1);
+            *m.entry((uid, count)).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+fn trace_ids(traces: &[Value]) -> Vec<String> {
+    traces
+        .iter()
+        .filter_map(|t| t["traceID"].as_str().map(|id| format!("{id:0>32}")))
+        .collect()
+}
+
+#[tokio::test]
+#[ignore]
+async fn each_event_occurrence_is_one_span_although_audit_and_watch_both_report_it() {
+    // Every Event of the deployment scenario is written through the audit
+    // log and seen by the Event watch.
+    let tags = serde_json::json!({"cluster": env("CLUSTER_NAME"), "resource": "deployments", "namespace": "default", "name": "hello"});
+    let traces = search(tags, |t| {
+        spans_of(t)
+            .iter()
+            .any(|s| tag_str(s, "event.reason") == Some("ScalingReplicaSet"))
+    })
+    .await;
+    let seen = stored_event_spans(&trace_ids(&traces)).await;
+    assert!(!seen.is_empty());
+    let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "duplicated Event spans: {dups:?}");
+}
+
+#[tokio::test]
+#[ignore]
+async fn a_service_links_to_its_pods_and_endpointslices() {
+    let tags = serde_json::json!({"cluster": env("CLUSTER_NAME"), "resource": "services", "namespace": "svc-demo", "name": "web"});
+    let links = |t: &[Value], resource: &str| -> BTreeSet<String> {
+        spans_of(t)
+            .iter()
+            .filter(|s| {
+                tag_str(s, "kascade.span") == Some("link")
+                    && tag_str(s, "link.resource") == Some(resource)
+            })
+            .filter_map(|s| tag_str(s, "link.name").map(str::to_string))
+            .collect()
+    };
+    let traces = search(tags, |t| {
+        links(t, "pods").len() >= 2 && !links(t, "endpointslices").is_empty()
+    })
+    .await;
+    let pods = links(&traces, "pods");
+    assert!(pods.iter().all(|p| p.starts_with("web-")), "{pods:?}");
+}
+
+#[tokio::test]
+#[ignore]
+async fn a_metadata_level_pod_update_shows_its_diff_from_the_watch() {
+    let cluster_b = env("CLUSTER_B_NAME");
+    let tags = serde_json::json!({"cluster": cluster_b, "resource": "pods", "namespace": "remote-demo", "name": "labeled"});
+    let relabel = |s: &Value| {
+        tag_str(s, "kascade.span") == Some("watch")
+            && log_fields(s).iter().any(|f| {
+                f.get("diff.path").and_then(Value::as_str) == Some("metadata.labels.stage")
+            })
+    };
+    let traces = search(tags, |t| spans_of(t).iter().any(relabel)).await;
+    let spans = spans_of(&traces);
+    let span = spans.iter().find(|s| relabel(s)).unwrap();
+    let f = log_fields(span)
+        .into_iter()
+        .find(|f| f.get("diff.path").and_then(Value::as_str) == Some("metadata.labels.stage"))
+        .unwrap();
+    assert_eq!(f["diff.old"], "\"one\"");
+    assert_eq!(f["diff.new"], "\"two\"");
+    // The Pod spans say which cluster they are in.
+    assert!(
+        spans
+            .iter()
+            .filter(|s| tag_str(s, "kascade.span") == Some("object"))
+            .all(|s| tag_str(s, "cluster") == Some(cluster_b.as_str()))
+    );
+}
+
+#[tokio::test]
+#[ignore]
+async fn an_object_in_cluster_b_linked_to_cluster_a_appears_under_it() {
+    let cluster_b = env("CLUSTER_B_NAME");
+    let expected = format!("remote-demo/linked (cluster {cluster_b})");
+    let traces = ui_search(
+        "tracing",
+        serde_json::json!({"cluster": env("CLUSTER_NAME"), "resource": "deployments", "name": "hello"}),
+        |t| {
+            t.len() == 1
+                && t[0]["spans"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s["operationName"] == expected.as_str())
+        },
+    )
+    .await;
+    let trace = &traces[0];
+    let spans = trace["spans"].as_array().unwrap();
+    let root = spans.iter().find(|s| parent_of(s).is_none()).unwrap();
+    let linked = spans
+        .iter()
+        .find(|s| s["operationName"] == expected.as_str())
+        .unwrap();
+    assert_eq!(parent_of(linked), root["spanID"].as_str());
+    assert_eq!(service_of(trace, linked), "configmaps");
+}
+
+#[tokio::test]
+#[ignore]
+async fn no_event_is_lost_or_duplicated_across_an_apiserver_restart() {
+    // The suite restarted the apiserver between scenarios: the watchers
+    // noticed (errors counted) and re-listed.
+    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let errors: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "kascade_watch_errors_total{{source=\"{}\"}}",
+                env("CLUSTER_NAME")
+            ))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        errors >= 1.0,
+        "the watchers never saw the apiserver go away"
+    );
+
+    // Every Event the cluster holds now, as (uid, count).
+    let out = std::process::Command::new(env("KUBECTL"))
+        .args(["get", "events", "-A", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected: BTreeSet<(String, i64)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["metadata"]["uid"].as_str().unwrap().to_string(),
+                e["count"].as_i64().unwrap_or(1).max(1),
+            )
+        })
+        .collect();
+    assert!(expected.len() > 20, "the scenarios made Events");
+
+    let found = |traces: &[Value]| -> HashMap<(String, i64), usize> {
+        let mut m = HashMap::new();
+        for s in spans_of(traces) {
+            if tag_str(&s, "kascade.span") == Some("event") {
+                let uid = tag_str(&s, "event.uid").unwrap_or("").to_string();
+                let count = tag_of(&s, "event.count")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                *m.entry((uid, count)).or_insert(0) += 1;
+            }
+        }
+        m
+    };
+    let traces = search(serde_json::json!({"kascade.span": "event"}), |t| {
+        let f = found(t);
+        expected.iter().all(|k| f.contains_key(k))
+    })
+    .await;
+    let stored = stored_event_spans(&trace_ids(&traces)).await;
+    let dups: Vec<_> = stored.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "Event spans stored twice: {dups:?}");
+}
+
+#[tokio::test]
+#[ignore]
+async fn server_dry_runs_leave_no_spans() {
+    // validate-deploy.sh dry-run-applies the chart into this namespace; the
+    // apiserver audits those requests like real ones.
+    let client = reqwest::Client::new();
+    let resp: Value = client
+        .get(format!("{}/api/traces", env("JAEGER_QUERY_URL")))
+        .query(&[
+            ("service", "kascade"),
+            ("tags", r#"{"namespace":"kascade-deploy-check"}"#),
+            ("lookback", "2h"),
+            ("limit", "100"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let n = resp["data"].as_array().map_or(0, Vec::len);
+    assert_eq!(n, 0, "dry-run writes became spans: {}", resp["data"]);
+    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kascade_audit_events_filtered_total{reason=\"dry_run\"}"),
+        "no dry run was filtered: did validate-deploy.sh run?"
+    );
 }

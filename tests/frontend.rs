@@ -624,3 +624,97 @@ async fn secret_values_never_reach_an_assembled_trace() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_service_links_to_the_pods_its_selector_picks_and_its_endpointslices() {
+    // Expected from the fixture: the Service's selector and the Pods' labels
+    // as the apiserver returned them.
+    let mut selector = serde_json::Map::new();
+    let mut pods: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+    let mut slices = BTreeSet::new();
+    for line in common::audit_lines("service") {
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        let obj = &ev["responseObject"];
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match obj["kind"].as_str() {
+            Some("Service") if name == "web" => {
+                selector = obj["spec"]["selector"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            Some("Pod") if ns == "svc-demo" => {
+                if let Some(l) = obj["metadata"]["labels"].as_object() {
+                    pods.insert(name, l.clone());
+                }
+            }
+            Some("EndpointSlice")
+                if obj["metadata"]["labels"]["kubernetes.io/service-name"] == "web" =>
+            {
+                slices.insert(name);
+            }
+            _ => {}
+        }
+    }
+    assert!(!selector.is_empty() && !slices.is_empty());
+    let selected: BTreeSet<String> = pods
+        .iter()
+        .filter(|(_, labels)| selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(selected.len() >= 2, "{selected:?}");
+
+    let (f, range) = frontend("service").await;
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Descendants,
+        &[
+            ("resource", "services"),
+            ("namespace", "svc-demo"),
+            ("name", "web"),
+        ],
+    )
+    .await;
+    let asm = &t.assembly;
+    let children = |resource: &str, class: &str| -> BTreeSet<String> {
+        asm.nodes[0]
+            .children
+            .iter()
+            .map(|&c| &asm.nodes[c])
+            .filter(|n| n.history.object.resource == resource && n.class.as_deref() == Some(class))
+            .map(|n| n.history.object.name.clone())
+            .collect()
+    };
+    assert_eq!(children("pods", "selector"), selected);
+    assert_eq!(children("endpointslices", "owner"), slices);
+
+    // The Pod's side records the Service as its parent (selector).
+    let pod = selected.iter().next().unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Object,
+        &[
+            ("resource", "pods"),
+            ("namespace", "svc-demo"),
+            ("name", pod),
+        ],
+    )
+    .await;
+    assert!(
+        t.assembly.nodes[0]
+            .history
+            .links
+            .iter()
+            .any(|l| l.other.resource == "services"
+                && l.other.name == "web"
+                && l.class == "selector")
+    );
+}

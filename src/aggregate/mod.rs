@@ -13,6 +13,7 @@ pub mod processor;
 pub mod redact;
 pub mod relations;
 pub mod rules;
+pub mod selectors;
 pub mod span_cache;
 
 use std::sync::Arc;
@@ -23,6 +24,40 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::Metrics;
 pub use processor::{Accepted, Processor, ProcessorConfig};
+
+/// One unit of work for the processor; all work about one object goes to the
+/// same worker, in order.
+pub enum Work {
+    /// An audit event that passed the filter.
+    Audit(Box<Accepted>),
+    /// A version of an object from the list-watch.
+    Watch(processor::WatchChange),
+    /// A Kubernetes Event from the Event watch (`own` is the Event object).
+    Event {
+        own: crate::model::ObjectRef,
+        uid: String,
+        event: Box<k8s_event::K8sEvent>,
+        at: std::time::SystemTime,
+    },
+}
+
+impl Work {
+    fn routing_key(&self) -> String {
+        match self {
+            Work::Audit(a) => a.object.key(),
+            Work::Watch(w) => w.object.key(),
+            Work::Event { own, .. } => own.key(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Work::Audit(a) => format!("{} (audit {})", a.object, a.event.audit_id),
+            Work::Watch(w) => format!("{} (watch {})", w.object, w.kind.as_str()),
+            Work::Event { own, .. } => format!("{own} (event)"),
+        }
+    }
+}
 
 /// Why a batch was not admitted.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +73,7 @@ pub enum AdmitError {
 /// The entry point of the pipeline, shared by every source.
 #[derive(Clone)]
 pub struct Intake {
-    tx: mpsc::Sender<Accepted>,
+    tx: mpsc::Sender<Work>,
     capacity: usize,
     metrics: Arc<Metrics>,
 }
@@ -58,7 +93,7 @@ impl Intake {
         match self.tx.try_reserve_many(batch.len()) {
             Ok(permits) => {
                 for (permit, item) in permits.zip(batch) {
-                    permit.send(item);
+                    permit.send(Work::Audit(Box::new(item)));
                 }
                 self.metrics.queue_depth.set(self.depth() as i64);
                 Ok(())
@@ -73,7 +108,12 @@ impl Intake {
 
     /// Admits one event, waiting for room (used by replay, where the source can wait).
     pub async fn submit(&self, item: Accepted) -> Result<(), AdmitError> {
-        self.tx.send(item).await.map_err(|_| AdmitError::Closed)
+        self.submit_work(Work::Audit(Box::new(item))).await
+    }
+
+    /// Waits for room: list-watch input is paced, never refused.
+    pub async fn submit_work(&self, work: Work) -> Result<(), AdmitError> {
+        self.tx.send(work).await.map_err(|_| AdmitError::Closed)
     }
 
     pub fn depth(&self) -> usize {
@@ -109,7 +149,7 @@ pub fn start(
     shards: usize,
     metrics: Arc<Metrics>,
 ) -> (Intake, Shutdown, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<Accepted>(queue_capacity);
+    let (tx, mut rx) = mpsc::channel::<Work>(queue_capacity);
     metrics.queue_capacity.set(queue_capacity as i64);
     let shards = shards.max(1);
     let mut shard_txs = Vec::with_capacity(shards);
@@ -117,21 +157,43 @@ pub fn start(
     for _ in 0..shards {
         // Small queues relative to the intake, so a stalled exporter fills the
         // intake (and the webhook says 429) rather than hiding events in shards.
-        let (stx, mut srx) = mpsc::channel::<Accepted>((queue_capacity / shards).clamp(1, 256));
+        let (stx, mut srx) = mpsc::channel::<Work>((queue_capacity / shards).clamp(1, 256));
         shard_txs.push(stx);
         let p = processor.clone();
         workers.push(tokio::spawn(async move {
-            while let Some(item) = srx.recv().await {
-                let object = item.object.to_string();
-                let audit_id = item.event.audit_id.clone();
-                if let Err(e) = p.process(item).await {
-                    tracing::error!(%object, %audit_id, error = %e, "processing an audit event failed");
+            while let Some(work) = srx.recv().await {
+                let what = work.describe();
+                let result = match work {
+                    Work::Audit(item) => p.process(*item).await,
+                    Work::Watch(change) => p.process_watch(change).await,
+                    Work::Event {
+                        own,
+                        uid,
+                        event,
+                        at,
+                    } => p.process_k8s_event(&own, &uid, *event, at).await,
+                };
+                if let Err(e) = result {
+                    tracing::error!(%what, error = %e, "processing failed");
                 }
             }
         }));
     }
     let m = metrics.clone();
     let (stop, mut stop_rx) = Shutdown::new();
+    // Watch changes whose wait for an audit event is over are shown from here.
+    let flusher = {
+        let p = processor.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                if let Err(e) = p.flush_watch(false).await {
+                    tracing::error!(error = %e, "showing watch changes failed");
+                }
+            }
+        })
+    };
     let handle = tokio::spawn(async move {
         loop {
             let item = tokio::select! {
@@ -144,7 +206,7 @@ pub fn start(
             };
             let Some(item) = item else { break };
             m.queue_depth.set(rx.len() as i64);
-            let shard = (xxh3_64(item.object.key().as_bytes()) % shards as u64) as usize;
+            let shard = (xxh3_64(item.routing_key().as_bytes()) % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {
                 break;
             }
@@ -152,6 +214,11 @@ pub fn start(
         drop(shard_txs);
         for w in workers {
             let _ = w.await;
+        }
+        flusher.abort();
+        // What still waits for an audit event is shown now.
+        if let Err(e) = processor.flush_watch(true).await {
+            tracing::error!(error = %e, "showing the last watch changes failed");
         }
     });
     (

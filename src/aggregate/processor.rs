@@ -19,6 +19,7 @@ use super::k8s_event::{K8sEvent, is_event_resource};
 use super::redact::Redactor;
 use super::relations::{KindRegistry, all_relations};
 use super::rules::{Relation, RuleSet};
+use super::selectors::SelectorIndex;
 use super::span_cache::{Slot, SpanCache};
 use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
@@ -43,6 +44,9 @@ pub struct ProcessorConfig {
     pub max_diff_changes: usize,
     /// Longest snapshot (JSON bytes) attached to a create/delete.
     pub max_snapshot_bytes: usize,
+    /// How long a change seen by the watch waits for the audit event of the
+    /// same write before it is shown on its own.
+    pub watch_audit_wait: Duration,
 }
 
 impl Default for ProcessorConfig {
@@ -52,6 +56,7 @@ impl Default for ProcessorConfig {
             state_cache_bytes: 128 << 20,
             max_diff_changes: 100,
             max_snapshot_bytes: 64 << 10,
+            watch_audit_wait: Duration::from_secs(5),
         }
     }
 }
@@ -66,6 +71,63 @@ pub struct Processor {
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<SpanData>,
     metrics: Arc<Metrics>,
+    /// Event occurrences (cluster|Event uid|count) already emitted.
+    seen_events: moka::sync::Cache<String, ()>,
+    /// Diffs recently computed, by `object key@resourceVersion`, so a write
+    /// seen by both the watch and the audit log is shown once.
+    ledger: moka::sync::Cache<String, Arc<LedgerEntry>>,
+    /// Watch changes waiting (bounded) for their audit event.
+    pending: std::sync::Mutex<std::collections::VecDeque<PendingWatch>>,
+    /// Labels and selectors, for `selector` rules.
+    selectors: SelectorIndex,
+}
+
+/// A diff between two versions of an object, and whether a write's audit
+/// span already shows it.
+pub struct LedgerEntry {
+    changes: Vec<Change>,
+    /// CLAIM_NONE, CLAIM_AUDIT or CLAIM_WATCH: who showed the diff.
+    claimed: std::sync::atomic::AtomicU8,
+}
+
+struct PendingWatch {
+    due: std::time::Instant,
+    ledger_key: String,
+    ow: ObjectWindow,
+    change: WatchChange,
+    old_rv: String,
+    snapshot: Option<Value>,
+}
+
+/// A version of an object seen by the list-watch.
+#[derive(Clone, Debug)]
+pub struct WatchChange {
+    pub object: ObjectRef,
+    pub kind: WatchKind,
+    /// The object as the apiserver sent it (not yet redacted).
+    pub state: Value,
+    pub observed: SystemTime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchKind {
+    /// Part of the initial list (or a re-list): seeds the state, shown only
+    /// if it differs from what kascade last saw.
+    Listed,
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl WatchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Listed => "listed",
+            WatchKind::Added => "added",
+            WatchKind::Modified => "modified",
+            WatchKind::Deleted => "deleted",
+        }
+    }
 }
 
 /// What one write did to the object.
@@ -104,7 +166,18 @@ impl Processor {
             .weigher(|k: &String, v: &Arc<str>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
             .max_capacity(cfg.state_cache_bytes)
             .build();
+        let ttl = cfg.windowing.width + Duration::from_secs(300);
         Self {
+            seen_events: moka::sync::Cache::builder()
+                .max_capacity(1 << 20)
+                .time_to_live(ttl)
+                .build(),
+            ledger: moka::sync::Cache::builder()
+                .max_capacity(1 << 16)
+                .time_to_live(Duration::from_secs(600))
+                .build(),
+            pending: Default::default(),
+            selectors: SelectorIndex::new(&rules),
             cfg,
             redactor,
             rules,
@@ -372,7 +445,20 @@ impl Processor {
             self.count_filtered(FilterReason::EventWithoutObject);
             return Ok(());
         };
-        let own = &item.object;
+        let at = precise_occurrence(e.occurred, ev.stage_timestamp);
+        self.process_k8s_event(&item.object, &item.uid, e, at).await
+    }
+
+    /// One occurrence of a Kubernetes Event (from an audited write or from the
+    /// Event watch): an event span on the involved object's span, once per
+    /// Event uid and count however often it is seen.
+    pub async fn process_k8s_event(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> anyhow::Result<()> {
         let involved = self.kinds.referenced_object(
             &own.cluster,
             &e.involved.api_version,
@@ -380,19 +466,17 @@ impl Processor {
             &e.involved.namespace,
             &e.involved.name,
         );
-        let at = precise_occurrence(e.occurred, ev.stage_timestamp);
         let ow = ObjectWindow {
             object: involved,
             window_start: self.cfg.windowing.window_start(at),
         };
-        self.ensure_object_span(&ow, &e.involved.uid).await?;
         let name = if e.name.is_empty() {
             own.name.as_str()
         } else {
             e.name.as_str()
         };
         let uid = if e.uid.is_empty() {
-            item.uid.as_str()
+            own_uid
         } else {
             e.uid.as_str()
         };
@@ -401,6 +485,15 @@ impl Processor {
         } else {
             uid.to_string()
         };
+        // The audit log and the Event watch report the same occurrence, and a
+        // re-list after a reconnect reports it again: emit it once.
+        let occurrence = format!("{}|{identity}|{}", own.cluster, e.count);
+        if self.seen_events.contains_key(&occurrence) {
+            self.count_filtered(FilterReason::EventSeen);
+            return Ok(());
+        }
+        self.seen_events.insert(occurrence, ());
+        self.ensure_object_span(&ow, &e.involved.uid).await?;
         let fields = EventFields {
             identity: &identity,
             name,
@@ -417,6 +510,162 @@ impl Processor {
         self.emit(span_model::event_span(&ow, &fields)).await?;
         self.metrics.events_processed.inc();
         Ok(())
+    }
+
+    /// A version of an object from the list-watch. Its diff against the
+    /// previous version is kept for the audit event of the same write; if that
+    /// does not claim it within `watch_audit_wait` (a Metadata-level audit
+    /// policy, no audit webhook), it is shown as a `watch` span on its own.
+    pub async fn process_watch(&self, mut change: WatchChange) -> anyhow::Result<()> {
+        let obj = change.object.clone();
+        let key = obj.key();
+        if let Some(kind) = change.state.get("kind").and_then(Value::as_str) {
+            self.kinds
+                .learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
+        }
+        diff::strip_noise(&mut change.state);
+        self.redactor
+            .redact(&obj.group, &obj.resource, &mut change.state);
+        let new_rv = resource_version(&change.state).to_string();
+        let old = self.last_state(&key);
+        let old_rv = old
+            .as_ref()
+            .map(|o| resource_version(o).to_string())
+            .unwrap_or_default();
+        let ow = ObjectWindow {
+            object: obj.clone(),
+            window_start: self.cfg.windowing.window_start(change.observed),
+        };
+        let (ledger_key, changes, snapshot) = match change.kind {
+            WatchKind::Deleted => {
+                self.states.invalidate(&key);
+                self.selectors.remove(&obj);
+                (
+                    format!("{key}@deleted"),
+                    Vec::new(),
+                    Some(change.state.clone()),
+                )
+            }
+            _ => {
+                if new_rv == old_rv || is_older(&new_rv, &old_rv) {
+                    return Ok(()); // already known (the audit event came first) or stale
+                }
+                let text: Arc<str> = serde_json::to_string(&change.state)?.into();
+                self.states.insert(key.clone(), text);
+                if change.kind == WatchKind::Listed && old.is_none() {
+                    // Seeding: index only; idle objects get no spans at startup.
+                    let _ = self.selectors.update(&self.rules, &obj, &change.state);
+                } else {
+                    self.record_selector_links(&obj, &change.state, change.observed)
+                        .await?;
+                }
+                if old.is_none() && change.kind == WatchKind::Modified {
+                    // kube's watcher reports additions and modifications alike.
+                    change.kind = WatchKind::Added;
+                }
+                match (&old, change.kind) {
+                    // The initial list seeds what later diffs compare against.
+                    (None, WatchKind::Listed) => return Ok(()),
+                    (None, _) => (
+                        format!("{key}@{new_rv}"),
+                        Vec::new(),
+                        Some(change.state.clone()),
+                    ),
+                    (Some(o), _) => (
+                        format!("{key}@{new_rv}"),
+                        diff::diff(o, &change.state),
+                        None,
+                    ),
+                }
+            }
+        };
+        if changes.is_empty() && snapshot.is_none() {
+            return Ok(());
+        }
+        let entry = self.ledger.get_with(ledger_key.clone(), || {
+            Arc::new(LedgerEntry::pending(changes))
+        });
+        if entry.claimed.load(std::sync::atomic::Ordering::Acquire) != CLAIM_NONE {
+            return Ok(());
+        }
+        self.pending
+            .lock()
+            .expect("pending watch changes")
+            .push_back(PendingWatch {
+                due: std::time::Instant::now() + self.cfg.watch_audit_wait,
+                ledger_key,
+                ow,
+                change,
+                old_rv,
+                snapshot,
+            });
+        Ok(())
+    }
+
+    /// Shows the watch changes whose wait for an audit event is over (all of
+    /// them when `all`, at shutdown).
+    pub async fn flush_watch(&self, all: bool) -> anyhow::Result<()> {
+        let now = std::time::Instant::now();
+        loop {
+            let next = {
+                let mut q = self.pending.lock().expect("pending watch changes");
+                match q.front() {
+                    Some(p) if all || p.due <= now => q.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(p) = next else { return Ok(()) };
+            let Some(entry) = self.ledger.get(&p.ledger_key) else {
+                continue;
+            };
+            if !entry.claim(CLAIM_WATCH) {
+                continue; // the audit span shows it
+            }
+            self.ensure_object_span(&p.ow, "").await?;
+            let at = p.change.observed;
+            let new_rv = resource_version(&p.change.state).to_string();
+            let mut span =
+                span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
+            if let Some(snap) = &p.snapshot {
+                span.events.events.push(self.snapshot_event(snap, at));
+            }
+            span.events
+                .events
+                .extend(self.change_events(&entry.changes, at));
+            self.metrics.watch_spans.inc();
+            self.emit(span).await?;
+            if p.change.kind != WatchKind::Deleted {
+                for (rel, uid) in
+                    all_relations(&p.ow.object, &p.change.state, &self.kinds, &self.rules)
+                {
+                    self.record_relation(&p.ow, &rel, &uid, at).await?;
+                }
+            }
+        }
+    }
+
+    /// Updates the label index with `obj`'s state and records the selector
+    /// links that result, in the window of `at`.
+    async fn record_selector_links(
+        &self,
+        obj: &ObjectRef,
+        state: &Value,
+        at: SystemTime,
+    ) -> anyhow::Result<()> {
+        for link in self.selectors.update(&self.rules, obj, state) {
+            let ow = ObjectWindow {
+                object: link.holder,
+                window_start: self.cfg.windowing.window_start(at),
+            };
+            self.ensure_object_span(&ow, "").await?;
+            self.record_relation(&ow, &link.relation, "", at).await?;
+        }
+        Ok(())
+    }
+
+    /// Watch changes waiting for their audit event.
+    pub fn pending_watch(&self) -> usize {
+        self.pending.lock().map(|q| q.len()).unwrap_or(0)
     }
 
     pub async fn process(&self, item: Accepted) -> anyhow::Result<()> {
@@ -453,6 +702,30 @@ impl Processor {
             .unwrap_or("")
             .to_string();
         let old_rv = Self::old_resource_version(ev, old.as_ref());
+        let mut outcome = outcome;
+        let ledger_key = if ev.verb == "delete" || ev.verb == "deletecollection" {
+            (ev.code() < 400).then(|| format!("{key}@deleted"))
+        } else {
+            (!new_rv.is_empty()).then(|| format!("{key}@{new_rv}"))
+        };
+        if let Some(lk) = &ledger_key {
+            match self.ledger.get(lk) {
+                // The watch saw this write first: its diff between consecutive
+                // versions is the write's diff, shown here rather than alone.
+                Some(entry) if entry.claim(CLAIM_AUDIT) => {
+                    if !entry.changes.is_empty() {
+                        outcome.changes = entry.changes.clone();
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    self.ledger.insert(
+                        lk.clone(),
+                        Arc::new(LedgerEntry::claimed(outcome.changes.clone())),
+                    );
+                }
+            }
+        }
         let code = ev.code();
         let error = (code >= 400).then(|| {
             let st = ev.response_status.as_ref();
@@ -515,7 +788,12 @@ impl Processor {
                 .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none());
         if deleted {
             self.states.invalidate(&key);
-        } else if let Some(state) = outcome.state {
+            self.selectors.remove(obj);
+        } else if let Some(state) = outcome.state
+            && !is_older(&new_rv, old.as_ref().map(resource_version).unwrap_or(""))
+        {
+            self.record_selector_links(obj, &state, ev.request_received_timestamp)
+                .await?;
             let text: Arc<str> = serde_json::to_string(&state)?.into();
             self.states.insert(key, text);
         }
@@ -527,7 +805,7 @@ impl Processor {
 /// core/v1 Event timestamps have whole-second precision, which would sort an
 /// Event before the writes of the same second it reports. When the write of
 /// the Event falls within that second, its audit time is the better estimate.
-fn precise_occurrence(occurred: Option<SystemTime>, written: SystemTime) -> SystemTime {
+pub fn precise_occurrence(occurred: Option<SystemTime>, written: SystemTime) -> SystemTime {
     let Some(t) = occurred else {
         return written;
     };
@@ -537,5 +815,53 @@ fn precise_occurrence(occurred: Option<SystemTime>, written: SystemTime) -> Syst
     match written.duration_since(t) {
         Ok(lag) if whole_second && lag < std::time::Duration::from_secs(1) => written,
         _ => t,
+    }
+}
+
+const CLAIM_NONE: u8 = 0;
+const CLAIM_AUDIT: u8 = 1;
+const CLAIM_WATCH: u8 = 2;
+
+impl LedgerEntry {
+    fn pending(changes: Vec<Change>) -> Self {
+        Self {
+            changes,
+            claimed: std::sync::atomic::AtomicU8::new(CLAIM_NONE),
+        }
+    }
+
+    fn claimed(changes: Vec<Change>) -> Self {
+        Self {
+            changes,
+            claimed: std::sync::atomic::AtomicU8::new(CLAIM_AUDIT),
+        }
+    }
+
+    /// Takes the diff for `by` unless someone showed it already.
+    fn claim(&self, by: u8) -> bool {
+        self.claimed
+            .compare_exchange(
+                CLAIM_NONE,
+                by,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+            )
+            .is_ok()
+    }
+}
+
+fn resource_version(state: &Value) -> &str {
+    state
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Resource versions are opaque strings, but etcd-backed ones are integers:
+/// `a` is older than `b` only when both are and `a < b`.
+fn is_older(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
     }
 }

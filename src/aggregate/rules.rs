@@ -1,7 +1,7 @@
 //! Declarative relation rules (`rules/*.yaml`): which objects an object points
 //! at, found by a field path, a regex over its name, or a link annotation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -91,6 +91,10 @@ struct TargetSpec {
     name_regex: Option<String>,
     #[serde(default)]
     annotation: Option<String>,
+    /// Field path to a label selector (a `{key: value}` map, or a
+    /// LabelSelector with matchLabels/matchExpressions) that picks targets.
+    #[serde(default)]
+    selector: Option<String>,
     #[serde(default)]
     group: Option<String>,
     #[serde(default)]
@@ -116,6 +120,9 @@ enum Finder {
     Field(Vec<Step>),
     NameRegex(Regex),
     Annotation(String),
+    /// Targets are the objects whose labels the selector at this path matches
+    /// (resolved by the processor's label index, not here).
+    Selector(Vec<Step>),
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +140,97 @@ pub struct Rule {
     target_group: String,
     target_resource: String,
     target_namespaced: bool,
+}
+
+/// What the processor needs of a selector rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SelectorRule {
+    pub name: String,
+    pub class: String,
+    pub role: Role,
+    pub target_group: String,
+    pub target_resource: String,
+}
+
+/// A Kubernetes label selector: a plain `{key: value}` map (Service,
+/// ReplicationController) or a LabelSelector (matchLabels, matchExpressions).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LabelSelector {
+    match_labels: Vec<(String, String)>,
+    /// (key, operator, values)
+    expressions: Vec<(String, String, Vec<String>)>,
+}
+
+impl LabelSelector {
+    fn at(state: &Value, steps: &[Step]) -> Option<Self> {
+        let mut cur = state;
+        for s in steps {
+            match s {
+                Step::Field(f) => cur = cur.get(f)?,
+                Step::Each => return None,
+            }
+        }
+        Self::from_value(cur)
+    }
+
+    /// `None` for an empty or malformed selector: it selects nothing.
+    pub fn from_value(v: &Value) -> Option<Self> {
+        let obj = v.as_object()?;
+        let structured = obj.contains_key("matchLabels") || obj.contains_key("matchExpressions");
+        let labels_map = if structured {
+            obj.get("matchLabels").and_then(Value::as_object)
+        } else {
+            Some(obj)
+        };
+        let mut match_labels: Vec<(String, String)> = labels_map
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+            .collect();
+        match_labels.sort();
+        let mut expressions = Vec::new();
+        if structured {
+            for e in obj
+                .get("matchExpressions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let key = e.get("key").and_then(Value::as_str)?;
+                let op = e.get("operator").and_then(Value::as_str)?;
+                let values = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                expressions.push((key.to_string(), op.to_string(), values));
+            }
+        }
+        (!match_labels.is_empty() || !expressions.is_empty()).then_some(Self {
+            match_labels,
+            expressions,
+        })
+    }
+
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.expressions.iter().all(|(k, op, values)| {
+                let have = labels.get(k);
+                match op.as_str() {
+                    "In" => have.is_some_and(|v| values.contains(v)),
+                    "NotIn" => have.is_none_or(|v| !values.contains(v)),
+                    "Exists" => have.is_some(),
+                    "DoesNotExist" => have.is_none(),
+                    _ => false,
+                }
+            })
+    }
 }
 
 /// A rule-file error naming the file, the rule and the field.
@@ -260,6 +358,7 @@ impl Rule {
             t.field.is_some(),
             t.name_regex.is_some(),
             t.annotation.is_some(),
+            t.selector.is_some(),
         ]
         .iter()
         .filter(|b| **b)
@@ -267,11 +366,19 @@ impl Rule {
         if chosen != 1 {
             return Err(err(
                 "target",
-                "exactly one of field, nameRegex, annotation must be set".into(),
+                "exactly one of field, nameRegex, annotation, selector must be set".into(),
             ));
         }
         let finder = if let Some(f) = &t.field {
             Finder::Field(parse_field_path(f).map_err(|e| err("target.field", e))?)
+        } else if let Some(f) = &t.selector {
+            if !t.namespaced {
+                return Err(err(
+                    "target.namespaced",
+                    "selector targets are looked up in the object's namespace".into(),
+                ));
+            }
+            Finder::Selector(parse_field_path(f).map_err(|e| err("target.selector", e))?)
         } else if let Some(r) = &t.name_regex {
             let re = Regex::new(r).map_err(|e| err("target.nameRegex", e.to_string()))?;
             if re.captures_len() < 2 {
@@ -296,7 +403,7 @@ impl Rule {
                 if res.is_empty() {
                     return Err(err(
                         "target.resource",
-                        "must be set for field and nameRegex targets".into(),
+                        "must be set for field, nameRegex and selector targets".into(),
                     ));
                 }
                 (t.group.clone().unwrap_or_default(), res)
@@ -366,6 +473,7 @@ impl Rule {
                     });
                 }
             }
+            Finder::Selector(_) => {}
             Finder::NameRegex(re) => {
                 if let Some(c) = re.captures(&obj.name) {
                     let m = c.name("name").or_else(|| c.get(1));
@@ -507,6 +615,44 @@ impl RuleSet {
         } else {
             Err(errors)
         }
+    }
+
+    /// Selector rules that apply to `obj`: (rule, the selector in `state`).
+    pub fn selectors(&self, obj: &ObjectRef, state: &Value) -> Vec<(SelectorRule, LabelSelector)> {
+        let specific = self
+            .by_resource
+            .get(&(obj.group.clone(), obj.resource.clone()));
+        let any = self.by_resource.get(&("*".to_string(), "*".to_string()));
+        let mut out = Vec::new();
+        for r in specific.into_iter().chain(any).flatten() {
+            if let Finder::Selector(steps) = &r.finder
+                && r.matches(obj, state)
+                && let Some(sel) = LabelSelector::at(state, steps)
+            {
+                out.push((
+                    SelectorRule {
+                        name: r.name.clone(),
+                        class: r.class.clone(),
+                        role: r.role,
+                        target_group: r.target_group.clone(),
+                        target_resource: r.target_resource.clone(),
+                    },
+                    sel,
+                ));
+            }
+        }
+        out
+    }
+
+    /// `(group, resource)` of every selector rule's targets: what the label
+    /// index must hold.
+    pub fn selector_targets(&self) -> HashSet<(String, String)> {
+        self.by_resource
+            .values()
+            .flatten()
+            .filter(|r| matches!(r.finder, Finder::Selector(_)))
+            .map(|r| (r.target_group.clone(), r.target_resource.clone()))
+            .collect()
     }
 
     /// Relations of `obj` (whose latest known state is `state`) found by rules.

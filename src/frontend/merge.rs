@@ -9,7 +9,9 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::raw::string_attr;
 use crate::model::ObjectRef;
-use crate::span_model::{SPAN_KIND_AUDIT, SPAN_KIND_LINK, SPAN_KIND_OBJECT, attr};
+use crate::span_model::{
+    SPAN_KIND_AUDIT, SPAN_KIND_EVENT, SPAN_KIND_LINK, SPAN_KIND_OBJECT, SPAN_KIND_WATCH, attr,
+};
 
 /// What a history entry came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -18,6 +20,8 @@ pub enum Source {
     Audit,
     /// A Kubernetes Event about the object.
     Event,
+    /// A change seen only by the list-watch.
+    Watch,
     /// Anything else a collector recorded under the object span.
     Other,
 }
@@ -27,6 +31,7 @@ impl Source {
         match self {
             Source::Audit => "audit",
             Source::Event => "event",
+            Source::Watch => "watch",
             Source::Other => "other",
         }
     }
@@ -162,7 +167,8 @@ pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
                 }
                 let source = match kind {
                     Some(SPAN_KIND_AUDIT) => Source::Audit,
-                    Some("event") => Source::Event,
+                    Some(SPAN_KIND_EVENT) => Source::Event,
+                    Some(SPAN_KIND_WATCH) => Source::Watch,
                     _ => Source::Other,
                 };
                 entries.push(Entry { source, span });

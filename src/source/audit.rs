@@ -202,6 +202,13 @@ pub enum FilterReason {
     EventWriteFailed,
     /// An Event deleted: not an occurrence.
     EventDelete,
+    /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
+    DryRun,
+    /// An Event occurrence already shown (seen in the audit log and the
+    /// watch, or again after a re-list).
+    EventSeen,
+    /// An Event older than --event-max-age listed when a watch (re)started.
+    EventTooOld,
 }
 
 impl FilterReason {
@@ -215,8 +222,22 @@ impl FilterReason {
             FilterReason::EventWithoutObject => "event-without-object",
             FilterReason::EventWriteFailed => "event-write-failed",
             FilterReason::EventDelete => "event-delete",
+            FilterReason::DryRun => "dry_run",
+            FilterReason::EventSeen => "event-seen",
+            FilterReason::EventTooOld => "event-too-old",
         }
     }
+}
+
+/// Whether the request URI asks for a dry run (`?dryRun=All`, also among
+/// other query parameters).
+fn is_dry_run(uri: &str) -> bool {
+    uri.split_once('?').is_some_and(|(_, q)| {
+        q.split('&').any(|p| {
+            p.split_once('=')
+                .is_some_and(|(k, v)| k == "dryRun" && !v.is_empty())
+        })
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -252,6 +273,9 @@ impl AuditFilter {
         }
         if !self.verbs.contains(&ev.verb) {
             return Err(FilterReason::Verb);
+        }
+        if is_dry_run(&ev.request_uri) {
+            return Err(FilterReason::DryRun);
         }
         let Some(r) = ev.object_ref.as_ref() else {
             return Err(FilterReason::NoObject);
@@ -322,4 +346,25 @@ pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
     let ev: AuditEvent = serde_json::from_str(json).map_err(|e| e.to_string())?;
     ev.validate()?;
     Ok(ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_dry_run;
+
+    #[test]
+    fn dry_runs_are_recognised_among_other_parameters() {
+        // As kubectl sends them (e.g. `kubectl create --dry-run=server`).
+        assert!(is_dry_run(
+            "/api/v1/namespaces/ns/configmaps?dryRun=All&fieldManager=kubectl-create"
+        ));
+        assert!(is_dry_run(
+            "/apis/apps/v1/namespaces/ns/deployments/x?fieldManager=m&dryRun=All"
+        ));
+        assert!(!is_dry_run(
+            "/api/v1/namespaces/ns/configmaps?fieldManager=kubectl-create"
+        ));
+        assert!(!is_dry_run("/api/v1/namespaces/dryRun=All/configmaps"));
+        assert!(!is_dry_run("/api/v1/namespaces/ns/configmaps?dryRun="));
+    }
 }

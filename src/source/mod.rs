@@ -1,7 +1,9 @@
-//! Sources of audit events: the apiserver's audit webhook and audit log files.
+//! Sources: the apiserver's audit webhook, audit log files, and list-watch
+//! of objects and Events.
 
 pub mod audit;
 pub mod replay;
+pub mod watch;
 pub mod webhook;
 
 use std::sync::Arc;

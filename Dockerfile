@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# kascade container image: `kascade collect` (audit webhook -> OTLP) and
+# `kascade frontend` (Jaeger remote storage over assembled object traces).
+#
+#   docker build -t kascade:0.1.0 .
+#   docker run --rm kascade:0.1.0 --help
+#
+# The builder is pinned to the toolchain the project is developed and tested
+# with (`rustc --version`: 1.95.0); the runtime is Debian slim of the same
+# release as the builder (same glibc), with curl only for the health check.
+
+ARG RUST_VERSION=1.95.0
+ARG DEBIAN_RELEASE=trixie
+
+FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS builder
+WORKDIR /src
+# Only what the build reads (build.rs compiles proto/ with protox, no protoc;
+# rules/ is built into the binary; Cargo.toml names the benches).
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY proto ./proto
+COPY rules ./rules
+COPY benches ./benches
+COPY src ./src
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin kascade \
+    && install -D -m 0755 target/release/kascade /out/kascade
+
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 kascade \
+    && useradd --system --uid 10001 --gid kascade --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kascade
+COPY --from=builder /out/kascade /usr/local/bin/kascade
+# 8090 audit webhook, 8091 collector admin (/metrics /healthz /readyz),
+# 8092 frontend HTTP (/redirect /healthz /readyz), 17271 frontend gRPC (Jaeger remote storage).
+EXPOSE 8090 8091 8092 17271
+USER 10001:10001
+# The health check asks the admin listener of `kascade collect`; for
+# `kascade frontend` set HEALTHCHECK_URL=http://127.0.0.1:8092/readyz.
+ENV HEALTHCHECK_URL=http://127.0.0.1:8091/readyz
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD curl -fsS -o /dev/null "$HEALTHCHECK_URL" || exit 1
+ENTRYPOINT ["/usr/local/bin/kascade"]
+CMD ["--help"]

@@ -1,0 +1,243 @@
+//! Label-selector links: which objects a selector (a Service's, a
+//! PodDisruptionBudget's, any `selector` rule's) picks. The index holds the
+//! labels of selectable objects and the selectors of selecting ones, per
+//! cluster and namespace, fed by every state the processor sees (audit
+//! responses and the list-watch), so a link is found whichever side changes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::rules::{LabelSelector, Relation, RuleSet, SelectorRule};
+use crate::model::ObjectRef;
+
+type Scope = (String, String, String, String); // cluster, namespace, group, resource
+
+#[derive(Default)]
+struct Inner {
+    /// Labels of selectable objects: scope → name → labels.
+    labels: HashMap<Scope, HashMap<String, BTreeMap<String, String>>>,
+    /// Selectors: scope of the *targets* → selecting object → (rule, selector).
+    selectors: HashMap<Scope, HashMap<ObjectRef, Vec<(SelectorRule, LabelSelector)>>>,
+}
+
+pub struct SelectorIndex {
+    targets: HashSet<(String, String)>,
+    inner: Mutex<Inner>,
+}
+
+/// A relation found by a selector, seen from the selecting object.
+pub struct SelectorLink {
+    pub holder: ObjectRef,
+    pub relation: Relation,
+}
+
+fn labels_of(state: &Value) -> BTreeMap<String, String> {
+    state
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl SelectorIndex {
+    pub fn new(rules: &RuleSet) -> Self {
+        Self {
+            targets: rules.selector_targets(),
+            inner: Mutex::default(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+
+    /// Records `obj`'s new state and returns the selector links it makes:
+    /// as a selected object (selectors in its namespace that match its
+    /// labels) and as a selecting object (indexed objects its selectors match).
+    pub fn update(&self, rules: &RuleSet, obj: &ObjectRef, state: &Value) -> Vec<SelectorLink> {
+        if self.targets.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut inner = self.inner.lock().expect("selector index");
+        let own_scope = (
+            obj.cluster.clone(),
+            obj.namespace.clone(),
+            obj.group.clone(),
+            obj.resource.clone(),
+        );
+        if self
+            .targets
+            .contains(&(obj.group.clone(), obj.resource.clone()))
+        {
+            let labels = labels_of(state);
+            if let Some(holders) = inner.selectors.get(&own_scope) {
+                for (holder, sels) in holders {
+                    for (rule, sel) in sels {
+                        if sel.matches(&labels) {
+                            out.push(SelectorLink {
+                                holder: holder.clone(),
+                                relation: Relation {
+                                    target: obj.clone(),
+                                    role: rule.role,
+                                    class: rule.class.clone(),
+                                },
+                            });
+                        }
+                    }
+                }
+            }
+            inner
+                .labels
+                .entry(own_scope)
+                .or_default()
+                .insert(obj.name.clone(), labels);
+        }
+        let selectors = rules.selectors(obj, state);
+        // Forget this object's old selectors (they may have changed).
+        for holders in inner.selectors.values_mut() {
+            holders.remove(obj);
+        }
+        for (rule, sel) in selectors {
+            let scope = (
+                obj.cluster.clone(),
+                obj.namespace.clone(),
+                rule.target_group.clone(),
+                rule.target_resource.clone(),
+            );
+            if let Some(objects) = inner.labels.get(&scope) {
+                for (name, labels) in objects {
+                    if sel.matches(labels) {
+                        out.push(SelectorLink {
+                            holder: obj.clone(),
+                            relation: Relation {
+                                target: ObjectRef::new(
+                                    &obj.cluster,
+                                    &rule.target_group,
+                                    &rule.target_resource,
+                                    &obj.namespace,
+                                    name,
+                                ),
+                                role: rule.role,
+                                class: rule.class.clone(),
+                            },
+                        });
+                    }
+                }
+            }
+            inner
+                .selectors
+                .entry(scope)
+                .or_default()
+                .entry(obj.clone())
+                .or_default()
+                .push((rule, sel));
+        }
+        out
+    }
+
+    /// The object is gone: it selects and is selected no more.
+    pub fn remove(&self, obj: &ObjectRef) {
+        if self.targets.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().expect("selector index");
+        let scope = (
+            obj.cluster.clone(),
+            obj.namespace.clone(),
+            obj.group.clone(),
+            obj.resource.clone(),
+        );
+        if let Some(m) = inner.labels.get_mut(&scope) {
+            m.remove(&obj.name);
+        }
+        for holders in inner.selectors.values_mut() {
+            holders.remove(obj);
+        }
+    }
+
+    /// Objects whose labels are indexed (for metrics and the README's memory note).
+    pub fn indexed_objects(&self) -> usize {
+        let inner = self.inner.lock().expect("selector index");
+        inner.labels.values().map(HashMap::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rules() -> RuleSet {
+        let mut r = RuleSet::default();
+        r.add_yaml(
+            "t.yaml",
+            "rules:\n  - name: svc\n    match: {resource: services}\n    class: selector\n    role: child\n    target: {selector: spec.selector, resource: pods}\n  - name: pdb\n    match: {group: policy, resource: poddisruptionbudgets}\n    class: pdb\n    role: child\n    target: {selector: spec.selector, resource: pods}\n",
+        )
+        .unwrap();
+        r
+    }
+
+    #[test]
+    fn links_are_found_whichever_side_comes_first() {
+        let r = rules();
+        let idx = SelectorIndex::new(&r);
+        let pod = ObjectRef::new("c", "", "pods", "ns", "web-1");
+        let other = ObjectRef::new("c", "", "pods", "ns", "db-1");
+        let svc = ObjectRef::new("c", "", "services", "ns", "web");
+        let pdb = ObjectRef::new("c", "policy", "poddisruptionbudgets", "ns", "web");
+        assert!(
+            idx.update(
+                &r,
+                &pod,
+                &json!({"metadata": {"labels": {"app": "web", "tier": "fe"}}})
+            )
+            .is_empty()
+        );
+        idx.update(&r, &other, &json!({"metadata": {"labels": {"app": "db"}}}));
+        let links = idx.update(&r, &svc, &json!({"spec": {"selector": {"app": "web"}}}));
+        assert_eq!(links.len(), 1);
+        assert_eq!(links[0].relation.target, pod);
+        // A pod created after the Service is linked from the Service.
+        let late = ObjectRef::new("c", "", "pods", "ns", "web-2");
+        let links = idx.update(&r, &late, &json!({"metadata": {"labels": {"app": "web"}}}));
+        assert_eq!(links.len(), 1);
+        assert_eq!(links[0].holder, svc);
+        // matchExpressions.
+        let links = idx.update(
+            &r,
+            &pdb,
+            &json!({"spec": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe"]}]}}}),
+        );
+        assert_eq!(links.len(), 1);
+        assert_eq!(links[0].relation.target, pod);
+        // Another namespace is another world.
+        let elsewhere = ObjectRef::new("c", "", "pods", "other", "web-9");
+        let links = idx.update(
+            &r,
+            &elsewhere,
+            &json!({"metadata": {"labels": {"app": "web"}}}),
+        );
+        assert!(links.is_empty());
+        // A removed Service selects nothing.
+        idx.remove(&svc);
+        let links = idx.update(
+            &r,
+            &ObjectRef::new("c", "", "pods", "ns", "web-3"),
+            &json!({"metadata": {"labels": {"app": "web"}}}),
+        );
+        assert!(links.is_empty());
+    }
+
+    #[test]
+    fn empty_selectors_select_nothing() {
+        assert!(LabelSelector::from_value(&json!({})).is_none());
+        assert!(LabelSelector::from_value(&json!({"matchLabels": {}})).is_none());
+    }
+}

@@ -1,0 +1,288 @@
+//! List-watch sources: every listable, watchable resource of a cluster
+//! (minus an exclude list) and its Kubernetes Events, via kube-rs watchers.
+//!
+//! Nothing is kept here: each object version goes to the processor, which
+//! keeps the last state per object (bounded by `--state-cache-bytes`) and
+//! turns consecutive versions into diffs. Watchers re-list with exponential
+//! backoff after errors (including `410 Gone`), so a restarting apiserver
+//! does not see a relist storm; a re-list only shows objects whose version
+//! changed while kascade was not watching.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::discovery::{Discovery, verbs};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::aggregate::k8s_event::K8sEvent;
+use crate::aggregate::processor::{WatchChange, WatchKind, precise_occurrence};
+use crate::aggregate::{Intake, Work};
+use crate::metrics::Metrics;
+use crate::model::ObjectRef;
+use crate::source::audit::FilterReason;
+
+/// Resources never watched: Events are consumed by their own watcher,
+/// Leases change every few seconds and say nothing about the cascade.
+pub const DEFAULT_WATCH_EXCLUDE: &[&str] = &[
+    "events",
+    "events.events.k8s.io",
+    "leases.coordination.k8s.io",
+];
+
+#[derive(Clone, Debug)]
+pub struct WatchConfig {
+    pub cluster: String,
+    pub kubeconfig: PathBuf,
+    /// `resource` or `resource.group`; empty = every discoverable resource.
+    pub include: HashSet<String>,
+    pub exclude: HashSet<String>,
+    /// Events older than this, listed when a watch (re)starts, are not shown.
+    pub event_max_age: Duration,
+    pub watch_events: bool,
+}
+
+/// `name=path` of `--watch-cluster`.
+pub fn parse_cluster_kubeconfig(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not CLUSTER=KUBECONFIG"))?;
+    super::validate_cluster_name(name)?;
+    if path.is_empty() {
+        return Err(format!("{s:?}: empty kubeconfig path"));
+    }
+    Ok((name.to_string(), PathBuf::from(path)))
+}
+
+fn resource_name(ar: &ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+async fn client_for(cfg: &WatchConfig) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig).with_context(|| {
+        format!(
+            "cluster {}: cannot read kubeconfig {}",
+            cfg.cluster,
+            cfg.kubeconfig.display()
+        )
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| {
+            format!(
+                "cluster {}: bad kubeconfig {}",
+                cfg.cluster,
+                cfg.kubeconfig.display()
+            )
+        })?;
+    kube::Client::try_from(config)
+        .with_context(|| format!("cluster {}: cannot build a client", cfg.cluster))
+}
+
+/// Starts the watchers of one cluster; returns their tasks.
+pub async fn start(
+    cfg: WatchConfig,
+    intake: Intake,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let client = client_for(&cfg).await?;
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .with_context(|| format!("cluster {}: API discovery failed", cfg.cluster))?;
+    let mut tasks = Vec::new();
+    let mut watched = Vec::new();
+    let mut events_resource: Option<ApiResource> = None;
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) || !caps.supports_operation(verbs::WATCH) {
+                continue;
+            }
+            let name = resource_name(&ar);
+            if ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io") {
+                // Prefer the events.k8s.io view; both show the same objects.
+                if events_resource.as_ref().is_none_or(|e| e.group.is_empty()) {
+                    events_resource = Some(ar.clone());
+                }
+                continue;
+            }
+            if cfg.exclude.contains(&name) || cfg.exclude.contains(&ar.plural) {
+                continue;
+            }
+            if !cfg.include.is_empty()
+                && !cfg.include.contains(&name)
+                && !cfg.include.contains(&ar.plural)
+            {
+                continue;
+            }
+            watched.push(name);
+            tasks.push(tokio::spawn(watch_objects(
+                cfg.clone(),
+                client.clone(),
+                ar,
+                intake.clone(),
+                metrics.clone(),
+            )));
+        }
+    }
+    if cfg.watch_events
+        && let Some(ar) = events_resource
+    {
+        watched.push(resource_name(&ar));
+        tasks.push(tokio::spawn(watch_events(
+            cfg.clone(),
+            client.clone(),
+            ar,
+            intake.clone(),
+            metrics.clone(),
+        )));
+    }
+    tracing::info!(cluster = %cfg.cluster, resources = watched.len(), "list-watch started");
+    tracing::debug!(cluster = %cfg.cluster, ?watched, "watched resources");
+    Ok(tasks)
+}
+
+/// RBAC refuses this resource: retrying will not help.
+fn is_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    }
+}
+
+fn object_ref(cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> Option<ObjectRef> {
+    Some(ObjectRef::new(
+        cluster,
+        ar.group.clone(),
+        ar.plural.clone(),
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone()?,
+    ))
+}
+
+fn to_value(ar: &ApiResource, obj: DynamicObject) -> Value {
+    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        // Items of a list carry no type; diffs and relations want it.
+        m.entry("apiVersion")
+            .or_insert_with(|| Value::String(ar.api_version.clone()));
+        m.entry("kind")
+            .or_insert_with(|| Value::String(ar.kind.clone()));
+    }
+    v
+}
+
+async fn watch_objects(
+    cfg: WatchConfig,
+    client: kube::Client,
+    ar: ApiResource,
+    intake: Intake,
+    metrics: Arc<Metrics>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let resource = resource_name(&ar);
+    let label = Metrics::source(&cfg.cluster);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        let (kind, obj) = match ev {
+            Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
+            Ok(watcher::Event::InitApply(o)) => (WatchKind::Listed, o),
+            Ok(watcher::Event::Delete(o)) => (WatchKind::Deleted, o),
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+            Err(e) => {
+                if is_forbidden(&e) {
+                    tracing::info!(cluster = %cfg.cluster, %resource,
+                        "not allowed to list/watch it (RBAC); not watching it");
+                    return;
+                }
+                metrics.watch_errors.get_or_create(&label).inc();
+                tracing::warn!(cluster = %cfg.cluster, %resource, error = %e, "watch failed; re-listing with backoff");
+                continue;
+            }
+        };
+        let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
+            continue;
+        };
+        metrics.watch_changes.get_or_create(&label).inc();
+        let change = WatchChange {
+            object,
+            kind,
+            state: to_value(&ar, obj),
+            observed: SystemTime::now(),
+        };
+        if intake.submit_work(Work::Watch(change)).await.is_err() {
+            return; // shutting down
+        }
+    }
+}
+
+async fn watch_events(
+    cfg: WatchConfig,
+    client: kube::Client,
+    ar: ApiResource,
+    intake: Intake,
+    metrics: Arc<Metrics>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let label = Metrics::source(&cfg.cluster);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(ev) = stream.next().await {
+        let (listed, obj) = match ev {
+            Ok(watcher::Event::Apply(o)) => (false, o),
+            Ok(watcher::Event::InitApply(o)) => (true, o),
+            Ok(_) => continue,
+            Err(e) => {
+                if is_forbidden(&e) {
+                    tracing::warn!(cluster = %cfg.cluster, resource = "events",
+                        "not allowed to list/watch Events (RBAC); not watching them");
+                    return;
+                }
+                metrics.watch_errors.get_or_create(&label).inc();
+                tracing::warn!(cluster = %cfg.cluster, resource = "events", error = %e, "watch failed; re-listing with backoff");
+                continue;
+            }
+        };
+        let Some(own) = object_ref(&cfg.cluster, &ar, &obj) else {
+            continue;
+        };
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let Some(event) = K8sEvent::from_object(&to_value(&ar, obj)) else {
+            continue;
+        };
+        metrics.watch_changes.get_or_create(&label).inc();
+        let now = SystemTime::now();
+        let at = precise_occurrence(event.occurred, now);
+        if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
+            metrics
+                .events_filtered
+                .get_or_create(&Metrics::reason(FilterReason::EventTooOld.as_str()))
+                .inc();
+            continue;
+        }
+        let work = Work::Event {
+            own,
+            uid,
+            event: Box::new(event),
+            at,
+        };
+        if intake.submit_work(work).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The span cache shared through etcd: the protocol against an in-process
+//! stand-in of etcd's JSON gateway (reservations, failover, fallback and
+//! recovery, lost leases, timeouts, authentication), and two `collect`
+//! replicas fed the same real audit batch emitting each object and link span
+//! once. The same against a real etcd is in `span_cache_etcd.rs` (ignored,
+//! run by e2e/scale-out.sh).
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use clap::Parser;
+use kascade::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, Slot, SpanCache, etcd_key};
+use kascade::cli::{Cli, Command, build_collect};
+use kascade::metrics::Metrics;
+use kascade::model::{ObjectRef, ObjectWindow};
+use serde_json::{Value, json};
+
+type Stored = (Vec<u8>, i64);
+
+/// Just enough of etcd's v3 JSON gateway: lease grant, the create-if-absent
+/// transaction, authenticate; it can be made unavailable, slow, or forget
+/// its leases.
+#[derive(Default)]
+struct FakeEtcd {
+    /// key → (value, lease)
+    kv: Mutex<HashMap<Vec<u8>, Stored>>,
+    leases: Mutex<HashSet<i64>>,
+    next_lease: AtomicI64,
+    down: AtomicBool,
+    delay_ms: AtomicU64,
+    requests: AtomicU64,
+    /// `Some((user, password))`: authentication enabled.
+    auth: Option<(String, String)>,
+    tokens: Mutex<HashSet<String>>,
+}
+
+type Reply = (StatusCode, Json<Value>);
+
+fn err(status: StatusCode, code: i64, message: &str) -> Reply {
+    (status, Json(json!({"code": code, "message": message})))
+}
+
+impl FakeEtcd {
+    async fn gate(&self, headers: &HeaderMap) -> Result<(), Reply> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(err(
+                StatusCode::SERVICE_UNAVAILABLE,
+                14,
+                "etcdserver: no leader",
+            ));
+        }
+        if self.auth.is_some() {
+            let token = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !self.tokens.lock().unwrap().contains(token) {
+                return Err(err(
+                    StatusCode::UNAUTHORIZED,
+                    16,
+                    "etcdserver: invalid auth token",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> Option<Value> {
+        self.kv
+            .lock()
+            .unwrap()
+            .get(key.as_bytes())
+            .map(|(v, _)| serde_json::from_slice(v).unwrap())
+    }
+}
+
+async fn grant(State(f): State<Arc<FakeEtcd>>, headers: HeaderMap, Json(b): Json<Value>) -> Reply {
+    if let Err(r) = f.gate(&headers).await {
+        return r;
+    }
+    let id = f.next_lease.fetch_add(1, Ordering::SeqCst) + 1000;
+    f.leases.lock().unwrap().insert(id);
+    (
+        StatusCode::OK,
+        Json(json!({"ID": id.to_string(), "TTL": b["TTL"]})),
+    )
+}
+
+async fn txn(State(f): State<Arc<FakeEtcd>>, headers: HeaderMap, Json(b): Json<Value>) -> Reply {
+    if let Err(r) = f.gate(&headers).await {
+        return r;
+    }
+    let put = &b["success"][0]["request_put"];
+    let key = B64.decode(put["key"].as_str().unwrap()).unwrap();
+    assert_eq!(b["compare"][0]["key"], put["key"]);
+    assert_eq!(b["compare"][0]["target"], "CREATE");
+    assert_eq!(b["compare"][0]["create_revision"], "0");
+    let lease: i64 = put["lease"].as_str().unwrap().parse().unwrap();
+    if !f.leases.lock().unwrap().contains(&lease) {
+        return err(
+            StatusCode::NOT_FOUND,
+            5,
+            "etcdserver: requested lease not found",
+        );
+    }
+    let mut kv = f.kv.lock().unwrap();
+    match kv.get(&key) {
+        None => {
+            let value = B64.decode(put["value"].as_str().unwrap()).unwrap();
+            kv.insert(key, (value, lease));
+            (
+                StatusCode::OK,
+                Json(json!({"succeeded": true, "responses": [{"response_put": {}}]})),
+            )
+        }
+        Some((v, _)) => (
+            StatusCode::OK,
+            Json(json!({"responses": [{"response_range": {"kvs": [
+                {"key": put["key"], "value": B64.encode(v)}
+            ], "count": "1"}}]})),
+        ),
+    }
+}
+
+async fn authenticate(State(f): State<Arc<FakeEtcd>>, Json(b): Json<Value>) -> Reply {
+    let Some((user, password)) = &f.auth else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            9,
+            "etcdserver: authentication is not enabled",
+        );
+    };
+    if b["name"] != *user || b["password"] != *password {
+        return err(
+            StatusCode::BAD_REQUEST,
+            3,
+            "etcdserver: authentication failed, invalid user ID or password",
+        );
+    }
+    let token = format!("tok{}", f.requests.fetch_add(1, Ordering::SeqCst));
+    f.tokens.lock().unwrap().insert(token.clone());
+    (StatusCode::OK, Json(json!({"token": token})))
+}
+
+async fn start_fake(auth: Option<(&str, &str)>) -> (Arc<FakeEtcd>, String) {
+    let f = Arc::new(FakeEtcd {
+        auth: auth.map(|(u, p)| (u.to_string(), p.to_string())),
+        ..FakeEtcd::default()
+    });
+    let app = Router::new()
+        .route("/v3/lease/grant", post(grant))
+        .route("/v3/kv/txn", post(txn))
+        .route("/v3/auth/authenticate", post(authenticate))
+        .with_state(f.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (f, url)
+}
+
+/// A port nothing listens on.
+fn dead_endpoint() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
+fn config(endpoints: Vec<String>) -> EtcdConfig {
+    let mut cfg = EtcdConfig::new(endpoints, Duration::from_secs(600));
+    cfg.timeout = Duration::from_millis(300);
+    cfg.probe_interval = Duration::from_millis(100);
+    cfg
+}
+
+fn replica(cfg: EtcdConfig) -> (Arc<EtcdSpanCache>, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::default());
+    (
+        Arc::new(EtcdSpanCache::new(cfg, 10_000, metrics.clone()).unwrap()),
+        metrics,
+    )
+}
+
+fn ow(i: usize) -> ObjectWindow {
+    ObjectWindow {
+        object: ObjectRef::new("c", "", "pods", "ns", format!("p{i}")),
+        window_start: 1800 * (i as u64 % 3),
+    }
+}
+
+async fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_reserve_each_window_and_link_once() {
+    let (fake, url) = start_fake(None).await;
+    let (a, _) = replica(config(vec![url.clone()]));
+    let (b, _) = replica(config(vec![url]));
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        for c in [a.clone(), b.clone(), a.clone()] {
+            tasks.push(tokio::spawn(async move {
+                let o = ow(i);
+                let slot = c.fetch_or_reserve(&o).await.unwrap();
+                let link = c.record_link(&o, 42).await.unwrap();
+                (slot == Slot::Created, link)
+            }));
+        }
+    }
+    let mut created = 0;
+    let mut linked = 0;
+    for t in tasks {
+        let (c, l) = t.await.unwrap();
+        created += c as usize;
+        linked += l as usize;
+    }
+    assert!(!a.falling_back() && !b.falling_back());
+    assert_eq!(created, 200, "each object window reserved exactly once");
+    assert_eq!(linked, 200, "each link recorded exactly once");
+    let v = fake
+        .get(&etcd_key("/kascade/spans/", &ow(7), None))
+        .unwrap();
+    assert!(v["replica"].as_str().unwrap().contains('/'), "{v}");
+    assert!(v["at"].as_str().unwrap().ends_with('Z'), "{v}");
+    assert!(
+        fake.get(&etcd_key("/kascade/spans/", &ow(7), Some(42)))
+            .is_some()
+    );
+    // Known windows and links cost no round trip.
+    let before = fake.requests.load(Ordering::SeqCst);
+    assert_eq!(a.fetch_or_reserve(&ow(7)).await.unwrap(), Slot::Existing);
+    assert!(!b.record_link(&ow(7), 42).await.unwrap());
+    assert_eq!(fake.requests.load(Ordering::SeqCst), before);
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_is_skipped() {
+    let (_fake, url) = start_fake(None).await;
+    let (a, m) = replica(config(vec![dead_endpoint(), url]));
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert!(!a.falling_back());
+    assert_eq!(m.span_cache_fallback.get(), 0);
+    let connect_errors = m
+        .span_cache_etcd_errors
+        .get_or_create(&Metrics::reason("connect"))
+        .get();
+    assert_eq!(connect_errors, 1);
+    // The endpoint that answered goes first from now on.
+    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        m.span_cache_etcd_errors
+            .get_or_create(&Metrics::reason("connect"))
+            .get(),
+        connect_errors
+    );
+}
+
+#[tokio::test]
+async fn an_outage_falls_back_then_recovers_and_republishes() {
+    let (fake, url) = start_fake(None).await;
+    let (a, ma) = replica(config(vec![url.clone()]));
+    let (b, _) = replica(config(vec![url]));
+    assert_eq!(a.fetch_or_reserve(&ow(0)).await.unwrap(), Slot::Created);
+
+    fake.down.store(true, Ordering::SeqCst);
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert!(a.falling_back());
+    assert_eq!(ma.span_cache_fallback.get(), 1);
+    assert!(a.record_link(&ow(1), 9).await.unwrap());
+    // Known before the outage: still known.
+    assert_eq!(a.fetch_or_reserve(&ow(0)).await.unwrap(), Slot::Existing);
+    assert_eq!(a.pending_republish(), 2);
+    assert_eq!(ma.span_cache_local_reservations.get(), 2);
+
+    fake.down.store(false, Ordering::SeqCst);
+    wait_until("recovery", 5, || ma.span_cache_fallback.get() == 0).await;
+    wait_until("republishing", 5, || {
+        fake.get(&etcd_key("/kascade/spans/", &ow(1), Some(9)))
+            .is_some()
+    })
+    .await;
+    assert!(!a.falling_back());
+    // What `a` emitted alone is not emitted again by `b`.
+    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Existing);
+    assert!(!b.record_link(&ow(1), 9).await.unwrap());
+    // And `a` shares new windows again.
+    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(b.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Existing);
+}
+
+#[tokio::test]
+async fn a_slow_etcd_costs_one_timeout_then_nothing() {
+    let (fake, url) = start_fake(None).await;
+    let mut cfg = config(vec![url]);
+    cfg.timeout = Duration::from_millis(150);
+    cfg.probe_interval = Duration::from_secs(3600);
+    let (a, m) = replica(cfg);
+    fake.delay_ms.store(2000, Ordering::SeqCst);
+    let t = Instant::now();
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        m.span_cache_etcd_errors
+            .get_or_create(&Metrics::reason("timeout"))
+            .get(),
+        1
+    );
+    let t = Instant::now();
+    for i in 2..100 {
+        a.fetch_or_reserve(&ow(i)).await.unwrap();
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_lost_lease_is_replaced_without_falling_back() {
+    let (fake, url) = start_fake(None).await;
+    let (a, m) = replica(config(vec![url]));
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    fake.leases.lock().unwrap().clear();
+    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert!(!a.falling_back());
+    assert_eq!(
+        m.span_cache_etcd_requests
+            .get_or_create(&Metrics::op("lease"))
+            .get(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn authenticates_and_renews_a_rejected_token() {
+    let (fake, url) = start_fake(Some(("kascade", "s3cret"))).await;
+    let mut cfg = config(vec![url.clone()]);
+    cfg.auth = Some(("kascade".into(), "s3cret".into()));
+    let (a, m) = replica(cfg);
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    fake.tokens.lock().unwrap().clear();
+    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert!(!a.falling_back());
+    assert_eq!(
+        m.span_cache_etcd_requests
+            .get_or_create(&Metrics::op("auth"))
+            .get(),
+        2
+    );
+    // A wrong password is an outage like any other: local fallback.
+    let mut cfg = config(vec![url]);
+    cfg.auth = Some(("kascade".into(), "wrong".into()));
+    let (b, _) = replica(cfg);
+    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert!(b.falling_back());
+}
+
+/// Object and link spans in an OTLP/JSON output: (kind, trace id, span id).
+fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let req: Value = serde_json::from_str(line).unwrap();
+        for rs in req["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    let kind = s["attributes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|a| a["key"] == "kascade.span")
+                        .and_then(|a| a["value"]["stringValue"].as_str())
+                        .unwrap_or("")
+                        .to_string();
+                    out.push((
+                        kind,
+                        s["traceId"].as_str().unwrap().to_string(),
+                        s["spanId"].as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Serves one `collect` replica on an ephemeral port; posts `body` to
+/// `/audit/{cluster}`, then flushes it.
+async fn run_replica(
+    extra: &[String],
+    body: String,
+    dir: &std::path::Path,
+    name: &str,
+) -> std::path::PathBuf {
+    let out = dir.join(format!("{name}.jsonl"));
+    let mut argv: Vec<String> = ["kascade", "collect", "--output"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.push(format!("otlp-json={}", out.display()));
+    argv.extend(extra.iter().cloned());
+    let Command::Collect(args) = Cli::parse_from(argv).command else {
+        unreachable!()
+    };
+    let (apps, pipeline) = build_collect(&args).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, apps.audit).await.unwrap() });
+    let r = reqwest::Client::new()
+        .post(format!("{url}/audit/replicas"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let metrics = pipeline.metrics.clone();
+    pipeline.finish().await;
+    assert_eq!(
+        metrics.span_cache_local_reservations.get(),
+        0,
+        "replica {name} fell back to its local cache"
+    );
+    out
+}
+
+#[tokio::test]
+async fn two_collect_replicas_fed_the_same_batch_emit_each_span_once() {
+    let (_fake, url) = start_fake(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = common::event_list(&common::audit_lines("deployment"));
+    let etcd = vec!["--etcd-endpoints".to_string(), url];
+    // Both replicas at once, as behind one webhook address.
+    let (a, b) = tokio::join!(
+        run_replica(&etcd, body.clone(), dir.path(), "a"),
+        run_replica(&etcd, body.clone(), dir.path(), "b"),
+    );
+    let alone = run_replica(&[], body, dir.path(), "alone").await;
+
+    let mut shared = spans_by_kind(&a);
+    shared.extend(spans_by_kind(&b));
+    let alone = spans_by_kind(&alone);
+    for kind in ["object", "link"] {
+        let ids: Vec<_> = shared.iter().filter(|s| s.0 == kind).collect();
+        let distinct: HashSet<_> = ids.iter().collect();
+        assert_eq!(ids.len(), distinct.len(), "a {kind} span emitted twice");
+        let expected: HashSet<_> = alone.iter().filter(|s| s.0 == kind).collect();
+        assert!(!expected.is_empty());
+        assert_eq!(
+            distinct.into_iter().copied().collect::<HashSet<_>>(),
+            expected,
+            "the replicas together emit every {kind} span one replica alone does"
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The span cache shared through a real etcd (the harness's pinned build):
+//! exactly-once reservations by two replicas, keys under leases, an outage
+//! (etcd killed: local fallback) and the recovery (etcd restarted:
+//! republished keys), and TLS with a client certificate plus password
+//! authentication.
+//!
+//! Ignored by default: each test starts its own etcd from
+//! `$KASCADE_ETCD_BIN` or `$KASCADE_E2E_BIN/etcd` (`e2e/build.sh etcd`) on
+//! free loopback ports. e2e/scale-out.sh runs them:
+//!
+//! ```text
+//! KASCADE_E2E_BIN=... cargo test --test span_cache_etcd -- --ignored
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use kascade::aggregate::span_cache::{
+    EtcdConfig, EtcdSpanCache, EtcdTls, Slot, SpanCache, etcd_key,
+};
+use kascade::metrics::Metrics;
+use kascade::model::{ObjectRef, ObjectWindow};
+use serde_json::{Value, json};
+
+fn etcd_bin() -> PathBuf {
+    if let Ok(b) = std::env::var("KASCADE_ETCD_BIN") {
+        return b.into();
+    }
+    let dir = std::env::var("KASCADE_E2E_BIN")
+        .expect("set KASCADE_ETCD_BIN or KASCADE_E2E_BIN (e2e/build.sh etcd prints it)");
+    Path::new(&dir).join("etcd")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Certificates for etcd over TLS, made with the openssl CLI.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Pki {
+        let dir = dir.join("pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = |args: &[&str]| {
+            let st = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl");
+            assert!(st.success(), "openssl {args:?}");
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=etcd-test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ]);
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        // The client certificate carries no CommonName: with client-cert-auth
+        // and authentication on, etcd's gateway refuses one that does.
+        for (name, subject) in [("server", "/CN=etcd"), ("client", "/O=kascade")] {
+            run(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                subject,
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ]);
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.crt"),
+            ]);
+        }
+        Pki { dir }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// One etcd member in a temporary directory; killed on drop.
+struct Etcd {
+    child: Option<Child>,
+    dir: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    tls: bool,
+}
+
+impl Etcd {
+    fn start(dir: &Path, pki: Option<&Pki>) -> Etcd {
+        let mut e = Etcd {
+            child: None,
+            dir: dir.to_path_buf(),
+            client_port: free_port(),
+            peer_port: free_port(),
+            tls: pki.is_some(),
+        };
+        e.spawn(pki);
+        e
+    }
+
+    fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn spawn(&mut self, pki: Option<&Pki>) {
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut cmd = Command::new(etcd_bin());
+        cmd.args(["--name", "t", "--data-dir"])
+            .arg(self.dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &self.url(),
+                "--advertise-client-urls",
+                &self.url(),
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("t={peer}")])
+            .args(["--unsafe-no-fsync", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("etcd.log")).unwrap());
+        if let Some(p) = pki {
+            cmd.arg("--cert-file").arg(p.file("server.crt"));
+            cmd.arg("--key-file").arg(p.file("server.key"));
+            cmd.arg("--trusted-ca-file").arg(p.file("ca.crt"));
+            cmd.arg("--client-cert-auth");
+        }
+        self.child = Some(cmd.spawn().expect("cannot start etcd"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while curl(self, pki, "/health", None).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd not healthy after 30s; see {}/etcd.log",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A request to etcd with curl (GET without a body, else POST JSON).
+fn curl(e: &Etcd, pki: Option<&Pki>, path: &str, body: Option<&Value>) -> Option<Value> {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sf", "--max-time", "2"]);
+    if let Some(p) = pki {
+        cmd.arg("--cacert").arg(p.file("ca.crt"));
+        cmd.arg("--cert").arg(p.file("client.crt"));
+        cmd.arg("--key").arg(p.file("client.key"));
+    }
+    if let Some(b) = body {
+        cmd.args(["-X", "POST", "-d", &b.to_string()]);
+    }
+    let out = cmd.arg(format!("{}{path}", e.url())).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Keys under `prefix`, with their lease ids.
+fn keys(e: &Etcd, prefix: &str) -> Vec<(String, String)> {
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().unwrap() += 1;
+    let r = curl(
+        e,
+        None,
+        "/v3/kv/range",
+        Some(&json!({"key": B64.encode(prefix), "range_end": B64.encode(end)})),
+    )
+    .expect("range");
+    r["kvs"]
+        .as_array()
+        .map(|kvs| {
+            kvs.iter()
+                .map(|kv| {
+                    let k = String::from_utf8(B64.decode(kv["key"].as_str().unwrap()).unwrap())
+                        .unwrap();
+                    (k, kv["lease"].as_str().unwrap_or("0").to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ow(i: usize) -> ObjectWindow {
+    ObjectWindow {
+        object: ObjectRef::new("it", "apps", "replicasets", "default", format!("rs-{i}")),
+        window_start: 1_800_000 + 1800 * (i as u64 % 2),
+    }
+}
+
+fn replica(cfg: EtcdConfig) -> (Arc<EtcdSpanCache>, Arc<Metrics>) {
+    let m = Arc::new(Metrics::default());
+    (
+        Arc::new(EtcdSpanCache::new(cfg, 10_000, m.clone()).unwrap()),
+        m,
+    )
+}
+
+async fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the etcd binary (KASCADE_E2E_BIN); run by e2e/scale-out.sh"]
+async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = Etcd::start(dir.path(), None);
+    let prefix = "/kascade-it/spans/";
+    let cfg = || {
+        let mut c = EtcdConfig::new(vec![etcd.url()], Duration::from_secs(35 * 60));
+        c.prefix = prefix.to_string();
+        c.probe_interval = Duration::from_millis(200);
+        c.timeout = Duration::from_secs(2);
+        c
+    };
+    let (a, ma) = replica(cfg());
+    let (b, _) = replica(cfg());
+
+    // Both replicas race for the same 100 object windows and their links.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        for c in [a.clone(), b.clone()] {
+            tasks.push(tokio::spawn(async move {
+                let o = ow(i);
+                let s = c.fetch_or_reserve(&o).await.unwrap();
+                let l = c.record_link(&o, 7).await.unwrap();
+                (s == Slot::Created) as usize + 1000 * l as usize
+            }));
+        }
+    }
+    let mut sum = 0;
+    for t in tasks {
+        sum += t.await.unwrap();
+    }
+    eprintln!(
+        "400 reservations by 2 replicas on etcd in {:?}",
+        t.elapsed()
+    );
+    assert_eq!(sum % 1000, 100, "each object window reserved once");
+    assert_eq!(sum / 1000, 100, "each link recorded once");
+    assert!(!a.falling_back() && !b.falling_back());
+    let stored = keys(&etcd, prefix);
+    assert_eq!(stored.len(), 200, "{stored:?}");
+    assert!(
+        stored.iter().all(|(_, lease)| lease != "0"),
+        "every key under a lease"
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|(k, _)| *k == etcd_key(prefix, &ow(3), None))
+    );
+
+    // etcd dies: the next new window falls back at once, later ones never wait.
+    etcd.kill();
+    let t = Instant::now();
+    assert_eq!(a.fetch_or_reserve(&ow(500)).await.unwrap(), Slot::Created);
+    assert!(a.falling_back());
+    assert_eq!(ma.span_cache_fallback.get(), 1);
+    for i in 501..600 {
+        assert_eq!(a.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Created);
+    }
+    assert!(a.record_link(&ow(500), 7).await.unwrap());
+    assert_eq!(a.fetch_or_reserve(&ow(3)).await.unwrap(), Slot::Existing);
+    eprintln!("101 reservations with etcd down in {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3));
+
+    // etcd returns: the replica notices, and publishes what it reserved alone.
+    etcd.spawn(None);
+    wait_until("recovery", 20, || ma.span_cache_fallback.get() == 0).await;
+    wait_until("republishing", 20, || keys(&etcd, prefix).len() == 301).await;
+    assert_eq!(b.fetch_or_reserve(&ow(500)).await.unwrap(), Slot::Existing);
+    assert!(!b.record_link(&ow(500), 7).await.unwrap());
+    assert_eq!(b.fetch_or_reserve(&ow(700)).await.unwrap(), Slot::Created);
+    assert_eq!(a.fetch_or_reserve(&ow(700)).await.unwrap(), Slot::Existing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the etcd binary (KASCADE_E2E_BIN) and openssl; run by e2e/scale-out.sh"]
+async fn tls_client_certificate_and_password_authentication() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let etcd = Etcd::start(dir.path(), Some(&pki));
+    // Authentication on, with a root user.
+    let p = Some(&pki);
+    curl(
+        &etcd,
+        p,
+        "/v3/auth/user/add",
+        Some(&json!({"name": "root", "password": "rootpw"})),
+    )
+    .expect("user add");
+    curl(
+        &etcd,
+        p,
+        "/v3/auth/user/grant",
+        Some(&json!({"user": "root", "role": "root"})),
+    )
+    .expect("grant");
+    curl(&etcd, p, "/v3/auth/enable", Some(&json!({}))).expect("auth enable");
+
+    let tls = EtcdTls {
+        ca_file: pki.file("ca.crt"),
+        client_cert: Some((pki.file("client.crt"), pki.file("client.key"))),
+    };
+    let mut cfg = EtcdConfig::new(vec![etcd.url()], Duration::from_secs(60));
+    cfg.tls = Some(tls.clone());
+    cfg.timeout = Duration::from_secs(2);
+    cfg.auth = Some(("root".into(), "rootpw".into()));
+    let (a, m) = replica(cfg.clone());
+    let (b, _) = replica(cfg.clone());
+    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Existing);
+    assert!(a.record_link(&ow(1), 1).await.unwrap());
+    assert!(!b.record_link(&ow(1), 1).await.unwrap());
+    assert!(!a.falling_back());
+    assert_eq!(
+        m.span_cache_etcd_requests
+            .get_or_create(&Metrics::op("auth"))
+            .get(),
+        1
+    );
+
+    // A wrong password is refused: that replica falls back.
+    cfg.auth = Some(("root".into(), "wrong".into()));
+    let (c, _) = replica(cfg.clone());
+    c.fetch_or_reserve(&ow(2)).await.unwrap();
+    assert!(c.falling_back());
+    // So is a client without a certificate (mutual TLS).
+    cfg.auth = Some(("root".into(), "rootpw".into()));
+    cfg.tls = Some(EtcdTls {
+        client_cert: None,
+        ..tls
+    });
+    let (d, _) = replica(cfg);
+    d.fetch_or_reserve(&ow(3)).await.unwrap();
+    assert!(d.falling_back());
+}
