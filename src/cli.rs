@@ -341,6 +341,7 @@ impl ExportArgs {
 pub struct Pipeline {
     pub intake: aggregate::Intake,
     pub processor: Arc<Processor>,
+    pub spans: Arc<dyn crate::aggregate::span_cache::SpanCache>,
     pub metrics: Arc<Metrics>,
     shutdown: aggregate::Shutdown,
     export_shutdown: aggregate::Shutdown,
@@ -374,7 +375,7 @@ impl Pipeline {
             cfg,
             Redactor::new(Some(redact)),
             rules,
-            spans,
+            spans.clone(),
             span_tx,
             metrics.clone(),
         ));
@@ -387,6 +388,7 @@ impl Pipeline {
         Ok(Self {
             intake,
             processor,
+            spans,
             metrics,
             shutdown,
             export_shutdown,
@@ -520,6 +522,9 @@ pub fn tls_config(
 
 pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
     args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
+    for (cluster, kubeconfig) in &args.watch.clusters {
+        crate::source::watch::check_kubeconfig(cluster, kubeconfig)?;
+    }
     let (apps, pipeline) = build_collect(&args)?;
     let mut watchers = Vec::new();
     for (cluster, kubeconfig) in &args.watch.clusters {
@@ -531,10 +536,12 @@ pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
             event_max_age: args.watch.event_max_age,
             watch_events: args.watch.watch_events,
         };
-        watchers.extend(
-            crate::source::watch::start(cfg, pipeline.intake.clone(), pipeline.metrics.clone())
-                .await?,
-        );
+        watchers.push(tokio::spawn(crate::source::watch::supervise(
+            cfg,
+            pipeline.intake.clone(),
+            pipeline.metrics.clone(),
+            pipeline.spans.clone(),
+        )));
     }
     let app = apps.audit;
     let admin_listener = tokio::net::TcpListener::bind(args.admin_listen)

@@ -48,6 +48,7 @@ pub struct Metrics {
     pub watch_spans: Counter,
     pub watch_changes: Family<SourceLabel, Counter>,
     pub watch_errors: Family<SourceLabel, Counter>,
+    pub watching: Family<SourceLabel, Gauge>,
     pub object_spans: Counter,
     pub link_spans: Counter,
     pub event_spans: Counter,
@@ -104,6 +105,11 @@ impl Metrics {
             "watch_changes",
             "Object versions received from list-watch, by cluster",
             self.watch_changes.clone(),
+        );
+        r.register(
+            "watching",
+            "1 while this replica holds a cluster's watcher role and watches it",
+            self.watching.clone(),
         );
         r.register(
             "watch_errors",

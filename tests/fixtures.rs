@@ -959,3 +959,17 @@ async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted
     };
     assert_eq!(filtered("event-without-object"), 1);
 }
+
+#[test]
+fn audit_events_keep_their_request_uri() {
+    // The dry-run filter reads it: a field name mismatch would silently
+    // leave it empty.
+    let mut checked = 0;
+    for line in common::audit_lines("deployment") {
+        let raw: Value = serde_json::from_str(&line).unwrap();
+        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        assert_eq!(ev.request_uri, raw["requestURI"].as_str().unwrap());
+        checked += 1;
+    }
+    assert!(checked > 100);
+}

@@ -407,3 +407,47 @@ async fn tls_client_certificate_and_password_authentication() {
     d.fetch_or_reserve(&ow(3)).await.unwrap();
     assert!(d.falling_back());
 }
+
+#[tokio::test]
+#[ignore]
+async fn one_replica_holds_a_clusters_watcher_role_until_it_stops_renewing() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(dir.path(), None);
+    let cfg = || {
+        let mut c = EtcdConfig::new(vec![etcd.url()], Duration::from_secs(35 * 60));
+        c.prefix = "/kascade-it/roles-test/".to_string();
+        c.timeout = Duration::from_secs(2);
+        c
+    };
+    let (a, _) = replica(cfg());
+    let (b, _) = replica(cfg());
+    let ttl = Duration::from_secs(2);
+    assert!(
+        a.hold("watch/east", ttl).await.unwrap(),
+        "the first asker holds it"
+    );
+    assert!(!b.hold("watch/east", ttl).await.unwrap(), "only one holder");
+    assert!(
+        b.hold("watch/west", ttl).await.unwrap(),
+        "roles are per cluster"
+    );
+    // Renewing keeps it past the first lease's expiry.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(a.hold("watch/east", ttl).await.unwrap());
+        assert!(!b.hold("watch/east", ttl).await.unwrap());
+    }
+    // `a` stops renewing (it died): `b` takes over once the lease expires.
+    let started = Instant::now();
+    while !b.hold("watch/east", ttl).await.unwrap() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the role never passed on"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !a.hold("watch/east", ttl).await.unwrap(),
+        "the old holder lost it"
+    );
+}

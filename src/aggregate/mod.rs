@@ -116,6 +116,10 @@ impl Intake {
         self.tx.send(work).await.map_err(|_| AdmitError::Closed)
     }
 
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     pub fn depth(&self) -> usize {
         self.capacity - self.tx.capacity()
     }

@@ -24,7 +24,7 @@ pub struct AuditEvent {
     #[serde(rename = "auditID")]
     pub audit_id: String,
     pub stage: String,
-    #[serde(default)]
+    #[serde(default, rename = "requestURI")]
     pub request_uri: String,
     pub verb: String,
     #[serde(default)]

@@ -68,6 +68,17 @@ fn resource_name(ar: &ApiResource) -> String {
     }
 }
 
+/// Fails early, naming the flag and file, when a kubeconfig cannot be used.
+pub fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    kube::config::Kubeconfig::read_from(path).with_context(|| {
+        format!(
+            "--watch-cluster {cluster}={}: not a readable kubeconfig",
+            path.display()
+        )
+    })?;
+    Ok(())
+}
+
 async fn client_for(cfg: &WatchConfig) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig).with_context(|| {
         format!(
@@ -159,6 +170,74 @@ fn is_forbidden(e: &watcher::Error) -> bool {
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 403,
         watcher::Error::WatchError(s) => s.code == 403,
         _ => false,
+    }
+}
+
+/// How long a replica holds a cluster's watcher role without renewing it.
+const ROLE_TTL: Duration = Duration::from_secs(15);
+
+/// Watches one cluster while this replica holds its watcher role (a lease in
+/// the shared etcd; without etcd, always): N replicas watch each cluster
+/// once, and another replica takes over within `ROLE_TTL` when the holder
+/// goes away. If etcd cannot be asked, the current state is kept (a watcher
+/// too many is better than none).
+pub async fn supervise(
+    cfg: WatchConfig,
+    intake: Intake,
+    metrics: Arc<Metrics>,
+    roles: Arc<dyn crate::aggregate::span_cache::SpanCache>,
+) {
+    let role = format!("watch/{}", cfg.cluster);
+    let mut running: Option<Vec<JoinHandle<()>>> = None;
+    let mut tick = tokio::time::interval(ROLE_TTL / 3);
+    let mut warned = false;
+    loop {
+        tick.tick().await;
+        let held = match roles.hold(&role, ROLE_TTL).await {
+            Ok(h) => {
+                warned = false;
+                h
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(cluster = %cfg.cluster, error = %e, "cannot renew the watcher role; keeping the current state");
+                    warned = true;
+                }
+                running.is_some()
+            }
+        };
+        match (held, running.is_some()) {
+            (true, false) => match start(cfg.clone(), intake.clone(), metrics.clone()).await {
+                Ok(tasks) => {
+                    tracing::info!(cluster = %cfg.cluster, "this replica watches the cluster");
+                    metrics
+                        .watching
+                        .get_or_create(&Metrics::source(&cfg.cluster))
+                        .set(1);
+                    running = Some(tasks);
+                }
+                Err(e) => {
+                    tracing::warn!(cluster = %cfg.cluster, error = %format!("{e:#}"), "cannot start watching; retrying")
+                }
+            },
+            (false, true) => {
+                tracing::info!(cluster = %cfg.cluster, "another replica watches the cluster now; stopping");
+                for t in running.take().into_iter().flatten() {
+                    t.abort();
+                }
+                metrics
+                    .watching
+                    .get_or_create(&Metrics::source(&cfg.cluster))
+                    .set(0);
+            }
+            _ => {}
+        }
+        if intake.is_closed() {
+            for t in running.take().into_iter().flatten() {
+                t.abort();
+            }
+            return;
+        }
     }
 }
 

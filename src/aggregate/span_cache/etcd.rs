@@ -668,6 +668,47 @@ impl Inner {
         Ok(stored == value)
     }
 
+    /// The role key `{prefix}roles/<role>` holds this replica's identity
+    /// under a lease of `ttl`: created if absent, re-attached to a fresh lease
+    /// if it is ours (the old lease then simply expires). A holder that stops
+    /// renewing loses the role after `ttl`.
+    async fn hold(&self, role: &str, ttl: Duration) -> Result<bool, EtcdError> {
+        let key = B64.encode(format!("{}roles/{role}", self.prefix));
+        let me = B64.encode(format!("{}#{:x}", self.replica, self.instance));
+        let v = self
+            .gw
+            .post(
+                "role",
+                "/v3/lease/grant",
+                &json!({"TTL": ttl.as_secs().max(1).to_string()}),
+            )
+            .await?;
+        let lease = match v.get("ID") {
+            Some(Value::String(s)) => s.parse::<i64>().ok(),
+            Some(Value::Number(n)) => n.as_i64(),
+            _ => None,
+        }
+        .ok_or_else(|| EtcdError::Decode(format!("lease grant answered no ID: {v}")))?;
+        let put = json!([{"request_put": {"key": key, "value": me, "lease": lease.to_string()}}]);
+        for compare in [
+            json!([{"key": key, "target": "VALUE", "result": "EQUAL", "value": me}]),
+            json!([{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]),
+        ] {
+            let r = self
+                .gw
+                .post(
+                    "role",
+                    "/v3/kv/txn",
+                    &json!({"compare": compare, "success": put}),
+                )
+                .await?;
+            if r.get("succeeded").and_then(Value::as_bool) == Some(true) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Reserves `key` under the current lease (replacing a lease etcd lost).
     async fn reserve_key(&self, op: &str, key: &str) -> Result<bool, EtcdError> {
         let lease = self.lease().await?;
@@ -858,6 +899,15 @@ impl SpanCache for EtcdSpanCache {
 
     fn entry_count(&self) -> u64 {
         self.inner.front.len()
+    }
+
+    fn hold<'a>(&'a self, role: &'a str, ttl: Duration) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(async move {
+            self.inner
+                .hold(role, ttl)
+                .await
+                .map_err(anyhow::Error::from)
+        })
     }
 }
 

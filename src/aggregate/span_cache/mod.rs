@@ -40,4 +40,15 @@ pub trait SpanCache: Send + Sync {
 
     /// Number of object windows tracked (for metrics).
     fn entry_count(&self) -> u64;
+
+    /// Holds the named role (the watcher of a cluster) for this replica for
+    /// `ttl`, renewing it when already held; false while another replica
+    /// holds it. Without a shared backend every replica holds every role.
+    fn hold<'a>(
+        &'a self,
+        _role: &'a str,
+        _ttl: std::time::Duration,
+    ) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
 }
