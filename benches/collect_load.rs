@@ -71,6 +71,46 @@ fn templates() -> (Vec<String>, usize) {
     (out, objects.len())
 }
 
+/// A template cut at its placeholders, so building a body is concatenation
+/// (the generator shares the two cores with kascade: keep it cheap).
+enum Part {
+    Text(String),
+    Namespace,
+    Id,
+}
+
+fn split_template(t: &str) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut rest = t;
+    loop {
+        let next = [(rest.find(NS), NS.len(), 0), (rest.find(ID), ID.len(), 1)]
+            .into_iter()
+            .filter_map(|(at, len, which)| at.map(|a| (a, len, which)))
+            .min_by_key(|(a, _, _)| *a);
+        let Some((at, len, which)) = next else {
+            parts.push(Part::Text(rest.to_string()));
+            return parts;
+        };
+        parts.push(Part::Text(rest[..at].to_string()));
+        parts.push(if which == 0 {
+            Part::Namespace
+        } else {
+            Part::Id
+        });
+        rest = &rest[at + len..];
+    }
+}
+
+/// CPU seconds (user + system) the process has used so far.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) end with ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(ticks / 100.0)
+}
+
 fn peak_rss_kib(pid: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -128,7 +168,8 @@ async fn main() {
         "kascade_audit_events_accepted_total{source=\"webhook\"}",
     )
     .await;
-    let tpl = Arc::new(tpl);
+    let tpl: Arc<Vec<Vec<Part>>> = Arc::new(tpl.iter().map(|t| split_template(t)).collect());
+    let cpu_before = cpu_seconds(&pid);
     let next = Arc::new(AtomicUsize::new(0));
     let retries = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
@@ -158,8 +199,16 @@ async fn main() {
                     if k > 0 {
                         body.push(',');
                     }
-                    let ns = format!("bench-{copy}");
-                    body.push_str(&tpl[i % per_copy].replace(NS, &ns).replace(ID, &copy.to_string()));
+                    for part in &tpl[i % per_copy] {
+                        match part {
+                            Part::Text(t) => body.push_str(t),
+                            Part::Namespace => {
+                                body.push_str("bench-");
+                                body.push_str(&copy.to_string());
+                            }
+                            Part::Id => body.push_str(&copy.to_string()),
+                        }
+                    }
                 }
                 body.push_str("]}");
                 loop {
@@ -209,6 +258,9 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let processed = start.elapsed();
+    let cpu = cpu_before
+        .zip(cpu_seconds(&pid))
+        .map(|(before, after)| after - before);
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
     let exported = metric(
@@ -240,6 +292,14 @@ async fn main() {
     println!(
         "spans exported:    {exported:.0} (dropped {dropped:.0}, export may still be draining)"
     );
+    if let Some(cpu) = cpu {
+        // What kascade itself costs, independent of the generator and the
+        // receiver sharing the machine.
+        println!(
+            "kascade CPU:       {cpu:.1} s ({:.0} events per CPU-second)",
+            total_events as f64 / cpu
+        );
+    }
     if let Some(kib) = peak_rss_kib(&pid) {
         println!("kascade peak RSS:  {:.0} MiB", kib as f64 / 1024.0);
     }

@@ -111,6 +111,10 @@ pub struct CollectArgs {
     /// Largest accepted webhook body, in bytes (after gzip decompression); larger gets 413.
     #[arg(long, default_value_t = 32 << 20, env = "KASCADE_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
+    /// How long a webhook batch may wait for room in a full queue before it is refused with 429
+    /// (the apiserver retries it). Waiting spares decoding a batch again after each refusal.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "KASCADE_ADMISSION_WAIT")]
+    pub admission_wait: std::time::Duration,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -458,6 +462,7 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipelin
         default_cluster: args.cluster.clone(),
         token,
         max_body_bytes: args.max_body_bytes,
+        admission_wait: args.admission_wait,
         metrics,
         registry,
         processor: pipeline.processor.clone(),

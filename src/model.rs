@@ -115,6 +115,12 @@ impl ObjectWindow {
         format!("{}@{}", self.object.key(), self.window_start)
     }
 
+    /// 128-bit digest of [`Self::cache_key`], the key of in-memory caches:
+    /// a fixed 16 bytes instead of a string per cached object window.
+    pub fn cache_digest(&self) -> u128 {
+        xxhash_rust::xxh3::xxh3_128(self.cache_key().as_bytes())
+    }
+
     /// `xxh3-64(object key) ‖ window start (u64, big endian)`: the frontend
     /// can compute the raw trace of any object window from the object's hash
     /// alone, which is what lets its assembled trace ids be decoded by any

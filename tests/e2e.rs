@@ -27,6 +27,10 @@ fn tag_str<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
 /// Jaeger's own search (`/api/traces`) by tags, polled until `ok` holds for the
 /// result: kascade exports asynchronously.
 async fn search(tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    search_service("kascade", tags, ok).await
+}
+
+async fn search_service(service: &str, tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let url = format!("{}/api/traces", env("JAEGER_QUERY_URL"));
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -34,7 +38,7 @@ async fn search(tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let resp: Value = client
             .get(&url)
             .query(&[
-                ("service", "kascade"),
+                ("service", service),
                 ("tags", &tags.to_string()),
                 ("lookback", "2h"),
                 ("limit", "1000"),
@@ -926,5 +930,56 @@ async fn server_dry_runs_leave_no_spans() {
     assert!(
         metrics.contains("kascade_audit_events_filtered_total{reason=\"dry_run\"}"),
         "no dry run was filtered: did validate-deploy.sh run?"
+    );
+}
+
+#[tokio::test]
+#[ignore]
+async fn replay_exports_over_otlp_http_too() {
+    // The chart exports over OTLP/HTTP (port 4318): the same spans must
+    // reach a real Jaeger that way. A service and cluster of its own keep
+    // these spans out of the other checks.
+    let cluster = format!("otlp-http-{}", std::process::id());
+    let st = std::process::Command::new(env("KASCADE_BIN"))
+        .args([
+            "replay",
+            "--cluster",
+            &cluster,
+            "--service-name",
+            "kascade-otlp-http",
+        ])
+        .args([
+            "--otlp-protocol",
+            "http",
+            "--otlp-endpoint",
+            &env("JAEGER_OTLP_HTTP"),
+        ])
+        .arg(env("AUDIT_LOG"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let tags = serde_json::json!({"cluster": cluster, "resource": "deployments", "name": "hello"});
+    let traces = search_service("kascade-otlp-http", tags, |t| {
+        spans_of(t)
+            .iter()
+            .any(|s| tag_str(s, "kascade.span") == Some("audit"))
+    })
+    .await;
+    let spans = spans_of(&traces);
+    assert!(
+        spans
+            .iter()
+            .any(|s| tag_str(s, "kascade.span") == Some("object")),
+        "no object span arrived over OTLP/HTTP"
+    );
+    assert!(
+        spans.iter().any(|s| s["logs"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|e| e.to_string().contains("diff.path")))),
+        "the audit spans lost their diffs on the way"
     );
 }

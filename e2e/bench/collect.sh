@@ -11,7 +11,11 @@ cargo build --release --locked --bin kascade >&2
 cargo bench --locked --bench collect_load --no-run >&2
 RUN="$(mktemp -d)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$RUN"; }
+# kascade first: on SIGTERM it exports what it accepted, which needs the receiver.
+cleanup() {
+  if [[ -n "${KPID:-}" ]]; then kill "$KPID" 2>/dev/null || true; wait "$KPID" 2>/dev/null || true; fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$RUN"
+}
 trap cleanup EXIT
 JAEGER_OTLP_GRPC_PORT=29317 JAEGER_HEALTH_PORT=29133 \
   "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &

@@ -5,6 +5,7 @@
 //! not show every later container as changed.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -19,9 +20,11 @@ pub fn is_noise(path: &str) -> bool {
 /// One changed leaf. `old`/`new` are JSON texts; `None` means absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    pub path: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
+    // Shared, not copied: a diff goes to the ledger and into span attributes,
+    // and the exporter clones a batch for its retries.
+    pub path: Arc<str>,
+    pub old: Option<Arc<str>>,
+    pub new: Option<Arc<str>>,
 }
 
 impl Change {
@@ -146,9 +149,9 @@ pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
 
 fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>) {
     walk(v, path, &mut |p, leaf| {
-        let text = Some(leaf.to_string());
+        let text: Option<Arc<str>> = Some(leaf.to_string().into());
         out.push(Change {
-            path: p.to_string(),
+            path: p.into(),
             old: if removed { text.clone() } else { None },
             new: if removed { None } else { text },
         });
@@ -229,9 +232,9 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
             }
         }
         (a, b) if is_leaf(a) && is_leaf(b) => out.push(Change {
-            path: path.clone(),
-            old: Some(a.to_string()),
-            new: Some(b.to_string()),
+            path: path.as_str().into(),
+            old: Some(a.to_string().into()),
+            new: Some(b.to_string().into()),
         }),
         (a, b) => {
             // An empty container that fills up (or empties) is just the adds (removes).
@@ -274,7 +277,7 @@ mod tests {
         let new = json!({"spec": {"containers": [
             {"name": "z", "image": "z:1"}, {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:2"}]}});
         let changes = diff(&old, &new);
-        let paths: Vec<_> = changes.iter().map(|c| (c.path.as_str(), c.op())).collect();
+        let paths: Vec<_> = changes.iter().map(|c| (&*c.path, c.op())).collect();
         assert_eq!(
             paths,
             vec![
@@ -291,7 +294,10 @@ mod tests {
     fn unkeyed_lists_fall_back_to_index_and_keys_are_quoted() {
         let v =
             json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}, "args": ["-v", "-q"]});
-        let added: Vec<String> = diff(&json!({}), &v).into_iter().map(|c| c.path).collect();
+        let added: Vec<String> = diff(&json!({}), &v)
+            .into_iter()
+            .map(|c| c.path.to_string())
+            .collect();
         assert_eq!(
             added,
             vec![

@@ -66,8 +66,10 @@ pub struct Processor {
     redactor: Redactor,
     rules: Arc<RuleSet>,
     kinds: KindRegistry,
-    /// Last seen state of each object (redacted, without managedFields), as JSON bytes.
-    states: moka::sync::Cache<String, Arc<str>>,
+    /// Last seen state of each object (redacted, without managedFields), as
+    /// LZ4-compressed JSON: object JSON compresses about 4:1, so the same
+    /// budget holds four times the objects for a few microseconds per write.
+    states: moka::sync::Cache<String, Arc<[u8]>>,
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<SpanData>,
     metrics: Arc<Metrics>,
@@ -75,7 +77,7 @@ pub struct Processor {
     seen_events: moka::sync::Cache<String, ()>,
     /// Diffs recently computed, by `object key@resourceVersion`, so a write
     /// seen by both the watch and the audit log is shown once.
-    ledger: moka::sync::Cache<String, Arc<LedgerEntry>>,
+    ledger: moka::sync::Cache<u128, Arc<LedgerEntry>>,
     /// Watch changes waiting (bounded) for their audit event.
     pending: std::sync::Mutex<std::collections::VecDeque<PendingWatch>>,
     /// Labels and selectors, for `selector` rules.
@@ -92,7 +94,7 @@ pub struct LedgerEntry {
 
 struct PendingWatch {
     due: std::time::Instant,
-    ledger_key: String,
+    ledger_key: u128,
     ow: ObjectWindow,
     change: WatchChange,
     old_rv: String,
@@ -163,7 +165,7 @@ impl Processor {
         metrics: Arc<Metrics>,
     ) -> Self {
         let states = moka::sync::Cache::builder()
-            .weigher(|k: &String, v: &Arc<str>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
+            .weigher(|k: &String, v: &Arc<[u8]>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
             .max_capacity(cfg.state_cache_bytes)
             .build();
         let ttl = cfg.windowing.width + Duration::from_secs(300);
@@ -203,9 +205,16 @@ impl Processor {
     }
 
     fn last_state(&self, key: &str) -> Option<Value> {
+        let packed = self.states.get(key)?;
+        let json = lz4_flex::decompress_size_prepended(&packed).ok()?;
+        serde_json::from_slice(&json).ok()
+    }
+
+    fn store_state(&self, key: String, state: &Value) -> anyhow::Result<()> {
+        let json = serde_json::to_vec(state)?;
         self.states
-            .get(key)
-            .and_then(|b| serde_json::from_str(&b).ok())
+            .insert(key, lz4_flex::compress_prepend_size(&json).into());
+        Ok(())
     }
 
     /// Applies the write to the last known state, yielding the new state and
@@ -541,7 +550,7 @@ impl Processor {
                 self.states.invalidate(&key);
                 self.selectors.remove(&obj);
                 (
-                    format!("{key}@deleted"),
+                    ledger_key(&key, "deleted"),
                     Vec::new(),
                     Some(change.state.clone()),
                 )
@@ -550,8 +559,7 @@ impl Processor {
                 if new_rv == old_rv || is_older(&new_rv, &old_rv) {
                     return Ok(()); // already known (the audit event came first) or stale
                 }
-                let text: Arc<str> = serde_json::to_string(&change.state)?.into();
-                self.states.insert(key.clone(), text);
+                self.store_state(key.clone(), &change.state)?;
                 if change.kind == WatchKind::Listed && old.is_none() {
                     // Seeding: index only; idle objects get no spans at startup.
                     let _ = self.selectors.update(&self.rules, &obj, &change.state);
@@ -567,12 +575,12 @@ impl Processor {
                     // The initial list seeds what later diffs compare against.
                     (None, WatchKind::Listed) => return Ok(()),
                     (None, _) => (
-                        format!("{key}@{new_rv}"),
+                        ledger_key(&key, &new_rv),
                         Vec::new(),
                         Some(change.state.clone()),
                     ),
                     (Some(o), _) => (
-                        format!("{key}@{new_rv}"),
+                        ledger_key(&key, &new_rv),
                         diff::diff(o, &change.state),
                         None,
                     ),
@@ -582,9 +590,9 @@ impl Processor {
         if changes.is_empty() && snapshot.is_none() {
             return Ok(());
         }
-        let entry = self.ledger.get_with(ledger_key.clone(), || {
-            Arc::new(LedgerEntry::pending(changes))
-        });
+        let entry = self
+            .ledger
+            .get_with(ledger_key, || Arc::new(LedgerEntry::pending(changes)));
         if entry.claimed.load(std::sync::atomic::Ordering::Acquire) != CLAIM_NONE {
             return Ok(());
         }
@@ -704,9 +712,9 @@ impl Processor {
         let old_rv = Self::old_resource_version(ev, old.as_ref());
         let mut outcome = outcome;
         let ledger_key = if ev.verb == "delete" || ev.verb == "deletecollection" {
-            (ev.code() < 400).then(|| format!("{key}@deleted"))
+            (ev.code() < 400).then(|| ledger_key(&key, "deleted"))
         } else {
-            (!new_rv.is_empty()).then(|| format!("{key}@{new_rv}"))
+            (!new_rv.is_empty()).then(|| ledger_key(&key, &new_rv))
         };
         if let Some(lk) = &ledger_key {
             match self.ledger.get(lk) {
@@ -719,10 +727,8 @@ impl Processor {
                 }
                 Some(_) => {}
                 None => {
-                    self.ledger.insert(
-                        lk.clone(),
-                        Arc::new(LedgerEntry::claimed(outcome.changes.clone())),
-                    );
+                    self.ledger
+                        .insert(*lk, Arc::new(LedgerEntry::claimed(outcome.changes.clone())));
                 }
             }
         }
@@ -794,8 +800,7 @@ impl Processor {
         {
             self.record_selector_links(obj, &state, ev.request_received_timestamp)
                 .await?;
-            let text: Arc<str> = serde_json::to_string(&state)?.into();
-            self.states.insert(key, text);
+            self.store_state(key, &state)?;
         }
         self.metrics.events_processed.inc();
         Ok(())
@@ -848,6 +853,11 @@ impl LedgerEntry {
             )
             .is_ok()
     }
+}
+
+/// The ledger's key of an object's version (`deleted` for its deletion).
+fn ledger_key(object_key: &str, version: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(format!("{object_key}@{version}").as_bytes())
 }
 
 fn resource_version(state: &Value) -> &str {

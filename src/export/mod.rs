@@ -2,20 +2,22 @@
 //! over gRPC or HTTP, and/or an OTLP/JSON file), retrying a failed batch so a
 //! Jaeger restart does not lose spans.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod otlp;
+
 use anyhow::Context;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use opentelemetry_sdk::trace::SpanData;
+use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -68,7 +70,7 @@ pub struct ExportConfig {
 
 enum Output {
     Otlp {
-        exporter: Box<opentelemetry_otlp::SpanExporter>,
+        sender: otlp::OtlpSender,
         endpoint: String,
     },
     Json {
@@ -86,57 +88,14 @@ impl Output {
     }
 }
 
-fn build_outputs(
-    cfg: &ExportConfig,
-    specs: &[OutputSpec],
-    resource: &Resource,
-) -> anyhow::Result<Vec<Output>> {
+fn build_outputs(cfg: &ExportConfig, specs: &[OutputSpec]) -> anyhow::Result<Vec<Output>> {
     let mut outputs = Vec::new();
     for spec in specs {
         match spec {
-            OutputSpec::Otlp => {
-                let mut exporter = match cfg.protocol {
-                    OtlpProtocol::Grpc => {
-                        let mut md = tonic::metadata::MetadataMap::new();
-                        for (k, v) in &cfg.headers {
-                            let key = tonic::metadata::MetadataKey::from_bytes(
-                                k.to_ascii_lowercase().as_bytes(),
-                            )
-                            .with_context(|| {
-                                format!("--otlp-header {k:?}: not a valid gRPC metadata key")
-                            })?;
-                            let val = v.parse().with_context(|| {
-                                format!("--otlp-header {k}: value is not valid ASCII")
-                            })?;
-                            md.insert(key, val);
-                        }
-                        opentelemetry_otlp::SpanExporter::builder()
-                            .with_tonic()
-                            .with_endpoint(cfg.endpoint.clone())
-                            .with_timeout(cfg.timeout)
-                            .with_metadata(md)
-                            .build()
-                    }
-                    OtlpProtocol::Http => {
-                        let mut endpoint = cfg.endpoint.trim_end_matches('/').to_string();
-                        if !endpoint.ends_with("/v1/traces") {
-                            endpoint.push_str("/v1/traces");
-                        }
-                        opentelemetry_otlp::SpanExporter::builder()
-                            .with_http()
-                            .with_endpoint(endpoint)
-                            .with_timeout(cfg.timeout)
-                            .with_headers(cfg.headers.iter().cloned().collect::<HashMap<_, _>>())
-                            .build()
-                    }
-                }
-                .with_context(|| format!("cannot create the OTLP exporter for {}", cfg.endpoint))?;
-                exporter.set_resource(resource);
-                outputs.push(Output::Otlp {
-                    exporter: Box::new(exporter),
-                    endpoint: cfg.endpoint.clone(),
-                });
-            }
+            OutputSpec::Otlp => outputs.push(Output::Otlp {
+                sender: otlp::OtlpSender::new(cfg)?,
+                endpoint: cfg.endpoint.clone(),
+            }),
             OutputSpec::OtlpJson(path) => {
                 let file = File::create(path)
                     .with_context(|| format!("cannot create output file {}", path.display()))?;
@@ -152,19 +111,37 @@ fn build_outputs(
 
 /// Serialises spans as one OTLP/JSON `ExportTraceServiceRequest`.
 pub fn to_otlp_json(spans: Vec<SpanData>, resource: &Resource) -> anyhow::Result<String> {
-    let req = ExportTraceServiceRequest {
+    Ok(serde_json::to_string(&to_request(spans, resource))?)
+}
+
+fn to_request(spans: Vec<SpanData>, resource: &Resource) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
         resource_spans: group_spans_by_resource_and_scope(
             spans,
             &ResourceAttributesWithSchema::from(resource),
         ),
-    };
-    Ok(serde_json::to_string(&req)?)
+    }
+}
+
+/// One batch, converted once and encoded once per format, for every output
+/// and every retry.
+struct EncodedBatch {
+    spans: usize,
+    request: ExportTraceServiceRequest,
+    protobuf: Option<Bytes>,
+}
+
+impl EncodedBatch {
+    fn protobuf(&mut self) -> Bytes {
+        self.protobuf
+            .get_or_insert_with(|| Bytes::from(self.request.encode_to_vec()))
+            .clone()
+    }
 }
 
 async fn write_batch(
     out: &mut Output,
-    batch: &[SpanData],
-    resource: &Resource,
+    batch: &mut EncodedBatch,
     cfg: &ExportConfig,
     metrics: &Metrics,
 ) {
@@ -173,24 +150,21 @@ async fn write_batch(
     let mut backoff = Duration::from_millis(100);
     loop {
         let result = match out {
-            Output::Otlp { exporter, .. } => exporter
-                .export(batch.to_vec())
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}")),
-            Output::Json { writer, .. } => {
-                to_otlp_json(batch.to_vec(), resource).and_then(|line| {
+            Output::Otlp { sender, .. } => sender.send(batch.protobuf()).await,
+            Output::Json { writer, .. } => serde_json::to_string(&batch.request)
+                .map_err(anyhow::Error::from)
+                .and_then(|line| {
                     writer.write_all(line.as_bytes())?;
                     writer.write_all(b"\n")?;
                     Ok(())
-                })
-            }
+                }),
         };
         match result {
             Ok(()) => {
                 metrics
                     .spans_exported
                     .get_or_create(&label)
-                    .inc_by(batch.len() as u64);
+                    .inc_by(batch.spans as u64);
                 return;
             }
             Err(e) => {
@@ -203,12 +177,12 @@ async fn write_batch(
                     metrics
                         .spans_dropped
                         .get_or_create(&label)
-                        .inc_by(batch.len() as u64);
-                    tracing::error!(output = %target, spans = batch.len(), error = %e,
+                        .inc_by(batch.spans as u64);
+                    tracing::error!(output = %target, spans = batch.spans, error = %e,
                         "export kept failing for {:?}; batch dropped", cfg.retry_for);
                     return;
                 }
-                tracing::warn!(output = %target, spans = batch.len(), error = %e, retry_in = ?backoff, "export failed; retrying");
+                tracing::warn!(output = %target, spans = batch.spans, error = %e, retry_in = ?backoff, "export failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
@@ -230,7 +204,7 @@ pub fn start(
     let resource = Resource::builder_empty()
         .with_service_name(cfg.service_name.clone())
         .build();
-    let mut outputs = build_outputs(&cfg, specs, &resource)?;
+    let mut outputs = build_outputs(&cfg, specs)?;
     let (tx, mut rx) = mpsc::channel::<SpanData>(cfg.queue_capacity);
     let (stop, mut stop_rx) = crate::aggregate::Shutdown::new();
     let handle = tokio::spawn(async move {
@@ -252,10 +226,15 @@ pub fn start(
             }
             metrics.export_queue_depth.set(rx.len() as i64);
             if !batch.is_empty() {
+                let spans = std::mem::replace(&mut batch, Vec::with_capacity(cfg.batch_size));
+                let mut encoded = EncodedBatch {
+                    spans: spans.len(),
+                    request: to_request(spans, &resource),
+                    protobuf: None,
+                };
                 for out in outputs.iter_mut() {
-                    write_batch(out, &batch, &resource, &cfg, &metrics).await;
+                    write_batch(out, &mut encoded, &cfg, &metrics).await;
                 }
-                batch.clear();
             }
             if closed {
                 break;
@@ -263,9 +242,7 @@ pub fn start(
         }
         for out in outputs.iter_mut() {
             match out {
-                Output::Otlp { exporter, .. } => {
-                    let _ = exporter.shutdown();
-                }
+                Output::Otlp { .. } => {}
                 Output::Json { writer, path } => {
                     if let Err(e) = writer.flush() {
                         tracing::error!(path = %path.display(), error = %e, "cannot flush output file");

@@ -309,6 +309,30 @@ pub struct EventListEnvelope {
     pub items: Vec<Box<RawValue>>,
 }
 
+/// A well-formed webhook body, decoded in one pass.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypedEventList {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    items: Vec<AuditEvent>,
+}
+
+fn check_envelope(kind: &str, api_version: &str) -> Result<(), String> {
+    if kind != "EventList" {
+        return Err(format!("kind {kind:?} is not EventList"));
+    }
+    if api_version != AUDIT_API_VERSION {
+        return Err(format!(
+            "apiVersion {api_version:?} is not {AUDIT_API_VERSION}"
+        ));
+    }
+    Ok(())
+}
+
 /// Result of decoding a webhook body: good events, and one message per bad item.
 pub struct DecodedBatch {
     pub events: Vec<AuditEvent>,
@@ -319,17 +343,23 @@ pub struct DecodedBatch {
 /// take the rest of the batch down. Fails as a whole only when the envelope
 /// itself is not an `audit.k8s.io/v1` `EventList`.
 pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
+    // Almost every batch is well-formed: decode it in one pass, and go item by
+    // item (to name the bad ones and keep the rest) only when that fails.
+    if let Ok(list) = serde_json::from_slice::<TypedEventList>(body) {
+        check_envelope(&list.kind, &list.api_version)?;
+        let mut events = Vec::with_capacity(list.items.len());
+        let mut errors = Vec::new();
+        for (i, ev) in list.items.into_iter().enumerate() {
+            match ev.validate() {
+                Ok(()) => events.push(ev),
+                Err(e) => errors.push(format!("items[{i}]: {e}")),
+            }
+        }
+        return Ok(DecodedBatch { events, errors });
+    }
     let env: EventListEnvelope =
         serde_json::from_slice(body).map_err(|e| format!("body is not a JSON EventList: {e}"))?;
-    if env.kind != "EventList" {
-        return Err(format!("kind {:?} is not EventList", env.kind));
-    }
-    if env.api_version != AUDIT_API_VERSION {
-        return Err(format!(
-            "apiVersion {:?} is not {AUDIT_API_VERSION}",
-            env.api_version
-        ));
-    }
+    check_envelope(&env.kind, &env.api_version)?;
     let mut events = Vec::with_capacity(env.items.len());
     let mut errors = Vec::new();
     for (i, raw) in env.items.iter().enumerate() {

@@ -1,6 +1,7 @@
 //! `kascade collect`'s HTTP server: the audit webhook (`POST /audit`,
 //! `POST /audit/{cluster}`), Prometheus `/metrics`, `/healthz` and `/readyz`.
 
+use std::borrow::Cow;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub struct WebhookState {
     /// Bearer token the apiserver must present, if set.
     pub token: Option<String>,
     pub max_body_bytes: usize,
+    /// How long a batch may wait for room in a full queue before 429.
+    pub admission_wait: std::time::Duration,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     pub processor: Arc<Processor>,
@@ -58,7 +61,7 @@ async fn audit_default(
     body: Bytes,
 ) -> Response {
     let cluster = st.default_cluster.clone();
-    handle_audit(&st, &cluster, &headers, &body)
+    handle_audit(&st, &cluster, &headers, &body).await
 }
 
 async fn audit_cluster(
@@ -70,7 +73,7 @@ async fn audit_cluster(
     if let Err(e) = super::validate_cluster_name(&cluster) {
         return error(StatusCode::BAD_REQUEST, e);
     }
-    handle_audit(&st, &cluster, &headers, &body)
+    handle_audit(&st, &cluster, &headers, &body).await
 }
 
 fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
@@ -96,13 +99,17 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
 /// A refusal: status and message for the client.
 type Refusal = (StatusCode, String);
 
-fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Vec<u8>, Refusal> {
+fn decompress<'a>(
+    st: &WebhookState,
+    headers: &HeaderMap,
+    body: &'a Bytes,
+) -> Result<Cow<'a, [u8]>, Refusal> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity");
     match encoding {
-        "identity" | "" => Ok(body.to_vec()),
+        "identity" | "" => Ok(Cow::Borrowed(&body[..])),
         "gzip" => {
             let mut out = Vec::new();
             let limit = st.max_body_bytes as u64;
@@ -121,7 +128,7 @@ fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Ve
                     format!("decompressed body exceeds {limit} bytes (--max-body-bytes)"),
                 ));
             }
-            Ok(out)
+            Ok(Cow::Owned(out))
         }
         other => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -130,7 +137,12 @@ fn decompress(st: &WebhookState, headers: &HeaderMap, body: &Bytes) -> Result<Ve
     }
 }
 
-fn handle_audit(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: &Bytes) -> Response {
+async fn handle_audit(
+    st: &WebhookState,
+    cluster: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
     if !authorized(st, headers) {
         st.metrics
             .events_rejected
@@ -176,7 +188,7 @@ fn handle_audit(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: &By
         .filter_map(|ev| super::accept(ev, cluster, &st.filter, &st.metrics))
         .collect();
     let n = accepted.len();
-    match st.intake.try_submit(accepted) {
+    match st.intake.submit_batch(accepted, st.admission_wait).await {
         Ok(()) => {
             st.metrics
                 .events_accepted

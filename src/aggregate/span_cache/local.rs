@@ -17,7 +17,7 @@ struct Entry {
 /// In-process span cache: bounded by entries, each kept for the window plus a
 /// grace period (late audit events for a window still find its span).
 pub struct LocalSpanCache {
-    cache: moka::sync::Cache<String, Arc<Entry>>,
+    cache: moka::sync::Cache<u128, Arc<Entry>>,
 }
 
 impl LocalSpanCache {
@@ -34,7 +34,7 @@ impl LocalSpanCache {
     pub fn reserve(&self, ow: &ObjectWindow) -> Slot {
         let entry = self
             .cache
-            .entry(ow.cache_key())
+            .entry(ow.cache_digest())
             .or_insert_with(|| Arc::new(Entry::default()));
         if entry.is_fresh() {
             Slot::Created
@@ -45,19 +45,19 @@ impl LocalSpanCache {
 
     /// Whether the object window is known to have its span.
     pub fn contains(&self, ow: &ObjectWindow) -> bool {
-        self.cache.contains_key(&ow.cache_key())
+        self.cache.contains_key(&ow.cache_digest())
     }
 
     /// Remembers that the object window has its span (somebody else's or ours).
     pub fn mark(&self, ow: &ObjectWindow) {
         self.cache
-            .get_with(ow.cache_key(), || Arc::new(Entry::default()));
+            .get_with(ow.cache_digest(), || Arc::new(Entry::default()));
     }
 
     /// Whether the link is known to be recorded on the object window's span.
     pub fn has_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         self.cache
-            .get(&ow.cache_key())
+            .get(&ow.cache_digest())
             .is_some_and(|e| e.links.lock().unwrap().contains(&link_key))
     }
 
@@ -65,7 +65,7 @@ impl LocalSpanCache {
     pub fn add_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         let entry = self
             .cache
-            .get_with(ow.cache_key(), || Arc::new(Entry::default()));
+            .get_with(ow.cache_digest(), || Arc::new(Entry::default()));
         entry.links.lock().unwrap().insert(link_key)
     }
 
