@@ -259,6 +259,64 @@ fn is_leaf(v: &Value) -> bool {
 }
 
 /// Removes fields that are never shown: `metadata.managedFields`.
+/// Parses an object as [`strip_noise`] would leave it, without building
+/// `metadata.managedFields` first: it is often the larger half of an object.
+pub fn parse_object(json: &str) -> serde_json::Result<Value> {
+    use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    /// A map whose keys are kept, except `skip`; `nested` names the key whose
+    /// value is read the same way (with `managedFields` skipped).
+    struct Filtered {
+        skip: Option<&'static str>,
+        nested: Option<&'static str>,
+    }
+    impl<'de> DeserializeSeed<'de> for Filtered {
+        type Value = Value;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Filtered {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut out = serde_json::Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if Some(key.as_str()) == self.skip {
+                    map.next_value::<IgnoredAny>()?;
+                } else if Some(key.as_str()) == self.nested {
+                    let inner = map.next_value_seed(Filtered {
+                        skip: Some("managedFields"),
+                        nested: None,
+                    })?;
+                    out.insert(key, inner);
+                } else {
+                    out.insert(key, map.next_value()?);
+                }
+            }
+            Ok(Value::Object(out))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+    }
+    let top = Filtered {
+        skip: None,
+        nested: Some("metadata"),
+    };
+    let mut de = serde_json::Deserializer::from_str(json);
+    match top.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
+        Ok(v) => Ok(v),
+        // Not shaped like an object (a null metadata, a bare value): the plain way.
+        Err(_) => serde_json::from_str::<Value>(json).map(|mut v| {
+            strip_noise(&mut v);
+            v
+        }),
+    }
+}
+
 pub fn strip_noise(v: &mut Value) {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
@@ -269,6 +327,33 @@ pub fn strip_noise(v: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn parse_object_drops_managed_fields_like_strip_noise() {
+        for line in std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        {
+            let ev: Value = serde_json::from_str(line).unwrap();
+            let Some(obj) = ev.get("responseObject") else {
+                continue;
+            };
+            let mut expected = obj.clone();
+            strip_noise(&mut expected);
+            let parsed = parse_object(&obj.to_string()).unwrap();
+            assert_eq!(parsed, expected);
+            assert!(parsed.pointer("/metadata/managedFields").is_none());
+        }
+        assert_eq!(parse_object("null").unwrap(), Value::Null);
+        assert_eq!(
+            parse_object(r#"{"metadata": null, "a": 1}"#).unwrap(),
+            json!({"metadata": null, "a": 1})
+        );
+        assert!(parse_object("{").is_err());
+    }
 
     #[test]
     fn named_lists_match_by_name_not_index() {

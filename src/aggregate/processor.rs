@@ -227,7 +227,7 @@ impl Processor {
         let response: Option<Value> = ev
             .response_object
             .as_ref()
-            .and_then(|r| serde_json::from_str(r.get()).ok());
+            .and_then(|r| diff::parse_object(r.get()).ok());
         let kind = response
             .as_ref()
             .and_then(|r| r.get("kind"))
