@@ -20,6 +20,7 @@ KASCADE="$ROOT/target/release/kascade"
 
 pids=()
 cleanup() {
+  trap - EXIT INT TERM
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   "$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
@@ -57,7 +58,15 @@ until curl -sf http://127.0.0.1:8091/readyz >/dev/null && curl -sf http://127.0.
 done
 
 "$E2E_DIR/scenarios/deployment.sh"
-sleep 7 # the audit webhook batches for up to 1 s; watch-only changes wait 5 s for their audit event
+# Ready when the UI tier serves the Deployment's assembled trace (the audit
+# webhook batches for up to 1 s; export batches for up to 1 s more).
+deadline=$((SECONDS + 60))
+until curl -sf 'http://127.0.0.1:16686/api/traces?service=tracing&tags=%7B%22resource%22%3A%22deployments%22%2C%22name%22%3A%22hello%22%7D&lookback=1h' \
+    | grep -q '"operationName":"default/hello"'; do
+  (( SECONDS < deadline )) || { log "the Deployment's trace did not appear within 60s; logs in $KASCADE_E2E_RUN_DIR"; exit 1; }
+  sleep 0.5
+done
+log "the Deployment's trace is in the UI tier"
 
 cat >&2 <<EOF
 
