@@ -726,9 +726,11 @@ impl Processor {
                     }
                 }
                 Some(_) => {}
+                // A marker for the watch's copy of this write: claimed entries'
+                // changes are never read, so none are kept (they were most of
+                // the ledger's memory).
                 None => {
-                    self.ledger
-                        .insert(*lk, Arc::new(LedgerEntry::claimed(outcome.changes.clone())));
+                    self.ledger.insert(*lk, Arc::new(LedgerEntry::claimed()));
                 }
             }
         }
@@ -835,9 +837,10 @@ impl LedgerEntry {
         }
     }
 
-    fn claimed(changes: Vec<Change>) -> Self {
+    /// Shown by the audit span already: only marks the write as shown.
+    fn claimed() -> Self {
         Self {
-            changes,
+            changes: Vec::new(),
             claimed: std::sync::atomic::AtomicU8::new(CLAIM_AUDIT),
         }
     }
