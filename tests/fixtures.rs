@@ -973,3 +973,205 @@ fn audit_events_keep_their_request_uri() {
     }
     assert!(checked > 100);
 }
+
+/// The deployment scenario's audit events and the watch streams of its
+/// Deployment, ReplicaSets and Pods (all captured from the real control plane)
+/// through one processor, audit first or watch first; returns what it
+/// exported. `audited` filters the audit events that are fed.
+async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) -> Vec<SpanData> {
+    use kascade::aggregate::Processor;
+    use kascade::aggregate::processor::{WatchChange, WatchKind};
+    use kascade::aggregate::span_cache::LocalSpanCache;
+    use kascade::metrics::Metrics;
+    use kascade::model::ObjectRef;
+
+    let metrics = Arc::new(Metrics::default());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);
+    let cfg = ProcessorConfig {
+        // Whatever waits for its audit event is shown by the final flush.
+        watch_audit_wait: Duration::from_secs(3600),
+        ..ProcessorConfig::default()
+    };
+    let processor = Processor::new(
+        cfg,
+        Redactor::new(None),
+        Arc::new(load_rules(None).unwrap()),
+        Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(7200))),
+        tx,
+        metrics.clone(),
+    );
+    let mut audit = Vec::new();
+    for line in common::audit_lines("deployment") {
+        let raw: Value = serde_json::from_str(&line).unwrap();
+        if !audited(&raw) {
+            continue;
+        }
+        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        if let Some(item) =
+            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+        {
+            audit.push(item);
+        }
+    }
+    let mut watch = Vec::new();
+    for (file, group, resource) in [
+        ("apps.deployments", "apps", "deployments"),
+        ("apps.replicasets", "apps", "replicasets"),
+        ("core.pods", "", "pods"),
+    ] {
+        let stream = std::fs::read_to_string(common::fixture_path(
+            "deployment",
+            &format!("watch/{file}.jsonl"),
+        ))
+        .unwrap();
+        for line in stream.lines() {
+            let ev: Value = serde_json::from_str(line).unwrap();
+            let kind = match ev["type"].as_str().unwrap() {
+                "ADDED" => WatchKind::Added,
+                "MODIFIED" => WatchKind::Modified,
+                "DELETED" => WatchKind::Deleted,
+                _ => continue,
+            };
+            let state = ev["object"].clone();
+            let object = ObjectRef::new(
+                "fixture",
+                group,
+                resource,
+                state["metadata"]["namespace"].as_str().unwrap(),
+                state["metadata"]["name"].as_str().unwrap(),
+            );
+            watch.push(WatchChange {
+                object,
+                kind,
+                state,
+                observed: std::time::SystemTime::now(),
+            });
+        }
+    }
+    assert!(
+        watch.len() > 30,
+        "the watch streams have {} events",
+        watch.len()
+    );
+    if !watch_first {
+        for item in audit.drain(..) {
+            processor.process(item).await.unwrap();
+        }
+    }
+    for change in watch {
+        processor.process_watch(change).await.unwrap();
+    }
+    for item in audit {
+        processor.process(item).await.unwrap();
+    }
+    processor.flush_watch(true).await.unwrap();
+    drop(processor);
+    let mut out = Vec::new();
+    while let Some(s) = rx.recv().await {
+        out.push(s);
+    }
+    out
+}
+
+/// The watch spans, described by name, version and changed paths.
+fn watch_spans(spans: &[SpanData]) -> Vec<String> {
+    spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("watch"))
+        .map(|s| {
+            let rv = attr(s, "watch.resource_version.new").unwrap_or_default();
+            let paths: Vec<String> = s
+                .events
+                .iter()
+                .filter_map(|e| event_attr(e, "diff.path"))
+                .collect();
+            format!(
+                "{} {} @{rv}: {}",
+                s.name,
+                attr(s, "name").unwrap_or_default(),
+                paths.join(", ")
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_write_seen_by_audit_and_watch_is_shown_once() {
+    // Every write of the scenario was audited with its response: the watch's
+    // copy of each must not become a span of its own, whichever comes first —
+    // also for writes the audit event cannot name by version (the scheduler's
+    // binding, a delete that writes two versions, `kubectl scale`).
+    for watch_first in [false, true] {
+        let spans = audit_and_watch(watch_first, |_| true).await;
+        let audited = spans
+            .iter()
+            .filter(|s| attr(s, "kascade.span").as_deref() == Some("audit"))
+            .count();
+        assert!(audited > 50);
+        let watch = watch_spans(&spans);
+        assert!(
+            watch.is_empty(),
+            "shown twice (watch first: {watch_first}): {watch:#?}"
+        );
+        if watch_first {
+            // The binding's audit span then shows the watch's whole diff.
+            let bindings: Vec<&SpanData> = spans
+                .iter()
+                .filter(|s| s.name.ends_with(" create binding"))
+                .collect();
+            assert!(!bindings.is_empty());
+            for b in bindings {
+                let paths: Vec<String> = b
+                    .events
+                    .iter()
+                    .filter_map(|e| event_attr(e, "diff.path"))
+                    .collect();
+                assert!(paths.iter().any(|p| p == "spec.nodeName"), "{paths:?}");
+                assert!(
+                    paths
+                        .iter()
+                        .any(|p| p.starts_with("status.conditions[PodScheduled]")),
+                    "{paths:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn pod_changes_without_audit_events_are_shown_from_the_watch() {
+    // As under a Metadata-level policy for pods: only the watch knows what
+    // changed, e.g. the scheduler setting spec.nodeName.
+    let spans = audit_and_watch(false, |ev| ev["objectRef"]["resource"] != "pods").await;
+    let watch: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "kascade.span").as_deref() == Some("watch"))
+        .collect();
+    let node_names: HashSet<String> = watch
+        .iter()
+        .flat_map(|s| s.events.iter())
+        .filter(|e| event_attr(e, "diff.path").as_deref() == Some("spec.nodeName"))
+        .filter_map(|e| event_attr(e, "diff.new"))
+        .collect();
+    // The nodes the fixture's pods were bound to, read from the stream itself.
+    let stream =
+        std::fs::read_to_string(common::fixture_path("deployment", "watch/core.pods.jsonl"))
+            .unwrap();
+    let bound: HashSet<String> = stream
+        .lines()
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            v["object"]["spec"]["nodeName"]
+                .as_str()
+                .map(|n| format!("\"{n}\""))
+        })
+        .collect();
+    assert!(!bound.is_empty());
+    assert_eq!(node_names, bound, "the bindings appear as watch diffs");
+    assert!(
+        watch
+            .iter()
+            .any(|s| s.name.ends_with("deleted") && s.events.iter().any(|e| e.name == "snapshot")),
+        "a deleted pod carries its last state"
+    );
+}

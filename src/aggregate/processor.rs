@@ -249,6 +249,14 @@ impl Processor {
                     .cloned()
                     .unwrap_or_else(|| Value::Object(Default::default()));
                 set_path(&mut s, &["spec", "replicas"], replicas);
+                // The Scale's resourceVersion is the object's new one: the
+                // watch's copy of this write is matched by it.
+                if let Some(rv) = response
+                    .as_ref()
+                    .and_then(|r| r.pointer("/metadata/resourceVersion"))
+                {
+                    set_path(&mut s, &["metadata", "resourceVersion"], rv.clone());
+                }
                 Some(s)
             }
             // The scheduler's binding answers with a Status; the request names the node.
@@ -596,6 +604,21 @@ impl Processor {
         if entry.claimed.load(std::sync::atomic::Ordering::Acquire) != CLAIM_NONE {
             return Ok(());
         }
+        // Writes whose audit event carries no resourceVersion of this version
+        // (a binding answers with a Status; one delete request can write two
+        // versions) are matched by what they did instead.
+        for alias in watch_aliases(change.kind, &entry.changes) {
+            let alias_key = self::ledger_key(&key, alias);
+            match self.ledger.get(&alias_key) {
+                Some(shown)
+                    if shown.claimed.load(std::sync::atomic::Ordering::Acquire) == CLAIM_AUDIT =>
+                {
+                    entry.claim(CLAIM_AUDIT);
+                    return Ok(());
+                }
+                _ => self.ledger.insert(alias_key, entry.clone()),
+            }
+        }
         self.pending
             .lock()
             .expect("pending watch changes")
@@ -711,18 +734,35 @@ impl Processor {
             .to_string();
         let old_rv = Self::old_resource_version(ev, old.as_ref());
         let mut outcome = outcome;
-        let ledger_key = if ev.verb == "delete" || ev.verb == "deletecollection" {
-            (ev.code() < 400).then(|| ledger_key(&key, "deleted"))
-        } else {
-            (!new_rv.is_empty()).then(|| ledger_key(&key, &new_rv))
-        };
-        if let Some(lk) = &ledger_key {
-            match self.ledger.get(lk) {
+        // The ledger keys under which the watch may hold this write's copy.
+        let mut claim_keys = Vec::new();
+        if ev.code() < 400 {
+            if ev.subresource() == "binding" {
+                // Answered with a Status: no resourceVersion to match by.
+                if outcome.state.is_some() {
+                    claim_keys.push(ledger_key(&key, ALIAS_BINDING));
+                }
+            } else if ev.verb == "delete" || ev.verb == "deletecollection" {
+                claim_keys.push(ledger_key(&key, "deleted"));
+                if !new_rv.is_empty() {
+                    claim_keys.push(ledger_key(&key, &new_rv));
+                }
+                if outcome.snapshot.is_some() {
+                    claim_keys.push(ledger_key(&key, ALIAS_DELETING));
+                }
+            } else if !new_rv.is_empty() {
+                claim_keys.push(ledger_key(&key, &new_rv));
+            }
+        }
+        let mut took_watch_diff = false;
+        for lk in claim_keys {
+            match self.ledger.get(&lk) {
                 // The watch saw this write first: its diff between consecutive
                 // versions is the write's diff, shown here rather than alone.
                 Some(entry) if entry.claim(CLAIM_AUDIT) => {
-                    if !entry.changes.is_empty() {
+                    if !took_watch_diff && !entry.changes.is_empty() {
                         outcome.changes = entry.changes.clone();
+                        took_watch_diff = true;
                     }
                 }
                 Some(_) => {}
@@ -730,7 +770,7 @@ impl Processor {
                 // changes are never read, so none are kept (they were most of
                 // the ledger's memory).
                 None => {
-                    self.ledger.insert(*lk, Arc::new(LedgerEntry::claimed()));
+                    self.ledger.insert(lk, Arc::new(LedgerEntry::claimed()));
                 }
             }
         }
@@ -856,6 +896,37 @@ impl LedgerEntry {
             )
             .is_ok()
     }
+}
+
+/// Ledger aliases of writes that an audit event cannot name by version.
+const ALIAS_BINDING: &str = "binding";
+const ALIAS_DELETING: &str = "deleting";
+
+/// The aliases a watch change is also filed under: the scheduler's binding
+/// (`spec.nodeName` set), or the start of a graceful deletion (only the
+/// deletion fields changed).
+fn watch_aliases(kind: WatchKind, changes: &[Change]) -> Vec<&'static str> {
+    if kind == WatchKind::Deleted || changes.is_empty() {
+        return Vec::new();
+    }
+    let mut aliases = Vec::new();
+    if changes
+        .iter()
+        .any(|c| &*c.path == "spec.nodeName" && c.old.is_none() && c.new.is_some())
+    {
+        aliases.push(ALIAS_BINDING);
+    }
+    if changes.iter().all(|c| {
+        matches!(
+            &*c.path,
+            "metadata.deletionTimestamp"
+                | "metadata.deletionGracePeriodSeconds"
+                | "metadata.generation"
+        )
+    }) {
+        aliases.push(ALIAS_DELETING);
+    }
+    aliases
 }
 
 /// The ledger's key of an object's version (`deleted` for its deletion).
