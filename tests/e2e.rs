@@ -983,3 +983,45 @@ async fn replay_exports_over_otlp_http_too() {
         "the audit spans lost their diffs on the way"
     );
 }
+
+#[tokio::test]
+#[ignore]
+async fn with_full_audit_no_write_is_shown_twice() {
+    // Cluster A audits every write with its response and is watched too:
+    // each write of the deployment scenario (creates, scheduler bindings,
+    // kubectl scale, graceful deletes) shows on its audit span only, never
+    // again as a `watch` span of its own.
+    let cluster = env("CLUSTER_NAME");
+    let traces = search(serde_json::json!({"kascade.span": "watch"}), |_| true).await;
+    let twice: Vec<String> = traces
+        .iter()
+        .filter_map(|t| {
+            let spans = t["spans"].as_array()?;
+            let object = spans
+                .iter()
+                .find(|s| tag_str(s, "kascade.span") == Some("object"))?;
+            let resource = tag_str(object, "resource")?;
+            (tag_str(object, "cluster") == Some(cluster.as_str())
+                && tag_str(object, "namespace") == Some("default")
+                && matches!(resource, "deployments" | "replicasets" | "pods"))
+            .then(|| {
+                let watch: Vec<String> = spans
+                    .iter()
+                    .filter(|s| tag_str(s, "kascade.span") == Some("watch"))
+                    .map(|s| {
+                        format!(
+                            "{} @{}",
+                            s["operationName"].as_str().unwrap_or(""),
+                            tag_str(s, "watch.resource_version.new").unwrap_or("")
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{resource} {}: {watch:?}",
+                    tag_str(object, "name").unwrap_or("")
+                )
+            })
+        })
+        .collect();
+    assert!(twice.is_empty(), "writes shown twice: {twice:#?}");
+}
