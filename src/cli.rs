@@ -463,6 +463,7 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipelin
         token,
         max_body_bytes: args.max_body_bytes,
         admission_wait: args.admission_wait,
+        last_refusal_log: Default::default(),
         metrics,
         registry,
         processor: pipeline.processor.clone(),

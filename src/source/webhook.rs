@@ -26,6 +26,10 @@ pub struct WebhookState {
     pub max_body_bytes: usize,
     /// How long a batch may wait for room in a full queue before 429.
     pub admission_wait: std::time::Duration,
+    /// When a refusal was last logged: under sustained overload every
+    /// apiserver retry is refused, so refusals are logged at most every 10 s
+    /// (each is counted in kascade_audit_events_rejected_total).
+    pub last_refusal_log: std::sync::Mutex<Option<std::time::Instant>>,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     pub processor: Arc<Processor>,
@@ -205,7 +209,17 @@ async fn handle_audit(
                 AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
                 AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
             };
-            tracing::warn!(cluster, events = n, error = %e, "refused an audit batch");
+            let log_now = st.last_refusal_log.lock().is_ok_and(|mut last| {
+                let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10));
+                if due {
+                    *last = Some(std::time::Instant::now());
+                }
+                due
+            });
+            if log_now {
+                tracing::warn!(cluster, events = n, error = %e,
+                    "refused an audit batch (further refusals within 10 s are only counted)");
+            }
             let mut resp = error(status, e.to_string());
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
