@@ -115,10 +115,18 @@ impl ObjectWindow {
         format!("{}@{}", self.object.key(), self.window_start)
     }
 
-    /// 128-bit digest of [`Self::cache_key`], the key of in-memory caches:
-    /// a fixed 16 bytes instead of a string per cached object window.
+    /// 128-bit digest of the object window, the key of in-memory caches: a
+    /// fixed 16 bytes instead of a string per cached object window, hashed
+    /// from the parts without formatting [`Self::cache_key`] on every lookup.
     pub fn cache_digest(&self) -> u128 {
-        xxhash_rust::xxh3::xxh3_128(self.cache_key().as_bytes())
+        let o = &self.object;
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for part in [&o.cluster, &o.group, &o.resource, &o.namespace, &o.name] {
+            h.update(part.as_bytes());
+            h.update(b"/");
+        }
+        h.update(&self.window_start.to_be_bytes());
+        h.digest128()
     }
 
     /// `xxh3-64(object key) ‖ window start (u64, big endian)`: the frontend

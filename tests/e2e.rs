@@ -66,6 +66,21 @@ async fn search_service(service: &str, tags: Value, ok: impl Fn(&[Value]) -> boo
     }
 }
 
+/// `kascade replay ARGS... $AUDIT_LOG`, which must succeed.
+fn replay(args: &[&str]) {
+    let st = std::process::Command::new(env("KASCADE_BIN"))
+        .arg("replay")
+        .args(args)
+        .arg(env("AUDIT_LOG"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
 fn spans_of(traces: &[Value]) -> Vec<Value> {
     traces
         .iter()
@@ -193,17 +208,12 @@ async fn replay_of_the_audit_log_gives_the_same_spans_as_the_webhook() {
     let cluster = env("CLUSTER_NAME");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("replay.jsonl");
-    let st = std::process::Command::new(env("KASCADE_BIN"))
-        .args(["replay", "--cluster", &cluster, "--output"])
-        .arg(format!("otlp-json={}", out.display()))
-        .arg(env("AUDIT_LOG"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    replay(&[
+        "--cluster",
+        &cluster,
+        "--output",
+        &format!("otlp-json={}", out.display()),
+    ]);
     // The Deployment's spans from the replay's OTLP/JSON, by trace: span ids
     // of its writes, Events and object span, and its relations.
     let kind_of = |s: &Value| {
@@ -940,28 +950,16 @@ async fn replay_exports_over_otlp_http_too() {
     // reach a real Jaeger that way. A service and cluster of its own keep
     // these spans out of the other checks.
     let cluster = format!("otlp-http-{}", std::process::id());
-    let st = std::process::Command::new(env("KASCADE_BIN"))
-        .args([
-            "replay",
-            "--cluster",
-            &cluster,
-            "--service-name",
-            "kascade-otlp-http",
-        ])
-        .args([
-            "--otlp-protocol",
-            "http",
-            "--otlp-endpoint",
-            &env("JAEGER_OTLP_HTTP"),
-        ])
-        .arg(env("AUDIT_LOG"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    replay(&[
+        "--cluster",
+        &cluster,
+        "--service-name",
+        "kascade-otlp-http",
+        "--otlp-protocol",
+        "http",
+        "--otlp-endpoint",
+        &env("JAEGER_OTLP_HTTP"),
+    ]);
     let tags = serde_json::json!({"cluster": cluster, "resource": "deployments", "name": "hello"});
     let traces = search_service("kascade-otlp-http", tags, |t| {
         spans_of(t)

@@ -258,7 +258,6 @@ fn is_leaf(v: &Value) -> bool {
     }
 }
 
-/// Removes fields that are never shown: `metadata.managedFields`.
 /// Parses an object as [`strip_noise`] would leave it, without building
 /// `metadata.managedFields` first: it is often the larger half of an object.
 pub fn parse_object(json: &str) -> serde_json::Result<Value> {
@@ -317,6 +316,7 @@ pub fn parse_object(json: &str) -> serde_json::Result<Value> {
     }
 }
 
+/// Removes fields that are never shown: `metadata.managedFields`.
 pub fn strip_noise(v: &mut Value) {
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");

@@ -80,69 +80,37 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Admits the whole batch or none of it, without waiting.
-    pub fn try_submit(&self, batch: Vec<Accepted>) -> Result<(), AdmitError> {
-        self.check_size(&batch)?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        match self.tx.try_reserve_many(batch.len()) {
-            Ok(permits) => {
-                self.send_all(permits, batch);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => Err(self.full()),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(AdmitError::Closed),
-        }
-    }
-
-    /// Admits the whole batch or none of it, waiting up to `wait` for room: a
-    /// refused batch comes back from the apiserver and is decoded again, so
-    /// a short wait under load costs less than a refusal.
+    /// Admits the whole batch or none of it, waiting up to `wait` for room
+    /// (a zero wait still admits a batch that fits at once): a refused batch
+    /// comes back from the apiserver and is decoded again, so a short wait
+    /// under load costs less than a refusal.
     pub async fn submit_batch(
         &self,
         batch: Vec<Accepted>,
         wait: Duration,
     ) -> Result<(), AdmitError> {
-        self.check_size(&batch)?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        match tokio::time::timeout(wait, self.tx.reserve_many(batch.len())).await {
-            Ok(Ok(permits)) => {
-                self.send_all(permits, batch);
-                Ok(())
-            }
-            Ok(Err(_)) => Err(AdmitError::Closed),
-            Err(_) => Err(self.full()),
-        }
-    }
-
-    fn check_size(&self, batch: &[Accepted]) -> Result<(), AdmitError> {
         if batch.len() > self.capacity {
             return Err(AdmitError::TooLarge {
                 batch: batch.len(),
                 capacity: self.capacity,
             });
         }
-        Ok(())
-    }
-
-    fn send_all<'a>(
-        &self,
-        permits: impl Iterator<Item = mpsc::Permit<'a, Work>>,
-        batch: Vec<Accepted>,
-    ) {
-        for (permit, item) in permits.zip(batch) {
-            permit.send(Work::Audit(Box::new(item)));
+        if batch.is_empty() {
+            return Ok(());
         }
-        self.metrics.queue_depth.set(self.depth() as i64);
-    }
-
-    fn full(&self) -> AdmitError {
-        AdmitError::Full {
-            depth: self.depth(),
-            capacity: self.capacity,
+        match tokio::time::timeout(wait, self.tx.reserve_many(batch.len())).await {
+            Ok(Ok(permits)) => {
+                for (permit, item) in permits.zip(batch) {
+                    permit.send(Work::Audit(Box::new(item)));
+                }
+                self.metrics.queue_depth.set(self.depth() as i64);
+                Ok(())
+            }
+            Ok(Err(_)) => Err(AdmitError::Closed),
+            Err(_) => Err(AdmitError::Full {
+                depth: self.depth(),
+                capacity: self.capacity,
+            }),
         }
     }
 

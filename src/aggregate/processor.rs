@@ -553,7 +553,7 @@ impl Processor {
             object: obj.clone(),
             window_start: self.cfg.windowing.window_start(change.observed),
         };
-        let (ledger_key, changes, snapshot) = match change.kind {
+        let (version_key, changes, snapshot) = match change.kind {
             WatchKind::Deleted => {
                 self.states.invalidate(&key);
                 self.selectors.remove(&obj);
@@ -600,7 +600,7 @@ impl Processor {
         }
         let entry = self
             .ledger
-            .get_with(ledger_key, || Arc::new(LedgerEntry::pending(changes)));
+            .get_with(version_key, || Arc::new(LedgerEntry::pending(changes)));
         if entry.claimed.load(std::sync::atomic::Ordering::Acquire) != CLAIM_NONE {
             return Ok(());
         }
@@ -608,7 +608,7 @@ impl Processor {
         // (a binding answers with a Status; one delete request can write two
         // versions) are matched by what they did instead.
         for alias in watch_aliases(change.kind, &entry.changes) {
-            let alias_key = self::ledger_key(&key, alias);
+            let alias_key = ledger_key(&key, alias);
             match self.ledger.get(&alias_key) {
                 Some(shown)
                     if shown.claimed.load(std::sync::atomic::Ordering::Acquire) == CLAIM_AUDIT =>
@@ -624,7 +624,7 @@ impl Processor {
             .expect("pending watch changes")
             .push_back(PendingWatch {
                 due: std::time::Instant::now() + self.cfg.watch_audit_wait,
-                ledger_key,
+                ledger_key: version_key,
                 ow,
                 change,
                 old_rv,
