@@ -2,12 +2,12 @@
 //! frontend (documented in ARCHITECTURE.md). Every span kascade writes is
 //! built here.
 
-use std::borrow::Cow;
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+pub use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::{SpanFlags, Status, span, status};
 
 use crate::model::{ObjectWindow, derived_span_id};
 
@@ -81,44 +81,88 @@ const SALT_LINK: u64 = 2;
 const SALT_EVENT: u64 = 3;
 const SALT_WATCH: u64 = 4;
 
-fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder("kascade")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build()
+/// A string attribute.
+pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
 }
 
-pub fn span_context(ow: &ObjectWindow) -> SpanContext {
-    SpanContext::new(
-        ow.trace_id(),
-        ow.span_id(),
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::NONE,
-    )
+/// An integer attribute.
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::IntValue(value)),
+        }),
+        ..Default::default()
+    }
 }
 
+pub fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+}
+
+/// Spans are built directly as OTLP protobuf messages: the exporter encodes
+/// them as they are, with no per-span conversion (which, through the SDK's
+/// `SpanData`, copied every string once more).
 fn span(
-    ctx: SpanContext,
+    trace_id: TraceId,
+    span_id: SpanId,
     parent: SpanId,
     name: String,
     start: SystemTime,
     end: SystemTime,
     attributes: Vec<KeyValue>,
-) -> SpanData {
-    SpanData {
-        span_context: ctx,
-        parent_span_id: parent,
-        parent_span_is_remote: false,
-        span_kind: SpanKind::Internal,
-        name: Cow::Owned(name),
-        start_time: start,
-        end_time: end,
+) -> Span {
+    Span {
+        trace_id: trace_id.to_bytes().to_vec(),
+        span_id: span_id.to_bytes().to_vec(),
+        parent_span_id: if parent == SpanId::INVALID {
+            Vec::new()
+        } else {
+            parent.to_bytes().to_vec()
+        },
+        // Sampled, and the parent is known to be local (as the SDK marks it).
+        flags: TraceFlags::SAMPLED.to_u8() as u32 | SpanFlags::ContextHasIsRemoteMask as u32,
+        name,
+        kind: span::SpanKind::Internal as i32,
+        start_time_unix_nano: nanos(start),
+        end_time_unix_nano: nanos(end),
+        attributes,
+        status: Some(Status::default()),
+        ..Default::default()
+    }
+}
+
+/// Marks a span failed with `message`.
+pub fn set_error(span: &mut Span, message: String) {
+    span.status = Some(Status {
+        message,
+        code: status::StatusCode::Error as i32,
+    });
+}
+
+/// A span event (a diff entry or a snapshot) at `at`.
+pub fn span_event(name: &str, at: SystemTime, attributes: Vec<KeyValue>) -> span::Event {
+    span::Event {
+        time_unix_nano: nanos(at),
+        name: name.to_string(),
         attributes,
         dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
-        status: Status::Unset,
-        instrumentation_scope: scope(),
+    }
+}
+
+/// The instrumentation scope every span is reported under.
+pub fn scope() -> opentelemetry_proto::tonic::common::v1::InstrumentationScope {
+    opentelemetry_proto::tonic::common::v1::InstrumentationScope {
+        name: "kascade".to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        ..Default::default()
     }
 }
 
@@ -141,31 +185,31 @@ fn semconv_prefix(group: &str, resource: &str) -> Option<&'static str> {
 
 /// The span of one object in one window: the root of that window's trace,
 /// covering the whole window.
-pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> SpanData {
+pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> Span {
     let o = &ow.object;
-    let start = std::time::UNIX_EPOCH + std::time::Duration::from_secs(ow.window_start);
+    let start = UNIX_EPOCH + std::time::Duration::from_secs(ow.window_start);
     let mut attrs = vec![
-        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_OBJECT),
-        KeyValue::new(attr::CLUSTER, o.cluster.clone()),
-        KeyValue::new(attr::GROUP, o.group.clone()),
-        KeyValue::new(attr::RESOURCE, o.resource.clone()),
-        KeyValue::new(attr::NAMESPACE, o.namespace.clone()),
-        KeyValue::new(attr::NAME, o.name.clone()),
-        KeyValue::new(attr::WINDOW_START, ow.window_start as i64),
-        KeyValue::new("k8s.cluster.name", o.cluster.clone()),
+        kv(attr::SPAN_KIND, SPAN_KIND_OBJECT),
+        kv(attr::CLUSTER, o.cluster.as_str()),
+        kv(attr::GROUP, o.group.as_str()),
+        kv(attr::RESOURCE, o.resource.as_str()),
+        kv(attr::NAMESPACE, o.namespace.as_str()),
+        kv(attr::NAME, o.name.as_str()),
+        kv_int(attr::WINDOW_START, ow.window_start as i64),
+        kv("k8s.cluster.name", o.cluster.as_str()),
     ];
     if !uid.is_empty() {
-        attrs.push(KeyValue::new(attr::UID, uid.to_string()));
+        attrs.push(kv(attr::UID, uid));
     }
     if !o.namespace.is_empty() {
-        attrs.push(KeyValue::new("k8s.namespace.name", o.namespace.clone()));
+        attrs.push(kv("k8s.namespace.name", o.namespace.as_str()));
     } else if o.group.is_empty() && o.resource == "namespaces" {
-        attrs.push(KeyValue::new("k8s.namespace.name", o.name.clone()));
+        attrs.push(kv("k8s.namespace.name", o.name.as_str()));
     }
     if let Some(p) = semconv_prefix(&o.group, &o.resource) {
-        attrs.push(KeyValue::new(format!("{p}.name"), o.name.clone()));
+        attrs.push(kv(&format!("{p}.name"), o.name.as_str()));
         if !uid.is_empty() {
-            attrs.push(KeyValue::new(format!("{p}.uid"), uid.to_string()));
+            attrs.push(kv(&format!("{p}.uid"), uid));
         }
     }
     let name = if o.namespace.is_empty() {
@@ -174,7 +218,8 @@ pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> Span
         format!("{} {}/{}", o.resource, o.namespace, o.name)
     };
     span(
-        span_context(ow),
+        ow.trace_id(),
+        ow.span_id(),
         SpanId::INVALID,
         name,
         start,
@@ -200,19 +245,31 @@ pub struct AuditWrite<'a> {
     pub end: SystemTime,
 }
 
+/// A child span of the object span of `ow`.
+fn child_span(
+    ow: &ObjectWindow,
+    id: SpanId,
+    name: String,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: Vec<KeyValue>,
+) -> Span {
+    span(
+        ow.trace_id(),
+        id,
+        ow.span_id(),
+        name,
+        start,
+        end,
+        attributes,
+    )
+}
+
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
-pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanData {
-    let parent = span_context(ow);
+pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> Span {
     let id = derived_span_id(
         format!("{}|{}", w.audit_id, ow.cache_key()).as_bytes(),
         SALT_AUDIT,
-    );
-    let ctx = SpanContext::new(
-        parent.trace_id(),
-        id,
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::NONE,
     );
     let mut name = format!("{} {}", w.user, w.verb);
     if !w.subresource.is_empty() {
@@ -220,47 +277,34 @@ pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanData {
         name.push_str(w.subresource);
     }
     let mut attrs = vec![
-        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_AUDIT),
-        KeyValue::new(attr::AUDIT_ID, w.audit_id.to_string()),
-        KeyValue::new(attr::AUDIT_USER, w.user.to_string()),
-        KeyValue::new(attr::AUDIT_USER_AGENT, w.user_agent.to_string()),
-        KeyValue::new(attr::AUDIT_VERB, w.verb.to_string()),
-        KeyValue::new(attr::AUDIT_CODE, w.code as i64),
-        KeyValue::new("http.response.status_code", w.code as i64),
-        KeyValue::new("user_agent.original", w.user_agent.to_string()),
+        kv(attr::SPAN_KIND, SPAN_KIND_AUDIT),
+        kv(attr::AUDIT_ID, w.audit_id),
+        kv(attr::AUDIT_USER, w.user),
+        kv(attr::AUDIT_USER_AGENT, w.user_agent),
+        kv(attr::AUDIT_VERB, w.verb),
+        kv_int(attr::AUDIT_CODE, w.code as i64),
+        kv_int("http.response.status_code", w.code as i64),
+        kv("user_agent.original", w.user_agent),
     ];
     if !w.subresource.is_empty() {
-        attrs.push(KeyValue::new(
-            attr::AUDIT_SUBRESOURCE,
-            w.subresource.to_string(),
-        ));
+        attrs.push(kv(attr::AUDIT_SUBRESOURCE, w.subresource));
     }
     if let Some(u) = w.impersonated_user {
-        attrs.push(KeyValue::new(attr::AUDIT_IMPERSONATED_USER, u.to_string()));
+        attrs.push(kv(attr::AUDIT_IMPERSONATED_USER, u));
     }
     if !w.source_ip.is_empty() {
-        attrs.push(KeyValue::new(
-            attr::AUDIT_SOURCE_IP,
-            w.source_ip.to_string(),
-        ));
-        attrs.push(KeyValue::new("client.address", w.source_ip.to_string()));
+        attrs.push(kv(attr::AUDIT_SOURCE_IP, w.source_ip));
+        attrs.push(kv("client.address", w.source_ip));
     }
     if !w.old_rv.is_empty() {
-        attrs.push(KeyValue::new(attr::AUDIT_RV_OLD, w.old_rv.to_string()));
+        attrs.push(kv(attr::AUDIT_RV_OLD, w.old_rv));
     }
     if !w.new_rv.is_empty() {
-        attrs.push(KeyValue::new(attr::AUDIT_RV_NEW, w.new_rv.to_string()));
+        attrs.push(kv(attr::AUDIT_RV_NEW, w.new_rv));
     }
-    let mut s = span(
-        ctx,
-        parent.span_id(),
-        name,
-        w.start,
-        w.end.max(w.start),
-        attrs,
-    );
+    let mut s = child_span(ow, id, name, w.start, w.end.max(w.start), attrs);
     if let Some(msg) = &w.error {
-        s.status = Status::error(msg.clone());
+        set_error(&mut s, msg.clone());
     }
     s
 }
@@ -275,38 +319,36 @@ pub struct LinkFields<'a> {
 
 /// A zero-length child of the object span naming the linked object; it also
 /// carries an OpenTelemetry link to the linked object's span.
-pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanData {
-    let parent = span_context(ow);
+pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> Span {
     let mut seed = ow.cache_key().into_bytes();
     seed.extend_from_slice(&link_key.to_be_bytes());
-    let ctx = SpanContext::new(
-        parent.trace_id(),
-        derived_span_id(&seed, SALT_LINK),
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::NONE,
-    );
     let t = &l.target.object;
     let attrs = vec![
-        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_LINK),
-        KeyValue::new(attr::LINK_ROLE, l.role.to_string()),
-        KeyValue::new(attr::LINK_CLASS, l.class.to_string()),
-        KeyValue::new(attr::LINK_CLUSTER, t.cluster.clone()),
-        KeyValue::new(attr::LINK_GROUP, t.group.clone()),
-        KeyValue::new(attr::LINK_RESOURCE, t.resource.clone()),
-        KeyValue::new(attr::LINK_NAMESPACE, t.namespace.clone()),
-        KeyValue::new(attr::LINK_NAME, t.name.clone()),
+        kv(attr::SPAN_KIND, SPAN_KIND_LINK),
+        kv(attr::LINK_ROLE, l.role),
+        kv(attr::LINK_CLASS, l.class),
+        kv(attr::LINK_CLUSTER, t.cluster.as_str()),
+        kv(attr::LINK_GROUP, t.group.as_str()),
+        kv(attr::LINK_RESOURCE, t.resource.as_str()),
+        kv(attr::LINK_NAMESPACE, t.namespace.as_str()),
+        kv(attr::LINK_NAME, t.name.as_str()),
     ];
     let name = format!("link {} {} {}", l.role, l.class, t.group_resource());
-    let mut s = span(ctx, parent.span_id(), name, l.at, l.at, attrs);
-    s.links.links.push(opentelemetry::trace::Link::new(
-        span_context(l.target),
-        vec![
-            KeyValue::new(attr::LINK_ROLE, l.role.to_string()),
-            KeyValue::new(attr::LINK_CLASS, l.class.to_string()),
-        ],
-        0,
-    ));
+    let mut s = child_span(
+        ow,
+        derived_span_id(&seed, SALT_LINK),
+        name,
+        l.at,
+        l.at,
+        attrs,
+    );
+    s.links.push(span::Link {
+        trace_id: l.target.trace_id().to_bytes().to_vec(),
+        span_id: l.target.span_id().to_bytes().to_vec(),
+        attributes: vec![kv(attr::LINK_ROLE, l.role), kv(attr::LINK_CLASS, l.class)],
+        flags: s.flags,
+        ..Default::default()
+    });
     s
 }
 
@@ -335,42 +377,42 @@ pub fn event_span_id(identity: &str, count: i64) -> SpanId {
 
 /// A Kubernetes Event about the object, as a zero-length child of the
 /// object's span named after the Event's reason; an error when it is a Warning.
-pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanData {
-    let parent = span_context(ow);
-    let ctx = SpanContext::new(
-        parent.trace_id(),
-        event_span_id(e.identity, e.count),
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::NONE,
-    );
+pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> Span {
     let mut attrs = vec![
-        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_EVENT),
-        KeyValue::new(attr::EVENT_REASON, e.reason.to_string()),
-        KeyValue::new(attr::EVENT_MESSAGE, e.message.to_string()),
-        KeyValue::new(attr::EVENT_TYPE, e.event_type.to_string()),
-        KeyValue::new(attr::EVENT_COMPONENT, e.component.to_string()),
-        KeyValue::new(attr::EVENT_COUNT, e.count),
-        KeyValue::new(attr::EVENT_NAME, e.name.to_string()),
+        kv(attr::SPAN_KIND, SPAN_KIND_EVENT),
+        kv(attr::EVENT_REASON, e.reason),
+        kv(attr::EVENT_MESSAGE, e.message),
+        kv(attr::EVENT_TYPE, e.event_type),
+        kv(attr::EVENT_COMPONENT, e.component),
+        kv_int(attr::EVENT_COUNT, e.count),
+        kv(attr::EVENT_NAME, e.name),
     ];
     if !e.uid.is_empty() {
-        attrs.push(KeyValue::new(attr::EVENT_UID, e.uid.to_string()));
+        attrs.push(kv(attr::EVENT_UID, e.uid));
     }
     if !e.action.is_empty() {
-        attrs.push(KeyValue::new(attr::EVENT_ACTION, e.action.to_string()));
+        attrs.push(kv(attr::EVENT_ACTION, e.action));
     }
     let name = if e.reason.is_empty() {
         SPAN_KIND_EVENT.to_string()
     } else {
         e.reason.to_string()
     };
-    let mut s = span(ctx, parent.span_id(), name, e.at, e.at, attrs);
+    let mut s = child_span(
+        ow,
+        event_span_id(e.identity, e.count),
+        name,
+        e.at,
+        e.at,
+        attrs,
+    );
     if e.event_type == "Warning" {
-        s.status = Status::error(if e.message.is_empty() {
-            e.reason.to_string()
+        let message = if e.message.is_empty() {
+            e.reason
         } else {
-            e.message.to_string()
-        });
+            e.message
+        };
+        set_error(&mut s, message.to_string());
     }
     s
 }
@@ -384,37 +426,22 @@ pub fn watch_span(
     old_rv: &str,
     new_rv: &str,
     at: SystemTime,
-) -> SpanData {
-    let parent = span_context(ow);
+) -> Span {
     let id = derived_span_id(
         format!("{}|{kind}|{new_rv}", ow.cache_key()).as_bytes(),
         SALT_WATCH,
     );
-    let ctx = SpanContext::new(
-        parent.trace_id(),
-        id,
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::NONE,
-    );
     let mut attrs = vec![
-        KeyValue::new(attr::SPAN_KIND, SPAN_KIND_WATCH),
-        KeyValue::new(attr::WATCH_TYPE, kind.to_string()),
+        kv(attr::SPAN_KIND, SPAN_KIND_WATCH),
+        kv(attr::WATCH_TYPE, kind),
     ];
     if !old_rv.is_empty() {
-        attrs.push(KeyValue::new(attr::WATCH_RV_OLD, old_rv.to_string()));
+        attrs.push(kv(attr::WATCH_RV_OLD, old_rv));
     }
     if !new_rv.is_empty() {
-        attrs.push(KeyValue::new(attr::WATCH_RV_NEW, new_rv.to_string()));
+        attrs.push(kv(attr::WATCH_RV_NEW, new_rv));
     }
-    span(
-        ctx,
-        parent.span_id(),
-        format!("watch {kind}"),
-        at,
-        at,
-        attrs,
-    )
+    child_span(ow, id, format!("watch {kind}"), at, at, attrs)
 }
 
 #[cfg(test)]
@@ -451,10 +478,15 @@ mod tests {
         };
         let s = event_span(&ow, &f);
         assert_eq!(s.name, "FailedScheduling");
-        assert_eq!(s.parent_span_id, ow.span_id());
-        assert_eq!(s.span_context.trace_id(), ow.trace_id());
-        assert_eq!((s.start_time, s.end_time), (at, at));
-        assert_eq!(s.status, Status::error("0/3 nodes are available"));
+        assert_eq!(s.parent_span_id, ow.span_id().to_bytes());
+        assert_eq!(s.trace_id, ow.trace_id().to_bytes());
+        assert_eq!(
+            (s.start_time_unix_nano, s.end_time_unix_nano),
+            (nanos(at), nanos(at))
+        );
+        let st = s.status.unwrap();
+        assert_eq!(st.code, status::StatusCode::Error as i32);
+        assert_eq!(st.message, "0/3 nodes are available");
         let normal = event_span(
             &ow,
             &EventFields {
@@ -462,6 +494,9 @@ mod tests {
                 ..f
             },
         );
-        assert_eq!(normal.status, Status::Unset);
+        assert_eq!(
+            normal.status.unwrap().code,
+            status::StatusCode::Unset as i32
+        );
     }
 }

@@ -15,28 +15,43 @@ use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::cli::load_rules;
 use kascade::model::Windowing;
 use kascade::source::audit::AuditFilter;
-use opentelemetry::Value as OtelValue;
-use opentelemetry_sdk::trace::SpanData;
+use kascade::span_model::Span;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::Value;
 
-fn attr(s: &SpanData, key: &str) -> Option<String> {
-    s.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| match &kv.value {
-            OtelValue::String(v) => v.to_string(),
-            other => other.to_string(),
-        })
+/// An attribute's value as text (integers in decimal).
+fn attr_of(attrs: &[KeyValue], key: &str) -> Option<String> {
+    let kv = attrs.iter().find(|kv| kv.key == key)?;
+    match kv.value.as_ref()?.value.as_ref()? {
+        any_value::Value::StringValue(v) => Some(v.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        any_value::Value::BoolValue(b) => Some(b.to_string()),
+        other => Some(format!("{other:?}")),
+    }
 }
 
-fn event_attr(e: &opentelemetry::trace::Event, key: &str) -> Option<String> {
-    e.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| kv.value.to_string())
+fn attr(s: &Span, key: &str) -> Option<String> {
+    attr_of(&s.attributes, key)
 }
 
-async fn build(scenario: &str, window: Duration) -> Vec<SpanData> {
+fn event_attr(e: &Event, key: &str) -> Option<String> {
+    attr_of(&e.attributes, key)
+}
+
+fn start_time(s: &Span) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_nanos(s.start_time_unix_nano)
+}
+
+fn status_code(s: &Span) -> StatusCode {
+    s.status
+        .as_ref()
+        .map(|st| st.code())
+        .unwrap_or(StatusCode::Unset)
+}
+
+async fn build(scenario: &str, window: Duration) -> Vec<Span> {
     let cfg = ProcessorConfig {
         windowing: Windowing::new(window),
         ..ProcessorConfig::default()
@@ -57,7 +72,7 @@ async fn build(scenario: &str, window: Duration) -> Vec<SpanData> {
 }
 
 /// (resource, name) of every object span.
-fn objects(spans: &[SpanData]) -> HashSet<(String, String)> {
+fn objects(spans: &[Span]) -> HashSet<(String, String)> {
     spans
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
@@ -66,13 +81,13 @@ fn objects(spans: &[SpanData]) -> HashSet<(String, String)> {
 }
 
 /// Object span (resource, name) by span id, to resolve a link span's parent.
-fn object_by_span(spans: &[SpanData]) -> HashMap<opentelemetry::trace::SpanId, (String, String)> {
+fn object_by_span(spans: &[Span]) -> HashMap<Vec<u8>, (String, String)> {
     spans
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
         .map(|s| {
             (
-                s.span_context.span_id(),
+                s.span_id.clone(),
                 (attr(s, "resource").unwrap(), attr(s, "name").unwrap()),
             )
         })
@@ -80,7 +95,7 @@ fn object_by_span(spans: &[SpanData]) -> HashMap<opentelemetry::trace::SpanId, (
 }
 
 /// (from resource, from name, role, class, to resource, to name) of every link span.
-fn link_set(spans: &[SpanData]) -> BTreeSet<(String, String, String, String, String, String)> {
+fn link_set(spans: &[Span]) -> BTreeSet<(String, String, String, String, String, String)> {
     let owners = object_by_span(spans);
     spans
         .iter()
@@ -137,7 +152,7 @@ fn bindings(scenario: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn audit_spans_of<'a>(spans: &'a [SpanData], resource: &str, name: &str) -> Vec<&'a SpanData> {
+fn audit_spans_of<'a>(spans: &'a [Span], resource: &str, name: &str) -> Vec<&'a Span> {
     let owners = object_by_span(spans);
     spans
         .iter()
@@ -148,9 +163,8 @@ fn audit_spans_of<'a>(spans: &'a [SpanData], resource: &str, name: &str) -> Vec<
         .collect()
 }
 
-fn diffs(span: &SpanData) -> Vec<(String, Option<String>, Option<String>)> {
+fn diffs(span: &Span) -> Vec<(String, Option<String>, Option<String>)> {
     span.events
-        .events
         .iter()
         .filter(|e| e.name == "diff")
         .map(|e| {
@@ -284,7 +298,7 @@ async fn owner_and_node_links_exist_in_both_directions() {
         .iter()
         .find(|s| attr(s, "kascade.span").as_deref() == Some("link"))
         .unwrap();
-    assert_eq!(link_span.links.links.len(), 1);
+    assert_eq!(link_span.links.len(), 1);
 }
 
 #[tokio::test]
@@ -320,7 +334,6 @@ async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
         .unwrap();
     let snap = create
         .events
-        .events
         .iter()
         .find(|e| e.name == "snapshot")
         .expect("create snapshot");
@@ -330,10 +343,12 @@ async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
             .contains("\"replicas\":3")
     );
     for span in &spans {
-        for e in &span.events.events {
+        for e in &span.events {
             for kv in &e.attributes {
                 assert!(
-                    !kv.value.to_string().contains("managedFields"),
+                    !event_attr(e, &kv.key)
+                        .unwrap_or_default()
+                        .contains("managedFields"),
                     "managedFields in {}",
                     span.name
                 );
@@ -348,7 +363,10 @@ async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
     assert!(!conflicts.is_empty(), "the fixture has 409 conflicts");
     for c in conflicts {
         assert!(
-            matches!(&c.status, opentelemetry::trace::Status::Error { description } if description.contains("the object has been modified")),
+            status_code(c) == StatusCode::Error
+                && c.status
+                    .as_ref()
+                    .is_some_and(|st| st.message.contains("the object has been modified")),
             "{:?}",
             c.status
         );
@@ -366,7 +384,6 @@ async fn deleted_replicasets_carry_a_snapshot() {
             .unwrap_or_else(|| panic!("no delete of {rs}"));
         assert!(delete.name.contains("generic-garbage-collector"));
         let snap = delete
-            .events
             .events
             .iter()
             .find(|e| e.name == "snapshot")
@@ -387,7 +404,7 @@ async fn secret_values_appear_nowhere_in_the_output() {
     // Precondition: the fixture does carry the secret (base64 in Secret data).
     assert!(raw.contains(secrets[1]) && raw.contains(secrets[3]));
     let spans = build("config", Duration::from_secs(3600 * 24)).await;
-    let resource = opentelemetry_sdk::Resource::builder_empty().build();
+    let resource = kascade::export::resource("kascade");
     let json = kascade::export::to_otlp_json(spans.clone(), &resource).unwrap();
     for secret in secrets {
         assert!(
@@ -551,7 +568,7 @@ async fn service_statefulset_and_job_relations() {
 async fn small_windows_split_an_object_into_one_span_per_window() {
     let long = build("deployment", Duration::from_secs(3600 * 24)).await;
     let short = build("deployment", Duration::from_secs(1)).await;
-    let windows_of = |spans: &[SpanData]| -> BTreeSet<String> {
+    let windows_of = |spans: &[Span]| -> BTreeSet<String> {
         spans
             .iter()
             .filter(|s| {
@@ -565,22 +582,18 @@ async fn small_windows_split_an_object_into_one_span_per_window() {
     let short_windows = windows_of(&short);
     assert!(short_windows.len() >= 2, "{short_windows:?}");
     // Every audit span sits in the window of its start time, under that window's object span.
-    let by_id: HashMap<_, _> = short
-        .iter()
-        .map(|s| (s.span_context.span_id(), s))
-        .collect();
+    let by_id: HashMap<_, _> = short.iter().map(|s| (s.span_id.clone(), s)).collect();
     for a in short
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("audit"))
     {
         let parent = by_id[&a.parent_span_id];
-        assert_eq!(parent.span_context.trace_id(), a.span_context.trace_id());
+        assert_eq!(parent.trace_id, a.trace_id);
         let start: u64 = attr(parent, "kascade.window.start")
             .unwrap()
             .parse()
             .unwrap();
-        let t = a
-            .start_time
+        let t = start_time(a)
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
@@ -619,7 +632,7 @@ fn event_write_line(scenario: &str, group: &str) -> String {
 
 /// An event span as (involved resource, involved name, span) — the involved
 /// object is the event span's parent object span.
-fn event_spans(spans: &[SpanData]) -> Vec<(String, String, &SpanData)> {
+fn event_spans(spans: &[Span]) -> Vec<(String, String, &Span)> {
     let owners = object_by_span(spans);
     spans
         .iter()
@@ -635,10 +648,10 @@ fn event_spans(spans: &[SpanData]) -> Vec<(String, String, &SpanData)> {
 }
 
 fn events_on<'a>(
-    spans: &[(String, String, &'a SpanData)],
+    spans: &[(String, String, &'a Span)],
     resource: &str,
     name: &str,
-) -> Vec<&'a SpanData> {
+) -> Vec<&'a Span> {
     spans
         .iter()
         .filter(|(r, n, _)| r == resource && n == name)
@@ -696,11 +709,11 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
         "{got:#?}"
     );
     for s in &on_deploy {
+        assert_eq!(s.trace_id, deploy_span.trace_id);
         assert_eq!(
-            s.span_context.trace_id(),
-            deploy_span.span_context.trace_id()
+            s.start_time_unix_nano, s.end_time_unix_nano,
+            "an occurrence is a point in time"
         );
-        assert_eq!(s.start_time, s.end_time, "an occurrence is a point in time");
         assert_eq!(attr(s, "event.type").as_deref(), Some("Normal"));
         assert_eq!(
             attr(s, "event.component").as_deref(),
@@ -708,7 +721,7 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
         );
         assert_eq!(attr(s, "event.count").as_deref(), Some("1"));
         assert!(attr(s, "event.name").unwrap().starts_with("hello."));
-        assert_eq!(s.status, opentelemetry::trace::Status::Unset);
+        assert_eq!(status_code(s), StatusCode::Unset);
         // In the second of the Event's lastTimestamp (core/v1 has no eventTime
         // here), refined by the time the Event was written.
         let uid = attr(s, "event.uid").unwrap();
@@ -719,9 +732,9 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
         let last =
             humantime::parse_rfc3339_weak(source["lastTimestamp"].as_str().unwrap()).unwrap();
         assert!(
-            s.start_time >= last && s.start_time < last + Duration::from_secs(1),
+            start_time(s) >= last && start_time(s) < last + Duration::from_secs(1),
             "{:?} is not within the second of {last:?}",
-            s.start_time
+            start_time(s)
         );
     }
 
@@ -770,7 +783,7 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
             .unwrap();
         let event_time =
             humantime::parse_rfc3339_weak(source["eventTime"].as_str().unwrap()).unwrap();
-        assert_eq!(s.start_time, event_time);
+        assert_eq!(start_time(s), event_time);
         assert_eq!(
             attr(s, "event.uid").unwrap(),
             source["metadata"]["uid"].as_str().unwrap()
@@ -839,7 +852,7 @@ async fn every_event_write_in_every_fixture_is_one_event_span() {
     );
 }
 
-async fn build_lines(lines: Vec<String>) -> Vec<SpanData> {
+async fn build_lines(lines: Vec<String>) -> Vec<Span> {
     let (spans, errors) = spans_from_audit_lines(
         lines,
         "fixture",
@@ -864,8 +877,11 @@ async fn the_same_event_write_twice_is_one_event_span() {
         // Separate processors (replicas, restarts) derive the same span id.
         let other = build_lines(vec![line.clone()]).await;
         assert_eq!(
-            events[0].2.span_context,
-            event_spans(&other)[0].2.span_context,
+            (&events[0].2.trace_id, &events[0].2.span_id),
+            (
+                &event_spans(&other)[0].2.trace_id,
+                &event_spans(&other)[0].2.span_id
+            ),
             "{group:?}: the same occurrence has the same span id everywhere"
         );
         // Its involved object's span is created once, as the trace root.
@@ -874,10 +890,7 @@ async fn the_same_event_write_twice_is_one_event_span() {
             .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
             .collect();
         assert_eq!(roots.len(), 1);
-        assert_eq!(
-            events[0].2.span_context.trace_id(),
-            roots[0].span_context.trace_id()
-        );
+        assert_eq!(events[0].2.trace_id, roots[0].trace_id);
 
         // The same Event occurring again (the recorder bumps its count) is a
         // new span in the same trace. The real write, with the count it
@@ -892,14 +905,8 @@ async fn the_same_event_write_twice_is_one_event_span() {
         let spans = build_lines(vec![line, again.to_string()]).await;
         let events = event_spans(&spans);
         assert_eq!(events.len(), 2);
-        assert_ne!(
-            events[0].2.span_context.span_id(),
-            events[1].2.span_context.span_id()
-        );
-        assert_eq!(
-            events[0].2.span_context.trace_id(),
-            events[1].2.span_context.trace_id()
-        );
+        assert_ne!(events[0].2.span_id, events[1].2.span_id);
+        assert_eq!(events[0].2.trace_id, events[1].2.trace_id);
         assert_eq!(attr(events[1].2, "event.count").as_deref(), Some("2"));
     }
 }
@@ -978,7 +985,7 @@ fn audit_events_keep_their_request_uri() {
 /// Deployment, ReplicaSets and Pods (all captured from the real control plane)
 /// through one processor, audit first or watch first; returns what it
 /// exported. `audited` filters the audit events that are fed.
-async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) -> Vec<SpanData> {
+async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) -> Vec<Span> {
     use kascade::aggregate::Processor;
     use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
@@ -1074,7 +1081,7 @@ async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) ->
 }
 
 /// The watch spans, described by name, version and changed paths.
-fn watch_spans(spans: &[SpanData]) -> Vec<String> {
+fn watch_spans(spans: &[Span]) -> Vec<String> {
     spans
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("watch"))
@@ -1115,7 +1122,7 @@ async fn a_write_seen_by_audit_and_watch_is_shown_once() {
         );
         if watch_first {
             // The binding's audit span then shows the watch's whole diff.
-            let bindings: Vec<&SpanData> = spans
+            let bindings: Vec<&Span> = spans
                 .iter()
                 .filter(|s| s.name.ends_with(" create binding"))
                 .collect();
@@ -1143,7 +1150,7 @@ async fn pod_changes_without_audit_events_are_shown_from_the_watch() {
     // As under a Metadata-level policy for pods: only the watch knows what
     // changed, e.g. the scheduler setting spec.nodeName.
     let spans = audit_and_watch(false, |ev| ev["objectRef"]["resource"] != "pods").await;
-    let watch: Vec<&SpanData> = spans
+    let watch: Vec<&Span> = spans
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("watch"))
         .collect();

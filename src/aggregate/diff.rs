@@ -20,8 +20,8 @@ pub fn is_noise(path: &str) -> bool {
 /// One changed leaf. `old`/`new` are JSON texts; `None` means absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    // Shared, not copied: a diff goes to the ledger and into span attributes,
-    // and the exporter clones a batch for its retries.
+    // Shared, not copied: the watch's diff waits in the ledger and is handed
+    // to the audit span that claims it.
     pub path: Arc<str>,
     pub old: Option<Arc<str>>,
     pub new: Option<Arc<str>>,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry_sdk::trace::SpanData;
 use tokio::sync::mpsc;
 
 use super::redact::Redactor;
@@ -25,7 +24,7 @@ pub async fn spans_from_audit_lines(
     filter: &AuditFilter,
     cfg: ProcessorConfig,
     redactor: Redactor,
-) -> (Vec<SpanData>, Vec<String>) {
+) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);

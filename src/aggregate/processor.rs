@@ -7,9 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::KeyValue;
-use opentelemetry::trace::Event;
-use opentelemetry_sdk::trace::SpanData;
+use opentelemetry_proto::tonic::trace::v1::span::Event;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use xxhash_rust::xxh3::xxh3_64;
@@ -25,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FilterReason};
 use crate::span_model::{
-    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EventFields, LinkFields, attr,
+    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EventFields, LinkFields, Span, attr, kv, kv_int,
 };
 
 /// An audit event that passed the filter, with its object resolved.
@@ -71,7 +69,7 @@ pub struct Processor {
     /// budget holds four times the objects for a few microseconds per write.
     states: moka::sync::Cache<String, Arc<[u8]>>,
     spans: Arc<dyn SpanCache>,
-    out: mpsc::Sender<SpanData>,
+    out: mpsc::Sender<Span>,
     metrics: Arc<Metrics>,
     /// Event occurrences (cluster|Event uid|count) already emitted.
     seen_events: moka::sync::Cache<String, ()>,
@@ -161,7 +159,7 @@ impl Processor {
         redactor: Redactor,
         rules: Arc<RuleSet>,
         spans: Arc<dyn SpanCache>,
-        out: mpsc::Sender<SpanData>,
+        out: mpsc::Sender<Span>,
         metrics: Arc<Metrics>,
     ) -> Self {
         let states = moka::sync::Cache::builder()
@@ -322,7 +320,7 @@ impl Processor {
             .to_string()
     }
 
-    async fn emit(&self, span: SpanData) -> anyhow::Result<()> {
+    async fn emit(&self, span: Span) -> anyhow::Result<()> {
         self.out
             .send(span)
             .await
@@ -387,17 +385,14 @@ impl Processor {
             .iter()
             .take(self.cfg.max_diff_changes)
             .map(|c| {
-                let mut attrs = vec![
-                    KeyValue::new(attr::DIFF_OP, c.op()),
-                    KeyValue::new(attr::DIFF_PATH, c.path.clone()),
-                ];
+                let mut attrs = vec![kv(attr::DIFF_OP, c.op()), kv(attr::DIFF_PATH, &*c.path)];
                 if let Some(o) = &c.old {
-                    attrs.push(KeyValue::new(attr::DIFF_OLD, o.clone()));
+                    attrs.push(kv(attr::DIFF_OLD, &**o));
                 }
                 if let Some(n) = &c.new {
-                    attrs.push(KeyValue::new(attr::DIFF_NEW, n.clone()));
+                    attrs.push(kv(attr::DIFF_NEW, &**n));
                 }
-                Event::new(EVENT_DIFF, at, attrs, 0)
+                span_model::span_event(EVENT_DIFF, at, attrs)
             })
             .collect()
     }
@@ -412,12 +407,7 @@ impl Processor {
             text.truncate(cut);
             text.push_str("…(truncated)");
         }
-        Event::new(
-            EVENT_SNAPSHOT,
-            at,
-            vec![KeyValue::new(attr::SNAPSHOT, text)],
-            0,
-        )
+        span_model::span_event(EVENT_SNAPSHOT, at, vec![kv(attr::SNAPSHOT, text)])
     }
 
     fn count_filtered(&self, reason: FilterReason) {
@@ -658,11 +648,9 @@ impl Processor {
             let mut span =
                 span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
             if let Some(snap) = &p.snapshot {
-                span.events.events.push(self.snapshot_event(snap, at));
+                span.events.push(self.snapshot_event(snap, at));
             }
-            span.events
-                .events
-                .extend(self.change_events(&entry.changes, at));
+            span.events.extend(self.change_events(&entry.changes, at));
             self.metrics.watch_spans.inc();
             self.emit(span).await?;
             if p.change.kind != WatchKind::Deleted {
@@ -803,13 +791,11 @@ impl Processor {
         let mut span = span_model::audit_span(&ow, &write);
         let at = ev.stage_timestamp;
         if let Some(snap) = &outcome.snapshot {
-            span.events.events.push(self.snapshot_event(snap, at));
+            span.events.push(self.snapshot_event(snap, at));
         }
-        span.events
-            .events
-            .extend(self.change_events(&outcome.changes, at));
+        span.events.extend(self.change_events(&outcome.changes, at));
         if outcome.changes.len() > self.cfg.max_diff_changes {
-            span.attributes.push(KeyValue::new(
+            span.attributes.push(kv_int(
                 attr::DIFF_TRUNCATED,
                 (outcome.changes.len() - self.cfg.max_diff_changes) as i64,
             ));

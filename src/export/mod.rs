@@ -13,15 +13,14 @@ mod otlp;
 use anyhow::Context;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
-use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SpanData;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
+use crate::span_model::{self, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OtlpProtocol {
@@ -109,17 +108,31 @@ fn build_outputs(cfg: &ExportConfig, specs: &[OutputSpec]) -> anyhow::Result<Vec
     Ok(outputs)
 }
 
+/// The resource every span is reported under: the service name Jaeger lists.
+pub fn resource(service_name: &str) -> Resource {
+    Resource {
+        attributes: vec![span_model::kv("service.name", service_name)],
+        ..Default::default()
+    }
+}
+
 /// Serialises spans as one OTLP/JSON `ExportTraceServiceRequest`.
-pub fn to_otlp_json(spans: Vec<SpanData>, resource: &Resource) -> anyhow::Result<String> {
+pub fn to_otlp_json(spans: Vec<Span>, resource: &Resource) -> anyhow::Result<String> {
     Ok(serde_json::to_string(&to_request(spans, resource))?)
 }
 
-fn to_request(spans: Vec<SpanData>, resource: &Resource) -> ExportTraceServiceRequest {
+/// Every span kascade writes shares one resource and one scope.
+pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
-        resource_spans: group_spans_by_resource_and_scope(
-            spans,
-            &ResourceAttributesWithSchema::from(resource),
-        ),
+        resource_spans: vec![ResourceSpans {
+            resource: Some(resource.clone()),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(span_model::scope()),
+                spans,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
     }
 }
 
@@ -197,15 +210,13 @@ pub fn start(
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<(
-    mpsc::Sender<SpanData>,
+    mpsc::Sender<Span>,
     crate::aggregate::Shutdown,
     JoinHandle<()>,
 )> {
-    let resource = Resource::builder_empty()
-        .with_service_name(cfg.service_name.clone())
-        .build();
+    let resource = resource(&cfg.service_name);
     let mut outputs = build_outputs(&cfg, specs)?;
-    let (tx, mut rx) = mpsc::channel::<SpanData>(cfg.queue_capacity);
+    let (tx, mut rx) = mpsc::channel::<Span>(cfg.queue_capacity);
     let (stop, mut stop_rx) = crate::aggregate::Shutdown::new();
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(cfg.batch_size);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, TracesData};
 use serde::Deserialize;
 
@@ -81,29 +81,7 @@ pub fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
     })
 }
 
-pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
-}
-
-pub fn kv_int(key: &str, value: i64) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::IntValue(value)),
-        }),
-        ..Default::default()
-    }
-}
-
-pub fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
-}
+pub use crate::span_model::{kv, kv_int, nanos};
 
 pub fn from_nanos(n: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(n)
