@@ -188,6 +188,10 @@ pub struct PipelineArgs {
     /// Bytes of last-seen object states kept for diffs (least recently used are evicted).
     #[arg(long, default_value_t = 128 << 20, env = "KASCADE_STATE_CACHE_BYTES")]
     pub state_cache_bytes: u64,
+    /// Recently written objects whose last state is also kept parsed, so a
+    /// burst of writes to one object is not re-parsed for each (0 disables).
+    #[arg(long, default_value_t = 256, env = "KASCADE_STATE_HOT_ENTRIES")]
+    pub state_hot_entries: usize,
     /// Object windows remembered by the span cache.
     #[arg(long, default_value_t = 500_000, env = "KASCADE_SPAN_CACHE_ENTRIES")]
     pub span_cache_entries: u64,
@@ -206,6 +210,9 @@ pub struct PipelineArgs {
     /// Set from `collect --watch-audit-wait`.
     #[arg(skip = Duration::from_secs(5))]
     pub watch_audit_wait: Duration,
+    /// Set when `collect` also runs a list-watch.
+    #[arg(skip = false)]
+    pub has_watch: bool,
 }
 
 fn default_workers() -> usize {
@@ -318,8 +325,10 @@ impl PipelineArgs {
         Ok(ProcessorConfig {
             windowing: Windowing::new(self.window),
             state_cache_bytes: self.state_cache_bytes,
+            hot_states: self.state_hot_entries,
             max_diff_changes: self.max_diff_changes,
             watch_audit_wait: self.watch_audit_wait,
+            has_watch: self.has_watch,
             ..ProcessorConfig::default()
         })
     }
@@ -528,6 +537,7 @@ pub fn tls_config(
 
 pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
     args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
+    args.pipeline.has_watch = !args.watch.clusters.is_empty();
     for (cluster, kubeconfig) in &args.watch.clusters {
         crate::source::watch::check_kubeconfig(cluster, kubeconfig)?;
     }

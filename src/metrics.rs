@@ -65,6 +65,7 @@ pub struct Metrics {
     pub span_cache_etcd_seconds: LatencyHistogram,
     pub span_cache_local_reservations: Counter,
     pub state_cache_entries: Gauge,
+    pub state_cache_hot_entries: Gauge,
     pub state_cache_bytes: Gauge,
 }
 
@@ -197,8 +198,13 @@ impl Metrics {
             self.state_cache_entries.clone(),
         );
         r.register(
+            "state_cache_hot_entries",
+            "Objects whose last state is also kept parsed (the most recently written)",
+            self.state_cache_hot_entries.clone(),
+        );
+        r.register(
             "state_cache_bytes",
-            "Bytes of last object states kept for diffs",
+            "Bytes of last object states kept for diffs, compressed (the parsed hot states are bounded by entries)",
             self.state_cache_bytes.clone(),
         );
     }

@@ -9,7 +9,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, TraceId};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::Xxh3;
 
 /// A Kubernetes object as kascade identifies it: not by uid, so that an
 /// object's span can be found by name, and a deleted-then-recreated object
@@ -51,10 +51,22 @@ impl ObjectRef {
         )
     }
 
+    /// Feeds the bytes of [`Self::key`] to `h`, without building the string
+    /// (ids are derived for every span; formatting keys was a tenth of that).
+    pub fn hash_key(&self, h: &mut Xxh3) {
+        h.update(self.cluster.as_bytes());
+        for part in [&self.group, &self.resource, &self.namespace, &self.name] {
+            h.update(b"/");
+            h.update(part.as_bytes());
+        }
+    }
+
     /// Stable 64-bit hash of the key: the first half of every raw trace id of
     /// this object.
     pub fn hash(&self) -> u64 {
-        xxh3_64_with_seed(self.key().as_bytes(), 0)
+        let mut h = Xxh3::with_seed(0);
+        self.hash_key(&mut h);
+        h.digest()
     }
 
     /// `group/resource`, or `resource` for the core group.
@@ -137,8 +149,26 @@ impl ObjectWindow {
         raw_trace_id(self.object.hash(), self.window_start)
     }
 
+    /// Feeds the bytes of [`Self::cache_key`] to `h`.
+    pub fn hash_cache_key(&self, h: &mut Xxh3) {
+        self.object.hash_key(h);
+        h.update(b"@");
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = self.window_start;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        h.update(&digits[at..]);
+    }
+
     pub fn span_id(&self) -> SpanId {
-        derived_span_id(self.cache_key().as_bytes(), 0)
+        derived_span_id_of(0, |h| self.hash_cache_key(h))
     }
 }
 
@@ -158,7 +188,14 @@ pub fn raw_trace_id(object_hash: u64, window_start: u64) -> TraceId {
 /// A non-zero span id derived from `data`; `salt` separates span kinds that
 /// share the same input (e.g. the object span and a link span).
 pub fn derived_span_id(data: &[u8], salt: u64) -> SpanId {
-    let mut v = xxh3_64_with_seed(data, salt);
+    derived_span_id_of(salt, |h| h.update(data))
+}
+
+/// [`derived_span_id`] of the bytes `feed` writes, without collecting them.
+pub fn derived_span_id_of(salt: u64, feed: impl FnOnce(&mut Xxh3)) -> SpanId {
+    let mut h = Xxh3::with_seed(salt);
+    feed(&mut h);
+    let mut v = h.digest();
     if v == 0 {
         v = 1;
     }
@@ -180,6 +217,33 @@ mod tests {
         );
         let (s, e) = w.bounds(18000);
         assert_eq!(e.duration_since(s).unwrap(), Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn ids_are_hashes_of_the_documented_keys() {
+        // Ids are a contract between replicas and releases: the streamed
+        // hashes must equal the hashes of the key strings.
+        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        for (o, ws) in [
+            (
+                ObjectRef::new("c", "apps", "deployments", "default", "hello"),
+                1_800_000_000,
+            ),
+            (ObjectRef::new("prod-eu", "", "nodes", "", "node-1"), 0),
+            (ObjectRef::new("c", "", "pods", "ns", "p"), 7),
+        ] {
+            assert_eq!(o.hash(), xxh3_64_with_seed(o.key().as_bytes(), 0));
+            let ow = ObjectWindow {
+                object: o,
+                window_start: ws,
+            };
+            let expected = xxh3_64_with_seed(ow.cache_key().as_bytes(), 0);
+            assert_eq!(ow.span_id(), SpanId::from_bytes(expected.to_be_bytes()));
+            assert_eq!(
+                derived_span_id(b"abc", 3),
+                SpanId::from_bytes(xxh3_64_with_seed(b"abc", 3).to_be_bytes())
+            );
+        }
     }
 
     #[test]

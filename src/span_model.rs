@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 pub use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::{SpanFlags, Status, span, status};
 
-use crate::model::{ObjectWindow, derived_span_id};
+use crate::model::{ObjectWindow, derived_span_id, derived_span_id_of};
 
 /// Attribute keys. The bare object keys (`cluster`, `resource`…) are what
 /// users type into Jaeger's tag search (compatible with Kelemetry).
@@ -267,10 +267,12 @@ fn child_span(
 
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
 pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> Span {
-    let id = derived_span_id(
-        format!("{}|{}", w.audit_id, ow.cache_key()).as_bytes(),
-        SALT_AUDIT,
-    );
+    // The hash of `<audit id>|<cache key>`.
+    let id = derived_span_id_of(SALT_AUDIT, |h| {
+        h.update(w.audit_id.as_bytes());
+        h.update(b"|");
+        ow.hash_cache_key(h);
+    });
     let mut name = format!("{} {}", w.user, w.verb);
     if !w.subresource.is_empty() {
         name.push(' ');
@@ -320,8 +322,11 @@ pub struct LinkFields<'a> {
 /// A zero-length child of the object span naming the linked object; it also
 /// carries an OpenTelemetry link to the linked object's span.
 pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> Span {
-    let mut seed = ow.cache_key().into_bytes();
-    seed.extend_from_slice(&link_key.to_be_bytes());
+    // The hash of the cache key followed by the link key.
+    let id = derived_span_id_of(SALT_LINK, |h| {
+        ow.hash_cache_key(h);
+        h.update(&link_key.to_be_bytes());
+    });
     let t = &l.target.object;
     let attrs = vec![
         kv(attr::SPAN_KIND, SPAN_KIND_LINK),
@@ -334,14 +339,7 @@ pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> Span {
         kv(attr::LINK_NAME, t.name.as_str()),
     ];
     let name = format!("link {} {} {}", l.role, l.class, t.group_resource());
-    let mut s = child_span(
-        ow,
-        derived_span_id(&seed, SALT_LINK),
-        name,
-        l.at,
-        l.at,
-        attrs,
-    );
+    let mut s = child_span(ow, id, name, l.at, l.at, attrs);
     s.links.push(span::Link {
         trace_id: l.target.trace_id().to_bytes().to_vec(),
         span_id: l.target.span_id().to_bytes().to_vec(),
@@ -427,10 +425,14 @@ pub fn watch_span(
     new_rv: &str,
     at: SystemTime,
 ) -> Span {
-    let id = derived_span_id(
-        format!("{}|{kind}|{new_rv}", ow.cache_key()).as_bytes(),
-        SALT_WATCH,
-    );
+    // The hash of `<cache key>|<kind>|<new resourceVersion>`.
+    let id = derived_span_id_of(SALT_WATCH, |h| {
+        ow.hash_cache_key(h);
+        for part in [kind, new_rv] {
+            h.update(b"|");
+            h.update(part.as_bytes());
+        }
+    });
     let mut attrs = vec![
         kv(attr::SPAN_KIND, SPAN_KIND_WATCH),
         kv(attr::WATCH_TYPE, kind),

@@ -52,10 +52,17 @@ fn status_code(s: &Span) -> StatusCode {
 }
 
 async fn build(scenario: &str, window: Duration) -> Vec<Span> {
-    let cfg = ProcessorConfig {
-        windowing: Windowing::new(window),
-        ..ProcessorConfig::default()
-    };
+    build_with(
+        scenario,
+        ProcessorConfig {
+            windowing: Windowing::new(window),
+            ..ProcessorConfig::default()
+        },
+    )
+    .await
+}
+
+async fn build_with(scenario: &str, cfg: ProcessorConfig) -> Vec<Span> {
     let rules = Arc::new(load_rules(None).unwrap());
     let redactor = Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap()));
     let (spans, errors) = spans_from_audit_lines(
@@ -370,6 +377,33 @@ async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
             "{:?}",
             c.status
         );
+    }
+}
+
+#[tokio::test]
+async fn states_kept_parsed_or_compressed_give_the_same_spans() {
+    // Every state read back from the compressed tier (no hot tier) must diff
+    // exactly like the parsed one.
+    for scenario in ["deployment", "statefulset", "job", "service"] {
+        let encode = |spans: Vec<Span>| -> Vec<String> {
+            let mut v: Vec<String> = spans
+                .iter()
+                .map(|s| serde_json::to_string(s).unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let hot = build_with(scenario, ProcessorConfig::default()).await;
+        let cold = build_with(
+            scenario,
+            ProcessorConfig {
+                hot_states: 0,
+                ..ProcessorConfig::default()
+            },
+        )
+        .await;
+        assert!(hot.iter().any(|s| !diffs(s).is_empty()), "{scenario}");
+        assert_eq!(encode(hot), encode(cold), "{scenario}");
     }
 }
 
@@ -937,7 +971,8 @@ async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted
             &metrics,
         )
         .expect("Event writes pass the default filter");
-        processor.process(item)
+        let processor = &processor;
+        async move { processor.process(&item).await }
     };
     // A real Event create as a Request-level policy logs it: no response.
     let mut ev: Value = serde_json::from_str(&event_write_line("deployment", "")).unwrap();
@@ -1062,14 +1097,14 @@ async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) ->
     );
     if !watch_first {
         for item in audit.drain(..) {
-            processor.process(item).await.unwrap();
+            processor.process(&item).await.unwrap();
         }
     }
     for change in watch {
         processor.process_watch(change).await.unwrap();
     }
     for item in audit {
-        processor.process(item).await.unwrap();
+        processor.process(&item).await.unwrap();
     }
     processor.flush_watch(true).await.unwrap();
     drop(processor);

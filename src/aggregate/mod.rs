@@ -15,13 +15,13 @@ pub mod relations;
 pub mod rules;
 pub mod selectors;
 pub mod span_cache;
+pub mod states;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::Metrics;
 pub use processor::{Accepted, Processor, ProcessorConfig};
@@ -43,19 +43,11 @@ pub enum Work {
 }
 
 impl Work {
-    fn routing_key(&self) -> String {
+    fn routing_hash(&self) -> u64 {
         match self {
-            Work::Audit(a) => a.object.key(),
-            Work::Watch(w) => w.object.key(),
-            Work::Event { own, .. } => own.key(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Work::Audit(a) => format!("{} (audit {})", a.object, a.event.audit_id),
-            Work::Watch(w) => format!("{} (watch {})", w.object, w.kind.as_str()),
-            Work::Event { own, .. } => format!("{own} (event)"),
+            Work::Audit(a) => a.object.hash(),
+            Work::Watch(w) => w.object.hash(),
+            Work::Event { own, .. } => own.hash(),
         }
     }
 }
@@ -174,18 +166,30 @@ pub fn start(
         let p = processor.clone();
         workers.push(tokio::spawn(async move {
             while let Some(work) = srx.recv().await {
-                let what = work.describe();
+                // Described only on failure: formatting a description of
+                // every event cost more than some of the processing.
                 let result = match work {
-                    Work::Audit(item) => p.process(*item).await,
-                    Work::Watch(change) => p.process_watch(change).await,
+                    Work::Audit(item) => p.process(&item).await.map_err(|e| {
+                        (
+                            e,
+                            format!("{} (audit {})", item.object, item.event.audit_id),
+                        )
+                    }),
+                    Work::Watch(change) => {
+                        let what = format!("{} (watch {})", change.object, change.kind.as_str());
+                        p.process_watch(change).await.map_err(|e| (e, what))
+                    }
                     Work::Event {
                         own,
                         uid,
                         event,
                         at,
-                    } => p.process_k8s_event(&own, &uid, *event, at).await,
+                    } => p
+                        .process_k8s_event(&own, &uid, *event, at)
+                        .await
+                        .map_err(|e| (e, format!("{own} (event)"))),
                 };
-                if let Err(e) = result {
+                if let Err((e, what)) = result {
                     tracing::error!(%what, error = %e, "processing failed");
                 }
             }
@@ -218,7 +222,7 @@ pub fn start(
             };
             let Some(item) = item else { break };
             m.queue_depth.set(rx.len() as i64);
-            let shard = (xxh3_64(item.routing_key().as_bytes()) % shards as u64) as usize;
+            let shard = (item.routing_hash() % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {
                 break;
             }

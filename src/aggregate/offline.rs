@@ -51,7 +51,7 @@ pub async fn spans_from_audit_lines(
         match parse_event(&line) {
             Ok(ev) => {
                 if let Some(item) = accept(ev, cluster, filter, &metrics)
-                    && let Err(e) = processor.process(item).await
+                    && let Err(e) = processor.process(&item).await
                 {
                     errors.push(format!("{}: {e}", i + 1));
                 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use opentelemetry_proto::tonic::trace::v1::span::Event;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::diff::{self, Change};
 use super::k8s_event::{K8sEvent, is_event_resource};
@@ -19,6 +19,7 @@ use super::relations::{KindRegistry, all_relations};
 use super::rules::{Relation, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::{Slot, SpanCache};
+use super::states::StateStore;
 use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FilterReason};
@@ -38,6 +39,8 @@ pub struct ProcessorConfig {
     pub windowing: Windowing,
     /// Upper bound of the bytes of last-seen object states kept for diffs.
     pub state_cache_bytes: u64,
+    /// Objects whose last state is also kept parsed (recently written ones).
+    pub hot_states: usize,
     /// Most changed paths shown per write; the rest are counted.
     pub max_diff_changes: usize,
     /// Longest snapshot (JSON bytes) attached to a create/delete.
@@ -45,6 +48,10 @@ pub struct ProcessorConfig {
     /// How long a change seen by the watch waits for the audit event of the
     /// same write before it is shown on its own.
     pub watch_audit_wait: Duration,
+    /// A list-watch also feeds this processor: audit writes leave ledger
+    /// markers so the watch's copies of them are not shown again. Without a
+    /// watch the markers would only cost time (a tenth of the collector's).
+    pub has_watch: bool,
 }
 
 impl Default for ProcessorConfig {
@@ -52,9 +59,11 @@ impl Default for ProcessorConfig {
         Self {
             windowing: Windowing::new(Duration::from_secs(1800)),
             state_cache_bytes: 128 << 20,
+            hot_states: 256,
             max_diff_changes: 100,
             max_snapshot_bytes: 64 << 10,
             watch_audit_wait: Duration::from_secs(5),
+            has_watch: true,
         }
     }
 }
@@ -64,10 +73,8 @@ pub struct Processor {
     redactor: Redactor,
     rules: Arc<RuleSet>,
     kinds: KindRegistry,
-    /// Last seen state of each object (redacted, without managedFields), as
-    /// LZ4-compressed JSON: object JSON compresses about 4:1, so the same
-    /// budget holds four times the objects for a few microseconds per write.
-    states: moka::sync::Cache<String, Arc<[u8]>>,
+    /// Last seen state of each object (redacted, without managedFields).
+    states: StateStore,
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<Span>,
     metrics: Arc<Metrics>,
@@ -162,10 +169,7 @@ impl Processor {
         out: mpsc::Sender<Span>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let states = moka::sync::Cache::builder()
-            .weigher(|k: &String, v: &Arc<[u8]>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
-            .max_capacity(cfg.state_cache_bytes)
-            .build();
+        let states = StateStore::new(cfg.state_cache_bytes, cfg.hot_states);
         let ttl = cfg.windowing.width + Duration::from_secs(300);
         Self {
             seen_events: moka::sync::Cache::builder()
@@ -190,29 +194,18 @@ impl Processor {
     }
 
     pub fn update_gauges(&self) {
-        self.states.run_pending_tasks();
         self.metrics
             .state_cache_entries
             .set(self.states.entry_count() as i64);
         self.metrics
+            .state_cache_hot_entries
+            .set(self.states.hot_entries() as i64);
+        self.metrics
             .state_cache_bytes
-            .set(self.states.weighted_size() as i64);
+            .set(self.states.cold_bytes() as i64);
         self.metrics
             .span_cache_entries
             .set(self.spans.entry_count() as i64);
-    }
-
-    fn last_state(&self, key: &str) -> Option<Value> {
-        let packed = self.states.get(key)?;
-        let json = lz4_flex::decompress_size_prepended(&packed).ok()?;
-        serde_json::from_slice(&json).ok()
-    }
-
-    fn store_state(&self, key: String, state: &Value) -> anyhow::Result<()> {
-        let json = serde_json::to_vec(state)?;
-        self.states
-            .insert(key, lz4_flex::compress_prepend_size(&json).into());
-        Ok(())
     }
 
     /// Applies the write to the last known state, yielding the new state and
@@ -344,8 +337,15 @@ impl Processor {
         target_uid: &str,
         at: SystemTime,
     ) -> anyhow::Result<()> {
+        // The hash of `<role>|<class>|<other object's key>`.
         let link_key = |role: &str, class: &str, other: &ObjectRef| {
-            xxh3_64(format!("{role}|{class}|{}", other.key()).as_bytes())
+            let mut h = Xxh3::new();
+            h.update(role.as_bytes());
+            h.update(b"|");
+            h.update(class.as_bytes());
+            h.update(b"|");
+            other.hash_key(&mut h);
+            h.digest()
         };
         let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
         if !self.spans.record_link(ow, forward).await? {
@@ -438,7 +438,7 @@ impl Processor {
     /// A write of a Kubernetes Event: an event span on the object the Event
     /// is about (whose object span is created if the window has none yet).
     /// The Event object itself gets no span, no diff, no cached state.
-    async fn process_event_write(&self, item: Accepted) -> anyhow::Result<()> {
+    async fn process_event_write(&self, item: &Accepted) -> anyhow::Result<()> {
         let ev = &item.event;
         if !matches!(ev.verb.as_str(), "create" | "update" | "patch") {
             self.count_filtered(FilterReason::EventDelete);
@@ -534,7 +534,7 @@ impl Processor {
         self.redactor
             .redact(&obj.group, &obj.resource, &mut change.state);
         let new_rv = resource_version(&change.state).to_string();
-        let old = self.last_state(&key);
+        let old = self.states.get(&key);
         let old_rv = old
             .as_ref()
             .map(|o| resource_version(o).to_string())
@@ -545,7 +545,7 @@ impl Processor {
         };
         let (version_key, changes, snapshot) = match change.kind {
             WatchKind::Deleted => {
-                self.states.invalidate(&key);
+                self.states.remove(&key);
                 self.selectors.remove(&obj);
                 (
                     ledger_key(&key, "deleted"),
@@ -557,7 +557,8 @@ impl Processor {
                 if new_rv == old_rv || is_older(&new_rv, &old_rv) {
                     return Ok(()); // already known (the audit event came first) or stale
                 }
-                self.store_state(key.clone(), &change.state)?;
+                self.states
+                    .put(key.clone(), Arc::new(change.state.clone()))?;
                 if change.kind == WatchKind::Listed && old.is_none() {
                     // Seeding: index only; idle objects get no spans at startup.
                     let _ = self.selectors.update(&self.rules, &obj, &change.state);
@@ -687,7 +688,7 @@ impl Processor {
         self.pending.lock().map(|q| q.len()).unwrap_or(0)
     }
 
-    pub async fn process(&self, item: Accepted) -> anyhow::Result<()> {
+    pub async fn process(&self, item: &Accepted) -> anyhow::Result<()> {
         if is_event_resource(&item.object.group, &item.object.resource) {
             return self.process_event_write(item).await;
         }
@@ -701,8 +702,8 @@ impl Processor {
                 .window_start(ev.request_received_timestamp),
         };
         let key = obj.key();
-        let old = self.last_state(&key);
-        let outcome = self.apply(ev, obj, old.as_ref());
+        let old = self.states.get(&key);
+        let outcome = self.apply(ev, obj, old.as_deref());
 
         let uid = outcome
             .state
@@ -720,11 +721,11 @@ impl Processor {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let old_rv = Self::old_resource_version(ev, old.as_ref());
+        let old_rv = Self::old_resource_version(ev, old.as_deref());
         let mut outcome = outcome;
         // The ledger keys under which the watch may hold this write's copy.
         let mut claim_keys = Vec::new();
-        if ev.code() < 400 {
+        if self.cfg.has_watch && ev.code() < 400 {
             if ev.subresource() == "binding" {
                 // Answered with a Status: no resourceVersion to match by.
                 if outcome.state.is_some() {
@@ -807,7 +808,7 @@ impl Processor {
             .state
             .as_ref()
             .or(outcome.snapshot.as_ref())
-            .or(old.as_ref());
+            .or(old.as_deref());
         if let Some(state) = basis {
             for (rel, uid) in all_relations(obj, state, &self.kinds, &self.rules) {
                 self.record_relation(&ow, &rel, &uid, ev.request_received_timestamp)
@@ -821,14 +822,14 @@ impl Processor {
                 .as_ref()
                 .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none());
         if deleted {
-            self.states.invalidate(&key);
+            self.states.remove(&key);
             self.selectors.remove(obj);
         } else if let Some(state) = outcome.state
-            && !is_older(&new_rv, old.as_ref().map(resource_version).unwrap_or(""))
+            && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""))
         {
             self.record_selector_links(obj, &state, ev.request_received_timestamp)
                 .await?;
-            self.store_state(key, &state)?;
+            self.states.put(key, Arc::new(state))?;
         }
         self.metrics.events_processed.inc();
         Ok(())
@@ -917,7 +918,11 @@ fn watch_aliases(kind: WatchKind, changes: &[Change]) -> Vec<&'static str> {
 
 /// The ledger's key of an object's version (`deleted` for its deletion).
 fn ledger_key(object_key: &str, version: &str) -> u128 {
-    xxhash_rust::xxh3::xxh3_128(format!("{object_key}@{version}").as_bytes())
+    let mut h = Xxh3::new();
+    for part in [object_key, "@", version] {
+        h.update(part.as_bytes());
+    }
+    h.digest128()
 }
 
 fn resource_version(state: &Value) -> &str {
