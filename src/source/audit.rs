@@ -1,7 +1,7 @@
 //! The kube-apiserver audit event (`audit.k8s.io/v1`), as the log and webhook
 //! backends write it, and the filter that decides which events become spans.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::SystemTime;
 
 use regex::Regex;
@@ -19,8 +19,8 @@ pub struct AuditEvent {
     pub kind: String,
     #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
-    pub level: String,
+    // `level`, `annotations` and the user's groups are not shown: left
+    // undecoded (serde skips unknown fields without allocating).
     #[serde(rename = "auditID")]
     pub audit_id: String,
     pub stage: String,
@@ -47,16 +47,12 @@ pub struct AuditEvent {
     pub request_received_timestamp: SystemTime,
     #[serde(with = "rfc3339")]
     pub stage_timestamp: SystemTime,
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub struct UserInfo {
     #[serde(default)]
     pub username: String,
-    #[serde(default)]
-    pub groups: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
