@@ -1,76 +1,197 @@
 //! The in-process span cache (also the front and the fallback of the etcd one).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
 use super::{Slot, SpanCache};
 use crate::model::ObjectWindow;
 
-#[derive(Default)]
-struct Entry {
-    links: Mutex<HashSet<u64>>,
+/// Shards: workers touching different objects rarely share a lock.
+const SHARDS: usize = 16;
+
+/// In-process span cache: which object windows have their span, and which
+/// links each carries. Entries are grouped by window: a window nobody wrote
+/// to for `ttl` (the window width plus a grace period, so late audit events
+/// for a window still find its span) is forgotten at once. Each shard holds
+/// at most `max_entries / SHARDS` object windows; over that, its least
+/// recently written windows go first.
+///
+/// A plain map per window costs ~100 bytes per object window where a `moka`
+/// entry (two eviction queues, a timer wheel node, an `Arc` per value) cost
+/// ~700: with 100,000 objects that was a third of the collector's memory.
+pub struct LocalSpanCache {
+    shards: Vec<Mutex<Shard>>,
+    ttl: Duration,
 }
 
-/// In-process span cache: bounded by entries, each kept for the window plus a
-/// grace period (late audit events for a window still find its span).
-pub struct LocalSpanCache {
-    cache: moka::sync::Cache<u128, Arc<Entry>>,
+struct Shard {
+    /// Object windows by window start.
+    windows: HashMap<u64, Window>,
+    len: usize,
+    capacity: usize,
+    last_sweep: Instant,
+}
+
+struct Window {
+    /// Link keys recorded on each object window's span, by object digest.
+    objects: HashMap<u128, Vec<u64>>,
+    touched: Instant,
+}
+
+impl Shard {
+    /// The object window's links, creating the entry (`true`) if it was not known.
+    fn entry(&mut self, ow: &ObjectWindow, now: Instant, ttl: Duration) -> (&mut Vec<u64>, bool) {
+        self.sweep(now, ttl);
+        let digest = ow.cache_digest();
+        let known = self
+            .windows
+            .get(&ow.window_start)
+            .is_some_and(|w| w.objects.contains_key(&digest));
+        if !known {
+            self.len += 1;
+            if self.len > self.capacity {
+                self.evict(ow.window_start);
+            }
+        }
+        let window = self
+            .windows
+            .entry(ow.window_start)
+            .or_insert_with(|| Window {
+                objects: HashMap::new(),
+                touched: now,
+            });
+        window.touched = now;
+        (window.objects.entry(digest).or_default(), !known)
+    }
+
+    fn get(&self, ow: &ObjectWindow) -> Option<&Vec<u64>> {
+        self.windows
+            .get(&ow.window_start)?
+            .objects
+            .get(&ow.cache_digest())
+    }
+
+    /// Forgets windows untouched for `ttl` (checked at most once a second).
+    fn sweep(&mut self, now: Instant, ttl: Duration) {
+        if now.duration_since(self.last_sweep) < Duration::from_secs(1) {
+            return;
+        }
+        self.last_sweep = now;
+        let mut forgotten = 0;
+        self.windows.retain(|_, w| {
+            let keep = now.duration_since(w.touched) < ttl;
+            if !keep {
+                forgotten += w.objects.len();
+            }
+            keep
+        });
+        self.len -= forgotten;
+    }
+
+    /// Makes room for one more entry: the least recently written other
+    /// window goes whole; if `current` is the only one, an eighth of it.
+    fn evict(&mut self, current: u64) {
+        while self.len > self.capacity {
+            let oldest = self
+                .windows
+                .iter()
+                .filter(|(start, _)| **start != current)
+                .min_by_key(|(_, w)| w.touched)
+                .map(|(start, _)| *start);
+            if let Some(start) = oldest {
+                if let Some(w) = self.windows.remove(&start) {
+                    self.len -= w.objects.len();
+                }
+                continue;
+            }
+            let Some(w) = self.windows.get_mut(&current) else {
+                return;
+            };
+            let drop = (w.objects.len() / 8).max(1);
+            let victims: Vec<u128> = w.objects.keys().take(drop).copied().collect();
+            for v in victims {
+                w.objects.remove(&v);
+            }
+            self.len -= drop.min(self.len);
+            return;
+        }
+    }
 }
 
 impl LocalSpanCache {
     pub fn new(max_entries: u64, ttl: Duration) -> Self {
+        let capacity = (max_entries as usize).div_ceil(SHARDS).max(1);
+        let now = Instant::now();
         Self {
-            cache: moka::sync::Cache::builder()
-                .max_capacity(max_entries)
-                .time_to_live(ttl)
-                .build(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        windows: HashMap::new(),
+                        len: 0,
+                        capacity,
+                        last_sweep: now,
+                    })
+                })
+                .collect(),
+            ttl,
         }
+    }
+
+    fn shard(&self, ow: &ObjectWindow) -> std::sync::MutexGuard<'_, Shard> {
+        let i = (ow.cache_digest() % SHARDS as u128) as usize;
+        // Every mutation leaves the shard consistent: a panic elsewhere while
+        // holding the lock does not make it unusable.
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reserves the object window here alone: `Created` the first time.
     pub fn reserve(&self, ow: &ObjectWindow) -> Slot {
-        let entry = self
-            .cache
-            .entry(ow.cache_digest())
-            .or_insert_with(|| Arc::new(Entry::default()));
-        if entry.is_fresh() {
-            Slot::Created
-        } else {
-            Slot::Existing
+        self.reserve_at(ow, Instant::now())
+    }
+
+    fn reserve_at(&self, ow: &ObjectWindow, now: Instant) -> Slot {
+        match self.shard(ow).entry(ow, now, self.ttl) {
+            (_, true) => Slot::Created,
+            (_, false) => Slot::Existing,
         }
     }
 
     /// Whether the object window is known to have its span.
     pub fn contains(&self, ow: &ObjectWindow) -> bool {
-        self.cache.contains_key(&ow.cache_digest())
+        self.shard(ow).get(ow).is_some()
     }
 
     /// Remembers that the object window has its span (somebody else's or ours).
     pub fn mark(&self, ow: &ObjectWindow) {
-        self.cache
-            .get_with(ow.cache_digest(), || Arc::new(Entry::default()));
+        self.reserve(ow);
     }
 
     /// Whether the link is known to be recorded on the object window's span.
     pub fn has_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
-        self.cache
-            .get(&ow.cache_digest())
-            .is_some_and(|e| e.links.lock().unwrap().contains(&link_key))
+        self.shard(ow)
+            .get(ow)
+            .is_some_and(|links| links.contains(&link_key))
     }
 
     /// Records the link here alone; true if it was not recorded before.
     pub fn add_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
-        let entry = self
-            .cache
-            .get_with(ow.cache_digest(), || Arc::new(Entry::default()));
-        entry.links.lock().unwrap().insert(link_key)
+        let mut shard = self.shard(ow);
+        let (links, _) = shard.entry(ow, Instant::now(), self.ttl);
+        if links.contains(&link_key) {
+            return false;
+        }
+        links.push(link_key);
+        true
     }
 
     pub fn len(&self) -> u64 {
-        self.cache.entry_count()
+        self.shards
+            .iter()
+            .map(|s| s.lock().map(|s| s.len).unwrap_or(0) as u64)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -118,6 +239,52 @@ mod tests {
         assert!(c.record_link(&ow, 7).await.unwrap());
         assert!(!c.record_link(&ow, 7).await.unwrap());
         assert!(c.record_link(&next, 7).await.unwrap());
+    }
+
+    fn window(name: &str, window_start: u64) -> ObjectWindow {
+        ObjectWindow {
+            object: ObjectRef::new("c", "", "pods", "ns", name),
+            window_start,
+        }
+    }
+
+    #[test]
+    fn windows_untouched_for_the_ttl_are_forgotten() {
+        let c = LocalSpanCache::new(1000, Duration::from_secs(60));
+        let t0 = Instant::now();
+        let old = window("a", 0);
+        let current = window("b", 1800);
+        assert_eq!(c.reserve_at(&old, t0), Slot::Created);
+        assert_eq!(c.reserve_at(&current, t0), Slot::Created);
+        // Writes to the current window keep it; the old one ages out.
+        let later = t0 + Duration::from_secs(45);
+        assert_eq!(c.reserve_at(&current, later), Slot::Existing);
+        let t = t0 + Duration::from_secs(61);
+        for i in 0..SHARDS * 4 {
+            c.reserve_at(&window(&format!("x{i}"), 1800), t);
+        }
+        assert!(!c.contains(&old), "the old window outlived its ttl");
+        assert!(c.contains(&current));
+        assert_eq!(c.reserve_at(&old, t), Slot::Created);
+        assert_eq!(c.len(), 2 + SHARDS as u64 * 4);
+    }
+
+    #[test]
+    fn entries_stay_within_the_bound_and_old_windows_go_first() {
+        let max = 160;
+        let c = LocalSpanCache::new(max, Duration::from_secs(3600));
+        let t = Instant::now();
+        for i in 0..100 {
+            c.reserve_at(&window(&format!("old{i}"), 0), t);
+        }
+        let t = t + Duration::from_secs(1);
+        for i in 0..1000 {
+            c.reserve_at(&window(&format!("new{i}"), 1800), t);
+            assert!(c.len() <= max, "{} entries after {i}", c.len());
+        }
+        assert!((0..100).all(|i| !c.contains(&window(&format!("old{i}"), 0))));
+        // The newest entries of the current window are still known.
+        assert!(c.contains(&window("new999", 1800)));
     }
 
     #[test]
