@@ -1217,3 +1217,83 @@ async fn pod_changes_without_audit_events_are_shown_from_the_watch() {
         "a deleted pod carries its last state"
     );
 }
+
+#[tokio::test]
+async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
+    // StatefulSet pods come back under the same name. The captured lifetime
+    // of a real pod (db-2: added, updated, deleted), then the same lifetime
+    // again as a new pod: another uid, later resourceVersions.
+    use kascade::aggregate::Processor;
+    use kascade::aggregate::processor::{WatchChange, WatchKind};
+    use kascade::aggregate::span_cache::LocalSpanCache;
+    use kascade::metrics::Metrics;
+    use kascade::model::ObjectRef;
+
+    let stream =
+        std::fs::read_to_string(common::fixture_path("statefulset", "watch/core.pods.jsonl"))
+            .unwrap();
+    let lifetime: Vec<Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["object"]["metadata"]["name"] == "db-2")
+        .collect();
+    assert_eq!(lifetime.last().unwrap()["type"], "DELETED");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);
+    let processor = Processor::new(
+        ProcessorConfig {
+            has_watch: true,
+            ..ProcessorConfig::default()
+        },
+        Redactor::new(None),
+        Arc::new(load_rules(None).unwrap()),
+        Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(7200))),
+        tx,
+        Arc::new(Metrics::default()),
+    );
+    for round in 0..2u64 {
+        for ev in &lifetime {
+            let mut state = ev["object"].clone();
+            if round == 1 {
+                let rv: u64 = state["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                state["metadata"]["resourceVersion"] = (rv + 100_000).to_string().into();
+                state["metadata"]["uid"] = "recreated-db-2".into();
+            }
+            let kind = match ev["type"].as_str().unwrap() {
+                "ADDED" => WatchKind::Added,
+                "DELETED" => WatchKind::Deleted,
+                _ => WatchKind::Modified,
+            };
+            let object = ObjectRef::new(
+                "fixture",
+                "",
+                "pods",
+                state["metadata"]["namespace"].as_str().unwrap(),
+                "db-2",
+            );
+            processor
+                .process_watch(WatchChange {
+                    object,
+                    kind,
+                    state,
+                    observed: std::time::SystemTime::now(),
+                })
+                .await
+                .unwrap();
+        }
+        // No audit event will come: show what waits.
+        processor.flush_watch(true).await.unwrap();
+    }
+    drop(processor);
+    let mut spans = Vec::new();
+    while let Some(s) = rx.recv().await {
+        spans.push(s);
+    }
+    let shown = watch_spans(&spans);
+    let count = |prefix: &str| shown.iter().filter(|s| s.starts_with(prefix)).count();
+    assert_eq!(count("watch added "), 2, "{shown:#?}");
+    assert_eq!(count("watch deleted "), 2, "{shown:#?}");
+}

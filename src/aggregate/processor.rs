@@ -643,6 +643,9 @@ impl Processor {
             if !entry.claim(CLAIM_WATCH) {
                 continue; // the audit span shows it
             }
+            // Shown now: an audit event arriving later shows its own diff
+            // either way, so the entry (and its diff) need not be kept.
+            self.ledger.invalidate(&p.ledger_key);
             self.ensure_object_span(&p.ow, "").await?;
             let at = p.change.observed;
             let new_rv = resource_version(&p.change.state).to_string();
