@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 pub use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_proto::tonic::trace::v1::{SpanFlags, Status, span, status};
+use opentelemetry_proto::tonic::trace::v1::{SpanFlags, span, status};
 
 use crate::model::{ObjectWindow, derived_span_id, derived_span_id_of};
 
@@ -107,53 +107,191 @@ pub fn nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
-/// Spans are built directly as OTLP protobuf messages: the exporter encodes
-/// them as they are, with no per-span conversion (which, through the SDK's
-/// `SpanData`, copied every string once more).
-fn span(
-    trace_id: TraceId,
-    span_id: SpanId,
-    parent: SpanId,
-    name: String,
-    start: SystemTime,
-    end: SystemTime,
-    attributes: Vec<KeyValue>,
-) -> Span {
-    Span {
-        trace_id: trace_id.to_bytes().to_vec(),
-        span_id: span_id.to_bytes().to_vec(),
-        parent_span_id: if parent == SpanId::INVALID {
-            Vec::new()
-        } else {
-            parent.to_bytes().to_vec()
-        },
-        // Sampled, and the parent is known to be local (as the SDK marks it).
-        flags: TraceFlags::SAMPLED.to_u8() as u32 | SpanFlags::ContextHasIsRemoteMask as u32,
-        name,
-        kind: span::SpanKind::Internal as i32,
-        start_time_unix_nano: nanos(start),
-        end_time_unix_nano: nanos(end),
-        attributes,
-        status: Some(Status::default()),
-        ..Default::default()
+/// Protobuf wire format, enough for OTLP spans.
+mod wire {
+    pub const VARINT: u32 = 0;
+    pub const FIXED64: u32 = 1;
+    pub const LEN: u32 = 2;
+    pub const FIXED32: u32 = 5;
+
+    pub fn varint(buf: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        buf.push(v as u8);
+    }
+
+    pub fn varint_len(v: u64) -> usize {
+        (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    }
+
+    pub fn key(buf: &mut Vec<u8>, field: u32, wire_type: u32) {
+        varint(buf, u64::from(field << 3 | wire_type));
+    }
+
+    pub fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
+        key(buf, field, LEN);
+        varint(buf, data.len() as u64);
+        buf.extend_from_slice(data);
+    }
+
+    pub fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
+        key(buf, field, FIXED64);
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn fixed32(buf: &mut Vec<u8>, field: u32, v: u32) {
+        key(buf, field, FIXED32);
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// Length of a length-delimited field with a one-byte key.
+    fn framed_len(len: usize) -> usize {
+        1 + varint_len(len as u64) + len
+    }
+
+    /// A `KeyValue` with a string value as field `field`.
+    pub fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
+        let any = framed_len(v.len());
+        key(buf, field, LEN);
+        varint(buf, (framed_len(k.len()) + framed_len(any)) as u64);
+        bytes(buf, 1, k.as_bytes());
+        key(buf, 2, LEN);
+        varint(buf, any as u64);
+        bytes(buf, 1, v.as_bytes());
+    }
+
+    /// A `KeyValue` with an integer value as field `field`.
+    pub fn kv_int(buf: &mut Vec<u8>, field: u32, k: &str, v: i64) {
+        let any = 1 + varint_len(v as u64);
+        key(buf, field, LEN);
+        varint(buf, (framed_len(k.len()) + framed_len(any)) as u64);
+        bytes(buf, 1, k.as_bytes());
+        key(buf, 2, LEN);
+        varint(buf, any as u64);
+        key(buf, 3, VARINT);
+        varint(buf, v as u64);
     }
 }
 
-/// Marks a span failed with `message`.
-pub fn set_error(span: &mut Span, message: String) {
-    span.status = Some(Status {
-        message,
-        code: status::StatusCode::Error as i32,
-    });
+/// A span written straight into its protobuf encoding
+/// (`opentelemetry.proto.trace.v1.Span`), attributes, events and links
+/// appended as they come. Building message structs first cost more than
+/// everything else the exporter did: every span's many small strings were
+/// allocated, measured and copied twice, then freed.
+pub struct SpanBuf {
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    error: Option<String>,
 }
 
-/// A span event (a diff entry or a snapshot) at `at`.
-pub fn span_event(name: &str, at: SystemTime, attributes: Vec<KeyValue>) -> span::Event {
-    span::Event {
-        time_unix_nano: nanos(at),
-        name: name.to_string(),
-        attributes,
-        dropped_attributes_count: 0,
+/// A finished span, protobuf-encoded.
+#[derive(Clone, Debug)]
+pub struct EncodedSpan(pub bytes::Bytes);
+
+impl EncodedSpan {
+    /// The span as a message (tests, offline tools, JSON output).
+    pub fn decode(&self) -> Span {
+        use prost::Message as _;
+        // Only ever built by SpanBuf: a failure is a bug in the writer.
+        Span::decode(self.0.as_ref()).expect("SpanBuf writes valid protobuf")
+    }
+}
+
+// Field numbers of opentelemetry.proto.trace.v1.Span and its parts.
+const SPAN_TRACE_ID: u32 = 1;
+const SPAN_SPAN_ID: u32 = 2;
+const SPAN_PARENT_SPAN_ID: u32 = 4;
+const SPAN_NAME: u32 = 5;
+const SPAN_KIND: u32 = 6;
+const SPAN_START: u32 = 7;
+const SPAN_END: u32 = 8;
+const SPAN_ATTRIBUTES: u32 = 9;
+const SPAN_EVENTS: u32 = 11;
+const SPAN_LINKS: u32 = 13;
+const SPAN_STATUS: u32 = 15;
+const SPAN_FLAGS: u32 = 16;
+
+/// Sampled, and the parent is known to be local (as the SDK marks it).
+fn span_flags() -> u32 {
+    TraceFlags::SAMPLED.to_u8() as u32 | SpanFlags::ContextHasIsRemoteMask as u32
+}
+
+impl SpanBuf {
+    fn new(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Self {
+        let mut buf = Vec::with_capacity(512);
+        wire::bytes(&mut buf, SPAN_TRACE_ID, &trace_id.to_bytes());
+        wire::bytes(&mut buf, SPAN_SPAN_ID, &span_id.to_bytes());
+        if parent != SpanId::INVALID {
+            wire::bytes(&mut buf, SPAN_PARENT_SPAN_ID, &parent.to_bytes());
+        }
+        wire::bytes(&mut buf, SPAN_NAME, name.as_bytes());
+        wire::key(&mut buf, SPAN_KIND, wire::VARINT);
+        wire::varint(&mut buf, span::SpanKind::Internal as u64);
+        wire::fixed64(&mut buf, SPAN_START, nanos(start));
+        wire::fixed64(&mut buf, SPAN_END, nanos(end));
+        Self {
+            buf,
+            scratch: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn attr(&mut self, key: &str, value: &str) {
+        wire::kv_str(&mut self.buf, SPAN_ATTRIBUTES, key, value);
+    }
+
+    pub fn attr_int(&mut self, key: &str, value: i64) {
+        wire::kv_int(&mut self.buf, SPAN_ATTRIBUTES, key, value);
+    }
+
+    /// A span event (a diff entry, a snapshot) with string attributes.
+    pub fn event(&mut self, name: &str, at: SystemTime, attrs: &[(&str, &str)]) {
+        self.scratch.clear();
+        wire::fixed64(&mut self.scratch, 1, nanos(at));
+        wire::bytes(&mut self.scratch, 2, name.as_bytes());
+        for (k, v) in attrs {
+            wire::kv_str(&mut self.scratch, 3, k, v);
+        }
+        wire::bytes(&mut self.buf, SPAN_EVENTS, &self.scratch);
+    }
+
+    fn link(&mut self, to: &ObjectWindow, attrs: &[(&str, &str)]) {
+        self.scratch.clear();
+        wire::bytes(&mut self.scratch, 1, &to.trace_id().to_bytes());
+        wire::bytes(&mut self.scratch, 2, &to.span_id().to_bytes());
+        for (k, v) in attrs {
+            wire::kv_str(&mut self.scratch, 4, k, v);
+        }
+        wire::fixed32(&mut self.scratch, 6, span_flags());
+        wire::bytes(&mut self.buf, SPAN_LINKS, &self.scratch);
+    }
+
+    /// Marks the span failed with `message`.
+    pub fn set_error(&mut self, message: String) {
+        self.error = Some(message);
+    }
+
+    pub fn finish(mut self) -> EncodedSpan {
+        self.scratch.clear();
+        if let Some(message) = &self.error {
+            if !message.is_empty() {
+                wire::bytes(&mut self.scratch, 2, message.as_bytes());
+            }
+            wire::key(&mut self.scratch, 3, wire::VARINT);
+            wire::varint(&mut self.scratch, status::StatusCode::Error as u64);
+        }
+        wire::bytes(&mut self.buf, SPAN_STATUS, &self.scratch);
+        wire::fixed32(&mut self.buf, SPAN_FLAGS, span_flags());
+        EncodedSpan(self.buf.into())
     }
 }
 
@@ -185,47 +323,45 @@ fn semconv_prefix(group: &str, resource: &str) -> Option<&'static str> {
 
 /// The span of one object in one window: the root of that window's trace,
 /// covering the whole window.
-pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> Span {
+pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> SpanBuf {
     let o = &ow.object;
     let start = UNIX_EPOCH + std::time::Duration::from_secs(ow.window_start);
-    let mut attrs = vec![
-        kv(attr::SPAN_KIND, SPAN_KIND_OBJECT),
-        kv(attr::CLUSTER, o.cluster.as_str()),
-        kv(attr::GROUP, o.group.as_str()),
-        kv(attr::RESOURCE, o.resource.as_str()),
-        kv(attr::NAMESPACE, o.namespace.as_str()),
-        kv(attr::NAME, o.name.as_str()),
-        kv_int(attr::WINDOW_START, ow.window_start as i64),
-        kv("k8s.cluster.name", o.cluster.as_str()),
-    ];
-    if !uid.is_empty() {
-        attrs.push(kv(attr::UID, uid));
-    }
-    if !o.namespace.is_empty() {
-        attrs.push(kv("k8s.namespace.name", o.namespace.as_str()));
-    } else if o.group.is_empty() && o.resource == "namespaces" {
-        attrs.push(kv("k8s.namespace.name", o.name.as_str()));
-    }
-    if let Some(p) = semconv_prefix(&o.group, &o.resource) {
-        attrs.push(kv(&format!("{p}.name"), o.name.as_str()));
-        if !uid.is_empty() {
-            attrs.push(kv(&format!("{p}.uid"), uid));
-        }
-    }
     let name = if o.namespace.is_empty() {
         format!("{} {}", o.resource, o.name)
     } else {
         format!("{} {}/{}", o.resource, o.namespace, o.name)
     };
-    span(
+    let mut s = SpanBuf::new(
         ow.trace_id(),
         ow.span_id(),
         SpanId::INVALID,
-        name,
+        &name,
         start,
         window_end,
-        attrs,
-    )
+    );
+    s.attr(attr::SPAN_KIND, SPAN_KIND_OBJECT);
+    s.attr(attr::CLUSTER, &o.cluster);
+    s.attr(attr::GROUP, &o.group);
+    s.attr(attr::RESOURCE, &o.resource);
+    s.attr(attr::NAMESPACE, &o.namespace);
+    s.attr(attr::NAME, &o.name);
+    s.attr_int(attr::WINDOW_START, ow.window_start as i64);
+    s.attr("k8s.cluster.name", &o.cluster);
+    if !uid.is_empty() {
+        s.attr(attr::UID, uid);
+    }
+    if !o.namespace.is_empty() {
+        s.attr("k8s.namespace.name", &o.namespace);
+    } else if o.group.is_empty() && o.resource == "namespaces" {
+        s.attr("k8s.namespace.name", &o.name);
+    }
+    if let Some(p) = semconv_prefix(&o.group, &o.resource) {
+        s.attr(&format!("{p}.name"), &o.name);
+        if !uid.is_empty() {
+            s.attr(&format!("{p}.uid"), uid);
+        }
+    }
+    s
 }
 
 /// The fields of one audited write, as the audit span shows them.
@@ -249,24 +385,15 @@ pub struct AuditWrite<'a> {
 fn child_span(
     ow: &ObjectWindow,
     id: SpanId,
-    name: String,
+    name: &str,
     start: SystemTime,
     end: SystemTime,
-    attributes: Vec<KeyValue>,
-) -> Span {
-    span(
-        ow.trace_id(),
-        id,
-        ow.span_id(),
-        name,
-        start,
-        end,
-        attributes,
-    )
+) -> SpanBuf {
+    SpanBuf::new(ow.trace_id(), id, ow.span_id(), name, start, end)
 }
 
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
-pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> Span {
+pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
     // The hash of `<audit id>|<cache key>`.
     let id = derived_span_id_of(SALT_AUDIT, |h| {
         h.update(w.audit_id.as_bytes());
@@ -278,35 +405,33 @@ pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> Span {
         name.push(' ');
         name.push_str(w.subresource);
     }
-    let mut attrs = vec![
-        kv(attr::SPAN_KIND, SPAN_KIND_AUDIT),
-        kv(attr::AUDIT_ID, w.audit_id),
-        kv(attr::AUDIT_USER, w.user),
-        kv(attr::AUDIT_USER_AGENT, w.user_agent),
-        kv(attr::AUDIT_VERB, w.verb),
-        kv_int(attr::AUDIT_CODE, w.code as i64),
-        kv_int("http.response.status_code", w.code as i64),
-        kv("user_agent.original", w.user_agent),
-    ];
+    let mut s = child_span(ow, id, &name, w.start, w.end.max(w.start));
+    s.attr(attr::SPAN_KIND, SPAN_KIND_AUDIT);
+    s.attr(attr::AUDIT_ID, w.audit_id);
+    s.attr(attr::AUDIT_USER, w.user);
+    s.attr(attr::AUDIT_USER_AGENT, w.user_agent);
+    s.attr(attr::AUDIT_VERB, w.verb);
+    s.attr_int(attr::AUDIT_CODE, w.code as i64);
+    s.attr_int("http.response.status_code", w.code as i64);
+    s.attr("user_agent.original", w.user_agent);
     if !w.subresource.is_empty() {
-        attrs.push(kv(attr::AUDIT_SUBRESOURCE, w.subresource));
+        s.attr(attr::AUDIT_SUBRESOURCE, w.subresource);
     }
     if let Some(u) = w.impersonated_user {
-        attrs.push(kv(attr::AUDIT_IMPERSONATED_USER, u));
+        s.attr(attr::AUDIT_IMPERSONATED_USER, u);
     }
     if !w.source_ip.is_empty() {
-        attrs.push(kv(attr::AUDIT_SOURCE_IP, w.source_ip));
-        attrs.push(kv("client.address", w.source_ip));
+        s.attr(attr::AUDIT_SOURCE_IP, w.source_ip);
+        s.attr("client.address", w.source_ip);
     }
     if !w.old_rv.is_empty() {
-        attrs.push(kv(attr::AUDIT_RV_OLD, w.old_rv));
+        s.attr(attr::AUDIT_RV_OLD, w.old_rv);
     }
     if !w.new_rv.is_empty() {
-        attrs.push(kv(attr::AUDIT_RV_NEW, w.new_rv));
+        s.attr(attr::AUDIT_RV_NEW, w.new_rv);
     }
-    let mut s = child_span(ow, id, name, w.start, w.end.max(w.start), attrs);
     if let Some(msg) = &w.error {
-        set_error(&mut s, msg.clone());
+        s.set_error(msg.clone());
     }
     s
 }
@@ -321,32 +446,27 @@ pub struct LinkFields<'a> {
 
 /// A zero-length child of the object span naming the linked object; it also
 /// carries an OpenTelemetry link to the linked object's span.
-pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> Span {
+pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBuf {
     // The hash of the cache key followed by the link key.
     let id = derived_span_id_of(SALT_LINK, |h| {
         ow.hash_cache_key(h);
         h.update(&link_key.to_be_bytes());
     });
     let t = &l.target.object;
-    let attrs = vec![
-        kv(attr::SPAN_KIND, SPAN_KIND_LINK),
-        kv(attr::LINK_ROLE, l.role),
-        kv(attr::LINK_CLASS, l.class),
-        kv(attr::LINK_CLUSTER, t.cluster.as_str()),
-        kv(attr::LINK_GROUP, t.group.as_str()),
-        kv(attr::LINK_RESOURCE, t.resource.as_str()),
-        kv(attr::LINK_NAMESPACE, t.namespace.as_str()),
-        kv(attr::LINK_NAME, t.name.as_str()),
-    ];
     let name = format!("link {} {} {}", l.role, l.class, t.group_resource());
-    let mut s = child_span(ow, id, name, l.at, l.at, attrs);
-    s.links.push(span::Link {
-        trace_id: l.target.trace_id().to_bytes().to_vec(),
-        span_id: l.target.span_id().to_bytes().to_vec(),
-        attributes: vec![kv(attr::LINK_ROLE, l.role), kv(attr::LINK_CLASS, l.class)],
-        flags: s.flags,
-        ..Default::default()
-    });
+    let mut s = child_span(ow, id, &name, l.at, l.at);
+    s.attr(attr::SPAN_KIND, SPAN_KIND_LINK);
+    s.attr(attr::LINK_ROLE, l.role);
+    s.attr(attr::LINK_CLASS, l.class);
+    s.attr(attr::LINK_CLUSTER, &t.cluster);
+    s.attr(attr::LINK_GROUP, &t.group);
+    s.attr(attr::LINK_RESOURCE, &t.resource);
+    s.attr(attr::LINK_NAMESPACE, &t.namespace);
+    s.attr(attr::LINK_NAME, &t.name);
+    s.link(
+        l.target,
+        &[(attr::LINK_ROLE, l.role), (attr::LINK_CLASS, l.class)],
+    );
     s
 }
 
@@ -375,42 +495,33 @@ pub fn event_span_id(identity: &str, count: i64) -> SpanId {
 
 /// A Kubernetes Event about the object, as a zero-length child of the
 /// object's span named after the Event's reason; an error when it is a Warning.
-pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> Span {
-    let mut attrs = vec![
-        kv(attr::SPAN_KIND, SPAN_KIND_EVENT),
-        kv(attr::EVENT_REASON, e.reason),
-        kv(attr::EVENT_MESSAGE, e.message),
-        kv(attr::EVENT_TYPE, e.event_type),
-        kv(attr::EVENT_COMPONENT, e.component),
-        kv_int(attr::EVENT_COUNT, e.count),
-        kv(attr::EVENT_NAME, e.name),
-    ];
+pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanBuf {
+    let name = if e.reason.is_empty() {
+        SPAN_KIND_EVENT
+    } else {
+        e.reason
+    };
+    let mut s = child_span(ow, event_span_id(e.identity, e.count), name, e.at, e.at);
+    s.attr(attr::SPAN_KIND, SPAN_KIND_EVENT);
+    s.attr(attr::EVENT_REASON, e.reason);
+    s.attr(attr::EVENT_MESSAGE, e.message);
+    s.attr(attr::EVENT_TYPE, e.event_type);
+    s.attr(attr::EVENT_COMPONENT, e.component);
+    s.attr_int(attr::EVENT_COUNT, e.count);
+    s.attr(attr::EVENT_NAME, e.name);
     if !e.uid.is_empty() {
-        attrs.push(kv(attr::EVENT_UID, e.uid));
+        s.attr(attr::EVENT_UID, e.uid);
     }
     if !e.action.is_empty() {
-        attrs.push(kv(attr::EVENT_ACTION, e.action));
+        s.attr(attr::EVENT_ACTION, e.action);
     }
-    let name = if e.reason.is_empty() {
-        SPAN_KIND_EVENT.to_string()
-    } else {
-        e.reason.to_string()
-    };
-    let mut s = child_span(
-        ow,
-        event_span_id(e.identity, e.count),
-        name,
-        e.at,
-        e.at,
-        attrs,
-    );
     if e.event_type == "Warning" {
         let message = if e.message.is_empty() {
             e.reason
         } else {
             e.message
         };
-        set_error(&mut s, message.to_string());
+        s.set_error(message.to_string());
     }
     s
 }
@@ -424,7 +535,7 @@ pub fn watch_span(
     old_rv: &str,
     new_rv: &str,
     at: SystemTime,
-) -> Span {
+) -> SpanBuf {
     // The hash of `<cache key>|<kind>|<new resourceVersion>`.
     let id = derived_span_id_of(SALT_WATCH, |h| {
         ow.hash_cache_key(h);
@@ -433,17 +544,16 @@ pub fn watch_span(
             h.update(part.as_bytes());
         }
     });
-    let mut attrs = vec![
-        kv(attr::SPAN_KIND, SPAN_KIND_WATCH),
-        kv(attr::WATCH_TYPE, kind),
-    ];
+    let mut s = child_span(ow, id, &format!("watch {kind}"), at, at);
+    s.attr(attr::SPAN_KIND, SPAN_KIND_WATCH);
+    s.attr(attr::WATCH_TYPE, kind);
     if !old_rv.is_empty() {
-        attrs.push(kv(attr::WATCH_RV_OLD, old_rv));
+        s.attr(attr::WATCH_RV_OLD, old_rv);
     }
     if !new_rv.is_empty() {
-        attrs.push(kv(attr::WATCH_RV_NEW, new_rv));
+        s.attr(attr::WATCH_RV_NEW, new_rv);
     }
-    child_span(ow, id, format!("watch {kind}"), at, at, attrs)
+    s
 }
 
 #[cfg(test)]
@@ -478,7 +588,7 @@ mod tests {
             count: 1,
             at,
         };
-        let s = event_span(&ow, &f);
+        let s = event_span(&ow, &f).finish().decode();
         assert_eq!(s.name, "FailedScheduling");
         assert_eq!(s.parent_span_id, ow.span_id().to_bytes());
         assert_eq!(s.trace_id, ow.trace_id().to_bytes());
@@ -495,7 +605,9 @@ mod tests {
                 event_type: "Normal",
                 ..f
             },
-        );
+        )
+        .finish()
+        .decode();
         assert_eq!(
             normal.status.unwrap().code,
             status::StatusCode::Unset as i32

@@ -985,7 +985,7 @@ async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted
     drop(processor);
     let mut spans = Vec::new();
     while let Some(s) = rx.recv().await {
-        spans.push(s);
+        spans.push(s.decode());
     }
     let events = event_spans(&spans);
     assert_eq!(events.len(), 1, "the create's request carries the Event");
@@ -1110,7 +1110,7 @@ async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) ->
     drop(processor);
     let mut out = Vec::new();
     while let Some(s) = rx.recv().await {
-        out.push(s);
+        out.push(s.decode());
     }
     out
 }
@@ -1290,7 +1290,7 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
     drop(processor);
     let mut spans = Vec::new();
     while let Some(s) = rx.recv().await {
-        spans.push(s);
+        spans.push(s.decode());
     }
     let shown = watch_spans(&spans);
     let count = |prefix: &str| shown.iter().filter(|s| s.starts_with(prefix)).count();

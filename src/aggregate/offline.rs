@@ -39,7 +39,7 @@ pub async fn spans_from_audit_lines(
     let collector = tokio::spawn(async move {
         let mut out = Vec::new();
         while let Some(s) = rx.recv().await {
-            out.push(s);
+            out.push(crate::span_model::EncodedSpan::decode(&s));
         }
         out
     });

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use opentelemetry_proto::tonic::trace::v1::span::Event;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use xxhash_rust::xxh3::Xxh3;
@@ -24,7 +23,8 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FilterReason};
 use crate::span_model::{
-    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EventFields, LinkFields, Span, attr, kv, kv_int,
+    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EncodedSpan, EventFields, LinkFields, SpanBuf,
+    attr,
 };
 
 /// An audit event that passed the filter, with its object resolved.
@@ -76,7 +76,7 @@ pub struct Processor {
     /// Last seen state of each object (redacted, without managedFields).
     states: StateStore,
     spans: Arc<dyn SpanCache>,
-    out: mpsc::Sender<Span>,
+    out: mpsc::Sender<EncodedSpan>,
     metrics: Arc<Metrics>,
     /// Event occurrences (cluster|Event uid|count) already emitted.
     seen_events: moka::sync::Cache<String, ()>,
@@ -166,7 +166,7 @@ impl Processor {
         redactor: Redactor,
         rules: Arc<RuleSet>,
         spans: Arc<dyn SpanCache>,
-        out: mpsc::Sender<Span>,
+        out: mpsc::Sender<EncodedSpan>,
         metrics: Arc<Metrics>,
     ) -> Self {
         let states = StateStore::new(cfg.state_cache_bytes, cfg.hot_states);
@@ -313,9 +313,9 @@ impl Processor {
             .to_string()
     }
 
-    async fn emit(&self, span: Span) -> anyhow::Result<()> {
+    async fn emit(&self, span: SpanBuf) -> anyhow::Result<()> {
         self.out
-            .send(span)
+            .send(span.finish())
             .await
             .map_err(|_| anyhow::anyhow!("span exporter has stopped"))
     }
@@ -380,24 +380,26 @@ impl Processor {
         Ok(())
     }
 
-    fn change_events(&self, changes: &[Change], at: SystemTime) -> Vec<Event> {
-        changes
-            .iter()
-            .take(self.cfg.max_diff_changes)
-            .map(|c| {
-                let mut attrs = vec![kv(attr::DIFF_OP, c.op()), kv(attr::DIFF_PATH, &*c.path)];
-                if let Some(o) = &c.old {
-                    attrs.push(kv(attr::DIFF_OLD, &**o));
-                }
-                if let Some(n) = &c.new {
-                    attrs.push(kv(attr::DIFF_NEW, &**n));
-                }
-                span_model::span_event(EVENT_DIFF, at, attrs)
-            })
-            .collect()
+    /// The diff as span events, one per changed path.
+    fn add_changes(&self, span: &mut SpanBuf, changes: &[Change], at: SystemTime) {
+        for c in changes.iter().take(self.cfg.max_diff_changes) {
+            let mut attrs = [("", ""); 4];
+            attrs[0] = (attr::DIFF_OP, c.op());
+            attrs[1] = (attr::DIFF_PATH, &*c.path);
+            let mut n = 2;
+            if let Some(o) = &c.old {
+                attrs[n] = (attr::DIFF_OLD, o);
+                n += 1;
+            }
+            if let Some(v) = &c.new {
+                attrs[n] = (attr::DIFF_NEW, v);
+                n += 1;
+            }
+            span.event(EVENT_DIFF, at, &attrs[..n]);
+        }
     }
 
-    fn snapshot_event(&self, snapshot: &Value, at: SystemTime) -> Event {
+    fn add_snapshot(&self, span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
         let mut text = snapshot.to_string();
         if text.len() > self.cfg.max_snapshot_bytes {
             let mut cut = self.cfg.max_snapshot_bytes;
@@ -407,7 +409,7 @@ impl Processor {
             text.truncate(cut);
             text.push_str("…(truncated)");
         }
-        span_model::span_event(EVENT_SNAPSHOT, at, vec![kv(attr::SNAPSHOT, text)])
+        span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, &text)]);
     }
 
     fn count_filtered(&self, reason: FilterReason) {
@@ -652,9 +654,9 @@ impl Processor {
             let mut span =
                 span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
             if let Some(snap) = &p.snapshot {
-                span.events.push(self.snapshot_event(snap, at));
+                self.add_snapshot(&mut span, snap, at);
             }
-            span.events.extend(self.change_events(&entry.changes, at));
+            self.add_changes(&mut span, &entry.changes, at);
             self.metrics.watch_spans.inc();
             self.emit(span).await?;
             if p.change.kind != WatchKind::Deleted {
@@ -795,14 +797,14 @@ impl Processor {
         let mut span = span_model::audit_span(&ow, &write);
         let at = ev.stage_timestamp;
         if let Some(snap) = &outcome.snapshot {
-            span.events.push(self.snapshot_event(snap, at));
+            self.add_snapshot(&mut span, snap, at);
         }
-        span.events.extend(self.change_events(&outcome.changes, at));
+        self.add_changes(&mut span, &outcome.changes, at);
         if outcome.changes.len() > self.cfg.max_diff_changes {
-            span.attributes.push(kv_int(
+            span.attr_int(
                 attr::DIFF_TRUNCATED,
                 (outcome.changes.len() - self.cfg.max_diff_changes) as i64,
-            ));
+            );
         }
         self.emit(span).await?;
 

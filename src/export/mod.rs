@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
-use crate::span_model::{self, Span};
+use crate::span_model::{self, EncodedSpan, Span};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OtlpProtocol {
@@ -136,19 +136,53 @@ pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRe
     }
 }
 
-/// One batch, converted once and encoded once per format, for every output
-/// and every retry.
+/// One batch, framed once into a protobuf request for every output and
+/// every retry (the JSON output decodes it again).
 struct EncodedBatch {
     spans: usize,
-    request: ExportTraceServiceRequest,
-    protobuf: Option<Bytes>,
+    protobuf: Bytes,
 }
 
-impl EncodedBatch {
-    fn protobuf(&mut self) -> Bytes {
-        self.protobuf
-            .get_or_insert_with(|| Bytes::from(self.request.encode_to_vec()))
-            .clone()
+/// Frames spans encoded one by one into an encoded
+/// `ExportTraceServiceRequest`, all under one resource and kascade's scope
+/// (both encoded once).
+struct RequestFramer {
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+}
+
+impl RequestFramer {
+    fn new(resource: &Resource) -> Self {
+        Self {
+            resource: resource.encode_to_vec(),
+            scope: span_model::scope().encode_to_vec(),
+        }
+    }
+
+    fn frame(&self, spans: &[EncodedSpan]) -> Bytes {
+        use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+        let framed = |len: usize| 1 + encoded_len_varint(len as u64) + len;
+        let scope_spans_len =
+            framed(self.scope.len()) + spans.iter().map(|s| framed(s.0.len())).sum::<usize>();
+        let resource_spans_len = framed(self.resource.len()) + framed(scope_spans_len);
+        let mut out = Vec::with_capacity(framed(resource_spans_len));
+        let field = |tag: u32, len: usize, out: &mut Vec<u8>| {
+            encode_key(tag, WireType::LengthDelimited, out);
+            encode_varint(len as u64, out);
+        };
+        // ExportTraceServiceRequest.resource_spans (1) → ResourceSpans.resource
+        // (1), .scope_spans (2) → ScopeSpans.scope (1), .spans (2).
+        field(1, resource_spans_len, &mut out);
+        field(1, self.resource.len(), &mut out);
+        out.extend_from_slice(&self.resource);
+        field(2, scope_spans_len, &mut out);
+        field(1, self.scope.len(), &mut out);
+        out.extend_from_slice(&self.scope);
+        for s in spans {
+            field(2, s.0.len(), &mut out);
+            out.extend_from_slice(&s.0);
+        }
+        out.into()
     }
 }
 
@@ -163,14 +197,17 @@ async fn write_batch(
     let mut backoff = Duration::from_millis(100);
     loop {
         let result = match out {
-            Output::Otlp { sender, .. } => sender.send(batch.protobuf()).await,
-            Output::Json { writer, .. } => serde_json::to_string(&batch.request)
-                .map_err(anyhow::Error::from)
-                .and_then(|line| {
-                    writer.write_all(line.as_bytes())?;
-                    writer.write_all(b"\n")?;
-                    Ok(())
-                }),
+            Output::Otlp { sender, .. } => sender.send(batch.protobuf.clone()).await,
+            Output::Json { writer, .. } => {
+                ExportTraceServiceRequest::decode(batch.protobuf.as_ref())
+                    .map_err(anyhow::Error::from)
+                    .and_then(|request| Ok(serde_json::to_string(&request)?))
+                    .and_then(|line| {
+                        writer.write_all(line.as_bytes())?;
+                        writer.write_all(b"\n")?;
+                        Ok(())
+                    })
+            }
         };
         match result {
             Ok(()) => {
@@ -210,13 +247,13 @@ pub fn start(
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<(
-    mpsc::Sender<Span>,
+    mpsc::Sender<EncodedSpan>,
     crate::aggregate::Shutdown,
     JoinHandle<()>,
 )> {
-    let resource = resource(&cfg.service_name);
+    let framer = RequestFramer::new(&resource(&cfg.service_name));
     let mut outputs = build_outputs(&cfg, specs)?;
-    let (tx, mut rx) = mpsc::channel::<Span>(cfg.queue_capacity);
+    let (tx, mut rx) = mpsc::channel::<EncodedSpan>(cfg.queue_capacity);
     let (stop, mut stop_rx) = crate::aggregate::Shutdown::new();
     let handle = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(cfg.batch_size);
@@ -240,8 +277,7 @@ pub fn start(
                 let spans = std::mem::replace(&mut batch, Vec::with_capacity(cfg.batch_size));
                 let mut encoded = EncodedBatch {
                     spans: spans.len(),
-                    request: to_request(spans, &resource),
-                    protobuf: None,
+                    protobuf: framer.frame(&spans),
                 };
                 for out in outputs.iter_mut() {
                     write_batch(out, &mut encoded, &cfg, &metrics).await;
@@ -263,4 +299,78 @@ pub fn start(
         }
     });
     Ok((tx, stop, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ObjectRef, ObjectWindow};
+    use crate::span_model::{AuditWrite, LinkFields};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn framed_requests_decode_to_the_spans_under_one_resource_and_scope() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_800_000_123);
+        let pod = ObjectWindow {
+            object: ObjectRef::new("c", "", "pods", "ns", "p"),
+            window_start: 1_800_000_000,
+        };
+        let node = ObjectWindow {
+            object: ObjectRef::new("c", "", "nodes", "", "n"),
+            window_start: 1_800_000_000,
+        };
+        let mut write = crate::span_model::audit_span(
+            &pod,
+            &AuditWrite {
+                audit_id: "a-1",
+                user: "system:kube-scheduler",
+                impersonated_user: None,
+                user_agent: "kube-scheduler/v1.36.3",
+                verb: "create",
+                subresource: "binding",
+                code: 409,
+                source_ip: "127.0.0.1",
+                old_rv: "",
+                new_rv: "",
+                error: Some("Operation cannot be fulfilled".into()),
+                start: at,
+                end: at + Duration::from_millis(3),
+            },
+        );
+        write.event(
+            "diff",
+            at,
+            &[("diff.path", "spec.nodeName"), ("diff.new", "\"n\"")],
+        );
+        write.attr_int("kascade.diff.truncated", 7);
+        let link = LinkFields {
+            target: &node,
+            role: "parent",
+            class: "node",
+            at,
+        };
+        let spans = vec![
+            crate::span_model::object_span(&pod, "uid-1", at).finish(),
+            write.finish(),
+            crate::span_model::link_span(&pod, &link, 42).finish(),
+        ];
+        let resource = resource("kascade-test");
+        let framed = RequestFramer::new(&resource).frame(&spans);
+        let decoded = ExportTraceServiceRequest::decode(framed.as_ref()).unwrap();
+        let expected = to_request(spans.iter().map(EncodedSpan::decode).collect(), &resource);
+        assert_eq!(decoded, expected);
+        let s = &decoded.resource_spans[0].scope_spans[0].spans;
+        assert_eq!(s[1].events.len(), 1);
+        assert_eq!(
+            s[1].attributes.last().unwrap().key,
+            "kascade.diff.truncated"
+        );
+        assert_eq!(
+            s[1].status.as_ref().unwrap().message,
+            "Operation cannot be fulfilled"
+        );
+        assert_eq!(s[2].links[0].span_id, node.span_id().to_bytes());
+        assert_eq!(s[0].parent_span_id, Vec::<u8>::new());
+        assert_eq!(s[1].parent_span_id, pod.span_id().to_bytes());
+    }
 }
