@@ -4,6 +4,7 @@
 //! by their name-like key rather than by index, so inserting a container does
 //! not show every later container as changed.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -56,39 +57,54 @@ pub fn push_field(path: &mut String, key: &str) {
 
 /// The key that names the items of `items`, if every item is an object
 /// carrying it with a distinct scalar value.
-fn list_item_key(items: &[Value]) -> Option<&'static str> {
+pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
     if items.is_empty() {
         return None;
     }
     'keys: for key in LIST_ITEM_KEYS {
-        let mut seen = std::collections::HashSet::new();
+        let mut labels: Vec<Cow<'_, str>> = Vec::with_capacity(items.len());
         for item in items {
-            match item.get(key) {
-                Some(Value::String(s)) => {
-                    if !seen.insert(s.clone()) {
-                        continue 'keys;
-                    }
-                }
-                Some(Value::Number(n)) => {
-                    if !seen.insert(n.to_string()) {
-                        continue 'keys;
-                    }
-                }
+            labels.push(match item.get(key) {
+                Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
+                Some(Value::Number(n)) => Cow::Owned(n.to_string()),
                 _ => continue 'keys,
-            }
+            });
         }
-        return Some(key);
+        // Most lists are short: comparing pairs beats hashing them.
+        let distinct = if labels.len() <= 16 {
+            labels
+                .iter()
+                .enumerate()
+                .all(|(i, l)| !labels[..i].contains(l))
+        } else {
+            labels
+                .iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                == labels.len()
+        };
+        if distinct {
+            return Some(key);
+        }
     }
     None
 }
 
-/// Calls `f` with the label of each item of a list: `Some(name)` for lists
-/// of named items, `None` where items are identified by index.
-pub fn walk_item_labels(items: &[Value], f: &mut impl FnMut(Option<String>)) {
-    let key = list_item_key(items);
-    for item in items {
-        f(key.map(|k| item_label(item, k)));
+/// Appends `[label]` of a list item to `path`: its value of `key` for lists
+/// of named items, else its index.
+pub fn push_item_label(path: &mut String, item: &Value, key: Option<&str>, index: usize) {
+    path.push('[');
+    match key.and_then(|k| item.get(k)) {
+        Some(Value::String(s)) => path.push_str(s),
+        Some(v) => {
+            let _ = write!(path, "{v}");
+        }
+        None if key.is_some() => {}
+        None => {
+            let _ = write!(path, "{index}");
+        }
     }
+    path.push(']');
 }
 
 fn item_label(item: &Value, key: &str) -> String {
@@ -120,14 +136,7 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
             let key = list_item_key(items);
             for (i, child) in items.iter().enumerate() {
                 let len = path.len();
-                match key {
-                    Some(k) => {
-                        let _ = write!(path, "[{}]", item_label(child, k));
-                    }
-                    None => {
-                        let _ = write!(path, "[{i}]");
-                    }
-                }
+                push_item_label(path, child, key, i);
                 walk(child, path, f);
                 path.truncate(len);
             }

@@ -400,7 +400,8 @@ impl Processor {
     }
 
     fn add_snapshot(&self, span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
-        let mut text = snapshot.to_string();
+        // Straight into a buffer (`to_string` goes through a `fmt::Formatter`).
+        let mut text = serde_json::to_string(snapshot).unwrap_or_default();
         if text.len() > self.cfg.max_snapshot_bytes {
             let mut cut = self.cfg.max_snapshot_bytes;
             while !text.is_char_boundary(cut) {

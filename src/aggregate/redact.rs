@@ -85,20 +85,10 @@ impl Redactor {
             }
             Value::Array(items) => {
                 // Same item naming as diffs, so patterns match diff paths.
-                let names: Vec<String> = {
-                    let mut labels = Vec::with_capacity(items.len());
-                    let mut i = 0;
-                    super::diff::walk_item_labels(items, &mut |label| {
-                        labels.push(label.unwrap_or_else(|| i.to_string()));
-                        i += 1;
-                    });
-                    labels
-                };
-                for (child, name) in items.iter_mut().zip(names) {
+                let key = super::diff::list_item_key(items);
+                for (i, child) in items.iter_mut().enumerate() {
                     let len = path.len();
-                    path.push('[');
-                    path.push_str(&name);
-                    path.push(']');
+                    super::diff::push_item_label(path, child, key, i);
                     self.redact_paths(re, child, path);
                     path.truncate(len);
                 }
