@@ -2,8 +2,8 @@
 //!
 //! The span IDs themselves are derived from the object window (see
 //! `model`), so the cache's job is to make sure each object span and each
-//! link span is emitted once. [`LocalSpanCache`] is a bounded `moka` cache
-//! for one process; [`EtcdSpanCache`] lets several `kascade collect`
+//! link span is emitted once. [`LocalSpanCache`] is a bounded in-process
+//! cache (maps per window); [`EtcdSpanCache`] lets several `kascade collect`
 //! replicas behind one webhook address agree, with the local cache in front
 //! (known keys cost no round trip) and as the fallback while etcd is away.
 
