@@ -107,71 +107,59 @@ pub fn nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
 }
 
-/// Protobuf wire format, enough for OTLP spans.
-mod wire {
-    pub const VARINT: u32 = 0;
-    pub const FIXED64: u32 = 1;
-    pub const LEN: u32 = 2;
-    pub const FIXED32: u32 = 5;
+/// Protobuf fields as kascade writes them (spans here, requests in the
+/// exporter), on prost's wire-format primitives.
+pub(crate) mod wire {
+    use prost::encoding::{
+        WireType, encode_key, encode_varint, encoded_len_varint, fixed32, fixed64,
+    };
 
-    pub fn varint(buf: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            buf.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        buf.push(v as u8);
+    /// Length of a length-delimited field of `len` bytes with a one-byte key
+    /// (field numbers up to 15).
+    pub fn framed_len(len: usize) -> usize {
+        1 + encoded_len_varint(len as u64) + len
     }
 
-    pub fn varint_len(v: u64) -> usize {
-        (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-    }
-
-    pub fn key(buf: &mut Vec<u8>, field: u32, wire_type: u32) {
-        varint(buf, u64::from(field << 3 | wire_type));
+    /// The key and length of a length-delimited field whose `len` bytes follow.
+    pub fn len_prefix(buf: &mut Vec<u8>, field: u32, len: usize) {
+        encode_key(field, WireType::LengthDelimited, buf);
+        encode_varint(len as u64, buf);
     }
 
     pub fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
-        key(buf, field, LEN);
-        varint(buf, data.len() as u64);
+        len_prefix(buf, field, data.len());
         buf.extend_from_slice(data);
     }
 
+    pub fn varint(buf: &mut Vec<u8>, field: u32, v: u64) {
+        encode_key(field, WireType::Varint, buf);
+        encode_varint(v, buf);
+    }
+
     pub fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
-        key(buf, field, FIXED64);
-        buf.extend_from_slice(&v.to_le_bytes());
+        fixed64::encode(field, &v, buf);
     }
 
     pub fn fixed32(buf: &mut Vec<u8>, field: u32, v: u32) {
-        key(buf, field, FIXED32);
-        buf.extend_from_slice(&v.to_le_bytes());
-    }
-
-    /// Length of a length-delimited field with a one-byte key.
-    fn framed_len(len: usize) -> usize {
-        1 + varint_len(len as u64) + len
+        fixed32::encode(field, &v, buf);
     }
 
     /// A `KeyValue` with a string value as field `field`.
     pub fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
         let any = framed_len(v.len());
-        key(buf, field, LEN);
-        varint(buf, (framed_len(k.len()) + framed_len(any)) as u64);
+        len_prefix(buf, field, framed_len(k.len()) + framed_len(any));
         bytes(buf, 1, k.as_bytes());
-        key(buf, 2, LEN);
-        varint(buf, any as u64);
+        len_prefix(buf, 2, any);
         bytes(buf, 1, v.as_bytes());
     }
 
     /// A `KeyValue` with an integer value as field `field`.
     pub fn kv_int(buf: &mut Vec<u8>, field: u32, k: &str, v: i64) {
-        let any = 1 + varint_len(v as u64);
-        key(buf, field, LEN);
-        varint(buf, (framed_len(k.len()) + framed_len(any)) as u64);
+        let any = 1 + encoded_len_varint(v as u64);
+        len_prefix(buf, field, framed_len(k.len()) + framed_len(any));
         bytes(buf, 1, k.as_bytes());
-        key(buf, 2, LEN);
-        varint(buf, any as u64);
-        key(buf, 3, VARINT);
-        varint(buf, v as u64);
+        len_prefix(buf, 2, any);
+        varint(buf, 3, v as u64);
     }
 }
 
@@ -234,8 +222,7 @@ impl SpanBuf {
             wire::bytes(&mut buf, SPAN_PARENT_SPAN_ID, &parent.to_bytes());
         }
         wire::bytes(&mut buf, SPAN_NAME, name.as_bytes());
-        wire::key(&mut buf, SPAN_KIND, wire::VARINT);
-        wire::varint(&mut buf, span::SpanKind::Internal as u64);
+        wire::varint(&mut buf, SPAN_KIND, span::SpanKind::Internal as u64);
         wire::fixed64(&mut buf, SPAN_START, nanos(start));
         wire::fixed64(&mut buf, SPAN_END, nanos(end));
         Self {
@@ -286,8 +273,7 @@ impl SpanBuf {
             if !message.is_empty() {
                 wire::bytes(&mut self.scratch, 2, message.as_bytes());
             }
-            wire::key(&mut self.scratch, 3, wire::VARINT);
-            wire::varint(&mut self.scratch, status::StatusCode::Error as u64);
+            wire::varint(&mut self.scratch, 3, status::StatusCode::Error as u64);
         }
         wire::bytes(&mut self.buf, SPAN_STATUS, &self.scratch);
         wire::fixed32(&mut self.buf, SPAN_FLAGS, span_flags());

@@ -160,27 +160,19 @@ impl RequestFramer {
     }
 
     fn frame(&self, spans: &[EncodedSpan]) -> Bytes {
-        use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
-        let framed = |len: usize| 1 + encoded_len_varint(len as u64) + len;
-        let scope_spans_len =
-            framed(self.scope.len()) + spans.iter().map(|s| framed(s.0.len())).sum::<usize>();
-        let resource_spans_len = framed(self.resource.len()) + framed(scope_spans_len);
-        let mut out = Vec::with_capacity(framed(resource_spans_len));
-        let field = |tag: u32, len: usize, out: &mut Vec<u8>| {
-            encode_key(tag, WireType::LengthDelimited, out);
-            encode_varint(len as u64, out);
-        };
+        use span_model::wire::{bytes, framed_len, len_prefix};
+        let scope_spans_len = framed_len(self.scope.len())
+            + spans.iter().map(|s| framed_len(s.0.len())).sum::<usize>();
+        let resource_spans_len = framed_len(self.resource.len()) + framed_len(scope_spans_len);
+        let mut out = Vec::with_capacity(framed_len(resource_spans_len));
         // ExportTraceServiceRequest.resource_spans (1) → ResourceSpans.resource
         // (1), .scope_spans (2) → ScopeSpans.scope (1), .spans (2).
-        field(1, resource_spans_len, &mut out);
-        field(1, self.resource.len(), &mut out);
-        out.extend_from_slice(&self.resource);
-        field(2, scope_spans_len, &mut out);
-        field(1, self.scope.len(), &mut out);
-        out.extend_from_slice(&self.scope);
+        len_prefix(&mut out, 1, resource_spans_len);
+        bytes(&mut out, 1, &self.resource);
+        len_prefix(&mut out, 2, scope_spans_len);
+        bytes(&mut out, 1, &self.scope);
         for s in spans {
-            field(2, s.0.len(), &mut out);
-            out.extend_from_slice(&s.0);
+            bytes(&mut out, 2, &s.0);
         }
         out.into()
     }
@@ -188,7 +180,7 @@ impl RequestFramer {
 
 async fn write_batch(
     out: &mut Output,
-    batch: &mut EncodedBatch,
+    batch: &EncodedBatch,
     cfg: &ExportConfig,
     metrics: &Metrics,
 ) {
@@ -274,13 +266,13 @@ pub fn start(
             }
             metrics.export_queue_depth.set(rx.len() as i64);
             if !batch.is_empty() {
-                let spans = std::mem::replace(&mut batch, Vec::with_capacity(cfg.batch_size));
-                let mut encoded = EncodedBatch {
-                    spans: spans.len(),
-                    protobuf: framer.frame(&spans),
+                let encoded = EncodedBatch {
+                    spans: batch.len(),
+                    protobuf: framer.frame(&batch),
                 };
+                batch.clear();
                 for out in outputs.iter_mut() {
-                    write_batch(out, &mut encoded, &cfg, &metrics).await;
+                    write_batch(out, &encoded, &cfg, &metrics).await;
                 }
             }
             if closed {
