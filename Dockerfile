@@ -31,7 +31,8 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 kascade \
-    && useradd --system --uid 10001 --gid kascade --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kascade
+    && useradd --system --uid 10001 --gid kascade --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kascade \
+    && install -d -o 10001 -g 10001 -m 0700 /var/lib/kascade/spool
 COPY --from=builder /out/kascade /usr/local/bin/kascade
 # 8090 audit webhook, 8091 collector admin (/metrics /healthz /readyz),
 # 8092 frontend HTTP (/redirect /healthz /readyz), 17271 frontend gRPC (Jaeger remote storage).
@@ -40,6 +41,10 @@ USER 10001:10001
 # The health check asks the admin listener of `kascade collect`; for
 # `kascade frontend` set HEALTHCHECK_URL=http://127.0.0.1:8092/readyz.
 ENV HEALTHCHECK_URL=http://127.0.0.1:8091/readyz
+# `kascade collect`'s durable intake; mount a volume here so accepted audit
+# batches survive the container.
+ENV KASCADE_SPOOL_DIR=/var/lib/kascade/spool
+VOLUME /var/lib/kascade/spool
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD curl -fsS -o /dev/null "$HEALTHCHECK_URL" || exit 1
 ENTRYPOINT ["/usr/local/bin/kascade"]

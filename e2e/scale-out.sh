@@ -121,7 +121,7 @@ start_replica() {
   local r="$1"; shift
   "${CLEAN_ENV[@]}" "$KASCADE_BIN" collect --listen "127.0.0.1:${LISTEN[$r]}" --admin-listen "127.0.0.1:${ADMIN[$r]}" \
     --cluster scaleout --otlp-endpoint "$JAEGER_OTLP_GRPC" --export-batch-timeout 200ms \
-    --service-name kascade-scaleout "$@" \
+    --service-name kascade-scaleout --spool-dir "$DIR/spool-$r" "$@" \
     >"$DIR/replica-$r.log" 2>&1 &
   PID[$r]=$!
 }

@@ -53,6 +53,7 @@ source "$E2E_DIR/.run/env"
 # watches both clusters as the read-only user bound to the chart's ClusterRole.
 ( set -a; source "$ROOT/deploy/config/collect.env"; set +a
   exec "$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
+    --spool-dir "$E2E_DIR/.run/spool" \
     --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
     --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
     --tls-client-ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \

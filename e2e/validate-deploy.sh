@@ -203,6 +203,18 @@ for v in "${values_sets[@]}"; do
     "$HELM" template kascade "$CHART" --namespace "$CHECK_NS" --kube-version "$KUBERNETES_VERSION" "${args[@]}"
 done
 
+# Safe by default: no rendering of a webhook that accepts anyone's audit events.
+refuses_unauthenticated() {
+  local out
+  if out="$("$HELM" template kascade "$CHART" --set collector.webhookToken.enabled=false 2>&1)"; then
+    echo "rendered a webhook with neither token nor client certificates"; return 1
+  fi
+  grep -q 'forged audit events' <<<"$out" || { echo "unexpected error: $out"; return 1; }
+  "$HELM" template kascade "$CHART" --set collector.webhookToken.enabled=false \
+    --set collector.allowUnauthenticated=true >/dev/null
+}
+check "chart refuses an unauthenticated webhook unless allowUnauthenticated" refuses_unauthenticated
+
 # The chart's defaults are deploy/config/*.env.
 # doc_of FILE KIND NAME: the YAML document of that object.
 doc_of() {

@@ -19,6 +19,7 @@ use crate::export::{self, ExportConfig, OtlpProtocol, OutputSpec};
 use crate::metrics::Metrics;
 use crate::model::Windowing;
 use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
+use crate::source::spool::{Spool, SpoolConfig};
 use crate::source::{replay, validate_cluster_name, webhook};
 
 /// The rules shipped in `rules/`, used when `--rules` is not given.
@@ -115,6 +116,23 @@ pub struct CollectArgs {
     /// (the apiserver retries it). Waiting spares decoding a batch again after each refusal.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "KASCADE_ADMISSION_WAIT")]
     pub admission_wait: std::time::Duration,
+    /// A client must send its request headers within this time, else the connection is closed.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "KASCADE_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: std::time::Duration,
+    /// A client must send its whole request body within this time, else 408.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "KASCADE_BODY_READ_TIMEOUT")]
+    pub body_read_timeout: std::time::Duration,
+    /// Durable intake: accepted webhook batches are written here (and flushed) before the 200,
+    /// and replayed at start until their spans are exported. Default: $XDG_STATE_HOME/kascade/spool
+    /// (else ~/.local/state/kascade/spool). One directory per process.
+    #[arg(long, env = "KASCADE_SPOOL_DIR", conflicts_with = "no_spool")]
+    pub spool_dir: Option<PathBuf>,
+    /// Most bytes of accepted batches waiting on disk for export; beyond it batches get 429.
+    #[arg(long, default_value_t = 1 << 30, env = "KASCADE_SPOOL_BYTES")]
+    pub spool_bytes: u64,
+    /// Keep accepted batches only in memory: a crash loses what was answered 200 but not yet exported.
+    #[arg(long, env = "KASCADE_NO_SPOOL")]
+    pub no_spool: bool,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -360,6 +378,9 @@ pub struct Pipeline {
     export_shutdown: aggregate::Shutdown,
     aggregate_done: tokio::task::JoinHandle<()>,
     export_done: tokio::task::JoinHandle<()>,
+    pub export_progress: Arc<export::ExportProgress>,
+    /// The durable intake, when `collect` runs with one.
+    pub spool: Option<Arc<Spool>>,
 }
 
 impl Pipeline {
@@ -382,16 +403,24 @@ impl Pipeline {
         tracing::info!(rules = rules.len(), "relation rules loaded");
         let redact = Regex::new(&p.redact_paths).context("--redact-paths is not a valid regex")?;
         let cfg = p.processor_config()?;
-        let (span_tx, export_shutdown, export_done) =
-            export::start(e.config(), &e.outputs, metrics.clone())?;
-        let processor = Arc::new(Processor::new(
-            cfg,
-            Redactor::new(Some(redact)),
-            rules,
-            spans.clone(),
-            span_tx,
+        let export_progress = Arc::new(export::ExportProgress::default());
+        let (span_tx, export_shutdown, export_done) = export::start(
+            e.config(),
+            &e.outputs,
             metrics.clone(),
-        ));
+            export_progress.clone(),
+        )?;
+        let processor = Arc::new(
+            Processor::new(
+                cfg,
+                Redactor::new(Some(redact)),
+                rules,
+                spans.clone(),
+                span_tx,
+                metrics.clone(),
+            )
+            .with_export_progress(export_progress.clone()),
+        );
         let (intake, shutdown, aggregate_done) = aggregate::start(
             processor.clone(),
             p.queue_size.max(1),
@@ -403,6 +432,8 @@ impl Pipeline {
             processor,
             spans,
             metrics,
+            export_progress,
+            spool: None,
             shutdown,
             export_shutdown,
             aggregate_done,
@@ -419,6 +450,7 @@ impl Pipeline {
             export_shutdown,
             aggregate_done,
             export_done,
+            spool,
             ..
         } = self;
         shutdown.close();
@@ -428,6 +460,10 @@ impl Pipeline {
         drop(processor);
         export_shutdown.close();
         let _ = export_done.await;
+        // Everything accepted was exported (or dropped and counted).
+        if let Some(spool) = spool {
+            spool.release_all();
+        }
     }
 }
 
@@ -463,20 +499,48 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipelin
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     let filter = args.pipeline.filter()?;
+    let (spool, spooled) = match args.spool_config()? {
+        None => {
+            tracing::warn!(
+                "--no-spool: accepted audit batches are kept in memory only; a crash loses those not yet exported"
+            );
+            (None, Vec::new())
+        }
+        Some(cfg) => {
+            let dir = cfg.dir.clone();
+            let (spool, pending) = Spool::open(cfg, metrics.clone())
+                .map_err(|e| anyhow::anyhow!("--spool-dir: {e}"))?;
+            tracing::info!(dir = %dir.display(), max_bytes = args.spool_bytes, "durable intake: accepted batches are flushed to disk before the 200");
+            (Some(spool), pending)
+        }
+    };
     let spans = args.span_cache.build(&args.pipeline, metrics.clone())?;
-    let pipeline = Pipeline::start_with(&args.pipeline, &args.export, spans, metrics.clone())?;
+    let mut pipeline = Pipeline::start_with(&args.pipeline, &args.export, spans, metrics.clone())?;
+    pipeline.spool = spool.clone();
     let state = Arc::new(webhook::WebhookState {
         intake: pipeline.intake.clone(),
         filter,
         default_cluster: args.cluster.clone(),
         token,
         max_body_bytes: args.max_body_bytes,
+        body_timeout: args.body_read_timeout,
         admission_wait: args.admission_wait,
+        decode_slots: Arc::new(tokio::sync::Semaphore::new(args.pipeline.workers.max(1))),
+        spool: spool.clone(),
         last_refusal_log: Default::default(),
         metrics,
         registry,
         processor: pipeline.processor.clone(),
     });
+    if let Some(spool) = spool {
+        tokio::spawn(webhook::replay_spool(state.clone(), spooled));
+        tokio::spawn(webhook::release_spool(
+            spool,
+            pipeline.intake.clone(),
+            pipeline.export_progress.clone(),
+            std::time::Duration::from_millis(500),
+        ));
+    }
     Ok((
         CollectApps {
             audit: webhook::audit_router(state.clone()),
@@ -486,54 +550,39 @@ pub fn build_collect(args: &CollectArgs) -> anyhow::Result<(CollectApps, Pipelin
     ))
 }
 
-/// The rustls server configuration for `--tls-*` (ring provider, TLS 1.2+,
-/// optional client-certificate verification).
-pub fn tls_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: Option<&Path>,
-) -> anyhow::Result<rustls::ServerConfig> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        bail!("--tls-cert-file {}: no certificate in it", cert.display());
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| anyhow::anyhow!("--tls-key-file {}: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?
-            {
-                let c =
-                    c.map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?;
-                roots
-                    .add(c)
-                    .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
+impl CollectArgs {
+    /// The durable intake's settings; `None` with `--no-spool`.
+    pub fn spool_config(&self) -> anyhow::Result<Option<SpoolConfig>> {
+        if self.no_spool {
+            return Ok(None);
         }
-        None => builder.with_no_client_auth(),
-    };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .context("--tls-cert-file and --tls-key-file do not form a usable certificate")?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
+        let dir = match &self.spool_dir {
+            Some(d) => d.clone(),
+            None => {
+                let state = std::env::var_os("XDG_STATE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .or_else(|| {
+                        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))
+                    })
+                    .context("no --spool-dir, and neither XDG_STATE_HOME nor HOME is set (or use --no-spool)")?;
+                state.join("kascade/spool")
+            }
+        };
+        let mut cfg = SpoolConfig::new(dir);
+        cfg.max_bytes = self.spool_bytes;
+        if self.spool_bytes < self.max_body_bytes as u64 {
+            bail!(
+                "--spool-bytes {} is smaller than --max-body-bytes {}: a full-size batch could never be accepted",
+                self.spool_bytes,
+                self.max_body_bytes
+            );
+        }
+        Ok(Some(cfg))
+    }
 }
+
+pub use crate::source::server::{serve_webhook, tls_config};
 
 pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
     args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
@@ -569,42 +618,34 @@ pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
             .with_graceful_shutdown(shutdown_signal())
             .await
     });
-    match (&args.tls_cert_file, &args.tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let cfg = tls_config(cert, key, args.tls_client_ca_file.as_deref())?;
-            let handle = axum_server::Handle::new();
-            let h = handle.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                h.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
-            });
-            tracing::info!(listen = %args.listen, cluster = %args.cluster, mtls = args.tls_client_ca_file.is_some(),
-                "kascade collect is serving the audit webhook over HTTPS");
-            axum_server::bind_rustls(
-                args.listen,
-                axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(cfg)),
-            )
-            .handle(handle)
-            .serve(app.into_make_service())
-            .await
-            .with_context(|| format!("webhook server on {} failed", args.listen))?;
-        }
+    let listener = std::net::TcpListener::bind(args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => Some(crate::source::server::tls_config(
+            cert,
+            key,
+            args.tls_client_ca_file.as_deref(),
+        )?),
         _ => {
             if args.webhook_token_file.is_some() {
                 tracing::warn!(
                     "--webhook-token-file without --tls-cert-file: the apiserver sends bearer tokens only over HTTPS"
                 );
             }
-            let listener = tokio::net::TcpListener::bind(args.listen)
-                .await
-                .with_context(|| format!("cannot listen on {}", args.listen))?;
-            tracing::info!(listen = %args.listen, cluster = %args.cluster, "kascade collect is serving the audit webhook over plain HTTP");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown_signal())
-                .await
-                .context("webhook server failed")?;
+            None
         }
-    }
+    };
+    tracing::info!(listen = %args.listen, cluster = %args.cluster, https = tls.is_some(), mtls = args.tls_client_ca_file.is_some(),
+        "kascade collect is serving the audit webhook");
+    crate::source::server::serve_webhook(
+        listener,
+        tls,
+        app,
+        args.header_read_timeout,
+        shutdown_signal(),
+    )
+    .await
+    .with_context(|| format!("webhook server on {} failed", args.listen))?;
     tracing::info!("shutting down: processing and exporting what was accepted");
     for w in &watchers {
         w.abort();

@@ -67,6 +67,11 @@ pub struct Metrics {
     pub state_cache_entries: Gauge,
     pub state_cache_hot_entries: Gauge,
     pub state_cache_bytes: Gauge,
+    pub spool_bytes: Gauge,
+    pub spool_flushes: Counter,
+    pub spool_full: Counter,
+    pub spool_records_lost: Counter,
+    pub spool_replayed: Counter,
 }
 
 impl Metrics {
@@ -76,6 +81,31 @@ impl Metrics {
             "audit_events_received",
             "Audit events received, by source",
             self.events_received.clone(),
+        );
+        r.register(
+            "spool_bytes",
+            "Bytes of accepted audit batches on disk, waiting for their spans to be exported",
+            self.spool_bytes.clone(),
+        );
+        r.register(
+            "spool_flushes",
+            "Group commits of the durable intake (one fdatasync each)",
+            self.spool_flushes.clone(),
+        );
+        r.register(
+            "spool_full",
+            "Audit batches refused with 429 because the spool reached --spool-bytes",
+            self.spool_full.clone(),
+        );
+        r.register(
+            "spool_damaged_segments",
+            "Spool segments found damaged at start (the damaged tail, never answered 200, is skipped)",
+            self.spool_records_lost.clone(),
+        );
+        r.register(
+            "spool_replayed_batches",
+            "Audit batches replayed from the spool at start (accepted by a previous run, not yet exported)",
+            self.spool_replayed.clone(),
         );
         r.register(
             "audit_events_accepted",

@@ -421,6 +421,8 @@ async fn run_replica(
         .map(|s| s.to_string())
         .collect();
     argv.push(format!("otlp-json={}", out.display()));
+    argv.push("--spool-dir".into());
+    argv.push(dir.join(format!("{name}-spool")).display().to_string());
     argv.extend(extra.iter().cloned());
     let Command::Collect(args) = Cli::parse_from(argv).command else {
         unreachable!()

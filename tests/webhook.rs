@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Parser;
-use kascade::cli::{Cli, Command, build_collect};
+use kascade::cli::{Cli, Command, build_collect, serve_webhook};
 
 struct Server {
     url: String,
@@ -16,10 +16,25 @@ struct Server {
     out: std::path::PathBuf,
 }
 
+/// Serves `collect` the way `kascade collect` does (same server settings).
+fn spawn_server(app: axum::Router, header_read_timeout: Duration) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve_webhook(
+        listener,
+        None,
+        app,
+        header_read_timeout,
+        std::future::pending(),
+    ));
+    url
+}
+
 async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
     let out_arg = format!("otlp-json={}", out.display());
+    let spool = dir.path().join("spool").display().to_string();
     let mut argv = vec![
         "kascade",
         "collect",
@@ -27,6 +42,8 @@ async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
         "test",
         "--output",
         &out_arg,
+        "--spool-dir",
+        &spool,
     ];
     argv.extend_from_slice(extra);
     let Command::Collect(args) = Cli::parse_from(argv).command else {
@@ -34,9 +51,7 @@ async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
     };
     let (apps, pipeline) = build_collect(&args).unwrap();
     let app = apps.audit.merge(apps.admin);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = spawn_server(app, args.header_read_timeout);
     (
         Server {
             url,
@@ -97,6 +112,23 @@ async fn accepts_a_real_batch_plain_and_gzipped() {
         ),
         lines.len() as u64
     );
+    // Both batches were on disk before their 200; once exported they are
+    // released while kascade runs (polled: no assumption about speed).
+    assert!(metric(&m, "kascade_spool_flushes_total") >= 1, "{m}");
+    loop {
+        let m = client
+            .get(format!("{}/metrics", srv.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.lines().any(|l| l == "kascade_spool_bytes 0") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     pipeline.finish().await;
     let out = std::fs::read_to_string(&srv.out).unwrap();
     assert!(
@@ -252,9 +284,12 @@ async fn a_full_queue_answers_429_and_readyz_turns_unready() {
     let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", sink.local_addr().unwrap());
     let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().display().to_string();
     let argv = [
         "kascade",
         "collect",
+        "--spool-dir",
+        &spool,
         "--cluster",
         "test",
         "--output",
@@ -276,10 +311,7 @@ async fn a_full_queue_answers_429_and_readyz_turns_unready() {
         unreachable!()
     };
     let (apps, _pipeline) = build_collect(&args).unwrap();
-    let app = apps.audit.merge(apps.admin);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = spawn_server(apps.audit.merge(apps.admin), args.header_read_timeout);
     let client = reqwest::Client::new();
     let lines = common::audit_lines("deployment");
     // One event per batch: the 429 then means the queue is really full.
@@ -310,4 +342,84 @@ async fn a_full_queue_answers_429_and_readyz_turns_unready() {
     let ready = client.get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503, "not ready while the queue is full");
     drop(dir);
+}
+
+/// Sends raw bytes on a fresh connection and reads until the server closes
+/// it or `limit` passes (the limit only matters when the behaviour is broken).
+async fn raw_exchange(url: &str, request: &[u8], limit: Duration) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused_before_the_body_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let token_arg = token.display().to_string();
+    let (srv, _pipeline) = serve(&["--webhook-token-file", &token_arg]).await;
+    // Announces 31 MiB and sends none of it: the answer must not wait for it.
+    let announced = b"POST /audit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong-token!\r\n\
+Content-Type: application/json\r\nContent-Length: 32505856\r\n\r\n";
+    let (reply, _) = raw_exchange(&srv.url, announced, Duration::from_secs(30)).await;
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    // A chunked upload without any token: 401 as well, not 413 or a read.
+    let chunked =
+        b"POST /audit/c1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n";
+    let (reply, _) = raw_exchange(&srv.url, chunked, Duration::from_secs(30)).await;
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_by_the_read_timeouts() {
+    let (srv, _pipeline) =
+        serve(&["--header-read-timeout", "1s", "--body-read-timeout", "1s"]).await;
+    // Headers that never end: the connection is closed.
+    let (reply, closed) = raw_exchange(
+        &srv.url,
+        b"POST /audit HTTP/1.1\r\nHost: x\r\nX-Slow: a",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        closed,
+        "a connection with unfinished headers stayed open: {reply}"
+    );
+    // An idle keep-alive connection is closed too.
+    let (_, closed) = raw_exchange(&srv.url, b"", Duration::from_secs(60)).await;
+    assert!(closed, "an idle connection stayed open");
+    // So is a keep-alive connection that goes quiet after a request.
+    let (reply, closed) = raw_exchange(
+        &srv.url,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(closed, "an idle keep-alive connection stayed open");
+    // A body that stops half way: 408.
+    let (reply, closed) = raw_exchange(
+        &srv.url,
+        b"POST /audit HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"kind\":",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("--body-read-timeout"), "{reply}");
+    assert!(closed || reply.contains("408"));
 }

@@ -21,6 +21,7 @@ render() {
 #
 #   kubectl create namespace kascade
 #   kubectl -n kascade create secret tls kascade-webhook-tls --cert=tls.crt --key=tls.key
+#   kubectl -n kascade create secret generic kascade-webhook-token --from-literal=token=$(openssl rand -hex 32)
 #   kubectl -n kascade apply -f deploy/manifests/kascade.yaml
 #
 # The objects name no namespace (apply them with -n); the ClusterRoleBinding's

@@ -21,7 +21,7 @@ JAEGER_OTLP_GRPC_PORT=29317 JAEGER_HEALTH_PORT=29133 \
   "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
 pids+=($!)
 "$ROOT/target/release/kascade" collect --listen 127.0.0.1:29090 --admin-listen 127.0.0.1:29091 \
-  --otlp-endpoint http://127.0.0.1:29317 ${KASCADE_BENCH_ARGS:-} >"$RUN/kascade.log" 2>&1 &
+  --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool" ${KASCADE_BENCH_ARGS:-} >"$RUN/kascade.log" 2>&1 &
 KPID=$!; pids+=($KPID)
 deadline=$((SECONDS + 30))
 until curl -sf http://127.0.0.1:29133/status >/dev/null 2>&1 || curl -sf http://127.0.0.1:29133/ >/dev/null 2>&1; do

@@ -20,7 +20,7 @@ trap cleanup EXIT
 source "$ROOT/e2e/.run-$NAME/env"
 LOG="$KASCADE_E2E_RUN_DIR/kascade-watch.log"
 "$ROOT/target/release/kascade" collect --listen 127.0.0.1:30590 --admin-listen 127.0.0.1:30591 \
-  --cluster "$NAME" --watch-cluster "$NAME=$KASCADE_KUBECONFIG" --output otlp-json=/dev/null >"$LOG" 2>&1 &
+  --cluster "$NAME" --watch-cluster "$NAME=$KASCADE_KUBECONFIG" --output otlp-json=/dev/null --spool-dir "$KASCADE_E2E_RUN_DIR/spool" >"$LOG" 2>&1 &
 KPID=$!
 metric() { curl -sf http://127.0.0.1:30591/metrics | awk -v m="$1" '$1==m {print $2}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$KPID/status"; }

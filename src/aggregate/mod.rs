@@ -40,6 +40,9 @@ pub enum Work {
         event: Box<k8s_event::K8sEvent>,
         at: std::time::SystemTime,
     },
+    /// Passed once every shard has processed all work queued before it
+    /// (durable intake: then the spans of that work are in the export queue).
+    Barrier(Arc<Barrier>),
 }
 
 impl Work {
@@ -48,7 +51,47 @@ impl Work {
             Work::Audit(a) => a.object.hash(),
             Work::Watch(w) => w.object.hash(),
             Work::Event { own, .. } => own.hash(),
+            Work::Barrier(_) => 0,
         }
+    }
+}
+
+/// See [`Work::Barrier`]: every shard arrives once; the last one to arrive
+/// answers the waiter.
+pub struct Barrier {
+    remaining: std::sync::atomic::AtomicUsize,
+    done: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Barrier {
+    fn arrive(&self) {
+        if self
+            .remaining
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+            && let Some(tx) = self.done.lock().expect("barrier").take()
+        {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Room reserved in the intake queue for a whole batch; sending cannot fail
+/// or wait (the durable intake writes the batch to disk in between).
+pub struct Reserved<'a> {
+    permits: mpsc::PermitIterator<'a, Work>,
+    intake: &'a Intake,
+}
+
+impl Reserved<'_> {
+    pub fn send(self, batch: Vec<Accepted>) {
+        for (permit, item) in self.permits.zip(batch) {
+            permit.send(Work::Audit(Box::new(item)));
+        }
+        self.intake
+            .metrics
+            .queue_depth
+            .set(self.intake.depth() as i64);
     }
 }
 
@@ -81,29 +124,43 @@ impl Intake {
         batch: Vec<Accepted>,
         wait: Duration,
     ) -> Result<(), AdmitError> {
-        if batch.len() > self.capacity {
-            return Err(AdmitError::TooLarge {
-                batch: batch.len(),
-                capacity: self.capacity,
-            });
-        }
         if batch.is_empty() {
             return Ok(());
         }
-        match tokio::time::timeout(wait, self.tx.reserve_many(batch.len())).await {
-            Ok(Ok(permits)) => {
-                for (permit, item) in permits.zip(batch) {
-                    permit.send(Work::Audit(Box::new(item)));
-                }
-                self.metrics.queue_depth.set(self.depth() as i64);
-                Ok(())
-            }
+        self.reserve(batch.len(), wait).await?.send(batch);
+        Ok(())
+    }
+
+    /// Reserves room for `n` events (`n` ≥ 1), waiting up to `wait`.
+    pub async fn reserve(&self, n: usize, wait: Duration) -> Result<Reserved<'_>, AdmitError> {
+        if n > self.capacity {
+            return Err(AdmitError::TooLarge {
+                batch: n,
+                capacity: self.capacity,
+            });
+        }
+        match tokio::time::timeout(wait, self.tx.reserve_many(n)).await {
+            Ok(Ok(permits)) => Ok(Reserved {
+                permits,
+                intake: self,
+            }),
             Ok(Err(_)) => Err(AdmitError::Closed),
             Err(_) => Err(AdmitError::Full {
                 depth: self.depth(),
                 capacity: self.capacity,
             }),
         }
+    }
+
+    /// Waits until every shard has processed all work queued before this call.
+    pub async fn barrier(&self) -> Result<(), AdmitError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let barrier = Arc::new(Barrier {
+            remaining: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            done: std::sync::Mutex::new(Some(tx)),
+        });
+        self.submit_work(Work::Barrier(barrier)).await?;
+        rx.await.map_err(|_| AdmitError::Closed)
     }
 
     /// Admits one event, waiting for room (used by replay, where the source can wait).
@@ -188,6 +245,10 @@ pub fn start(
                         .process_k8s_event(&own, &uid, *event, at)
                         .await
                         .map_err(|e| (e, format!("{own} (event)"))),
+                    Work::Barrier(b) => {
+                        b.arrive();
+                        Ok(())
+                    }
                 };
                 if let Err((e, what)) = result {
                     tracing::error!(%what, error = %e, "processing failed");
@@ -222,6 +283,16 @@ pub fn start(
             };
             let Some(item) = item else { break };
             m.queue_depth.set(rx.len() as i64);
+            if let Work::Barrier(b) = &item {
+                b.remaining
+                    .store(shards, std::sync::atomic::Ordering::Release);
+                for tx in &shard_txs {
+                    if tx.send(Work::Barrier(b.clone())).await.is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
             let shard = (item.routing_hash() % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {
                 break;

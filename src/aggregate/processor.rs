@@ -32,6 +32,10 @@ pub struct Accepted {
     pub event: AuditEvent,
     pub object: ObjectRef,
     pub uid: String,
+    /// Replayed from the durable spool after a crash: the object and link
+    /// spans this event reaches may have been reserved (in a shared span
+    /// cache) but never exported, so they are emitted again (same ids).
+    pub replayed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +81,7 @@ pub struct Processor {
     states: StateStore,
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<EncodedSpan>,
+    export_progress: Option<Arc<crate::export::ExportProgress>>,
     metrics: Arc<Metrics>,
     /// Event occurrences (cluster|Event uid|count) already emitted.
     seen_events: moka::sync::Cache<String, ()>,
@@ -189,6 +194,7 @@ impl Processor {
             states,
             spans,
             out,
+            export_progress: None,
             metrics,
         }
     }
@@ -317,12 +323,28 @@ impl Processor {
         self.out
             .send(span.finish())
             .await
-            .map_err(|_| anyhow::anyhow!("span exporter has stopped"))
+            .map_err(|_| anyhow::anyhow!("span exporter has stopped"))?;
+        if let Some(p) = &self.export_progress {
+            p.add_sent(1);
+        }
+        Ok(())
     }
 
-    /// Emits the object span of `ow` unless it already exists.
-    async fn ensure_object_span(&self, ow: &ObjectWindow, uid: &str) -> anyhow::Result<()> {
-        if self.spans.fetch_or_reserve(ow).await? == Slot::Created {
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub fn with_export_progress(mut self, progress: Arc<crate::export::ExportProgress>) -> Self {
+        self.export_progress = Some(progress);
+        self
+    }
+
+    /// Emits the object span of `ow` unless it already exists (or again when
+    /// `force`: see [`Accepted::replayed`]).
+    async fn ensure_object_span(
+        &self,
+        ow: &ObjectWindow,
+        uid: &str,
+        force: bool,
+    ) -> anyhow::Result<()> {
+        if self.spans.fetch_or_reserve(ow).await? == Slot::Created || force {
             let (_, end) = self.cfg.windowing.bounds(ow.window_start);
             self.metrics.object_spans.inc();
             self.emit(span_model::object_span(ow, uid, end)).await?;
@@ -336,6 +358,7 @@ impl Processor {
         rel: &Relation,
         target_uid: &str,
         at: SystemTime,
+        force: bool,
     ) -> anyhow::Result<()> {
         // The hash of `<role>|<class>|<other object's key>`.
         let link_key = |role: &str, class: &str, other: &ObjectRef| {
@@ -348,14 +371,14 @@ impl Processor {
             h.digest()
         };
         let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
-        if !self.spans.record_link(ow, forward).await? {
+        if !self.spans.record_link(ow, forward).await? && !force {
             return Ok(());
         }
         let target = ObjectWindow {
             object: rel.target.clone(),
             window_start: ow.window_start,
         };
-        self.ensure_object_span(&target, target_uid).await?;
+        self.ensure_object_span(&target, target_uid, force).await?;
         self.metrics.link_spans.inc();
         let f = LinkFields {
             target: &target,
@@ -366,7 +389,7 @@ impl Processor {
         self.emit(span_model::link_span(ow, &f, forward)).await?;
         let reverse_role = rel.role.reverse();
         let backward = link_key(reverse_role.as_str(), &rel.class, &ow.object);
-        if self.spans.record_link(&target, backward).await? {
+        if self.spans.record_link(&target, backward).await? || force {
             self.metrics.link_spans.inc();
             let b = LinkFields {
                 target: ow,
@@ -503,7 +526,7 @@ impl Processor {
             return Ok(());
         }
         self.seen_events.insert(occurrence, ());
-        self.ensure_object_span(&ow, &e.involved.uid).await?;
+        self.ensure_object_span(&ow, &e.involved.uid, false).await?;
         let fields = EventFields {
             identity: &identity,
             name,
@@ -649,7 +672,7 @@ impl Processor {
             // Shown now: an audit event arriving later shows its own diff
             // either way, so the entry (and its diff) need not be kept.
             self.ledger.invalidate(&p.ledger_key);
-            self.ensure_object_span(&p.ow, "").await?;
+            self.ensure_object_span(&p.ow, "", false).await?;
             let at = p.change.observed;
             let new_rv = resource_version(&p.change.state).to_string();
             let mut span =
@@ -664,7 +687,7 @@ impl Processor {
                 for (rel, uid) in
                     all_relations(&p.ow.object, &p.change.state, &self.kinds, &self.rules)
                 {
-                    self.record_relation(&p.ow, &rel, &uid, at).await?;
+                    self.record_relation(&p.ow, &rel, &uid, at, false).await?;
                 }
             }
         }
@@ -683,8 +706,9 @@ impl Processor {
                 object: link.holder,
                 window_start: self.cfg.windowing.window_start(at),
             };
-            self.ensure_object_span(&ow, "").await?;
-            self.record_relation(&ow, &link.relation, "", at).await?;
+            self.ensure_object_span(&ow, "", false).await?;
+            self.record_relation(&ow, &link.relation, "", at, false)
+                .await?;
         }
         Ok(())
     }
@@ -718,7 +742,7 @@ impl Processor {
             .and_then(Value::as_str)
             .unwrap_or(&item.uid)
             .to_string();
-        self.ensure_object_span(&ow, &uid).await?;
+        self.ensure_object_span(&ow, &uid, item.replayed).await?;
 
         let new_rv = outcome
             .state
@@ -817,8 +841,14 @@ impl Processor {
             .or(old.as_deref());
         if let Some(state) = basis {
             for (rel, uid) in all_relations(obj, state, &self.kinds, &self.rules) {
-                self.record_relation(&ow, &rel, &uid, ev.request_received_timestamp)
-                    .await?;
+                self.record_relation(
+                    &ow,
+                    &rel,
+                    &uid,
+                    ev.request_received_timestamp,
+                    item.replayed,
+                )
+                .await?;
             }
         }
 

@@ -136,6 +136,47 @@ pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRe
     }
 }
 
+/// How far export has got, in spans: `sent` into the export queue by the
+/// processor, `finished` (written by every output, or dropped and counted)
+/// by the exporter. The queue is FIFO, so once `finished ≥` a value `sent`
+/// had, every span sent before that moment is done: the durable intake
+/// releases spooled batches on that basis.
+#[derive(Default)]
+pub struct ExportProgress {
+    sent: std::sync::atomic::AtomicU64,
+    finished: std::sync::atomic::AtomicU64,
+    advanced: tokio::sync::Notify,
+}
+
+impl ExportProgress {
+    pub fn add_sent(&self, n: u64) {
+        self.sent.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn add_finished(&self, n: u64) {
+        self.finished
+            .fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+        self.advanced.notify_waiters();
+    }
+
+    /// Waits until `n` spans are finished.
+    pub async fn wait_finished(&self, n: u64) {
+        loop {
+            let advanced = self.advanced.notified();
+            tokio::pin!(advanced);
+            advanced.as_mut().enable();
+            if self.finished.load(std::sync::atomic::Ordering::Acquire) >= n {
+                return;
+            }
+            advanced.await;
+        }
+    }
+}
+
 /// One batch, framed once into a protobuf request for every output and
 /// every retry (the JSON output decodes it again).
 struct EncodedBatch {
@@ -238,6 +279,7 @@ pub fn start(
     cfg: ExportConfig,
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
+    progress: Arc<ExportProgress>,
 ) -> anyhow::Result<(
     mpsc::Sender<EncodedSpan>,
     crate::aggregate::Shutdown,
@@ -274,6 +316,7 @@ pub fn start(
                 for out in outputs.iter_mut() {
                     write_batch(out, &encoded, &cfg, &metrics).await;
                 }
+                progress.add_finished(encoded.spans as u64);
             }
             if closed {
                 break;

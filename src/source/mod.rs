@@ -3,6 +3,8 @@
 
 pub mod audit;
 pub mod replay;
+pub mod server;
+pub mod spool;
 pub mod watch;
 pub mod webhook;
 
@@ -37,6 +39,7 @@ pub fn accept(
         event: ev,
         object,
         uid,
+        replayed: false,
     })
 }
 

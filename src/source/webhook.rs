@@ -4,17 +4,23 @@
 use std::borrow::Cow;
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prometheus_client::registry::Registry;
+use tokio::sync::Semaphore;
 
 use super::audit::{AuditFilter, decode_event_list};
-use crate::aggregate::{AdmitError, Intake, Processor};
+use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
+use crate::aggregate::{Accepted, AdmitError, Intake, Processor};
+use crate::export::ExportProgress;
 use crate::metrics::Metrics;
 
 pub struct WebhookState {
@@ -24,8 +30,16 @@ pub struct WebhookState {
     /// Bearer token the apiserver must present, if set.
     pub token: Option<String>,
     pub max_body_bytes: usize,
+    /// How long a client may take to send its whole body (slow senders
+    /// would otherwise hold a connection and its buffer indefinitely).
+    pub body_timeout: Duration,
     /// How long a batch may wait for room in a full queue before 429.
-    pub admission_wait: std::time::Duration,
+    pub admission_wait: Duration,
+    /// Bounds the batches being decompressed and decoded at once; that work
+    /// runs on blocking threads so `/healthz` and other requests stay quick.
+    pub decode_slots: Arc<Semaphore>,
+    /// The durable intake: a batch is on disk before it is answered 200.
+    pub spool: Option<Arc<Spool>>,
     /// When a refusal was last logged: under sustained overload every
     /// apiserver retry is refused, so refusals are logged at most every 10 s
     /// (each is counted in kascade_audit_events_rejected_total).
@@ -39,13 +53,13 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into() + "\n").into_response()
 }
 
-/// The audit webhook: `POST /audit` and `POST /audit/{cluster}`.
+/// The audit webhook: `POST /audit` and `POST /audit/{cluster}`. The bearer
+/// token is checked before a byte of the body is read.
 pub fn audit_router(state: Arc<WebhookState>) -> Router {
-    let limit = state.max_body_bytes;
     Router::new()
         .route("/audit", post(audit_default))
         .route("/audit/{cluster}", post(audit_cluster))
-        .layer(DefaultBodyLimit::max(limit))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
 
@@ -59,25 +73,36 @@ pub fn admin_router(state: Arc<WebhookState>) -> Router {
         .with_state(state)
 }
 
+async fn authenticate(State(st): State<Arc<WebhookState>>, req: Request, next: Next) -> Response {
+    if !authorized(&st, req.headers()) {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("unauthorized"))
+            .inc();
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    }
+    next.run(req).await
+}
+
 async fn audit_default(
     State(st): State<Arc<WebhookState>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let cluster = st.default_cluster.clone();
-    handle_audit(&st, &cluster, &headers, &body).await
+    handle_audit(&st, &cluster, &headers, body).await
 }
 
 async fn audit_cluster(
     State(st): State<Arc<WebhookState>>,
     Path(cluster): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     if let Err(e) = super::validate_cluster_name(&cluster) {
         return error(StatusCode::BAD_REQUEST, e);
     }
-    handle_audit(&st, &cluster, &headers, &body).await
+    handle_audit(&st, &cluster, &headers, body).await
 }
 
 fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
@@ -103,21 +128,62 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
 /// A refusal: status and message for the client.
 type Refusal = (StatusCode, String);
 
-fn decompress<'a>(
-    st: &WebhookState,
-    headers: &HeaderMap,
-    body: &'a Bytes,
-) -> Result<Cow<'a, [u8]>, Refusal> {
+fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("identity");
     match encoding {
-        "identity" | "" => Ok(Cow::Borrowed(&body[..])),
-        "gzip" => {
+        "identity" | "" => Ok(BodyEncoding::Identity),
+        "gzip" => Ok(BodyEncoding::Gzip),
+        other => Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Encoding {:?} is not supported (use gzip or none)",
+                crate::text::clip(other, 64)
+            ),
+        )),
+    }
+}
+
+/// Reads the whole body within `--body-read-timeout`, refusing more than
+/// `--max-body-bytes` as soon as it is announced or exceeded.
+async fn read_body(st: &WebhookState, headers: &HeaderMap, body: Body) -> Result<Bytes, Refusal> {
+    let limit = st.max_body_bytes;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds {limit} bytes (--max-body-bytes)"),
+        ));
+    }
+    match tokio::time::timeout(st.body_timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "body not received within {:?} (--body-read-timeout)",
+                st.body_timeout
+            ),
+        )),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds {limit} bytes (--max-body-bytes)"),
+        )),
+        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("cannot read body: {e}"))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+fn decompress(limit: usize, encoding: BodyEncoding, body: &[u8]) -> Result<Cow<'_, [u8]>, Refusal> {
+    match encoding {
+        BodyEncoding::Identity => Ok(Cow::Borrowed(body)),
+        BodyEncoding::Gzip => {
             let mut out = Vec::new();
-            let limit = st.max_body_bytes as u64;
-            flate2::read::GzDecoder::new(&body[..])
+            let limit = limit as u64;
+            flate2::read::GzDecoder::new(body)
                 .take(limit + 1)
                 .read_to_end(&mut out)
                 .map_err(|e| {
@@ -134,48 +200,39 @@ fn decompress<'a>(
             }
             Ok(Cow::Owned(out))
         }
-        other => Err((
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("Content-Encoding {other:?} is not supported (use gzip or none)"),
-        )),
     }
 }
 
-async fn handle_audit(
+/// A decoded webhook batch: the events to process and the malformed items.
+struct Decoded {
+    accepted: Vec<Accepted>,
+    errors: Vec<String>,
+}
+
+/// Decompresses, decodes and filters one batch (CPU work: called on a
+/// blocking thread).
+fn decode_batch(
     st: &WebhookState,
     cluster: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Response {
-    if !authorized(st, headers) {
+    encoding: BodyEncoding,
+    body: &[u8],
+    replayed: bool,
+) -> Result<Decoded, Refusal> {
+    let body = decompress(st.max_body_bytes, encoding, body).inspect_err(|_| {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("unauthorized"))
+            .get_or_create(&Metrics::reason("bad_body"))
             .inc();
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-    }
-    let body = match decompress(st, headers, body) {
-        Ok(b) => b,
-        Err((status, msg)) => {
-            st.metrics
-                .events_rejected
-                .get_or_create(&Metrics::reason("bad_body"))
-                .inc();
-            return error(status, msg);
-        }
-    };
-    let batch = match decode_event_list(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            st.metrics
-                .events_rejected
-                .get_or_create(&Metrics::reason("malformed"))
-                .inc();
-            tracing::warn!(cluster, error = %e, "rejected audit webhook body");
-            return error(StatusCode::BAD_REQUEST, e);
-        }
-    };
-    let source = Metrics::source("webhook");
+    })?;
+    let batch = decode_event_list(&body).map_err(|e| {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("malformed"))
+            .inc();
+        tracing::warn!(cluster, error = %crate::text::clip(&e, 300), "rejected audit webhook body");
+        (StatusCode::BAD_REQUEST, e)
+    })?;
+    let source = Metrics::source(if replayed { "spool" } else { "webhook" });
     st.metrics
         .events_received
         .get_or_create(&source)
@@ -186,58 +243,216 @@ async fn handle_audit(
             .get_or_create(&Metrics::reason("malformed"))
             .inc_by(batch.errors.len() as u64);
     }
-    let accepted: Vec<_> = batch
+    let accepted = batch
         .events
         .into_iter()
         .filter_map(|ev| super::accept(ev, cluster, &st.filter, &st.metrics))
+        .map(|mut a| {
+            a.replayed = replayed;
+            a
+        })
         .collect();
+    Ok(Decoded {
+        accepted,
+        errors: batch.errors,
+    })
+}
+
+async fn decode_off_runtime(
+    st: &Arc<WebhookState>,
+    cluster: &str,
+    encoding: BodyEncoding,
+    body: Bytes,
+    replayed: bool,
+) -> Result<Decoded, Refusal> {
+    let slot = st
+        .decode_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_string()))?;
+    let st = st.clone();
+    let cluster = cluster.to_string();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        decode_batch(&st, &cluster, encoding, &body, replayed)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("decoding the batch failed: {e}"),
+        ))
+    })
+}
+
+fn refuse(st: &WebhookState, reason: &str, (status, msg): Refusal) -> Response {
+    st.metrics
+        .events_rejected
+        .get_or_create(&Metrics::reason(reason))
+        .inc();
+    error(status, msg)
+}
+
+async fn handle_audit(
+    st: &Arc<WebhookState>,
+    cluster: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let encoding = match body_encoding(headers) {
+        Ok(e) => e,
+        Err(r) => return refuse(st, "bad_body", r),
+    };
+    let raw = match read_body(st, headers, body).await {
+        Ok(b) => b,
+        Err(r) => return refuse(st, "bad_body", r),
+    };
+    let Decoded { accepted, errors } =
+        match decode_off_runtime(st, cluster, encoding, raw.clone(), false).await {
+            Ok(d) => d,
+            Err((status, msg)) => return error(status, msg),
+        };
     let n = accepted.len();
-    match st.intake.submit_batch(accepted, st.admission_wait).await {
-        Ok(()) => {
-            st.metrics
-                .events_accepted
-                .get_or_create(&source)
-                .inc_by(n as u64);
+    if n > 0
+        && let Err(resp) = admit(st, cluster, encoding, &raw, accepted).await
+    {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("overload"))
+            .inc_by(n as u64);
+        return resp;
+    }
+    st.metrics
+        .events_accepted
+        .get_or_create(&Metrics::source("webhook"))
+        .inc_by(n as u64);
+    if errors.is_empty() {
+        (StatusCode::OK, format!("accepted {n} events\n")).into_response()
+    } else {
+        tracing::warn!(cluster, bad = errors.len(), first = %crate::text::clip(&errors[0], 300), "audit batch had malformed items");
+        error(
+            StatusCode::BAD_REQUEST,
+            crate::text::clip(
+                &format!(
+                    "accepted {n} events; {} malformed items were skipped:\n{}",
+                    errors.len(),
+                    errors.join("\n")
+                ),
+                4096,
+            ),
+        )
+    }
+}
+
+/// Room in the queue, then the batch on disk (durable intake), then into the
+/// queue: an answer of 200 means the batch survives a crash.
+async fn admit(
+    st: &WebhookState,
+    cluster: &str,
+    encoding: BodyEncoding,
+    raw: &[u8],
+    accepted: Vec<Accepted>,
+) -> Result<(), Response> {
+    let n = accepted.len();
+    let refused = |status: StatusCode, msg: String| {
+        let log_now = st.last_refusal_log.lock().is_ok_and(|mut last| {
+            let due = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        });
+        if log_now {
+            tracing::warn!(cluster, events = n, error = %msg,
+                "refused an audit batch (further refusals within 10 s are only counted)");
         }
+        let mut resp = error(status, msg);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp
+    };
+    let reserved = match st.intake.reserve(n, st.admission_wait).await {
+        Ok(r) => r,
         Err(e) => {
-            st.metrics
-                .events_rejected
-                .get_or_create(&Metrics::reason("overload"))
-                .inc_by(n as u64);
             let status = match e {
                 AdmitError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
                 AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
                 AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
             };
-            let log_now = st.last_refusal_log.lock().is_ok_and(|mut last| {
-                let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10));
-                if due {
-                    *last = Some(std::time::Instant::now());
-                }
-                due
-            });
-            if log_now {
-                tracing::warn!(cluster, events = n, error = %e,
-                    "refused an audit batch (further refusals within 10 s are only counted)");
-            }
-            let mut resp = error(status, e.to_string());
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return resp;
+            return Err(refused(status, e.to_string()));
         }
+    };
+    let seq = match &st.spool {
+        None => None,
+        Some(spool) => match spool.append(cluster, encoding, raw).await {
+            Ok(seq) => Some(seq),
+            Err(e @ SpoolError::Full { .. }) => {
+                return Err(refused(StatusCode::TOO_MANY_REQUESTS, e.to_string()));
+            }
+            Err(e) => return Err(refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+        },
+    };
+    reserved.send(accepted);
+    if let (Some(spool), Some(seq)) = (&st.spool, seq) {
+        spool.mark_enqueued(seq);
     }
-    if batch.errors.is_empty() {
-        (StatusCode::OK, format!("accepted {n} events\n")).into_response()
-    } else {
-        tracing::warn!(cluster, bad = batch.errors.len(), first = %batch.errors[0], "audit batch had malformed items");
-        error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "accepted {n} events; {} malformed items were skipped:\n{}",
-                batch.errors.len(),
-                batch.errors.join("\n")
-            ),
-        )
+    Ok(())
+}
+
+/// Feeds batches a previous run accepted but had not exported through the
+/// pipeline again (before anything new is accepted from them).
+pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
+    let Some(spool) = st.spool.clone() else {
+        return;
+    };
+    for batch in pending {
+        match decode_off_runtime(&st, &batch.cluster, batch.encoding, batch.body, true).await {
+            Ok(decoded) => {
+                let n = decoded.accepted.len() as u64;
+                for item in decoded.accepted {
+                    if st.intake.submit(item).await.is_err() {
+                        return;
+                    }
+                }
+                st.metrics
+                    .events_accepted
+                    .get_or_create(&Metrics::source("spool"))
+                    .inc_by(n);
+            }
+            // It was decoded once before it was spooled: only a change of
+            // version or flags gets here.
+            Err((_, msg)) => {
+                tracing::error!(seq = batch.seq, error = %crate::text::clip(&msg, 300), "a spooled batch no longer decodes; skipped")
+            }
+        }
+        st.metrics.spool_replayed.inc();
+        spool.mark_enqueued(batch.seq);
+    }
+}
+
+/// Releases spooled batches once everything made from them is exported:
+/// waits until every shard has processed what was queued, then until the
+/// exporter has finished every span sent by then.
+pub async fn release_spool(
+    spool: Arc<Spool>,
+    intake: Intake,
+    progress: Arc<ExportProgress>,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let upto = spool.enqueued_upto();
+        if upto <= spool.released_upto() {
+            continue;
+        }
+        if intake.barrier().await.is_err() {
+            return;
+        }
+        progress.wait_finished(progress.sent()).await;
+        spool.release(upto);
     }
 }
 

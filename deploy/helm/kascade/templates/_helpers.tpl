@@ -105,6 +105,10 @@ rendered as YAML; call with (dict "ctx" $ "file" "files/collect.env").
 {{- default (printf "%s-webhook-tls" (include "kascade.fullname" .)) .Values.collector.tls.secretName -}}
 {{- end -}}
 
+{{- define "kascade.webhookTokenSecret" -}}
+{{- default (printf "%s-webhook-token" (include "kascade.fullname" .)) .Values.collector.webhookToken.secretName -}}
+{{- end -}}
+
 {{- define "kascade.etcdName" -}}
 {{- printf "%s-span-cache" (include "kascade.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
