@@ -15,91 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-const BATCH: usize = 400;
-const NS: &str = "__KASCADE_BENCH_NS__";
-const ID: &str = "__KASCADE_BENCH_ID__";
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_string())
-}
-
-/// The fixture's events as JSON texts with placeholders for namespace and audit ID.
-fn templates() -> (Vec<String>, usize) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/e2e/fixtures/deployment/audit.log"
-    );
-    let text = std::fs::read_to_string(path).expect("deployment fixture");
-    let mut objects = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut ev: Value = serde_json::from_str(line).unwrap();
-        let ns = ev["objectRef"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let resource = ev["objectRef"]["resource"].as_str().unwrap_or("");
-        if ns.is_empty() || resource == "events" {
-            // Cluster-scoped objects would be shared by every copy; Events
-            // (event spans on other objects, not objects of their own) would
-            // skew the objects-per-second rate this measures.
-            continue;
-        }
-        let name = ev["objectRef"]["name"].as_str().unwrap_or("").to_string();
-        let resp_name = ev["responseObject"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        objects.insert(format!(
-            "{}/{}",
-            ev["objectRef"]["resource"],
-            if name.is_empty() { resp_name } else { name }
-        ));
-        let id = ev["auditID"].as_str().unwrap().to_string();
-        ev["auditID"] = Value::String(format!("{id}-{ID}"));
-        let text = serde_json::to_string(&ev).unwrap();
-        out.push(
-            text.replace(
-                &format!("\"namespace\":\"{ns}\""),
-                &format!("\"namespace\":\"{NS}\""),
-            )
-            .replace(&format!("/namespaces/{ns}/"), &format!("/namespaces/{NS}/")),
-        );
-    }
-    (out, objects.len())
-}
-
-/// A template cut at its placeholders, so building a body is concatenation
-/// (the generator shares the two cores with kascade: keep it cheap).
-enum Part {
-    Text(String),
-    Namespace,
-    Id,
-}
-
-fn split_template(t: &str) -> Vec<Part> {
-    let mut parts = Vec::new();
-    let mut rest = t;
-    loop {
-        let next = [(rest.find(NS), NS.len(), 0), (rest.find(ID), ID.len(), 1)]
-            .into_iter()
-            .filter_map(|(at, len, which)| at.map(|a| (a, len, which)))
-            .min_by_key(|(a, _, _)| *a);
-        let Some((at, len, which)) = next else {
-            parts.push(Part::Text(rest.to_string()));
-            return parts;
-        };
-        parts.push(Part::Text(rest[..at].to_string()));
-        parts.push(if which == 0 {
-            Part::Namespace
-        } else {
-            Part::Id
-        });
-        rest = &rest[at + len..];
-    }
-}
+#[path = "load/mod.rs"]
+mod load;
+use load::{BATCH, Part, batch_body, env_or, split_template, templates};
 
 /// CPU seconds (user + system) the process has used so far.
 fn cpu_seconds(pid: &str) -> Option<f64> {
@@ -192,28 +110,15 @@ async fn main() {
                     break;
                 }
                 let last = (first + BATCH).min(per_copy * copies);
-                let mut body = String::with_capacity(BATCH * 6000);
-                body.push_str("{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{},\"items\":[");
-                for (k, i) in (first..last).enumerate() {
-                    let copy = i / per_copy;
-                    if k > 0 {
-                        body.push(',');
-                    }
-                    for part in &tpl[i % per_copy] {
-                        match part {
-                            Part::Text(t) => body.push_str(t),
-                            Part::Namespace => {
-                                body.push_str("bench-");
-                                body.push_str(&copy.to_string());
-                            }
-                            Part::Id => body.push_str(&copy.to_string()),
-                        }
-                    }
-                }
-                body.push_str("]}");
+                let body = batch_body(&tpl, first..last, "bench-");
                 loop {
                     let t = Instant::now();
-                    let r = client.post(&url).body(body.clone()).send().await.expect("kascade answers");
+                    let r = client
+                        .post(&url)
+                        .body(body.clone())
+                        .send()
+                        .await
+                        .expect("kascade answers");
                     let status = r.status().as_u16();
                     let _ = r.bytes().await;
                     if status == 429 || status == 503 {

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The fault suite: kascade under overload, a Jaeger outage, kill -9 with a
+# restart, oversized objects, and a slow then vanished etcd with two replicas.
+# Real parts: kascade (release build), Jaeger v2 with persistent (badger)
+# storage so an outage loses nothing stored before it, etcd from the harness.
+# The load (benches/fault_load.rs) behaves as the apiserver's webhook backend:
+# a refused batch or a broken connection is sent again until answered 200.
+# After each scenario kascade drains (its spool is empty: everything it
+# accepted is exported) and every event answered 200 is looked up in Jaeger.
+#
+#   e2e/faults.sh                      # all scenarios; prints the table README shows
+#   FAULT_SCENARIOS="kill9 outage" e2e/faults.sh
+#   FAULT_OUTAGE_SECONDS=60 (default)  FAULT_COPIES=150 (deployment fixture copies per scenario)
+#   FAULT_KEEP=1                       # keep the logs and spools (path printed at the end)
+#
+# Exit status 1 if any scenario lost an accepted event.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
+cargo build --release --locked --bin kascade >&2
+cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
+KASCADE="$ROOT/target/release/kascade"
+SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd}"
+OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"
+COPIES="${FAULT_COPIES:-150}"
+RUN="$(mktemp -d)"
+SERVICE=kascade-faults
+
+export JAEGER_BIND_HOST=127.0.0.1 JAEGER_OTLP_GRPC_PORT=31317 JAEGER_OTLP_HTTP_PORT=31318 \
+  JAEGER_QUERY_HTTP_PORT=31686 JAEGER_QUERY_GRPC_PORT=31685 JAEGER_HEALTH_PORT=31133 \
+  JAEGER_METRICS_PORT=31888 JAEGER_BADGER_DIR="$RUN/badger"
+JAEGER_URL="http://127.0.0.1:$JAEGER_QUERY_HTTP_PORT"
+ETCD_URL=http://127.0.0.1:31379
+declare -A KPID=() ADMIN=() WEBHOOK=()
+JPID=""; EPID=""; LOADPID=""
+
+cleanup() {
+  local rc=$?
+  for n in "${!KPID[@]}"; do kill -9 "${KPID[$n]}" 2>/dev/null || true; done
+  for p in $LOADPID $JPID $EPID; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ $rc -ne 0 ]]; then
+    for f in "$RUN"/*.log; do [[ -f "$f" ]] && { echo "----- tail of $(basename "$f") -----" >&2; tail -n 15 "$f" >&2; }; done
+  fi
+  if [[ -n "${FAULT_KEEP:-}" ]]; then log "kept $RUN"; else rm -rf "$RUN"; fi
+  exit $rc
+}
+trap cleanup EXIT
+
+wait_until() { # DESCRIPTION SECONDS COMMAND...
+  local what="$1" limit="$2"; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || { log "gave up waiting for $what after ${limit}s"; return 1; }
+    sleep 0.2
+  done
+}
+
+start_jaeger() {
+  "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/faults.yaml" >>"$RUN/jaeger.log" 2>&1 &
+  JPID=$!
+  wait_until "Jaeger" 60 curl -sf "$JAEGER_URL/api/services"
+}
+stop_jaeger() { kill -TERM "$JPID"; wait "$JPID" 2>/dev/null || true; JPID=""; }
+
+# start_kascade NAME WEBHOOK_PORT ADMIN_PORT [collect flags...]; the spool
+# directory belongs to NAME, so a restart replays what the killed one left.
+start_kascade() {
+  local n="$1" wp="$2" ap="$3"; shift 3
+  env -u KASCADE_SPOOL_DIR "$KASCADE" collect --listen "127.0.0.1:$wp" --admin-listen "127.0.0.1:$ap" \
+    --cluster faults --otlp-endpoint "http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT" --service-name "$SERVICE" \
+    --export-batch-timeout 200ms --spool-dir "$RUN/spool-$n" "$@" >>"$RUN/kascade-$n.log" 2>&1 &
+  KPID[$n]=$!; ADMIN[$n]="http://127.0.0.1:$ap"; WEBHOOK[$n]="http://127.0.0.1:$wp"
+  wait_until "kascade $n" 60 curl -sf "${ADMIN[$n]}/readyz"
+}
+stop_kascade() { kill -TERM "${KPID[$1]}"; wait "${KPID[$1]}" 2>/dev/null || true; unset "KPID[$1]"; }
+metric() { curl -sf "${ADMIN[$1]}/metrics" | awk -v m="$2" '$1==m {print $2}'; }
+spool_empty() { [[ "$(metric "$1" kascade_spool_bytes)" == 0 ]]; }
+accepted_lines() { [[ -f "$1" ]] && wc -l <"$1" || echo 0; }
+at_least() { (( $(accepted_lines "$1") >= $2 )); }
+
+# load SCENARIO URLS [extra env...] (in the background; LOADPID)
+load() {
+  local s="$1" urls="$2"; shift 2
+  env KASCADE_URLS="$urls" FAULT_NS="f-$s-" FAULT_ACCEPTED="$RUN/accepted-$s.tsv" BENCH_COPIES="$COPIES" "$@" \
+    cargo bench --locked --bench fault_load -- load >"$RUN/load-$s.out" 2>>"$RUN/load-$s.log" &
+  LOADPID=$!
+}
+finish_load() { wait "$LOADPID"; LOADPID=""; }
+
+# Jaeger has written everything it received: its receiver's accepted spans
+# equal its storage exporter's sent + failed ones.
+jaeger_settled() {
+  curl -sf "http://127.0.0.1:$JAEGER_METRICS_PORT/metrics" | awk '
+    /^otelcol_receiver_accepted_spans_total/ { a += $NF }
+    /^otelcol_exporter_sent_spans_total/ || /^otelcol_exporter_send_failed_spans_total/ { s += $NF }
+    END { exit !(a > 0 && a == s) }'
+}
+
+declare -a ROWS=()
+failed=0
+# verify SCENARIO NOTE: drained replicas, then every accepted event looked up.
+verify() {
+  local s="$1" note="$2" n out rc=0
+  for n in "${!KPID[@]}"; do
+    wait_until "kascade $n to export everything it accepted" 600 spool_empty "$n"
+  done
+  wait_until "Jaeger to store what it received" 120 jaeger_settled
+  out="$(FAULT_ACCEPTED="$RUN/accepted-$s.tsv" JAEGER_QUERY_URL="$JAEGER_URL" FAULT_SERVICE="$SERVICE" \
+    cargo bench --locked --bench fault_load -- verify 2>>"$RUN/verify-$s.log")" || rc=$?
+  local refused; refused="$(sed -n 's/.*refused=\([0-9]*\).*/\1/p' "$RUN/load-$s.out" 2>/dev/null | head -1)"
+  local answered stored lost orphans
+  answered="$(sed -n 's/.*answered200=\([0-9]*\).*/\1/p' <<<"$out")"
+  stored="$(sed -n 's/.*stored=\([0-9]*\).*/\1/p' <<<"$out")"
+  lost="$(sed -n 's/.*missing=\([0-9]*\).*/\1/p' <<<"$out")"
+  orphans="$(sed -n 's/.*traces_without_object_span=\([0-9]*\).*/\1/p' <<<"$out")"
+  ROWS+=("| $s | ${answered:-?} | ${stored:-?} | ${lost:-?} | ${orphans:-?} | ${refused:-0} | $note |")
+  log "$s: $out"
+  if [[ $rc -ne 0 ]]; then failed=1; cat "$RUN/verify-$s.log" >&2; fi
+}
+
+start_jaeger
+
+for s in $SCENARIOS; do
+  case "$s" in
+  overload)
+    log "overload: a queue of 400 events, one worker, no admission wait, 8 senders"
+    start_kascade a 31090 31091 --queue-size 400 --workers 1 --admission-wait 0s
+    load overload "${WEBHOOK[a]}" BENCH_SENDERS=8
+    finish_load
+    verify overload "load far above what one worker processes: refusals, then retries"
+    stop_kascade a
+    ;;
+  outage)
+    log "outage: Jaeger stopped for ${OUTAGE}s in the middle of the load"
+    start_kascade a 31090 31091
+    load outage "${WEBHOOK[a]}" BENCH_SENDERS=2
+    wait_until "the first accepted batches" 120 at_least "$RUN/accepted-outage.tsv" 2000
+    stop_jaeger
+    sleep "$OUTAGE" # the fault itself: Jaeger is gone this long
+    start_jaeger
+    finish_load
+    verify outage "Jaeger down ${OUTAGE}s (persistent storage, restarted)"
+    stop_kascade a
+    ;;
+  kill9)
+    log "kill9: kascade killed with SIGKILL in the middle of the load, then restarted"
+    start_kascade a 31090 31091
+    load kill9 "${WEBHOOK[a]}" BENCH_SENDERS=2
+    wait_until "the first accepted batches" 120 at_least "$RUN/accepted-kill9.tsv" 2000
+    kill -9 "${KPID[a]}"; wait "${KPID[a]}" 2>/dev/null || true
+    start_kascade a 31090 31091
+    finish_load
+    replayed="$(metric a kascade_spool_replayed_batches_total)"
+    verify kill9 "SIGKILL mid-load, restart replayed ${replayed:-0} spooled batches"
+    stop_kascade a
+    ;;
+  oversized)
+    log "oversized: three 1.5 MB ConfigMap updates and 50 small creates in one batch"
+    start_kascade a 31090 31091
+    env KASCADE_URLS="${WEBHOOK[a]}" FAULT_NS="f-oversized-" FAULT_ACCEPTED="$RUN/accepted-oversized.tsv" \
+      cargo bench --locked --bench fault_load -- oversized >"$RUN/load-oversized.out" 2>>"$RUN/load-oversized.log"
+    verify oversized "one batch over Jaeger's 4 MiB request limit"
+    stop_kascade a
+    ;;
+  etcd)
+    log "etcd: two replicas share a span cache on etcd; etcd paused 3s, later killed"
+    "$BIN/etcd" --name faults --data-dir "$RUN/etcd" --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+      --listen-peer-urls http://127.0.0.1:31380 --initial-advertise-peer-urls http://127.0.0.1:31380 \
+      --initial-cluster faults=http://127.0.0.1:31380 >>"$RUN/etcd.log" 2>&1 &
+    EPID=$!
+    wait_until "etcd" 60 curl -sf "$ETCD_URL/health"
+    start_kascade a 31090 31091 --etcd-endpoints "$ETCD_URL"
+    start_kascade b 31092 31093 --etcd-endpoints "$ETCD_URL"
+    load etcd "${WEBHOOK[a]},${WEBHOOK[b]}" BENCH_SENDERS=4
+    wait_until "the first accepted batches" 120 at_least "$RUN/accepted-etcd.tsv" 2000
+    kill -STOP "$EPID"; sleep 3; kill -CONT "$EPID" # the fault: etcd does not answer for 3 s
+    wait_until "more accepted batches" 120 at_least "$RUN/accepted-etcd.tsv" 6000
+    kill -9 "$EPID"; wait "$EPID" 2>/dev/null || true; EPID=""
+    finish_load
+    verify etcd "etcd paused 3 s, then killed; two replicas"
+    stop_kascade a; stop_kascade b
+    ;;
+  *) log "unknown scenario $s"; exit 2 ;;
+  esac
+done
+
+echo "| scenario | answered 200 | stored in Jaeger | lost | windows without object span | refused (retried) | fault |"
+echo "|---|---|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"
+exit $failed
