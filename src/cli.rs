@@ -692,9 +692,12 @@ pub struct SpanCacheArgs {
     /// Prefix of every etcd key kascade writes.
     #[arg(long, default_value = "/kascade/spans/", env = "KASCADE_ETCD_PREFIX")]
     pub etcd_prefix: String,
-    /// Longest one etcd request may take; then kascade falls back to its local span cache until etcd answers again.
+    /// Longest one etcd request may take at first; a request that timed out is retried with twice as long each time (up to 8x).
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_TIMEOUT")]
     pub etcd_timeout: Duration,
+    /// How long a failed etcd request (timeout, unreachable, unavailable) is retried, with the same reservation, before kascade falls back to its local span cache.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_RETRY_FOR")]
+    pub etcd_retry_for: Duration,
     /// While falling back, how often etcd is probed.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_PROBE_INTERVAL")]
     pub etcd_probe_interval: Duration,
@@ -749,6 +752,7 @@ impl SpanCacheArgs {
             bail!("--etcd-timeout must be positive");
         }
         cfg.timeout = self.etcd_timeout;
+        cfg.retry_for = self.etcd_retry_for;
         cfg.probe_interval = self.etcd_probe_interval;
         cfg.tls = self.etcd_ca_file.as_ref().map(|ca| EtcdTls {
             ca_file: ca.clone(),

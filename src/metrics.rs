@@ -62,6 +62,7 @@ pub struct Metrics {
     pub span_cache_fallback: Gauge,
     pub span_cache_etcd_requests: Family<OpLabel, Counter>,
     pub span_cache_etcd_errors: Family<ReasonLabel, Counter>,
+    pub span_cache_etcd_retries: Family<OpLabel, Counter>,
     pub span_cache_etcd_seconds: LatencyHistogram,
     pub span_cache_local_reservations: Counter,
     pub state_cache_entries: Gauge,
@@ -181,6 +182,11 @@ impl Metrics {
             "span_cache_etcd_errors",
             "Failed requests to etcd by the shared span cache, by reason (timeout, connect, status, decode)",
             self.span_cache_etcd_errors.clone(),
+        );
+        r.register(
+            "span_cache_etcd_retries",
+            "etcd transactions retried by the shared span cache after a timeout or an unavailable etcd (the outcome was unknown), by op",
+            self.span_cache_etcd_retries.clone(),
         );
         r.register(
             "span_cache_etcd_request_seconds",
