@@ -146,6 +146,9 @@ pub struct WatchArgs {
     /// How long a change seen by the watch waits for the audit event of the same write before it is shown alone.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_WATCH_AUDIT_WAIT")]
     pub watch_audit_wait: Duration,
+    /// Entries of the audit/watch ledger (≈ 300 bytes each, kept 10 minutes) that lets a write seen by both be shown once; the default is full at ≈ 440 writes/s.
+    #[arg(long, default_value_t = crate::aggregate::processor::DEFAULT_LEDGER_ENTRIES, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_WATCH_LEDGER_ENTRIES")]
+    pub watch_ledger_entries: u64,
 }
 
 #[derive(Args, Debug)]
@@ -213,6 +216,9 @@ pub struct PipelineArgs {
     /// Set when `collect` also runs a list-watch.
     #[arg(skip = false)]
     pub has_watch: bool,
+    /// Set from `collect --watch-ledger-entries`.
+    #[arg(skip = crate::aggregate::processor::DEFAULT_LEDGER_ENTRIES)]
+    pub watch_ledger_entries: u64,
 }
 
 fn default_workers() -> usize {
@@ -329,6 +335,7 @@ impl PipelineArgs {
             max_diff_changes: self.max_diff_changes,
             watch_audit_wait: self.watch_audit_wait,
             has_watch: self.has_watch,
+            ledger_entries: self.watch_ledger_entries,
             ..ProcessorConfig::default()
         })
     }
@@ -364,10 +371,10 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn start(p: &PipelineArgs, e: &ExportArgs, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let spans = Arc::new(LocalSpanCache::new(
-            p.span_cache_entries,
-            p.window + p.span_cache_grace,
-        ));
+        let spans = Arc::new(
+            LocalSpanCache::new(p.span_cache_entries, p.window + p.span_cache_grace)
+                .count_evictions(&metrics),
+        );
         Self::start_with(p, e, spans, metrics)
     }
 
@@ -538,6 +545,7 @@ pub fn tls_config(
 pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
     args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
     args.pipeline.has_watch = !args.watch.clusters.is_empty();
+    args.pipeline.watch_ledger_entries = args.watch.watch_ledger_entries;
     for (cluster, kubeconfig) in &args.watch.clusters {
         crate::source::watch::check_kubeconfig(cluster, kubeconfig)?;
     }
@@ -741,7 +749,9 @@ impl SpanCacheArgs {
             .map(str::to_string)
             .collect();
         if endpoints.is_empty() {
-            return Ok(Arc::new(LocalSpanCache::new(p.span_cache_entries, ttl)));
+            return Ok(Arc::new(
+                LocalSpanCache::new(p.span_cache_entries, ttl).count_evictions(&metrics),
+            ));
         }
         let mut cfg = EtcdConfig::new(endpoints, ttl);
         cfg.prefix = self.etcd_prefix.clone();

@@ -26,6 +26,12 @@ pub struct OpLabel {
     pub op: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheEvictionLabel {
+    pub cache: String,
+    pub cause: String,
+}
+
 /// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
 /// `Metrics` can derive one.
 #[derive(Clone, Debug)]
@@ -68,6 +74,7 @@ pub struct Metrics {
     pub state_cache_entries: Gauge,
     pub state_cache_hot_entries: Gauge,
     pub state_cache_bytes: Gauge,
+    pub cache_evictions: Family<CacheEvictionLabel, Counter>,
 }
 
 impl Metrics {
@@ -209,6 +216,11 @@ impl Metrics {
             self.state_cache_hot_entries.clone(),
         );
         r.register(
+            "cache_evictions",
+            "Entries a bounded in-process cache forgot before they were done with, by cache (ledger, seen_events, states, span_cache) and cause (size: the cache was full; expired: older than its time to live)",
+            self.cache_evictions.clone(),
+        );
+        r.register(
             "state_cache_bytes",
             "Bytes of last object states kept for diffs, compressed (the parsed hot states are bounded by entries)",
             self.state_cache_bytes.clone(),
@@ -234,6 +246,77 @@ impl Metrics {
     pub fn output(s: &str) -> OutputLabel {
         OutputLabel {
             output: s.to_string(),
+        }
+    }
+}
+
+/// Counts the evictions of one moka cache by cause, for its
+/// `eviction_listener`, and warns (at most once a minute, with the count
+/// since the last warning) when entries go for lack of room, naming the flag
+/// that gives it more. Removals by the program itself (invalidated,
+/// replaced) are not evictions.
+pub struct CacheEvictions {
+    cache: &'static str,
+    remedy: &'static str,
+    size: Counter,
+    expired: Counter,
+    unreported: std::sync::atomic::AtomicU64,
+    last_warning: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl CacheEvictions {
+    const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    pub fn new(metrics: &Metrics, cache: &'static str, remedy: &'static str) -> Self {
+        let counter = |cause: &str| {
+            metrics
+                .cache_evictions
+                .get_or_create(&CacheEvictionLabel {
+                    cache: cache.to_string(),
+                    cause: cause.to_string(),
+                })
+                .clone()
+        };
+        Self {
+            cache,
+            remedy,
+            size: counter("size"),
+            expired: counter("expired"),
+            unreported: Default::default(),
+            last_warning: Default::default(),
+        }
+    }
+
+    pub fn record(&self, cause: moka::notification::RemovalCause) {
+        self.record_many(cause, 1);
+    }
+
+    pub fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
+        use moka::notification::RemovalCause;
+        use std::sync::atomic::Ordering;
+        match cause {
+            RemovalCause::Expired => {
+                self.expired.inc_by(n);
+            }
+            RemovalCause::Size => {
+                self.size.inc_by(n);
+                let unreported = self.unreported.fetch_add(n, Ordering::Relaxed) + n;
+                let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
+                if last.is_some_and(|t| t.elapsed() < Self::WARN_EVERY) {
+                    return;
+                }
+                *last = Some(std::time::Instant::now());
+                self.unreported.fetch_sub(unreported, Ordering::Relaxed);
+                tracing::warn!(
+                    cache = self.cache,
+                    evicted = unreported,
+                    "the {} cache is full: {unreported} entries evicted before they were done with \
+                     (kascade_cache_evictions_total); {}",
+                    self.cache,
+                    self.remedy
+                );
+            }
+            RemovalCause::Explicit | RemovalCause::Replaced => {}
         }
     }
 }

@@ -586,7 +586,7 @@ impl EtcdSpanCache {
             rotate,
             lease_ttl,
             max_republish: cfg.max_republish,
-            front: LocalSpanCache::new(max_entries, cfg.key_ttl),
+            front: LocalSpanCache::new(max_entries, cfg.key_ttl).count_evictions(&metrics),
             metrics,
             fallback: AtomicBool::new(false),
             outage_started: Mutex::new(None),
