@@ -293,31 +293,39 @@ impl CacheEvictions {
 
     pub fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
         use moka::notification::RemovalCause;
-        use std::sync::atomic::Ordering;
         match cause {
             RemovalCause::Expired => {
                 self.expired.inc_by(n);
             }
             RemovalCause::Size => {
                 self.size.inc_by(n);
-                let unreported = self.unreported.fetch_add(n, Ordering::Relaxed) + n;
-                let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
-                if last.is_some_and(|t| t.elapsed() < Self::WARN_EVERY) {
-                    return;
+                if let Some(evicted) = self.warning_due(n, std::time::Instant::now()) {
+                    tracing::warn!(
+                        cache = self.cache,
+                        evicted,
+                        "the {} cache is full: {evicted} entries evicted before they were done with \
+                         (kascade_cache_evictions_total); {}",
+                        self.cache,
+                        self.remedy
+                    );
                 }
-                *last = Some(std::time::Instant::now());
-                self.unreported.fetch_sub(unreported, Ordering::Relaxed);
-                tracing::warn!(
-                    cache = self.cache,
-                    evicted = unreported,
-                    "the {} cache is full: {unreported} entries evicted before they were done with \
-                     (kascade_cache_evictions_total); {}",
-                    self.cache,
-                    self.remedy
-                );
             }
             RemovalCause::Explicit | RemovalCause::Replaced => {}
         }
+    }
+
+    /// Adds `n` evictions to those not yet warned about; returns them all
+    /// when the last warning is a minute old (or there was none).
+    fn warning_due(&self, n: u64, now: std::time::Instant) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let unreported = self.unreported.fetch_add(n, Ordering::Relaxed) + n;
+        let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| now.saturating_duration_since(t) < Self::WARN_EVERY) {
+            return None;
+        }
+        *last = Some(now);
+        self.unreported.fetch_sub(unreported, Ordering::Relaxed);
+        Some(unreported)
     }
 }
 
@@ -391,5 +399,54 @@ impl FrontendMetrics {
         RpcLabel {
             rpc: name.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moka::notification::RemovalCause;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn evictions_are_counted_by_cause_and_warned_about_once_a_minute() {
+        let metrics = Metrics::default();
+        let ev = CacheEvictions::new(&metrics, "ledger", "raise it");
+        for cause in [
+            RemovalCause::Size,
+            RemovalCause::Expired,
+            RemovalCause::Size,
+        ] {
+            ev.record(cause);
+        }
+        // The program's own removals lose nothing.
+        ev.record(RemovalCause::Explicit);
+        ev.record(RemovalCause::Replaced);
+        let count = |cause: &str| {
+            metrics
+                .cache_evictions
+                .get_or_create(&CacheEvictionLabel {
+                    cache: "ledger".into(),
+                    cause: cause.into(),
+                })
+                .get()
+        };
+        assert_eq!((count("size"), count("expired")), (2, 1));
+
+        let ev = CacheEvictions::new(&metrics, "states", "raise it");
+        let t0 = Instant::now();
+        assert_eq!(
+            ev.warning_due(3, t0),
+            Some(3),
+            "the first eviction is reported"
+        );
+        assert_eq!(ev.warning_due(5, t0 + Duration::from_secs(30)), None);
+        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(59)), None);
+        assert_eq!(
+            ev.warning_due(2, t0 + Duration::from_secs(60)),
+            Some(8),
+            "a minute later, with everything since"
+        );
+        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(61)), None);
     }
 }
