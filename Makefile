@@ -1,6 +1,7 @@
 # `make test` is the project's test command (CI runs it through .ci/run):
-# formatting and lints, unit tests over the real fixtures, then the e2e suite
-# against a real control plane and a real Jaeger built by e2e/build.sh.
+# formatting and lints, unit tests over the real fixtures (on a machine kept
+# busy), then the e2e suite against a real control plane and a real Jaeger
+# built by e2e/build.sh.
 .PHONY: test lint unit e2e fixtures
 
 test: lint unit e2e
@@ -9,8 +10,13 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
 
+# The unit suite runs while two CPU-burning processes keep both cores busy
+# (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
+# machine is. It is built first, without the burners, which would only make
+# the compiler slower.
 unit:
-	cargo test --locked
+	cargo test --locked --no-run
+	bash .ci/busy.sh cargo test --locked
 
 e2e:
 	bash e2e/suite.sh

@@ -82,18 +82,70 @@ print_log_tails() {
   done
 }
 
-stop_all() {
-  local pids=() name pid
-  for name in "${COMPONENTS[@]}"; do
+# Exited: no such process, or a zombie nobody reaped yet (its sockets are
+# closed). Not pid_alive: while a process exits, its command line reads
+# empty before its sockets are closed.
+proc_gone() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
+  stat="${stat##*) }"
+  [[ -z "$stat" || "${stat:0:1}" == Z || "${stat:0:1}" == X ]]
+}
+
+port_listening() { (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+CLUSTER_PORTS=($ETCD_PORT $ETCD_PEER_PORT $APISERVER_PORT $KCM_PORT $SCHED_PORT $KWOK_PORT
+  $JAEGER_OTLP_GRPC_PORT $JAEGER_OTLP_HTTP_PORT $JAEGER_QUERY_HTTP_PORT $JAEGER_QUERY_GRPC_PORT
+  $JAEGER_HEALTH_PORT $JAEGER_METRICS_PORT)
+
+# stop_components NAME...: SIGTERM to each running component, up to
+# STOP_GRACE (15) seconds for them to exit, then SIGKILL to the rest (named in
+# the log); returns once every one has exited, or 1 if one outlives SIGKILL.
+stop_components() {
+  local names=() pids=() name pid i
+  for name in "$@"; do
     [[ -f "$RUN_DIR/pids/$name.pid" ]] || continue
     pid="$(cat "$RUN_DIR/pids/$name.pid")"
-    if pid_alive "$pid"; then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid"); fi
+    if pid_alive "$pid"; then kill -TERM "$pid" 2>/dev/null || true; names+=("$name"); pids+=("$pid"); fi
   done
-  local deadline=$((SECONDS + 15))
-  for pid in "${pids[@]}"; do
-    while pid_alive "$pid" && (( SECONDS < deadline )); do sleep 0.2; done
-    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+  local deadline=$((SECONDS + ${STOP_GRACE:-15}))
+  for i in "${!pids[@]}"; do
+    while ! proc_gone "${pids[$i]}" && (( SECONDS < deadline )); do sleep 0.2; done
   done
+  local killed=()
+  for i in "${!pids[@]}"; do
+    if ! proc_gone "${pids[$i]}"; then
+      kill -KILL "${pids[$i]}" 2>/dev/null || true
+      killed+=("${names[$i]} (pid ${pids[$i]})")
+    fi
+  done
+  if (( ${#killed[@]} )); then log "still running ${STOP_GRACE:-15}s after SIGTERM, SIGKILLed: ${killed[*]}"; fi
+  # Even after SIGKILL, exiting (closing its sockets) takes a moment.
+  deadline=$((SECONDS + 30))
+  local rc=0
+  for i in "${!pids[@]}"; do
+    while ! proc_gone "${pids[$i]}" && (( SECONDS < deadline )); do sleep 0.1; done
+    if ! proc_gone "${pids[$i]}"; then log "${names[$i]} (pid ${pids[$i]}) has not exited, even after SIGKILL"; rc=1; fi
+  done
+  return $rc
+}
+
+# Stops every component, then waits (at most 30 s) until none of the
+# cluster's ports is listening any more, so that `up` can follow at once.
+stop_all() {
+  local rc=0 port busy=()
+  stop_components "${COMPONENTS[@]}" || rc=1
+  local deadline=$((SECONDS + 30))
+  for port in "${CLUSTER_PORTS[@]}"; do
+    while port_listening "$port" && (( SECONDS < deadline )); do sleep 0.2; done
+    if port_listening "$port"; then busy+=("$port"); fi
+  done
+  if (( ${#busy[@]} )); then
+    log "ports still listening after stopping every component: ${busy[*]}"
+    ss -ltnp 2>/dev/null | grep -E ":($(IFS='|'; echo "${busy[*]}"))\b" >&2 || true
+    rc=1
+  fi
+  return $rc
 }
 
 # Certificates, tokens and kubeconfigs: e2e/pki.sh, shared with the
@@ -106,8 +158,8 @@ cmd_up() {
     log "already up (run dir $RUN_DIR); use 'down' first"; exit 1
   fi
   local port
-  for port in $ETCD_PORT $APISERVER_PORT $JAEGER_OTLP_GRPC_PORT $JAEGER_QUERY_HTTP_PORT; do
-    if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  for port in "${CLUSTER_PORTS[@]}"; do
+    if port_listening "$port"; then
       log "port $port is already in use; pick another --port-base"; exit 1
     fi
   done
@@ -214,9 +266,12 @@ ENV
 
 cmd_down() {
   if [[ ! -d "$RUN_DIR" ]]; then log "not up (no $RUN_DIR)"; return 0; fi
-  stop_all
+  if ! stop_all; then
+    log "down FAILED: see above; $RUN_DIR is kept (its pids/ name what was started)"
+    return 1
+  fi
   rm -rf "$RUN_DIR"
-  log "down"
+  log "down: every component exited, ports free"
 }
 
 cmd_status() {
@@ -236,13 +291,7 @@ cmd_restart() {
   local name="$RESTART" pid
   [[ -f "$RUN_DIR/cmds/$name" ]] || { log "no component $name in $RUN_DIR"; exit 1; }
   [[ "$name" != jaeger ]] || { log "jaeger takes its ports from the environment; restart the cluster instead"; exit 1; }
-  pid="$(cat "$RUN_DIR/pids/$name.pid")"
-  if pid_alive "$pid"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 15))
-    while pid_alive "$pid" && (( SECONDS < deadline )); do sleep 0.2; done
-    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
-  fi
+  stop_components "$name" || exit 1
   log "restarting $name"
   # exec, so that $! is the component itself (what `down` stops).
   (eval "exec setsid $(cat "$RUN_DIR/cmds/$name")") >>"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &

@@ -255,7 +255,9 @@ PY
 # ---------------------------------------------------------------- 2. exactly once
 log "dedicated etcd on $ETCD_URL"
 start_etcd
-ETCD_FLAGS=(--etcd-endpoints "$ETCD_URL" --etcd-timeout 500ms --etcd-probe-interval 1s)
+# A killed etcd refuses connections: retried for 2 s (not the default 10 s)
+# before the replicas fall back, to keep the outage phase short.
+ETCD_FLAGS=(--etcd-endpoints "$ETCD_URL" --etcd-timeout 500ms --etcd-retry-for 2s --etcd-probe-interval 1s)
 start_replica a "${ETCD_FLAGS[@]}"
 start_replica b "${ETCD_FLAGS[@]}"
 start_replica control

@@ -164,6 +164,9 @@ pub struct WatchArgs {
     /// How long a change seen by the watch waits for the audit event of the same write before it is shown alone.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_WATCH_AUDIT_WAIT")]
     pub watch_audit_wait: Duration,
+    /// Entries of the audit/watch ledger (≈ 300 bytes each, kept 10 minutes) that lets a write seen by both be shown once; the default is full at ≈ 440 writes/s.
+    #[arg(long, default_value_t = crate::aggregate::processor::DEFAULT_LEDGER_ENTRIES, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_WATCH_LEDGER_ENTRIES")]
+    pub watch_ledger_entries: u64,
 }
 
 #[derive(Args, Debug)]
@@ -231,6 +234,9 @@ pub struct PipelineArgs {
     /// Set when `collect` also runs a list-watch.
     #[arg(skip = false)]
     pub has_watch: bool,
+    /// Set from `collect --watch-ledger-entries`.
+    #[arg(skip = crate::aggregate::processor::DEFAULT_LEDGER_ENTRIES)]
+    pub watch_ledger_entries: u64,
 }
 
 fn default_workers() -> usize {
@@ -347,6 +353,7 @@ impl PipelineArgs {
             max_diff_changes: self.max_diff_changes,
             watch_audit_wait: self.watch_audit_wait,
             has_watch: self.has_watch,
+            ledger_entries: self.watch_ledger_entries,
             ..ProcessorConfig::default()
         })
     }
@@ -385,10 +392,10 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn start(p: &PipelineArgs, e: &ExportArgs, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let spans = Arc::new(LocalSpanCache::new(
-            p.span_cache_entries,
-            p.window + p.span_cache_grace,
-        ));
+        let spans = Arc::new(
+            LocalSpanCache::new(p.span_cache_entries, p.window + p.span_cache_grace)
+                .count_evictions(&metrics),
+        );
         Self::start_with(p, e, spans, metrics)
     }
 
@@ -587,6 +594,7 @@ pub use crate::source::server::{serve_webhook, tls_config};
 pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
     args.pipeline.watch_audit_wait = args.watch.watch_audit_wait;
     args.pipeline.has_watch = !args.watch.clusters.is_empty();
+    args.pipeline.watch_ledger_entries = args.watch.watch_ledger_entries;
     for (cluster, kubeconfig) in &args.watch.clusters {
         crate::source::watch::check_kubeconfig(cluster, kubeconfig)?;
     }
@@ -733,9 +741,12 @@ pub struct SpanCacheArgs {
     /// Prefix of every etcd key kascade writes.
     #[arg(long, default_value = "/kascade/spans/", env = "KASCADE_ETCD_PREFIX")]
     pub etcd_prefix: String,
-    /// Longest one etcd request may take; then kascade falls back to its local span cache until etcd answers again.
+    /// Longest one etcd request may take at first; a request that timed out is retried with twice as long each time (up to 8x).
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_TIMEOUT")]
     pub etcd_timeout: Duration,
+    /// How long a failed etcd request (timeout, unreachable, unavailable) is retried, with the same reservation, before kascade falls back to its local span cache.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_RETRY_FOR")]
+    pub etcd_retry_for: Duration,
     /// While falling back, how often etcd is probed.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, env = "KASCADE_ETCD_PROBE_INTERVAL")]
     pub etcd_probe_interval: Duration,
@@ -779,7 +790,9 @@ impl SpanCacheArgs {
             .map(str::to_string)
             .collect();
         if endpoints.is_empty() {
-            return Ok(Arc::new(LocalSpanCache::new(p.span_cache_entries, ttl)));
+            return Ok(Arc::new(
+                LocalSpanCache::new(p.span_cache_entries, ttl).count_evictions(&metrics),
+            ));
         }
         let mut cfg = EtcdConfig::new(endpoints, ttl);
         cfg.prefix = self.etcd_prefix.clone();
@@ -790,6 +803,7 @@ impl SpanCacheArgs {
             bail!("--etcd-timeout must be positive");
         }
         cfg.timeout = self.etcd_timeout;
+        cfg.retry_for = self.etcd_retry_for;
         cfg.probe_interval = self.etcd_probe_interval;
         cfg.tls = self.etcd_ca_file.as_ref().map(|ca| EtcdTls {
             ca_file: ca.clone(),

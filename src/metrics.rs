@@ -26,6 +26,12 @@ pub struct OpLabel {
     pub op: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheEvictionLabel {
+    pub cache: String,
+    pub cause: String,
+}
+
 /// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
 /// `Metrics` can derive one.
 #[derive(Clone, Debug)]
@@ -62,6 +68,7 @@ pub struct Metrics {
     pub span_cache_fallback: Gauge,
     pub span_cache_etcd_requests: Family<OpLabel, Counter>,
     pub span_cache_etcd_errors: Family<ReasonLabel, Counter>,
+    pub span_cache_etcd_retries: Family<OpLabel, Counter>,
     pub span_cache_etcd_seconds: LatencyHistogram,
     pub span_cache_local_reservations: Counter,
     pub state_cache_entries: Gauge,
@@ -72,6 +79,7 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
+    pub cache_evictions: Family<CacheEvictionLabel, Counter>,
 }
 
 impl Metrics {
@@ -213,6 +221,11 @@ impl Metrics {
             self.span_cache_etcd_errors.clone(),
         );
         r.register(
+            "span_cache_etcd_retries",
+            "etcd transactions retried by the shared span cache after a timeout or an unavailable etcd (the outcome was unknown), by op",
+            self.span_cache_etcd_retries.clone(),
+        );
+        r.register(
             "span_cache_etcd_request_seconds",
             "Latency of one request to etcd by the shared span cache",
             self.span_cache_etcd_seconds.0.clone(),
@@ -231,6 +244,11 @@ impl Metrics {
             "state_cache_hot_entries",
             "Objects whose last state is also kept parsed (the most recently written)",
             self.state_cache_hot_entries.clone(),
+        );
+        r.register(
+            "cache_evictions",
+            "Entries a bounded in-process cache forgot before they were done with, by cache (ledger, seen_events, states, span_cache) and cause (size: the cache was full; expired: older than its time to live)",
+            self.cache_evictions.clone(),
         );
         r.register(
             "state_cache_bytes",
@@ -259,6 +277,85 @@ impl Metrics {
         OutputLabel {
             output: s.to_string(),
         }
+    }
+}
+
+/// Counts the evictions of one moka cache by cause, for its
+/// `eviction_listener`, and warns (at most once a minute, with the count
+/// since the last warning) when entries go for lack of room, naming the flag
+/// that gives it more. Removals by the program itself (invalidated,
+/// replaced) are not evictions.
+pub struct CacheEvictions {
+    cache: &'static str,
+    remedy: &'static str,
+    size: Counter,
+    expired: Counter,
+    unreported: std::sync::atomic::AtomicU64,
+    last_warning: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl CacheEvictions {
+    const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    pub fn new(metrics: &Metrics, cache: &'static str, remedy: &'static str) -> Self {
+        let counter = |cause: &str| {
+            metrics
+                .cache_evictions
+                .get_or_create(&CacheEvictionLabel {
+                    cache: cache.to_string(),
+                    cause: cause.to_string(),
+                })
+                .clone()
+        };
+        Self {
+            cache,
+            remedy,
+            size: counter("size"),
+            expired: counter("expired"),
+            unreported: Default::default(),
+            last_warning: Default::default(),
+        }
+    }
+
+    pub fn record(&self, cause: moka::notification::RemovalCause) {
+        self.record_many(cause, 1);
+    }
+
+    pub fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
+        use moka::notification::RemovalCause;
+        match cause {
+            RemovalCause::Expired => {
+                self.expired.inc_by(n);
+            }
+            RemovalCause::Size => {
+                self.size.inc_by(n);
+                if let Some(evicted) = self.warning_due(n, std::time::Instant::now()) {
+                    tracing::warn!(
+                        cache = self.cache,
+                        evicted,
+                        "the {} cache is full: {evicted} entries evicted before they were done with \
+                         (kascade_cache_evictions_total); {}",
+                        self.cache,
+                        self.remedy
+                    );
+                }
+            }
+            RemovalCause::Explicit | RemovalCause::Replaced => {}
+        }
+    }
+
+    /// Adds `n` evictions to those not yet warned about; returns them all
+    /// when the last warning is a minute old (or there was none).
+    fn warning_due(&self, n: u64, now: std::time::Instant) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let unreported = self.unreported.fetch_add(n, Ordering::Relaxed) + n;
+        let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| now.saturating_duration_since(t) < Self::WARN_EVERY) {
+            return None;
+        }
+        *last = Some(now);
+        self.unreported.fetch_sub(unreported, Ordering::Relaxed);
+        Some(unreported)
     }
 }
 
@@ -332,5 +429,54 @@ impl FrontendMetrics {
         RpcLabel {
             rpc: name.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moka::notification::RemovalCause;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn evictions_are_counted_by_cause_and_warned_about_once_a_minute() {
+        let metrics = Metrics::default();
+        let ev = CacheEvictions::new(&metrics, "ledger", "raise it");
+        for cause in [
+            RemovalCause::Size,
+            RemovalCause::Expired,
+            RemovalCause::Size,
+        ] {
+            ev.record(cause);
+        }
+        // The program's own removals lose nothing.
+        ev.record(RemovalCause::Explicit);
+        ev.record(RemovalCause::Replaced);
+        let count = |cause: &str| {
+            metrics
+                .cache_evictions
+                .get_or_create(&CacheEvictionLabel {
+                    cache: "ledger".into(),
+                    cause: cause.into(),
+                })
+                .get()
+        };
+        assert_eq!((count("size"), count("expired")), (2, 1));
+
+        let ev = CacheEvictions::new(&metrics, "states", "raise it");
+        let t0 = Instant::now();
+        assert_eq!(
+            ev.warning_due(3, t0),
+            Some(3),
+            "the first eviction is reported"
+        );
+        assert_eq!(ev.warning_due(5, t0 + Duration::from_secs(30)), None);
+        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(59)), None);
+        assert_eq!(
+            ev.warning_due(2, t0 + Duration::from_secs(60)),
+            Some(8),
+            "a minute later, with everything since"
+        );
+        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(61)), None);
     }
 }

@@ -1021,6 +1021,17 @@ fn audit_events_keep_their_request_uri() {
 /// through one processor, audit first or watch first; returns what it
 /// exported. `audited` filters the audit events that are fed.
 async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) -> Vec<Span> {
+    let cfg = ProcessorConfig::default();
+    audit_and_watch_with(cfg, watch_first, audited).await.0
+}
+
+/// [`audit_and_watch`] with a processor configuration of one's own; also
+/// returns the metrics.
+async fn audit_and_watch_with(
+    cfg: ProcessorConfig,
+    watch_first: bool,
+    audited: impl Fn(&Value) -> bool,
+) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
     use kascade::aggregate::Processor;
     use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
@@ -1032,7 +1043,7 @@ async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) ->
     let cfg = ProcessorConfig {
         // Whatever waits for its audit event is shown by the final flush.
         watch_audit_wait: Duration::from_secs(3600),
-        ..ProcessorConfig::default()
+        ..cfg
     };
     let processor = Processor::new(
         cfg,
@@ -1112,7 +1123,7 @@ async fn audit_and_watch(watch_first: bool, audited: impl Fn(&Value) -> bool) ->
     while let Some(s) = rx.recv().await {
         out.push(s.decode());
     }
-    out
+    (out, metrics)
 }
 
 /// The watch spans, described by name, version and changed paths.
@@ -1215,6 +1226,35 @@ async fn pod_changes_without_audit_events_are_shown_from_the_watch() {
             .iter()
             .any(|s| s.name.ends_with("deleted") && s.events.iter().any(|e| e.name == "snapshot")),
         "a deleted pod carries its last state"
+    );
+}
+
+#[tokio::test]
+async fn watch_changes_are_shown_even_when_the_ledger_evicted_them() {
+    // No audit at all (a Metadata-level policy, no webhook): every change of
+    // the captured watch streams waits for an audit event that never comes,
+    // then is shown as a watch span. A ledger of 4 entries evicts nearly all
+    // of them while they wait; each must still be shown, exactly as with
+    // room to spare (it used to be skipped, silently).
+    let (roomy, _) = audit_and_watch_with(ProcessorConfig::default(), false, |_| false).await;
+    let tiny = ProcessorConfig {
+        ledger_entries: 4,
+        ..ProcessorConfig::default()
+    };
+    let (cramped, metrics) = audit_and_watch_with(tiny, false, |_| false).await;
+    let expected = watch_spans(&roomy);
+    assert!(expected.len() > 30, "{expected:#?}");
+    assert_eq!(watch_spans(&cramped), expected);
+    let evicted = metrics
+        .cache_evictions
+        .get_or_create(&kascade::metrics::CacheEvictionLabel {
+            cache: "ledger".into(),
+            cause: "size".into(),
+        })
+        .get();
+    assert!(
+        evicted > 30,
+        "the tiny ledger evicted only {evicted} entries"
     );
 }
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use moka::policy::EvictionPolicy;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use xxhash_rust::xxh3::Xxh3;
@@ -19,7 +20,7 @@ use super::rules::{Relation, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::{Slot, SpanCache};
 use super::states::StateStore;
-use crate::metrics::Metrics;
+use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FilterReason};
 use crate::span_model::{
@@ -56,7 +57,18 @@ pub struct ProcessorConfig {
     /// markers so the watch's copies of them are not shown again. Without a
     /// watch the markers would only cost time (a tenth of the collector's).
     pub has_watch: bool,
+    /// Most entries of the audit/watch ledger (each ≈ 300 bytes, plus the
+    /// diff of a change no audit event has claimed yet).
+    pub ledger_entries: u64,
 }
+
+/// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
+/// per second sustained over its 10 minutes.
+pub const DEFAULT_LEDGER_ENTRIES: u64 = 1 << 18;
+/// How long the ledger keeps an entry.
+const LEDGER_TTL: Duration = Duration::from_secs(600);
+/// Event occurrences remembered (window + 5 min) so each is shown once.
+const SEEN_EVENTS: u64 = 1 << 20;
 
 impl Default for ProcessorConfig {
     fn default() -> Self {
@@ -68,6 +80,7 @@ impl Default for ProcessorConfig {
             max_snapshot_bytes: 64 << 10,
             watch_audit_wait: Duration::from_secs(5),
             has_watch: true,
+            ledger_entries: DEFAULT_LEDGER_ENTRIES,
         }
     }
 }
@@ -104,7 +117,12 @@ pub struct LedgerEntry {
 
 struct PendingWatch {
     due: std::time::Instant,
-    ledger_key: u128,
+    /// The diff itself, not only its ledger key: the ledger may have evicted
+    /// it by the time the wait is over, and the change must still be shown.
+    entry: Arc<LedgerEntry>,
+    /// Where an audit event of the same write claims it, or leaves a marker
+    /// when the entry was evicted: the version key, then the aliases.
+    ledger_keys: Vec<u128>,
     ow: ObjectWindow,
     change: WatchChange,
     old_rv: String,
@@ -174,16 +192,32 @@ impl Processor {
         out: mpsc::Sender<EncodedSpan>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let states = StateStore::new(cfg.state_cache_bytes, cfg.hot_states);
+        let states = StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics);
         let ttl = cfg.windowing.width + Duration::from_secs(300);
+        // LRU, not moka's default TinyLFU, which may refuse a new entry
+        // outright when full: here the newest entries matter most.
+        let seen_evictions = CacheEvictions::new(
+            &metrics,
+            "seen_events",
+            "an Event occurrence seen again after its entry went is shown again",
+        );
+        let ledger_evictions = CacheEvictions::new(
+            &metrics,
+            "ledger",
+            "a write seen by both the watch and the audit log may be shown twice; raise --watch-ledger-entries",
+        );
         Self {
             seen_events: moka::sync::Cache::builder()
-                .max_capacity(1 << 20)
+                .max_capacity(SEEN_EVENTS)
                 .time_to_live(ttl)
+                .eviction_policy(EvictionPolicy::lru())
+                .eviction_listener(move |_, _, cause| seen_evictions.record(cause))
                 .build(),
             ledger: moka::sync::Cache::builder()
-                .max_capacity(1 << 16)
-                .time_to_live(Duration::from_secs(600))
+                .max_capacity(cfg.ledger_entries)
+                .time_to_live(LEDGER_TTL)
+                .eviction_policy(EvictionPolicy::lru())
+                .eviction_listener(move |_, _, cause| ledger_evictions.record(cause))
                 .build(),
             pending: Default::default(),
             selectors: SelectorIndex::new(&rules),
@@ -624,6 +658,7 @@ impl Processor {
         // Writes whose audit event carries no resourceVersion of this version
         // (a binding answers with a Status; one delete request can write two
         // versions) are matched by what they did instead.
+        let mut ledger_keys = vec![version_key];
         for alias in watch_aliases(change.kind, &entry.changes) {
             let alias_key = ledger_key(&key, alias);
             match self.ledger.get(&alias_key) {
@@ -635,13 +670,15 @@ impl Processor {
                 }
                 _ => self.ledger.insert(alias_key, entry.clone()),
             }
+            ledger_keys.push(alias_key);
         }
         self.pending
             .lock()
             .expect("pending watch changes")
             .push_back(PendingWatch {
                 due: std::time::Instant::now() + self.cfg.watch_audit_wait,
-                ledger_key: version_key,
+                entry,
+                ledger_keys,
                 ow,
                 change,
                 old_rv,
@@ -663,15 +700,24 @@ impl Processor {
                 }
             };
             let Some(p) = next else { return Ok(()) };
-            let Some(entry) = self.ledger.get(&p.ledger_key) else {
-                continue;
-            };
+            let entry = &p.entry;
+            // An audit event of this write that came after the ledger had
+            // evicted the entry left a marker of its own under these keys.
+            let marked = p.ledger_keys.iter().any(|k| {
+                self.ledger.get(k).is_some_and(|other| {
+                    !Arc::ptr_eq(&other, entry)
+                        && other.claimed.load(std::sync::atomic::Ordering::Acquire) == CLAIM_AUDIT
+                })
+            });
+            if marked {
+                entry.claim(CLAIM_AUDIT);
+            }
             if !entry.claim(CLAIM_WATCH) {
                 continue; // the audit span shows it
             }
             // Shown now: an audit event arriving later shows its own diff
             // either way, so the entry (and its diff) need not be kept.
-            self.ledger.invalidate(&p.ledger_key);
+            self.ledger.invalidate(&p.ledger_keys[0]);
             self.ensure_object_span(&p.ow, "", false).await?;
             let at = p.change.observed;
             let new_rv = resource_version(&p.change.state).to_string();

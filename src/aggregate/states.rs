@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::metrics::{CacheEvictions, Metrics};
+
 /// Hot-tier partitions: workers writing different objects rarely share a lock.
 const PARTITIONS: usize = 16;
 
@@ -35,11 +37,22 @@ struct HotPartition {
 
 impl StateStore {
     /// `cold_bytes` bounds the compressed tier; `hot_entries` (0 disables the
-    /// hot tier) the parsed one.
-    pub fn new(cold_bytes: u64, hot_entries: usize) -> Self {
+    /// hot tier) the parsed one. States the cold tier evicts for room are
+    /// counted in `metrics` (the next write of such an object has no diff).
+    pub fn new(cold_bytes: u64, hot_entries: usize, metrics: &Metrics) -> Self {
+        let evictions = CacheEvictions::new(
+            metrics,
+            "states",
+            "the next write of such an object shows no diff; raise --state-cache-bytes",
+        );
+        // Least recently used first: moka's default (TinyLFU) may refuse a
+        // new state outright when full, and the newest states are the ones
+        // the next writes need.
         let cold = moka::sync::Cache::builder()
             .weigher(|k: &String, v: &Arc<[u8]>| (k.len() + v.len()).min(u32::MAX as usize) as u32)
             .max_capacity(cold_bytes)
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .eviction_listener(move |_, _, cause| evictions.record(cause))
             .build();
         let capacity = hot_entries.div_ceil(PARTITIONS);
         Self {
@@ -137,6 +150,7 @@ impl StateStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::CacheEvictionLabel;
     use serde_json::json;
 
     fn state(rv: u64) -> Arc<Value> {
@@ -146,7 +160,7 @@ mod tests {
     #[test]
     fn states_moved_to_the_cold_tier_read_back_equal() {
         // One hot entry per partition: most of 64 objects go cold.
-        let store = StateStore::new(1 << 20, PARTITIONS);
+        let store = StateStore::new(1 << 20, PARTITIONS, &Metrics::default());
         for i in 0..64 {
             store.put(format!("obj-{i}"), state(i)).unwrap();
         }
@@ -159,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_newer_state_wins_over_a_cold_copy() {
-        let store = StateStore::new(1 << 20, PARTITIONS);
+        let store = StateStore::new(1 << 20, PARTITIONS, &Metrics::default());
         for i in 0..64 {
             store.put(format!("obj-{i}"), state(i)).unwrap();
         }
@@ -175,9 +189,42 @@ mod tests {
     }
 
     #[test]
+    fn a_full_cold_tier_keeps_the_newest_states_and_counts_what_it_evicts() {
+        // Room for about 20 states, no hot tier: 200 written one after the
+        // other. The most recently written must be there (moka's default
+        // admission policy refused most new ones), the oldest are gone, and
+        // every state evicted for room is counted.
+        let one = serde_json::to_vec(&*state(1000)).unwrap();
+        let packed = lz4_flex::compress_prepend_size(&one).len() + "obj-000".len();
+        let metrics = Metrics::default();
+        let store = StateStore::new(20 * packed as u64, 0, &metrics);
+        for i in 0..200 {
+            store.put(format!("obj-{i:03}"), state(1000 + i)).unwrap();
+        }
+        let kept = store.entry_count();
+        assert!((10..=20).contains(&kept), "{kept} states kept");
+        for i in 190..200 {
+            assert_eq!(
+                store.get(&format!("obj-{i:03}")),
+                Some(state(1000 + i)),
+                "obj-{i:03}, one of the newest"
+            );
+        }
+        assert_eq!(store.get("obj-000"), None);
+        let evicted = metrics
+            .cache_evictions
+            .get_or_create(&CacheEvictionLabel {
+                cache: "states".into(),
+                cause: "size".into(),
+            })
+            .get();
+        assert_eq!(evicted, 200 - kept);
+    }
+
+    #[test]
     fn removed_objects_are_gone_from_both_tiers() {
         for hot in [0, PARTITIONS, 1024] {
-            let store = StateStore::new(1 << 20, hot);
+            let store = StateStore::new(1 << 20, hot, &Metrics::default());
             for i in 0..64 {
                 store.put(format!("obj-{i}"), state(i)).unwrap();
             }

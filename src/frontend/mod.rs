@@ -103,7 +103,13 @@ pub struct Frontend<S> {
 
 impl<S: RawStore> Frontend<S> {
     pub fn new(store: Arc<S>, cfg: FrontendConfig) -> Self {
-        let clusters = moka::sync::Cache::new(10_000);
+        // Both caches least recently used first: moka's default (TinyLFU) may
+        // refuse a newly assembled trace or a newly seen cluster outright
+        // when full, and those are what the UI asks for next.
+        let clusters = moka::sync::Cache::builder()
+            .max_capacity(10_000)
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .build();
         for c in &cfg.clusters {
             clusters.insert(c.clone(), ());
         }
@@ -115,6 +121,7 @@ impl<S: RawStore> Frontend<S> {
             cache: moka::future::Cache::builder()
                 .max_capacity(cfg.cache_entries)
                 .time_to_live(cfg.cache_ttl)
+                .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
             clusters,
             cfg,

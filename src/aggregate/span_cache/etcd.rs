@@ -23,11 +23,24 @@
 //!   The token is unique per reservation, which makes a retried transaction
 //!   safe: if a first attempt was applied but its answer lost (timeout,
 //!   another endpoint tried), the retry finds the key holding its own value
-//!   and still answers `Created`.
+//!   and still answers `Created`; a key holding another value was reserved
+//!   by someone else, whose span it is.
 //!
 //! The trade-off: a replica that reserves and then dies before exporting
 //! loses that object span (its audit spans still carry the derived parent
 //! id); emitting twice is never traded for losing.
+//!
+//! # Slow etcd: retry, never guess
+//!
+//! A request that times out has an unknown outcome, and deciding alone then
+//! (as the fallback does) emits a span another replica may emit too. So a
+//! failed request (timeout, refused connection, unavailable / overloaded
+//! etcd) is sent again with the same value, after a backoff (50 ms doubling
+//! to 1 s), each timed-out attempt given twice as long as the one before (up
+//! to 8 × `--etcd-timeout`, so a slow etcd still gets through), for
+//! `--etcd-retry-for` (and at least twice). Only then does the replica fall
+//! back; a slow etcd costs latency, never a duplicate span.
+//! `kascade_span_cache_etcd_retries_total{op}` counts the retries.
 //!
 //! # Key layout
 //!
@@ -58,8 +71,9 @@
 //!
 //! A bounded local cache (the same as [`LocalSpanCache`]) sits in front:
 //! object windows and links this replica has seen answered cost no round
-//! trip. If etcd fails (timeout, refused connection, an error answer),
-//! the replica logs one warning, sets `kascade_span_cache_fallback` to 1 and
+//! trip. If etcd keeps failing for `--etcd-retry-for` (or answers an error a
+//! retry cannot fix, such as a wrong password), the replica logs one
+//! warning, sets `kascade_span_cache_fallback` to 1 and
 //! from then on decides with the local cache alone, without calling etcd at
 //! all (no per-event timeout). A background probe grants a lease every
 //! `--etcd-probe-interval`; when that works it logs the recovery, sets the
@@ -114,8 +128,12 @@ pub struct EtcdConfig {
     pub endpoints: Vec<String>,
     /// Every key starts with it (ends with `/`).
     pub prefix: String,
-    /// Longest one request may take (per endpoint tried).
+    /// Longest one request may take (per endpoint tried); a request retried
+    /// after a timeout gets up to 8 times as long.
     pub timeout: Duration,
+    /// How long a failed request (timeout, unreachable, unavailable) is
+    /// retried before the replica falls back to deciding alone.
+    pub retry_for: Duration,
     /// While falling back, how often etcd is probed.
     pub probe_interval: Duration,
     /// How long a key must live after its reservation: window + grace.
@@ -135,6 +153,7 @@ impl EtcdConfig {
             endpoints,
             prefix: "/kascade/spans/".to_string(),
             timeout: Duration::from_millis(500),
+            retry_for: Duration::from_secs(10),
             probe_interval: Duration::from_secs(5),
             key_ttl,
             tls: None,
@@ -241,6 +260,14 @@ impl EtcdError {
         }
     }
 
+    /// Worth sending again: the endpoints were away, slow, overloaded or
+    /// between leaders. After a timeout the outcome is unknown, so only an
+    /// idempotent request may be retried (a reservation carries its value).
+    fn transient(&self) -> bool {
+        self.try_elsewhere()
+            || matches!(self, EtcdError::Status { http, code, .. } if *code == 8 || *http == 429)
+    }
+
     fn lease_not_found(&self) -> bool {
         matches!(self, EtcdError::Status { message, .. } if message.contains("lease not found"))
     }
@@ -269,7 +296,6 @@ struct Gateway {
     endpoints: Vec<String>,
     /// The endpoint tried first (the last that answered).
     current: AtomicUsize,
-    timeout: Duration,
     auth: Option<(String, String)>,
     /// Auth token per endpoint (simple tokens are valid only where issued).
     tokens: Mutex<Vec<Option<String>>>,
@@ -303,28 +329,28 @@ impl Gateway {
             tokens: Mutex::new(vec![None; endpoints.len()]),
             endpoints,
             current: AtomicUsize::new(0),
-            timeout: cfg.timeout,
             auth: cfg.auth.clone(),
             metrics,
         })
     }
 
-    /// One request to one endpoint.
+    /// One request to one endpoint, given `timeout` to answer.
     async fn send(
         &self,
         idx: usize,
         path: &str,
         body: &Value,
         token: Option<&str>,
+        timeout: Duration,
     ) -> Result<Value, EtcdError> {
         let url = format!("{}{}", self.endpoints[idx], path);
-        let mut req = self.http.post(url).timeout(self.timeout).json(body);
+        let mut req = self.http.post(url).timeout(timeout).json(body);
         if let Some(t) = token {
             req = req.header(reqwest::header::AUTHORIZATION, t);
         }
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {
-                EtcdError::Timeout(self.timeout)
+                EtcdError::Timeout(timeout)
             } else {
                 EtcdError::Connect(error_chain(&e))
             }
@@ -348,7 +374,12 @@ impl Gateway {
         })
     }
 
-    async fn token(&self, idx: usize, renew: bool) -> Result<Option<String>, EtcdError> {
+    async fn token(
+        &self,
+        idx: usize,
+        renew: bool,
+        timeout: Duration,
+    ) -> Result<Option<String>, EtcdError> {
         let Some((user, password)) = &self.auth else {
             return Ok(None);
         };
@@ -365,6 +396,7 @@ impl Gateway {
                 "/v3/auth/authenticate",
                 &json!({"name": user, "password": password}),
                 None,
+                timeout,
             )
             .await?;
         let t = v
@@ -378,20 +410,32 @@ impl Gateway {
 
     /// One request to one endpoint, authenticated if configured (a rejected
     /// token is renewed once).
-    async fn post_one(&self, idx: usize, path: &str, body: &Value) -> Result<Value, EtcdError> {
-        let token = self.token(idx, false).await?;
-        match self.send(idx, path, body, token.as_deref()).await {
+    async fn post_one(
+        &self,
+        idx: usize,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Value, EtcdError> {
+        let token = self.token(idx, false, timeout).await?;
+        match self.send(idx, path, body, token.as_deref(), timeout).await {
             Err(e) if token.is_some() && e.auth_invalid() => {
-                let token = self.token(idx, true).await?;
-                self.send(idx, path, body, token.as_deref()).await
+                let token = self.token(idx, true, timeout).await?;
+                self.send(idx, path, body, token.as_deref(), timeout).await
             }
             r => r,
         }
     }
 
     /// The request on the current endpoint, then on the others while they
-    /// are away; counted under `op`.
-    async fn post(&self, op: &str, path: &str, body: &Value) -> Result<Value, EtcdError> {
+    /// are away, each given `timeout`; counted under `op`.
+    async fn post(
+        &self,
+        op: &str,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Value, EtcdError> {
         self.metrics
             .span_cache_etcd_requests
             .get_or_create(&Metrics::op(op))
@@ -402,7 +446,7 @@ impl Gateway {
         let mut result = Err(EtcdError::Decode("no endpoint".into()));
         for i in 0..n {
             let idx = (first + i) % n;
-            result = self.post_one(idx, path, body).await;
+            result = self.post_one(idx, path, body, timeout).await;
             match &result {
                 Ok(_) => {
                     if i > 0 {
@@ -465,6 +509,23 @@ fn tls_client_config(tls: &EtcdTls) -> anyhow::Result<rustls::ClientConfig> {
     })
 }
 
+/// Who holds a key after a create-if-absent transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// This reservation created it (maybe in an attempt whose answer was lost).
+    Created,
+    /// Another reservation did: another replica's, or this cache instance's
+    /// own (a concurrent call, or an attempt given up on before a fallback).
+    Taken { by_this_instance: bool },
+}
+
+/// First pause between retries of a failed etcd request; doubled each time.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// A request retried after a timeout gets twice as long each time, up to
+/// this multiple of `--etcd-timeout` (a slow etcd still gets through).
+const MAX_TIMEOUT_FACTOR: u32 = 8;
+
 #[derive(Clone, Copy)]
 struct Lease {
     id: i64,
@@ -477,6 +538,10 @@ struct Inner {
     replica: String,
     endpoints: String,
     probe_interval: Duration,
+    /// What one request may take at first (retries get longer).
+    timeout: Duration,
+    /// How long failed requests are retried before falling back.
+    retry_for: Duration,
     rotate: Duration,
     lease_ttl: i64,
     max_republish: usize,
@@ -516,10 +581,12 @@ impl EtcdSpanCache {
             prefix,
             replica: cfg.replica.clone(),
             probe_interval: cfg.probe_interval.max(Duration::from_millis(100)),
+            timeout: cfg.timeout,
+            retry_for: cfg.retry_for,
             rotate,
             lease_ttl,
             max_republish: cfg.max_republish,
-            front: LocalSpanCache::new(max_entries, cfg.key_ttl),
+            front: LocalSpanCache::new(max_entries, cfg.key_ttl).count_evictions(&metrics),
             metrics,
             fallback: AtomicBool::new(false),
             outage_started: Mutex::new(None),
@@ -541,7 +608,10 @@ impl EtcdSpanCache {
         };
         let inner = self.inner.clone();
         rt.spawn(async move {
-            match inner.fresh_lease("lease").await {
+            match inner
+                .retrying("lease", |timeout| inner.fresh_lease("lease", timeout))
+                .await
+            {
                 Ok(_) => tracing::info!(endpoints = %inner.endpoints, prefix = %inner.prefix,
                     lease_ttl_s = inner.lease_ttl, "span cache shared with other replicas through etcd"),
                 Err(e) => inner.enter_fallback(&e),
@@ -571,20 +641,21 @@ impl Inner {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         json!({
             "replica": self.replica,
-            "token": format!("{:016x}-{seq}", self.instance),
+            "token": format!("{}{seq}", self.token_prefix()),
             "at": at,
         })
         .to_string()
         .into_bytes()
     }
 
-    async fn grant(&self, op: &str) -> Result<Lease, EtcdError> {
+    async fn grant(&self, op: &str, timeout: Duration) -> Result<Lease, EtcdError> {
         let v = self
             .gw
             .post(
                 op,
                 "/v3/lease/grant",
                 &json!({"TTL": self.lease_ttl.to_string()}),
+                timeout,
             )
             .await?;
         if let Some(err) = v
@@ -611,15 +682,15 @@ impl Inner {
     }
 
     /// Grants a new lease and makes it the current one.
-    async fn fresh_lease(&self, op: &str) -> Result<i64, EtcdError> {
+    async fn fresh_lease(&self, op: &str, timeout: Duration) -> Result<i64, EtcdError> {
         let _g = self.grant_lock.lock().await;
-        let l = self.grant(op).await?;
+        let l = self.grant(op, timeout).await?;
         *self.lease.lock().unwrap() = Some(l);
         Ok(l.id)
     }
 
     /// The current lease, granting a new one when it is due for rotation.
-    async fn lease(&self) -> Result<i64, EtcdError> {
+    async fn lease(&self, timeout: Duration) -> Result<i64, EtcdError> {
         let usable = |l: &Option<Lease>| {
             l.filter(|l| l.granted.elapsed() < self.rotate)
                 .map(|l| l.id)
@@ -631,7 +702,7 @@ impl Inner {
         if let Some(id) = usable(&self.lease.lock().unwrap()) {
             return Ok(id);
         }
-        let l = self.grant("lease").await?;
+        let l = self.grant("lease", timeout).await?;
         *self.lease.lock().unwrap() = Some(l);
         Ok(l.id)
     }
@@ -643,21 +714,27 @@ impl Inner {
         }
     }
 
-    /// Creates `key` unless it exists; true if this call created it.
-    async fn create_if_absent(&self, op: &str, key: &str, lease: i64) -> Result<bool, EtcdError> {
-        let value = self.next_value();
+    /// Creates `key` holding `value` unless it exists. Sending the same
+    /// `value` again is safe: a key that holds it was created by an earlier
+    /// attempt of this very reservation whose answer was lost.
+    async fn create_if_absent(
+        &self,
+        op: &str,
+        key: &str,
+        value: &[u8],
+        lease: i64,
+        timeout: Duration,
+    ) -> Result<Claim, EtcdError> {
         let k = B64.encode(key);
         let body = json!({
             "compare": [{"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
-            "success": [{"request_put": {"key": k, "value": B64.encode(&value), "lease": lease.to_string()}}],
+            "success": [{"request_put": {"key": k, "value": B64.encode(value), "lease": lease.to_string()}}],
             "failure": [{"request_range": {"key": k}}],
         });
-        let r = self.gw.post(op, "/v3/kv/txn", &body).await?;
+        let r = self.gw.post(op, "/v3/kv/txn", &body, timeout).await?;
         if r.get("succeeded").and_then(Value::as_bool) == Some(true) {
-            return Ok(true);
+            return Ok(Claim::Created);
         }
-        // The key exists. Ours if it holds this call's value: an attempt on
-        // an endpoint that timed out was applied after all.
         let stored = r
             .pointer("/responses/0/response_range/kvs/0/value")
             .and_then(Value::as_str)
@@ -665,7 +742,87 @@ impl Inner {
         let stored = B64
             .decode(stored)
             .map_err(|e| EtcdError::Decode(format!("value is not base64: {e}")))?;
-        Ok(stored == value)
+        if stored == value {
+            return Ok(Claim::Created);
+        }
+        let token = serde_json::from_slice::<Value>(&stored)
+            .ok()
+            .and_then(|v| v.get("token")?.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Ok(Claim::Taken {
+            by_this_instance: token.starts_with(&self.token_prefix()),
+        })
+    }
+
+    /// One attempt at reserving `key` with `value` under the current lease
+    /// (replacing a lease etcd lost: that transaction was not applied).
+    async fn reserve_once(
+        &self,
+        op: &str,
+        key: &str,
+        value: &[u8],
+        timeout: Duration,
+    ) -> Result<Claim, EtcdError> {
+        let lease = self.lease(timeout).await?;
+        match self.create_if_absent(op, key, value, lease, timeout).await {
+            Err(e) if e.lease_not_found() => {
+                self.forget_lease(lease);
+                let lease = self.lease(timeout).await?;
+                self.create_if_absent(op, key, value, lease, timeout).await
+            }
+            r => r,
+        }
+    }
+
+    /// Runs `attempt` (given its timeout) until it succeeds, fails for a
+    /// reason a retry cannot fix, or has failed for `retry_for` (and at
+    /// least twice): a timeout leaves the outcome unknown, so the same
+    /// request is sent again, with a longer timeout in case etcd is just
+    /// slow, rather than deciding alone. Stops early once the replica falls
+    /// back (another request found etcd gone).
+    async fn retrying<T, F, Fut>(&self, op: &str, mut attempt: F) -> Result<T, EtcdError>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: std::future::Future<Output = Result<T, EtcdError>>,
+    {
+        let started = tokio::time::Instant::now();
+        let mut timeout = self.timeout;
+        let mut backoff = RETRY_BACKOFF_MIN;
+        let mut attempts = 0u32;
+        loop {
+            let e = match attempt(timeout).await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            attempts += 1;
+            let over = started.elapsed() + backoff >= self.retry_for && attempts >= 2;
+            if !e.transient() || over || self.falling_back() {
+                return Err(e);
+            }
+            self.metrics
+                .span_cache_etcd_retries
+                .get_or_create(&Metrics::op(op))
+                .inc();
+            tracing::debug!(op, error = %e, attempts, retry_in = ?backoff, "etcd request failed; retrying it");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            if matches!(e, EtcdError::Timeout(_)) {
+                timeout = (timeout * 2).min(self.timeout * MAX_TIMEOUT_FACTOR);
+            }
+        }
+    }
+
+    /// Reserves `key` (see [`Inner::retrying`]): every attempt carries the
+    /// same value, so a retry recognises a first attempt that was applied.
+    async fn reserve_key(&self, op: &str, key: &str) -> Result<Claim, EtcdError> {
+        let value = self.next_value();
+        self.retrying(op, |timeout| self.reserve_once(op, key, &value, timeout))
+            .await
+    }
+
+    /// The start of every token this cache instance writes.
+    fn token_prefix(&self) -> String {
+        format!("{:016x}-", self.instance)
     }
 
     /// The role key `{prefix}roles/<role>` holds this replica's identity
@@ -681,6 +838,7 @@ impl Inner {
                 "role",
                 "/v3/lease/grant",
                 &json!({"TTL": ttl.as_secs().max(1).to_string()}),
+                self.timeout,
             )
             .await?;
         let lease = match v.get("ID") {
@@ -700,6 +858,7 @@ impl Inner {
                     "role",
                     "/v3/kv/txn",
                     &json!({"compare": compare, "success": put}),
+                    self.timeout,
                 )
                 .await?;
             if r.get("succeeded").and_then(Value::as_bool) == Some(true) {
@@ -707,19 +866,6 @@ impl Inner {
             }
         }
         Ok(false)
-    }
-
-    /// Reserves `key` under the current lease (replacing a lease etcd lost).
-    async fn reserve_key(&self, op: &str, key: &str) -> Result<bool, EtcdError> {
-        let lease = self.lease().await?;
-        match self.create_if_absent(op, key, lease).await {
-            Err(e) if e.lease_not_found() => {
-                self.forget_lease(lease);
-                let lease = self.lease().await?;
-                self.create_if_absent(op, key, lease).await
-            }
-            r => r,
-        }
     }
 
     fn enter_fallback(&self, e: &EtcdError) {
@@ -732,6 +878,7 @@ impl Inner {
             endpoints = %self.endpoints,
             error = %e,
             probe_every = ?self.probe_interval,
+            retried_for = ?self.retry_for,
             "etcd span cache unavailable: FALLING BACK to this replica's local span cache; \
              until etcd returns, replicas may emit the same object and link spans twice"
         );
@@ -757,7 +904,7 @@ impl Inner {
             republishing = pending.len(),
             "etcd span cache is reachable again: spans are deduplicated across replicas again"
         );
-        let results: Vec<(String, Result<bool, EtcdError>)> = futures::stream::iter(pending)
+        let results: Vec<(String, Result<Claim, EtcdError>)> = futures::stream::iter(pending)
             .map(|key| async move {
                 let r = self.reserve_key("republish", &key).await;
                 (key, r)
@@ -770,8 +917,14 @@ impl Inner {
         let mut error = None;
         for (key, r) in results {
             match r {
-                Ok(true) => {}
-                Ok(false) => conflicts += 1,
+                // Ours: an attempt whose answer was lost when etcd went away.
+                Ok(
+                    Claim::Created
+                    | Claim::Taken {
+                        by_this_instance: true,
+                    },
+                ) => {}
+                Ok(Claim::Taken { .. }) => conflicts += 1,
                 Err(e) => {
                     failed.push(key);
                     error = Some(e);
@@ -826,9 +979,9 @@ impl Inner {
             .reserve_key("reserve", &etcd_key(&self.prefix, ow, None))
             .await
         {
-            Ok(created) => {
+            Ok(claim) => {
                 self.front.mark(ow);
-                if created {
+                if claim == Claim::Created {
                     Slot::Created
                 } else {
                     Slot::Existing
@@ -852,9 +1005,9 @@ impl Inner {
             .reserve_key("link", &etcd_key(&self.prefix, ow, Some(link_key)))
             .await
         {
-            Ok(created) => {
+            Ok(claim) => {
                 self.front.add_link(ow, link_key);
-                created
+                claim == Claim::Created
             }
             Err(e) => {
                 self.enter_fallback(&e);
@@ -874,7 +1027,7 @@ async fn probe_loop(me: Weak<Inner>) {
         let Some(inner) = me.upgrade() else {
             return;
         };
-        match inner.fresh_lease("probe").await {
+        match inner.fresh_lease("probe", inner.timeout).await {
             Ok(_) => {
                 inner.recover().await;
                 return;
@@ -1005,11 +1158,13 @@ mod tests {
         assert_eq!(EtcdError::Connect("refused".into()).reason(), "connect");
     }
 
-    /// Nothing listens on the endpoint: the first call falls back (one
-    /// warning, gauge 1), later calls never wait on etcd, the local cache
-    /// still reserves each window once, and the keys wait for republishing.
-    #[tokio::test]
-    async fn unreachable_etcd_falls_back_to_the_local_cache() {
+    /// Nothing listens on the endpoint: the first call retries for
+    /// `retry_for` (on tokio's paused clock: the ten seconds pass at once),
+    /// then falls back (one warning, gauge 1); later calls never wait on
+    /// etcd, the local cache still reserves each window once, and the keys
+    /// wait for republishing.
+    #[tokio::test(start_paused = true)]
+    async fn unreachable_etcd_is_retried_then_falls_back_to_the_local_cache() {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -1019,18 +1174,36 @@ mod tests {
             vec![format!("http://127.0.0.1:{port}")],
             Duration::from_secs(60),
         );
+        cfg.retry_for = Duration::from_secs(10);
         cfg.probe_interval = Duration::from_secs(3600);
         let c = EtcdSpanCache::new(cfg, 100, metrics.clone()).unwrap();
         let a = ow("ns", "a", 0);
+        let started = tokio::time::Instant::now();
         assert_eq!(c.fetch_or_reserve(&a).await.unwrap(), Slot::Created);
         assert!(c.falling_back());
-        assert_eq!(metrics.span_cache_fallback.get(), 1);
-        let errors_after_first = metrics
-            .span_cache_etcd_errors
-            .get_or_create(&Metrics::reason("connect"))
+        assert!(
+            started.elapsed() + RETRY_BACKOFF_MAX >= Duration::from_secs(10),
+            "fell back after {:?}, before retrying for 10s",
+            started.elapsed()
+        );
+        let retries = metrics
+            .span_cache_etcd_retries
+            .get_or_create(&Metrics::op("reserve"))
             .get();
-        assert!(errors_after_first >= 1);
-        let started = Instant::now();
+        assert!(retries >= 10, "{retries} retries");
+        assert_eq!(metrics.span_cache_fallback.get(), 1);
+        let errors = |m: &Metrics| {
+            ["connect", "timeout"]
+                .iter()
+                .map(|r| {
+                    m.span_cache_etcd_errors
+                        .get_or_create(&Metrics::reason(r))
+                        .get()
+                })
+                .sum::<u64>()
+        };
+        let errors_after_first = errors(&metrics);
+        assert_eq!(errors_after_first, retries + 1);
         assert_eq!(c.fetch_or_reserve(&a).await.unwrap(), Slot::Existing);
         assert_eq!(
             c.fetch_or_reserve(&ow("ns", "b", 0)).await.unwrap(),
@@ -1038,16 +1211,37 @@ mod tests {
         );
         assert!(c.record_link(&a, 1).await.unwrap());
         assert!(!c.record_link(&a, 1).await.unwrap());
-        assert!(started.elapsed() < Duration::from_millis(50));
         // No more requests while falling back.
-        assert_eq!(
-            metrics
-                .span_cache_etcd_errors
-                .get_or_create(&Metrics::reason("connect"))
-                .get(),
-            errors_after_first
-        );
+        assert_eq!(errors(&metrics), errors_after_first);
         assert_eq!(c.pending_republish(), 3);
         assert_eq!(metrics.span_cache_local_reservations.get(), 3);
+    }
+
+    #[test]
+    fn only_what_a_retry_can_fix_is_retried() {
+        let transient = [
+            EtcdError::Timeout(Duration::from_millis(1)),
+            EtcdError::Connect("refused".into()),
+            EtcdError::Status {
+                http: 503,
+                code: 14,
+                message: "etcdserver: leader changed".into(),
+            },
+            EtcdError::Status {
+                http: 429,
+                code: 8,
+                message: "etcdserver: too many requests".into(),
+            },
+        ];
+        assert!(transient.iter().all(EtcdError::transient));
+        let permanent = [
+            EtcdError::Status {
+                http: 400,
+                code: 3,
+                message: "etcdserver: authentication failed, invalid user ID or password".into(),
+            },
+            EtcdError::Decode("garbage".into()),
+        ];
+        assert!(!permanent.iter().any(EtcdError::transient));
     }
 }

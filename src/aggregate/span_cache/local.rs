@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use super::{Slot, SpanCache};
+use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
 
 /// Shards: workers touching different objects rarely share a lock.
@@ -25,6 +26,9 @@ const SHARDS: usize = 16;
 pub struct LocalSpanCache {
     shards: Vec<Mutex<Shard>>,
     ttl: Duration,
+    /// Counts object windows evicted for room before their time (a later
+    /// event in such a window emits its object span again).
+    evictions: Option<CacheEvictions>,
 }
 
 struct Shard {
@@ -33,6 +37,8 @@ struct Shard {
     len: usize,
     capacity: usize,
     last_sweep: Instant,
+    /// Object windows evicted for room and not yet counted.
+    evicted: u64,
 }
 
 struct Window {
@@ -104,6 +110,7 @@ impl Shard {
             if let Some(start) = oldest {
                 if let Some(w) = self.windows.remove(&start) {
                     self.len -= w.objects.len();
+                    self.evicted += w.objects.len() as u64;
                 }
                 continue;
             }
@@ -116,6 +123,7 @@ impl Shard {
                 w.objects.remove(&v);
             }
             self.len -= drop.min(self.len);
+            self.evicted += drop as u64;
             return;
         }
     }
@@ -133,10 +141,33 @@ impl LocalSpanCache {
                         len: 0,
                         capacity,
                         last_sweep: now,
+                        evicted: 0,
                     })
                 })
                 .collect(),
             ttl,
+            evictions: None,
+        }
+    }
+
+    /// Counts the object windows evicted for room in
+    /// `kascade_cache_evictions_total{cache="span_cache"}` (and warns).
+    pub fn count_evictions(mut self, metrics: &Metrics) -> Self {
+        self.evictions = Some(CacheEvictions::new(
+            metrics,
+            "span_cache",
+            "an object window seen again after it went gets its object span again; raise --span-cache-entries",
+        ));
+        self
+    }
+
+    /// Counts what `shard` evicted (called with it locked, after a write).
+    fn report_evictions(&self, shard: &mut Shard) {
+        if shard.evicted > 0 {
+            if let Some(e) = &self.evictions {
+                e.record_many(moka::notification::RemovalCause::Size, shard.evicted);
+            }
+            shard.evicted = 0;
         }
     }
 
@@ -153,9 +184,13 @@ impl LocalSpanCache {
     }
 
     fn reserve_at(&self, ow: &ObjectWindow, now: Instant) -> Slot {
-        match self.shard(ow).entry(ow, now, self.ttl) {
-            (_, true) => Slot::Created,
-            (_, false) => Slot::Existing,
+        let mut shard = self.shard(ow);
+        let (_, created) = shard.entry(ow, now, self.ttl);
+        self.report_evictions(&mut shard);
+        if created {
+            Slot::Created
+        } else {
+            Slot::Existing
         }
     }
 
@@ -180,11 +215,12 @@ impl LocalSpanCache {
     pub fn add_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         let mut shard = self.shard(ow);
         let (links, _) = shard.entry(ow, Instant::now(), self.ttl);
-        if links.contains(&link_key) {
-            return false;
+        let new = !links.contains(&link_key);
+        if new {
+            links.push(link_key);
         }
-        links.push(link_key);
-        true
+        self.report_evictions(&mut shard);
+        new
     }
 
     pub fn len(&self) -> u64 {
@@ -272,7 +308,8 @@ mod tests {
     #[test]
     fn entries_stay_within_the_bound_and_old_windows_go_first() {
         let max = 160;
-        let c = LocalSpanCache::new(max, Duration::from_secs(3600));
+        let metrics = Metrics::default();
+        let c = LocalSpanCache::new(max, Duration::from_secs(3600)).count_evictions(&metrics);
         let t = Instant::now();
         for i in 0..100 {
             c.reserve_at(&window(&format!("old{i}"), 0), t);
@@ -285,6 +322,15 @@ mod tests {
         assert!((0..100).all(|i| !c.contains(&window(&format!("old{i}"), 0))));
         // The newest entries of the current window are still known.
         assert!(c.contains(&window("new999", 1800)));
+        // Every entry that went for room is counted.
+        let evicted = metrics
+            .cache_evictions
+            .get_or_create(&crate::metrics::CacheEvictionLabel {
+                cache: "span_cache".into(),
+                cause: "size".into(),
+            })
+            .get();
+        assert_eq!(evicted, 1100 - c.len());
     }
 
     #[test]
