@@ -355,9 +355,19 @@ fn says_too_large(message: &str) -> bool {
 /// transport failure, always retried. "Too large", whatever its code, is
 /// answered by sending smaller requests.
 pub fn classify_grpc(status: &tonic::Status) -> SendError {
-    let message = format!("gRPC {:?}: {}", status.code(), shorten(status.message()));
+    let local = std::error::Error::source(status);
+    let message = match local {
+        // What tonic saw, e.g. `tcp connect error: Connection refused`.
+        Some(e) => format!(
+            "gRPC {:?}: {}: {}",
+            status.code(),
+            status.message(),
+            chain(e)
+        ),
+        None => format!("gRPC {:?}: {}", status.code(), shorten(status.message())),
+    };
     let delay = retry_info(status.details());
-    let failure = if std::error::Error::source(status).is_some() {
+    let failure = if local.is_some() {
         Failure::Retryable { after: None }
     } else {
         match status.code() {
