@@ -210,7 +210,7 @@ impl Transport for OtlpSender {
                     .get(reqwest::header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|v| v.starts_with("application/x-protobuf"));
-                let body = response.bytes().await.unwrap_or_default();
+                let body = read_limited(response, MAX_RESPONSE_BYTES).await;
                 if status.is_success() {
                     return Ok(if is_protobuf {
                         ExportTraceServiceResponse::decode(body.as_ref())
@@ -231,6 +231,21 @@ impl Transport for OtlpSender {
             }
         }
     }
+}
+
+/// Longest part of a receiver's answer read: a status or partial success is
+/// small, an error page need not be read whole.
+const MAX_RESPONSE_BYTES: usize = 64 << 10;
+
+async fn read_limited(mut response: reqwest::Response, max: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < max {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(max - body.len())]),
+            _ => break,
+        }
+    }
+    body
 }
 
 fn gzip_bytes(body: &[u8]) -> Bytes {
@@ -344,7 +359,7 @@ fn retry_info(details: &[u8]) -> Option<Duration> {
 /// large`; HTTP servers: `request body too large`).
 fn says_too_large(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    m.contains("larger than max") || m.contains("too large") || m.contains("message length")
+    m.contains("larger than max") || m.contains("too large")
 }
 
 /// A gRPC status, classified per the OTLP specification: retryable are
@@ -372,9 +387,7 @@ pub fn classify_grpc(status: &tonic::Status) -> SendError {
     } else {
         match status.code() {
             Code::ResourceExhausted if delay.is_some() => Failure::Retryable { after: delay },
-            Code::ResourceExhausted | Code::OutOfRange | Code::InvalidArgument
-                if says_too_large(status.message()) =>
-            {
+            Code::ResourceExhausted | Code::OutOfRange if says_too_large(status.message()) => {
                 Failure::TooLarge
             }
             Code::Cancelled
