@@ -1147,7 +1147,9 @@ async fn oversized_writes_arrived(service: &str, cluster: &str) {
 
     let tags = serde_json::json!({"cluster": cluster, "namespace": "big-demo", "resource": "configmaps", "name": "big"});
     let is_update = |s: &Value| {
-        tag_str(s, "kascade.span") == Some("audit") && tag_str(s, "audit.verb") == Some("update")
+        tag_str(s, "kascade.span") == Some("audit")
+            && tag_str(s, "audit.verb") == Some("update")
+            && tag(s, "audit.code").and_then(Value::as_i64) == Some(200)
     };
     let traces = search_service(service, tags, |t| {
         spans_of(t).iter().filter(|s| is_update(s)).count() == 3

@@ -20,11 +20,16 @@ say "three replacements of big while 50 small configmaps are created"
 for c in b c d; do
   blob "$c"; cp "$work/blob" "$work/blob-$c"
 done
-for c in b c d; do
-  k create configmap big -n "$NS" --from-file=blob="$work/blob-$c" --dry-run=client -o yaml \
-    | k replace -f - >/dev/null &
-done
+# One after the other (kubectl replace sends the resourceVersion it read, so
+# concurrent ones conflict), beside the creates.
+(
+  for c in b c d; do
+    k create configmap big -n "$NS" --from-file=blob="$work/blob-$c" --dry-run=client -o yaml \
+      | k replace -f - >/dev/null
+  done
+) &
+replaced=$!
 k apply -n "$NS" -f "$work/small.yaml" >/dev/null
-wait
+wait "$replaced"
 [[ "$(k get configmaps -n "$NS" -o name | grep -c small-)" == 50 ]] || { say "not all small configmaps exist"; exit 1; }
 say "done"
