@@ -47,11 +47,11 @@ async fn metric(client: &reqwest::Client, admin: &str, name: &str) -> f64 {
         .text()
         .await
         .unwrap();
+    // Summed over the series `name` starts (e.g. every drop reason).
     text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::main]
@@ -177,7 +177,7 @@ async fn main() {
     let dropped = metric(
         &client,
         &admin,
-        "kascade_spans_dropped_total{output=\"otlp\"}",
+        "kascade_spans_dropped_total{output=\"otlp\",",
     )
     .await;
     println!("events:            {total_events}");

@@ -44,6 +44,8 @@ KWOK_PORT=$((PORT_BASE + 250))
 JAEGER_OTLP_GRPC_PORT=$((PORT_BASE + 317)); JAEGER_OTLP_HTTP_PORT=$((PORT_BASE + 318))
 JAEGER_QUERY_HTTP_PORT=$((PORT_BASE + 686)); JAEGER_QUERY_GRPC_PORT=$((PORT_BASE + 685))
 JAEGER_HEALTH_PORT=$((PORT_BASE + 133)); JAEGER_METRICS_PORT=$((PORT_BASE + 888))
+# OTLP over TLS (e2e/jaeger/raw-tls.yaml): gRPC with mutual TLS, HTTP with server TLS.
+JAEGER_OTLP_TLS_GRPC_PORT=$((PORT_BASE + 319)); JAEGER_OTLP_TLS_HTTP_PORT=$((PORT_BASE + 320))
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jaeger)
 
 log() { printf '[cluster %s %s] %s\n' "$NAME" "$(date +%H:%M:%S)" "$*" >&2; }
@@ -95,8 +97,8 @@ proc_gone() {
 port_listening() { (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 CLUSTER_PORTS=($ETCD_PORT $ETCD_PEER_PORT $APISERVER_PORT $KCM_PORT $SCHED_PORT $KWOK_PORT
-  $JAEGER_OTLP_GRPC_PORT $JAEGER_OTLP_HTTP_PORT $JAEGER_QUERY_HTTP_PORT $JAEGER_QUERY_GRPC_PORT
-  $JAEGER_HEALTH_PORT $JAEGER_METRICS_PORT)
+  $JAEGER_OTLP_GRPC_PORT $JAEGER_OTLP_HTTP_PORT $JAEGER_OTLP_TLS_GRPC_PORT $JAEGER_OTLP_TLS_HTTP_PORT
+  $JAEGER_QUERY_HTTP_PORT $JAEGER_QUERY_GRPC_PORT $JAEGER_HEALTH_PORT $JAEGER_METRICS_PORT)
 
 # stop_components NAME...: SIGTERM to each running component, up to
 # STOP_GRACE (15) seconds for them to exit, then SIGKILL to the rest (named in
@@ -177,6 +179,8 @@ cmd_up() {
   pki_webhook_kubeconfig "$RUN_DIR/audit-webhook.kubeconfig" "$WEBHOOK_URL" "$WEBHOOK_PKI"
   cp "$AUDIT_POLICY" "$RUN_DIR/audit-policy.yaml"
   cp "$E2E_DIR/jaeger/raw.yaml" "$RUN_DIR/jaeger-raw.yaml"
+  cp "$E2E_DIR/jaeger/raw-tls.yaml" "$RUN_DIR/jaeger-raw-tls.yaml"
+  pki_otlp "$RUN_DIR/pki/otlp" "IP:127.0.0.1,DNS:localhost"
 
   start etcd "$bin/etcd" --name "$NAME" --data-dir "$RUN_DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -226,7 +230,10 @@ cmd_up() {
   JAEGER_BIND_HOST=127.0.0.1 JAEGER_OTLP_GRPC_PORT=$JAEGER_OTLP_GRPC_PORT JAEGER_OTLP_HTTP_PORT=$JAEGER_OTLP_HTTP_PORT \
   JAEGER_QUERY_HTTP_PORT=$JAEGER_QUERY_HTTP_PORT JAEGER_QUERY_GRPC_PORT=$JAEGER_QUERY_GRPC_PORT \
   JAEGER_HEALTH_PORT=$JAEGER_HEALTH_PORT JAEGER_METRICS_PORT=$JAEGER_METRICS_PORT \
-    start jaeger "$bin/jaeger" --config "file:$RUN_DIR/jaeger-raw.yaml"
+  JAEGER_OTLP_TLS_GRPC_PORT=$JAEGER_OTLP_TLS_GRPC_PORT JAEGER_OTLP_TLS_HTTP_PORT=$JAEGER_OTLP_TLS_HTTP_PORT \
+  JAEGER_OTLP_TLS_CERT_FILE="$RUN_DIR/pki/otlp/jaeger.crt" JAEGER_OTLP_TLS_KEY_FILE="$RUN_DIR/pki/otlp/jaeger.key" \
+  JAEGER_OTLP_TLS_CLIENT_CA_FILE="$RUN_DIR/pki/otlp/ca.crt" \
+    start jaeger "$bin/jaeger" --config "file:$RUN_DIR/jaeger-raw.yaml" --config "file:$RUN_DIR/jaeger-raw-tls.yaml"
 
   local kubectl=("$bin/kubectl" --kubeconfig "$RUN_DIR/admin.kubeconfig")
   "${kubectl[@]}" apply -f "$E2E_DIR/kwok/nodes.yaml" >/dev/null
@@ -259,6 +266,11 @@ export JAEGER_OTLP_GRPC=http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT
 export JAEGER_OTLP_HTTP=http://127.0.0.1:$JAEGER_OTLP_HTTP_PORT
 export JAEGER_QUERY_URL=http://127.0.0.1:$JAEGER_QUERY_HTTP_PORT
 export JAEGER_QUERY_GRPC=127.0.0.1:$JAEGER_QUERY_GRPC_PORT
+export JAEGER_OTLP_TLS_GRPC=https://127.0.0.1:$JAEGER_OTLP_TLS_GRPC_PORT
+export JAEGER_OTLP_TLS_HTTP=https://localhost:$JAEGER_OTLP_TLS_HTTP_PORT
+export OTLP_CA_FILE=$RUN_DIR/pki/otlp/ca.crt
+export OTLP_CLIENT_CERT_FILE=$RUN_DIR/pki/otlp/kascade-client.crt
+export OTLP_CLIENT_KEY_FILE=$RUN_DIR/pki/otlp/kascade-client.key
 ENV
   trap - ERR
   log "up: source $RUN_DIR/env"

@@ -118,3 +118,24 @@ contexts:
 current-context: kascade
 KCFG
 }
+
+# pki_otlp DIR SANS: TLS of the raw Jaeger's OTLP receivers (e2e/jaeger/raw-tls.yaml):
+# a CA of their own, Jaeger's serving certificate (subjectAltName SANS) and the
+# client certificate kascade presents for mutual TLS. Kept when already there.
+pki_otlp() {
+  local p="$1" sans="$2"
+  [[ -f "$p/jaeger.crt" && -f "$p/kascade-client.crt" ]] && return 0
+  mkdir -p "$p"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$p/ca.key" -out "$p/ca.crt" -days 3650 \
+    -subj "/CN=kascade-e2e-otlp-ca" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$p/jaeger.key" -out "$p/jaeger.csr" -subj "/CN=jaeger" 2>/dev/null
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$sans" >"$p/jaeger.ext"
+  openssl x509 -req -in "$p/jaeger.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+    -out "$p/jaeger.crt" -days 3650 -extfile "$p/jaeger.ext" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$p/kascade-client.key" -out "$p/kascade-client.csr" \
+    -subj "/CN=kascade-otlp-exporter" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$p/client.ext"
+  openssl x509 -req -in "$p/kascade-client.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+    -out "$p/kascade-client.crt" -days 3650 -extfile "$p/client.ext" 2>/dev/null
+  chmod 600 "$p"/*.key
+}

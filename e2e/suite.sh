@@ -101,7 +101,7 @@ done
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 
-for s in deployment service config unschedulable statefulset; do
+for s in deployment service config unschedulable statefulset bigobject; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

@@ -140,7 +140,7 @@ pub struct CollectArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     #[command(flatten)]
-    pub export: ExportArgs,
+    pub export: Box<ExportArgs>,
 }
 
 /// List-watch of objects and Events (in addition to the audit webhook).
@@ -183,7 +183,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     #[command(flatten)]
-    pub export: ExportArgs,
+    pub export: Box<ExportArgs>,
 }
 
 #[derive(Args, Debug)]
@@ -255,39 +255,51 @@ pub struct ExportArgs {
         value_delimiter = ','
     )]
     pub outputs: Vec<OutputSpec>,
-    /// OTLP endpoint (gRPC: http://host:4317, HTTP: http://host:4318).
-    #[arg(
-        long,
-        default_value = "http://127.0.0.1:4317",
-        env = "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )]
-    pub otlp_endpoint: String,
-    /// OTLP transport.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "grpc",
-        env = "KASCADE_OTLP_PROTOCOL"
-    )]
-    pub otlp_protocol: OtlpProtocol,
-    /// Extra header sent with every export, `key=value`; repeatable.
+    /// OTLP endpoint, http:// or https:// (default http://127.0.0.1:4317 for grpc, :4318 for http); else from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT.
+    #[arg(long, env = "KASCADE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport: grpc or http (http/protobuf) [default: grpc]; else from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL.
+    #[arg(long, value_enum, env = "KASCADE_OTLP_PROTOCOL")]
+    pub otlp_protocol: Option<OtlpProtocol>,
+    /// Extra header sent with every export, `key=value`; repeatable; added to (and replacing) those of OTEL_EXPORTER_OTLP_[TRACES_]HEADERS.
     #[arg(long = "otlp-header", value_parser = parse_header)]
     pub otlp_headers: Vec<(String, String)>,
-    /// Timeout of one export request.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "KASCADE_OTLP_TIMEOUT")]
-    pub otlp_timeout: Duration,
-    /// Spans per export request.
+    /// Timeout of one export request [default: 10s]; else from OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT (milliseconds).
+    #[arg(long, value_parser = humantime::parse_duration, env = "KASCADE_OTLP_TIMEOUT")]
+    pub otlp_timeout: Option<Duration>,
+    /// Compression of export requests, gzip or none [default: none]; else from OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION.
+    #[arg(long, value_enum, env = "KASCADE_OTLP_COMPRESSION")]
+    pub otlp_compression: Option<export::Compression>,
+    /// CA certificates (PEM) trusted for an https:// endpoint instead of the system's; else from OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE.
+    #[arg(long, env = "KASCADE_OTLP_CA_FILE")]
+    pub otlp_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS with the receiver; else from OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE.
+    #[arg(long, env = "KASCADE_OTLP_CLIENT_CERT_FILE")]
+    pub otlp_client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of the client certificate; else from OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_KEY.
+    #[arg(long, env = "KASCADE_OTLP_CLIENT_KEY_FILE")]
+    pub otlp_client_key_file: Option<PathBuf>,
+    /// Most spans per export request.
     #[arg(long, default_value_t = 2048, env = "KASCADE_EXPORT_BATCH_SIZE")]
     pub export_batch_size: usize,
+    /// Most encoded bytes per export request (uncompressed); a span larger on its own is trimmed. Below the receiver's limit (Jaeger, OpenTelemetry Collector: 4 MiB over gRPC).
+    #[arg(long, default_value_t = export::DEFAULT_MAX_BATCH_BYTES, env = "KASCADE_EXPORT_MAX_BATCH_BYTES")]
+    pub export_max_batch_bytes: usize,
     /// Longest a span waits for its batch to fill.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_BATCH_TIMEOUT")]
     pub export_batch_timeout: Duration,
     /// Spans that may wait for export before processing slows down.
     #[arg(long, default_value_t = 10_000, env = "KASCADE_EXPORT_QUEUE_SIZE")]
     pub export_queue_size: usize,
+    /// Batches that may wait for each output (each output sends on its own); a full queue slows processing down.
+    #[arg(long, default_value_t = export::DEFAULT_OUTPUT_QUEUE_BATCHES, env = "KASCADE_EXPORT_OUTPUT_QUEUE")]
+    pub export_output_queue: usize,
     /// How long a failing export is retried before its spans are dropped (and counted).
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, env = "KASCADE_EXPORT_RETRY_FOR")]
     pub export_retry_for: Duration,
+    /// Longest attribute or span-event value (a diff side, a snapshot, a message), in bytes; longer ones are cut and marked `<key>.truncated_from`.
+    #[arg(long, default_value_t = crate::span_model::DEFAULT_MAX_VALUE_BYTES, env = "KASCADE_EXPORT_MAX_VALUE_BYTES")]
+    pub export_max_value_bytes: usize,
     /// service.name of the exported spans.
     #[arg(long, default_value = "kascade", env = "KASCADE_SERVICE_NAME")]
     pub service_name: String,
@@ -360,18 +372,56 @@ impl PipelineArgs {
 }
 
 impl ExportArgs {
-    fn config(&self) -> ExportConfig {
-        ExportConfig {
-            endpoint: self.otlp_endpoint.clone(),
-            protocol: self.otlp_protocol,
-            headers: self.otlp_headers.clone(),
-            timeout: self.otlp_timeout,
+    /// The exporter's settings: these flags, then the `OTEL_EXPORTER_OTLP_*`
+    /// environment variables (see `export::config`).
+    pub fn config(&self) -> anyhow::Result<ExportConfig> {
+        self.config_with_env(&|k| std::env::var(k).ok())
+    }
+
+    pub fn config_with_env(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<ExportConfig> {
+        if self.export_max_batch_bytes < export::MIN_MAX_BATCH_BYTES {
+            bail!(
+                "--export-max-batch-bytes {} is below the minimum {}",
+                self.export_max_batch_bytes,
+                export::MIN_MAX_BATCH_BYTES
+            );
+        }
+        if self.export_max_value_bytes < crate::span_model::MIN_MAX_VALUE_BYTES {
+            bail!(
+                "--export-max-value-bytes {} is below the minimum {}",
+                self.export_max_value_bytes,
+                crate::span_model::MIN_MAX_VALUE_BYTES
+            );
+        }
+        let otlp = if self.outputs.contains(&OutputSpec::Otlp) {
+            let flags = export::OtlpFlags {
+                endpoint: self.otlp_endpoint.as_deref(),
+                protocol: self.otlp_protocol,
+                headers: &self.otlp_headers,
+                timeout: self.otlp_timeout,
+                compression: self.otlp_compression,
+                ca_file: self.otlp_ca_file.as_deref(),
+                client_cert_file: self.otlp_client_cert_file.as_deref(),
+                client_key_file: self.otlp_client_key_file.as_deref(),
+            };
+            Some(export::config::resolve(&flags, env)?)
+        } else {
+            None
+        };
+        Ok(ExportConfig {
+            otlp,
             batch_size: self.export_batch_size.max(1),
+            max_batch_bytes: self.export_max_batch_bytes,
             batch_timeout: self.export_batch_timeout,
             queue_capacity: self.export_queue_size.max(1),
+            output_queue_batches: self.export_output_queue.max(1),
             retry_for: self.export_retry_for,
+            max_value_bytes: self.export_max_value_bytes,
             service_name: self.service_name.clone(),
-        }
+        })
     }
 }
 
@@ -412,7 +462,7 @@ impl Pipeline {
         let cfg = p.processor_config()?;
         let export_progress = Arc::new(export::ExportProgress::default());
         let (span_tx, export_shutdown, export_done) = export::start(
-            e.config(),
+            e.config()?,
             &e.outputs,
             metrics.clone(),
             export_progress.clone(),
@@ -689,24 +739,8 @@ pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     .await;
     pipeline.finish().await;
     let stats = result?;
-    let exported: u64 = ["otlp", "otlp-json"]
-        .iter()
-        .map(|o| {
-            metrics
-                .spans_exported
-                .get_or_create(&Metrics::output(o))
-                .get()
-        })
-        .sum();
-    let dropped: u64 = ["otlp", "otlp-json"]
-        .iter()
-        .map(|o| {
-            metrics
-                .spans_dropped
-                .get_or_create(&Metrics::output(o))
-                .get()
-        })
-        .sum();
+    let exported = export::spans_exported(&metrics);
+    let dropped = export::spans_dropped(&metrics);
     eprintln!(
         "replayed {} lines: {} events accepted, {} malformed lines skipped; {} spans exported{}",
         stats.lines,

@@ -89,6 +89,9 @@ pub struct FrontendArgs {
         env = "KASCADE_JAEGER_URL"
     )]
     pub jaeger_url: String,
+    /// CA certificates (PEM) trusted for an https:// --jaeger-url instead of the system's.
+    #[arg(long, env = "KASCADE_JAEGER_CA_FILE")]
+    pub jaeger_ca_file: Option<PathBuf>,
     /// Service name of the raw spans (the collector's --service-name).
     #[arg(long, default_value = "kascade", env = "KASCADE_RAW_SERVICE")]
     pub raw_service: String,
@@ -125,11 +128,17 @@ pub async fn run_frontend(args: FrontendArgs) -> anyhow::Result<()> {
     cfg.cache_ttl = args.cache_ttl;
     cfg.cache_entries = args.cache_entries;
     cfg.clusters = args.clusters.clone();
-    let store = Arc::new(JaegerHttp::new(
-        &args.jaeger_url,
-        &args.raw_service,
-        args.raw_timeout,
-    ));
+    let tls = crate::client_tls::ClientTls {
+        ca_file: args
+            .jaeger_ca_file
+            .as_ref()
+            .map(|p| crate::client_tls::FileSetting::new(p, "--jaeger-ca-file")),
+        identity: None,
+    };
+    let store = Arc::new(
+        JaegerHttp::with_tls(&args.jaeger_url, &args.raw_service, args.raw_timeout, &tls)
+            .with_context(|| format!("--jaeger-url {}", args.jaeger_url))?,
+    );
     let frontend = Arc::new(Frontend::new(store, cfg));
     let http = router(Arc::new(RedirectState {
         frontend: frontend.clone(),

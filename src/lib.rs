@@ -6,6 +6,7 @@
 pub mod aggregate;
 pub mod cli;
 pub mod cli_frontend;
+pub mod client_tls;
 pub mod export;
 pub mod frontend;
 pub mod metrics;

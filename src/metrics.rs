@@ -22,6 +22,12 @@ pub struct OutputLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutputReasonLabel {
+    pub output: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabel {
     pub op: String,
 }
@@ -59,7 +65,7 @@ pub struct Metrics {
     pub link_spans: Counter,
     pub event_spans: Counter,
     pub spans_exported: Family<OutputLabel, Counter>,
-    pub spans_dropped: Family<OutputLabel, Counter>,
+    pub spans_dropped: Family<OutputReasonLabel, Counter>,
     pub export_errors: Family<OutputLabel, Counter>,
     pub queue_depth: Gauge,
     pub queue_capacity: Gauge,
@@ -80,6 +86,10 @@ pub struct Metrics {
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
     pub cache_evictions: Family<CacheEvictionLabel, Counter>,
+    pub spans_trimmed: Family<ReasonLabel, Counter>,
+    pub span_events_trimmed: Counter,
+    pub export_splits: Family<OutputLabel, Counter>,
+    pub export_output_queue_depth: Family<OutputLabel, Gauge>,
 }
 
 impl Metrics {
@@ -177,7 +187,7 @@ impl Metrics {
         );
         r.register(
             "spans_dropped",
-            "Spans dropped after export retries ran out, by output",
+            "Spans not exported, by output and reason (retries_exhausted, rejected, partial_rejection, too_large)",
             self.spans_dropped.clone(),
         );
         r.register(
@@ -255,6 +265,31 @@ impl Metrics {
             "Bytes of last object states kept for diffs, compressed (the parsed hot states are bounded by entries)",
             self.state_cache_bytes.clone(),
         );
+        r.register(
+            "spans_trimmed",
+            "Spans too large to export that had events dropped or values cut, by reason (batch_bytes: over --export-max-batch-bytes; receiver_limit: refused as too large)",
+            self.spans_trimmed.clone(),
+        );
+        r.register(
+            "span_events_trimmed",
+            "Span events dropped from spans too large to export",
+            self.span_events_trimmed.clone(),
+        );
+        r.register(
+            "span_values_truncated",
+            "Attribute and span-event values cut to --export-max-value-bytes",
+            crate::span_model::VALUES_TRUNCATED.clone(),
+        );
+        r.register(
+            "export_splits",
+            "Export requests the receiver refused as too large and that were sent again in halves, by output",
+            self.export_splits.clone(),
+        );
+        r.register(
+            "export_output_queue_depth",
+            "Batches waiting for one output (each output has its own queue and task)",
+            self.export_output_queue_depth.clone(),
+        );
     }
 
     pub fn source(s: &str) -> SourceLabel {
@@ -276,6 +311,13 @@ impl Metrics {
     pub fn output(s: &str) -> OutputLabel {
         OutputLabel {
             output: s.to_string(),
+        }
+    }
+
+    pub fn output_reason(output: &str, reason: &str) -> OutputReasonLabel {
+        OutputReasonLabel {
+            output: output.to_string(),
+            reason: reason.to_string(),
         }
     }
 }

@@ -2,6 +2,8 @@
 //! frontend (documented in ARCHITECTURE.md). Every span kascade writes is
 //! built here.
 
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
@@ -74,6 +76,55 @@ pub const SPAN_KIND_WATCH: &str = "watch";
 pub const SPAN_KIND_EVENT: &str = "event";
 pub const EVENT_DIFF: &str = "diff";
 pub const EVENT_SNAPSHOT: &str = "snapshot";
+
+/// Default cap of one attribute or span-event value (a diff side, a
+/// snapshot, an Event message), in bytes: a 1.5 MB ConfigMap value must not
+/// make a span larger than a receiver takes (Jaeger's gRPC limit is 4 MiB).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 << 10;
+/// Smallest cap `set_max_value_bytes` accepts: a cap must leave a value
+/// recognisable.
+pub const MIN_MAX_VALUE_BYTES: usize = 64;
+/// Suffix of the integer attribute that marks a truncated value with its
+/// original length in bytes: `diff.new` cut → `diff.new.truncated_from`.
+pub const TRUNCATED_FROM_SUFFIX: &str = ".truncated_from";
+/// Marks a span name cut to the value cap (its original length in bytes).
+pub const NAME_TRUNCATED_FROM: &str = "kascade.name.truncated_from";
+/// Marks a status message cut to the value cap (its original length in bytes).
+pub const STATUS_MESSAGE_TRUNCATED_FROM: &str = "kascade.status_message.truncated_from";
+
+/// The cap every `SpanBuf` applies. Process-wide, because spans are written
+/// all over the processor; set once at start from `--export-max-value-bytes`.
+static MAX_VALUE_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_VALUE_BYTES);
+
+/// Values cut to the cap, over the process (`kascade_span_values_truncated_total`).
+pub static VALUES_TRUNCATED: LazyLock<prometheus_client::metrics::counter::Counter> =
+    LazyLock::new(Default::default);
+
+/// Sets the cap of attribute and span-event values for spans written from now on.
+pub fn set_max_value_bytes(max: usize) {
+    MAX_VALUE_BYTES.store(max.max(MIN_MAX_VALUE_BYTES), Ordering::Relaxed);
+}
+
+pub fn max_value_bytes() -> usize {
+    MAX_VALUE_BYTES.load(Ordering::Relaxed)
+}
+
+/// `s` cut to at most `max` bytes on a UTF-8 character boundary.
+pub fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// The key marking `key` as truncated: `<key>.truncated_from`.
+pub fn truncated_from_key(key: &str) -> String {
+    format!("{key}{TRUNCATED_FROM_SUFFIX}")
+}
 
 /// Span-id salts: distinct spans derived from the same input.
 const SALT_AUDIT: u64 = 1;
@@ -168,10 +219,15 @@ pub(crate) mod wire {
 /// appended as they come. Building message structs first cost more than
 /// everything else the exporter did: every span's many small strings were
 /// allocated, measured and copied twice, then freed.
+///
+/// Every string value (attributes, span-event attributes, name, status
+/// message) is cut to the value cap on a character boundary; a cut value is
+/// followed by `<key>.truncated_from` = its original length in bytes.
 pub struct SpanBuf {
     buf: Vec<u8>,
     scratch: Vec<u8>,
     error: Option<String>,
+    max_value: usize,
 }
 
 /// A finished span, protobuf-encoded.
@@ -215,25 +271,60 @@ impl SpanBuf {
         start: SystemTime,
         end: SystemTime,
     ) -> Self {
+        Self::with_max_value(
+            trace_id,
+            span_id,
+            parent,
+            name,
+            (start, end),
+            max_value_bytes(),
+        )
+    }
+
+    fn with_max_value(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        (start, end): (SystemTime, SystemTime),
+        max_value: usize,
+    ) -> Self {
         let mut buf = Vec::with_capacity(512);
         wire::bytes(&mut buf, SPAN_TRACE_ID, &trace_id.to_bytes());
         wire::bytes(&mut buf, SPAN_SPAN_ID, &span_id.to_bytes());
         if parent != SpanId::INVALID {
             wire::bytes(&mut buf, SPAN_PARENT_SPAN_ID, &parent.to_bytes());
         }
-        wire::bytes(&mut buf, SPAN_NAME, name.as_bytes());
+        let short_name = truncate_str(name, max_value);
+        wire::bytes(&mut buf, SPAN_NAME, short_name.as_bytes());
         wire::varint(&mut buf, SPAN_KIND, span::SpanKind::Internal as u64);
         wire::fixed64(&mut buf, SPAN_START, nanos(start));
         wire::fixed64(&mut buf, SPAN_END, nanos(end));
-        Self {
+        let mut s = Self {
             buf,
             scratch: Vec::new(),
             error: None,
+            max_value,
+        };
+        if short_name.len() < name.len() {
+            VALUES_TRUNCATED.inc();
+            s.attr_int(NAME_TRUNCATED_FROM, name.len() as i64);
         }
+        s
     }
 
     pub fn attr(&mut self, key: &str, value: &str) {
-        wire::kv_str(&mut self.buf, SPAN_ATTRIBUTES, key, value);
+        let short = truncate_str(value, self.max_value);
+        wire::kv_str(&mut self.buf, SPAN_ATTRIBUTES, key, short);
+        if short.len() < value.len() {
+            VALUES_TRUNCATED.inc();
+            wire::kv_int(
+                &mut self.buf,
+                SPAN_ATTRIBUTES,
+                &truncated_from_key(key),
+                value.len() as i64,
+            );
+        }
     }
 
     pub fn attr_int(&mut self, key: &str, value: i64) {
@@ -246,7 +337,12 @@ impl SpanBuf {
         wire::fixed64(&mut self.scratch, 1, nanos(at));
         wire::bytes(&mut self.scratch, 2, name.as_bytes());
         for (k, v) in attrs {
-            wire::kv_str(&mut self.scratch, 3, k, v);
+            let short = truncate_str(v, self.max_value);
+            wire::kv_str(&mut self.scratch, 3, k, short);
+            if short.len() < v.len() {
+                VALUES_TRUNCATED.inc();
+                wire::kv_int(&mut self.scratch, 3, &truncated_from_key(k), v.len() as i64);
+            }
         }
         wire::bytes(&mut self.buf, SPAN_EVENTS, &self.scratch);
     }
@@ -269,11 +365,16 @@ impl SpanBuf {
 
     pub fn finish(mut self) -> EncodedSpan {
         self.scratch.clear();
-        if let Some(message) = &self.error {
-            if !message.is_empty() {
-                wire::bytes(&mut self.scratch, 2, message.as_bytes());
+        if let Some(message) = self.error.take() {
+            let short = truncate_str(&message, self.max_value);
+            if !short.is_empty() {
+                wire::bytes(&mut self.scratch, 2, short.as_bytes());
             }
             wire::varint(&mut self.scratch, 3, status::StatusCode::Error as u64);
+            if short.len() < message.len() {
+                VALUES_TRUNCATED.inc();
+                self.attr_int(STATUS_MESSAGE_TRUNCATED_FROM, message.len() as i64);
+            }
         }
         wire::bytes(&mut self.buf, SPAN_STATUS, &self.scratch);
         wire::fixed32(&mut self.buf, SPAN_FLAGS, span_flags());
@@ -598,5 +699,112 @@ mod tests {
             normal.status.unwrap().code,
             status::StatusCode::Unset as i32
         );
+    }
+
+    fn attr_value<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+        attrs
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+    }
+
+    #[test]
+    fn values_over_the_cap_are_cut_on_a_char_boundary_and_marked_with_their_length() {
+        let ow = ObjectWindow {
+            object: ObjectRef::new("c", "", "configmaps", "ns", "big"),
+            window_start: 0,
+        };
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(7);
+        // 100 bytes of 'a', then 'é' (2 bytes) straddling the 101-byte cap.
+        let long = format!("{}é{}", "a".repeat(100), "b".repeat(500));
+        let exact = "x".repeat(101);
+        let mut buf = SpanBuf::with_max_value(
+            ow.trace_id(),
+            SpanId::from_bytes([1; 8]),
+            ow.span_id(),
+            &format!("n{}", "m".repeat(200)),
+            (at, at),
+            101,
+        );
+        buf.attr("event.message", &long);
+        buf.attr("audit.user", &exact);
+        buf.event(
+            EVENT_DIFF,
+            at,
+            &[("diff.path", "data.blob"), ("diff.new", &long)],
+        );
+        buf.set_error(long.clone());
+        let s = buf.finish().decode();
+
+        let text = |v: Option<&any_value::Value>| match v {
+            Some(any_value::Value::StringValue(s)) => s.clone(),
+            other => panic!("not a string: {other:?}"),
+        };
+        let int = |v: Option<&any_value::Value>| match v {
+            Some(any_value::Value::IntValue(i)) => *i,
+            other => panic!("not an int: {other:?}"),
+        };
+        // Cut before the 2-byte character rather than through it.
+        assert_eq!(
+            text(attr_value(&s.attributes, "event.message")),
+            "a".repeat(100)
+        );
+        assert_eq!(
+            int(attr_value(&s.attributes, "event.message.truncated_from")),
+            long.len() as i64
+        );
+        // A value of exactly the cap is whole and unmarked.
+        assert_eq!(text(attr_value(&s.attributes, "audit.user")), exact);
+        assert!(attr_value(&s.attributes, "audit.user.truncated_from").is_none());
+        // Span-event values carry their own marker inside the event.
+        let diff = &s.events[0].attributes;
+        assert_eq!(text(attr_value(diff, "diff.new")), "a".repeat(100));
+        assert_eq!(
+            int(attr_value(diff, "diff.new.truncated_from")),
+            long.len() as i64
+        );
+        assert_eq!(text(attr_value(diff, "diff.path")), "data.blob");
+        // The name and the status message too.
+        assert_eq!(s.name.len(), 101);
+        assert_eq!(int(attr_value(&s.attributes, NAME_TRUNCATED_FROM)), 201);
+        assert_eq!(s.status.as_ref().unwrap().message, "a".repeat(100));
+        assert_eq!(
+            int(attr_value(&s.attributes, STATUS_MESSAGE_TRUNCATED_FROM)),
+            long.len() as i64
+        );
+    }
+
+    #[test]
+    fn the_default_cap_leaves_ordinary_spans_untouched() {
+        let ow = ObjectWindow {
+            object: ObjectRef::new("c", "", "pods", "ns", "p"),
+            window_start: 0,
+        };
+        let at = std::time::UNIX_EPOCH;
+        let value = "v".repeat(DEFAULT_MAX_VALUE_BYTES);
+        let mut buf = SpanBuf::with_max_value(
+            ow.trace_id(),
+            ow.span_id(),
+            SpanId::INVALID,
+            "pods ns/p",
+            (at, at),
+            DEFAULT_MAX_VALUE_BYTES,
+        );
+        buf.attr("k", &value);
+        let s = buf.finish().decode();
+        assert_eq!(s.attributes.len(), 1);
+        assert_eq!(
+            attr_value(&s.attributes, "k"),
+            Some(&any_value::Value::StringValue(value))
+        );
+    }
+
+    #[test]
+    fn truncation_never_splits_a_character() {
+        let s = "ééé"; // 6 bytes
+        assert_eq!(truncate_str(s, 6), s);
+        assert_eq!(truncate_str(s, 5), "éé");
+        assert_eq!(truncate_str(s, 1), "");
+        assert_eq!(truncate_str("abc", 0), "");
     }
 }

@@ -191,3 +191,59 @@ fn every_flag_in_help_is_documented_in_the_readme() {
         "only {checked} flags found: the help format changed?"
     );
 }
+
+#[test]
+fn otlp_settings_from_the_environment_are_checked_and_named() {
+    let log = common::fixture_path("deployment", "audit.log");
+    // A bad OpenTelemetry variable stops an OTLP export at startup, naming it.
+    let st = kascade()
+        .args(["replay", "--cluster", "fx"])
+        .arg(&log)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_TIMEOUT") && err.contains("milliseconds"),
+        "{err}"
+    );
+    // The flag's variable wins over it; a missing CA file is named too.
+    let st = kascade()
+        .args([
+            "replay",
+            "--cluster",
+            "fx",
+            "--otlp-endpoint",
+            "https://127.0.0.1:1",
+        ])
+        .arg(&log)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")
+        .env("KASCADE_OTLP_TIMEOUT", "2s")
+        .env("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/otlp-ca.pem")
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_CERTIFICATE /nonexistent/otlp-ca.pem"),
+        "{err}"
+    );
+    // Without an OTLP output the OTLP settings are not needed.
+    let dir = tempfile::tempdir().unwrap();
+    let st = kascade()
+        .args(["replay", "--cluster", "fx", "--output"])
+        .arg(format!(
+            "otlp-json={}",
+            dir.path().join("out.jsonl").display()
+        ))
+        .arg(&log)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}

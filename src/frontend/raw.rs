@@ -201,8 +201,9 @@ struct V3Trace {
 }
 
 impl JaegerHttp {
-    /// `base` is the raw Jaeger's query URL (e.g. `http://jaeger:16686`);
-    /// `service` the collector's `--service-name`.
+    /// `base` is the raw Jaeger's query URL over plain HTTP (e.g.
+    /// `http://jaeger:16686`); `service` the collector's `--service-name`.
+    /// For `https://`, see `with_tls`.
     pub fn new(base: &str, service: &str, timeout: Duration) -> Self {
         Self {
             base: base.trim_end_matches('/').to_string(),
@@ -212,6 +213,27 @@ impl JaegerHttp {
                 .build()
                 .expect("reqwest client with default TLS settings"),
         }
+    }
+
+    /// Like `new`; an `https://` base is verified against `tls` (the
+    /// system's CA certificates, or `--jaeger-ca-file` instead).
+    pub fn with_tls(
+        base: &str,
+        service: &str,
+        timeout: Duration,
+        tls: &crate::client_tls::ClientTls,
+    ) -> anyhow::Result<Self> {
+        let mut builder = reqwest::Client::builder().timeout(timeout);
+        if crate::client_tls::is_https(base) {
+            builder = builder.use_preconfigured_tls(tls.rustls_config(&[b"http/1.1"])?);
+        }
+        Ok(Self {
+            base: base.trim_end_matches('/').to_string(),
+            service: service.to_string(),
+            client: builder
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot build the HTTP client of {base}: {e}"))?,
+        })
     }
 
     async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
@@ -327,6 +349,66 @@ impl RawStore for JaegerHttp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client_tls::test_pki::TestPki;
+    use crate::client_tls::{ClientTls, FileSetting};
+
+    /// An HTTPS server answering every trace read with an empty trace: it
+    /// stands in for a raw Jaeger behind TLS with a private CA, to test what
+    /// the client trusts (the e2e suite reads the harness's real Jaeger).
+    async fn https_server(pki: &TestPki) -> String {
+        let app = axum::Router::new().route(
+            "/api/v3/traces/{id}",
+            axum::routing::get(|| async { r#"{"result":{"resourceSpans":[]}}"# }),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let config = axum_server::tls_rustls::RustlsConfig::from_config(std::sync::Arc::new(
+            pki.server_config(false),
+        ));
+        let server = axum_server::from_tcp_rustls(listener, config).unwrap();
+        tokio::spawn(server.serve(app.into_make_service()));
+        format!("https://localhost:{port}")
+    }
+
+    #[tokio::test]
+    async fn raw_reads_over_https_trust_the_jaeger_ca_file() {
+        let pki = TestPki::generate();
+        let base = https_server(&pki).await;
+        let id = [7u8; 16];
+        let trusting = |ca: &std::path::Path| ClientTls {
+            ca_file: Some(FileSetting::new(ca, "--jaeger-ca-file")),
+            identity: None,
+        };
+        let store = JaegerHttp::with_tls(
+            &base,
+            "kascade",
+            Duration::from_secs(10),
+            &trusting(&pki.ca),
+        )
+        .unwrap();
+        assert_eq!(store.get(id).await.unwrap(), Vec::<Span>::new());
+        // Another CA: the server is not trusted.
+        let store = JaegerHttp::with_tls(
+            &base,
+            "kascade",
+            Duration::from_secs(10),
+            &trusting(&pki.other_ca),
+        )
+        .unwrap();
+        let e = store.get(id).await.unwrap_err().to_string();
+        assert!(e.contains("certificate"), "{e}");
+        // A CA file that is not there fails at startup, naming the flag.
+        let e = JaegerHttp::with_tls(
+            &base,
+            "kascade",
+            Duration::from_secs(10),
+            &trusting(std::path::Path::new("/nonexistent/ca.pem")),
+        )
+        .err()
+        .unwrap();
+        assert!(format!("{e:#}").contains("--jaeger-ca-file"), "{e:#}");
+    }
 
     #[test]
     fn trace_ids_round_trip_through_jaeger_hex() {
