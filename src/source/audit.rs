@@ -147,6 +147,21 @@ impl AuditEvent {
         const MAX_SOURCE_IPS: usize = 64;
         /// Go's default limit on request headers, the request line included.
         const MAX_URI_BYTES: usize = 1 << 20;
+        // OTLP counts nanoseconds since the epoch in 64 bits: a time after
+        // 2554 cannot be exported (nor happened yet).
+        let latest = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::MAX);
+        for (field, t) in [
+            ("requestReceivedTimestamp", self.request_received_timestamp),
+            ("stageTimestamp", self.stage_timestamp),
+        ] {
+            if t > latest {
+                return Err(format!(
+                    "{field} {} is after {}, the latest time a span can carry",
+                    humantime::format_rfc3339(t),
+                    humantime::format_rfc3339(latest)
+                ));
+            }
+        }
         check_len("auditID", &self.audit_id, MAX_NAME_BYTES)?;
         check_len("stage", &self.stage, MAX_NAME_BYTES)?;
         check_len("verb", &self.verb, MAX_NAME_BYTES)?;
@@ -513,6 +528,17 @@ mod tests {
             &batch.errors[0][..100]
         );
         assert!(batch.errors[0].len() < 400);
+    }
+
+    #[test]
+    fn times_a_span_cannot_carry_are_malformed() {
+        let mut ev = fixture_events().remove(0);
+        ev["stageTimestamp"] = "9000-01-01T00:00:00.000000Z".into();
+        let err = parse_event(&ev.to_string()).unwrap_err();
+        assert!(
+            err.starts_with("stageTimestamp 9000-01-01T00:00:00Z is after 2554-07-21"),
+            "{err}"
+        );
     }
 
     #[test]
