@@ -45,6 +45,15 @@ pub fn max_name_bytes(field: &str) -> usize {
     }
 }
 
+/// Whether every part of `o` is within Kubernetes' bounds, i.e. it names an
+/// object that can exist.
+pub fn object_within_bounds(o: &crate::model::ObjectRef) -> bool {
+    [&o.cluster, &o.group, &o.resource, &o.name]
+        .iter()
+        .all(|f| f.len() <= MAX_NAME_BYTES)
+        && o.namespace.len() <= MAX_NAMESPACE_BYTES
+}
+
 /// A message sent back to a client, cut at [`MAX_MESSAGE_BYTES`]: the last
 /// guard for messages that embed input or answers of other services.
 pub fn clip_message(mut msg: String) -> String {
