@@ -8,6 +8,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::bounds::clip_message;
 use crate::model::ObjectRef;
 
 pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
@@ -428,8 +429,8 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
         }
         return Ok(DecodedBatch { events, errors });
     }
-    let env: EventListEnvelope =
-        serde_json::from_slice(body).map_err(|e| format!("body is not a JSON EventList: {e}"))?;
+    let env: EventListEnvelope = serde_json::from_slice(body)
+        .map_err(|e| clip_message(format!("body is not a JSON EventList: {e}")))?;
     check_envelope(&env.kind, &env.api_version)?;
     let mut events = Vec::with_capacity(env.items.len());
     let mut errors = Vec::new();
@@ -444,7 +445,8 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
 
 /// Parses one audit event (one line of an audit log file).
 pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
-    let ev: AuditEvent = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    // serde's messages quote wrongly typed strings whole: clipped.
+    let ev: AuditEvent = serde_json::from_str(json).map_err(|e| clip_message(e.to_string()))?;
     ev.validate()?;
     Ok(ev)
 }
@@ -528,6 +530,27 @@ mod tests {
             &batch.errors[0][..100]
         );
         assert!(batch.errors[0].len() < 400);
+    }
+
+    #[test]
+    fn decoder_messages_never_echo_a_whole_value() {
+        let mut ev = fixture_events().remove(0);
+        // serde quotes a string where a number belongs.
+        ev["responseStatus"]["code"] = Value::String("7".repeat(1 << 20));
+        let err = parse_event(&ev.to_string()).unwrap_err();
+        assert!(err.contains("invalid type: string"), "{}", &err[..100]);
+        assert!(
+            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            "{}",
+            err.len()
+        );
+        let body = format!("{{\"items\": [{ev}], \"kind\": {}}}", "[".repeat(1 << 20));
+        let err = decode_event_list(body.as_bytes()).err().unwrap();
+        assert!(
+            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            "{}",
+            err.len()
+        );
     }
 
     #[test]
