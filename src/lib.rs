@@ -4,6 +4,7 @@
 //! span cache, diffs, relations, rules) → `export` (OTLP, OTLP/JSON).
 
 pub mod aggregate;
+pub mod bounds;
 pub mod cli;
 pub mod cli_frontend;
 pub mod client_tls;

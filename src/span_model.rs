@@ -155,7 +155,8 @@ pub fn kv_int(key: &str, value: i64) -> KeyValue {
 }
 
 pub fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos() as u64
+    // Saturates (after 2554) rather than wrapping round to 1970.
+    u64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Protobuf fields as kascade writes them (spans here, requests in the

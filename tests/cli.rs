@@ -98,6 +98,79 @@ fn bad_lines_are_reported_with_file_and_line_and_skipped_unless_strict() {
     assert!(String::from_utf8_lossy(&st.stderr).contains("/nonexistent/audit.log"));
 }
 
+/// (trace id, span id) of every span in an OTLP/JSON output file.
+fn span_ids(out: &std::path::Path) -> std::collections::BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(out).unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let req: serde_json::Value = serde_json::from_str(line).unwrap();
+        for rs in req["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    ids.insert((
+                        s["traceId"].as_str().unwrap().to_string(),
+                        s["spanId"].as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    ids
+}
+
+#[test]
+fn a_line_that_is_not_utf8_is_reported_and_skipped_and_the_rest_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = common::fixture_path("deployment", "audit.log");
+    let lines = common::audit_lines("deployment");
+    assert!(lines.len() > 100);
+    // The real log with one line of binary garbage as line 81.
+    let log = dir.path().join("garbage.log");
+    let mut bytes = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if i == 80 {
+            bytes.extend_from_slice(b"{\"kind\":\"Event\",\"auditID\":\"\xff\xfe\xc3\x28\"}\n");
+        }
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+    }
+    std::fs::write(&log, bytes).unwrap();
+    let replay = |log: &std::path::Path, out: &std::path::Path, strict: bool| {
+        let mut cmd = kascade();
+        cmd.args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!("otlp-json={}", out.display()));
+        if strict {
+            cmd.arg("--strict");
+        }
+        cmd.arg(log).output().unwrap()
+    };
+    let clean_out = dir.path().join("clean.jsonl");
+    let st = replay(&fixture, &clean_out, false);
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+
+    let out = dir.path().join("out.jsonl");
+    let st = replay(&log, &out, false);
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:81: not UTF-8", log.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 malformed lines skipped"), "{stderr}");
+    // Every event, those after the bad line included, became the same spans.
+    assert_eq!(span_ids(&out), span_ids(&clean_out));
+
+    let st = replay(&log, &out, true);
+    assert!(!st.status.success());
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains(&format!("{}:81: not UTF-8", log.display()))
+    );
+}
+
 #[test]
 fn rules_check_accepts_the_shipped_rules_and_names_bad_ones() {
     let st = kascade()

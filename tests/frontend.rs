@@ -18,15 +18,18 @@ use kascade::frontend::assemble::{Limits, Scope};
 use kascade::frontend::display::{Mode, render};
 use kascade::frontend::http::{RedirectState, router};
 use kascade::frontend::offline::store_from_audit_lines;
-use kascade::frontend::proto::{AnyValue, KeyValue, TraceQueryParameters, any_value};
+use kascade::frontend::proto::{
+    AnyValue, FindTracesRequest, GetTraceParams, GetTracesRequest, KeyValue, TraceQueryParameters,
+    any_value,
+};
 use kascade::frontend::raw::{
     JaegerHttp, MemoryStore, RawStore, TimeRange, from_nanos, parse_hex_trace_id, string_attr,
 };
-use kascade::frontend::service::parse_query;
+use kascade::frontend::service::{JaegerStorage, parse_query};
 use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, FrontendError, SearchQuery};
 use kascade::model::Windowing;
 use kascade::source::audit::AuditFilter;
-use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::{Span, TracesData};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -717,4 +720,249 @@ async fn a_service_links_to_the_pods_its_selector_picks_and_its_endpointslices()
                 && l.other.name == "web"
                 && l.class == "selector")
     );
+}
+
+#[tokio::test]
+async fn redirect_refuses_times_and_names_beyond_bounds_with_short_400s() {
+    let (f, _) = frontend("deployment").await;
+    let app = router(Arc::new(RedirectState {
+        frontend: f,
+        ui_url: "http://ui.example:16686".into(),
+        default_cluster: CLUSTER.into(),
+    }));
+    // URIs stop at 64 KiB (the http crate), so values stop short of that.
+    let huge = "n".repeat(60_000);
+    let nines = "9".repeat(60_000);
+    let base = "/redirect?resource=deployments&namespace=default";
+    for (query, needle) in [
+        // Panicked: Duration::from_secs_f64 overflow.
+        (format!("{base}&name=hello&time=1e30"), "time \"1e30\""),
+        (format!("{base}&name=hello&time=1e19"), "after 9999-12-31"),
+        (format!("{base}&name=hello&time=inf"), "finite"),
+        (format!("{base}&name={huge}"), "name \"nnnn"),
+        (format!("{base}&name=hello&cluster={huge}"), "cluster name"),
+        (
+            format!(
+                "/redirect?resource=pods&name=x&namespace={}",
+                "s".repeat(64)
+            ),
+            "namespace",
+        ),
+        (format!("{base}&name=hello&mode={huge}"), "display mode"),
+        (format!("{base}&name=hello&time={nines}"), "(60000 bytes)"),
+    ] {
+        let resp = app
+            .clone()
+            .oneshot(Request::get(&query).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let short = &query[..query.len().min(120)];
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{short}");
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 22)
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(needle), "{short}: {body}");
+        assert!(body.len() < 600, "{short}: {} bytes echoed", body.len());
+    }
+}
+
+/// The frontend's gRPC services on a loopback port, as Jaeger query reaches
+/// them, and a channel to it.
+async fn grpc_frontend(f: Arc<Frontend<MemoryStore>>) -> tonic::transport::Channel {
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = incoming.local_addr().unwrap();
+    let (traces, deps) = JaegerStorage::new(f).servers();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(traces)
+            .add_service(deps)
+            .serve_with_incoming(incoming),
+    );
+    // The listener is bound already: connecting needs no wait.
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// FindTraces over the wire (the crate builds no gRPC client: the generic one).
+async fn find_traces(
+    channel: &tonic::transport::Channel,
+    query: TraceQueryParameters,
+) -> Result<usize, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(e.to_string()))?;
+    let resp = grpc
+        .server_streaming(
+            tonic::Request::new(FindTracesRequest { query: Some(query) }),
+            tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/jaeger.storage.v2.TraceReader/FindTraces",
+            ),
+            tonic_prost::ProstCodec::<FindTracesRequest, TracesData>::default(),
+        )
+        .await?;
+    let mut stream = resp.into_inner();
+    let mut n = 0;
+    while stream.message().await?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn ts(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {
+    Some(prost_types::Timestamp { seconds, nanos })
+}
+
+#[tokio::test]
+async fn grpc_searches_beyond_bounds_get_invalid_argument_with_a_short_message() {
+    let (f, range) = frontend("deployment").await;
+    let channel = grpc_frontend(f).await;
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    };
+    let good = TraceQueryParameters {
+        attributes: vec![kv("name", "hello"), kv("resource", "deployments")],
+        start_time_min: ts(secs(range.start), 0),
+        start_time_max: ts(secs(range.end) + 1, 0),
+        ..Default::default()
+    };
+    assert_eq!(find_traces(&channel, good.clone()).await.unwrap(), 1);
+    // Jaeger sends Go's zero time (year 1) for an open bound: not an error.
+    let open = TraceQueryParameters {
+        start_time_min: ts(-62_135_596_800, 0),
+        ..good.clone()
+    };
+    assert_eq!(find_traces(&channel, open).await.unwrap(), 1);
+
+    let huge = "n".repeat(1 << 20);
+    let cases: Vec<(TraceQueryParameters, &str)> = vec![
+        // Panicked: overflow adding the duration to the epoch.
+        (
+            TraceQueryParameters {
+                start_time_max: ts(i64::MAX, 1_500_000_000),
+                ..good.clone()
+            },
+            "start_time_max: nanos 1500000000",
+        ),
+        // Was searched as if the year 292 billion could hold spans.
+        (
+            TraceQueryParameters {
+                start_time_max: ts(i64::MAX, 0),
+                ..good.clone()
+            },
+            "start_time_max: 9223372036854775807 s since the epoch is after 9999-12-31",
+        ),
+        (
+            TraceQueryParameters {
+                start_time_max: ts(i64::MAX, 999_999_999),
+                start_time_min: ts(i64::MAX, 0),
+                ..good.clone()
+            },
+            "after 9999-12-31",
+        ),
+        (
+            TraceQueryParameters {
+                start_time_min: ts(0, -1),
+                ..good.clone()
+            },
+            "start_time_min: nanos -1",
+        ),
+        // A 1 MiB value echoed whole made a status too large to send.
+        (
+            TraceQueryParameters {
+                attributes: vec![kv("name", &huge)],
+                ..good.clone()
+            },
+            "(1048576 bytes)",
+        ),
+        (
+            TraceQueryParameters {
+                attributes: vec![kv(&huge, "x")],
+                ..good.clone()
+            },
+            "unknown tag",
+        ),
+        (
+            TraceQueryParameters {
+                service_name: huge.clone(),
+                ..good.clone()
+            },
+            "display mode",
+        ),
+        (
+            TraceQueryParameters {
+                operation_name: huge.clone(),
+                ..good.clone()
+            },
+            "cluster name",
+        ),
+        (
+            TraceQueryParameters {
+                attributes: vec![kv("namespace", &"s".repeat(64))],
+                ..good.clone()
+            },
+            "64 bytes, longer than the 63 allowed",
+        ),
+        (
+            TraceQueryParameters {
+                attributes: vec![kv("name", "a"); 33],
+                ..good.clone()
+            },
+            "33 tags",
+        ),
+    ];
+    for (query, needle) in cases {
+        let err = find_traces(&channel, query).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            tonic::Code::InvalidArgument,
+            "{needle}: {}",
+            &err.message()[..err.message().len().min(300)]
+        );
+        assert!(
+            err.message().contains(needle),
+            "{needle}: {}",
+            err.message()
+        );
+        assert!(
+            err.message().len() < 2200,
+            "{needle}: {}",
+            err.message().len()
+        );
+    }
+    // The server is still there.
+    assert_eq!(find_traces(&channel, good).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn get_traces_bounds_the_ids_per_request() {
+    use kascade::frontend::proto::trace_reader_server::TraceReader;
+    let (f, _) = frontend("deployment").await;
+    let storage = JaegerStorage::new(f);
+    let ids = |n: usize| GetTracesRequest {
+        query: (0..n)
+            .map(|i| GetTraceParams {
+                trace_id: vec![i as u8; 16],
+                ..Default::default()
+            })
+            .collect(),
+    };
+    assert!(
+        storage
+            .get_traces(tonic::Request::new(ids(100)))
+            .await
+            .is_ok()
+    );
+    let err = storage
+        .get_traces(tonic::Request::new(ids(101)))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("101 trace ids"), "{}", err.message());
 }

@@ -87,6 +87,21 @@ impl K8sEvent {
             name: text(involved, "/name")?,
             uid: text(involved, "/uid").unwrap_or_default(),
         };
+        // A name beyond Kubernetes' bounds names no object that can exist
+        // (a forged Event): no object span is made up for it.
+        use crate::bounds::{MAX_NAME_BYTES, MAX_NAMESPACE_BYTES};
+        if [
+            &involved.api_version,
+            &involved.kind,
+            &involved.name,
+            &involved.uid,
+        ]
+        .iter()
+        .any(|f| f.len() > MAX_NAME_BYTES)
+            || involved.namespace.len() > MAX_NAMESPACE_BYTES
+        {
+            return None;
+        }
         let count = ["/count", "/series/count", "/deprecatedCount"]
             .iter()
             .find_map(|p| obj.pointer(p).and_then(Value::as_i64).filter(|c| *c > 0))
@@ -153,5 +168,16 @@ mod tests {
         // A merge patch body: no involved object.
         let patch = serde_json::json!({"count": 3, "lastTimestamp": "2026-01-01T00:00:00Z"});
         assert!(K8sEvent::from_object(&patch).is_none());
+    }
+
+    #[test]
+    fn an_involved_object_beyond_name_bounds_is_none() {
+        let event = |name: &str, namespace: &str| {
+            serde_json::json!({"kind": "Event", "apiVersion": "v1", "reason": "Started",
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": namespace, "name": name}})
+        };
+        assert!(K8sEvent::from_object(&event(&"p".repeat(253), "default")).is_some());
+        assert!(K8sEvent::from_object(&event(&"p".repeat(5 << 20), "default")).is_none());
+        assert!(K8sEvent::from_object(&event("p", &"n".repeat(64))).is_none());
     }
 }

@@ -4,6 +4,23 @@
 //! The marker carries a short keyed hash so a user can still see *that* a value
 //! changed. The key is random per process, so the hash of a weak secret cannot
 //! be brute-forced offline from exported spans.
+//!
+//! What is redacted, in every object (audit request/response objects that
+//! become states, list-watch objects):
+//! - Secrets: every value of `data` and `stringData`;
+//! - every leaf whose path matches `--redact-paths` (by default env values
+//!   whose names look like credentials). List items are also matched by
+//!   their `name` where diffs label them by index (duplicate env names), so
+//!   a duplicated `API_TOKEN` is still found;
+//! - annotations holding a copy of the object (`last-applied-configuration`
+//!   and the like, or any annotation whose value is a JSON object with
+//!   `apiVersion`/`kind`): parsed and redacted by the same rules, Secret
+//!   rules included for a copy of a Secret; a known copy annotation that does
+//!   not parse is replaced by a marker as a whole.
+//!
+//! Not covered (documented in README): credentials in container `args` or
+//! `command`, in ConfigMaps, or in env vars whose names do not say what they
+//! hold (add a `--redact-paths` pattern for those).
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -11,12 +28,26 @@ use regex::Regex;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::diff::push_field;
+use super::diff::{list_item_key, push_field, push_item_label};
 
 pub const MARKER_PREFIX: &str = "<redacted:";
 
 /// Annotation that holds a client-side applied copy of the whole object.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Annotations in which tools keep a copy of the object as applied. One that
+/// cannot be read as a JSON object is replaced whole.
+const COPY_ANNOTATIONS: &[&str] = &[
+    LAST_APPLIED,
+    // kapp keeps the original manifest.
+    "kapp.k14s.io/original",
+    // Rancher/k3s keep it gzipped and base64-encoded: never readable here.
+    "objectset.rio.cattle.io/applied",
+];
+
+/// Copies nested in copies (an annotation of a copy) deeper than this are
+/// replaced whole rather than parsed again.
+const MAX_COPY_DEPTH: u32 = 4;
 
 /// Default extra redaction: env var values whose names look like credentials.
 pub const DEFAULT_REDACT_PATHS: &str =
@@ -26,6 +57,17 @@ pub const DEFAULT_REDACT_PATHS: &str =
 pub struct Redactor {
     paths: Option<Regex>,
     seed: u64,
+}
+
+/// What reading an annotation as a copy of an object found.
+enum Copy {
+    /// Not a copy, or a copy with nothing to redact: left as it is.
+    Unchanged,
+    /// A copy with redacted values, serialised again.
+    Redacted(String),
+    /// Must not be shown: a known copy annotation that is not a JSON object,
+    /// or copies nested too deep.
+    Hidden,
 }
 
 impl Redactor {
@@ -47,62 +89,188 @@ impl Redactor {
 
     /// Redacts `obj` in place, an object of `group`/`resource`.
     pub fn redact(&self, group: &str, resource: &str, obj: &mut Value) {
-        if group.is_empty() && resource == "secrets" {
-            self.redact_secret(obj);
-        }
-        if let Some(re) = &self.paths {
-            let mut path = String::new();
-            self.redact_paths(re, obj, &mut path);
-        }
+        let secret = (group.is_empty() && resource == "secrets") || is_secret_kind(obj);
+        self.redact_object(secret, obj, 0);
     }
 
-    fn redact_secret(&self, obj: &mut Value) {
+    /// Redacts an object (or a copy of one found in an annotation, at
+    /// `depth`); whether anything was replaced.
+    fn redact_object(&self, secret: bool, obj: &mut Value, depth: u32) -> bool {
+        let mut changed = false;
+        if secret {
+            changed |= self.redact_secret(obj);
+        }
+        changed |= self.redact_copies(secret, obj, depth);
+        if let Some(re) = &self.paths {
+            changed |= self.redact_paths(re, obj, &mut String::new(), None);
+        }
+        changed
+    }
+
+    fn redact_secret(&self, obj: &mut Value) -> bool {
+        let mut changed = false;
         for field in ["data", "stringData"] {
-            if let Some(Value::Object(map)) = obj.get_mut(field) {
-                for v in map.values_mut() {
-                    *v = self.marker(v);
+            match obj.get_mut(field) {
+                Some(Value::Object(map)) => {
+                    for v in map.values_mut() {
+                        *v = self.marker(v);
+                        changed = true;
+                    }
+                }
+                None | Some(Value::Null) => {}
+                // Not a map (the apiserver would refuse it): hidden whole.
+                Some(other) => {
+                    *other = self.marker(other);
+                    changed = true;
                 }
             }
         }
-        if let Some(v) = obj
+        changed
+    }
+
+    /// Redacts the annotations that hold a copy of the object.
+    fn redact_copies(&self, secret: bool, obj: &mut Value, depth: u32) -> bool {
+        let Some(annotations) = obj
             .pointer_mut("/metadata/annotations")
             .and_then(Value::as_object_mut)
-            .and_then(|a| a.get_mut(LAST_APPLIED))
-        {
-            *v = self.marker(v);
+        else {
+            return false;
+        };
+        let mut changed = false;
+        for (key, v) in annotations.iter_mut() {
+            let known = COPY_ANNOTATIONS.contains(&key.as_str());
+            let found = match v {
+                Value::String(text) if known || text.trim_start().starts_with('{') => {
+                    self.redact_copy(secret, text, known, depth)
+                }
+                Value::String(_) | Value::Null => Copy::Unchanged,
+                // Annotations are strings: anything else is not shown.
+                _ => Copy::Hidden,
+            };
+            match found {
+                Copy::Unchanged => {}
+                Copy::Redacted(text) => {
+                    *v = Value::String(text);
+                    changed = true;
+                }
+                Copy::Hidden => {
+                    *v = self.marker(v);
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+
+    /// `text` read as a copy of an object: redacted like the object (by the
+    /// Secret rules too when either is a Secret). `known`: the annotation is
+    /// one that holds copies, so what cannot be read is hidden.
+    fn redact_copy(&self, secret: bool, text: &str, known: bool, depth: u32) -> Copy {
+        let parsed = serde_json::from_str::<Value>(text);
+        let is_copy = |v: &Value| {
+            v.is_object()
+                && (known
+                    || v.get("kind").is_some_and(Value::is_string)
+                    || v.get("apiVersion").is_some_and(Value::is_string))
+        };
+        match parsed {
+            Ok(mut copy) if is_copy(&copy) => {
+                if depth >= MAX_COPY_DEPTH {
+                    return Copy::Hidden;
+                }
+                let secret = secret || is_secret_kind(&copy);
+                if !self.redact_object(secret, &mut copy, depth + 1) {
+                    return Copy::Unchanged;
+                }
+                match serde_json::to_string(&copy) {
+                    Ok(s) => Copy::Redacted(s),
+                    Err(_) => Copy::Hidden,
+                }
+            }
+            _ if known => Copy::Hidden,
+            // Some other JSON annotation (e.g. `kascade.io/link`).
+            _ => Copy::Unchanged,
         }
     }
 
-    fn redact_paths(&self, re: &Regex, v: &mut Value, path: &mut String) {
+    /// Redacts the leaves of `v` whose path matches `re`. `path` is the path
+    /// as diffs spell it. `by_name`, once it differs from `path`, is the same
+    /// path with list items labelled by their `name` field even where diffs
+    /// label them otherwise (duplicate env names fall back to indices): a
+    /// leaf is redacted when either matches, so an env var is judged by its
+    /// own name whatever its list looks like.
+    fn redact_paths(
+        &self,
+        re: &Regex,
+        v: &mut Value,
+        path: &mut String,
+        mut by_name: Option<&mut String>,
+    ) -> bool {
+        let mut changed = false;
         match v {
             Value::Object(map) => {
                 for (k, child) in map.iter_mut() {
                     let len = path.len();
                     push_field(path, k);
-                    self.redact_paths(re, child, path);
+                    match by_name.as_deref_mut() {
+                        Some(alt) => {
+                            let alt_len = alt.len();
+                            push_field(alt, k);
+                            changed |= self.redact_paths(re, child, path, Some(&mut *alt));
+                            alt.truncate(alt_len);
+                        }
+                        None => changed |= self.redact_paths(re, child, path, None),
+                    }
                     path.truncate(len);
                 }
             }
             Value::Array(items) => {
                 // Same item naming as diffs, so patterns match diff paths.
-                let key = super::diff::list_item_key(items);
+                let key = list_item_key(items);
                 for (i, child) in items.iter_mut().enumerate() {
+                    let named =
+                        key != Some("name") && matches!(child.get("name"), Some(Value::String(_)));
+                    let name_key = if named { Some("name") } else { key };
                     let len = path.len();
-                    super::diff::push_item_label(path, child, key, i);
-                    self.redact_paths(re, child, path);
+                    match by_name.as_deref_mut() {
+                        Some(alt) => {
+                            let alt_len = alt.len();
+                            push_item_label(alt, child, name_key, i);
+                            push_item_label(path, child, key, i);
+                            changed |= self.redact_paths(re, child, path, Some(&mut *alt));
+                            alt.truncate(alt_len);
+                        }
+                        None if named => {
+                            let mut alt = path.clone();
+                            push_item_label(&mut alt, child, name_key, i);
+                            push_item_label(path, child, key, i);
+                            changed |= self.redact_paths(re, child, path, Some(&mut alt));
+                        }
+                        None => {
+                            push_item_label(path, child, key, i);
+                            changed |= self.redact_paths(re, child, path, None);
+                        }
+                    }
                     path.truncate(len);
                 }
             }
             Value::Null => {}
             leaf => {
-                if re.is_match(path) {
+                if re.is_match(path) || by_name.is_some_and(|alt| re.is_match(alt)) {
                     *leaf = self.marker(leaf);
+                    changed = true;
                 }
             }
         }
+        changed
     }
 }
 
+/// A core/v1 Secret by its own `apiVersion`/`kind`.
+fn is_secret_kind(obj: &Value) -> bool {
+    obj.get("kind").and_then(Value::as_str) == Some("Secret")
+        && obj.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +312,120 @@ mod tests {
         let mut cm = json!({"data": {"k": "v"}});
         r.redact("", "configmaps", &mut cm);
         assert_eq!(cm["data"]["k"], "v");
+    }
+
+    fn default_redactor() -> Redactor {
+        Redactor::new(Some(Regex::new(DEFAULT_REDACT_PATHS).unwrap()))
+    }
+
+    fn is_marker(v: &Value) -> bool {
+        v.as_str().is_some_and(|s| s.starts_with(MARKER_PREFIX))
+    }
+
+    #[test]
+    fn duplicate_env_names_are_redacted_by_name_although_diffs_use_indices() {
+        let r = default_redactor();
+        let mut pod = json!({"spec": {"containers": [{"name": "app", "env": [
+            {"name": "API_TOKEN", "value": "t1"},
+            {"name": "MODE", "value": "fast"},
+            {"name": "API_TOKEN", "value": "t2"}]}]}});
+        // Precondition: the diff labels these items by index.
+        let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+        assert_eq!(list_item_key(env), None);
+        r.redact("", "pods", &mut pod);
+        let env = &pod["spec"]["containers"][0]["env"];
+        assert!(is_marker(&env[0]["value"]), "{env}");
+        assert!(is_marker(&env[2]["value"]), "{env}");
+        assert_eq!(env[1]["value"], "fast");
+        assert_eq!(env[0]["name"], "API_TOKEN", "names stay readable");
+    }
+
+    #[test]
+    fn patterns_written_against_diff_paths_still_match() {
+        // A user pattern naming an index label (items without names).
+        let r = Redactor::new(Some(Regex::new(r"^spec\.args\[1\]$").unwrap()));
+        let mut obj = json!({"spec": {"args": ["--user=a", "--password=b"]}});
+        r.redact("example.com", "things", &mut obj);
+        assert_eq!(obj["spec"]["args"][0], "--user=a");
+        assert!(is_marker(&obj["spec"]["args"][1]));
+    }
+
+    #[test]
+    fn last_applied_of_any_object_is_redacted_like_the_object() {
+        let r = default_redactor();
+        let applied = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx",
+                "env": [{"name": "DB_PASSWORD", "value": "hunter2"}]}]}}}});
+        let mut deploy = json!({"metadata": {"name": "web", "annotations": {
+            LAST_APPLIED: format!("{applied}\n"),
+            "kascade.io/link": "{\"resource\":\"services\",\"name\":\"web\"}"}}});
+        r.redact("apps", "deployments", &mut deploy);
+        let text = deploy.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        let annotations = &deploy["metadata"]["annotations"];
+        let copy: Value =
+            serde_json::from_str(annotations[LAST_APPLIED].as_str().unwrap()).unwrap();
+        let env = &copy["spec"]["template"]["spec"]["containers"][0]["env"][0];
+        assert!(is_marker(&env["value"]), "{copy}");
+        assert_eq!(
+            copy["spec"]["template"]["spec"]["containers"][0]["image"],
+            "nginx"
+        );
+        // Other JSON annotations that are not object copies are left as written.
+        assert_eq!(
+            annotations["kascade.io/link"],
+            "{\"resource\":\"services\",\"name\":\"web\"}"
+        );
+    }
+
+    #[test]
+    fn copies_without_credentials_are_kept_byte_for_byte() {
+        let r = default_redactor();
+        let text = "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\", \"data\":{\"k\":\"v\"}}\n";
+        let mut cm = json!({"metadata": {"annotations": {LAST_APPLIED: text}}});
+        r.redact("", "configmaps", &mut cm);
+        assert_eq!(cm["metadata"]["annotations"][LAST_APPLIED], text);
+    }
+
+    #[test]
+    fn unreadable_or_too_deep_copies_are_hidden_whole() {
+        let r = default_redactor();
+        let mut pod = json!({"metadata": {"annotations": {
+            LAST_APPLIED: "{\"spec\":{\"containers\":[{\"env\":[{\"name\":\"TOKEN\",\"value\":\"cut",
+            "objectset.rio.cattle.io/applied": "H4sIAAAAAAAA/6pWKkktLlGyUlAqS8wpTVWqBQQAAP//",
+        }}});
+        r.redact("", "pods", &mut pod);
+        let annotations = &pod["metadata"]["annotations"];
+        assert!(is_marker(&annotations[LAST_APPLIED]));
+        assert!(is_marker(&annotations["objectset.rio.cattle.io/applied"]));
+
+        // A copy inside a copy inside a copy…: hidden below MAX_COPY_DEPTH.
+        let mut nested = json!({"apiVersion": "v1", "kind": "Secret", "data": {"k": "deep"}});
+        for _ in 0..=MAX_COPY_DEPTH {
+            nested = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"annotations": {LAST_APPLIED: nested.to_string()}}});
+        }
+        r.redact("", "configmaps", &mut nested);
+        assert!(!nested.to_string().contains("deep"), "{nested}");
+    }
+
+    #[test]
+    fn a_copy_of_a_secret_is_redacted_by_the_secret_rules_wherever_it_sits() {
+        let r = Redactor::new(None);
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"p": "hunter2"}});
+        let mut cm = json!({"metadata": {"annotations": {
+            "tool.example.com/original": secret.to_string()}}});
+        r.redact("", "configmaps", &mut cm);
+        let text = cm.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("stringData"),
+            "the copy is kept, redacted: {text}"
+        );
+        // Secret data that is not a map is hidden whole.
+        let mut odd = json!({"data": "aHVudGVyMg=="});
+        r.redact("", "secrets", &mut odd);
+        assert!(is_marker(&odd["data"]));
     }
 }

@@ -227,7 +227,14 @@ pub fn all_relations(
     rules.relations(obj, state, &mut by_rules);
     out.extend(by_rules.into_iter().map(|r| (r, String::new())));
     let mut seen = std::collections::HashSet::new();
-    out.retain(|(r, _)| r.target != *obj && seen.insert(r.clone()));
+    out.retain(|(r, _)| {
+        if !crate::bounds::object_within_bounds(&r.target) {
+            // Named in a forged object: no span is made up for it.
+            tracing::debug!(object = %crate::bounds::quote(&obj.key()), "relation to a name beyond Kubernetes' bounds ignored");
+            return false;
+        }
+        r.target != *obj && seen.insert(r.clone())
+    });
     out
 }
 
@@ -235,6 +242,17 @@ pub fn all_relations(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn relations_to_names_beyond_bounds_are_ignored() {
+        let pod = ObjectRef::new("c", "", "pods", "default", "p");
+        let state = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r".repeat(254), "uid": "u1"},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r".repeat(253), "uid": "u2"}]}});
+        let rels = all_relations(&pod, &state, &KindRegistry::default(), &RuleSet::default());
+        assert_eq!(rels.len(), 1);
+        assert_eq!(rels[0].1, "u2");
+    }
 
     #[test]
     fn owner_refs_become_parent_relations() {

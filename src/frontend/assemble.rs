@@ -67,7 +67,10 @@ impl FromStr for Scope {
             .into_iter()
             .find(|x| x.name() == s)
             .ok_or_else(|| {
-                format!("unknown scope {s:?} (expected full, ancestors, descendants or object)")
+                format!(
+                    "unknown scope {} (expected full, ancestors, descendants or object)",
+                    crate::bounds::quote(s)
+                )
             })
     }
 }

@@ -65,7 +65,10 @@ impl FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown display mode {s:?} (expected tracing, tree, timeline or grouped)")
+                format!(
+                    "unknown display mode {} (expected tracing, tree, timeline or grouped)",
+                    crate::bounds::quote(s)
+                )
             })
     }
 }

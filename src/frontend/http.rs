@@ -15,6 +15,7 @@ use super::Frontend;
 use super::assemble::Scope;
 use super::display::Mode;
 use super::raw::{RawStore, hex_trace_id};
+use crate::bounds::{check_len, clip_message, max_name_bytes, quote};
 use crate::model::ObjectRef;
 
 pub struct RedirectState<S> {
@@ -39,18 +40,54 @@ pub struct RedirectParams {
 }
 
 fn bad(msg: String) -> Response {
-    (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
+    (StatusCode::BAD_REQUEST, format!("{}\n", clip_message(msg))).into_response()
 }
 
+/// The latest time accepted: RFC 3339's last second, 9999-12-31T23:59:59Z
+/// (assembled ids count minutes in 32 bits, which lasts until year 10135).
+pub const MAX_TIME_SECS: u64 = 253_402_300_799;
+
+/// A time from a request: RFC 3339, or seconds since the epoch, between
+/// the epoch and [`MAX_TIME_SECS`].
 pub fn parse_time(s: &str) -> Result<SystemTime, String> {
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(UNIX_EPOCH + Duration::from_secs_f64(secs));
-        }
-        return Err(format!("time {s:?}: must not be negative"));
+    // Longer than any RFC 3339 time or number of seconds worth writing.
+    if s.len() > 64 {
+        return Err(format!(
+            "time {}: expected RFC 3339 or seconds since the epoch",
+            quote(s)
+        ));
     }
-    humantime::parse_rfc3339_weak(s)
-        .map_err(|e| format!("time {s:?}: expected RFC 3339 or seconds since the epoch ({e})"))
+    if let Ok(secs) = s.parse::<f64>() {
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!(
+                "time {}: must be a finite, non-negative number of seconds",
+                quote(s)
+            ));
+        }
+        if secs > MAX_TIME_SECS as f64 {
+            return Err(format!(
+                "time {}: after 9999-12-31T23:59:59Z, the latest time kascade accepts",
+                quote(s)
+            ));
+        }
+        return UNIX_EPOCH
+            .checked_add(Duration::from_secs_f64(secs))
+            .ok_or_else(|| format!("time {}: out of range", quote(s)));
+    }
+    humantime::parse_rfc3339_weak(s).map_err(|e| {
+        format!(
+            "time {}: expected RFC 3339 or seconds since the epoch ({e})",
+            quote(s)
+        )
+    })
+}
+
+/// The object fields of a redirect within Kubernetes' bounds.
+fn check_object_fields(fields: &[(&str, &str)]) -> Result<(), String> {
+    for (field, value) in fields {
+        check_len(field, value, max_name_bytes(field))?;
+    }
+    Ok(())
 }
 
 async fn redirect<S: RawStore>(
@@ -78,6 +115,19 @@ async fn redirect<S: RawStore>(
         Ok(s) => s.unwrap_or(st.frontend.config().default_scope),
         Err(e) => return bad(format!("scope: {e}")),
     };
+    if let Err(e) = check_object_fields(&[
+        ("group", p.group.as_deref().unwrap_or("")),
+        ("resource", &resource),
+        ("namespace", p.namespace.as_deref().unwrap_or("")),
+        ("name", &name),
+    ]) {
+        return bad(e);
+    }
+    if let Some(c) = p.cluster.as_deref().filter(|c| !c.is_empty())
+        && let Err(e) = crate::source::validate_cluster_name(c)
+    {
+        return bad(e);
+    }
     let group = p.group.unwrap_or_default();
     let group = if group == "core" {
         String::new()
@@ -117,7 +167,7 @@ async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Respon
             .into_response(),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode metrics: {e}"),
+            clip_message(format!("cannot encode metrics: {e}")),
         )
             .into_response(),
     }
@@ -131,4 +181,40 @@ pub fn router<S: RawStore>(state: Arc<RedirectState<S>>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_beyond_range_are_errors_not_panics() {
+        for bad in [
+            "1e30",
+            "1e19",
+            "1.8446744073709552e19",
+            "inf",
+            "NaN",
+            "-1",
+            "253402300800",
+        ] {
+            let e = parse_time(bad).unwrap_err();
+            assert!(e.starts_with(&format!("time {bad:?}")), "{bad}: {e}");
+        }
+        let long = "9".repeat(1 << 20);
+        let e = parse_time(&long).unwrap_err();
+        assert!(e.len() < 400 && e.contains("1048576 bytes"), "{}", &e[..80]);
+        assert_eq!(
+            parse_time("253402300799").unwrap(),
+            UNIX_EPOCH + Duration::from_secs(MAX_TIME_SECS)
+        );
+        assert_eq!(
+            parse_time("9999-12-31T23:59:59Z").unwrap(),
+            UNIX_EPOCH + Duration::from_secs(MAX_TIME_SECS)
+        );
+        assert_eq!(
+            parse_time("1.5").unwrap(),
+            UNIX_EPOCH + Duration::from_millis(1500)
+        );
+    }
 }

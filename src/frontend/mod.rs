@@ -32,6 +32,20 @@ use trace_id::AssembledId;
 /// Search tags users can type (Kelemetry-compatible), plus `scope`.
 pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace", "name"];
 
+/// A search tag's value within Kubernetes' bounds (names and resources 253
+/// bytes, namespaces 63; cluster names as the collector accepts them).
+pub fn check_tag(key: &str, value: &str) -> Result<(), String> {
+    if key == "cluster" && !value.is_empty() {
+        return crate::source::validate_cluster_name(value)
+            .map_err(|e| format!("tag \"cluster\": {e}"));
+    }
+    crate::bounds::check_len(
+        &format!("tag {key:?}"),
+        value,
+        crate::bounds::max_name_bytes(key),
+    )
+}
+
 #[derive(Clone, Debug)]
 pub struct FrontendConfig {
     /// Must equal the collector's `--window`.
@@ -159,20 +173,22 @@ impl<S: RawStore> Frontend<S> {
             self.windowing.window_start(to.max(from)),
         );
         (0..255u64)
-            .map(|i| a + i * self.width())
+            .map(|i| a.saturating_add(i * self.width()))
             .take_while(|w| *w <= b)
             .collect()
     }
 
     /// Finds the objects matching the query and assembles one trace each.
     pub async fn search(&self, q: &SearchQuery) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
-        for (k, _) in &q.tags {
+        for (k, v) in &q.tags {
             if !SEARCH_TAGS.contains(&k.as_str()) {
                 return Err(FrontendError::InvalidArgument(format!(
-                    "unknown tag {k:?}: search by {} (and scope)",
+                    "unknown tag {}: search by {} (and scope)",
+                    crate::bounds::quote(k),
                     SEARCH_TAGS.join(", ")
                 )));
             }
+            check_tag(k, v).map_err(FrontendError::InvalidArgument)?;
         }
         let range_windows = self.windows_between(q.range.start, q.range.end);
         let raw_ids = self

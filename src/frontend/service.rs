@@ -15,6 +15,7 @@ use opentelemetry_proto::tonic::trace::v1::TracesData;
 use tonic::{Request, Response, Status};
 
 use super::display::Mode;
+use super::http::MAX_TIME_SECS;
 use super::proto::dependency_reader_server::{DependencyReader, DependencyReaderServer};
 use super::proto::trace_reader_server::{TraceReader, TraceReaderServer};
 use super::proto::{
@@ -24,6 +25,7 @@ use super::proto::{
 };
 use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
+use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
 use crate::metrics::FrontendMetrics;
 
@@ -70,21 +72,53 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 }
 
+/// An InvalidArgument whose message is clipped to fit a gRPC status (a
+/// message too large for the trailers leaves the client with no status).
+fn invalid(msg: impl Into<String>) -> Status {
+    Status::invalid_argument(clip_message(msg.into()))
+}
+
 fn to_status(e: FrontendError) -> Status {
     match e {
-        FrontendError::InvalidArgument(m) => Status::invalid_argument(m),
+        FrontendError::InvalidArgument(m) => invalid(m),
         FrontendError::Raw(r) => {
             tracing::warn!(error = %r, "raw read failed");
-            Status::unavailable(r.to_string())
+            Status::unavailable(clip_message(r.to_string()))
         }
     }
 }
 
-fn timestamp(t: &Option<prost_types::Timestamp>) -> Option<SystemTime> {
-    t.as_ref().and_then(|t| {
-        let secs = u64::try_from(t.seconds).ok()?;
-        Some(UNIX_EPOCH + Duration::new(secs, u32::try_from(t.nanos).unwrap_or(0)))
-    })
+/// Trace ids asked for in one GetTraces (the UI asks for one or two).
+pub const MAX_TRACES_PER_GET: usize = 100;
+/// Tags in one search (there are six distinct ones).
+pub const MAX_SEARCH_TAGS: usize = 32;
+
+/// A time of a query. `None` when absent or before the epoch: Jaeger sends
+/// Go's zero time (year 1) for a bound the user left open. Times beyond
+/// [`MAX_TIME_SECS`] and malformed nanoseconds are InvalidArgument.
+fn timestamp(
+    field: &str,
+    t: &Option<prost_types::Timestamp>,
+) -> Result<Option<SystemTime>, Status> {
+    let Some(t) = t else {
+        return Ok(None);
+    };
+    let nanos = u32::try_from(t.nanos)
+        .ok()
+        .filter(|n| *n < 1_000_000_000)
+        .ok_or_else(|| invalid(format!("{field}: nanos {} not in 0..1e9", t.nanos)))?;
+    let Ok(secs) = u64::try_from(t.seconds) else {
+        return Ok(None);
+    };
+    if secs > MAX_TIME_SECS {
+        return Err(invalid(format!(
+            "{field}: {secs} s since the epoch is after 9999-12-31T23:59:59Z, the latest time kascade accepts"
+        )));
+    }
+    UNIX_EPOCH
+        .checked_add(Duration::new(secs, nanos))
+        .map(Some)
+        .ok_or_else(|| invalid(format!("{field}: {secs} s is out of range")))
 }
 
 /// The UI's search as a [`SearchQuery`]; bad input is an InvalidArgument
@@ -93,14 +127,20 @@ pub fn parse_query(
     q: Option<TraceQueryParameters>,
     default_scope: Scope,
 ) -> Result<SearchQuery, Status> {
-    let q = q.ok_or_else(|| Status::invalid_argument("missing query"))?;
+    let q = q.ok_or_else(|| invalid("missing query"))?;
     let mode = if q.service_name.is_empty() {
         Mode::ALL[0]
     } else {
         q.service_name
             .parse::<Mode>()
-            .map_err(|e| Status::invalid_argument(format!("service: {e}")))?
+            .map_err(|e| invalid(format!("service: {e}")))?
     };
+    if q.attributes.len() > MAX_SEARCH_TAGS {
+        return Err(invalid(format!(
+            "{} tags, more than the {MAX_SEARCH_TAGS} allowed",
+            q.attributes.len()
+        )));
+    }
     let mut scope = default_scope;
     let mut tags = Vec::new();
     for kv in &q.attributes {
@@ -109,9 +149,9 @@ pub fn parse_query(
             Some(any_value::Value::IntValue(i)) => i.to_string(),
             Some(any_value::Value::BoolValue(b)) => b.to_string(),
             _ => {
-                return Err(Status::invalid_argument(format!(
-                    "tag {:?}: expected a string value",
-                    kv.key
+                return Err(invalid(format!(
+                    "tag {}: expected a string value",
+                    quote(&kv.key)
                 )));
             }
         };
@@ -119,9 +159,10 @@ pub fn parse_query(
             "scope" => {
                 scope = value
                     .parse()
-                    .map_err(|e| Status::invalid_argument(format!("tag \"scope\": {e}")))?;
+                    .map_err(|e| invalid(format!("tag \"scope\": {e}")))?;
             }
             k if super::SEARCH_TAGS.contains(&k) => {
+                super::check_tag(k, &value).map_err(invalid)?;
                 // The core API group has no name; accept the usual spellings.
                 let value = if k == "group" && (value == "core" || value == "v1") {
                     String::new()
@@ -131,22 +172,28 @@ pub fn parse_query(
                 tags.push((k.to_string(), value));
             }
             other => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown tag {other:?}: search by {} or scope",
+                return Err(invalid(format!(
+                    "unknown tag {}: search by {} or scope",
+                    quote(other),
                     super::SEARCH_TAGS.join(", ")
                 )));
             }
         }
     }
     if !q.operation_name.is_empty() && !tags.iter().any(|(k, _)| k == "cluster") {
+        super::check_tag("cluster", &q.operation_name)
+            .map_err(|e| invalid(format!("operation: {e}")))?;
         tags.push(("cluster".into(), q.operation_name.clone()));
     }
-    let end = timestamp(&q.start_time_max).unwrap_or_else(SystemTime::now);
-    let start = timestamp(&q.start_time_min).unwrap_or(end - Duration::from_secs(3600));
+    let end = timestamp("start_time_max", &q.start_time_max)?.unwrap_or_else(SystemTime::now);
+    let start = match timestamp("start_time_min", &q.start_time_min)? {
+        Some(t) => t,
+        None => end
+            .checked_sub(Duration::from_secs(3600))
+            .unwrap_or(UNIX_EPOCH),
+    };
     if start > end {
-        return Err(Status::invalid_argument(
-            "start_time_min is after start_time_max",
-        ));
+        return Err(invalid("start_time_min is after start_time_max"));
     }
     let limit = usize::try_from(q.search_depth)
         .ok()
@@ -207,10 +254,19 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         request: Request<GetTracesRequest>,
     ) -> Result<Response<TraceStream>, Status> {
         self.count("GetTraces");
+        let queries = request.into_inner().query;
+        if queries.len() > MAX_TRACES_PER_GET {
+            self.error("GetTraces");
+            return Err(invalid(format!(
+                "{} trace ids in one request, more than the {MAX_TRACES_PER_GET} allowed",
+                queries.len()
+            )));
+        }
         let mut found = Vec::new();
-        for q in request.into_inner().query {
+        for q in queries {
             let Some(id) = trace_id_bytes(&q.trace_id) else {
-                return Err(Status::invalid_argument(format!(
+                self.error("GetTraces");
+                return Err(invalid(format!(
                     "trace_id must be 16 bytes, got {}",
                     q.trace_id.len()
                 )));

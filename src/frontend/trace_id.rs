@@ -58,7 +58,7 @@ impl AssembledId {
     /// Window starts (seconds) of the clip range, for a window width in seconds.
     pub fn window_starts(&self, width: u64) -> Vec<u64> {
         (0..u64::from(self.windows))
-            .map(|i| self.first_window + i * width)
+            .map(|i| self.first_window.saturating_add(i.saturating_mul(width)))
             .collect()
     }
 }

@@ -8,6 +8,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::bounds::clip_message;
 use crate::model::ObjectRef;
 
 pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
@@ -135,6 +136,66 @@ impl AuditEvent {
         if self.audit_id.is_empty() {
             return Err("auditID is empty".into());
         }
+        self.check_sizes()
+    }
+
+    /// Fields beyond what the apiserver can send (Kubernetes names are DNS
+    /// subdomains of at most 253 characters, namespaces labels of 63) are
+    /// forged or corrupt: the event is refused rather than shown.
+    fn check_sizes(&self) -> Result<(), String> {
+        use crate::bounds::{MAX_NAME_BYTES, MAX_NAMESPACE_BYTES, MAX_TEXT_BYTES, check_len};
+        /// Proxies in front of the apiserver add source IPs; no real chain is this long.
+        const MAX_SOURCE_IPS: usize = 64;
+        /// Go's default limit on request headers, the request line included.
+        const MAX_URI_BYTES: usize = 1 << 20;
+        // OTLP counts nanoseconds since the epoch in 64 bits: a time after
+        // 2554 cannot be exported (nor happened yet).
+        let latest = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::MAX);
+        for (field, t) in [
+            ("requestReceivedTimestamp", self.request_received_timestamp),
+            ("stageTimestamp", self.stage_timestamp),
+        ] {
+            if t > latest {
+                return Err(format!(
+                    "{field} {} is after {}, the latest time a span can carry",
+                    humantime::format_rfc3339(t),
+                    humantime::format_rfc3339(latest)
+                ));
+            }
+        }
+        check_len("auditID", &self.audit_id, MAX_NAME_BYTES)?;
+        check_len("stage", &self.stage, MAX_NAME_BYTES)?;
+        check_len("verb", &self.verb, MAX_NAME_BYTES)?;
+        check_len("requestURI", &self.request_uri, MAX_URI_BYTES)?;
+        check_len("user.username", &self.user.username, MAX_TEXT_BYTES)?;
+        if let Some(u) = &self.impersonated_user {
+            check_len("impersonatedUser.username", &u.username, MAX_TEXT_BYTES)?;
+        }
+        check_len("userAgent", &self.user_agent, MAX_TEXT_BYTES)?;
+        if self.source_ips.len() > MAX_SOURCE_IPS {
+            return Err(format!(
+                "sourceIPs has {} entries, more than the {MAX_SOURCE_IPS} allowed",
+                self.source_ips.len()
+            ));
+        }
+        for ip in &self.source_ips {
+            // The longest IPv6 text form is 45 characters.
+            check_len("sourceIPs[]", ip, 64)?;
+        }
+        if let Some(r) = &self.object_ref {
+            check_len("objectRef.name", &r.name, MAX_NAME_BYTES)?;
+            check_len("objectRef.namespace", &r.namespace, MAX_NAMESPACE_BYTES)?;
+            check_len("objectRef.resource", &r.resource, MAX_NAME_BYTES)?;
+            check_len("objectRef.subresource", &r.subresource, MAX_NAME_BYTES)?;
+            check_len("objectRef.apiGroup", &r.api_group, MAX_NAME_BYTES)?;
+            check_len("objectRef.apiVersion", &r.api_version, MAX_NAME_BYTES)?;
+            check_len("objectRef.uid", &r.uid, MAX_NAME_BYTES)?;
+            check_len(
+                "objectRef.resourceVersion",
+                &r.resource_version,
+                MAX_NAME_BYTES,
+            )?;
+        }
         Ok(())
     }
 
@@ -146,16 +207,31 @@ impl AuditEvent {
 
     /// The object this event wrote, with the name taken from the response
     /// when the request used `generateName` (the response is only parsed then).
-    pub fn object(&self, cluster: &str) -> Option<(ObjectRef, String)> {
-        let r = self.object_ref.as_ref()?;
+    /// `Ok(None)` when the event names no object; an error when the name
+    /// taken from the response is beyond Kubernetes' bounds.
+    pub fn object(&self, cluster: &str) -> Result<Option<(ObjectRef, String)>, String> {
+        use crate::bounds::{MAX_NAME_BYTES, check_len};
+        let Some(r) = self.object_ref.as_ref() else {
+            return Ok(None);
+        };
         if r.resource.is_empty() {
-            return None;
+            return Ok(None);
         }
         let mut name = r.name.clone();
         let mut uid = r.uid.clone();
         if name.is_empty()
             && let Some(h) = self.response_head().filter(|h| h.kind != "Status")
         {
+            check_len(
+                "responseObject.metadata.name",
+                &h.metadata.name,
+                MAX_NAME_BYTES,
+            )?;
+            check_len(
+                "responseObject.metadata.uid",
+                &h.metadata.uid,
+                MAX_NAME_BYTES,
+            )?;
             name = h.metadata.name;
             if uid.is_empty() {
                 uid = h.metadata.uid;
@@ -163,12 +239,12 @@ impl AuditEvent {
         }
         if name.is_empty() {
             // deletecollection, or a create that failed before naming.
-            return None;
+            return Ok(None);
         }
-        Some((
+        Ok(Some((
             ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name),
             uid,
-        ))
+        )))
     }
 
     pub fn subresource(&self) -> &str {
@@ -353,8 +429,8 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
         }
         return Ok(DecodedBatch { events, errors });
     }
-    let env: EventListEnvelope =
-        serde_json::from_slice(body).map_err(|e| format!("body is not a JSON EventList: {e}"))?;
+    let env: EventListEnvelope = serde_json::from_slice(body)
+        .map_err(|e| clip_message(format!("body is not a JSON EventList: {e}")))?;
     check_envelope(&env.kind, &env.api_version)?;
     let mut events = Vec::with_capacity(env.items.len());
     let mut errors = Vec::new();
@@ -369,14 +445,142 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
 
 /// Parses one audit event (one line of an audit log file).
 pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
-    let ev: AuditEvent = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    // serde's messages quote wrongly typed strings whole: clipped.
+    let ev: AuditEvent = serde_json::from_str(json).map_err(|e| clip_message(e.to_string()))?;
     ev.validate()?;
     Ok(ev)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_dry_run;
+    use super::*;
+    use serde_json::Value;
+
+    /// Audit events the real control plane wrote (e2e/fixtures).
+    fn fixture_events() -> Vec<Value> {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+    }
+
+    /// A create of an object named by `generateName` (the Pods of a ReplicaSet).
+    fn generated_create() -> Value {
+        fixture_events()
+            .into_iter()
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["name"].as_str().unwrap_or("").is_empty()
+                    && e["responseObject"]["metadata"]["generateName"].is_string()
+            })
+            .expect("the fixture has generateName creates")
+    }
+
+    #[test]
+    fn oversized_fields_make_an_event_malformed_with_a_short_message() {
+        let real = fixture_events()
+            .into_iter()
+            .find(|e| e["objectRef"]["name"].is_string())
+            .unwrap();
+        assert!(parse_event(&real.to_string()).is_ok());
+        let cases = [
+            ("objectRef.name", "/objectRef/name", 254, 253),
+            ("objectRef.namespace", "/objectRef/namespace", 64, 63),
+            ("objectRef.resource", "/objectRef/resource", 5 << 20, 253),
+            ("userAgent", "/userAgent", 20 << 20, 4096),
+            ("user.username", "/user/username", 4097, 4096),
+        ];
+        for (field, pointer, len, max) in cases {
+            let with = |len: usize| {
+                let mut ev = real.clone();
+                *ev.pointer_mut(pointer).unwrap() = Value::String("x".repeat(len));
+                parse_event(&ev.to_string())
+            };
+            let err = with(len).unwrap_err();
+            assert!(
+                err.starts_with(&format!("{field} \"xxx"))
+                    && err.contains(&format!("is {len} bytes")),
+                "{field}: {}",
+                crate::bounds::quote(&err)
+            );
+            assert!(
+                err.len() < 400,
+                "{field}: the message echoes {} bytes",
+                err.len()
+            );
+            // Just within the bound is fine.
+            assert!(with(max).is_ok(), "{field} at {max}");
+        }
+        // In a webhook batch, the oversized item is reported; the others are kept.
+        let mut bad = real.clone();
+        bad["objectRef"]["name"] = Value::String("n".repeat(5 << 20));
+        let body = format!(
+            "{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"items\":[{real},{bad},{real}]}}"
+        );
+        let batch = decode_event_list(body.as_bytes()).unwrap();
+        assert_eq!(batch.events.len(), 2);
+        assert_eq!(batch.errors.len(), 1);
+        assert!(
+            batch.errors[0].starts_with("items[1]: objectRef.name"),
+            "{}",
+            &batch.errors[0][..100]
+        );
+        assert!(batch.errors[0].len() < 400);
+    }
+
+    #[test]
+    fn decoder_messages_never_echo_a_whole_value() {
+        let mut ev = fixture_events().remove(0);
+        // serde quotes a string where a number belongs.
+        ev["responseStatus"]["code"] = Value::String("7".repeat(1 << 20));
+        let err = parse_event(&ev.to_string()).unwrap_err();
+        assert!(err.contains("invalid type: string"), "{}", &err[..100]);
+        assert!(
+            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            "{}",
+            err.len()
+        );
+        let body = format!("{{\"items\": [{ev}], \"kind\": {}}}", "[".repeat(1 << 20));
+        let err = decode_event_list(body.as_bytes()).err().unwrap();
+        assert!(
+            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            "{}",
+            err.len()
+        );
+    }
+
+    #[test]
+    fn times_a_span_cannot_carry_are_malformed() {
+        let mut ev = fixture_events().remove(0);
+        ev["stageTimestamp"] = "9000-01-01T00:00:00.000000Z".into();
+        let err = parse_event(&ev.to_string()).unwrap_err();
+        assert!(
+            err.starts_with("stageTimestamp 9000-01-01T00:00:00Z is after 2554-07-21"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_generated_name_beyond_bounds_is_an_error_not_an_object() {
+        let real = generated_create();
+        let ev = parse_event(&real.to_string()).unwrap();
+        let (object, _) = ev.object("c").unwrap().expect("named by the response");
+        assert_eq!(object.name, real["responseObject"]["metadata"]["name"]);
+        let mut forged = real.clone();
+        forged["responseObject"]["metadata"]["name"] = Value::String("p".repeat(5 << 20));
+        let ev = parse_event(&forged.to_string()).unwrap();
+        let err = ev.object("c").unwrap_err();
+        assert!(
+            err.starts_with("responseObject.metadata.name"),
+            "{}",
+            &err[..80]
+        );
+        assert!(err.contains("5242880 bytes") && err.len() < 400);
+    }
 
     #[test]
     fn dry_runs_are_recognised_among_other_parameters() {

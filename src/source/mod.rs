@@ -28,12 +28,23 @@ pub fn accept(
             .inc();
         return None;
     }
-    let Some((object, uid)) = ev.object(cluster) else {
-        metrics
-            .events_filtered
-            .get_or_create(&Metrics::reason(audit::FilterReason::NoObject.as_str()))
-            .inc();
-        return None;
+    let (object, uid) = match ev.object(cluster) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            metrics
+                .events_filtered
+                .get_or_create(&Metrics::reason(audit::FilterReason::NoObject.as_str()))
+                .inc();
+            return None;
+        }
+        Err(e) => {
+            metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("malformed"))
+                .inc();
+            tracing::warn!(cluster, audit_id = %ev.audit_id, "audit event refused: {e}");
+            return None;
+        }
     };
     Some(Accepted {
         event: ev,
@@ -54,7 +65,49 @@ pub fn validate_cluster_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "cluster name {name:?} must be 1-253 characters of letters, digits, '-', '.', '_'"
+            "cluster name {} must be 1-253 characters of letters, digits, '-', '.', '_'",
+            crate::bounds::quote(name)
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn an_object_name_beyond_bounds_is_counted_as_malformed_not_accepted() {
+        // A real generateName create (a ReplicaSet's Pod), its response forged.
+        let mut ev: Value = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| {
+            e["verb"] == "create" && e["responseObject"]["metadata"]["generateName"].is_string()
+        })
+        .unwrap();
+        ev["responseObject"]["metadata"]["name"] = Value::String("p".repeat(254));
+        let metrics = Arc::new(Metrics::default());
+        let parsed = audit::parse_event(&ev.to_string()).unwrap();
+        assert!(accept(parsed, "c", &AuditFilter::default(), &metrics).is_none());
+        let malformed = metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("malformed"))
+            .get();
+        assert_eq!(malformed, 1);
+    }
+
+    #[test]
+    fn bad_cluster_names_are_quoted_short() {
+        let e = validate_cluster_name(&"c".repeat(1 << 20)).unwrap_err();
+        assert!(
+            e.len() < 400 && e.contains("1048576 bytes"),
+            "{}",
+            &e[..100]
+        );
     }
 }

@@ -6,11 +6,16 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 
 use super::audit::{AuditFilter, parse_event};
 use crate::aggregate::Intake;
 use crate::metrics::Metrics;
+
+/// Longest line kept: an audit event carries at most a request and a response
+/// object (each under the apiserver's 3 MiB request limit). A longer line is
+/// reported and skipped without being held in memory.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReplayStats {
@@ -46,21 +51,33 @@ pub async fn replay_files(
         let file = tokio::fs::File::open(f)
             .await
             .with_context(|| format!("cannot open audit log {}", f.display()))?;
-        let mut lines = BufReader::new(file).lines();
+        let mut reader = BufReader::new(file);
+        let mut buf = Vec::new();
         let mut line_no = 0u64;
-        while let Some(line) = lines
-            .next_line()
-            .await
-            .with_context(|| format!("{}:{}: cannot read", f.display(), line_no + 1))?
-        {
+        loop {
+            // Bytes, not `lines()`: one undecodable line must not end the replay.
+            let (consumed, too_long) = next_line(&mut reader, &mut buf, MAX_LINE_BYTES)
+                .await
+                .with_context(|| format!("{}:{}: cannot read", f.display(), line_no + 1))?;
+            if consumed == 0 {
+                break;
+            }
             line_no += 1;
-            bar.inc(line.len() as u64 + 1);
-            if line.trim().is_empty() {
+            bar.inc(consumed as u64);
+            if !too_long && buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             stats.lines += 1;
             metrics.events_received.get_or_create(&source).inc();
-            let ev = match parse_event(&line) {
+            let parsed = if too_long {
+                Err(format!("longer than {MAX_LINE_BYTES} bytes"))
+            } else {
+                match std::str::from_utf8(&buf) {
+                    Ok(line) => parse_event(line).map_err(|e| format!("not an audit event: {e}")),
+                    Err(e) => Err(format!("not UTF-8 ({e})")),
+                }
+            };
+            let ev = match parsed {
                 Ok(ev) => ev,
                 Err(e) => {
                     stats.bad_lines += 1;
@@ -68,7 +85,7 @@ pub async fn replay_files(
                         .events_rejected
                         .get_or_create(&Metrics::reason("malformed"))
                         .inc();
-                    let msg = format!("{}:{line_no}: not an audit event: {e}", f.display());
+                    let msg = format!("{}:{line_no}: {e}", f.display());
                     if strict {
                         bar.abandon();
                         bail!(msg);
@@ -89,4 +106,69 @@ pub async fn replay_files(
     }
     bar.finish_with_message(format!("{} events", stats.accepted));
     Ok(stats)
+}
+
+/// Reads one line into `buf` without its line ending, keeping at most `max`
+/// bytes of it. Returns the bytes consumed (0 at the end of the input) and
+/// whether the line was longer than `max` (its rest is read and dropped).
+async fn next_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<(usize, bool)> {
+    buf.clear();
+    let mut consumed = 0;
+    let mut too_long = false;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            break;
+        }
+        let newline = available.iter().position(|&b| b == b'\n');
+        let content = &available[..newline.unwrap_or(available.len())];
+        let room = max - buf.len();
+        if content.len() > room {
+            too_long = true;
+        }
+        buf.extend_from_slice(&content[..content.len().min(room)]);
+        let used = newline.map_or(available.len(), |i| i + 1);
+        reader.consume(used);
+        consumed += used;
+        if newline.is_some() {
+            break;
+        }
+    }
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    Ok((consumed, too_long))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_read_as_bytes_and_bounded() {
+        let input: &[u8] = b"first\r\n\xff\xfe bad\n0123456789abc\nlast";
+        let mut reader = BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        let mut lines = Vec::new();
+        loop {
+            let (n, too_long) = next_line(&mut reader, &mut buf, 10).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            lines.push((buf.clone(), n, too_long));
+        }
+        assert_eq!(
+            lines,
+            vec![
+                (b"first".to_vec(), 7, false),
+                (b"\xff\xfe bad".to_vec(), 7, false),
+                (b"0123456789".to_vec(), 14, true),
+                (b"last".to_vec(), 4, false),
+            ]
+        );
+    }
 }

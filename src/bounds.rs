@@ -1,0 +1,96 @@
+//! Bounds on what requests and audit events may carry, and how untrusted
+//! input is quoted in error messages (never echoed whole: a 1 MiB tag value
+//! in a gRPC status or a log line helps nobody and can break the answer).
+
+/// Object names (DNS subdomains), API groups, resources, cluster names.
+pub const MAX_NAME_BYTES: usize = 253;
+/// Namespaces are DNS labels.
+pub const MAX_NAMESPACE_BYTES: usize = 63;
+/// User names and user agents (the apiserver truncates user agents in audit
+/// events to 1 KiB; user names from certificates or OIDC are shorter still).
+pub const MAX_TEXT_BYTES: usize = 4096;
+/// Characters of an input quoted in an error message.
+pub const QUOTE_CHARS: usize = 200;
+/// Longest error message sent back (HTTP body, gRPC status message).
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// `s` as a quoted string for an error message, cut after [`QUOTE_CHARS`]
+/// characters with its full length noted: `"aaaa…" (1048576 bytes)`.
+pub fn quote(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
+/// An error unless `value` (the input `what`) is at most `max` bytes.
+pub fn check_len(what: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.len() <= max {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {} is {} bytes, longer than the {max} allowed",
+            quote(value),
+            value.len()
+        ))
+    }
+}
+
+/// The most a name-like field (`resource`, `name`, …) may be, by field name.
+pub fn max_name_bytes(field: &str) -> usize {
+    if field == "namespace" {
+        MAX_NAMESPACE_BYTES
+    } else {
+        MAX_NAME_BYTES
+    }
+}
+
+/// Whether every part of `o` is within Kubernetes' bounds, i.e. it names an
+/// object that can exist.
+pub fn object_within_bounds(o: &crate::model::ObjectRef) -> bool {
+    [&o.cluster, &o.group, &o.resource, &o.name]
+        .iter()
+        .all(|f| f.len() <= MAX_NAME_BYTES)
+        && o.namespace.len() <= MAX_NAMESPACE_BYTES
+}
+
+/// A message sent back to a client, cut at [`MAX_MESSAGE_BYTES`]: the last
+/// guard for messages that embed input or answers of other services.
+pub fn clip_message(mut msg: String) -> String {
+    if msg.len() > MAX_MESSAGE_BYTES {
+        let total = msg.len();
+        let mut cut = MAX_MESSAGE_BYTES;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+        msg.push_str(&format!("… ({total} bytes)"));
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_inputs_are_quoted_cut_with_their_length() {
+        assert_eq!(quote("pods"), "\"pods\"");
+        let long = "é".repeat(1 << 19);
+        let q = quote(&long);
+        assert!(q.len() < 500, "{}", q.len());
+        assert!(q.ends_with("… (1048576 bytes)"), "{q}");
+        assert!(q.starts_with(&format!("\"{}", "é".repeat(QUOTE_CHARS))));
+        let e = check_len("name", &"n".repeat(254), MAX_NAME_BYTES).unwrap_err();
+        assert!(e.contains("254 bytes, longer than the 253 allowed"), "{e}");
+        assert!(check_len("name", &"n".repeat(253), MAX_NAME_BYTES).is_ok());
+    }
+
+    #[test]
+    fn messages_are_clipped_on_a_char_boundary() {
+        assert_eq!(clip_message("short".into()), "short");
+        let m = clip_message("ü".repeat(MAX_MESSAGE_BYTES));
+        assert!(m.len() <= MAX_MESSAGE_BYTES + 20);
+        assert!(m.ends_with(&format!("… ({} bytes)", 2 * MAX_MESSAGE_BYTES)));
+    }
+}

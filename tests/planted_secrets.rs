@@ -1,0 +1,399 @@
+//! Secret values planted wherever a credential can sit in the objects the
+//! real control plane wrote (e2e/fixtures: audit request and response
+//! objects, list-watch streams), run through the real pipeline: none of them
+//! may appear anywhere in what kascade exports (span names, attributes,
+//! event attributes, snapshots, diffs), while the planted values that are not
+//! credentials do appear, so the check is not vacuous.
+//!
+//! Places planted, in every object that has them:
+//! - Secret `data` (every key, plus a new one) and `stringData`;
+//! - env values whose names look like credentials, in every container list
+//!   at any depth (Pods, pod templates, ControllerRevision data), with and
+//!   without duplicate env names (duplicates make diffs label items by index);
+//! - `kubectl.kubernetes.io/last-applied-configuration` and another
+//!   annotation holding a copy of the object (with all of the above in it),
+//!   and a last-applied annotation that is not valid JSON.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use kascade::aggregate::offline::spans_from_audit_lines;
+use kascade::aggregate::processor::{WatchChange, WatchKind};
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::aggregate::span_cache::LocalSpanCache;
+use kascade::aggregate::{Processor, ProcessorConfig};
+use kascade::cli::load_rules;
+use kascade::metrics::Metrics;
+use kascade::model::{ObjectRef, Windowing};
+use kascade::source::audit::AuditFilter;
+use kascade::span_model::Span;
+use serde_json::{Value, json};
+
+const SCENARIOS: [&str; 5] = ["config", "deployment", "job", "service", "statefulset"];
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Credential values planted: `SECRET` and a serial number. They must appear
+/// nowhere in the output, neither plainly nor base64-encoded (as in Secret
+/// `data`): every base64 text of a marker starts with [`SECRET_B64`].
+const SECRET: &str = "plantedsecret";
+const SECRET_B64: &str = "cGxhbnRlZHNlY3Jl";
+/// Ordinary values planted next to them: these must reach the output.
+const VISIBLE: &str = "plantedvisible";
+
+/// Hands out unique marker values.
+#[derive(Default)]
+struct Planter {
+    n: usize,
+    /// Credential values planted so far.
+    secrets: usize,
+}
+
+impl Planter {
+    fn secret(&mut self) -> String {
+        self.n += 1;
+        self.secrets += 1;
+        format!("{SECRET}{:06}z", self.n)
+    }
+
+    /// A Secret `data` value: the base64 of a marker.
+    fn secret_b64(&mut self) -> String {
+        let raw = self.secret();
+        base64::engine::general_purpose::STANDARD.encode(raw.as_bytes())
+    }
+
+    fn visible(&mut self) -> String {
+        self.n += 1;
+        format!("{VISIBLE}{:06}z", self.n)
+    }
+
+    /// Plants into one object as the apiserver sent it (request, response or
+    /// watch object). Objects without metadata (Status…) are left alone.
+    fn plant(&mut self, obj: &mut Value) {
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            return;
+        }
+        let is_secret = obj["kind"] == "Secret";
+        if is_secret {
+            if let Some(data) = obj.get_mut("data").and_then(Value::as_object_mut) {
+                let keys: Vec<String> = data.keys().cloned().collect();
+                for k in keys {
+                    data[&k] = self.secret_b64().into();
+                }
+            }
+            obj["data"]["planted-key"] = self.secret_b64().into();
+            obj["stringData"] = json!({"planted": self.secret()});
+        }
+        let duplicates = self.n.is_multiple_of(2);
+        self.plant_env(obj, duplicates);
+        // kubectl apply's copy: what the user applied, secrets included.
+        let mut copy = obj.clone();
+        if let Some(c) = copy.as_object_mut() {
+            c.remove("status");
+        }
+        let meta = &obj["metadata"];
+        copy["metadata"] = json!({
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": meta["labels"],
+            "annotations": {"planted.example.com/note": self.visible()},
+        });
+        let applied = format!("{}\n", serde_json::to_string(&copy).unwrap());
+        // Another tool's copy of the object (kapp, or anything storing a manifest).
+        let other_copy = serde_json::to_string(&copy).unwrap();
+        let annotations = &mut obj["metadata"]["annotations"];
+        if !annotations.is_object() {
+            *annotations = json!({});
+        }
+        annotations[LAST_APPLIED] = applied.into();
+        annotations["tool.example.com/original"] = other_copy.into();
+        if self.n.is_multiple_of(5) {
+            // Cut short, as a truncated or hand-edited annotation would be.
+            let cut = format!("{{\"data\":{{\"k\":\"{}\"", self.secret());
+            annotations[LAST_APPLIED] = cut.into();
+        }
+    }
+
+    /// Adds credential-named env vars (and one ordinary) to every container
+    /// list below `v`, duplicated names included when `duplicates`.
+    fn plant_env(&mut self, v: &mut Value, duplicates: bool) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    if matches!(
+                        k.as_str(),
+                        "containers" | "initContainers" | "ephemeralContainers"
+                    ) && let Value::Array(containers) = child
+                    {
+                        for c in containers.iter_mut().filter(|c| c.is_object()) {
+                            if !c["env"].is_array() {
+                                c["env"] = json!([]);
+                            }
+                            let mut planted = vec![
+                                json!({"name": "DB_PASSWORD", "value": self.secret()}),
+                                json!({"name": "API_TOKEN", "value": self.secret()}),
+                                json!({"name": "MODE", "value": self.visible()}),
+                            ];
+                            if duplicates {
+                                // Kubernetes accepts this with a warning; the
+                                // last one wins in the container.
+                                planted.push(json!({"name": "API_TOKEN", "value": self.secret()}));
+                                planted.push(json!({"name": "MODE", "value": self.visible()}));
+                            }
+                            c["env"].as_array_mut().unwrap().extend(planted);
+                        }
+                    } else {
+                        self.plant_env(child, duplicates);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    self.plant_env(item, duplicates);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn config() -> ProcessorConfig {
+    ProcessorConfig {
+        windowing: Windowing::new(Duration::from_secs(3600 * 24)),
+        // Nothing is cut off, so every planted value has its chance to show.
+        max_diff_changes: 100_000,
+        max_snapshot_bytes: 64 << 20,
+        watch_audit_wait: Duration::from_secs(3600),
+        ..ProcessorConfig::default()
+    }
+}
+
+fn redactor() -> Redactor {
+    Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap()))
+}
+
+/// The scenario's audit log with markers planted in every request and
+/// response object.
+fn planted_audit_lines(scenario: &str, p: &mut Planter) -> Vec<String> {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|line| {
+            let mut ev: Value = serde_json::from_str(line).unwrap();
+            for field in ["requestObject", "responseObject"] {
+                if let Some(obj) = ev.get_mut(field) {
+                    p.plant(obj);
+                }
+            }
+            ev.to_string()
+        })
+        .collect()
+}
+
+/// The scenario's watch streams, markers planted, as the list-watch hands
+/// them to the processor.
+fn planted_watch(scenario: &str, p: &mut Planter) -> Vec<WatchChange> {
+    let dir = common::fixture_path(scenario, "watch");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        // `<group>.<resource>.jsonl`, `core` for the core group.
+        let stem = file.file_stem().unwrap().to_str().unwrap().to_string();
+        let (group, resource) = stem.rsplit_once('.').unwrap();
+        let group = if group == "core" { "" } else { group };
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            let ev: Value = serde_json::from_str(line).unwrap();
+            let kind = match ev["type"].as_str().unwrap() {
+                "ADDED" => WatchKind::Added,
+                "MODIFIED" => WatchKind::Modified,
+                "DELETED" => WatchKind::Deleted,
+                _ => continue,
+            };
+            let mut state = ev["object"].clone();
+            p.plant(&mut state);
+            let object = ObjectRef::new(
+                "fixture",
+                group,
+                resource,
+                state["metadata"]["namespace"].as_str().unwrap_or(""),
+                state["metadata"]["name"].as_str().unwrap(),
+            );
+            out.push(WatchChange {
+                object,
+                kind,
+                state,
+                observed: std::time::SystemTime::now(),
+            });
+        }
+    }
+    out
+}
+
+/// Audit events through the offline runner (parse, filter, process, encode).
+async fn run_audit(lines: Vec<String>) -> Vec<Span> {
+    let (spans, errors) = spans_from_audit_lines(
+        lines,
+        "fixture",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        config(),
+        redactor(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    spans
+}
+
+/// Watch changes (and then, if any, audit events of the same writes, which
+/// take the watch's diffs) through one processor.
+async fn run_watch_then_audit(watch: Vec<WatchChange>, audit_lines: Vec<String>) -> Vec<Span> {
+    let metrics = Arc::new(Metrics::default());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 20);
+    let processor = Processor::new(
+        config(),
+        redactor(),
+        Arc::new(load_rules(None).unwrap()),
+        Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(3600 * 48))),
+        tx,
+        metrics.clone(),
+    );
+    for change in watch {
+        processor.process_watch(change).await.unwrap();
+    }
+    for line in audit_lines {
+        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        if let Some(item) =
+            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+        {
+            processor.process(&item).await.unwrap();
+        }
+    }
+    processor.flush_watch(true).await.unwrap();
+    drop(processor);
+    let mut out = Vec::new();
+    while let Some(s) = rx.recv().await {
+        out.push(s.decode());
+    }
+    out
+}
+
+/// Every string kascade exports, one per line: span names, attributes,
+/// event names and event attributes (snapshots, diff paths and values).
+fn exported_text(spans: &[Span]) -> String {
+    // The Debug form prints every field of the OTLP messages; markers are
+    // plain alphanumerics, so escaping cannot hide them.
+    spans.iter().map(|s| format!("{s:?}\n")).collect::<String>()
+}
+
+fn assert_nothing_leaks(what: &str, spans: &[Span], p: &Planter) {
+    assert!(!spans.is_empty(), "{what}: no spans");
+    assert!(p.secrets > 0);
+    let text = exported_text(spans);
+    for needle in [SECRET, SECRET_B64] {
+        if let Some(at) = text.find(needle) {
+            panic!(
+                "{what}: a planted secret leaked ({} planted so far): {}",
+                p.secrets,
+                context(&text, at)
+            );
+        }
+    }
+    // Not vacuous: the ordinary values planted beside them are exported.
+    assert!(
+        text.contains(VISIBLE),
+        "{what}: no planted value reached the output"
+    );
+}
+
+/// The text around `at`, to show where a marker leaked.
+fn context(text: &str, at: usize) -> &str {
+    let mut from = at.saturating_sub(300);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = (at + 120).min(text.len());
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    &text[from..to]
+}
+
+/// Event attributes named `key` of every span, to check what kind of output
+/// the planted values reached.
+fn event_values(spans: &[Span], key: &str) -> Vec<String> {
+    spans
+        .iter()
+        .flat_map(|s| &s.events)
+        .flat_map(|e| &e.attributes)
+        .filter(|kv| kv.key == key)
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(v) => {
+                Some(v.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn planted_secrets_in_audit_objects_never_leave_the_process() {
+    let mut all = Vec::new();
+    let mut p = Planter::default();
+    for scenario in SCENARIOS {
+        let spans = run_audit(planted_audit_lines(scenario, &mut p)).await;
+        assert_nothing_leaks(scenario, &spans, &p);
+        all.extend(spans);
+    }
+    // The planted values reached snapshots, diffs of env values (also of
+    // lists labelled by index) and of the copies in annotations.
+    let snapshots = event_values(&all, "snapshot");
+    assert!(snapshots.iter().any(|s| s.contains(VISIBLE)));
+    // The last-applied copy is kept as JSON, its credentials redacted.
+    let applied: Vec<Value> = snapshots
+        .iter()
+        .filter_map(|s| serde_json::from_str::<Value>(s).ok())
+        .filter_map(|o| {
+            o["metadata"]["annotations"][LAST_APPLIED]
+                .as_str()
+                .map(str::to_string)
+        })
+        .filter_map(|a| serde_json::from_str(&a).ok())
+        .collect();
+    assert!(
+        applied.iter().any(|a| {
+            let text = a.to_string();
+            text.contains(VISIBLE) && text.contains("<redacted:")
+        }),
+        "the last-applied copies are kept, redacted: {applied:?}"
+    );
+    let paths = event_values(&all, "diff.path");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.contains("].env[") && p.ends_with("].value"))
+    );
+    assert!(paths.iter().any(|p| p.contains(LAST_APPLIED)));
+    let diff_values = event_values(&all, "diff.new");
+    assert!(diff_values.iter().any(|v| v.contains(VISIBLE)));
+}
+
+#[tokio::test]
+async fn planted_secrets_in_watched_objects_never_leave_the_process() {
+    let mut p = Planter::default();
+    for scenario in SCENARIOS {
+        // Watch only (a Metadata-level audit policy): watch spans show it all.
+        let watch = planted_watch(scenario, &mut p);
+        let spans = run_watch_then_audit(watch, Vec::new()).await;
+        assert_nothing_leaks(&format!("{scenario} (watch)"), &spans, &p);
+        // Watch first, then the audit events, whose spans take the watch's diffs.
+        let watch = planted_watch(scenario, &mut p);
+        let audit = planted_audit_lines(scenario, &mut p);
+        let spans = run_watch_then_audit(watch, audit).await;
+        assert_nothing_leaks(&format!("{scenario} (watch, then audit)"), &spans, &p);
+    }
+}
