@@ -1,10 +1,10 @@
 # `make test` is the project's test command (CI runs it through .ci/run):
 # formatting and lints, unit tests over the real fixtures (on a machine kept
 # busy), then the e2e suite against a real control plane and a real Jaeger
-# built by e2e/build.sh.
-.PHONY: test lint unit e2e fixtures
+# built by e2e/build.sh, then the fault suite.
+.PHONY: test lint unit e2e faults fixtures
 
-test: lint unit e2e
+test: lint unit e2e faults
 
 lint:
 	cargo fmt --all -- --check
@@ -20,6 +20,11 @@ unit:
 
 e2e:
 	bash e2e/suite.sh
+
+# Overload, a Jaeger outage, kill -9, oversized objects, etcd slow then gone:
+# every event answered 200 must be in Jaeger (e2e/faults.sh; ~4 minutes).
+faults:
+	bash e2e/faults.sh
 
 fixtures:
 	bash e2e/fixtures.sh

@@ -366,7 +366,6 @@ impl PipelineArgs {
             watch_audit_wait: self.watch_audit_wait,
             has_watch: self.has_watch,
             ledger_entries: self.watch_ledger_entries,
-            ..ProcessorConfig::default()
         })
     }
 }

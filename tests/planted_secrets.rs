@@ -160,11 +160,11 @@ impl Planter {
 }
 
 fn config() -> ProcessorConfig {
+    // Nothing is cut off, so every planted value has its chance to show.
+    kascade::span_model::set_max_value_bytes(64 << 20);
     ProcessorConfig {
         windowing: Windowing::new(Duration::from_secs(3600 * 24)),
-        // Nothing is cut off, so every planted value has its chance to show.
         max_diff_changes: 100_000,
-        max_snapshot_bytes: 64 << 20,
         watch_audit_wait: Duration::from_secs(3600),
         ..ProcessorConfig::default()
     }

@@ -48,8 +48,6 @@ pub struct ProcessorConfig {
     pub hot_states: usize,
     /// Most changed paths shown per write; the rest are counted.
     pub max_diff_changes: usize,
-    /// Longest snapshot (JSON bytes) attached to a create/delete.
-    pub max_snapshot_bytes: usize,
     /// How long a change seen by the watch waits for the audit event of the
     /// same write before it is shown on its own.
     pub watch_audit_wait: Duration,
@@ -77,7 +75,6 @@ impl Default for ProcessorConfig {
             state_cache_bytes: 128 << 20,
             hot_states: 256,
             max_diff_changes: 100,
-            max_snapshot_bytes: 64 << 10,
             watch_audit_wait: Duration::from_secs(5),
             has_watch: true,
             ledger_entries: DEFAULT_LEDGER_ENTRIES,
@@ -458,15 +455,9 @@ impl Processor {
 
     fn add_snapshot(&self, span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
         // Straight into a buffer (`to_string` goes through a `fmt::Formatter`).
-        let mut text = serde_json::to_string(snapshot).unwrap_or_default();
-        if text.len() > self.cfg.max_snapshot_bytes {
-            let mut cut = self.cfg.max_snapshot_bytes;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push_str("…(truncated)");
-        }
+        // A long one is cut by the span writer (`--export-max-value-bytes`),
+        // which records its real length.
+        let text = serde_json::to_string(snapshot).unwrap_or_default();
         span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, &text)]);
     }
 

@@ -1162,10 +1162,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_span_too_large_for_any_batch_is_trimmed_and_marked_not_dropped() {
-        // 100 changed keys of 60 KB each: every value is under the cap, the
-        // span is 12 MB.
+        // 100 changed keys of 30 KB each: every value is under the cap, the
+        // span is 6 MB.
         let mut spans: Vec<EncodedSpan> = (0..50).map(small_span).collect();
-        spans.insert(10, big_update("many-keys", "update-many", 100, 60_000));
+        spans.insert(10, big_update("many-keys", "update-many", 100, 30_000));
         let (receiver, log) = ScriptedReceiver::new(JAEGER_GRPC_LIMIT);
         let metrics = export_all(
             test_config(),
@@ -1185,7 +1185,7 @@ mod tests {
         assert!(dropped_events > 0);
         assert_eq!(big.events.len() as i64 + dropped_events, 100);
         assert_eq!(big.dropped_events_count as i64, dropped_events);
-        assert!(int_attr(&big.attributes, trim::TRIMMED_FROM_BYTES).unwrap() > 12_000_000);
+        assert!(int_attr(&big.attributes, trim::TRIMMED_FROM_BYTES).unwrap() > 6_000_000);
         assert_eq!(
             metrics
                 .spans_trimmed

@@ -197,18 +197,18 @@ mod tests {
 
     #[test]
     fn events_that_do_not_fit_are_dropped_counted_and_marked() {
-        // 100 changes of 60 KB values: a 12 MB span.
-        let span = big_write(100, 60_000);
-        assert!(span.0.len() > 12_000_000);
+        // 100 changes of 30 KB values (under the value cap): a 6 MB span.
+        let span = big_write(100, 30_000);
+        assert!(span.0.len() > 6_000_000);
         let max = 2 << 20;
         let (trimmed, report) = trim_span(&span, max).unwrap();
         assert!(trimmed.0.len() <= max, "{} > {max}", trimmed.0.len());
         let s = trimmed.decode();
         assert_eq!(s.events.len() + report.events_dropped, 100);
-        // Each event is ~120 KB, so 17 fit in 2 MiB.
-        assert_eq!(s.events.len(), 17);
-        assert_eq!(s.dropped_events_count, 83);
-        assert_eq!(int_attr(&s.attributes, TRIMMED_EVENTS_DROPPED), Some(83));
+        // Each event is ~60 KB, so 34 fit in 2 MiB.
+        assert_eq!(s.events.len(), 34);
+        assert_eq!(s.dropped_events_count, 66);
+        assert_eq!(int_attr(&s.attributes, TRIMMED_EVENTS_DROPPED), Some(66));
         assert_eq!(
             int_attr(&s.attributes, TRIMMED_FROM_BYTES),
             Some(span.0.len() as i64)

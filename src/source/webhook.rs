@@ -139,8 +139,8 @@ fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal> {
         other => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!(
-                "Content-Encoding {:?} is not supported (use gzip or none)",
-                crate::text::clip(other, 64)
+                "Content-Encoding {} is not supported (use gzip or none)",
+                crate::bounds::quote(other)
             ),
         )),
     }
@@ -229,7 +229,7 @@ fn decode_batch(
             .events_rejected
             .get_or_create(&Metrics::reason("malformed"))
             .inc();
-        tracing::warn!(cluster, error = %crate::text::clip(&e, 300), "rejected audit webhook body");
+        tracing::warn!(cluster, error = %crate::bounds::clip_message(e.clone()), "rejected audit webhook body");
         (StatusCode::BAD_REQUEST, e)
     })?;
     let source = Metrics::source(if replayed { "spool" } else { "webhook" });
@@ -330,17 +330,14 @@ async fn handle_audit(
     if errors.is_empty() {
         (StatusCode::OK, format!("accepted {n} events\n")).into_response()
     } else {
-        tracing::warn!(cluster, bad = errors.len(), first = %crate::text::clip(&errors[0], 300), "audit batch had malformed items");
+        tracing::warn!(cluster, bad = errors.len(), first = %crate::bounds::clip_message(errors[0].clone()), "audit batch had malformed items");
         error(
             StatusCode::BAD_REQUEST,
-            crate::text::clip(
-                &format!(
-                    "accepted {n} events; {} malformed items were skipped:\n{}",
-                    errors.len(),
-                    errors.join("\n")
-                ),
-                4096,
-            ),
+            crate::bounds::clip_message(format!(
+                "accepted {n} events; {} malformed items were skipped:\n{}",
+                errors.len(),
+                errors.join("\n")
+            )),
         )
     }
 }
@@ -423,7 +420,7 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
             // It was decoded once before it was spooled: only a change of
             // version or flags gets here.
             Err((_, msg)) => {
-                tracing::error!(seq = batch.seq, error = %crate::text::clip(&msg, 300), "a spooled batch no longer decodes; skipped")
+                tracing::error!(seq = batch.seq, error = %crate::bounds::clip_message(msg), "a spooled batch no longer decodes; skipped")
             }
         }
         st.metrics.spool_replayed.inc();
