@@ -1161,7 +1161,11 @@ async fn oversized_writes_arrived(service: &str, cluster: &str) {
             .find(|f| f.get("diff.path").and_then(Value::as_str) == Some("data.blob"))
             .unwrap_or_else(|| panic!("no diff of data.blob: {update}"));
         let new = diff["diff.new"].as_str().unwrap();
-        assert_eq!(new.len(), 64 << 10, "the value is cut to the cap");
+        assert_eq!(
+            new.len(),
+            kascade::span_model::DEFAULT_MAX_VALUE_BYTES,
+            "the value is cut to the cap"
+        );
         // The JSON text of the 999000-byte value, quotes included.
         let from = &diff["diff.new.truncated_from"];
         assert!(
