@@ -125,12 +125,13 @@ pub struct CollectArgs {
     /// Durable intake: accepted webhook batches are written here (and flushed) before the 200,
     /// and replayed at start until their spans are exported. Default: $XDG_STATE_HOME/kascade/spool
     /// (else ~/.local/state/kascade/spool). One directory per process.
-    #[arg(long, env = "KASCADE_SPOOL_DIR", conflicts_with = "no_spool")]
+    #[arg(long, env = "KASCADE_SPOOL_DIR")]
     pub spool_dir: Option<PathBuf>,
     /// Most bytes of accepted batches waiting on disk for export; beyond it batches get 429.
     #[arg(long, default_value_t = 1 << 30, env = "KASCADE_SPOOL_BYTES")]
     pub spool_bytes: u64,
-    /// Keep accepted batches only in memory: a crash loses what was answered 200 but not yet exported.
+    /// Keep accepted batches only in memory: a crash loses what was answered 200 but not yet exported
+    /// (wins over --spool-dir, e.g. the image's KASCADE_SPOOL_DIR).
     #[arg(long, env = "KASCADE_NO_SPOOL")]
     pub no_spool: bool,
     #[command(flatten)]
@@ -853,5 +854,38 @@ impl SpanCacheArgs {
             EtcdSpanCache::new(cfg, p.span_cache_entries, metrics).context("--etcd-endpoints")?;
         cache.start();
         Ok(Arc::new(cache))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(argv: &[&str]) -> CollectArgs {
+        let mut full = vec!["kascade", "collect"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Collect(args) => *args,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn no_spool_wins_over_a_spool_dir_and_a_spool_smaller_than_a_batch_is_refused() {
+        // The image sets KASCADE_SPOOL_DIR; the chart's spool.enabled=false
+        // adds KASCADE_NO_SPOOL: that must start, without a spool.
+        let args = collect(&["--spool-dir", "/var/lib/kascade/spool", "--no-spool"]);
+        assert!(args.spool_config().unwrap().is_none());
+        let cfg = collect(&["--spool-dir", "/tmp/s", "--spool-bytes", "4096"])
+            .spool_config()
+            .unwrap_err()
+            .to_string();
+        assert!(cfg.contains("--spool-bytes 4096"), "{cfg}");
+        let cfg = collect(&["--spool-dir", "/tmp/s"])
+            .spool_config()
+            .unwrap()
+            .unwrap();
+        assert_eq!(cfg.dir, PathBuf::from("/tmp/s"));
+        assert_eq!(cfg.max_bytes, 1 << 30);
     }
 }
