@@ -317,6 +317,10 @@ impl Spool {
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(0);
         pending.retain(|r| r.seq > released_mark);
+        // Numbering goes on after everything ever released, also when every
+        // segment is gone: a new record numbered at or below the mark would
+        // be taken for released at the next start, and never replayed.
+        next_seq = next_seq.max(released_mark + 1);
         let used = segments.iter().map(|s| s.bytes).sum();
         metrics.spool_bytes.set(used as i64);
         let released_upto = pending
@@ -670,6 +674,41 @@ mod tests {
                 .unwrap(),
             6
         );
+    }
+
+    #[tokio::test]
+    async fn numbering_continues_after_a_fully_released_spool_so_a_crash_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // A run that ends with everything exported: no segment is left,
+            // only the release mark.
+            let (spool, _) = open(dir.path(), 1 << 20, 64);
+            for _ in 0..5 {
+                let seq = spool
+                    .append("c", BodyEncoding::Identity, &[1; 40])
+                    .await
+                    .unwrap();
+                spool.mark_enqueued(seq);
+            }
+            spool.release_all();
+            assert_eq!(seg_files(dir.path()), 0);
+        }
+        {
+            // The next run is killed with two batches not yet exported.
+            let (spool, pending) = open(dir.path(), 1 << 20, 64);
+            assert!(pending.is_empty());
+            for _ in 0..2 {
+                let seq = spool
+                    .append("c", BodyEncoding::Identity, &[2; 40])
+                    .await
+                    .unwrap();
+                assert!(seq > 5, "sequence number {seq} reused");
+                spool.mark_enqueued(seq);
+            }
+        }
+        let (_, pending) = open(dir.path(), 1 << 20, 64);
+        assert_eq!(pending.len(), 2, "accepted batches not replayed");
+        assert!(pending.iter().all(|b| &b.body[..] == &[2u8; 40][..]));
     }
 
     #[tokio::test]
