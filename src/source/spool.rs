@@ -708,7 +708,7 @@ mod tests {
         }
         let (_, pending) = open(dir.path(), 1 << 20, 64);
         assert_eq!(pending.len(), 2, "accepted batches not replayed");
-        assert!(pending.iter().all(|b| &b.body[..] == &[2u8; 40][..]));
+        assert!(pending.iter().all(|b| b.body[..] == [2u8; 40][..]));
     }
 
     #[tokio::test]
