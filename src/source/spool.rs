@@ -29,6 +29,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -248,7 +249,15 @@ impl Spool {
         metrics: Arc<Metrics>,
     ) -> Result<(Arc<Spool>, Vec<SpooledBatch>), SpoolError> {
         let dir = cfg.dir.clone();
-        std::fs::create_dir_all(&dir).map_err(io_err(&dir, "cannot create"))?;
+        // Batches are kept as received, Secret values included (the audit
+        // policy decides what the apiserver sends): only this user may read them.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_err(&dir, "cannot create"))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io_err(&dir, "cannot restrict access to"))?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -576,7 +585,11 @@ fn write_group(
     };
     if let Some(path) = open_new {
         *current = None;
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)?;
         // The directory entry must survive a crash too.
         File::open(&spool.cfg.dir)?.sync_all()?;
         *current = Some((file, path));
@@ -777,6 +790,22 @@ mod tests {
         let (_, pending) = open(dir.path(), 1 << 20, 1 << 20);
         let bodies: Vec<&[u8]> = pending.iter().map(|b| &b.body[..]).collect();
         assert_eq!(bodies, vec![&b"one"[..], &b"3"[..]]);
+    }
+
+    #[tokio::test]
+    async fn only_the_owner_can_read_the_spooled_batches() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("spool");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (spool, _) = open(&dir, 1 << 20, 1 << 20);
+        spool
+            .append("c", BodyEncoding::Identity, b"x")
+            .await
+            .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&segment_path(&dir, 1)), 0o600);
     }
 
     #[tokio::test]
