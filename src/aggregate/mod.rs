@@ -115,23 +115,10 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Admits the whole batch or none of it, waiting up to `wait` for room
-    /// (a zero wait still admits a batch that fits at once): a refused batch
-    /// comes back from the apiserver and is decoded again, so a short wait
-    /// under load costs less than a refusal.
-    pub async fn submit_batch(
-        &self,
-        batch: Vec<Accepted>,
-        wait: Duration,
-    ) -> Result<(), AdmitError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.reserve(batch.len(), wait).await?.send(batch);
-        Ok(())
-    }
-
-    /// Reserves room for `n` events (`n` ≥ 1), waiting up to `wait`.
+    /// Reserves room for a whole batch of `n` events (`n` ≥ 1), waiting up
+    /// to `wait` (a zero wait still admits a batch that fits at once): a
+    /// refused batch comes back from the apiserver and is decoded again, so
+    /// a short wait under load costs less than a refusal.
     pub async fn reserve(&self, n: usize, wait: Duration) -> Result<Reserved<'_>, AdmitError> {
         if n > self.capacity {
             return Err(AdmitError::TooLarge {

@@ -256,8 +256,12 @@ impl Spool {
             .mode(0o700)
             .create(&dir)
             .map_err(io_err(&dir, "cannot create"))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(io_err(&dir, "cannot restrict access to"))?;
+        // A mounted volume may belong to another user (an emptyDir is root's):
+        // then the files alone are private.
+        if let Err(e) = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)) {
+            tracing::warn!(dir = %dir.display(), error = %e,
+                "cannot make the spool directory owner-only; its files are (0600)");
+        }
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
