@@ -74,9 +74,12 @@ log "kascade collect is ready"
 if curl -s --cacert "$KASCADE_TLS_CLIENT_CA_FILE" -X POST https://127.0.0.1:8090/audit -d '{}' >/dev/null 2>&1; then
   log "FAIL: the webhook answered a client without a certificate"; exit 1
 fi
-# The 401 comes before the body is read; over HTTP/2 the server then resets
-# the stream, which curl may report as an error (exit 92) after the status.
-code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_CLIENT_CA_FILE" \
+# The 401 comes before the body is read. Asked over HTTP/1.1: over HTTP/2,
+# curl 7.88 (Debian 12) reports the early answer followed by the reset of
+# the unread request stream as error 92 without the status in most runs
+# (CI failed so); an HTTP/2 client that reads the response gets the 401
+# (tests/webhook.rs, http2_clients_get_the_refusal_not_a_stream_reset).
+code=$(curl -s --http1.1 -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_CLIENT_CA_FILE" \
   --cert "$E2E_DIR/.pki/apiserver-client.crt" --key "$E2E_DIR/.pki/apiserver-client.key" \
   -X POST https://127.0.0.1:8090/audit -d '{}' || true)
 [[ "$code" == 401 ]] || { log "FAIL: a request without the bearer token got $code, not 401"; exit 1; }

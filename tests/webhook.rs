@@ -423,3 +423,51 @@ async fn slow_clients_are_cut_off_by_the_read_timeouts() {
     assert!(reply.contains("--body-read-timeout"), "{reply}");
     assert!(closed || reply.contains("408"));
 }
+
+/// An HTTP/2 request whose body the client is still sending when the server
+/// answers: the status must reach the client (the apiserver's webhook
+/// client speaks HTTP/2 and logs a bare stream error otherwise).
+async fn h2_answer_while_sending(url: &str, token: Option<&str>, announced: Option<u64>) -> u16 {
+    let addr = url.strip_prefix("http://").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let mut req = axum::http::Request::post(format!("{url}/audit"));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(n) = announced {
+        req = req.header("content-length", n.to_string());
+    }
+    let (response, mut body) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    // Part of a body, never its end: the server answers mid-upload.
+    body.send_data(bytes::Bytes::from_static(b"{\"kind\":"), false)
+        .unwrap();
+    match response.await {
+        Ok(r) => r.status().as_u16(),
+        Err(e) => panic!("no HTTP/2 response, the stream was reset: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn http2_clients_get_the_refusal_not_a_stream_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let token_arg = token.display().to_string();
+    let (srv, _pipeline) = serve(&[
+        "--webhook-token-file",
+        &token_arg,
+        "--max-body-bytes",
+        "4096",
+    ])
+    .await;
+    for _ in 0..20 {
+        assert_eq!(h2_answer_while_sending(&srv.url, None, None).await, 401);
+        assert_eq!(
+            h2_answer_while_sending(&srv.url, Some("s3cret-token"), Some(1 << 20)).await,
+            413
+        );
+    }
+}
