@@ -966,3 +966,265 @@ async fn get_traces_bounds_the_ids_per_request() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("101 trace ids"), "{}", err.message());
 }
+
+/// Pods' nodes (from the scheduler's bindings) and service accounts (from
+/// the apiserver's responses) in a fixture's audit log.
+fn pod_uses(scenario: &str) -> BTreeMap<String, (String, String)> {
+    let mut node: BTreeMap<String, String> = BTreeMap::new();
+    let mut sa: BTreeMap<String, String> = BTreeMap::new();
+    for line in common::audit_lines(scenario) {
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        let r = &ev["objectRef"];
+        if r["resource"] != "pods" {
+            continue;
+        }
+        if r["subresource"] == "binding" && ev["responseStatus"]["code"] == 201 {
+            let target = ev["requestObject"]["target"]["name"].as_str().unwrap();
+            node.insert(r["name"].as_str().unwrap().into(), target.into());
+        }
+        let obj = &ev["responseObject"];
+        if let (Some(n), Some(s)) = (
+            obj["metadata"]["name"].as_str(),
+            obj["spec"]["serviceAccountName"].as_str(),
+        ) {
+            sa.insert(n.into(), s.into());
+        }
+    }
+    node.into_iter()
+        .map(|(pod, n)| {
+            let s = sa.get(&pod).cloned().unwrap_or_default();
+            (pod, (n, s))
+        })
+        .collect()
+}
+
+fn children_of(
+    asm: &kascade::frontend::assemble::Assembly,
+    i: usize,
+) -> BTreeSet<(String, String)> {
+    asm.nodes[i]
+        .children
+        .iter()
+        .map(|&c| {
+            let o = &asm.nodes[c].history.object;
+            (o.resource.clone(), o.name.clone())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn full_scope_shows_the_searched_objects_own_subtree() {
+    let (f, range) = frontend("deployment").await;
+    let owned = owned_by_fixture("deployment");
+    let uses = pod_uses("deployment");
+    // Every ReplicaSet searched: its own Pods under it (not only its sibling's).
+    for rs in &owned[&("Deployment".to_string(), "hello".to_string())] {
+        let t = search_one(
+            &f,
+            range,
+            Mode::Tracing,
+            Scope::Full,
+            &[("resource", "replicasets"), ("name", rs)],
+        )
+        .await;
+        let asm = &t.assembly;
+        assert_eq!(asm.nodes[0].history.object.name, "hello");
+        let pods: BTreeSet<String> = children_of(asm, asm.searched)
+            .into_iter()
+            .filter(|(r, _)| r == "pods")
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(pods, owned[&("ReplicaSet".to_string(), rs.clone())], "{rs}");
+    }
+    // A Pod searched: its Node and ServiceAccount under it.
+    let (pod, (node, sa)) = uses.iter().next().unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "pods"), ("name", pod)],
+    )
+    .await;
+    let asm = &t.assembly;
+    let below = children_of(asm, asm.searched);
+    assert!(below.contains(&("nodes".into(), node.clone())), "{below:?}");
+    assert!(
+        below.contains(&("serviceaccounts".into(), sa.clone())),
+        "{below:?}"
+    );
+    // And every other Pod shows its own Node too (a shared object under
+    // each object that uses it), each copy its own span.
+    for (i, n) in asm.nodes.iter().enumerate() {
+        if n.history.object.resource != "pods" {
+            continue;
+        }
+        let want = &uses[&n.history.object.name].0;
+        assert!(
+            children_of(asm, i).contains(&("nodes".into(), want.clone())),
+            "{} lacks its node {want}",
+            n.history.object.name
+        );
+    }
+    let spans = all_spans(&t);
+    let ids: HashSet<Vec<u8>> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();
+    assert_eq!(ids.len(), spans.len(), "span ids are unique");
+}
+
+#[tokio::test]
+async fn full_scope_of_a_job_shows_its_pods() {
+    let (f, range) = frontend("job").await;
+    let owned = owned_by_fixture("job");
+    let (job, pods) = owned
+        .iter()
+        .find(|((kind, _), _)| kind == "Job")
+        .map(|((_, n), p)| (n.clone(), p.clone()))
+        .unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "jobs"), ("name", &job)],
+    )
+    .await;
+    let asm = &t.assembly;
+    let got: BTreeSet<String> = children_of(asm, asm.searched)
+        .into_iter()
+        .filter(|(r, _)| r == "pods")
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(got, pods);
+}
+
+#[tokio::test]
+async fn search_results_are_titled_by_the_searched_object() {
+    let (f, range) = frontend("deployment").await;
+    let (pod, _) = pod_uses("deployment").into_iter().next().unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "pods"), ("name", &pod)],
+    )
+    .await;
+    // The Jaeger UI titles a trace by its root span.
+    let root = all_spans(&t)
+        .into_iter()
+        .find(|(_, s)| s.parent_span_id.is_empty())
+        .unwrap();
+    assert_eq!(root.0, "deployments");
+    assert!(
+        root.1.name.ends_with(&format!("▸ pods default/{pod}")),
+        "{}",
+        root.1.name
+    );
+}
+
+/// requestReceivedTimestamp of an audit line, in ns since the epoch.
+fn received_ns(ev: &Value) -> u64 {
+    let t = ev["requestReceivedTimestamp"].as_str().unwrap();
+    kascade::frontend::raw::nanos(humantime::parse_rfc3339(t).unwrap())
+}
+
+#[tokio::test]
+async fn a_later_search_shows_later_writes_under_a_new_id() {
+    let s = store("deployment").await;
+    let (f, range) = (
+        Frontend::new(Arc::new(s), FrontendConfig::default()),
+        None::<()>,
+    );
+    let _ = range;
+    // The Deployment's writes in the audit log: search once half way, once
+    // after the last.
+    let writes: Vec<u64> = common::audit_lines("deployment")
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|ev| {
+            ev["objectRef"]["resource"] == "deployments" && ev["responseStatus"]["code"] == 200
+        })
+        .map(|ev| received_ns(&ev))
+        .collect();
+    let (first, last) = (writes[0], *writes.last().unwrap());
+    // Whole seconds: the clip end is kept to the second.
+    let middle = first.div_ceil(1_000_000_000) * 1_000_000_000;
+    assert!(
+        middle < last,
+        "the fixture's writes span more than a second"
+    );
+    let query = |end: u64| SearchQuery {
+        mode: Mode::Tracing,
+        scope: Scope::Object,
+        tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+        range: TimeRange::new(from_nanos(first - 60_000_000_000), from_nanos(end)),
+        limit: 5,
+    };
+    let early = f.search(&query(middle)).await.unwrap();
+    let late = f.search(&query(last + 1_000_000_000)).await.unwrap();
+    assert_ne!(early[0].id, late[0].id);
+    let count = |t: &AssembledTrace| t.assembly.nodes[0].history.entries.len();
+    assert!(count(&early[0]) < count(&late[0]));
+    assert!(
+        early[0].assembly.nodes[0]
+            .history
+            .entries
+            .iter()
+            .all(|e| e.span.start_time_unix_nano <= middle),
+        "nothing after the first search's end"
+    );
+    // The first id still gives the first trace (another replica, no cache).
+    let again = Frontend::new(f.store().clone(), FrontendConfig::default())
+        .get(&early[0].id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count(&again), count(&early[0]));
+}
+
+#[tokio::test]
+async fn the_deployment_trace_starts_at_the_first_write_of_its_tree() {
+    let (f, range) = frontend("deployment").await;
+    let owned = owned_by_fixture("deployment");
+    let rs: BTreeSet<String> = owned[&("Deployment".to_string(), "hello".to_string())].clone();
+    let pods: BTreeSet<String> = rs
+        .iter()
+        .flat_map(|r| owned[&("ReplicaSet".to_string(), r.clone())].clone())
+        .collect();
+    let first_write = common::audit_lines("deployment")
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|ev| {
+            let r = &ev["objectRef"];
+            let name = r["name"].as_str().unwrap_or_default();
+            match r["resource"].as_str().unwrap_or_default() {
+                "deployments" => name == "hello",
+                "replicasets" => rs.contains(name),
+                "pods" => {
+                    pods.contains(name)
+                        || ev["responseObject"]["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| pods.contains(n))
+                }
+                _ => false,
+            }
+        })
+        .map(|ev| received_ns(&ev))
+        .min()
+        .unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let start = all_spans(&t)
+        .iter()
+        .map(|(_, s)| s.start_time_unix_nano)
+        .min()
+        .unwrap();
+    assert_eq!(start, first_write);
+    assert_eq!(t.assembly.range.unwrap().0, first_write);
+}

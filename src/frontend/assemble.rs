@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::merge::{Link, ObjectHistory, Role, merge};
+use super::merge::{Link, ObjectHistory, Role, merge_until};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::raw::{RawError, RawStore, TraceIdBytes};
@@ -116,6 +116,14 @@ pub struct Node {
     /// Class of the link from the parent.
     pub class: Option<String>,
     pub children: Vec<usize>,
+    /// A shared object (a Node, a ConfigMap) shown again under another
+    /// object that uses it: the index of its first occurrence. Copies are
+    /// leaves.
+    pub copy_of: Option<usize>,
+    /// Reached through a shared class (`Limits::shared_classes`), or below
+    /// such an object: not part of the tree proper, so it does not set the
+    /// trace's time range and its entries outside it are hidden.
+    pub shared: bool,
 }
 
 /// The object tree of one assembled trace; `nodes[0]` is the root.
@@ -126,6 +134,10 @@ pub struct Assembly {
     pub searched: usize,
     /// What was not followed (limits, repeated objects), for the reader.
     pub notes: Vec<String>,
+    /// The trace's time range (ns since the epoch): the activity of the
+    /// objects of the tree proper, without shared objects, whose entries
+    /// outside it are hidden. `None` when nothing in the tree has activity.
+    pub range: Option<(u64, u64)>,
 }
 
 impl Assembly {
@@ -141,6 +153,28 @@ impl Assembly {
         }
         out
     }
+
+    /// Whether `i` is the searched node or one of its ancestors.
+    pub fn on_searched_path(&self, i: usize) -> bool {
+        let mut at = Some(self.searched);
+        while let Some(n) = at {
+            if n == i {
+                return true;
+            }
+            at = self.nodes[n].parent;
+        }
+        false
+    }
+}
+
+/// What part of the stored data a trace shows.
+#[derive(Clone, Debug)]
+pub struct Clip {
+    /// Window starts (seconds since the epoch) read for every object.
+    pub windows: Vec<u64>,
+    /// Entries and links recorded after this instant (ns since the epoch)
+    /// are left out.
+    pub until: u64,
 }
 
 pub struct Assembler<S> {
@@ -172,14 +206,15 @@ impl<S: RawStore> Assembler<S> {
         &self.store
     }
 
-    /// Reads every window of `object` among `windows` and merges them.
+    /// Reads every window of `object` in the clip and merges them.
     pub async fn load(
         &self,
         object: &ObjectRef,
-        windows: &[u64],
+        clip: &Clip,
     ) -> Result<Option<ObjectHistory>, RawError> {
         let hash = object.hash();
-        let ids: Vec<_> = windows
+        let ids: Vec<_> = clip
+            .windows
             .iter()
             .map(|&w| raw_trace_id(hash, w).to_bytes())
             .collect();
@@ -191,20 +226,20 @@ impl<S: RawStore> Assembler<S> {
         for r in reads {
             spans.extend(r?);
         }
-        Ok(merge(spans).filter(|h| &h.object == object))
+        Ok(merge_until(spans, clip.until).filter(|h| &h.object == object))
     }
 
     async fn load_many(
         &self,
         objects: Vec<ObjectRef>,
-        windows: &[u64],
+        clip: &Clip,
     ) -> Result<Vec<ObjectHistory>, RawError> {
         // Each object's windows are read concurrently too; bound the objects
         // in flight so the total stays near the configured concurrency.
-        let per_object = windows.len().max(1);
+        let per_object = clip.windows.len().max(1);
         let objects_in_flight = (self.limits.concurrency / per_object).max(1);
         let loaded = futures::stream::iter(objects.into_iter().map(|o| async move {
-            let h = self.load(&o, windows).await?;
+            let h = self.load(&o, clip).await?;
             Ok::<_, RawError>(h.unwrap_or_else(|| ObjectHistory::placeholder(o)))
         }))
         .buffered(objects_in_flight)
@@ -214,12 +249,12 @@ impl<S: RawStore> Assembler<S> {
     }
 
     /// Builds the tree for `searched` (already loaded) in `scope`, reading
-    /// related objects in the windows `windows` (window starts, seconds).
+    /// related objects within `clip`.
     pub async fn assemble(
         &self,
         searched: ObjectHistory,
         scope: Scope,
-        windows: &[u64],
+        clip: &Clip,
     ) -> Result<Assembly, RawError> {
         let mut notes = Vec::new();
         // Upward chain: searched first, top ancestor last.
@@ -242,7 +277,7 @@ impl<S: RawStore> Assembler<S> {
                     notes.push(format!("cycle: {} is its own ancestor", up.other));
                     break;
                 }
-                let loaded = self.load_many(vec![up.other.clone()], windows).await?;
+                let loaded = self.load_many(vec![up.other.clone()], clip).await?;
                 let parent = loaded.into_iter().next().expect("one object loaded");
                 // The class is the one of the link from parent to child.
                 chain.last_mut().expect("non-empty").1 = Some(up.class.clone());
@@ -261,6 +296,8 @@ impl<S: RawStore> Assembler<S> {
                 parent,
                 class: None,
                 children: Vec::new(),
+                copy_of: None,
+                shared: false,
             });
             if let Some(p) = parent {
                 nodes[p].children.push(i);
@@ -268,22 +305,80 @@ impl<S: RawStore> Assembler<S> {
             nodes[i].class = class_to_parent;
         }
         let searched = nodes.len() - 1;
-        let start = match scope {
-            Scope::Object | Scope::Ancestors => None,
-            Scope::Descendants => Some(searched),
-            Scope::Full => Some(0),
+        // The descent starts at the top of the chain (full) or at the
+        // searched object (descendants) and goes through every chain node
+        // below that, so the searched object's own subtree is complete.
+        let path: Vec<usize> = match scope {
+            Scope::Object | Scope::Ancestors => Vec::new(),
+            Scope::Descendants => vec![searched],
+            Scope::Full => (0..=searched).collect(),
         };
-        if let Some(start) = start {
-            self.descend(&mut nodes, &mut index, start, windows, &mut notes)
+        let mut copies = Vec::new();
+        if !path.is_empty() {
+            copies = self
+                .descend(&mut nodes, &mut index, &path, clip, &mut notes)
                 .await?;
         }
         let mut asm = Assembly {
             nodes,
             searched,
             notes,
+            range: None,
         };
+        self.clip_shared(&mut asm);
+        for (parent, class, original) in copies {
+            let i = asm.nodes.len();
+            let history = asm.nodes[original].history.clone();
+            asm.nodes.push(Node {
+                history,
+                parent: Some(parent),
+                class: Some(class),
+                children: Vec::new(),
+                copy_of: Some(original),
+                shared: true,
+            });
+            asm.nodes[parent].children.push(i);
+        }
         sort_children(&mut asm);
         Ok(asm)
+    }
+
+    /// Marks the nodes reached through a shared class (a Node, a
+    /// ConfigMap), or below one.
+    fn mark_shared(&self, asm: &mut Assembly) {
+        for (i, _) in asm.walk() {
+            let n = &asm.nodes[i];
+            let shared = n.parent.is_some_and(|p| asm.nodes[p].shared)
+                || n.class
+                    .as_ref()
+                    .is_some_and(|c| self.limits.shared_classes.contains(c));
+            asm.nodes[i].shared = shared;
+        }
+    }
+
+    /// Sets the trace's time range from the tree proper and hides the
+    /// entries of shared objects outside it: a Node's or ConfigMap's
+    /// activity since cluster start-up would otherwise set the start.
+    fn clip_shared(&self, asm: &mut Assembly) {
+        self.mark_shared(asm);
+        let own = asm
+            .nodes
+            .iter()
+            .filter(|n| !n.shared)
+            .filter_map(|n| n.history.active_range());
+        asm.range = own.fold(None, |acc: Option<(u64, u64)>, (s, e)| {
+            Some(acc.map_or((s, e), |(a, b)| (a.min(s), b.max(e))))
+        });
+        let Some((start, end)) = asm.range else {
+            return;
+        };
+        for n in asm.nodes.iter_mut().filter(|n| n.shared) {
+            let before = n.history.entries.len();
+            n.history.entries.retain(|e| {
+                e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end
+            });
+            n.history.hidden_entries += before - n.history.entries.len();
+        }
     }
 
     /// The link to climb from `h`: an owner first, then any non-shared parent.
@@ -306,17 +401,23 @@ impl<S: RawStore> Assembler<S> {
         best
     }
 
+    /// Follows child links level by level from `path[0]`; `path[d]` (a node
+    /// of the upward chain, already in the tree) joins the level at depth
+    /// `d`, first, so its children are claimed by it. Returns the copies to
+    /// add: a shared object (`shared_classes`) reached again is shown under
+    /// every object that uses it, as `(parent, class, first occurrence)`.
     async fn descend(
         &self,
         nodes: &mut Vec<Node>,
         index: &mut HashMap<ObjectRef, usize>,
-        start: usize,
-        windows: &[u64],
+        path: &[usize],
+        clip: &Clip,
         notes: &mut Vec<String>,
-    ) -> Result<(), RawError> {
-        let mut frontier = vec![start];
+    ) -> Result<Vec<(usize, String, usize)>, RawError> {
+        let mut frontier = vec![path[0]];
         let mut depth = 0;
         let mut truncated = 0usize;
+        let mut copies: Vec<(usize, String, ObjectRef)> = Vec::new();
         while !frontier.is_empty() {
             if depth >= self.limits.max_depth {
                 let pending: usize = frontier
@@ -336,25 +437,34 @@ impl<S: RawStore> Assembler<S> {
             let mut claimed: HashSet<ObjectRef> = HashSet::new();
             for &p in &frontier {
                 for l in child_links(&nodes[p].history) {
-                    // An object already in the tree (a shared Node, a cycle)
-                    // is shown once, under the first parent that reached it.
-                    if index.contains_key(&l.other) || !claimed.insert(l.other.clone()) {
+                    let shared = self.limits.shared_classes.contains(&l.class);
+                    let known = index.contains_key(&l.other) || claimed.contains(&l.other);
+                    if known && !shared {
+                        // Shown once, under the first parent that reached it
+                        // (or a cycle back into the tree).
                         continue;
                     }
-                    if index.len() + wanted.len() >= self.limits.max_objects {
+                    if index.len() + wanted.len() + copies.len() >= self.limits.max_objects {
                         truncated += 1;
                         continue;
                     }
+                    if known {
+                        if !is_ancestor_or_self(nodes, index.get(&l.other).copied(), p) {
+                            copies.push((p, l.class.clone(), l.other.clone()));
+                        }
+                        continue;
+                    }
+                    claimed.insert(l.other.clone());
                     wanted.push((p, l.clone()));
                 }
             }
             let loaded = self
-                .load_many(
-                    wanted.iter().map(|(_, l)| l.other.clone()).collect(),
-                    windows,
-                )
+                .load_many(wanted.iter().map(|(_, l)| l.other.clone()).collect(), clip)
                 .await?;
-            let mut next = Vec::with_capacity(loaded.len());
+            let mut next = Vec::with_capacity(loaded.len() + 1);
+            if let Some(&on_path) = path.get(depth + 1) {
+                next.push(on_path);
+            }
             for ((parent, link), history) in wanted.into_iter().zip(loaded) {
                 let i = nodes.len();
                 index.insert(history.object.clone(), i);
@@ -363,6 +473,8 @@ impl<S: RawStore> Assembler<S> {
                     parent: Some(parent),
                     class: Some(link.class),
                     children: Vec::new(),
+                    copy_of: None,
+                    shared: false,
                 });
                 nodes[parent].children.push(i);
                 next.push(i);
@@ -376,8 +488,29 @@ impl<S: RawStore> Assembler<S> {
                 self.limits.max_objects
             ));
         }
-        Ok(())
+        let mut placed = HashSet::new();
+        Ok(copies
+            .into_iter()
+            .filter_map(|(p, class, o)| index.get(&o).map(|&i| (p, class, i)))
+            .filter(|(p, _, i)| nodes[*i].parent != Some(*p) && placed.insert((*p, *i)))
+            .collect())
     }
+}
+
+/// Whether node `candidate` is `p` or one of its ancestors (a link back up
+/// would make a cycle).
+fn is_ancestor_or_self(nodes: &[Node], candidate: Option<usize>, p: usize) -> bool {
+    let Some(c) = candidate else {
+        return false;
+    };
+    let mut at = Some(p);
+    while let Some(n) = at {
+        if n == c {
+            return true;
+        }
+        at = nodes[n].parent;
+    }
+    false
 }
 
 fn child_links(h: &ObjectHistory) -> impl Iterator<Item = &Link> {

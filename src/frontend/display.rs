@@ -81,10 +81,17 @@ fn span_id(seed: &str, salt: u64) -> Vec<u8> {
     v.to_be_bytes().to_vec()
 }
 
+/// Whether a raw attribute is shown: kascade's internal ones are not, nor
+/// what the raw Jaeger added to its copy (`@jaeger@warnings` about the
+/// zero-length spans of Events and links).
+fn is_visible(key: &str) -> bool {
+    !key.starts_with("kascade.") && !key.starts_with("link.") && !key.starts_with("@jaeger@")
+}
+
 fn visible(attrs: &[KeyValue]) -> Vec<KeyValue> {
     attrs
         .iter()
-        .filter(|kv| !kv.key.starts_with("kascade.") && !kv.key.starts_with("link."))
+        .filter(|kv| is_visible(&kv.key))
         .cloned()
         .collect()
 }
@@ -133,6 +140,109 @@ fn is_error(span: &Span) -> bool {
     span.status
         .as_ref()
         .is_some_and(|s| s.code == StatusCode::Error as i32)
+}
+
+/// A failed request a controller expects and handles: an optimistic
+/// concurrency conflict (409, retried with the newer version) or the
+/// delete of an object already gone (404: the goal holds). Spans stored
+/// by older collectors mark conflicts as errors; neither is what went wrong.
+fn is_routine_failure(span: &Span) -> bool {
+    let a = &span.attributes;
+    match super::raw::int_attr(a, attr::AUDIT_CODE) {
+        Some(409) => true,
+        Some(404) => string_attr(a, attr::AUDIT_VERB) == Some("delete"),
+        _ => false,
+    }
+}
+
+/// Readiness the collector records on each write (`object.status`:
+/// Current, InProgress, Failed, Terminating) and its message.
+pub const OBJECT_STATUS: &str = "object.status";
+pub const OBJECT_STATUS_MESSAGE: &str = "object.status.message";
+
+/// What is wrong with an object at the end of the trace, if anything: a
+/// state that is not ready (the last readiness recorded), else failed
+/// writes and Warning Events.
+pub fn problem(n: &Node) -> Option<String> {
+    let last_status = n.history.entries.iter().rev().find_map(|e| {
+        string_attr(&e.span.attributes, OBJECT_STATUS)
+            .map(|s| (s, string_attr(&e.span.attributes, OBJECT_STATUS_MESSAGE)))
+    });
+    let with_message = |what: &str, m: Option<&str>| match m.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{what}: {m}"),
+        None => what.to_string(),
+    };
+    match last_status {
+        Some(("InProgress", m)) => return Some(with_message("not ready", m)),
+        Some(("Failed", m)) => return Some(with_message("failed", m)),
+        _ => {}
+    }
+    let failed: Vec<&Entry> = n
+        .history
+        .entries
+        .iter()
+        .filter(|e| is_error(&e.span) && !is_routine_failure(&e.span))
+        .collect();
+    let first = failed.first()?;
+    let what = match first.source {
+        Source::Event => format!("event {}", first.span.name),
+        _ => first.span.name.clone(),
+    };
+    let message = first.span.status.as_ref().map(|s| s.message.as_str());
+    let head = if failed.len() == 1 {
+        what
+    } else {
+        format!(
+            "{} failed writes or Warning Events, first {what}",
+            failed.len()
+        )
+    };
+    Some(with_message(&head, message))
+}
+
+/// The error status of each object span: its own problem, else (for the
+/// objects of the tree proper) the first problem among its descendants,
+/// so a failure deep in the tree shows on the path down to it. Shared
+/// objects (copies, and what hangs below a shared class) keep theirs to
+/// themselves.
+fn error_statuses(asm: &Assembly) -> Vec<Option<String>> {
+    let own: Vec<Option<String>> = asm.nodes.iter().map(problem).collect();
+    let mut out = own.clone();
+    let mut below: Vec<(usize, usize)> = vec![(0, usize::MAX); asm.nodes.len()];
+    // Children come after their parents in the walk: go backwards.
+    for &(i, _) in asm.walk().iter().rev() {
+        let n = &asm.nodes[i];
+        let Some(p) = n.parent else { continue };
+        if n.shared {
+            continue;
+        }
+        let (count, first) = below[i];
+        let add = usize::from(own[i].is_some()) + count;
+        if add == 0 {
+            continue;
+        }
+        let first = if own[i].is_some() { i } else { first };
+        let (pc, pf) = below[p];
+        below[p] = (pc + add, if pf == usize::MAX { first } else { pf });
+    }
+    for (i, (count, first)) in below.into_iter().enumerate() {
+        if out[i].is_some() || count == 0 || first == usize::MAX {
+            continue;
+        }
+        let f = &asm.nodes[first];
+        let others = if count > 1 {
+            format!(" (and {} more)", count - 1)
+        } else {
+            String::new()
+        };
+        out[i] = Some(format!(
+            "below: {} {}{others}: {}",
+            f.history.object.resource,
+            object_label(f, None),
+            own[first].as_deref().unwrap_or_default()
+        ));
+    }
+    out
 }
 
 /// An entry folded into one log of its object's span.
@@ -262,11 +372,23 @@ pub fn render(
         }
     }
     let mut out = Out::default();
+    // A shared object shown under several objects: each copy its own span.
     let ids: Vec<Vec<u8>> = asm
         .nodes
         .iter()
-        .map(|n| span_id(&n.history.object.key(), 0x6b61))
+        .map(|n| match (n.copy_of, n.parent) {
+            (Some(_), Some(p)) => span_id(
+                &format!(
+                    "{}|{}",
+                    n.history.object.key(),
+                    asm.nodes[p].history.object.key()
+                ),
+                0x6b62,
+            ),
+            _ => span_id(&n.history.object.key(), 0x6b61),
+        })
         .collect();
+    let errors = error_statuses(asm);
     // (parent node, class) -> virtual span id, start, end.
     let mut virtuals: BTreeMap<(usize, String), (Vec<u8>, u64, u64)> = BTreeMap::new();
     let parent_span = |i: usize, virtuals: &mut BTreeMap<(usize, String), (Vec<u8>, u64, u64)>| {
@@ -308,16 +430,40 @@ pub fn render(
         if i == asm.searched && asm.nodes.len() > 1 {
             attributes.push(kv("searched", "true"));
         }
+        if n.history.hidden_entries > 0 {
+            attributes.push(kv(
+                "note",
+                format!(
+                    "{} entries outside this trace's time range not shown",
+                    n.history.hidden_entries
+                ),
+            ));
+        }
         if i == 0 {
             for note in &asm.notes {
                 attributes.push(kv("note", note.clone()));
             }
         }
+        // The root names the trace in the UI's search results: when another
+        // object was searched, the root's name says which.
+        let mut name = object_label(n, parent);
+        if i == 0 && asm.searched != 0 {
+            let s = &asm.nodes[asm.searched];
+            name = format!(
+                "{name} ▸ {} {}",
+                s.history.object.resource,
+                object_label(s, None)
+            );
+        }
         let mut obj = Span {
             trace_id: trace_id.to_vec(),
             span_id: ids[i].clone(),
             parent_span_id: parent_span(i, &mut virtuals).unwrap_or_default(),
-            name: object_label(n, parent),
+            name,
+            status: errors[i].as_ref().map(|m| Status {
+                message: m.clone(),
+                code: StatusCode::Error as i32,
+            }),
             kind: 1, // internal
             start_time_unix_nano: times[i].0,
             end_time_unix_nano: times[i].1,

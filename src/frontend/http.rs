@@ -143,7 +143,9 @@ async fn redirect<S: RawStore>(
         p.namespace.unwrap_or_default(),
         name,
     );
-    let id = st.frontend.id_for(&object, at, mode, scope);
+    let id = st
+        .frontend
+        .id_for(&object, at, SystemTime::now(), mode, scope);
     let location = format!(
         "{}/trace/{}",
         st.ui_url.trim_end_matches('/'),

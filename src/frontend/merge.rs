@@ -70,6 +70,9 @@ pub struct ObjectHistory {
     pub entries: Vec<Entry>,
     /// Distinct relations, in the order first recorded.
     pub links: Vec<Link>,
+    /// Entries left out because they lie outside the trace's time range
+    /// (activity of a shared Node or ConfigMap long before or after).
+    pub hidden_entries: usize,
 }
 
 impl ObjectHistory {
@@ -82,6 +85,7 @@ impl ObjectHistory {
             windows: Vec::new(),
             entries: Vec::new(),
             links: Vec::new(),
+            hidden_entries: 0,
         }
     }
 
@@ -115,6 +119,12 @@ pub fn object_of(attrs: &[KeyValue], prefix: &str) -> Option<ObjectRef> {
 /// Merges raw spans of one object (any number of windows). `None` when there
 /// is no object span among them.
 pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
+    merge_until(spans, u64::MAX)
+}
+
+/// Like [`merge`], leaving out entries and links recorded after `until`
+/// (ns since the epoch): a trace shows what was stored when it was searched.
+pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<ObjectHistory> {
     let mut history: Option<ObjectHistory> = None;
     let mut entries = Vec::new();
     let mut links = Vec::new();
@@ -132,6 +142,7 @@ pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
                     windows: Vec::new(),
                     entries: Vec::new(),
                     links: Vec::new(),
+                    hidden_entries: 0,
                 });
                 if h.uid.is_empty()
                     && let Some(uid) = string_attr(&span.attributes, attr::UID)
@@ -141,6 +152,9 @@ pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
                 h.windows.push(span.start_time_unix_nano);
             }
             Some(SPAN_KIND_LINK) => {
+                if span.start_time_unix_nano > until {
+                    continue;
+                }
                 let role = match string_attr(&span.attributes, attr::LINK_ROLE) {
                     Some("parent") => Role::Parent,
                     Some("child") => Role::Child,
@@ -162,6 +176,9 @@ pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
                 ));
             }
             kind => {
+                if span.start_time_unix_nano > until {
+                    continue;
+                }
                 if !seen_entries.insert(span.span_id.clone()) {
                     continue; // the same span read twice (overlapping reads)
                 }

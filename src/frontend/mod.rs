@@ -23,9 +23,10 @@ use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
 
 use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, Windowing, raw_trace_id};
-use assemble::{Assembler, Assembly, Limits, Scope};
+use assemble::{Assembler, Assembly, Clip, Limits, Scope};
 use display::Mode;
 use merge::{ObjectHistory, merge};
+use raw::nanos;
 use raw::{RawError, RawStore, TimeRange, TraceIdBytes};
 use trace_id::AssembledId;
 
@@ -202,6 +203,9 @@ impl<S: RawStore> Frontend<S> {
             let window = u64::from_be_bytes(id[8..].try_into().expect("8 bytes"));
             objects.entry(hash).or_default().push(window);
         }
+        // The clip end is the search's end, to the second (rounded up): a
+        // later search sees later writes under a new id.
+        let clip_end = nanos(q.range.end).div_ceil(1_000_000_000);
         let mut out = Vec::new();
         for (hash, mut windows) in objects {
             if out.len() >= q.limit {
@@ -209,12 +213,10 @@ impl<S: RawStore> Frontend<S> {
             }
             windows.sort_unstable();
             let first = windows[0].max(range_windows.first().copied().unwrap_or(windows[0]));
-            let last = range_windows.last().copied().unwrap_or(first).max(first);
-            let count = (((last - first) / self.width()) + 1).min(255) as u8;
             let id = AssembledId {
                 object_hash: hash,
                 first_window: first,
-                windows: count,
+                clip_end: clip_end.max(first),
                 mode: q.mode,
                 scope: q.scope,
             };
@@ -236,10 +238,14 @@ impl<S: RawStore> Frontend<S> {
             self.metrics.cache_hits.inc();
             return Ok(Some(t));
         }
-        let Some(decoded) = AssembledId::decode(id) else {
+        let Some(decoded) = AssembledId::decode(id, self.width()) else {
             return Ok(None);
         };
         let windows = decoded.window_starts(self.width());
+        let clip = Clip {
+            windows: windows.clone(),
+            until: decoded.clip_end.saturating_mul(1_000_000_000),
+        };
         // The first window where the object has a raw trace tells who it is.
         let mut object: Option<ObjectRef> = None;
         for &w in &windows {
@@ -255,10 +261,10 @@ impl<S: RawStore> Frontend<S> {
         let Some(object) = object else {
             return Ok(None);
         };
-        let Some(searched) = self.assembler.load(&object, &windows).await? else {
+        let Some(searched) = self.assembler.load(&object, &clip).await? else {
             return Ok(None);
         };
-        let trace = self.assemble(searched, decoded, &windows).await?;
+        let trace = self.assemble(searched, decoded, &clip).await?;
         self.cache.insert(*id, trace.clone()).await;
         Ok(Some(trace))
     }
@@ -267,10 +273,10 @@ impl<S: RawStore> Frontend<S> {
         &self,
         searched: ObjectHistory,
         id: AssembledId,
-        windows: &[u64],
+        clip: &Clip,
     ) -> Result<Arc<AssembledTrace>, FrontendError> {
         let started = std::time::Instant::now();
-        let assembly = self.assembler.assemble(searched, id.scope, windows).await?;
+        let assembly = self.assembler.assemble(searched, id.scope, clip).await?;
         self.metrics.traces_assembled.inc();
         self.metrics
             .objects_per_trace
@@ -293,19 +299,24 @@ impl<S: RawStore> Frontend<S> {
     }
 
     /// The id of the trace of `object` around `at` (the window before, the
-    /// window of, and the window after `at`), without reading anything.
+    /// window of, and the window after `at`, clipped at `now`), without
+    /// reading anything.
     pub fn id_for(
         &self,
         object: &ObjectRef,
         at: SystemTime,
+        now: SystemTime,
         mode: Mode,
         scope: Scope,
     ) -> TraceIdBytes {
         let w = self.windowing.window_start(at);
+        let first_window = w.saturating_sub(self.width());
+        let window_after_end = w.saturating_add(2 * self.width()).saturating_sub(1);
+        let now = nanos(now).div_ceil(1_000_000_000);
         AssembledId {
             object_hash: object.hash(),
-            first_window: w.saturating_sub(self.width()),
-            windows: 3,
+            first_window,
+            clip_end: window_after_end.min(now).max(first_window),
             mode,
             scope,
         }

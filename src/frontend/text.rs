@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::assemble::Assembly;
-use super::display::{diff_lines, snapshot};
+use super::display::{diff_lines, problem, snapshot};
 use super::merge::Source;
 use super::raw::{from_nanos, string_attr};
 
@@ -30,13 +30,7 @@ fn rel(ns: u64, base: u64) -> String {
 }
 
 pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
-    let base = asm
-        .nodes
-        .iter()
-        .filter_map(|n| n.history.active_range())
-        .map(|r| r.0)
-        .min()
-        .unwrap_or(0);
+    let base = asm.range.map_or(0, |r| r.0);
     let mut out = String::new();
     if base > 0 {
         let t0 = humantime::format_rfc3339_millis(from_nanos(base));
@@ -80,8 +74,31 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         if i == asm.searched && asm.nodes.len() > 1 {
             head.push_str("  ◀ searched");
         }
+        if let Some(first) = n.copy_of
+            && !asm.nodes[first].history.entries.is_empty()
+        {
+            let shown = asm.nodes[first]
+                .parent
+                .map(|p| {
+                    let o = &asm.nodes[p].history.object;
+                    format!(" under {} {}", o.resource, o.name)
+                })
+                .unwrap_or_default();
+            let _ = writeln!(out, "{head}  (shared: entries shown once{shown})");
+            continue;
+        }
         if n.history.entries.is_empty() {
             head.push_str("  (nothing recorded in range)");
+        }
+        if n.history.hidden_entries > 0 {
+            let _ = write!(
+                head,
+                "  ({} entries outside the time range not shown)",
+                n.history.hidden_entries
+            );
+        }
+        if let Some(p) = problem(n) {
+            let _ = write!(head, "  ✗ {p}");
         }
         let _ = writeln!(out, "{head}");
         // Entries are indented under the object, continuing its tree line.

@@ -1,13 +1,19 @@
 //! Ids of assembled traces. The Jaeger UI reloads a trace by id, possibly
 //! from another frontend replica, long after the search: so the id carries
 //! everything needed to assemble the trace again, and no shared cache is
-//! required.
+//! required. It carries the clip end (the search's end, to the second) too:
+//! a search after new writes gets a new id, so neither the frontend's cache
+//! nor the UI's shows the trace as it was at an earlier search, and a reload
+//! shows what the first assembly showed.
 //!
 //! Layout (16 bytes):
-//! `object hash (8) ‖ first window, minutes since epoch (4) ‖ windows (1) ‖ mode<<4|scope (1) ‖ 'k' (1) ‖ check (1)`.
+//! `object hash (8) ‖ first window, minutes since epoch (4) ‖ clip end,
+//! seconds after the first window (3) ‖ mode (2 bits) scope (2 bits) check (4 bits)`.
 //! The object hash plus a window start is exactly a raw trace id (see
 //! `model::raw_trace_id`), so decoding reads the searched object's raw trace
-//! and learns who it is. The check byte rejects ids kascade did not make.
+//! and learns who it is. The check bits, and a clip range of at most
+//! [`MAX_WINDOWS`] windows, reject most ids kascade did not make; one that
+//! slips through names no raw trace and finds nothing.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -15,7 +21,10 @@ use super::assemble::Scope;
 use super::display::Mode;
 use super::raw::TraceIdBytes;
 
-const MAGIC: u8 = b'k';
+/// Windows one assembled trace spans at most.
+pub const MAX_WINDOWS: u64 = 255;
+/// The clip end lies at most this many seconds after the first window.
+const MAX_END_OFFSET: u64 = (1 << 24) - 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AssembledId {
@@ -23,10 +32,16 @@ pub struct AssembledId {
     /// Window start of the first window of the clip range, seconds since epoch
     /// (a multiple of 60).
     pub first_window: u64,
-    /// Windows in the clip range, 1..=255.
-    pub windows: u8,
+    /// The clip end, seconds since epoch: entries after it are not shown.
+    pub clip_end: u64,
     pub mode: Mode,
     pub scope: Scope,
+}
+
+fn check_bits(id: &[u8; 16]) -> u8 {
+    let mut head = *id;
+    head[15] &= 0xf0;
+    (xxh3_64(&head) & 0x0f) as u8
 }
 
 impl AssembledId {
@@ -35,30 +50,44 @@ impl AssembledId {
         id[..8].copy_from_slice(&self.object_hash.to_be_bytes());
         let minutes = u32::try_from(self.first_window / 60).unwrap_or(u32::MAX);
         id[8..12].copy_from_slice(&minutes.to_be_bytes());
-        id[12] = self.windows.max(1);
-        id[13] = (self.mode.code() << 4) | self.scope.code();
-        id[14] = MAGIC;
-        id[15] = xxh3_64(&id[..15]) as u8;
+        let offset = self
+            .clip_end
+            .saturating_sub(self.first_window)
+            .min(MAX_END_OFFSET);
+        id[12..15].copy_from_slice(&offset.to_be_bytes()[5..]);
+        id[15] = (self.mode.code() << 6) | (self.scope.code() << 4);
+        id[15] |= check_bits(&id);
         id
     }
 
-    pub fn decode(id: &TraceIdBytes) -> Option<Self> {
-        if id[14] != MAGIC || id[15] != xxh3_64(&id[..15]) as u8 || id[12] == 0 {
+    /// The id's fields, or `None` for an id kascade did not make. `width`
+    /// is the window width in seconds.
+    pub fn decode(id: &TraceIdBytes, width: u64) -> Option<Self> {
+        if id[15] & 0x0f != check_bits(id) {
             return None;
         }
-        Some(Self {
+        let first_window = u64::from(u32::from_be_bytes(id[8..12].try_into().ok()?)) * 60;
+        let mut offset = [0u8; 8];
+        offset[5..].copy_from_slice(&id[12..15]);
+        let decoded = Self {
             object_hash: u64::from_be_bytes(id[..8].try_into().ok()?),
-            first_window: u64::from(u32::from_be_bytes(id[8..12].try_into().ok()?)) * 60,
-            windows: id[12],
-            mode: Mode::from_code(id[13] >> 4)?,
-            scope: Scope::from_code(id[13] & 0x0f)?,
-        })
+            first_window,
+            clip_end: first_window + u64::from_be_bytes(offset),
+            mode: Mode::from_code(id[15] >> 6)?,
+            scope: Scope::from_code((id[15] >> 4) & 0x03)?,
+        };
+        (decoded.window_starts(width).len() as u64 <= MAX_WINDOWS).then_some(decoded)
     }
 
-    /// Window starts (seconds) of the clip range, for a window width in seconds.
+    /// Window starts (seconds) from the first window to the one holding the
+    /// clip end, for a window width in seconds (at most [`MAX_WINDOWS`] + 1,
+    /// which `decode` refuses).
     pub fn window_starts(&self, width: u64) -> Vec<u64> {
-        (0..u64::from(self.windows))
+        let width = width.max(1);
+        let last = self.clip_end.max(self.first_window);
+        (0..=MAX_WINDOWS)
             .map(|i| self.first_window.saturating_add(i.saturating_mul(width)))
+            .take_while(|w| *w <= last)
             .collect()
     }
 }
@@ -69,29 +98,63 @@ mod tests {
 
     #[test]
     fn round_trips_and_rejects_foreign_ids() {
+        let first = 1_795_000_000 / 1800 * 1800;
         for mode in Mode::ALL {
             for scope in Scope::ALL {
                 let id = AssembledId {
                     object_hash: 0xdead_beef_0123_4567,
-                    first_window: 1_795_000_000 / 1800 * 1800,
-                    windows: 3,
+                    first_window: first,
+                    clip_end: first + 2 * 1800 + 17,
                     mode,
                     scope,
                 };
-                assert_eq!(AssembledId::decode(&id.encode()), Some(id));
+                let decoded = AssembledId::decode(&id.encode(), 1800);
+                assert_eq!(decoded, Some(id));
+                assert_eq!(
+                    id.window_starts(1800),
+                    vec![first, first + 1800, first + 3600]
+                );
             }
         }
         let id = AssembledId {
             object_hash: 1,
             first_window: 1800,
-            windows: 1,
+            clip_end: 1801,
             mode: Mode::Tracing,
             scope: Scope::Full,
         }
         .encode();
         let mut tampered = id;
         tampered[3] ^= 1;
-        assert_eq!(AssembledId::decode(&tampered), None);
-        assert_eq!(AssembledId::decode(&[7u8; 16]), None);
+        assert_eq!(AssembledId::decode(&tampered, 1800), None);
+    }
+
+    #[test]
+    fn a_later_clip_end_is_another_id() {
+        let a = AssembledId {
+            object_hash: 7,
+            first_window: 3600,
+            clip_end: 3700,
+            mode: Mode::Tracing,
+            scope: Scope::Full,
+        };
+        let b = AssembledId {
+            clip_end: 3701,
+            ..a
+        };
+        assert_ne!(a.encode(), b.encode());
+    }
+
+    #[test]
+    fn a_clip_range_over_the_window_limit_is_refused() {
+        let id = AssembledId {
+            object_hash: 7,
+            first_window: 0,
+            clip_end: 300 * 60,
+            mode: Mode::Tracing,
+            scope: Scope::Full,
+        };
+        assert!(AssembledId::decode(&id.encode(), 3600).is_some());
+        assert_eq!(AssembledId::decode(&id.encode(), 60), None);
     }
 }
