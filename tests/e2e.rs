@@ -477,6 +477,17 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
     let text = trace.to_string();
     assert!(text.contains("snapshot"), "the delete carries a snapshot");
     assert!(!text.contains("managedFields"));
+    // What the raw Jaeger adds to its copies (warnings about zero-length
+    // spans) is not passed on.
+    assert!(!text.contains("@jaeger@"), "raw Jaeger's attributes leak");
+    // A rollout that completed, with routine conflicts (409) on the way:
+    // no object span is in error.
+    let in_error: Vec<&str> = spans
+        .iter()
+        .filter(|s| has_error_tag(s))
+        .map(|s| s["operationName"].as_str().unwrap())
+        .collect();
+    assert!(in_error.is_empty(), "spans in error: {in_error:?}");
 
     // The UI reloads the trace by id later.
     let id = trace["traceID"].as_str().unwrap();
@@ -525,9 +536,13 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
         .iter()
         .map(|s| s["operationName"].as_str().unwrap().to_string())
         .collect();
+    // The root names the searched object: the UI titles results by it.
     assert_eq!(
         names,
-        BTreeSet::from(["default/hello".to_string(), format!("default/{newest}")])
+        BTreeSet::from([
+            format!("default/hello ▸ replicasets default/{newest}"),
+            format!("default/{newest}")
+        ])
     );
 
     // A bad tag is refused with a message naming it.
@@ -643,6 +658,90 @@ fn log_fields(span: &Value) -> Vec<HashMap<String, Value>> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether a span of the Jaeger UI's JSON is in error (`error=true`).
+fn has_error_tag(span: &Value) -> bool {
+    tag(span, "error").is_some_and(|v| v == &Value::Bool(true) || v == "true")
+}
+
+fn kubectl(args: &[&str]) {
+    let out = std::process::Command::new(env("KUBECTL"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+#[ignore]
+async fn a_second_search_after_new_writes_shows_them() {
+    let name = format!("fresh-{}", std::process::id());
+    kubectl(&[
+        "create",
+        "configmap",
+        &name,
+        "-n",
+        "default",
+        "--from-literal=k=1",
+    ]);
+    let tags = serde_json::json!({"resource": "configmaps", "namespace": "default", "name": name});
+    let creates = |t: &[Value]| {
+        t.len() == 1
+            && t[0]["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| log_names(s).iter().any(|n| n.ends_with(" create")))
+    };
+    let first = ui_search("tracing", tags.clone(), creates).await;
+    let first_id = first[0]["traceID"].as_str().unwrap().to_string();
+    kubectl(&[
+        "label",
+        "configmap",
+        &name,
+        "-n",
+        "default",
+        "kascade.io/step=2",
+    ]);
+    // The next searches show the label's patch: not the trace assembled
+    // (and cached) at the first search.
+    let second = ui_search("tracing", tags, |t| {
+        t.len() == 1
+            && t[0]["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| log_names(s).iter().any(|n| n.ends_with(" patch")))
+    })
+    .await;
+    assert_ne!(second[0]["traceID"].as_str().unwrap(), first_id);
+    kubectl(&["delete", "configmap", &name, "-n", "default"]);
+}
+
+#[tokio::test]
+#[ignore]
+async fn the_ui_shows_the_unschedulable_pod_in_error() {
+    let tags = serde_json::json!({"resource": "pods", "namespace": "sched-demo", "name": "stuck"});
+    let traces = ui_search("tracing", tags, |t| {
+        t.len() == 1 && t[0]["spans"].as_array().unwrap().iter().any(has_error_tag)
+    })
+    .await;
+    let spans = traces[0]["spans"].as_array().unwrap();
+    let pod = spans
+        .iter()
+        .find(|s| {
+            s["operationName"]
+                .as_str()
+                .unwrap()
+                .contains("sched-demo/stuck")
+        })
+        .unwrap();
+    assert!(has_error_tag(pod), "{pod}");
 }
 
 #[tokio::test]
