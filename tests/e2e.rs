@@ -1293,3 +1293,47 @@ async fn oversized_writes_are_capped_and_the_writes_around_them_exported() {
     ]);
     oversized_writes_arrived("kascade-big", &replayed).await;
 }
+
+#[tokio::test]
+#[ignore]
+async fn system_architecture_shows_resources_linked_as_parent_and_child() {
+    let ui = env("JAEGER_UI_URL");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let resp: Value = reqwest::Client::new()
+        .get(format!("{ui}/api/dependencies"))
+        .query(&[
+            ("endTs", now_ms.to_string()),
+            ("lookback", "7200000".to_string()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let edges: BTreeSet<(String, String)> = resp["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|d| {
+            assert!(d["callCount"].as_u64().unwrap() >= 1, "{d}");
+            (
+                d["parent"].as_str().unwrap().to_string(),
+                d["child"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (p, c) in [
+        ("deployments", "replicasets"),
+        ("replicasets", "pods"),
+        ("pods", "nodes"),
+    ] {
+        assert!(
+            edges.contains(&(p.into(), c.into())),
+            "{p} → {c} missing: {edges:?}"
+        );
+    }
+}

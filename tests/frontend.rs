@@ -1228,3 +1228,30 @@ async fn the_deployment_trace_starts_at_the_first_write_of_its_tree() {
     assert_eq!(start, first_write);
     assert_eq!(t.assembly.range.unwrap().0, first_write);
 }
+
+#[tokio::test]
+async fn system_architecture_counts_the_relations_between_resources() {
+    let (f, range) = frontend("deployment").await;
+    let owned = owned_by_fixture("deployment");
+    let replicasets = &owned[&("Deployment".to_string(), "hello".to_string())];
+    let pods: usize = replicasets
+        .iter()
+        .map(|rs| owned[&("ReplicaSet".to_string(), rs.clone())].len())
+        .sum();
+    let counts = f.dependencies(range).await.unwrap();
+    let count = |p: &str, c: &str| counts.get(&(p.to_string(), c.to_string())).copied();
+    assert_eq!(
+        count("deployments", "replicasets"),
+        Some(replicasets.len() as u64)
+    );
+    assert_eq!(count("replicasets", "pods"), Some(pods as u64));
+    assert!(
+        count("pods", "nodes").is_some_and(|n| n as usize >= pods),
+        "{counts:?}"
+    );
+    assert_eq!(
+        count("pods", "deployments"),
+        None,
+        "children only: {counts:?}"
+    );
+}

@@ -227,6 +227,19 @@ impl<S: RawStore> Frontend<S> {
         Ok(out)
     }
 
+    /// The service graph for the Jaeger UI's System Architecture: how
+    /// often objects of one resource were linked to children of another in
+    /// `range` (over at most `--raw-search-limit` raw traces).
+    pub async fn dependencies(
+        &self,
+        range: TimeRange,
+    ) -> Result<raw::RelationCounts, FrontendError> {
+        Ok(self
+            .store()
+            .relation_counts(range, self.cfg.raw_search_limit)
+            .await?)
+    }
+
     /// An assembled trace by id: from the cache, else assembled again from
     /// what the id encodes. `None` for ids kascade did not make or objects
     /// with nothing recorded in range.

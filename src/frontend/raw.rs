@@ -17,6 +17,35 @@ use crate::span_model::{SPAN_KIND_OBJECT, attr};
 
 pub type TraceIdBytes = [u8; 16];
 
+/// (parent resource, child resource) → relations seen.
+pub type RelationCounts = std::collections::BTreeMap<(String, String), u64>;
+
+/// Adds the child links among one raw trace's spans (its object's resource
+/// → the linked object's resource); `attr_of(span, key)` reads a string
+/// attribute.
+fn count_child_links<T>(
+    spans: &[T],
+    attr_of: impl Fn(&T, &str) -> Option<String>,
+    counts: &mut RelationCounts,
+) {
+    let kind = |s: &T| attr_of(s, attr::SPAN_KIND);
+    let Some(resource) = spans
+        .iter()
+        .find(|s| kind(s).as_deref() == Some(SPAN_KIND_OBJECT))
+        .and_then(|s| attr_of(s, attr::RESOURCE))
+    else {
+        return;
+    };
+    for s in spans {
+        if kind(s).as_deref() == Some(crate::span_model::SPAN_KIND_LINK)
+            && attr_of(s, attr::LINK_ROLE).as_deref() == Some("child")
+            && let Some(child) = attr_of(s, &format!("link.{}", attr::RESOURCE))
+        {
+            *counts.entry((resource.clone(), child)).or_default() += 1;
+        }
+    }
+}
+
 /// A closed time interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimeRange {
@@ -57,6 +86,16 @@ pub trait RawStore: Send + Sync + 'static {
 
     /// The spans of one raw trace; empty when the store has no such trace.
     fn get(&self, id: TraceIdBytes) -> impl Future<Output = Result<Vec<Span>, RawError>> + Send;
+
+    /// Relations recorded in up to `limit` raw traces of `range`, counted
+    /// by (resource of the parent object, resource of the child object):
+    /// the service graph of the assembled traces, whose services are
+    /// resources.
+    fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> impl Future<Output = Result<RelationCounts, RawError>> + Send;
 
     /// A short description for logs and errors.
     fn describe(&self) -> String;
@@ -170,6 +209,23 @@ impl RawStore for MemoryStore {
         Ok(self.traces.get(&id).cloned().unwrap_or_default())
     }
 
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<RelationCounts, RawError> {
+        let mut counts = RelationCounts::new();
+        for id in self.find(&[], range, limit).await? {
+            let spans = &self.traces[&id];
+            count_child_links(
+                spans,
+                |s, k| string_attr(&s.attributes, k).map(str::to_string),
+                &mut counts,
+            );
+        }
+        Ok(counts)
+    }
+
     fn describe(&self) -> String {
         format!("in-memory store ({} raw traces)", self.traces.len())
     }
@@ -193,6 +249,32 @@ struct V1Search {
 struct V1Trace {
     #[serde(rename = "traceID")]
     trace_id: String,
+}
+
+/// A search answer with the spans' tags (Jaeger's v1 JSON).
+#[derive(Deserialize)]
+struct V1SearchSpans {
+    #[serde(default)]
+    data: Option<Vec<V1TraceSpans>>,
+}
+
+#[derive(Deserialize)]
+struct V1TraceSpans {
+    #[serde(default)]
+    spans: Vec<V1Span>,
+}
+
+#[derive(Deserialize)]
+struct V1Span {
+    #[serde(default)]
+    tags: Vec<V1Tag>,
+}
+
+#[derive(Deserialize)]
+struct V1Tag {
+    key: String,
+    #[serde(default)]
+    value: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -233,6 +315,34 @@ impl JaegerHttp {
             client: builder
                 .build()
                 .map_err(|e| anyhow::anyhow!("cannot build the HTTP client of {base}: {e}"))?,
+        })
+    }
+
+    /// `/api/traces` for raw traces with a span carrying every tag.
+    fn search_url(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<reqwest::Url, RawError> {
+        let tag_map: serde_json::Map<String, serde_json::Value> = tags
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let micros = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
+        reqwest::Url::parse_with_params(
+            &format!("{}/api/traces", self.base),
+            &[
+                ("service", self.service.clone()),
+                ("tags", serde_json::Value::Object(tag_map).to_string()),
+                ("start", micros(range.start).to_string()),
+                ("end", micros(range.end).to_string()),
+                ("limit", limit.to_string()),
+            ],
+        )
+        .map_err(|e| RawError::Decode {
+            url: self.base.clone(),
+            message: e.to_string(),
         })
     }
 
@@ -295,25 +405,7 @@ impl RawStore for JaegerHttp {
         range: TimeRange,
         limit: usize,
     ) -> Result<Vec<TraceIdBytes>, RawError> {
-        let tag_map: serde_json::Map<String, serde_json::Value> = tags
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        let micros = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/api/traces", self.base),
-            &[
-                ("service", self.service.clone()),
-                ("tags", serde_json::Value::Object(tag_map).to_string()),
-                ("start", micros(range.start).to_string()),
-                ("end", micros(range.end).to_string()),
-                ("limit", limit.to_string()),
-            ],
-        )
-        .map_err(|e| RawError::Decode {
-            url: self.base.clone(),
-            message: e.to_string(),
-        })?;
+        let url = self.search_url(tags, range, limit)?;
         let Some(body) = self.fetch(url.as_str()).await? else {
             return Ok(Vec::new());
         };
@@ -339,6 +431,40 @@ impl RawStore for JaegerHttp {
             message: e.to_string(),
         })?;
         Ok(spans_of(parsed.result.resource_spans))
+    }
+
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<RelationCounts, RawError> {
+        let tags = [
+            (attr::SPAN_KIND.to_string(), "link".to_string()),
+            (attr::LINK_ROLE.to_string(), "child".to_string()),
+        ];
+        let url = self.search_url(&tags, range, limit)?;
+        let mut counts = RelationCounts::new();
+        let Some(body) = self.fetch(url.as_str()).await? else {
+            return Ok(counts);
+        };
+        let parsed: V1SearchSpans =
+            serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        for trace in parsed.data.unwrap_or_default() {
+            count_child_links(
+                &trace.spans,
+                |s, k| {
+                    s.tags
+                        .iter()
+                        .find(|t| t.key == k)
+                        .and_then(|t| t.value.as_str().map(str::to_string))
+                },
+                &mut counts,
+            );
+        }
+        Ok(counts)
     }
 
     fn describe(&self) -> String {

@@ -19,7 +19,7 @@ use super::http::MAX_TIME_SECS;
 use super::proto::dependency_reader_server::{DependencyReader, DependencyReaderServer};
 use super::proto::trace_reader_server::{TraceReader, TraceReaderServer};
 use super::proto::{
-    FindTraceIDsResponse, FindTracesRequest, FoundTraceId, GetDependenciesRequest,
+    Dependency, FindTraceIDsResponse, FindTracesRequest, FoundTraceId, GetDependenciesRequest,
     GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse, GetServicesRequest,
     GetServicesResponse, GetTracesRequest, Operation, TraceQueryParameters, any_value,
 };
@@ -64,10 +64,13 @@ impl<S: RawStore> JaegerStorage<S> {
         to_status(e)
     }
 
-    pub fn servers(self) -> (TraceReaderServer<Self>, DependencyReaderServer<Deps>) {
+    pub fn servers(self) -> (TraceReaderServer<Self>, DependencyReaderServer<Deps<S>>) {
+        let deps = Deps {
+            frontend: self.frontend.clone(),
+        };
         (
             TraceReaderServer::new(self),
-            DependencyReaderServer::new(Deps),
+            DependencyReaderServer::new(deps),
         )
     }
 }
@@ -364,16 +367,59 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
     }
 }
 
-/// kascade has no service dependency graph: object relations are traces.
-pub struct Deps;
+/// The service graph of System Architecture: resources linked as parent
+/// and child in the raw traces of the asked interval.
+pub struct Deps<S> {
+    frontend: Arc<Frontend<S>>,
+}
 
 #[tonic::async_trait]
-impl DependencyReader for Deps {
+impl<S: RawStore> DependencyReader for Deps<S> {
     async fn get_dependencies(
         &self,
-        _: Request<GetDependenciesRequest>,
+        request: Request<GetDependenciesRequest>,
     ) -> Result<Response<GetDependenciesResponse>, Status> {
-        Ok(Response::new(GetDependenciesResponse::default()))
+        let metrics = self.frontend.metrics();
+        metrics
+            .requests
+            .get_or_create(&FrontendMetrics::rpc("GetDependencies"))
+            .inc();
+        let fail = |e: Status| {
+            metrics
+                .errors
+                .get_or_create(&FrontendMetrics::rpc("GetDependencies"))
+                .inc();
+            e
+        };
+        let r = request.into_inner();
+        let end = timestamp("end_time", &r.end_time)
+            .map_err(fail)?
+            .unwrap_or_else(SystemTime::now);
+        let start = timestamp("start_time", &r.start_time)
+            .map_err(fail)?
+            .unwrap_or_else(|| {
+                end.checked_sub(Duration::from_secs(3600))
+                    .unwrap_or(UNIX_EPOCH)
+            });
+        if start > end {
+            return Err(fail(invalid("start_time is after end_time")));
+        }
+        let counts = self
+            .frontend
+            .dependencies(TimeRange::new(start, end))
+            .await
+            .map_err(|e| fail(to_status(e)))?;
+        Ok(Response::new(GetDependenciesResponse {
+            dependencies: counts
+                .into_iter()
+                .map(|((parent, child), call_count)| Dependency {
+                    parent,
+                    child,
+                    call_count,
+                    source: "kascade".into(),
+                })
+                .collect(),
+        }))
     }
 }
 
