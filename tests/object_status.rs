@@ -361,3 +361,86 @@ async fn watch_spans_carry_the_status_of_the_version_seen() {
         );
     }
 }
+
+/// The message of the `kind` condition in the last response of a write to
+/// the object, as its controller or the scheduler wrote it.
+fn last_condition_message(scenario: &str, resource: &str, name: &str, kind: &str) -> String {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| {
+            e["objectRef"]["resource"] == resource
+                && e["responseObject"]["metadata"]["name"] == name
+        })
+        .filter_map(|e| {
+            e["responseObject"]["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == kind)
+                .map(|c| c["message"].as_str().unwrap().to_string())
+        })
+        .last()
+        .unwrap_or_else(|| panic!("{scenario}: no {kind} condition on {resource} {name}"))
+}
+
+#[tokio::test]
+async fn an_unschedulable_pod_ends_failed_with_the_schedulers_message() {
+    let spans = build("unschedulable").await;
+    let message = last_condition_message("unschedulable", "pods", "stuck", "PodScheduled");
+    assert_eq!(
+        last_status(&spans, "pods", "stuck"),
+        st("Failed", &format!("Unschedulable: {message}"))
+    );
+}
+
+#[tokio::test]
+async fn a_quota_denied_deployment_ends_failed_with_the_quota_message() {
+    let spans = build("quota").await;
+    let message =
+        last_condition_message("quota", "replicasets", "hello-54f9b65d48", "ReplicaFailure");
+    assert!(message.contains("exceeded quota"), "{message}");
+    let expected = st("Failed", &format!("FailedCreate: {message}"));
+    assert_eq!(
+        last_status(&spans, "replicasets", "hello-54f9b65d48"),
+        expected
+    );
+    assert_eq!(last_status(&spans, "deployments", "hello"), expected);
+    // The one Pod the quota let through runs.
+    assert_eq!(
+        last_status(&spans, "pods", "hello-54f9b65d48-mdhvs"),
+        st("Current", "Running, ready")
+    );
+}
+
+#[tokio::test]
+async fn a_stuck_rollout_ends_failed_past_its_deadline_with_its_pod_unschedulable() {
+    let spans = build("rollout-stuck").await;
+    let deadline = last_condition_message("rollout-stuck", "deployments", "web", "Progressing");
+    assert_eq!(
+        last_status(&spans, "deployments", "web"),
+        st("Failed", &format!("ProgressDeadlineExceeded: {deadline}"))
+    );
+    // Before the deadline, the rollout was shown waiting.
+    assert!(
+        statuses(&spans, "audit", "deployments", "web").contains(&st("InProgress", "1/2 updated"))
+    );
+    let unschedulable = last_condition_message(
+        "rollout-stuck",
+        "pods",
+        "web-f8bbf54d-8hb4q",
+        "PodScheduled",
+    );
+    assert_eq!(
+        last_status(&spans, "pods", "web-f8bbf54d-8hb4q"),
+        st("Failed", &format!("Unschedulable: {unschedulable}"))
+    );
+    // The new ReplicaSet waits for its Pod; the old one keeps serving.
+    assert_eq!(
+        last_status(&spans, "replicasets", "web-f8bbf54d"),
+        st("InProgress", "0/1 ready")
+    );
+    assert_eq!(
+        last_status(&spans, "replicasets", "web-7d876db474"),
+        st("Current", "2/2 available")
+    );
+}

@@ -902,32 +902,127 @@ mod tests {
         assert_eq!(object_status("", "pods", &Value::Null), None);
     }
 
-    // Not-ready states on small hand-made objects (only the fields the rules
-    // read, shaped as the controllers write them).
-
-    fn pod_with(status: Value) -> Value {
-        json!({"metadata": {"name": "p", "generation": 1}, "spec": {"nodeName": "n1"}, "status": status})
+    /// The message of `kind` condition in `state`, as the controller wrote it.
+    fn condition_message(state: &Value, kind: &str) -> String {
+        state["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {}", state["status"]))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     #[test]
     fn an_unschedulable_pod_fails_with_the_schedulers_message() {
-        let message = "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
-        let mut p = pod_with(json!({"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        ]}));
-        p["spec"] = json!({});
+        // The scenario's Pod asks for a node label no node has.
+        let states = responses("unschedulable", "pods", "stuck");
         assert_eq!(
-            status_of("", "pods", &p),
+            status_of("", "pods", &states[0]),
+            ip("Pending: not yet scheduled")
+        );
+        let mut last = states.last().unwrap().clone();
+        let message = condition_message(&last, "PodScheduled");
+        assert!(message.starts_with("0/3 nodes are available"), "{message}");
+        assert_eq!(
+            status_of("", "pods", &last),
             (Status::Failed, format!("Unschedulable: {message}"))
         );
-        // Scheduling gates hold a Pod back on purpose.
-        p["status"]["conditions"][0]["reason"] = json!("SchedulingGated");
-        p["status"]["conditions"][0]["message"] =
-            json!("Scheduling is blocked due to non-empty scheduling gates");
+        // Scheduling gates hold a Pod back on purpose: it waits.
+        let scheduled = last["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|c| c["type"] == "PodScheduled")
+            .unwrap();
+        scheduled["reason"] = json!("SchedulingGated");
+        scheduled["message"] = json!("Scheduling is blocked due to non-empty scheduling gates");
         assert_eq!(
-            status_of("", "pods", &p),
+            status_of("", "pods", &last),
             ip("Pending: SchedulingGated: Scheduling is blocked due to non-empty scheduling gates")
         );
+    }
+
+    #[test]
+    fn a_quota_denied_replicaset_and_its_deployment_fail_with_the_quota_message() {
+        // A quota of 1 Pod for a Deployment of 3.
+        let rs = responses("quota", "replicasets", "hello-54f9b65d48");
+        let last_rs = rs.last().unwrap();
+        let message = condition_message(last_rs, "ReplicaFailure");
+        assert!(message.contains("exceeded quota"), "{message}");
+        let expected = (Status::Failed, format!("FailedCreate: {message}"));
+        assert_eq!(status_of("apps", "replicasets", last_rs), expected);
+        let deployment = responses("quota", "deployments", "hello");
+        assert_eq!(
+            status_of("apps", "deployments", deployment.last().unwrap()),
+            expected
+        );
+        // The same ReplicaSet without the failure: one of three there.
+        let mut lifted = last_rs.clone();
+        lifted["status"]["conditions"] = json!([]);
+        assert_eq!(
+            status_of("apps", "replicasets", &lifted),
+            ip("1/3 replicas")
+        );
+    }
+
+    #[test]
+    fn a_stuck_rollout_waits_until_its_deadline_then_fails() {
+        // A new template whose Pod no node can take, a 10 s progress deadline.
+        let states = responses("rollout-stuck", "deployments", "web");
+        let statuses: Vec<_> = states
+            .iter()
+            .map(|s| status_of("apps", "deployments", s))
+            .collect();
+        assert!(
+            statuses.contains(&cur("2/2 available")),
+            "before the change: {statuses:#?}"
+        );
+        let change = statuses
+            .iter()
+            .position(|s| *s == ip("generation 2 not yet observed by the controller (observed 1)"))
+            .expect("the template change");
+        assert!(
+            statuses[change..].contains(&ip("1/2 updated")),
+            "{statuses:#?}"
+        );
+        let last = states.last().unwrap();
+        assert_eq!(
+            statuses.last(),
+            Some(&(
+                Status::Failed,
+                format!(
+                    "ProgressDeadlineExceeded: {}",
+                    condition_message(last, "Progressing")
+                )
+            ))
+        );
+        // Waiting, and saying so when paused.
+        let mut waiting = states[states.len() - 2].clone();
+        assert_eq!(
+            status_of("apps", "deployments", &waiting),
+            ip("1/2 updated")
+        );
+        waiting["spec"]["paused"] = json!(true);
+        assert_eq!(
+            status_of("apps", "deployments", &waiting),
+            ip("rollout paused: 1/2 updated")
+        );
+        // The new ReplicaSet's Pod is the one that fails.
+        let pods = responses("rollout-stuck", "pods", "web-f8bbf54d-8hb4q");
+        assert_eq!(
+            status_of("", "pods", pods.last().unwrap()).0,
+            Status::Failed
+        );
+    }
+
+    // States the captured scenarios do not reach, on small hand-made objects
+    // (only the fields the rules read, shaped as the controllers write them).
+
+    fn pod_with(status: Value) -> Value {
+        json!({"metadata": {"name": "p", "generation": 1}, "spec": {"nodeName": "n1"}, "status": status})
     }
 
     #[test]
@@ -1019,75 +1114,6 @@ mod tests {
         );
         let lost = pod_with(json!({"phase": "Unknown"}));
         assert_eq!(status_of("", "pods", &lost).0, Status::Failed);
-    }
-
-    fn workload(spec: Value, status: Value) -> Value {
-        json!({"metadata": {"name": "w", "generation": 2}, "spec": spec, "status": status})
-    }
-
-    #[test]
-    fn a_quota_denied_replicaset_and_its_deployment_fail_with_the_quota_message() {
-        let message = "pods \"web-7d9c6b8d5c-x2x7k\" is forbidden: exceeded quota: pods-max, requested: pods=1, used: pods=2, limited: pods=2";
-        let failure = json!({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message});
-        let rs = workload(
-            json!({"replicas": 3}),
-            json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "conditions": [failure]}),
-        );
-        assert_eq!(
-            status_of("apps", "replicasets", &rs),
-            (Status::Failed, format!("FailedCreate: {message}"))
-        );
-        let deploy = workload(
-            json!({"replicas": 3, "progressDeadlineSeconds": 600}),
-            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2, "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"},
-                failure
-            ]}),
-        );
-        assert_eq!(
-            status_of("apps", "deployments", &deploy),
-            (Status::Failed, format!("FailedCreate: {message}"))
-        );
-        // The same ReplicaSet once the quota lets it through: still starting.
-        let mut rs = rs;
-        rs["status"]["conditions"] = json!([]);
-        assert_eq!(status_of("apps", "replicasets", &rs), ip("2/3 replicas"));
-    }
-
-    #[test]
-    fn a_stuck_rollout_waits_until_its_deadline_then_fails() {
-        // A new template whose Pod cannot be scheduled: one new replica
-        // created, none of it ready, the old ones kept.
-        let mut d = workload(
-            json!({"replicas": 3, "progressDeadlineSeconds": 600}),
-            json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3, "availableReplicas": 3, "unavailableReplicas": 1, "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated", "message": "ReplicaSet \"web-5f7b\" is progressing."}
-            ]}),
-        );
-        assert_eq!(status_of("apps", "deployments", &d), ip("1/3 updated"));
-        d["spec"]["paused"] = json!(true);
-        assert_eq!(
-            status_of("apps", "deployments", &d),
-            ip("rollout paused: 1/3 updated")
-        );
-        d["spec"]["paused"] = json!(false);
-        d["status"]["conditions"][1] = json!({"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"web-5f7b\" has timed out progressing."});
-        assert_eq!(
-            status_of("apps", "deployments", &d),
-            (
-                Status::Failed,
-                "ProgressDeadlineExceeded: ReplicaSet \"web-5f7b\" has timed out progressing."
-                    .into()
-            )
-        );
-        // A spec change the controller has not acted on yet.
-        d["metadata"]["generation"] = json!(3);
-        assert_eq!(
-            status_of("apps", "deployments", &d),
-            ip("generation 3 not yet observed by the controller (observed 2)")
-        );
     }
 
     #[test]
