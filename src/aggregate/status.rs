@@ -157,16 +157,26 @@ pub fn object_status(group: &str, resource: &str, state: &Value) -> Option<Objec
     }
 }
 
-fn int_at(state: &Value, pointer: &str) -> Option<i64> {
-    state.pointer(pointer).and_then(Value::as_i64)
+/// The value at `path` (object keys). Not `Value::pointer`, which allocates
+/// for every segment: this runs for every write.
+fn at<'a>(state: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(state, |v, key| v.get(key))
 }
 
-fn int_or(state: &Value, pointer: &str, default: i64) -> i64 {
-    int_at(state, pointer).unwrap_or(default)
+fn int_at(state: &Value, path: &[&str]) -> Option<i64> {
+    at(state, path).and_then(Value::as_i64)
 }
 
-fn str_at<'a>(state: &'a Value, pointer: &str) -> &'a str {
-    state.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+fn int_or(state: &Value, path: &[&str], default: i64) -> i64 {
+    int_at(state, path).unwrap_or(default)
+}
+
+fn bool_at(state: &Value, path: &[&str]) -> bool {
+    at(state, path).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn str_at<'a>(state: &'a Value, path: &[&str]) -> &'a str {
+    at(state, path).and_then(Value::as_str).unwrap_or("")
 }
 
 /// One entry of `status.conditions`.
@@ -193,8 +203,7 @@ impl Condition<'_> {
 }
 
 fn condition<'a>(state: &'a Value, kind: &str) -> Option<Condition<'a>> {
-    let c = state
-        .pointer("/status/conditions")?
+    let c = at(state, &["status", "conditions"])?
         .as_array()?
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))?;
@@ -236,8 +245,8 @@ fn terminating(state: &Value) -> Option<ObjectStatus> {
 /// controller always reports `status.observedGeneration`, so its absence
 /// means the same.
 fn generation_not_observed(state: &Value, required: bool) -> Option<ObjectStatus> {
-    let generation = int_at(state, "/metadata/generation")?;
-    match int_at(state, "/status/observedGeneration") {
+    let generation = int_at(state, &["metadata", "generation"])?;
+    match int_at(state, &["status", "observedGeneration"]) {
         Some(observed) if observed != generation => in_progress(format!(
             "generation {generation} not yet observed by the controller (observed {observed})"
         )),
@@ -291,13 +300,12 @@ const FAILING_WAIT_REASONS: &[&str] = &[
 /// to call it in a message.
 fn container_statuses(state: &Value) -> impl Iterator<Item = (&'static str, &Value)> {
     [
-        ("init container", "/status/initContainerStatuses"),
-        ("container", "/status/containerStatuses"),
+        ("init container", &["status", "initContainerStatuses"]),
+        ("container", &["status", "containerStatuses"]),
     ]
     .into_iter()
-    .flat_map(move |(what, pointer)| {
-        state
-            .pointer(pointer)
+    .flat_map(move |(what, path)| {
+        at(state, path)
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -307,8 +315,8 @@ fn container_statuses(state: &Value) -> impl Iterator<Item = (&'static str, &Val
 
 /// `container nginx: ImagePullBackOff: Back-off pulling image "…"`.
 fn describe_wait(what: &str, c: &Value, reason: &str) -> String {
-    let name = str_at(c, "/name");
-    let message = str_at(c, "/state/waiting/message");
+    let name = str_at(c, &["name"]);
+    let message = str_at(c, &["state", "waiting", "message"]);
     if message.is_empty() {
         format!("{what} {name}: {reason}")
     } else {
@@ -317,12 +325,12 @@ fn describe_wait(what: &str, c: &Value, reason: &str) -> String {
 }
 
 fn pod(state: &Value) -> Option<ObjectStatus> {
-    let phase = str_at(state, "/status/phase");
+    let phase = str_at(state, &["status", "phase"]);
     match phase {
         "Succeeded" => return current("Succeeded"),
         "Failed" => return failed(pod_failure(state)),
         "Unknown" => {
-            return failed(match str_at(state, "/status/message") {
+            return failed(match str_at(state, &["status", "message"]) {
                 "" => "phase Unknown: its node does not report",
                 m => m,
             });
@@ -331,7 +339,7 @@ fn pod(state: &Value) -> Option<ObjectStatus> {
         _ => return None,
     }
     for (what, c) in container_statuses(state) {
-        let reason = str_at(c, "/state/waiting/reason");
+        let reason = str_at(c, &["state", "waiting", "reason"]);
         if FAILING_WAIT_REASONS.contains(&reason) {
             return failed(describe_wait(what, c, reason));
         }
@@ -355,11 +363,11 @@ fn pod(state: &Value) -> Option<ObjectStatus> {
             in_progress(format!("Pending: {}", c.describe("not scheduled")))
         };
     }
-    if str_at(state, "/spec/nodeName").is_empty() {
+    if str_at(state, &["spec", "nodeName"]).is_empty() {
         return in_progress("Pending: not yet scheduled");
     }
     for (what, c) in container_statuses(state) {
-        let reason = str_at(c, "/state/waiting/reason");
+        let reason = str_at(c, &["state", "waiting", "reason"]);
         if !reason.is_empty() {
             return in_progress(format!("Pending: {}", describe_wait(what, c, reason)));
         }
@@ -370,8 +378,8 @@ fn pod(state: &Value) -> Option<ObjectStatus> {
 /// Why a Pod failed: its own reason (`Evicted`, `DeadlineExceeded`…), else
 /// the first container that ended in error.
 fn pod_failure(state: &Value) -> String {
-    let reason = str_at(state, "/status/reason");
-    let message = str_at(state, "/status/message");
+    let reason = str_at(state, &["status", "reason"]);
+    let message = str_at(state, &["status", "message"]);
     if !reason.is_empty() || !message.is_empty() {
         return Condition {
             status: "",
@@ -381,10 +389,10 @@ fn pod_failure(state: &Value) -> String {
         .describe("Failed");
     }
     for (what, c) in container_statuses(state) {
-        let exit = int_or(c, "/state/terminated/exitCode", 0);
+        let exit = int_or(c, &["state", "terminated", "exitCode"], 0);
         if exit != 0 {
-            let name = str_at(c, "/name");
-            return match str_at(c, "/state/terminated/reason") {
+            let name = str_at(c, &["name"]);
+            return match str_at(c, &["state", "terminated", "reason"]) {
                 "" => format!("Failed: {what} {name} exited with code {exit}"),
                 r => format!("Failed: {what} {name}: {r} (exit code {exit})"),
             };
@@ -416,10 +424,7 @@ fn deployment(state: &Value) -> Option<ObjectStatus> {
     if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    let paused = state
-        .pointer("/spec/paused")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let paused = bool_at(state, &["spec", "paused"]);
     let waiting = |message: String| {
         if paused {
             in_progress(format!("rollout paused: {message}"))
@@ -428,11 +433,11 @@ fn deployment(state: &Value) -> Option<ObjectStatus> {
         }
     };
     // The controller takes 1 when spec.replicas is unset.
-    let spec = int_or(state, "/spec/replicas", 1);
-    let replicas = int_or(state, "/status/replicas", 0);
-    let updated = int_or(state, "/status/updatedReplicas", 0);
-    let ready = int_or(state, "/status/readyReplicas", 0);
-    let available = int_or(state, "/status/availableReplicas", 0);
+    let spec = int_or(state, &["spec", "replicas"], 1);
+    let replicas = int_or(state, &["status", "replicas"], 0);
+    let updated = int_or(state, &["status", "updatedReplicas"], 0);
+    let ready = int_or(state, &["status", "readyReplicas"], 0);
+    let available = int_or(state, &["status", "availableReplicas"], 0);
     if spec > replicas {
         return waiting(ratio(replicas, spec, "replicas"));
     }
@@ -449,8 +454,8 @@ fn deployment(state: &Value) -> Option<ObjectStatus> {
         return waiting(ratio(available, updated, "available"));
     }
     // Without a progress deadline the controller never reports progress.
-    if state.pointer("/spec/progressDeadlineSeconds").is_some()
-        && i64::from(i32::MAX) != int_or(state, "/spec/progressDeadlineSeconds", 0)
+    if at(state, &["spec", "progressDeadlineSeconds"]).is_some()
+        && i64::from(i32::MAX) != int_or(state, &["spec", "progressDeadlineSeconds"], 0)
         && !condition(state, "Progressing")
             .is_some_and(|c| c.is_true() && c.reason == "NewReplicaSetAvailable")
     {
@@ -466,10 +471,10 @@ fn replica_set(state: &Value) -> Option<ObjectStatus> {
     if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    let spec = int_or(state, "/spec/replicas", 1);
-    let replicas = int_or(state, "/status/replicas", 0);
-    let ready = int_or(state, "/status/readyReplicas", 0);
-    let available = int_or(state, "/status/availableReplicas", 0);
+    let spec = int_or(state, &["spec", "replicas"], 1);
+    let replicas = int_or(state, &["status", "replicas"], 0);
+    let ready = int_or(state, &["status", "readyReplicas"], 0);
+    let available = int_or(state, &["status", "availableReplicas"], 0);
     if spec > replicas {
         return in_progress(ratio(replicas, spec, "replicas"));
     }
@@ -489,11 +494,11 @@ fn replica_set(state: &Value) -> Option<ObjectStatus> {
 }
 
 fn stateful_set(state: &Value) -> Option<ObjectStatus> {
-    let spec = int_or(state, "/spec/replicas", 1);
-    let replicas = int_or(state, "/status/replicas", 0);
-    let ready = int_or(state, "/status/readyReplicas", 0);
-    let available = int_or(state, "/status/availableReplicas", ready);
-    let updated = int_or(state, "/status/updatedReplicas", 0);
+    let spec = int_or(state, &["spec", "replicas"], 1);
+    let replicas = int_or(state, &["status", "replicas"], 0);
+    let ready = int_or(state, &["status", "readyReplicas"], 0);
+    let available = int_or(state, &["status", "availableReplicas"], ready);
+    let updated = int_or(state, &["status", "updatedReplicas"], 0);
     if spec > replicas {
         return in_progress(ratio(replicas, spec, "replicas"));
     }
@@ -508,11 +513,14 @@ fn stateful_set(state: &Value) -> Option<ObjectStatus> {
     }
     // Updates roll out by hand (OnDelete): the replicas being there is all
     // the controller promises.
-    if str_at(state, "/spec/updateStrategy/type") == "OnDelete" {
+    if str_at(state, &["spec", "updateStrategy", "type"]) == "OnDelete" {
         return current(ratio(ready, spec, "ready (OnDelete updates)"));
     }
-    if let Some(partition) =
-        int_at(state, "/spec/updateStrategy/rollingUpdate/partition").filter(|p| *p > 0)
+    if let Some(partition) = int_at(
+        state,
+        &["spec", "updateStrategy", "rollingUpdate", "partition"],
+    )
+    .filter(|p| *p > 0)
     {
         let want = (spec - partition).max(0);
         if updated < want {
@@ -529,8 +537,8 @@ fn stateful_set(state: &Value) -> Option<ObjectStatus> {
     if spec > updated {
         return in_progress(ratio(updated, spec, "updated"));
     }
-    let update_revision = str_at(state, "/status/updateRevision");
-    if str_at(state, "/status/currentRevision") != update_revision {
+    let update_revision = str_at(state, &["status", "updateRevision"]);
+    if str_at(state, &["status", "currentRevision"]) != update_revision {
         return in_progress(format!("rolling out revision {update_revision}"));
     }
     if spec == 0 {
@@ -540,13 +548,13 @@ fn stateful_set(state: &Value) -> Option<ObjectStatus> {
 }
 
 fn daemon_set(state: &Value) -> Option<ObjectStatus> {
-    let Some(desired) = int_at(state, "/status/desiredNumberScheduled") else {
+    let Some(desired) = int_at(state, &["status", "desiredNumberScheduled"]) else {
         return in_progress("not yet observed by the controller");
     };
-    let scheduled = int_or(state, "/status/currentNumberScheduled", 0);
-    let updated = int_or(state, "/status/updatedNumberScheduled", 0);
-    let ready = int_or(state, "/status/numberReady", 0);
-    let available = int_or(state, "/status/numberAvailable", 0);
+    let scheduled = int_or(state, &["status", "currentNumberScheduled"], 0);
+    let updated = int_or(state, &["status", "updatedNumberScheduled"], 0);
+    let ready = int_or(state, &["status", "numberReady"], 0);
+    let available = int_or(state, &["status", "numberAvailable"], 0);
     for (have, what) in [
         (scheduled, "scheduled"),
         (updated, "updated"),
@@ -561,10 +569,10 @@ fn daemon_set(state: &Value) -> Option<ObjectStatus> {
 }
 
 fn job(state: &Value) -> Option<ObjectStatus> {
-    let succeeded = int_or(state, "/status/succeeded", 0);
-    let active = int_or(state, "/status/active", 0);
-    let failed_pods = int_or(state, "/status/failed", 0);
-    let succeeded_text = match int_at(state, "/spec/completions") {
+    let succeeded = int_or(state, &["status", "succeeded"], 0);
+    let active = int_or(state, &["status", "active"], 0);
+    let failed_pods = int_or(state, &["status", "failed"], 0);
+    let succeeded_text = match int_at(state, &["spec", "completions"]) {
         Some(c) => ratio(succeeded, c, "succeeded"),
         None => format!("{succeeded} succeeded"),
     };
@@ -578,17 +586,14 @@ fn job(state: &Value) -> Option<ObjectStatus> {
     if condition(state, "Complete").is_some_and(|c| c.is_true()) {
         return current(format!("complete: {succeeded_text}"));
     }
-    let suspended = state
-        .pointer("/spec/suspend")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let suspended = bool_at(state, &["spec", "suspend"]);
     if suspended && condition(state, "Suspended").is_some_and(|c| c.is_true()) {
         return current("suspended");
     }
     if condition(state, "SuccessCriteriaMet").is_some_and(|c| c.is_true()) {
         return in_progress(format!("succeeded, finishing: {succeeded_text}"));
     }
-    if str_at(state, "/status/startTime").is_empty() {
+    if str_at(state, &["status", "startTime"]).is_empty() {
         return in_progress("not started");
     }
     in_progress(format!(
@@ -597,7 +602,7 @@ fn job(state: &Value) -> Option<ObjectStatus> {
 }
 
 fn pvc(state: &Value) -> Option<ObjectStatus> {
-    match str_at(state, "/status/phase") {
+    match str_at(state, &["status", "phase"]) {
         "Bound" => current("Bound"),
         "Lost" => failed("Lost: its PersistentVolume no longer exists"),
         "Pending" | "" => in_progress("Pending: waiting for a volume"),
@@ -606,8 +611,8 @@ fn pvc(state: &Value) -> Option<ObjectStatus> {
 }
 
 fn pv(state: &Value) -> Option<ObjectStatus> {
-    let message = str_at(state, "/status/message");
-    match str_at(state, "/status/phase") {
+    let message = str_at(state, &["status", "message"]);
+    match str_at(state, &["status", "phase"]) {
         phase @ ("Available" | "Bound") => current(phase),
         "Released" => current("Released: its claim was deleted"),
         "Failed" if !message.is_empty() => failed(format!("Failed: {message}")),
@@ -630,27 +635,22 @@ fn node(state: &Value) -> Option<ObjectStatus> {
             let _ = write!(message, ", {pressure}");
         }
     }
-    if state
-        .pointer("/spec/unschedulable")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-    {
+    if bool_at(state, &["spec", "unschedulable"]) {
         message.push_str(", cordoned");
     }
     current(message)
 }
 
 fn service(state: &Value) -> Option<ObjectStatus> {
-    if str_at(state, "/spec/type") != "LoadBalancer" {
+    if str_at(state, &["spec", "type"]) != "LoadBalancer" {
         return None;
     }
-    let ingress = state
-        .pointer("/status/loadBalancer/ingress")
+    let ingress = at(state, &["status", "loadBalancer", "ingress"])
         .and_then(Value::as_array)
         .and_then(|i| i.first());
     match ingress {
         Some(i) => {
-            let at = [str_at(i, "/ip"), str_at(i, "/hostname")]
+            let at = [str_at(i, &["ip"]), str_at(i, &["hostname"])]
                 .into_iter()
                 .find(|s| !s.is_empty())
                 .unwrap_or("");
