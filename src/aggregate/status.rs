@@ -353,19 +353,21 @@ fn pod(state: &Value) -> Option<ObjectStatus> {
             _ => in_progress("Running, not ready"),
         };
     }
-    if let Some(c) = condition(state, "PodScheduled").filter(|c| c.status == "False") {
-        // The scheduler found no node (it keeps retrying, but the reason is
-        // what a reader of the trace looks for); other reasons (scheduling
-        // gates) still wait.
-        return if c.reason == "Unschedulable" {
-            failed(c.describe("Unschedulable"))
-        } else {
-            in_progress(format!("Pending: {}", c.describe("not scheduled")))
-        };
-    }
     if str_at(state, &["spec", "nodeName"]).is_empty() {
+        if let Some(c) = condition(state, "PodScheduled").filter(|c| c.status == "False") {
+            // The scheduler found no node (it keeps retrying, but the reason
+            // is what a reader of the trace looks for); other reasons
+            // (scheduling gates) still wait.
+            return if c.reason == "Unschedulable" {
+                failed(c.describe("Unschedulable"))
+            } else {
+                in_progress(format!("Pending: {}", c.describe("not scheduled")))
+            };
+        }
         return in_progress("Pending: not yet scheduled");
     }
+    // Bound to a node: an earlier `Unschedulable` is history (kascade maps a
+    // binding onto the last state, whose conditions predate it).
     for (what, c) in container_statuses(state) {
         let reason = str_at(c, &["state", "waiting", "reason"]);
         if !reason.is_empty() {
@@ -930,6 +932,11 @@ mod tests {
             status_of("", "pods", &last),
             (Status::Failed, format!("Unschedulable: {message}"))
         );
+        // Bound after all (a node came; kascade's state after the binding
+        // has the node but still the old condition): no longer failed.
+        let mut bound = last.clone();
+        bound["spec"]["nodeName"] = json!("kwok-node-0");
+        assert_eq!(status_of("", "pods", &bound), ip("Pending"));
         // Scheduling gates hold a Pod back on purpose: it waits.
         let scheduled = last["status"]["conditions"]
             .as_array_mut()
