@@ -379,7 +379,7 @@ fn last_condition_message(scenario: &str, resource: &str, name: &str, kind: &str
                 .find(|c| c["type"] == kind)
                 .map(|c| c["message"].as_str().unwrap().to_string())
         })
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("{scenario}: no {kind} condition on {resource} {name}"))
 }
 
