@@ -12,9 +12,10 @@
 //! - a state says nothing about kinds without rules of their own and without
 //!   a `Ready` condition (ConfigMaps, Secrets, ClusterIP Services…): no status,
 //!   where kstatus calls them Current;
-//! - a Pod the scheduler marked `Unschedulable` is Failed at once (the state
-//!   carries no clock; the scheduler's verdict is the failure a reader looks
-//!   for), and a Pod in phase `Failed` is Failed (kstatus: Current, "completed");
+//! - a Pod the scheduler marked `Unschedulable` (and not bound since) is
+//!   Failed at once, where kstatus waits 15 s (the state carries no clock;
+//!   the scheduler's verdict is the failure a reader looks for), and a Pod in
+//!   phase `Failed` is Failed (kstatus: Current, "completed");
 //! - a container waiting for a reason that needs a change to recover
 //!   (`ImagePullBackOff`, `CreateContainerConfigError`, …) fails the Pod, not
 //!   only `CrashLoopBackOff`;
@@ -31,7 +32,8 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 /// Longest message, in bytes (scheduler messages on large clusters run long;
-/// the span shows the start, the Event carries the rest).
+/// the span shows the start; nothing is lost, the whole condition is in the
+/// object's diff or snapshot and usually in an Event).
 pub const MAX_MESSAGE_BYTES: usize = 400;
 
 /// kstatus's statuses an object can have after a write.
@@ -447,7 +449,7 @@ fn deployment(state: &Value) -> Option<ObjectStatus> {
         return waiting(ratio(updated, spec, "updated"));
     }
     if replicas > spec {
-        return waiting(extra(replicas - spec));
+        return waiting(extra(replicas.saturating_sub(spec)));
     }
     if spec > ready {
         return waiting(ratio(ready, spec, "ready"));
@@ -487,7 +489,7 @@ fn replica_set(state: &Value) -> Option<ObjectStatus> {
         return in_progress(ratio(available, spec, "available"));
     }
     if replicas > spec {
-        return in_progress(extra(replicas - spec));
+        return in_progress(extra(replicas.saturating_sub(spec)));
     }
     if spec == 0 {
         return current("scaled to 0");
@@ -508,7 +510,7 @@ fn stateful_set(state: &Value) -> Option<ObjectStatus> {
         return in_progress(ratio(ready, spec, "ready"));
     }
     if replicas > spec {
-        return in_progress(extra(replicas - spec));
+        return in_progress(extra(replicas.saturating_sub(spec)));
     }
     if spec > available {
         return in_progress(ratio(available, spec, "available"));
@@ -524,7 +526,7 @@ fn stateful_set(state: &Value) -> Option<ObjectStatus> {
     )
     .filter(|p| *p > 0)
     {
-        let want = (spec - partition).max(0);
+        let want = spec.saturating_sub(partition).max(0);
         if updated < want {
             return in_progress(format!(
                 "{} (partition {partition})",
@@ -1275,6 +1277,23 @@ mod tests {
             status_of("example.com", "widgets", &c),
             (Status::Terminating, "deletion requested, waiting for finalizers: example.com/cleanup, kubernetes.io/pvc-protection".into())
         );
+    }
+
+    #[test]
+    fn absurd_counts_do_not_overflow() {
+        let sts = json!({"metadata": {"generation": 1}, "spec": {"replicas": i64::MIN, "updateStrategy": {"rollingUpdate": {"partition": i64::MAX}}},
+            "status": {"observedGeneration": 1, "replicas": i64::MAX, "readyReplicas": i64::MAX, "availableReplicas": i64::MAX}});
+        for (group, resource) in [
+            ("apps", "statefulsets"),
+            ("apps", "deployments"),
+            ("apps", "replicasets"),
+        ] {
+            assert_eq!(
+                status_of(group, resource, &sts).0,
+                Status::InProgress,
+                "{resource}"
+            );
+        }
     }
 
     #[test]
