@@ -38,6 +38,13 @@ pub mod attr {
     pub const AUDIT_IMPERSONATED_USER: &str = "audit.impersonated_user";
     pub const DIFF_TRUNCATED: &str = "kascade.diff.truncated";
 
+    /// The object's readiness after the write (audit and watch spans, when
+    /// its state tells it; `aggregate/status.rs`): `Current`, `InProgress`,
+    /// `Failed` or `Terminating`, as kstatus names them.
+    pub const OBJECT_STATUS: &str = "object.status";
+    /// Why, short and human: `2/3 updated`, `Unschedulable: 0/2 nodes are available: …`.
+    pub const OBJECT_STATUS_MESSAGE: &str = "object.status.message";
+
     pub const WATCH_TYPE: &str = "watch.type";
     pub const WATCH_RV_OLD: &str = "watch.resource_version.old";
     pub const WATCH_RV_NEW: &str = "watch.resource_version.new";

@@ -760,6 +760,41 @@ async fn an_unschedulable_pod_carries_failed_scheduling_as_an_error() {
     );
 }
 
+#[tokio::test]
+#[ignore]
+async fn writes_carry_the_readiness_they_left_and_failed_ones_are_searchable() {
+    let cluster = env("CLUSTER_NAME");
+    // The scheduler's status patch leaves the Pod Failed: Unschedulable, with
+    // the scheduler's own words.
+    let tags = serde_json::json!({"cluster": cluster, "resource": "pods", "namespace": "sched-demo", "name": "stuck"});
+    let unschedulable = |s: &Value| {
+        tag_str(s, "kascade.span") == Some("audit")
+            && tag_str(s, "object.status") == Some("Failed")
+            && tag_str(s, "object.status.message")
+                .is_some_and(|m| m.starts_with("Unschedulable: 0/") && m.contains("didn't match"))
+    };
+    search(tags, |t| spans_of(t).iter().any(unschedulable)).await;
+    // The raw Jaeger finds it by that tag alone.
+    let failed = serde_json::json!({"object.status": "Failed"});
+    search(failed, |t| spans_of(t).iter().any(unschedulable)).await;
+    // The deployment scenario's Deployment: in progress during its rollout,
+    // current at the end (scaled to 2, all available).
+    let tags = serde_json::json!({"cluster": cluster, "resource": "deployments", "namespace": "default", "name": "hello"});
+    let settled = |s: &Value| {
+        tag_str(s, "object.status") == Some("Current")
+            && tag_str(s, "object.status.message") == Some("2/2 available")
+    };
+    let traces = search(tags, |t| spans_of(t).iter().any(settled)).await;
+    let spans = spans_of(&traces);
+    assert!(
+        spans.iter().any(|s| {
+            tag_str(s, "object.status") == Some("InProgress")
+                && tag_str(s, "object.status.message").is_some_and(|m| m.ends_with(" updated"))
+        }),
+        "no write during the rollout shows it waiting for updated replicas"
+    );
+}
+
 /// Event spans of a raw trace as Jaeger stored them, duplicates included
 /// (`/api/traces` merges identical spans): (Event uid, count) → copies.
 async fn stored_event_spans(trace_ids: &[String]) -> HashMap<(String, i64), usize> {

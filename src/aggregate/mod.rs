@@ -16,6 +16,7 @@ pub mod rules;
 pub mod selectors;
 pub mod span_cache;
 pub mod states;
+pub mod status;
 
 use std::sync::Arc;
 use std::time::Duration;

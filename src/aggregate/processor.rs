@@ -20,6 +20,7 @@ use super::rules::{Relation, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::{Slot, SpanCache};
 use super::states::StateStore;
+use super::status;
 use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FilterReason};
@@ -714,6 +715,9 @@ impl Processor {
             let new_rv = resource_version(&p.change.state).to_string();
             let mut span =
                 span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
+            if p.change.kind != WatchKind::Deleted {
+                add_object_status(&mut span, &p.ow.object, &p.change.state);
+            }
             if let Some(snap) = &p.snapshot {
                 self.add_snapshot(&mut span, snap, at);
             }
@@ -856,7 +860,17 @@ impl Processor {
             start: ev.request_received_timestamp,
             end: ev.stage_timestamp,
         };
+        // Whether this write removed the object (not only requested its
+        // deletion): then it has no readiness left to report.
+        let deleted = matches!(ev.verb.as_str(), "delete" | "deletecollection")
+            && outcome
+                .state
+                .as_ref()
+                .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none());
         let mut span = span_model::audit_span(&ow, &write);
+        if !deleted && let Some(state) = &outcome.state {
+            add_object_status(&mut span, obj, state);
+        }
         let at = ev.stage_timestamp;
         if let Some(snap) = &outcome.snapshot {
             self.add_snapshot(&mut span, snap, at);
@@ -889,11 +903,6 @@ impl Processor {
             }
         }
 
-        let deleted = matches!(ev.verb.as_str(), "delete" | "deletecollection")
-            && outcome
-                .state
-                .as_ref()
-                .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none());
         if deleted {
             self.states.remove(&key);
             self.selectors.remove(obj);
@@ -906,6 +915,17 @@ impl Processor {
         }
         self.metrics.events_processed.inc();
         Ok(())
+    }
+}
+
+/// The object's readiness in `state` (after the write) as `object.status` and
+/// `object.status.message`, when the state tells it.
+fn add_object_status(span: &mut SpanBuf, obj: &ObjectRef, state: &Value) {
+    if let Some(st) = status::object_status(&obj.group, &obj.resource, state) {
+        span.attr(attr::OBJECT_STATUS, st.status.as_str());
+        if !st.message.is_empty() {
+            span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
+        }
     }
 }
 
