@@ -1255,3 +1255,130 @@ async fn system_architecture_counts_the_relations_between_resources() {
         "children only: {counts:?}"
     );
 }
+
+/// Object spans of an assembled trace in error, by `resource name`, with
+/// their status message.
+fn spans_in_error(t: &AssembledTrace) -> BTreeMap<String, String> {
+    all_spans(t)
+        .into_iter()
+        .filter(|(_, s)| s.status.as_ref().is_some_and(|st| st.code == 2))
+        .map(|(service, s)| {
+            let name = s.name.split(" ▸ ").next().unwrap().to_string();
+            (format!("{service} {name}"), s.status.unwrap().message)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stuck_rollout_shows_its_pending_pod_and_the_path_to_it_in_error() {
+    let (f, range) = frontend("rollout-stuck").await;
+    // The Pod that never got a node, from the audit log: created, never bound.
+    let mut created = BTreeSet::new();
+    let mut bound = BTreeSet::new();
+    for line in common::audit_lines("rollout-stuck") {
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        let r = &ev["objectRef"];
+        if r["resource"] != "pods" {
+            continue;
+        }
+        if r["subresource"] == "binding" {
+            bound.insert(r["name"].as_str().unwrap().to_string());
+        } else if ev["verb"] == "create"
+            && let Some(n) = ev["responseObject"]["metadata"]["name"].as_str()
+        {
+            created.insert(n.to_string());
+        }
+    }
+    let pending: Vec<&String> = created.difference(&bound).collect();
+    assert_eq!(pending.len(), 1, "{created:?} {bound:?}");
+    let pending = pending[0];
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "web")],
+    )
+    .await;
+    let errors = spans_in_error(&t);
+    let pod = &errors[&format!("pods rollout-demo/{pending}")];
+    assert!(pod.contains("Unschedulable"), "{pod}");
+    // Its ReplicaSet and the Deployment are in error too; the old
+    // ReplicaSet's Pods, which run, are not.
+    let owner = owned_by_fixture("rollout-stuck")
+        .into_iter()
+        .find(|(_, pods)| pods.contains(pending))
+        .map(|((_, rs), _)| rs)
+        .unwrap();
+    assert!(
+        errors.contains_key(&format!("replicasets rollout-demo/{owner}")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.contains_key("deployments rollout-demo/web"),
+        "{errors:?}"
+    );
+    for bound_pod in &bound {
+        assert!(
+            !errors.contains_key(&format!("pods rollout-demo/{bound_pod}")),
+            "{bound_pod} runs: {errors:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_quota_denied_replicaset_is_in_error_with_the_refused_creates() {
+    let (f, range) = frontend("quota").await;
+    // The refused creates in the audit log: 403s naming the quota.
+    let refused: Vec<String> = common::audit_lines("quota")
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|ev| ev["objectRef"]["resource"] == "pods" && ev["responseStatus"]["code"] == 403)
+        .map(|ev| {
+            ev["responseStatus"]["message"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(!refused.is_empty());
+    assert!(refused.iter().all(|m| m.contains("exceeded quota")));
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let errors = spans_in_error(&t);
+    let rs = owned_by_fixture("quota")
+        .into_keys()
+        .find(|(kind, _)| kind == "ReplicaSet")
+        .map(|(_, n)| n)
+        .unwrap();
+    let msg = &errors[&format!("replicasets quota-demo/{rs}")];
+    assert!(msg.contains("exceeded quota"), "{msg}");
+    assert!(
+        errors.contains_key("deployments quota-demo/hello"),
+        "{errors:?}"
+    );
+    // Each refused create is a log of the ReplicaSet's span, as an error.
+    let spans = all_spans(&t);
+    let rs_span = spans
+        .iter()
+        .find(|(svc, s)| svc == "replicasets" && s.name.ends_with(&rs))
+        .unwrap();
+    let refused_logs = rs_span
+        .1
+        .events
+        .iter()
+        .filter(|e| {
+            string_attr(&e.attributes, "level") == Some("error")
+                && string_attr(&e.attributes, "error.message")
+                    .is_some_and(|m| m.contains("exceeded quota"))
+                && e.name.contains(" create")
+        })
+        .count();
+    assert_eq!(refused_logs, refused.len());
+}

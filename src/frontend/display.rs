@@ -155,18 +155,19 @@ fn is_routine_failure(span: &Span) -> bool {
     }
 }
 
-/// Readiness the collector records on each write (`object.status`:
-/// Current, InProgress, Failed, Terminating) and its message.
-pub const OBJECT_STATUS: &str = "object.status";
-pub const OBJECT_STATUS_MESSAGE: &str = "object.status.message";
-
 /// What is wrong with an object at the end of the trace, if anything: a
 /// state that is not ready (the last readiness recorded), else failed
 /// writes and Warning Events.
 pub fn problem(n: &Node) -> Option<String> {
+    // The readiness the collector recorded after each write
+    // (aggregate/status.rs): Current, InProgress, Failed, Terminating.
     let last_status = n.history.entries.iter().rev().find_map(|e| {
-        string_attr(&e.span.attributes, OBJECT_STATUS)
-            .map(|s| (s, string_attr(&e.span.attributes, OBJECT_STATUS_MESSAGE)))
+        string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
+            (
+                s,
+                string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
+            )
+        })
     });
     let with_message = |what: &str, m: Option<&str>| match m.filter(|m| !m.is_empty()) {
         Some(m) => format!("{what}: {m}"),

@@ -87,7 +87,7 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
             let _ = writeln!(out, "{head}  (shared: entries shown once{shown})");
             continue;
         }
-        if n.history.entries.is_empty() {
+        if n.history.entries.is_empty() && n.history.hidden_entries == 0 {
             head.push_str("  (nothing recorded in range)");
         }
         if n.history.hidden_entries > 0 {
