@@ -103,7 +103,7 @@ done
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 
-for s in deployment service config unschedulable statefulset bigobject; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done
