@@ -134,6 +134,41 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_create_with_fields_beyond_bounds_is_malformed() {
+        // A real quota-refused generateName create (a ReplicaSet's Pod).
+        let real: Value = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/quota/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+        .unwrap();
+        for pointer in [
+            "/requestObject/metadata/generateName",
+            "/requestObject/metadata/ownerReferences/0/name",
+            "/responseStatus/details/name",
+        ] {
+            let metrics = Arc::new(Metrics::default());
+            let parsed = audit::parse_event(&real.to_string()).unwrap();
+            assert!(accept(parsed, "c", &AuditFilter::default(), &metrics).is_some());
+            let mut forged = real.clone();
+            *forged.pointer_mut(pointer).unwrap() = Value::String("p".repeat(254));
+            let parsed = audit::parse_event(&forged.to_string()).unwrap();
+            assert!(
+                accept(parsed, "c", &AuditFilter::default(), &metrics).is_none(),
+                "{pointer}"
+            );
+            let malformed = metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("malformed"))
+                .get();
+            assert_eq!(malformed, 1, "{pointer}");
+        }
+    }
+
+    #[test]
     fn bad_cluster_names_are_quoted_short() {
         let e = validate_cluster_name(&"c".repeat(1 << 20)).unwrap_err();
         assert!(
