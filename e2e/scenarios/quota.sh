@@ -17,13 +17,13 @@ YAML
 # Quota admission refuses every Pod until the quota controller has filled in
 # the quota's status.
 k wait resourcequota/pods -n "$NS" --for=jsonpath='{.status.hard.pods}'=1 --timeout=60s
-say "deployment hello with 3 replicas under a quota of 1 pod"
-k create deployment hello -n "$NS" --image=nginx:1.27 --replicas=3
+say "deployment capped with 3 replicas under a quota of 1 pod"
+k create deployment capped -n "$NS" --image=nginx:1.27 --replicas=3
 say "waiting for the ReplicaSet controller's FailedCreate events"
 deadline=$((SECONDS + 60))
 until k get events -n "$NS" --field-selector reason=FailedCreate,involvedObject.kind=ReplicaSet -o name 2>/dev/null | grep -q .; do
   (( SECONDS < deadline )) || { say "no FailedCreate event after 60s"; exit 1; }
   sleep 0.5
 done
-k wait --for=jsonpath='{.status.readyReplicas}'=1 deployment/hello -n "$NS" --timeout=60s
+k wait --for=jsonpath='{.status.readyReplicas}'=1 deployment/capped -n "$NS" --timeout=60s
 say "done"
