@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok with 3 fake nodes) and a real Jaeger v2 on 127.0.0.1.
+# kube-scheduler, kwok with 3 fake nodes, a default StorageClass with 10
+# pre-created PersistentVolumes) and a real Jaeger v2 on 127.0.0.1.
 #
 #   e2e/cluster.sh up     [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]
 #   e2e/cluster.sh down   [--name NAME]
@@ -155,6 +156,37 @@ stop_all() {
 # shellcheck source=pki.sh
 source "$E2E_DIR/pki.sh"
 
+# The harness's default StorageClass and PV_COUNT (10) PersistentVolumes of
+# 1Gi each (ReadWriteOnce, Retain: a claim's volume stays bound to it).
+storage_manifest() {
+  cat <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+reclaimPolicy: Retain
+YAML
+  local i
+  for ((i = 0; i < ${PV_COUNT:-10}; i++)); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pv-$i
+spec:
+  storageClassName: standard
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /tmp/kascade-e2e-pv-$i}
+YAML
+  done
+}
+
 cmd_up() {
   if [[ -f "$RUN_DIR/pids/kube-apiserver.pid" ]] && pid_alive "$(cat "$RUN_DIR/pids/kube-apiserver.pid")"; then
     log "already up (run dir $RUN_DIR); use 'down' first"; exit 1
@@ -238,6 +270,10 @@ cmd_up() {
   local kubectl=("$bin/kubectl" --kubeconfig "$RUN_DIR/admin.kubeconfig")
   "${kubectl[@]}" apply -f "$E2E_DIR/kwok/nodes.yaml" >/dev/null
   wait_for "3 kwok nodes Ready" 60 "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=2s
+  # Volumes: a default StorageClass without a provisioner and pre-created
+  # PersistentVolumes, which the real kube-controller-manager's PV binder
+  # binds claims to (kwok mounts nothing, so hostPath volumes suffice).
+  storage_manifest | "${kubectl[@]}" apply -f - >/dev/null
   wait_for "default ServiceAccount" 60 "${kubectl[@]}" get serviceaccount default -n default
   # kascade's watchers run as user `kascade` with exactly the chart's
   # read-only ClusterRole (deploy/helm/kascade, get/list/watch).

@@ -16,7 +16,7 @@ log() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 "$E2E_DIR/build.sh" all >/dev/null
 log "building kascade (release)"
 cargo build --release --locked --bin kascade 2>&1 | tail -n 1 >&2
-KASCADE="$ROOT/target/release/kascade"
+KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
 
 pids=()
 cleanup() {

@@ -22,7 +22,7 @@ log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
 cargo build --release --locked --bin kascade >&2
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
-KASCADE="$ROOT/target/release/kascade"
+KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
 SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"
 COPIES="${FAULT_COPIES:-150}"

@@ -13,16 +13,20 @@ PORT_BASE=28000
 RUN_DIR="$E2E_DIR/.run-$NAME"
 OUT="$E2E_DIR/fixtures"
 SCENARIOS=("$@")
-[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job)
+[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota)
 
 # Namespace and watched resources (API path prefix + resource) of each scenario.
-declare -A NS=([deployment]=default [service]=svc-demo [config]=config-demo [statefulset]=sts-demo [job]=job-demo)
+declare -A NS=([deployment]=default [service]=svc-demo [config]=config-demo [statefulset]=sts-demo [job]=job-demo
+  [unschedulable]=sched-demo [rollout-stuck]=rollout-demo [quota]=quota-demo)
 declare -A WATCH=(
   [deployment]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [service]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:services /apis/discovery.k8s.io/v1:endpointslices"
   [config]="/api/v1:configmaps /api/v1:secrets /apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [statefulset]="/apis/apps/v1:statefulsets /apis/apps/v1:controllerrevisions /api/v1:pods /api/v1:services"
   [job]="/apis/batch/v1:jobs /api/v1:pods"
+  [unschedulable]="/api/v1:pods"
+  [rollout-stuck]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
+  [quota]="/api/v1:resourcequotas /apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
 )
 
 cleanup() { "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true; }

@@ -13,7 +13,7 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 "$E2E_DIR/build.sh" all >/dev/null
 log "building kascade (release)"
 cargo build --release --locked --bin kascade 2>&1 | tail -n 2 >&2
-KASCADE="$ROOT/target/release/kascade"
+KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
 
 KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""
 cleanup() {
@@ -106,7 +106,7 @@ done
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 
-for s in deployment service config unschedulable statefulset bigobject; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

@@ -36,6 +36,17 @@ pub mod attr {
     pub const AUDIT_RV_OLD: &str = "audit.resource_version.old";
     pub const AUDIT_RV_NEW: &str = "audit.resource_version.new";
     pub const AUDIT_IMPERSONATED_USER: &str = "audit.impersonated_user";
+    /// The Status message of a write refused by optimistic concurrency
+    /// (409 Conflict): routine, retried by its writer, so not an error.
+    pub const AUDIT_CONFLICT: &str = "audit.conflict";
+    /// A create that failed before its object had a name (`generateName`),
+    /// shown on its owner's span: what it tried to create.
+    pub const AUDIT_ATTEMPT_GROUP: &str = "audit.attempt.group";
+    pub const AUDIT_ATTEMPT_RESOURCE: &str = "audit.attempt.resource";
+    pub const AUDIT_ATTEMPT_NAMESPACE: &str = "audit.attempt.namespace";
+    pub const AUDIT_ATTEMPT_GENERATE_NAME: &str = "audit.attempt.generate_name";
+    /// The name the apiserver generated for it (the refusal's `details.name`).
+    pub const AUDIT_ATTEMPT_NAME: &str = "audit.attempt.name";
     pub const DIFF_TRUNCATED: &str = "kascade.diff.truncated";
 
     /// The object's readiness after the write (audit and watch spans, when
@@ -492,18 +503,24 @@ fn child_span(
 
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
 pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
+    let mut name = format!("{} {}", w.user, w.verb);
+    if !w.subresource.is_empty() {
+        name.push(' ');
+        name.push_str(w.subresource);
+    }
+    audit_span_named(ow, w, &name)
+}
+
+/// [`audit_span`] under a name of the caller's (a write shown on another
+/// object's span says what it wrote).
+pub fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str) -> SpanBuf {
     // The hash of `<audit id>|<cache key>`.
     let id = derived_span_id_of(SALT_AUDIT, |h| {
         h.update(w.audit_id.as_bytes());
         h.update(b"|");
         ow.hash_cache_key(h);
     });
-    let mut name = format!("{} {}", w.user, w.verb);
-    if !w.subresource.is_empty() {
-        name.push(' ');
-        name.push_str(w.subresource);
-    }
-    let mut s = child_span(ow, id, &name, w.start, w.end.max(w.start));
+    let mut s = child_span(ow, id, name, w.start, w.end.max(w.start));
     s.attr(attr::SPAN_KIND, SPAN_KIND_AUDIT);
     s.attr(attr::AUDIT_ID, w.audit_id);
     s.attr(attr::AUDIT_USER, w.user);

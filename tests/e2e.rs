@@ -795,6 +795,44 @@ async fn writes_carry_the_readiness_they_left_and_failed_ones_are_searchable() {
     );
 }
 
+#[tokio::test]
+#[ignore]
+async fn quota_denied_pod_creates_are_error_spans_on_their_replicaset() {
+    // e2e/scenarios/quota.sh: the ReplicaSet controller's Pod creates beyond
+    // the quota are refused (403) before the Pod has a name.
+    let tags = serde_json::json!({"cluster": env("CLUSTER_NAME"), "resource": "replicasets", "namespace": "quota-demo"});
+    let is_denied = |s: &Value| {
+        tag_str(s, "kascade.span") == Some("audit")
+            && tag(s, "audit.code") == Some(&Value::from(403))
+    };
+    let is_failed_create = |s: &Value| tag_str(s, "event.reason") == Some("FailedCreate");
+    let traces = search(tags, |t| {
+        let spans = spans_of(t);
+        spans.iter().any(is_denied) && spans.iter().any(is_failed_create)
+    })
+    .await;
+    let spans = spans_of(&traces);
+    let denied: Vec<&Value> = spans.iter().filter(|s| is_denied(s)).collect();
+    for s in &denied {
+        assert_eq!(tag_str(s, "otel.status_code"), Some("ERROR"), "{s}");
+        assert!(
+            tag_str(s, "otel.status_description").is_some_and(|m| m.contains("exceeded quota")),
+            "{s}"
+        );
+        assert_eq!(tag_str(s, "audit.attempt.resource"), Some("pods"), "{s}");
+        let prefix = tag_str(s, "audit.attempt.generate_name").unwrap_or_default();
+        assert!(
+            s["operationName"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(&format!(
+                    "replicaset-controller create pods (generateName {prefix})"
+                ))),
+            "{s}"
+        );
+    }
+    assert!(!denied.is_empty());
+}
+
 /// Event spans of a raw trace as Jaeger stored them, duplicates included
 /// (`/api/traces` merges identical spans): (Event uid, count) → copies.
 async fn stored_event_spans(trace_ids: &[String]) -> HashMap<(String, i64), usize> {

@@ -362,20 +362,26 @@ async fn scale_and_image_changes_are_diffs_with_old_and_new_values() {
             }
         }
     }
-    // Failed writes (409 conflicts in the fixture) are errors with the Status message.
+    // Optimistic-concurrency conflicts (409 in the fixture, retried by the
+    // controllers) are shown with their Status message but are not errors.
     let conflicts: Vec<_> = writes
         .iter()
         .filter(|w| attr(w, "audit.code").as_deref() == Some("409"))
         .collect();
     assert!(!conflicts.is_empty(), "the fixture has 409 conflicts");
     for c in conflicts {
-        assert!(
-            status_code(c) == StatusCode::Error
-                && c.status
-                    .as_ref()
-                    .is_some_and(|st| st.message.contains("the object has been modified")),
-            "{:?}",
+        assert_ne!(
+            status_code(c),
+            StatusCode::Error,
+            "{}: {:?}",
+            c.name,
             c.status
+        );
+        assert!(
+            attr(c, "audit.conflict").is_some_and(|m| m.contains("the object has been modified")),
+            "{}: {:?}",
+            c.name,
+            attr(c, "audit.conflict")
         );
     }
 }
@@ -838,7 +844,16 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
 
 #[tokio::test]
 async fn every_event_write_in_every_fixture_is_one_event_span() {
-    for scenario in ["deployment", "service", "config", "statefulset", "job"] {
+    for scenario in [
+        "deployment",
+        "service",
+        "config",
+        "statefulset",
+        "job",
+        "unschedulable",
+        "rollout-stuck",
+        "quota",
+    ] {
         let spans = build(scenario, Duration::from_secs(3600 * 24)).await;
         let events = event_spans(&spans);
         let expected: BTreeSet<(String, String, String, String)> = event_writes(scenario)
@@ -1032,6 +1047,17 @@ async fn audit_and_watch_with(
     watch_first: bool,
     audited: impl Fn(&Value) -> bool,
 ) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
+    audit_and_watch_in("deployment", cfg, watch_first, audited).await
+}
+
+/// [`audit_and_watch_with`] over another scenario: its audit log and every
+/// watch stream captured with it (`watch/<group>.<resource>.jsonl`).
+async fn audit_and_watch_in(
+    scenario: &str,
+    cfg: ProcessorConfig,
+    watch_first: bool,
+    audited: impl Fn(&Value) -> bool,
+) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
     use kascade::aggregate::Processor;
     use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
@@ -1054,7 +1080,7 @@ async fn audit_and_watch_with(
         metrics.clone(),
     );
     let mut audit = Vec::new();
-    for line in common::audit_lines("deployment") {
+    for line in common::audit_lines(scenario) {
         let raw: Value = serde_json::from_str(&line).unwrap();
         if !audited(&raw) {
             continue;
@@ -1067,16 +1093,16 @@ async fn audit_and_watch_with(
         }
     }
     let mut watch = Vec::new();
-    for (file, group, resource) in [
-        ("apps.deployments", "apps", "deployments"),
-        ("apps.replicasets", "apps", "replicasets"),
-        ("core.pods", "", "pods"),
-    ] {
-        let stream = std::fs::read_to_string(common::fixture_path(
-            "deployment",
-            &format!("watch/{file}.jsonl"),
-        ))
-        .unwrap();
+    let mut streams: Vec<_> = std::fs::read_dir(common::fixture_path(scenario, "watch"))
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    streams.sort();
+    for path in streams {
+        let file = path.file_stem().unwrap().to_str().unwrap();
+        let (group, resource) = file.rsplit_once('.').unwrap();
+        let group = if group == "core" { "" } else { group };
+        let stream = std::fs::read_to_string(&path).unwrap();
         for line in stream.lines() {
             let ev: Value = serde_json::from_str(line).unwrap();
             let kind = match ev["type"].as_str().unwrap() {
@@ -1102,7 +1128,7 @@ async fn audit_and_watch_with(
         }
     }
     assert!(
-        watch.len() > 30,
+        watch.len() > 20,
         "the watch streams have {} events",
         watch.len()
     );
@@ -1336,4 +1362,203 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
     let count = |prefix: &str| shown.iter().filter(|s| s.starts_with(prefix)).count();
     assert_eq!(count("watch added "), 2, "{shown:#?}");
     assert_eq!(count("watch deleted "), 2, "{shown:#?}");
+}
+
+// ---- Failures: refused creates, conflicts, versions, Event times ----
+
+/// The audit events of a fixture, parsed.
+fn audit_events(scenario: &str) -> Vec<Value> {
+    common::audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn quota_denied_pod_creates_are_errors_on_their_replicaset() {
+    // The ReplicaSet controller's Pod creates refused by the quota (403, no
+    // name yet: generateName) carry their owner in the request object.
+    let denied: Vec<Value> = audit_events("quota")
+        .into_iter()
+        .filter(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["name"].is_null()
+                && e["responseStatus"]["code"] == 403
+        })
+        .collect();
+    assert!(denied.len() >= 2, "the quota fixture has refused creates");
+    let owner = &denied[0]["requestObject"]["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "ReplicaSet");
+    let rs = owner["name"].as_str().unwrap();
+    let prefix = denied[0]["requestObject"]["metadata"]["generateName"]
+        .as_str()
+        .unwrap();
+
+    let spans = build("quota", Duration::from_secs(3600 * 24)).await;
+    let on_rs: HashMap<String, &Span> = audit_spans_of(&spans, "replicasets", rs)
+        .into_iter()
+        .filter(|s| attr(s, "audit.code").as_deref() == Some("403"))
+        .map(|s| (attr(s, "audit.id").unwrap(), s))
+        .collect();
+    assert_eq!(on_rs.len(), denied.len(), "one span per refused create");
+    for e in &denied {
+        let span = on_rs[e["auditID"].as_str().unwrap()];
+        let message = e["responseStatus"]["message"].as_str().unwrap();
+        assert!(message.contains("exceeded quota"), "{message}");
+        assert_eq!(status_code(span), StatusCode::Error);
+        assert_eq!(span.status.as_ref().unwrap().message, message);
+        assert_eq!(
+            span.name,
+            format!(
+                "system:serviceaccount:kube-system:replicaset-controller create pods (generateName {prefix})"
+            )
+        );
+        assert_eq!(
+            attr(span, "audit.attempt.resource").as_deref(),
+            Some("pods")
+        );
+        assert_eq!(
+            attr(span, "audit.attempt.generate_name").as_deref(),
+            Some(prefix)
+        );
+        assert_eq!(
+            attr(span, "audit.attempt.name").as_deref(),
+            e["responseStatus"]["details"]["name"].as_str()
+        );
+        // What it tried to create: the requested Pod.
+        let snap = span.events.iter().find(|ev| ev.name == "snapshot").unwrap();
+        assert!(event_attr(snap, "snapshot").unwrap().contains(prefix));
+    }
+    // No object span is made up for a Pod that never existed.
+    assert!(
+        !objects(&spans)
+            .iter()
+            .any(|(r, n)| r == "pods" && n == prefix)
+    );
+
+    // They are no longer filtered as naming no object.
+    let metrics = Arc::new(kascade::metrics::Metrics::default());
+    let accepted = common::audit_lines("quota")
+        .into_iter()
+        .filter_map(|l| {
+            let ev = kascade::source::audit::parse_event(&l).unwrap();
+            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+        })
+        .filter(|a| a.failed_create.is_some())
+        .count();
+    assert_eq!(accepted, denied.len());
+    let no_object = metrics
+        .events_filtered
+        .get_or_create(&kascade::metrics::Metrics::reason("no_object"))
+        .get();
+    assert_eq!(no_object, 0);
+}
+
+#[tokio::test]
+async fn a_refused_create_without_owner_is_shown_under_its_generate_name() {
+    // The quota fixture's refused create, its owner reference removed (as a
+    // user's `kubectl create` with generateName would send it).
+    let mut e = audit_events("quota")
+        .into_iter()
+        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+        .unwrap();
+    e["requestObject"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    let prefix = e["requestObject"]["metadata"]["generateName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spans = build_lines(vec![e.to_string()]).await;
+    let on_prefix = audit_spans_of(&spans, "pods", &prefix);
+    assert_eq!(on_prefix.len(), 1, "{:?}", objects(&spans));
+    assert_eq!(status_code(on_prefix[0]), StatusCode::Error);
+}
+
+#[tokio::test]
+async fn resource_versions_of_a_write_are_in_order_whoever_came_first() {
+    // When the list-watch got ahead of the audit events, the last state is
+    // newer than the write: the old version must still be the one the write
+    // replaced (or none), the same as when the audit event came first.
+    let old_versions = |spans: &[Span]| -> HashMap<String, String> {
+        let mut out = HashMap::new();
+        for s in spans {
+            if attr(s, "kascade.span").as_deref() != Some("audit") {
+                continue;
+            }
+            let old = attr(s, "audit.resource_version.old");
+            let new = attr(s, "audit.resource_version.new");
+            if let (Some(o), Some(n)) = (&old, &new) {
+                let (o, n): (u64, u64) = (o.parse().unwrap(), n.parse().unwrap());
+                assert!(o < n, "{}: old {o} is not before new {n}", s.name);
+            }
+            if matches!(attr(s, "audit.verb").as_deref(), Some("update" | "patch"))
+                && let Some(o) = old
+            {
+                out.insert(attr(s, "audit.id").unwrap(), o);
+            }
+        }
+        out
+    };
+    // rollout-stuck deletes nothing, so every object's last state stays
+    // (deployment: deleted objects' states are gone by then).
+    for scenario in ["rollout-stuck", "deployment"] {
+        let run = |watch_first| {
+            audit_and_watch_in(scenario, ProcessorConfig::default(), watch_first, |_| true)
+        };
+        let audit_first = old_versions(&run(false).await.0);
+        let watch_first = old_versions(&run(true).await.0);
+        assert!(audit_first.len() > 20, "{scenario}: {}", audit_first.len());
+        // Watch first, the old version is the watch's previous one: the same,
+        // or later where the audit log names no version (a scheduler's binding).
+        for (id, audited) in &audit_first {
+            let watched = watch_first.get(id).unwrap_or_else(|| {
+                panic!("{scenario} {id}: no old version when the watch came first")
+            });
+            let (a, w): (u64, u64) = (audited.parse().unwrap(), watched.parse().unwrap());
+            assert!(a <= w, "{scenario} {id}: {a} audit first, {w} watch first");
+        }
+    }
+}
+
+#[tokio::test]
+async fn events_never_start_before_the_pod_creates_they_report() {
+    // core/v1 Event times are cut to the second: "Created pod: x" must still
+    // not come before the create of x.
+    let mut checked = 0;
+    for scenario in ["job", "deployment", "statefulset", "quota", "rollout-stuck"] {
+        let spans = build(scenario, Duration::from_secs(3600 * 24)).await;
+        let creates: HashMap<String, &Span> = spans
+            .iter()
+            .filter(|s| {
+                attr(s, "kascade.span").as_deref() == Some("audit")
+                    && attr(s, "audit.verb").as_deref() == Some("create")
+                    && attr(s, "audit.subresource").is_none()
+                    && attr(s, "audit.code").as_deref() == Some("201")
+            })
+            .filter_map(|s| {
+                let (r, n) = object_by_span(&spans).get(&s.parent_span_id)?.clone();
+                (r == "pods").then_some((n, s))
+            })
+            .collect();
+        for (_, _, e) in event_spans(&spans) {
+            let Some(pod) = attr(e, "event.message")
+                .and_then(|m| m.strip_prefix("Created pod: ").map(str::to_string))
+            else {
+                continue;
+            };
+            let create = creates[&pod];
+            assert!(
+                e.start_time_unix_nano >= create.end_time_unix_nano,
+                "{scenario}: {} for {pod} at {:?}, its create ended at {:?}",
+                e.name,
+                start_time(e),
+                std::time::UNIX_EPOCH + Duration::from_nanos(create.end_time_unix_nano)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} Events checked");
 }

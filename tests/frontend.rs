@@ -1348,7 +1348,7 @@ async fn a_quota_denied_replicaset_is_in_error_with_the_refused_creates() {
         range,
         Mode::Tracing,
         Scope::Full,
-        &[("resource", "deployments"), ("name", "hello")],
+        &[("resource", "deployments"), ("name", "capped")],
     )
     .await;
     let errors = spans_in_error(&t);
@@ -1360,7 +1360,7 @@ async fn a_quota_denied_replicaset_is_in_error_with_the_refused_creates() {
     let msg = &errors[&format!("replicasets quota-demo/{rs}")];
     assert!(msg.contains("exceeded quota"), "{msg}");
     assert!(
-        errors.contains_key("deployments quota-demo/hello"),
+        errors.contains_key("deployments quota-demo/capped"),
         "{errors:?}"
     );
     // Each refused create is a log of the ReplicaSet's span, as an error.

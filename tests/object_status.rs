@@ -396,18 +396,22 @@ async fn an_unschedulable_pod_ends_failed_with_the_schedulers_message() {
 #[tokio::test]
 async fn a_quota_denied_deployment_ends_failed_with_the_quota_message() {
     let spans = build("quota").await;
-    let message =
-        last_condition_message("quota", "replicasets", "hello-54f9b65d48", "ReplicaFailure");
+    let message = last_condition_message(
+        "quota",
+        "replicasets",
+        "capped-689c6ccc5c",
+        "ReplicaFailure",
+    );
     assert!(message.contains("exceeded quota"), "{message}");
     let expected = st("Failed", &format!("FailedCreate: {message}"));
     assert_eq!(
-        last_status(&spans, "replicasets", "hello-54f9b65d48"),
+        last_status(&spans, "replicasets", "capped-689c6ccc5c"),
         expected
     );
-    assert_eq!(last_status(&spans, "deployments", "hello"), expected);
+    assert_eq!(last_status(&spans, "deployments", "capped"), expected);
     // The one Pod the quota let through runs.
     assert_eq!(
-        last_status(&spans, "pods", "hello-54f9b65d48-mdhvs"),
+        last_status(&spans, "pods", "capped-689c6ccc5c-tbc4b"),
         st("Current", "Running, ready")
     );
 }

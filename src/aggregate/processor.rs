@@ -23,7 +23,7 @@ use super::states::StateStore;
 use super::status;
 use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
-use crate::source::audit::{AuditEvent, FilterReason};
+use crate::source::audit::{AuditEvent, FailedCreate, FilterReason};
 use crate::span_model::{
     self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EncodedSpan, EventFields, LinkFields, SpanBuf,
     attr,
@@ -38,6 +38,10 @@ pub struct Accepted {
     /// spans this event reaches may have been reserved (in a shared span
     /// cache) but never exported, so they are emitted again (same ids).
     pub replayed: bool,
+    /// A create refused before its object was named: `object` is then named
+    /// by the `generateName` prefix, and the write is shown on the owner's
+    /// span when the request names an owner.
+    pub failed_create: Option<Box<FailedCreate>>,
 }
 
 #[derive(Clone, Debug)]
@@ -109,6 +113,11 @@ pub struct Processor {
 /// span already shows it.
 pub struct LedgerEntry {
     changes: Vec<Change>,
+    /// The versions the watch saw the diff between (empty in an audit
+    /// event's marker): the audit span of the same write reports them when
+    /// the watch got ahead of it and the last state is already newer.
+    old_rv: Box<str>,
+    new_rv: Box<str>,
     /// CLAIM_NONE, CLAIM_AUDIT or CLAIM_WATCH: who showed the diff.
     claimed: std::sync::atomic::AtomicU8,
 }
@@ -336,17 +345,30 @@ impl Processor {
         out
     }
 
-    fn old_resource_version(ev: &AuditEvent, old: Option<&Value>) -> String {
-        if let Some(rv) = ev
+    /// The version a write replaced, reported only when it is known to
+    /// precede `new_rv`: the version the request itself names (an update's
+    /// precondition), else the one the watch saw before `new_rv`, else the
+    /// last state's — which is the written version itself, or a later one,
+    /// when the list-watch got ahead of the audit event. Without a new
+    /// version (a failed write) only the request's own is reported.
+    fn old_resource_version(
+        ev: &AuditEvent,
+        watch_old: &str,
+        old: Option<&Value>,
+        new_rv: &str,
+    ) -> String {
+        let requested = ev
             .object_ref
             .as_ref()
             .map(|r| r.resource_version.as_str())
-            .filter(|s| !s.is_empty())
-        {
-            return rv.to_string();
+            .unwrap_or("");
+        if new_rv.is_empty() {
+            return requested.to_string();
         }
-        old.and_then(|o| o.pointer("/metadata/resourceVersion"))
-            .and_then(Value::as_str)
+        let last = old.map(resource_version).unwrap_or("");
+        [requested, watch_old, last]
+            .into_iter()
+            .find(|rv| is_older(rv, new_rv))
             .unwrap_or("")
             .to_string()
     }
@@ -641,9 +663,9 @@ impl Processor {
         if changes.is_empty() && snapshot.is_none() {
             return Ok(());
         }
-        let entry = self
-            .ledger
-            .get_with(version_key, || Arc::new(LedgerEntry::pending(changes)));
+        let entry = self.ledger.get_with(version_key, || {
+            Arc::new(LedgerEntry::pending(changes, &old_rv, &new_rv))
+        });
         if entry.claimed.load(std::sync::atomic::Ordering::Acquire) != CLAIM_NONE {
             return Ok(());
         }
@@ -754,6 +776,89 @@ impl Processor {
         Ok(())
     }
 
+    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
+    /// denied by a quota): an audit span in error on the span of the owner
+    /// the request names, else of an object named by the `generateName`
+    /// prefix, saying what it tried to create, with the request object as
+    /// its snapshot. Nothing was written, so no state or relation changes.
+    async fn process_failed_create(
+        &self,
+        item: &Accepted,
+        attempt: &FailedCreate,
+    ) -> anyhow::Result<()> {
+        let ev = &item.event;
+        let tried = &item.object;
+        let (holder, holder_uid) = match &attempt.owner {
+            Some(o) => (
+                self.kinds.referenced_object(
+                    &tried.cluster,
+                    &o.api_version,
+                    &o.kind,
+                    &tried.namespace,
+                    &o.name,
+                ),
+                o.uid.as_str(),
+            ),
+            None => (tried.clone(), ""),
+        };
+        let ow = ObjectWindow {
+            object: holder,
+            window_start: self
+                .cfg
+                .windowing
+                .window_start(ev.request_received_timestamp),
+        };
+        self.ensure_object_span(&ow, holder_uid, item.replayed)
+            .await?;
+        let write = AuditWrite {
+            audit_id: &ev.audit_id,
+            user: &ev.user.username,
+            impersonated_user: ev.impersonated_user.as_ref().map(|u| u.username.as_str()),
+            user_agent: &ev.user_agent,
+            verb: &ev.verb,
+            subresource: "",
+            code: ev.code(),
+            source_ip: ev.source_ips.first().map(String::as_str).unwrap_or(""),
+            old_rv: "",
+            new_rv: "",
+            error: Some(failure_message(ev)),
+            start: ev.request_received_timestamp,
+            end: ev.stage_timestamp,
+        };
+        let name = format!(
+            "{} {} {} (generateName {})",
+            ev.user.username,
+            ev.verb,
+            tried.group_resource(),
+            attempt.generate_name
+        );
+        let mut span = span_model::audit_span_named(&ow, &write, &name);
+        if !tried.group.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_RESOURCE, &tried.resource);
+        if !tried.namespace.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAMESPACE, &tried.namespace);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_GENERATE_NAME, &attempt.generate_name);
+        if !attempt.attempted_name.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
+        }
+        if let Some(mut requested) = ev
+            .request_object
+            .as_ref()
+            .and_then(|r| diff::parse_object(r.get()).ok())
+        {
+            diff::strip_noise(&mut requested);
+            self.redactor
+                .redact(&tried.group, &tried.resource, &mut requested);
+            self.add_snapshot(&mut span, &requested, ev.stage_timestamp);
+        }
+        self.emit(span).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+
     /// Watch changes waiting for their audit event.
     pub fn pending_watch(&self) -> usize {
         self.pending.lock().map(|q| q.len()).unwrap_or(0)
@@ -762,6 +867,9 @@ impl Processor {
     pub async fn process(&self, item: &Accepted) -> anyhow::Result<()> {
         if is_event_resource(&item.object.group, &item.object.resource) {
             return self.process_event_write(item).await;
+        }
+        if let Some(attempt) = &item.failed_create {
+            return self.process_failed_create(item, attempt).await;
         }
         let ev = &item.event;
         let obj = &item.object;
@@ -785,14 +893,17 @@ impl Processor {
             .to_string();
         self.ensure_object_span(&ow, &uid, item.replayed).await?;
 
-        let new_rv = outcome
-            .state
-            .as_ref()
-            .and_then(|s| s.pointer("/metadata/resourceVersion"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let old_rv = Self::old_resource_version(ev, old.as_deref());
+        // A binding's state is the last one with `spec.nodeName` set: its
+        // version is the one before the binding, not a new one.
+        let mut new_rv = if ev.subresource() == "binding" {
+            String::new()
+        } else {
+            outcome
+                .state
+                .as_ref()
+                .map(|s| resource_version(s).to_string())
+                .unwrap_or_default()
+        };
         let mut outcome = outcome;
         // The ledger keys under which the watch may hold this write's copy.
         let mut claim_keys = Vec::new();
@@ -815,6 +926,7 @@ impl Processor {
             }
         }
         let mut took_watch_diff = false;
+        let mut watch_old_rv = String::new();
         for lk in claim_keys {
             match self.ledger.get(&lk) {
                 // The watch saw this write first: its diff between consecutive
@@ -823,6 +935,12 @@ impl Processor {
                     if !took_watch_diff && !entry.changes.is_empty() {
                         outcome.changes = entry.changes.clone();
                         took_watch_diff = true;
+                    }
+                    if watch_old_rv.is_empty() && !entry.new_rv.is_empty() {
+                        watch_old_rv = entry.old_rv.to_string();
+                        if new_rv.is_empty() {
+                            new_rv = entry.new_rv.to_string();
+                        }
                     }
                 }
                 Some(_) => {}
@@ -834,17 +952,12 @@ impl Processor {
                 }
             }
         }
+        let old_rv = Self::old_resource_version(ev, &watch_old_rv, old.as_deref(), &new_rv);
         let code = ev.code();
-        let error = (code >= 400).then(|| {
-            let st = ev.response_status.as_ref();
-            let msg = st.map(|s| s.message.as_str()).unwrap_or("");
-            let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
-            match (reason.is_empty(), msg.is_empty()) {
-                (true, true) => format!("HTTP {code}"),
-                (false, true) => format!("{reason} (HTTP {code})"),
-                (_, false) => msg.to_string(),
-            }
-        });
+        // A write refused by optimistic concurrency is routine: its writer
+        // reads the object again and retries. Shown, but not as an error.
+        let conflict = is_conflict(ev).then(|| failure_message(ev));
+        let error = (code >= 400 && conflict.is_none()).then(|| failure_message(ev));
         let write = AuditWrite {
             audit_id: &ev.audit_id,
             user: &ev.user.username,
@@ -870,6 +983,9 @@ impl Processor {
         let mut span = span_model::audit_span(&ow, &write);
         if !deleted && let Some(state) = &outcome.state {
             add_object_status(&mut span, obj, state);
+        }
+        if let Some(msg) = &conflict {
+            span.attr(attr::AUDIT_CONFLICT, msg);
         }
         let at = ev.stage_timestamp;
         if let Some(snap) = &outcome.snapshot {
@@ -929,20 +1045,51 @@ fn add_object_status(span: &mut SpanBuf, obj: &ObjectRef, state: &Value) {
     }
 }
 
-/// core/v1 Event timestamps have whole-second precision, which would sort an
-/// Event before the writes of the same second it reports. When the write of
-/// the Event falls within that second, its audit time is the better estimate.
-pub fn precise_occurrence(occurred: Option<SystemTime>, written: SystemTime) -> SystemTime {
+/// The Status message of a failed write, else its reason and code.
+fn failure_message(ev: &AuditEvent) -> String {
+    let code = ev.code();
+    let st = ev.response_status.as_ref();
+    let msg = st.map(|s| s.message.as_str()).unwrap_or("");
+    let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
+    match (reason.is_empty(), msg.is_empty()) {
+        (true, true) => format!("HTTP {code}"),
+        (false, true) => format!("{reason} (HTTP {code})"),
+        (_, false) => msg.to_string(),
+    }
+}
+
+/// An update or patch refused with 409 Conflict ("the object has been
+/// modified"): optimistic concurrency, which controllers meet and retry all
+/// the time. Not a create's 409 AlreadyExists.
+fn is_conflict(ev: &AuditEvent) -> bool {
+    let reason = ev
+        .response_status
+        .as_ref()
+        .map(|s| s.reason.as_str())
+        .unwrap_or("");
+    ev.code() == 409
+        && matches!(ev.verb.as_str(), "update" | "patch")
+        && (reason == "Conflict" || reason.is_empty())
+}
+
+/// core/v1 Event timestamps have whole-second precision (the time cut down
+/// to its second), which would sort an Event before the writes it reports.
+/// The occurrence lies in `[t, t + 1 s)` and no later than `seen`, when the
+/// Event was written (its audit event) or delivered (the Event watch): the
+/// latest time both allow, `min(seen, t + 1 s - 1 µs)`, never precedes a
+/// write the Event reports. A precise time, or one seen earlier than it
+/// (another clock), is kept.
+pub fn precise_occurrence(occurred: Option<SystemTime>, seen: SystemTime) -> SystemTime {
     let Some(t) = occurred else {
-        return written;
+        return seen;
     };
     let whole_second = t
         .duration_since(std::time::UNIX_EPOCH)
         .is_ok_and(|d| d.subsec_nanos() == 0);
-    match written.duration_since(t) {
-        Ok(lag) if whole_second && lag < std::time::Duration::from_secs(1) => written,
-        _ => t,
+    if !whole_second || seen < t {
+        return t;
     }
+    seen.min(t + Duration::from_secs(1) - Duration::from_micros(1))
 }
 
 const CLAIM_NONE: u8 = 0;
@@ -950,9 +1097,11 @@ const CLAIM_AUDIT: u8 = 1;
 const CLAIM_WATCH: u8 = 2;
 
 impl LedgerEntry {
-    fn pending(changes: Vec<Change>) -> Self {
+    fn pending(changes: Vec<Change>, old_rv: &str, new_rv: &str) -> Self {
         Self {
             changes,
+            old_rv: old_rv.into(),
+            new_rv: new_rv.into(),
             claimed: std::sync::atomic::AtomicU8::new(CLAIM_NONE),
         }
     }
@@ -961,6 +1110,8 @@ impl LedgerEntry {
     fn claimed() -> Self {
         Self {
             changes: Vec::new(),
+            old_rv: "".into(),
+            new_rv: "".into(),
             claimed: std::sync::atomic::AtomicU8::new(CLAIM_AUDIT),
         }
     }

@@ -957,13 +957,13 @@ mod tests {
     #[test]
     fn a_quota_denied_replicaset_and_its_deployment_fail_with_the_quota_message() {
         // A quota of 1 Pod for a Deployment of 3.
-        let rs = responses("quota", "replicasets", "hello-54f9b65d48");
+        let rs = responses("quota", "replicasets", "capped-689c6ccc5c");
         let last_rs = rs.last().unwrap();
         let message = condition_message(last_rs, "ReplicaFailure");
         assert!(message.contains("exceeded quota"), "{message}");
         let expected = (Status::Failed, format!("FailedCreate: {message}"));
         assert_eq!(status_of("apps", "replicasets", last_rs), expected);
-        let deployment = responses("quota", "deployments", "hello");
+        let deployment = responses("quota", "deployments", "capped");
         assert_eq!(
             status_of("apps", "deployments", deployment.last().unwrap()),
             expected

@@ -87,6 +87,60 @@ pub struct ResponseStatus {
     pub message: String,
     #[serde(default)]
     pub reason: String,
+    #[serde(default)]
+    pub details: Option<StatusDetails>,
+}
+
+/// The object a `Status` is about; a refused create with `generateName`
+/// names there the name the apiserver had generated.
+#[derive(Debug, Default, Deserialize)]
+pub struct StatusDetails {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A create refused before its object had a name (it asked for
+/// `generateName`, e.g. a ReplicaSet's Pod denied by a quota): what it tried,
+/// and on whose behalf.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailedCreate {
+    pub generate_name: String,
+    /// The name the apiserver generated for it (the refusal's
+    /// `details.name`), empty when not said.
+    pub attempted_name: String,
+    /// The requested object's controlling owner reference, else its first.
+    pub owner: Option<OwnerReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+/// What [`AuditEvent::failed_create`] reads of the request object.
+#[derive(Default, Deserialize)]
+struct RequestHead {
+    #[serde(default)]
+    metadata: RequestMeta,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestMeta {
+    #[serde(default)]
+    generate_name: String,
+    #[serde(default)]
+    owner_references: Vec<OwnerReference>,
 }
 
 mod rfc3339 {
@@ -245,6 +299,77 @@ impl AuditEvent {
             ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name),
             uid,
         )))
+    }
+
+    /// A create refused before naming its object (no name in `objectRef`,
+    /// `generateName` in the request object), for an event that names no
+    /// object otherwise. `Ok(None)` when it is not one, or the request object
+    /// was not logged (a Metadata-level policy); an error when a field read
+    /// from the request is beyond Kubernetes' bounds.
+    pub fn failed_create(&self) -> Result<Option<FailedCreate>, String> {
+        use crate::bounds::{MAX_NAME_BYTES, check_len};
+        let unnamed = self
+            .object_ref
+            .as_ref()
+            .is_some_and(|r| r.name.is_empty() && r.subresource.is_empty());
+        if self.verb != "create" || self.code() < 400 || !unnamed {
+            return Ok(None);
+        }
+        let Some(head) = self
+            .request_object
+            .as_ref()
+            .and_then(|r| serde_json::from_str::<RequestHead>(r.get()).ok())
+        else {
+            return Ok(None);
+        };
+        let meta = head.metadata;
+        if meta.generate_name.is_empty() {
+            return Ok(None);
+        }
+        check_len(
+            "requestObject.metadata.generateName",
+            &meta.generate_name,
+            MAX_NAME_BYTES,
+        )?;
+        let attempted_name = self
+            .response_status
+            .as_ref()
+            .and_then(|s| s.details.as_ref())
+            .map(|d| d.name.clone())
+            .unwrap_or_default();
+        check_len(
+            "responseStatus.details.name",
+            &attempted_name,
+            MAX_NAME_BYTES,
+        )?;
+        let mut owners: Vec<OwnerReference> = meta
+            .owner_references
+            .into_iter()
+            .filter(|o| !o.kind.is_empty() && !o.name.is_empty())
+            .collect();
+        for o in &owners {
+            for (field, v) in [
+                ("apiVersion", &o.api_version),
+                ("kind", &o.kind),
+                ("name", &o.name),
+                ("uid", &o.uid),
+            ] {
+                check_len(
+                    &format!("requestObject.metadata.ownerReferences[].{field}"),
+                    v,
+                    MAX_NAME_BYTES,
+                )?;
+            }
+        }
+        let owner = match owners.iter().position(|o| o.controller == Some(true)) {
+            Some(i) => Some(owners.swap_remove(i)),
+            None => owners.into_iter().next(),
+        };
+        Ok(Some(FailedCreate {
+            generate_name: meta.generate_name,
+            attempted_name,
+            owner,
+        }))
     }
 
     pub fn subresource(&self) -> &str {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::aggregate::Accepted;
 use crate::metrics::Metrics;
+use crate::model::ObjectRef;
 use audit::{AuditEvent, AuditFilter};
 
 /// Filters an event and resolves its object; `None` if it is dropped (counted).
@@ -28,21 +29,51 @@ pub fn accept(
             .inc();
         return None;
     }
-    let (object, uid) = match ev.object(cluster) {
-        Ok(Some(found)) => found,
-        Ok(None) => {
-            metrics
-                .events_filtered
-                .get_or_create(&Metrics::reason(audit::FilterReason::NoObject.as_str()))
-                .inc();
-            return None;
-        }
+    let malformed = |ev: &AuditEvent, e: String| {
+        metrics
+            .events_rejected
+            .get_or_create(&Metrics::reason("malformed"))
+            .inc();
+        tracing::warn!(cluster, audit_id = %ev.audit_id, "audit event refused: {e}");
+    };
+    let (object, uid, failed_create) = match ev.object(cluster) {
+        Ok(Some((object, uid))) => (object, uid, None),
+        // A create refused before its object was named: shown on its owner
+        // (the processor resolves the owner's kind), else under an object
+        // named by the generateName prefix itself.
+        Ok(None) => match ev.failed_create() {
+            Ok(Some(attempt)) => {
+                let r = ev
+                    .object_ref
+                    .as_ref()
+                    .expect("failed_create needs an objectRef");
+                let object = ObjectRef::new(
+                    cluster,
+                    &r.api_group,
+                    &r.resource,
+                    &r.namespace,
+                    attempt.generate_name.clone(),
+                );
+                (object, String::new(), Some(Box::new(attempt)))
+            }
+            Ok(None) => {
+                // deletecollection, or a write whose object is not in the
+                // event (a Metadata-level policy hides a refused create's request).
+                metrics
+                    .events_filtered
+                    .get_or_create(&Metrics::reason(audit::FilterReason::NoObject.as_str()))
+                    .inc();
+                tracing::debug!(cluster, audit_id = %ev.audit_id, verb = %ev.verb,
+                    code = ev.code(), "audit event names no object: not shown");
+                return None;
+            }
+            Err(e) => {
+                malformed(&ev, e);
+                return None;
+            }
+        },
         Err(e) => {
-            metrics
-                .events_rejected
-                .get_or_create(&Metrics::reason("malformed"))
-                .inc();
-            tracing::warn!(cluster, audit_id = %ev.audit_id, "audit event refused: {e}");
+            malformed(&ev, e);
             return None;
         }
     };
@@ -51,6 +82,7 @@ pub fn accept(
         object,
         uid,
         replayed: false,
+        failed_create,
     })
 }
 
@@ -99,6 +131,41 @@ mod tests {
             .get_or_create(&Metrics::reason("malformed"))
             .get();
         assert_eq!(malformed, 1);
+    }
+
+    #[test]
+    fn a_refused_create_with_fields_beyond_bounds_is_malformed() {
+        // A real quota-refused generateName create (a ReplicaSet's Pod).
+        let real: Value = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/quota/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+        .unwrap();
+        for pointer in [
+            "/requestObject/metadata/generateName",
+            "/requestObject/metadata/ownerReferences/0/name",
+            "/responseStatus/details/name",
+        ] {
+            let metrics = Arc::new(Metrics::default());
+            let parsed = audit::parse_event(&real.to_string()).unwrap();
+            assert!(accept(parsed, "c", &AuditFilter::default(), &metrics).is_some());
+            let mut forged = real.clone();
+            *forged.pointer_mut(pointer).unwrap() = Value::String("p".repeat(254));
+            let parsed = audit::parse_event(&forged.to_string()).unwrap();
+            assert!(
+                accept(parsed, "c", &AuditFilter::default(), &metrics).is_none(),
+                "{pointer}"
+            );
+            let malformed = metrics
+                .events_rejected
+                .get_or_create(&Metrics::reason("malformed"))
+                .get();
+            assert_eq!(malformed, 1, "{pointer}");
+        }
     }
 
     #[test]
