@@ -660,6 +660,31 @@ fn log_fields(span: &Value) -> Vec<HashMap<String, Value>> {
         .unwrap_or_default()
 }
 
+#[tokio::test]
+#[ignore]
+async fn a_cluster_list_offers_every_cluster_stored() {
+    // Before any trace of cluster B was assembled: the operations (clusters)
+    // come from what the raw Jaeger stores.
+    let ops: Value = reqwest::get(format!(
+        "{}/api/v3/operations?service=tracing",
+        env("JAEGER_UI_URL")
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let names: BTreeSet<&str> = ops["operations"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ops}"))
+        .iter()
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    for c in [env("CLUSTER_NAME"), env("CLUSTER_B_NAME")] {
+        assert!(names.contains(c.as_str()), "{c} missing: {ops}");
+    }
+}
+
 /// Whether a span of the Jaeger UI's JSON is in error (`error=true`).
 fn has_error_tag(span: &Value) -> bool {
     tag(span, "error").is_some_and(|v| v == &Value::Bool(true) || v == "true")

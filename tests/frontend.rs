@@ -1382,3 +1382,14 @@ async fn a_quota_denied_replicaset_is_in_error_with_the_refused_creates() {
         .count();
     assert_eq!(refused_logs, refused.len());
 }
+
+#[tokio::test]
+async fn clusters_are_read_from_what_is_stored() {
+    let (f, range) = frontend("deployment").await;
+    assert!(
+        f.clusters().is_empty(),
+        "nothing assembled, nothing configured"
+    );
+    f.read_clusters(range).await.unwrap();
+    assert_eq!(f.clusters(), vec![CLUSTER.to_string()]);
+}

@@ -114,7 +114,14 @@ pub struct Frontend<S> {
     windowing: Windowing,
     cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
     clusters: moka::sync::Cache<String, ()>,
+    /// When the clusters were last read from the raw store.
+    clusters_read: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the clusters offered as operations are read from the raw
+/// store again, and how far back.
+const CLUSTERS_REFRESH: Duration = Duration::from_secs(60);
+const CLUSTERS_LOOKBACK: Duration = Duration::from_secs(24 * 3600);
 
 impl<S: RawStore> Frontend<S> {
     pub fn new(store: Arc<S>, cfg: FrontendConfig) -> Self {
@@ -139,6 +146,7 @@ impl<S: RawStore> Frontend<S> {
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
             clusters,
+            clusters_read: std::sync::Mutex::new(None),
             cfg,
         }
     }
@@ -153,6 +161,44 @@ impl<S: RawStore> Frontend<S> {
 
     pub fn store(&self) -> &Arc<S> {
         self.assembler.store()
+    }
+
+    /// Clusters configured, seen in assembled traces, and named by the raw
+    /// store's most recent object spans of the last day (read again at most
+    /// once a minute; a failed read is logged and leaves what is known).
+    pub async fn clusters_stored(&self) -> Vec<String> {
+        let due = {
+            let mut last = self.clusters_read.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| t.elapsed() >= CLUSTERS_REFRESH);
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            let now = SystemTime::now();
+            let range = TimeRange::new(
+                now.checked_sub(CLUSTERS_LOOKBACK)
+                    .unwrap_or(std::time::UNIX_EPOCH),
+                now,
+            );
+            if let Err(e) = self.read_clusters(range).await {
+                tracing::warn!(error = %e, "cannot read the clusters from the raw store");
+            }
+        }
+        self.clusters()
+    }
+
+    /// Adds the clusters the raw store's object spans in `range` name.
+    pub async fn read_clusters(&self, range: TimeRange) -> Result<(), FrontendError> {
+        for c in self
+            .store()
+            .clusters(range, self.cfg.raw_search_limit)
+            .await?
+        {
+            self.clusters.insert(c, ());
+        }
+        Ok(())
     }
 
     /// Clusters seen so far (and configured), sorted.

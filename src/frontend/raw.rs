@@ -97,6 +97,14 @@ pub trait RawStore: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<RelationCounts, RawError>> + Send;
 
+    /// Clusters named by the object spans of the (at most `limit`) most
+    /// recent raw traces in `range`.
+    fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> impl Future<Output = Result<std::collections::BTreeSet<String>, RawError>> + Send;
+
     /// A short description for logs and errors.
     fn describe(&self) -> String;
 }
@@ -226,6 +234,26 @@ impl RawStore for MemoryStore {
         Ok(counts)
     }
 
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<std::collections::BTreeSet<String>, RawError> {
+        let mut out = std::collections::BTreeSet::new();
+        for id in self.find(&[], range, limit).await? {
+            out.extend(
+                self.traces[&id]
+                    .iter()
+                    .filter(|s| {
+                        string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
+                    })
+                    .filter_map(|s| string_attr(&s.attributes, attr::CLUSTER))
+                    .map(str::to_string),
+            );
+        }
+        Ok(out)
+    }
+
     fn describe(&self) -> String {
         format!("in-memory store ({} raw traces)", self.traces.len())
     }
@@ -316,6 +344,30 @@ impl JaegerHttp {
                 .build()
                 .map_err(|e| anyhow::anyhow!("cannot build the HTTP client of {base}: {e}"))?,
         })
+    }
+
+    /// The spans (tags only) of the raw traces a search finds.
+    async fn search_spans(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<Vec<V1Span>>, RawError> {
+        let url = self.search_url(tags, range, limit)?;
+        let Some(body) = self.fetch(url.as_str()).await? else {
+            return Ok(Vec::new());
+        };
+        let parsed: V1SearchSpans =
+            serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(parsed
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.spans)
+            .collect())
     }
 
     /// `/api/traces` for raw traces with a span carrying every tag.
@@ -442,19 +494,10 @@ impl RawStore for JaegerHttp {
             (attr::SPAN_KIND.to_string(), "link".to_string()),
             (attr::LINK_ROLE.to_string(), "child".to_string()),
         ];
-        let url = self.search_url(&tags, range, limit)?;
         let mut counts = RelationCounts::new();
-        let Some(body) = self.fetch(url.as_str()).await? else {
-            return Ok(counts);
-        };
-        let parsed: V1SearchSpans =
-            serde_json::from_slice(&body).map_err(|e| RawError::Decode {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
-        for trace in parsed.data.unwrap_or_default() {
+        for spans in self.search_spans(&tags, range, limit).await? {
             count_child_links(
-                &trace.spans,
+                &spans,
                 |s, k| {
                     s.tags
                         .iter()
@@ -465,6 +508,29 @@ impl RawStore for JaegerHttp {
             );
         }
         Ok(counts)
+    }
+
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<std::collections::BTreeSet<String>, RawError> {
+        let tags = [(attr::SPAN_KIND.to_string(), SPAN_KIND_OBJECT.to_string())];
+        let mut out = std::collections::BTreeSet::new();
+        for spans in self.search_spans(&tags, range, limit).await? {
+            out.extend(spans.iter().filter_map(|s| {
+                let tag = |k: &str| {
+                    s.tags
+                        .iter()
+                        .find(|t| t.key == k)
+                        .and_then(|t| t.value.as_str())
+                };
+                (tag(attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+                    .then(|| tag(attr::CLUSTER).map(str::to_string))
+                    .flatten()
+            }));
+        }
+        Ok(out)
     }
 
     fn describe(&self) -> String {

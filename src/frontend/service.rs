@@ -307,7 +307,8 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         Ok(Response::new(GetOperationsResponse {
             operations: self
                 .frontend
-                .clusters()
+                .clusters_stored()
+                .await
                 .into_iter()
                 .map(|name| Operation {
                     name,
