@@ -480,6 +480,12 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
     // What the raw Jaeger adds to its copies (warnings about zero-length
     // spans) is not passed on.
     assert!(!text.contains("@jaeger@"), "raw Jaeger's attributes leak");
+    // Every span within its parent: Jaeger finds no clock skew to warn of.
+    let warned: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["warnings"].as_array().is_some_and(|w| !w.is_empty()))
+        .collect();
+    assert!(warned.is_empty(), "Jaeger warns: {warned:?}");
     // A rollout that completed, with routine conflicts (409) on the way:
     // no object span is in error.
     let in_error: Vec<&str> = spans

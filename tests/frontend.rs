@@ -1393,3 +1393,43 @@ async fn clusters_are_read_from_what_is_stored() {
     f.read_clusters(range).await.unwrap();
     assert_eq!(f.clusters(), vec![CLUSTER.to_string()]);
 }
+
+#[tokio::test]
+async fn every_span_lies_within_its_parent_so_jaeger_sees_no_clock_skew() {
+    for (scenario, resource, name) in [
+        ("deployment", "deployments", "hello"),
+        ("rollout-stuck", "deployments", "web"),
+        ("job", "jobs", "pi"),
+    ] {
+        let (f, range) = frontend(scenario).await;
+        for mode in Mode::ALL {
+            let t = search_one(
+                &f,
+                range,
+                mode,
+                Scope::Full,
+                &[("resource", resource), ("name", name)],
+            )
+            .await;
+            let spans = all_spans(&t);
+            let by_id: BTreeMap<Vec<u8>, &Span> =
+                spans.iter().map(|(_, s)| (s.span_id.clone(), s)).collect();
+            for (_, s) in &spans {
+                let Some(p) = by_id.get(&s.parent_span_id) else {
+                    continue;
+                };
+                assert!(
+                    s.start_time_unix_nano >= p.start_time_unix_nano
+                        && s.end_time_unix_nano <= p.end_time_unix_nano,
+                    "{scenario} {mode:?}: {} [{}, {}] outside its parent {} [{}, {}]",
+                    s.name,
+                    s.start_time_unix_nano,
+                    s.end_time_unix_nano,
+                    p.name,
+                    p.start_time_unix_nano,
+                    p.end_time_unix_nano
+                );
+            }
+        }
+    }
+}

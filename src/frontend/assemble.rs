@@ -339,6 +339,7 @@ impl<S: RawStore> Assembler<S> {
             });
             asm.nodes[parent].children.push(i);
         }
+        clip_shared_to_parents(&mut asm);
         sort_children(&mut asm);
         Ok(asm)
     }
@@ -494,6 +495,27 @@ impl<S: RawStore> Assembler<S> {
             .filter_map(|(p, class, o)| index.get(&o).map(|&i| (p, class, i)))
             .filter(|(p, _, i)| nodes[*i].parent != Some(*p) && placed.insert((*p, *i)))
             .collect())
+    }
+}
+
+/// A shared object's entries within the activity of the object it is shown
+/// under: what happened on a Node while a Pod was there, not before (a
+/// child span starting before its parent also makes Jaeger warn of clock
+/// skew).
+fn clip_shared_to_parents(asm: &mut Assembly) {
+    for i in 0..asm.nodes.len() {
+        let n = &asm.nodes[i];
+        if !n.shared {
+            continue;
+        }
+        let Some((start, end)) = n.parent.and_then(|p| asm.nodes[p].history.active_range()) else {
+            continue;
+        };
+        let h = &mut asm.nodes[i].history;
+        let before = h.entries.len();
+        h.entries
+            .retain(|e| e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end);
+        h.hidden_entries += before - h.entries.len();
     }
 }
 

@@ -337,13 +337,29 @@ impl Out {
     }
 }
 
-/// Times of each object span: the entries it covers; an object with none
-/// sits at its parent's start, zero length.
+/// Times of each object span: the entries it covers, widened to cover its
+/// children in the tree proper (a parent span encloses its subtree, as
+/// Jaeger expects); an object with none sits at its parent's start, zero
+/// length. Shared objects' entries lie within their parent's activity
+/// already (`assemble`).
 fn object_times(asm: &Assembly) -> Vec<(u64, u64)> {
-    let mut times = vec![(0u64, 0u64); asm.nodes.len()];
-    for (i, _) in asm.walk() {
+    let walk = asm.walk();
+    let mut own: Vec<Option<(u64, u64)>> =
+        asm.nodes.iter().map(|n| n.history.active_range()).collect();
+    // Children come after their parents in the walk: widen bottom-up.
+    for &(i, _) in walk.iter().rev() {
         let n = &asm.nodes[i];
-        times[i] = n.history.active_range().unwrap_or_else(|| {
+        if n.shared {
+            continue;
+        }
+        if let (Some(p), Some((s, e))) = (n.parent, own[i]) {
+            own[p] = Some(own[p].map_or((s, e), |(ps, pe)| (ps.min(s), pe.max(e))));
+        }
+    }
+    let mut times = vec![(0u64, 0u64); asm.nodes.len()];
+    for &(i, _) in &walk {
+        let n = &asm.nodes[i];
+        times[i] = own[i].unwrap_or_else(|| {
             let at = n
                 .parent
                 .map(|p| times[p].0)
