@@ -1072,14 +1072,15 @@ async fn full_scope_shows_the_searched_objects_own_subtree() {
 }
 
 #[tokio::test]
-async fn full_scope_of_a_job_shows_its_pods() {
-    let (f, range) = frontend("job").await;
-    let owned = owned_by_fixture("job");
+async fn full_scope_of_a_cronjobs_job_shows_the_jobs_pod() {
+    let (f, range) = frontend("cronjob").await;
+    let owned = owned_by_fixture("cronjob");
     let (job, pods) = owned
         .iter()
         .find(|((kind, _), _)| kind == "Job")
         .map(|((_, n), p)| (n.clone(), p.clone()))
         .unwrap();
+    assert!(owned[&("CronJob".to_string(), "tick".to_string())].contains(&job));
     let t = search_one(
         &f,
         range,
@@ -1089,12 +1090,25 @@ async fn full_scope_of_a_job_shows_its_pods() {
     )
     .await;
     let asm = &t.assembly;
+    assert_eq!(
+        asm.nodes[0].history.object.name, "tick",
+        "the CronJob is the root"
+    );
     let got: BTreeSet<String> = children_of(asm, asm.searched)
         .into_iter()
         .filter(|(r, _)| r == "pods")
         .map(|(_, n)| n)
         .collect();
     assert_eq!(got, pods);
+    // The result is titled by the Job, not only by its CronJob.
+    let root = all_spans(&t)
+        .into_iter()
+        .find(|(_, s)| s.parent_span_id.is_empty())
+        .unwrap();
+    assert_eq!(
+        format!("{}: {}", root.0, root.1.name),
+        format!("cronjobs: cron-demo/tick ▸ jobs cron-demo/{job}")
+    );
 }
 
 #[tokio::test]
