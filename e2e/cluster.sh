@@ -22,12 +22,14 @@ NAME="${KASCADE_E2E_NAME:-e2e}"
 PORT_BASE="${KASCADE_E2E_PORT_BASE:-26000}"
 AUDIT_POLICY="$E2E_DIR/audit-policy.yaml"
 WEBHOOK_URL=""
+CRASH=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --name) NAME="$2"; shift 2 ;;
     --port-base) PORT_BASE="$2"; shift 2 ;;
     --audit-webhook-url) WEBHOOK_URL="$2"; shift 2 ;;
     --audit-policy) AUDIT_POLICY="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+    --crash) CRASH=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -339,7 +341,21 @@ cmd_restart() {
   local name="$RESTART" pid
   [[ -f "$RUN_DIR/cmds/$name" ]] || { log "no component $name in $RUN_DIR"; exit 1; }
   [[ "$name" != jaeger ]] || { log "jaeger takes its ports from the environment; restart the cluster instead"; exit 1; }
-  stop_components "$name" || exit 1
+  if [[ -n "$CRASH" ]]; then
+    # A crash: SIGKILL, no chance to end connections cleanly.
+    pid="$(cat "$RUN_DIR/pids/$name.pid")"
+    log "killing $name (pid $pid)"
+    kill -KILL "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    while ! proc_gone "$pid" && (( SECONDS < deadline )); do sleep 0.1; done
+  else
+    stop_components "$name" || exit 1
+  fi
+  if [[ "$name" == kube-apiserver ]]; then
+    # An exiting process may hold its port a moment after its cmdline is gone.
+    local deadline=$((SECONDS + 30))
+    while port_listening "$APISERVER_PORT" && (( SECONDS < deadline )); do sleep 0.1; done
+  fi
   log "restarting $name"
   # exec, so that $! is the component itself (what `down` stops).
   (eval "exec setsid $(cat "$RUN_DIR/cmds/$name")") >>"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
@@ -358,5 +374,5 @@ case "$CMD" in
   down) cmd_down ;;
   status) cmd_status ;;
   restart) cmd_restart ;;
-  *) echo "usage: $0 up|down|status|restart COMPONENT [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|restart COMPONENT [--crash] [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]" >&2; exit 2 ;;
 esac

@@ -114,8 +114,7 @@ done
 # Events. SIGKILL, not a graceful stop: a stopping apiserver may end its
 # watches cleanly (then the watchers just re-watch, and whether one sees an
 # error depends on timing); a killed one cuts every open watch.
-kill -KILL "$(cat "$E2E_DIR/.run/pids/kube-apiserver.pid")"
-"$E2E_DIR/cluster.sh" restart kube-apiserver
+"$E2E_DIR/cluster.sh" restart kube-apiserver --crash
 log "scenario job (after the apiserver restart)"
 "$E2E_DIR/scenarios/job.sh"
 log "scenario crosscluster (in cluster $CLUSTER_B)"
