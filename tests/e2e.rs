@@ -480,6 +480,24 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
     // What the raw Jaeger adds to its copies (warnings about zero-length
     // spans) is not passed on.
     assert!(!text.contains("@jaeger@"), "raw Jaeger's attributes leak");
+    // The trace starts with the Deployment's own first write, not with the
+    // cluster start-up activity of the Nodes and ServiceAccount it uses.
+    let first_write = root["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["timestamp"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    let earliest = spans
+        .iter()
+        .map(|s| s["startTime"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    assert_eq!(
+        earliest, first_write,
+        "the trace starts before its own first write"
+    );
     // Every span within its parent: Jaeger finds no clock skew to warn of.
     let warned: Vec<&Value> = spans
         .iter()
@@ -706,6 +724,32 @@ fn kubectl(args: &[&str]) {
         "kubectl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test]
+#[ignore]
+async fn each_searched_replicaset_shows_its_own_pods_and_names_itself() {
+    // rollout-stuck: two ReplicaSets of Deployment web, each with Pods.
+    let tags = serde_json::json!({"resource": "replicasets", "namespace": "rollout-demo"});
+    let traces = ui_search("tracing", tags, |t| t.len() == 2).await;
+    for trace in &traces {
+        let spans = trace["spans"].as_array().unwrap();
+        let root = spans.iter().find(|s| parent_of(s).is_none()).unwrap();
+        let title = root["operationName"].as_str().unwrap();
+        let searched = title
+            .strip_prefix("rollout-demo/web ▸ replicasets ")
+            .unwrap_or_else(|| panic!("result titled {title}"));
+        let rs = spans
+            .iter()
+            .find(|s| s["operationName"] == searched)
+            .unwrap();
+        let rs_id = rs["spanID"].as_str().unwrap();
+        let pods = spans
+            .iter()
+            .filter(|s| parent_of(s) == Some(rs_id) && service_of(trace, s) == "pods")
+            .count();
+        assert!(pods >= 1, "{searched} shown without its Pods");
+    }
 }
 
 #[tokio::test]
