@@ -1064,7 +1064,7 @@ async fn an_object_in_cluster_b_linked_to_cluster_a_appears_under_it() {
 #[tokio::test]
 #[ignore]
 async fn no_event_is_lost_or_duplicated_across_an_apiserver_restart() {
-    // The suite killed and restarted the apiserver between scenarios: the watchers
+    // The suite killed and restarted the apiserver before the scenarios: the watchers
     // noticed (errors counted) and re-listed.
     let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
         .await
