@@ -32,7 +32,17 @@ use kascade::source::audit::AuditFilter;
 use kascade::span_model::Span;
 use serde_json::{Value, json};
 
-const SCENARIOS: [&str; 5] = ["config", "deployment", "job", "service", "statefulset"];
+const SCENARIOS: [&str; 9] = [
+    "config",
+    "deployment",
+    "job",
+    "service",
+    "statefulset",
+    "quota",
+    "rollout-stuck",
+    "unschedulable",
+    "cronjob",
+];
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Credential values planted: `SECRET` and a serial number. They must appear
