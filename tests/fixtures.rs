@@ -121,44 +121,6 @@ fn link_set(spans: &[Span]) -> BTreeSet<(String, String, String, String, String,
         .collect()
 }
 
-/// Names of objects of `kind` created in the fixture, read from the audit log itself.
-fn created(scenario: &str, resource: &str) -> BTreeSet<String> {
-    common::audit_lines(scenario)
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| {
-            e["verb"] == "create"
-                && e["objectRef"]["resource"] == resource
-                && e["objectRef"]["subresource"].is_null()
-                && e["responseStatus"]["code"] == 201
-        })
-        .map(|e| {
-            e["responseObject"]["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
-}
-
-/// Pod name → node name, from the scheduler's bindings in the fixture.
-fn bindings(scenario: &str) -> HashMap<String, String> {
-    common::audit_lines(scenario)
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["objectRef"]["subresource"] == "binding")
-        .map(|e| {
-            (
-                e["objectRef"]["name"].as_str().unwrap().to_string(),
-                e["requestObject"]["target"]["name"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            )
-        })
-        .collect()
-}
-
 fn audit_spans_of<'a>(spans: &'a [Span], resource: &str, name: &str) -> Vec<&'a Span> {
     let owners = object_by_span(spans);
     spans
@@ -193,9 +155,9 @@ async fn deployment_scenario_gives_object_spans_for_every_object() {
     let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
     let objs = objects(&spans);
     assert!(objs.contains(&(s("deployments"), s("hello"))));
-    let rs = created("deployment", "replicasets");
+    let rs = common::created("deployment", "replicasets");
     assert_eq!(rs.len(), 2, "the fixture has two ReplicaSets: {rs:?}");
-    let pods = created("deployment", "pods");
+    let pods = common::created("deployment", "pods");
     assert!(pods.len() >= 7, "{pods:?}");
     for name in rs.iter() {
         assert!(
@@ -221,7 +183,7 @@ async fn deployment_scenario_gives_object_spans_for_every_object() {
 async fn owner_and_node_links_exist_in_both_directions() {
     let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
     let links = link_set(&spans);
-    let rs = created("deployment", "replicasets");
+    let rs = common::created("deployment", "replicasets");
     for r in &rs {
         assert!(
             links.contains(&(
@@ -246,9 +208,9 @@ async fn owner_and_node_links_exist_in_both_directions() {
             "deployment → {r}"
         );
     }
-    let bound = bindings("deployment");
+    let bound = common::bindings("deployment");
     assert!(!bound.is_empty());
-    for pod in created("deployment", "pods") {
+    for pod in common::created("deployment", "pods") {
         let owner = rs
             .iter()
             .find(|r| pod.starts_with(&format!("{r}-")))
@@ -416,7 +378,7 @@ async fn states_kept_parsed_or_compressed_give_the_same_spans() {
 #[tokio::test]
 async fn deleted_replicasets_carry_a_snapshot() {
     let spans = build("deployment", Duration::from_secs(3600 * 24)).await;
-    for rs in created("deployment", "replicasets") {
+    for rs in common::created("deployment", "replicasets") {
         let writes = audit_spans_of(&spans, "replicasets", &rs);
         let delete = writes
             .iter()
@@ -496,7 +458,7 @@ async fn config_pods_link_to_configmap_and_secret_and_configmap_change_is_a_diff
         s("pods"),
         s("config-pod")
     )));
-    let app_pods: Vec<_> = created("config", "pods")
+    let app_pods: Vec<_> = common::created("config", "pods")
         .into_iter()
         .filter(|p| p.starts_with("app-"))
         .collect();
@@ -537,7 +499,7 @@ async fn config_pods_link_to_configmap_and_secret_and_configmap_change_is_a_diff
 async fn service_statefulset_and_job_relations() {
     let spans = build("service", Duration::from_secs(3600 * 24)).await;
     let links = link_set(&spans);
-    let slices = created("service", "endpointslices");
+    let slices = common::created("service", "endpointslices");
     assert!(!slices.is_empty());
     for sl in slices {
         assert!(
@@ -587,7 +549,7 @@ async fn service_statefulset_and_job_relations() {
 
     let spans = build("job", Duration::from_secs(3600 * 24)).await;
     let links = link_set(&spans);
-    let pods = created("job", "pods");
+    let pods = common::created("job", "pods");
     assert!(pods.len() >= 3);
     for pod in pods {
         assert!(
@@ -779,7 +741,7 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
     }
 
     // ReplicaSets have SuccessfulCreate events naming the pods they created.
-    let replicasets = created("deployment", "replicasets");
+    let replicasets = common::created("deployment", "replicasets");
     assert!(!replicasets.is_empty());
     for rs in replicasets {
         let on_rs = events_on(&events, "replicasets", &rs);
@@ -800,7 +762,7 @@ async fn deployment_events_become_event_spans_on_the_objects_they_are_about() {
 
     // Pods have the scheduler's Scheduled event (events.k8s.io), naming the
     // node of the binding, at the event's own time.
-    let bound = bindings("deployment");
+    let bound = common::bindings("deployment");
     assert!(!bound.is_empty());
     let written = event_writes("deployment");
     for (pod, node) in &bound {

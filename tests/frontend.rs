@@ -970,27 +970,21 @@ async fn get_traces_bounds_the_ids_per_request() {
 /// Pods' nodes (from the scheduler's bindings) and service accounts (from
 /// the apiserver's responses) in a fixture's audit log.
 fn pod_uses(scenario: &str) -> BTreeMap<String, (String, String)> {
-    let mut node: BTreeMap<String, String> = BTreeMap::new();
     let mut sa: BTreeMap<String, String> = BTreeMap::new();
     for line in common::audit_lines(scenario) {
         let ev: Value = serde_json::from_str(&line).unwrap();
-        let r = &ev["objectRef"];
-        if r["resource"] != "pods" {
-            continue;
-        }
-        if r["subresource"] == "binding" && ev["responseStatus"]["code"] == 201 {
-            let target = ev["requestObject"]["target"]["name"].as_str().unwrap();
-            node.insert(r["name"].as_str().unwrap().into(), target.into());
-        }
         let obj = &ev["responseObject"];
-        if let (Some(n), Some(s)) = (
-            obj["metadata"]["name"].as_str(),
-            obj["spec"]["serviceAccountName"].as_str(),
-        ) {
+        if ev["objectRef"]["resource"] == "pods"
+            && let (Some(n), Some(s)) = (
+                obj["metadata"]["name"].as_str(),
+                obj["spec"]["serviceAccountName"].as_str(),
+            )
+        {
             sa.insert(n.into(), s.into());
         }
     }
-    node.into_iter()
+    common::bindings(scenario)
+        .into_iter()
         .map(|(pod, n)| {
             let s = sa.get(&pod).cloned().unwrap_or_default();
             (pod, (n, s))

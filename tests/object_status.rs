@@ -92,26 +92,6 @@ fn last_status(spans: &[Span], resource: &str, name: &str) -> Option<(String, St
         .last()
 }
 
-/// Names of the objects of `resource` the scenario created.
-fn created(scenario: &str, resource: &str) -> BTreeSet<String> {
-    common::audit_lines(scenario)
-        .iter()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| {
-            e["verb"] == "create"
-                && e["objectRef"]["resource"] == resource
-                && e["objectRef"]["subresource"].is_null()
-                && e["responseStatus"]["code"] == 201
-        })
-        .map(|e| {
-            e["responseObject"]["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn the_deployment_scenario_ends_with_its_rollout_current() {
     let spans = build("deployment").await;
@@ -148,7 +128,7 @@ async fn the_deployment_scenario_ends_with_its_rollout_current() {
     // Every Pod: created Pending, then running and ready, then deleted (the
     // scenario deletes them all; the delete answers with the Pod in its
     // grace period).
-    let pods = created("deployment", "pods");
+    let pods = common::created("deployment", "pods");
     assert!(pods.len() >= 8, "{pods:?}");
     for pod in &pods {
         let seen: Vec<_> = statuses(&spans, "audit", "pods", pod)
@@ -179,7 +159,7 @@ async fn the_job_scenario_ends_complete_with_its_pods_succeeded() {
         last_status(&spans, "jobs", "pi"),
         st("Current", "complete: 3/3 succeeded")
     );
-    let pods = created("job", "pods");
+    let pods = common::created("job", "pods");
     assert_eq!(pods.len(), 3, "{pods:?}");
     for pod in &pods {
         assert_eq!(

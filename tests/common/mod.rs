@@ -28,3 +28,41 @@ pub fn event_list(lines: &[String]) -> String {
         lines.join(",")
     )
 }
+
+/// Names of objects of `kind` created in the fixture, read from the audit log itself.
+pub fn created(scenario: &str, resource: &str) -> std::collections::BTreeSet<String> {
+    audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == resource
+                && e["objectRef"]["subresource"].is_null()
+                && e["responseStatus"]["code"] == 201
+        })
+        .map(|e| {
+            e["responseObject"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Pod name → node name, from the scheduler's bindings in the fixture.
+pub fn bindings(scenario: &str) -> std::collections::HashMap<String, String> {
+    audit_lines(scenario)
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["objectRef"]["subresource"] == "binding")
+        .map(|e| {
+            (
+                e["objectRef"]["name"].as_str().unwrap().to_string(),
+                e["requestObject"]["target"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
