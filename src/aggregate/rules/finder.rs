@@ -1,0 +1,197 @@
+//! How a rule finds its targets in an object: a field path, a regex over the
+//! name, a link annotation, or a label selector (resolved by the label index).
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Relation, Role, Rule};
+use crate::model::ObjectRef;
+
+/// A step of a field path: `spec.volumes[*].configMap.name`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Step {
+    Field(String),
+    Each,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Finder {
+    Field(Vec<Step>),
+    NameRegex(Regex),
+    Annotation(String),
+    /// Targets are the objects whose labels the selector at this path matches
+    /// (resolved by the processor's label index, not here).
+    Selector(Vec<Step>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnnotationLink {
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    group: String,
+    resource: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    name: String,
+    #[serde(default)]
+    role: Option<Role>,
+    #[serde(default)]
+    class: Option<String>,
+}
+
+pub(super) fn parse_field_path(path: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    let mut rest = path;
+    if rest.is_empty() {
+        return Err("empty field path".into());
+    }
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("[*]") {
+            steps.push(Step::Each);
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("[\"") {
+            let end = r
+                .find("\"]")
+                .ok_or_else(|| format!("unclosed [\"...\"] in {path:?}"))?;
+            steps.push(Step::Field(r[..end].to_string()));
+            rest = &r[end + 2..];
+        } else if rest.starts_with('[') {
+            return Err(format!(
+                "in {path:?}: only [*] and [\"key\"] may follow a field"
+            ));
+        } else {
+            let r = rest.strip_prefix('.').unwrap_or(rest);
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let name = &r[..end];
+            if name.is_empty() {
+                return Err(format!("empty field name in {path:?}"));
+            }
+            steps.push(Step::Field(name.to_string()));
+            rest = &r[end..];
+        }
+    }
+    Ok(steps)
+}
+
+fn collect_strings(v: &Value, steps: &[Step], out: &mut Vec<String>) {
+    match steps.split_first() {
+        None => {
+            if let Value::String(s) = v
+                && !s.is_empty()
+            {
+                out.push(s.clone());
+            }
+        }
+        Some((Step::Field(f), rest)) => {
+            if let Some(child) = v.get(f) {
+                collect_strings(child, rest, out);
+            }
+        }
+        Some((Step::Each, rest)) => match v {
+            Value::Array(items) => items.iter().for_each(|i| collect_strings(i, rest, out)),
+            Value::Object(map) => map.values().for_each(|i| collect_strings(i, rest, out)),
+            _ => {}
+        },
+    }
+}
+
+impl Rule {
+    pub(super) fn matches(&self, obj: &ObjectRef, state: &Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && !ns.is_match(&obj.namespace)
+        {
+            return false;
+        }
+        self.labels.iter().all(|(k, re)| {
+            state
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(k))
+                .and_then(Value::as_str)
+                .is_some_and(|v| re.is_match(v))
+        })
+    }
+
+    fn target(&self, obj: &ObjectRef, name: String) -> ObjectRef {
+        ObjectRef::new(
+            &obj.cluster,
+            &self.target_group,
+            &self.target_resource,
+            if self.target_namespaced {
+                obj.namespace.as_str()
+            } else {
+                ""
+            },
+            name,
+        )
+    }
+
+    pub(super) fn apply(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
+        if !self.matches(obj, state) {
+            return;
+        }
+        match &self.finder {
+            Finder::Field(steps) => {
+                let mut names = Vec::new();
+                collect_strings(state, steps, &mut names);
+                names.sort();
+                names.dedup();
+                for n in names {
+                    out.push(Relation {
+                        target: self.target(obj, n),
+                        role: self.role,
+                        class: self.class.clone(),
+                    });
+                }
+            }
+            Finder::Selector(_) => {}
+            Finder::NameRegex(re) => {
+                if let Some(c) = re.captures(&obj.name) {
+                    let m = c.name("name").or_else(|| c.get(1));
+                    if let Some(m) = m.filter(|m| !m.as_str().is_empty()) {
+                        out.push(Relation {
+                            target: self.target(obj, m.as_str().to_string()),
+                            role: self.role,
+                            class: self.class.clone(),
+                        });
+                    }
+                }
+            }
+            Finder::Annotation(key) => {
+                let Some(text) = state
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(key))
+                    .and_then(Value::as_str)
+                else {
+                    return;
+                };
+                let links: Vec<AnnotationLink> = match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Array(items)) => items
+                        .into_iter()
+                        .filter_map(|i| serde_json::from_value(i).ok())
+                        .collect(),
+                    Ok(v) => serde_json::from_value(v).ok().into_iter().collect(),
+                    Err(_) => Vec::new(),
+                };
+                if links.is_empty() {
+                    tracing::debug!(object = %obj, annotation = key, "link annotation is not a JSON object reference; ignored");
+                }
+                for l in links {
+                    out.push(Relation {
+                        target: ObjectRef::new(
+                            l.cluster.unwrap_or_else(|| obj.cluster.clone()),
+                            l.group,
+                            l.resource,
+                            l.namespace.unwrap_or_default(),
+                            l.name,
+                        ),
+                        role: l.role.unwrap_or(self.role),
+                        class: l.class.unwrap_or_else(|| self.class.clone()),
+                    });
+                }
+            }
+        }
+    }
+}

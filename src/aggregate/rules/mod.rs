@@ -1,0 +1,369 @@
+//! Declarative relation rules (`rules/*.yaml`): which objects an object points
+//! at, found by a field path, a regex over its name, or a link annotation.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+mod finder;
+mod selector;
+mod spec;
+
+pub use selector::LabelSelector;
+
+use finder::Finder;
+use spec::RuleFile;
+
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::model::ObjectRef;
+
+/// The role the *target* plays for the object that points at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Parent,
+    Child,
+}
+
+impl Role {
+    pub fn reverse(self) -> Role {
+        match self {
+            Role::Parent => Role::Child,
+            Role::Child => Role::Parent,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Parent => "parent",
+            Role::Child => "child",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One relation of an object: `target` plays `role` for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Relation {
+    pub target: ObjectRef,
+    pub role: Role,
+    pub class: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    group: String,
+    resource: String,
+    namespace: Option<Regex>,
+    labels: Vec<(String, Regex)>,
+    class: String,
+    role: Role,
+    finder: Finder,
+    target_group: String,
+    target_resource: String,
+    target_namespaced: bool,
+}
+
+/// What the processor needs of a selector rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SelectorRule {
+    pub name: String,
+    pub class: String,
+    pub role: Role,
+    pub target_group: String,
+    pub target_resource: String,
+}
+
+/// A rule-file error naming the file, the rule and the field.
+#[derive(Debug, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct RuleError {
+    pub location: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RuleSet {
+    by_resource: HashMap<(String, String), Vec<Rule>>,
+    count: usize,
+}
+
+impl RuleSet {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
+        self.by_resource.values().flatten()
+    }
+
+    /// Parses one rule file's text; `source` names it in errors.
+    pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), Vec<RuleError>> {
+        let file: RuleFile = serde_yaml_ng::from_str(text).map_err(|e| {
+            let location = match e.location() {
+                Some(l) => format!("{source}:{}:{}", l.line(), l.column()),
+                None => source.to_string(),
+            };
+            vec![RuleError {
+                location,
+                message: e.to_string(),
+            }]
+        })?;
+        let mut errors = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for existing in self.rules() {
+            names.insert(existing.name.clone());
+        }
+        for spec in file.rules {
+            if !names.insert(spec.name.clone()) {
+                errors.push(RuleError {
+                    location: format!("{source}: rule {:?}", spec.name),
+                    message: "duplicate rule name".into(),
+                });
+                continue;
+            }
+            match Rule::compile(spec, source) {
+                Ok(rule) => {
+                    self.count += 1;
+                    let key = if rule.resource == "*" {
+                        ("*".to_string(), "*".to_string())
+                    } else {
+                        (rule.group.clone(), rule.resource.clone())
+                    };
+                    self.by_resource.entry(key).or_default().push(rule);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Loads every `*.yaml`/`*.yml` file of `dir`, in name order.
+    pub fn load_dir(dir: &Path) -> Result<RuleSet, Vec<RuleError>> {
+        let mut set = RuleSet::default();
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            vec![RuleError {
+                location: dir.display().to_string(),
+                message: format!("cannot read rules directory: {e}"),
+            }]
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+            .collect();
+        files.sort();
+        let mut errors = Vec::new();
+        for f in files {
+            let source = f.display().to_string();
+            match std::fs::read_to_string(&f) {
+                Ok(text) => {
+                    if let Err(mut e) = set.add_yaml(&source, &text) {
+                        errors.append(&mut e);
+                    }
+                }
+                Err(e) => errors.push(RuleError {
+                    location: source,
+                    message: format!("cannot read: {e}"),
+                }),
+            }
+        }
+        if errors.is_empty() {
+            Ok(set)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Selector rules that apply to `obj`: (rule, the selector in `state`).
+    pub fn selectors(&self, obj: &ObjectRef, state: &Value) -> Vec<(SelectorRule, LabelSelector)> {
+        let specific = self
+            .by_resource
+            .get(&(obj.group.clone(), obj.resource.clone()));
+        let any = self.by_resource.get(&("*".to_string(), "*".to_string()));
+        let mut out = Vec::new();
+        for r in specific.into_iter().chain(any).flatten() {
+            if let Finder::Selector(steps) = &r.finder
+                && r.matches(obj, state)
+                && let Some(sel) = LabelSelector::at(state, steps)
+            {
+                out.push((
+                    SelectorRule {
+                        name: r.name.clone(),
+                        class: r.class.clone(),
+                        role: r.role,
+                        target_group: r.target_group.clone(),
+                        target_resource: r.target_resource.clone(),
+                    },
+                    sel,
+                ));
+            }
+        }
+        out
+    }
+
+    /// `(group, resource)` of every selector rule's targets: what the label
+    /// index must hold.
+    pub fn selector_targets(&self) -> HashSet<(String, String)> {
+        self.by_resource
+            .values()
+            .flatten()
+            .filter(|r| matches!(r.finder, Finder::Selector(_)))
+            .map(|r| (r.target_group.clone(), r.target_resource.clone()))
+            .collect()
+    }
+
+    /// Relations of `obj` (whose latest known state is `state`) found by rules.
+    pub fn relations(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
+        let specific = self
+            .by_resource
+            .get(&(obj.group.clone(), obj.resource.clone()));
+        let any = self.by_resource.get(&("*".to_string(), "*".to_string()));
+        for r in specific.into_iter().chain(any).flatten() {
+            r.apply(obj, state, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const POD_RULES: &str = r#"
+rules:
+  - name: pod-node
+    match: {resource: pods}
+    class: node
+    role: child
+    target: {field: spec.nodeName, resource: nodes, namespaced: false}
+  - name: pod-configmap
+    match: {resource: pods}
+    class: configmap
+    role: child
+    target: {field: "spec.volumes[*].configMap.name", resource: configmaps}
+  - name: slice-service
+    match: {group: discovery.k8s.io, resource: endpointslices}
+    class: service
+    role: parent
+    target: {field: 'metadata.labels["kubernetes.io/service-name"]', resource: services}
+  - name: prefix
+    match: {resource: pods, namespace: "kube-.*"}
+    class: static
+    role: parent
+    target: {nameRegex: "^(?P<name>[a-z]+)-node-\\d+$", resource: nodes, namespaced: false}
+  - name: link
+    match: {resource: pods}
+    class: annotated
+    role: parent
+    target: {annotation: kascade.io/link}
+"#;
+
+    fn pod() -> ObjectRef {
+        ObjectRef::new("c1", "", "pods", "default", "web-1")
+    }
+
+    #[test]
+    fn field_rules_find_targets() {
+        let mut set = RuleSet::default();
+        set.add_yaml("test.yaml", POD_RULES).unwrap();
+        let state = json!({"spec": {"nodeName": "n1", "volumes": [
+            {"name": "a", "configMap": {"name": "cm1"}}, {"name": "b", "secret": {"secretName": "s"}}]}});
+        let mut out = Vec::new();
+        set.relations(&pod(), &state, &mut out);
+        out.sort();
+        let targets: Vec<_> = out
+            .iter()
+            .map(|r| {
+                (
+                    r.target.resource.as_str(),
+                    r.target.namespace.as_str(),
+                    r.target.name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            targets,
+            vec![("configmaps", "default", "cm1"), ("nodes", "", "n1")]
+        );
+        assert!(out.iter().all(|r| r.role == Role::Child));
+    }
+
+    #[test]
+    fn quoted_label_keys_name_regex_and_annotations() {
+        let mut set = RuleSet::default();
+        set.add_yaml("test.yaml", POD_RULES).unwrap();
+        let slice = ObjectRef::new(
+            "c1",
+            "discovery.k8s.io",
+            "endpointslices",
+            "default",
+            "web-abcde",
+        );
+        let mut out = Vec::new();
+        set.relations(
+            &slice,
+            &json!({"metadata": {"labels": {"kubernetes.io/service-name": "web"}}}),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].target.resource, "services");
+        assert_eq!(out[0].target.name, "web");
+
+        let mut out = Vec::new();
+        let sp = ObjectRef::new("c1", "", "pods", "kube-system", "etcd-node-3");
+        set.relations(&sp, &json!({}), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].target.name, "etcd");
+
+        let mut out = Vec::new();
+        let ann = json!({"metadata": {"annotations": {"kascade.io/link":
+            "{\"cluster\":\"a\",\"group\":\"apps\",\"resource\":\"deployments\",\"namespace\":\"x\",\"name\":\"y\"}"}}});
+        set.relations(&pod(), &ann, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            out[0].target,
+            ObjectRef::new("a", "apps", "deployments", "x", "y")
+        );
+        assert_eq!(out[0].role, Role::Parent);
+    }
+
+    #[test]
+    fn errors_name_file_rule_and_field() {
+        let mut set = RuleSet::default();
+        let bad = "rules:\n  - name: r1\n    match: {resource: pods}\n    class: c\n    role: child\n    target: {field: 'spec[0]', resource: nodes}\n";
+        let e = set.add_yaml("bad.yaml", bad).unwrap_err();
+        let msg = e[0].to_string();
+        assert!(
+            msg.contains("bad.yaml") && msg.contains("r1") && msg.contains("target.field"),
+            "{msg}"
+        );
+
+        let typo = "rules:\n  - name: r1\n    match: {resource: pods}\n    clas: c\n";
+        let e = set.add_yaml("typo.yaml", typo).unwrap_err();
+        let msg = e[0].to_string();
+        assert!(msg.starts_with("typo.yaml:4:"), "{msg}");
+        assert!(msg.contains("clas"), "{msg}");
+
+        let two = "rules:\n  - name: r1\n    match: {resource: pods}\n    class: c\n    role: child\n    target: {field: a, nameRegex: '(x)', resource: nodes}\n";
+        let e = set.add_yaml("two.yaml", two).unwrap_err();
+        assert!(e[0].to_string().contains("exactly one"), "{}", e[0]);
+    }
+}
