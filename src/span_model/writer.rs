@@ -1,0 +1,171 @@
+//! The span writer: a span encoded straight into protobuf as it is built.
+
+use super::*;
+
+/// A span written straight into its protobuf encoding
+/// (`opentelemetry.proto.trace.v1.Span`), attributes, events and links
+/// appended as they come. Building message structs first cost more than
+/// everything else the exporter did: every span's many small strings were
+/// allocated, measured and copied twice, then freed.
+///
+/// Every string value (attributes, span-event attributes, name, status
+/// message) is cut to the value cap on a character boundary; a cut value is
+/// followed by `<key>.truncated_from` = its original length in bytes.
+pub struct SpanBuf {
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    error: Option<String>,
+    max_value: usize,
+}
+
+/// A finished span, protobuf-encoded.
+#[derive(Clone, Debug)]
+pub struct EncodedSpan(pub bytes::Bytes);
+
+impl EncodedSpan {
+    /// The span as a message (tests, offline tools, JSON output).
+    pub fn decode(&self) -> Span {
+        use prost::Message as _;
+        // Only ever built by SpanBuf: a failure is a bug in the writer.
+        Span::decode(self.0.as_ref()).expect("SpanBuf writes valid protobuf")
+    }
+}
+
+// Field numbers of opentelemetry.proto.trace.v1.Span and its parts.
+const SPAN_TRACE_ID: u32 = 1;
+const SPAN_SPAN_ID: u32 = 2;
+const SPAN_PARENT_SPAN_ID: u32 = 4;
+const SPAN_NAME: u32 = 5;
+const SPAN_KIND: u32 = 6;
+const SPAN_START: u32 = 7;
+const SPAN_END: u32 = 8;
+const SPAN_ATTRIBUTES: u32 = 9;
+const SPAN_EVENTS: u32 = 11;
+const SPAN_LINKS: u32 = 13;
+const SPAN_STATUS: u32 = 15;
+const SPAN_FLAGS: u32 = 16;
+
+/// Sampled, and the parent is known to be local (as the SDK marks it).
+fn span_flags() -> u32 {
+    TraceFlags::SAMPLED.to_u8() as u32 | SpanFlags::ContextHasIsRemoteMask as u32
+}
+
+impl SpanBuf {
+    pub(super) fn new(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Self {
+        Self::with_max_value(
+            trace_id,
+            span_id,
+            parent,
+            name,
+            (start, end),
+            max_value_bytes(),
+        )
+    }
+
+    pub(super) fn with_max_value(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        (start, end): (SystemTime, SystemTime),
+        max_value: usize,
+    ) -> Self {
+        let mut buf = Vec::with_capacity(512);
+        wire::bytes(&mut buf, SPAN_TRACE_ID, &trace_id.to_bytes());
+        wire::bytes(&mut buf, SPAN_SPAN_ID, &span_id.to_bytes());
+        if parent != SpanId::INVALID {
+            wire::bytes(&mut buf, SPAN_PARENT_SPAN_ID, &parent.to_bytes());
+        }
+        let short_name = truncate_str(name, max_value);
+        wire::bytes(&mut buf, SPAN_NAME, short_name.as_bytes());
+        wire::varint(&mut buf, SPAN_KIND, span::SpanKind::Internal as u64);
+        wire::fixed64(&mut buf, SPAN_START, nanos(start));
+        wire::fixed64(&mut buf, SPAN_END, nanos(end));
+        let mut s = Self {
+            buf,
+            scratch: Vec::new(),
+            error: None,
+            max_value,
+        };
+        if short_name.len() < name.len() {
+            VALUES_TRUNCATED.inc();
+            s.attr_int(NAME_TRUNCATED_FROM, name.len() as i64);
+        }
+        s
+    }
+
+    pub fn attr(&mut self, key: &str, value: &str) {
+        let short = truncate_str(value, self.max_value);
+        wire::kv_str(&mut self.buf, SPAN_ATTRIBUTES, key, short);
+        if short.len() < value.len() {
+            VALUES_TRUNCATED.inc();
+            wire::kv_int(
+                &mut self.buf,
+                SPAN_ATTRIBUTES,
+                &truncated_from_key(key),
+                value.len() as i64,
+            );
+        }
+    }
+
+    pub fn attr_int(&mut self, key: &str, value: i64) {
+        wire::kv_int(&mut self.buf, SPAN_ATTRIBUTES, key, value);
+    }
+
+    /// A span event (a diff entry, a snapshot) with string attributes.
+    pub fn event(&mut self, name: &str, at: SystemTime, attrs: &[(&str, &str)]) {
+        self.scratch.clear();
+        wire::fixed64(&mut self.scratch, 1, nanos(at));
+        wire::bytes(&mut self.scratch, 2, name.as_bytes());
+        for (k, v) in attrs {
+            let short = truncate_str(v, self.max_value);
+            wire::kv_str(&mut self.scratch, 3, k, short);
+            if short.len() < v.len() {
+                VALUES_TRUNCATED.inc();
+                wire::kv_int(&mut self.scratch, 3, &truncated_from_key(k), v.len() as i64);
+            }
+        }
+        wire::bytes(&mut self.buf, SPAN_EVENTS, &self.scratch);
+    }
+
+    pub(super) fn link(&mut self, to: &ObjectWindow, attrs: &[(&str, &str)]) {
+        self.scratch.clear();
+        wire::bytes(&mut self.scratch, 1, &to.trace_id().to_bytes());
+        wire::bytes(&mut self.scratch, 2, &to.span_id().to_bytes());
+        for (k, v) in attrs {
+            wire::kv_str(&mut self.scratch, 4, k, v);
+        }
+        wire::fixed32(&mut self.scratch, 6, span_flags());
+        wire::bytes(&mut self.buf, SPAN_LINKS, &self.scratch);
+    }
+
+    /// Marks the span failed with `message`.
+    pub fn set_error(&mut self, message: String) {
+        self.error = Some(message);
+    }
+
+    pub fn finish(mut self) -> EncodedSpan {
+        self.scratch.clear();
+        if let Some(message) = self.error.take() {
+            let short = truncate_str(&message, self.max_value);
+            if !short.is_empty() {
+                wire::bytes(&mut self.scratch, 2, short.as_bytes());
+            }
+            wire::varint(&mut self.scratch, 3, status::StatusCode::Error as u64);
+            if short.len() < message.len() {
+                VALUES_TRUNCATED.inc();
+                self.attr_int(STATUS_MESSAGE_TRUNCATED_FROM, message.len() as i64);
+            }
+        }
+        wire::bytes(&mut self.buf, SPAN_STATUS, &self.scratch);
+        wire::fixed32(&mut self.buf, SPAN_FLAGS, span_flags());
+        EncodedSpan(self.buf.into())
+    }
+}
