@@ -29,6 +29,7 @@ use std::time::Duration;
 
 mod batcher;
 pub mod config;
+mod failure;
 mod otlp;
 mod output;
 pub mod trim;
@@ -41,7 +42,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use config::{Compression, OtlpConfig, OtlpFlags};
-pub use otlp::{Failure, SendError, classify_grpc, classify_http};
+pub use failure::{Failure, SendError, classify_grpc, classify_http};
 
 use crate::metrics::Metrics;
 use crate::span_model::{self, EncodedSpan, Span};

@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::batcher::{Batch, RequestFramer, count_trimmed, span_name};
-use super::otlp::{self, Accepted, Transport};
+use super::failure::Accepted;
+use super::otlp::{self, Transport};
 use super::{DropReason, ExportConfig, ExportProgress, Failure, OutputSpec, trim};
 use crate::metrics::Metrics;
 use crate::span_model::EncodedSpan;

@@ -26,7 +26,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::server::Connected;
 
 use super::config::{Compression, OtlpConfig};
-use super::otlp::{Failure, OtlpSender, Transport};
+use super::failure::Failure;
+use super::otlp::{OtlpSender, Transport};
 use super::test_support::{JAEGER_GRPC_LIMIT, big_update, int_attr, small_span, test_config};
 use super::{EncodedSpan, OtlpProtocol, Output, RequestFramer, Span, resource, spans_dropped};
 use crate::client_tls::test_pki::TestPki;

@@ -10,7 +10,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::otlp::{Accepted, Transport};
+use super::failure::Accepted;
+use super::otlp::Transport;
 use super::*;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::span_model::{AuditWrite, EncodedSpan};

@@ -2,7 +2,8 @@
 //! retries, deadlines, stalled outputs, backpressure and progress.
 
 use super::batcher::Batch;
-use super::otlp::{Accepted, Transport};
+use super::failure::Accepted;
+use super::otlp::Transport;
 use super::output::{OutputContext, export_batch};
 use super::test_support::*;
 use super::*;
