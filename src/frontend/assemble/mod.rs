@@ -4,7 +4,6 @@
 //! objects and cycles are detected by object identity.
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -16,98 +15,11 @@ use super::raw::{RawError, RawStore, TraceIdBytes};
 use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, raw_trace_id};
 
-/// Which related objects a trace shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// The object alone.
-    Object,
-    /// Its owners up to the top, each with only the path down to the object.
-    Ancestors,
-    /// The objects it owns (and their links), down.
-    Descendants,
-    /// Everything below its top ancestor.
-    Full,
-}
+mod finish;
+mod scope;
 
-impl Scope {
-    pub const ALL: [Scope; 4] = [
-        Scope::Full,
-        Scope::Ancestors,
-        Scope::Descendants,
-        Scope::Object,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scope::Object => "object",
-            Scope::Ancestors => "ancestors",
-            Scope::Descendants => "descendants",
-            Scope::Full => "full",
-        }
-    }
-
-    pub fn code(self) -> u8 {
-        match self {
-            Scope::Full => 0,
-            Scope::Ancestors => 1,
-            Scope::Descendants => 2,
-            Scope::Object => 3,
-        }
-    }
-
-    pub fn from_code(c: u8) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.code() == c)
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown scope {} (expected full, ancestors, descendants or object)",
-                    crate::bounds::quote(s)
-                )
-            })
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// Levels below (and above) the searched object that are followed.
-    pub max_depth: usize,
-    /// Objects in one trace; further links are noted, not followed.
-    pub max_objects: usize,
-    /// Raw reads in flight at once.
-    pub concurrency: usize,
-    /// Link classes whose target is shared by many objects (a Node, a
-    /// ConfigMap): shown below an object, never climbed up from.
-    pub shared_classes: HashSet<String>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_depth: 8,
-            max_objects: 5000,
-            concurrency: 16,
-            shared_classes: [
-                "node",
-                "configmap",
-                "secret",
-                "serviceaccount",
-                "storageclass",
-                "backend",
-            ]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        }
-    }
-}
+use finish::{child_links, clip_shared_to_parents, is_ancestor_or_self, sort_children};
+pub use scope::{Limits, Scope};
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -495,63 +407,5 @@ impl<S: RawStore> Assembler<S> {
             .filter_map(|(p, class, o)| index.get(&o).map(|&i| (p, class, i)))
             .filter(|(p, _, i)| nodes[*i].parent != Some(*p) && placed.insert((*p, *i)))
             .collect())
-    }
-}
-
-/// A shared object's entries within the activity of the object it is shown
-/// under: what happened on a Node while a Pod was there, not before (a
-/// child span starting before its parent also makes Jaeger warn of clock
-/// skew).
-fn clip_shared_to_parents(asm: &mut Assembly) {
-    for i in 0..asm.nodes.len() {
-        let n = &asm.nodes[i];
-        if !n.shared {
-            continue;
-        }
-        let Some((start, end)) = n.parent.and_then(|p| asm.nodes[p].history.active_range()) else {
-            continue;
-        };
-        let h = &mut asm.nodes[i].history;
-        let before = h.entries.len();
-        h.entries
-            .retain(|e| e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end);
-        h.hidden_entries += before - h.entries.len();
-    }
-}
-
-/// Whether node `candidate` is `p` or one of its ancestors (a link back up
-/// would make a cycle).
-fn is_ancestor_or_self(nodes: &[Node], candidate: Option<usize>, p: usize) -> bool {
-    let Some(c) = candidate else {
-        return false;
-    };
-    let mut at = Some(p);
-    while let Some(n) = at {
-        if n == c {
-            return true;
-        }
-        at = nodes[n].parent;
-    }
-    false
-}
-
-fn child_links(h: &ObjectHistory) -> impl Iterator<Item = &Link> {
-    h.links.iter().filter(|l| l.role == Role::Child)
-}
-
-/// Children in the order they became active, then by name: stable output.
-fn sort_children(asm: &mut Assembly) {
-    let keys: Vec<(u64, String)> = asm
-        .nodes
-        .iter()
-        .map(|n| {
-            (
-                n.history.active_range().map_or(u64::MAX, |r| r.0),
-                n.history.object.key(),
-            )
-        })
-        .collect();
-    for n in &mut asm.nodes {
-        n.children.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
     }
 }

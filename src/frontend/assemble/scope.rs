@@ -1,0 +1,97 @@
+//! Which related objects a trace shows, and how far the walk may go.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+
+/// Which related objects a trace shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// The object alone.
+    Object,
+    /// Its owners up to the top, each with only the path down to the object.
+    Ancestors,
+    /// The objects it owns (and their links), down.
+    Descendants,
+    /// Everything below its top ancestor.
+    Full,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [
+        Scope::Full,
+        Scope::Ancestors,
+        Scope::Descendants,
+        Scope::Object,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Object => "object",
+            Scope::Ancestors => "ancestors",
+            Scope::Descendants => "descendants",
+            Scope::Full => "full",
+        }
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            Scope::Full => 0,
+            Scope::Ancestors => 1,
+            Scope::Descendants => 2,
+            Scope::Object => 3,
+        }
+    }
+
+    pub fn from_code(c: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.code() == c)
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown scope {} (expected full, ancestors, descendants or object)",
+                    crate::bounds::quote(s)
+                )
+            })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Levels below (and above) the searched object that are followed.
+    pub max_depth: usize,
+    /// Objects in one trace; further links are noted, not followed.
+    pub max_objects: usize,
+    /// Raw reads in flight at once.
+    pub concurrency: usize,
+    /// Link classes whose target is shared by many objects (a Node, a
+    /// ConfigMap): shown below an object, never climbed up from.
+    pub shared_classes: HashSet<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_depth: 8,
+            max_objects: 5000,
+            concurrency: 16,
+            shared_classes: [
+                "node",
+                "configmap",
+                "secret",
+                "serviceaccount",
+                "storageclass",
+                "backend",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        }
+    }
+}

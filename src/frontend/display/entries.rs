@@ -1,0 +1,231 @@
+//! One entry or object as the UI shows it: visible attributes, diff lines,
+//! problems and error status.
+
+use super::*;
+
+/// Most characters of one diff value shown in a log.
+pub(super) const MAX_VALUE_CHARS: usize = 400;
+
+pub(super) fn span_id(seed: &str, salt: u64) -> Vec<u8> {
+    let v = xxh3_64_with_seed(seed.as_bytes(), salt).max(1);
+    v.to_be_bytes().to_vec()
+}
+
+/// Whether a raw attribute is shown: kascade's internal ones are not, nor
+/// what the raw Jaeger added to its copy (`@jaeger@warnings` about the
+/// zero-length spans of Events and links).
+pub(super) fn is_visible(key: &str) -> bool {
+    !key.starts_with("kascade.") && !key.starts_with("link.") && !key.starts_with("@jaeger@")
+}
+
+pub(super) fn visible(attrs: &[KeyValue]) -> Vec<KeyValue> {
+    attrs
+        .iter()
+        .filter(|kv| is_visible(&kv.key))
+        .cloned()
+        .collect()
+}
+
+pub(super) fn shorten(s: &str) -> String {
+    if s.chars().count() <= MAX_VALUE_CHARS {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(MAX_VALUE_CHARS).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// One line per changed path: `path: old → new`, `+ path: new`, `- path: old`.
+pub fn diff_lines(span: &Span) -> Vec<String> {
+    span.events
+        .iter()
+        .filter(|e| e.name == EVENT_DIFF)
+        .map(|e| {
+            let a = &e.attributes;
+            let path = string_attr(a, attr::DIFF_PATH).unwrap_or("?");
+            let old = string_attr(a, attr::DIFF_OLD).map(shorten);
+            let new = string_attr(a, attr::DIFF_NEW).map(shorten);
+            match (string_attr(a, attr::DIFF_OP), old, new) {
+                (Some("add"), _, Some(n)) => format!("+ {path}: {n}"),
+                (Some("remove"), Some(o), _) => format!("- {path}: {o}"),
+                (_, o, n) => format!(
+                    "{path}: {} → {}",
+                    o.unwrap_or_else(|| "∅".into()),
+                    n.unwrap_or_else(|| "∅".into())
+                ),
+            }
+        })
+        .collect()
+}
+
+pub fn snapshot(span: &Span) -> Option<&str> {
+    span.events
+        .iter()
+        .find(|e| e.name == EVENT_SNAPSHOT)
+        .and_then(|e| string_attr(&e.attributes, attr::SNAPSHOT))
+}
+
+pub(super) fn is_error(span: &Span) -> bool {
+    span.status
+        .as_ref()
+        .is_some_and(|s| s.code == StatusCode::Error as i32)
+}
+
+/// A failed request a controller expects and handles: an optimistic
+/// concurrency conflict (409, retried with the newer version) or the
+/// delete of an object already gone (404: the goal holds). Spans stored
+/// by older collectors mark conflicts as errors; neither is what went wrong.
+pub(super) fn is_routine_failure(span: &Span) -> bool {
+    let a = &span.attributes;
+    match crate::frontend::raw::int_attr(a, attr::AUDIT_CODE) {
+        Some(409) => true,
+        Some(404) => string_attr(a, attr::AUDIT_VERB) == Some("delete"),
+        _ => false,
+    }
+}
+
+/// What is wrong with an object at the end of the trace, if anything: a
+/// state that is not ready (the last readiness recorded), else failed
+/// writes and Warning Events.
+pub fn problem(n: &Node) -> Option<String> {
+    // The readiness the collector recorded after each write
+    // (aggregate/status.rs): Current, InProgress, Failed, Terminating.
+    let last_status = n.history.entries.iter().rev().find_map(|e| {
+        string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
+            (
+                s,
+                string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
+            )
+        })
+    });
+    let with_message = |what: &str, m: Option<&str>| match m.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{what}: {m}"),
+        None => what.to_string(),
+    };
+    match last_status {
+        Some(("InProgress", m)) => return Some(with_message("not ready", m)),
+        Some(("Failed", m)) => return Some(with_message("failed", m)),
+        _ => {}
+    }
+    let failed: Vec<&Entry> = n
+        .history
+        .entries
+        .iter()
+        .filter(|e| is_error(&e.span) && !is_routine_failure(&e.span))
+        .collect();
+    let first = failed.first()?;
+    let what = match first.source {
+        Source::Event => format!("event {}", first.span.name),
+        _ => first.span.name.clone(),
+    };
+    let message = first.span.status.as_ref().map(|s| s.message.as_str());
+    let head = if failed.len() == 1 {
+        what
+    } else {
+        format!(
+            "{} failed writes or Warning Events, first {what}",
+            failed.len()
+        )
+    };
+    Some(with_message(&head, message))
+}
+
+/// The error status of each object span: its own problem, else (for the
+/// objects of the tree proper) the first problem among its descendants,
+/// so a failure deep in the tree shows on the path down to it. Shared
+/// objects (copies, and what hangs below a shared class) keep theirs to
+/// themselves.
+pub(super) fn error_statuses(asm: &Assembly) -> Vec<Option<String>> {
+    let own: Vec<Option<String>> = asm.nodes.iter().map(problem).collect();
+    let mut out = own.clone();
+    let mut below: Vec<(usize, usize)> = vec![(0, usize::MAX); asm.nodes.len()];
+    // Children come after their parents in the walk: go backwards.
+    for &(i, _) in asm.walk().iter().rev() {
+        let n = &asm.nodes[i];
+        let Some(p) = n.parent else { continue };
+        if n.shared {
+            continue;
+        }
+        let (count, first) = below[i];
+        let add = usize::from(own[i].is_some()) + count;
+        if add == 0 {
+            continue;
+        }
+        let first = if own[i].is_some() { i } else { first };
+        let (pc, pf) = below[p];
+        below[p] = (pc + add, if pf == usize::MAX { first } else { pf });
+    }
+    for (i, (count, first)) in below.into_iter().enumerate() {
+        if out[i].is_some() || count == 0 || first == usize::MAX {
+            continue;
+        }
+        let f = &asm.nodes[first];
+        let others = if count > 1 {
+            format!(" (and {} more)", count - 1)
+        } else {
+            String::new()
+        };
+        out[i] = Some(format!(
+            "below: {} {}{others}: {}",
+            f.history.object.resource,
+            object_label(f, None),
+            own[first].as_deref().unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// An entry folded into one log of its object's span.
+pub(super) fn entry_log(e: &Entry) -> Event {
+    let mut attributes = visible(&e.span.attributes);
+    attributes.insert(0, kv("source", e.source.name()));
+    let diff = diff_lines(&e.span);
+    if !diff.is_empty() {
+        attributes.push(kv("diff", diff.join("\n")));
+    }
+    if let Some(s) = snapshot(&e.span) {
+        attributes.push(kv("snapshot", s));
+    }
+    if is_error(&e.span) {
+        attributes.push(kv("level", "error"));
+        if let Some(st) = &e.span.status {
+            attributes.push(kv("error.message", st.message.clone()));
+        }
+    }
+    let name = match e.source {
+        Source::Event => format!("event {}", e.span.name),
+        _ => e.span.name.clone(),
+    };
+    Event {
+        time_unix_nano: e.span.start_time_unix_nano,
+        name,
+        attributes,
+        dropped_attributes_count: 0,
+    }
+}
+
+/// The raw entry span, re-parented into the assembled trace.
+pub(super) fn entry_span(e: &Entry, trace_id: &TraceIdBytes, parent: &[u8], name: String) -> Span {
+    let mut s = e.span.clone();
+    s.trace_id = trace_id.to_vec();
+    s.parent_span_id = parent.to_vec();
+    s.name = name;
+    s.attributes = visible(&s.attributes);
+    s.attributes.insert(0, kv("source", e.source.name()));
+    s.links.clear();
+    s
+}
+
+pub(super) fn object_label(n: &Node, parent: Option<&Node>) -> String {
+    let o = &n.history.object;
+    let mut s = if o.namespace.is_empty() {
+        o.name.clone()
+    } else {
+        format!("{}/{}", o.namespace, o.name)
+    };
+    if parent.is_some_and(|p| p.history.object.cluster != o.cluster) {
+        s = format!("{s} (cluster {})", o.cluster);
+    }
+    s
+}
