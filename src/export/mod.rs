@@ -183,8 +183,8 @@ pub fn resource(service_name: &str) -> Resource {
 }
 
 /// Serialises spans as one OTLP/JSON `ExportTraceServiceRequest`.
-pub fn to_otlp_json(spans: Vec<Span>, resource: &Resource) -> anyhow::Result<String> {
-    Ok(serde_json::to_string(&to_request(spans, resource))?)
+pub fn to_otlp_json(spans: Vec<Span>, resource: &Resource) -> serde_json::Result<String> {
+    serde_json::to_string(&to_request(spans, resource))
 }
 
 /// Every span kascade writes shares one resource and one scope.
@@ -258,6 +258,72 @@ impl ExportProgress {
 /// One batch, framed once into a protobuf request for every output and
 /// every retry (the JSON output decodes it again). The spans stay at hand
 /// for a request that must be split.
+/// An output that cannot be set up; the message names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("the otlp output has no OTLP settings")]
+    NoOtlpSettings,
+    #[error("cannot create output file {}", path.display())]
+    OutputFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{setting} {value:?} is not a valid URL")]
+    Url {
+        setting: String,
+        value: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("OTLP header {message}")]
+    Header {
+        message: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("TLS for the OTLP endpoint {endpoint} ({setting})")]
+    Tls {
+        endpoint: String,
+        setting: String,
+        #[source]
+        source: Box<crate::client_tls::TlsError>,
+    },
+    #[error("the OTLP endpoint has no host")]
+    NoHost,
+    #[error("{0:?} is not a valid TLS server name")]
+    ServerName(String),
+    #[error("the OTLP endpoint's host and port")]
+    Endpoint(#[source] tonic::transport::Error),
+    #[error("cannot build the OTLP HTTP client")]
+    HttpClient(#[source] reqwest::Error),
+}
+
+impl SetupError {
+    fn url(setting: &str, value: &str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Url {
+            setting: setting.to_string(),
+            value: value.to_string(),
+            source: Box::new(e),
+        }
+    }
+
+    fn header(message: String, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Header {
+            message,
+            source: Box::new(e),
+        }
+    }
+
+    fn tls(setting: &str, endpoint: &str, source: crate::client_tls::TlsError) -> Self {
+        Self::Tls {
+            endpoint: endpoint.to_string(),
+            setting: setting.to_string(),
+            source: Box::new(source),
+        }
+    }
+}
+
 /// Starts the export tasks. They end, after exporting what is queued, when
 /// every sender is dropped or `stop` fires (once nothing more will be sent).
 pub fn start(
@@ -265,7 +331,7 @@ pub fn start(
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
     progress: Arc<ExportProgress>,
-) -> anyhow::Result<Started> {
+) -> Result<Started, SetupError> {
     let outputs = build_outputs(&cfg, specs)?;
     Ok(start_outputs(cfg, outputs, metrics, progress))
 }

@@ -11,18 +11,17 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message as _;
 use tonic::codec::{Codec, CompressionEncoding, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
-use super::OtlpProtocol;
 use super::config::{Compression, OtlpConfig};
 use super::failure::{
     Accepted, SendError, accepted, chain, classify_grpc, classify_http, http_error_message,
 };
+use super::{OtlpProtocol, SetupError};
 use crate::client_tls;
 
 const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -53,82 +52,87 @@ enum Inner {
 impl OtlpSender {
     /// Connects lazily: the receiver may come up after kascade. TLS files
     /// are read now, so a bad one fails at startup.
-    pub fn new(cfg: &OtlpConfig) -> anyhow::Result<Self> {
+    pub fn new(cfg: &OtlpConfig) -> Result<Self, SetupError> {
         let src = &cfg.endpoint_source;
         let tls = client_tls::is_https(&cfg.endpoint);
-        let transport = match cfg.protocol {
-            OtlpProtocol::Grpc => {
-                let mut metadata = tonic::metadata::MetadataMap::new();
-                for (k, v) in &cfg.headers {
-                    let key =
-                        tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                            .with_context(|| {
-                                format!("OTLP header {k:?}: not a valid gRPC metadata key")
-                            })?;
-                    let val = v
+        let transport =
+            match cfg.protocol {
+                OtlpProtocol::Grpc => {
+                    let mut metadata = tonic::metadata::MetadataMap::new();
+                    for (k, v) in &cfg.headers {
+                        let key = tonic::metadata::MetadataKey::from_bytes(
+                            k.to_ascii_lowercase().as_bytes(),
+                        )
+                        .map_err(|e| {
+                            SetupError::header(format!("{k:?}: not a valid gRPC metadata key"), e)
+                        })?;
+                        let val = v.parse().map_err(|e| {
+                            SetupError::header(format!("{k}: value is not valid ASCII"), e)
+                        })?;
+                        metadata.insert(key, val);
+                    }
+                    let uri: tonic::codegen::http::Uri = cfg
+                        .endpoint
                         .parse()
-                        .with_context(|| format!("OTLP header {k}: value is not valid ASCII"))?;
-                    metadata.insert(key, val);
+                        .map_err(|e| SetupError::url(src, &cfg.endpoint, e))?;
+                    let channel = if tls {
+                        let rustls = cfg
+                            .tls
+                            .rustls_config(&[b"h2"])
+                            .map_err(|e| SetupError::tls(src, &cfg.endpoint, e))?;
+                        grpc_tls_channel(uri, Arc::new(rustls), cfg.timeout)?
+                    } else {
+                        endpoint_with_timeouts(Endpoint::from(uri), cfg.timeout).connect_lazy()
+                    };
+                    let mut grpc = tonic::client::Grpc::new(channel);
+                    if cfg.compression == Compression::Gzip {
+                        grpc = grpc
+                            .send_compressed(CompressionEncoding::Gzip)
+                            .accept_compressed(CompressionEncoding::Gzip);
+                    }
+                    Inner::Grpc {
+                        grpc: Box::new(grpc),
+                        metadata,
+                    }
                 }
-                let uri: tonic::codegen::http::Uri = cfg
-                    .endpoint
-                    .parse()
-                    .with_context(|| format!("{src} {:?} is not a valid URL", cfg.endpoint))?;
-                let channel = if tls {
-                    let rustls = cfg.tls.rustls_config(&[b"h2"]).with_context(|| {
-                        format!("TLS for the OTLP endpoint {} ({src})", cfg.endpoint)
-                    })?;
-                    grpc_tls_channel(uri, Arc::new(rustls), cfg.timeout)?
-                } else {
-                    endpoint_with_timeouts(Endpoint::from(uri), cfg.timeout).connect_lazy()
-                };
-                let mut grpc = tonic::client::Grpc::new(channel);
-                if cfg.compression == Compression::Gzip {
-                    grpc = grpc
-                        .send_compressed(CompressionEncoding::Gzip)
-                        .accept_compressed(CompressionEncoding::Gzip);
+                OtlpProtocol::Http => {
+                    reqwest::Url::parse(&cfg.endpoint)
+                        .map_err(|e| SetupError::url(src, &cfg.endpoint, e))?;
+                    let mut headers = reqwest::header::HeaderMap::new();
+                    for (k, v) in &cfg.headers {
+                        let name =
+                            reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+                                SetupError::header(format!("{k:?}: not a valid header name"), e)
+                            })?;
+                        let mut value = reqwest::header::HeaderValue::from_str(v).map_err(|e| {
+                            SetupError::header(format!("{k}: not a valid header value"), e)
+                        })?;
+                        value.set_sensitive(true);
+                        headers.insert(name, value);
+                    }
+                    headers.insert(
+                        reqwest::header::CONTENT_TYPE,
+                        reqwest::header::HeaderValue::from_static("application/x-protobuf"),
+                    );
+                    let mut builder = reqwest::Client::builder()
+                        .timeout(cfg.timeout)
+                        .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
+                        .default_headers(headers);
+                    if tls {
+                        let rustls = cfg
+                            .tls
+                            .rustls_config(&[b"http/1.1"])
+                            .map_err(|e| SetupError::tls(src, &cfg.endpoint, e))?;
+                        builder = builder.use_preconfigured_tls(rustls);
+                    }
+                    let client = builder.build().map_err(SetupError::HttpClient)?;
+                    Inner::Http {
+                        client,
+                        url: cfg.endpoint.clone(),
+                        gzip: cfg.compression == Compression::Gzip,
+                    }
                 }
-                Inner::Grpc {
-                    grpc: Box::new(grpc),
-                    metadata,
-                }
-            }
-            OtlpProtocol::Http => {
-                reqwest::Url::parse(&cfg.endpoint)
-                    .with_context(|| format!("{src} {:?} is not a valid URL", cfg.endpoint))?;
-                let mut headers = reqwest::header::HeaderMap::new();
-                for (k, v) in &cfg.headers {
-                    let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                        .with_context(|| format!("OTLP header {k:?}: not a valid header name"))?;
-                    let mut value = reqwest::header::HeaderValue::from_str(v)
-                        .with_context(|| format!("OTLP header {k}: not a valid header value"))?;
-                    value.set_sensitive(true);
-                    headers.insert(name, value);
-                }
-                headers.insert(
-                    reqwest::header::CONTENT_TYPE,
-                    reqwest::header::HeaderValue::from_static("application/x-protobuf"),
-                );
-                let mut builder = reqwest::Client::builder()
-                    .timeout(cfg.timeout)
-                    .connect_timeout(cfg.timeout.min(Duration::from_secs(5)))
-                    .default_headers(headers);
-                if tls {
-                    let rustls = cfg.tls.rustls_config(&[b"http/1.1"]).with_context(|| {
-                        format!("TLS for the OTLP endpoint {} ({src})", cfg.endpoint)
-                    })?;
-                    builder = builder.use_preconfigured_tls(rustls);
-                }
-                let client = builder
-                    .build()
-                    .context("cannot build the OTLP HTTP client")?;
-                Inner::Http {
-                    client,
-                    url: cfg.endpoint.clone(),
-                    gzip: cfg.compression == Compression::Gzip,
-                }
-            }
-        };
+            };
         Ok(Self { transport })
     }
 }
@@ -228,11 +232,8 @@ fn grpc_tls_channel(
     origin: tonic::codegen::http::Uri,
     config: Arc<rustls::ClientConfig>,
     timeout: Duration,
-) -> anyhow::Result<Channel> {
-    let authority = origin
-        .authority()
-        .context("the OTLP endpoint has no host")?
-        .clone();
+) -> Result<Channel, SetupError> {
+    let authority = origin.authority().ok_or(SetupError::NoHost)?.clone();
     let host = authority
         .host()
         .trim_start_matches('[')
@@ -240,7 +241,7 @@ fn grpc_tls_channel(
         .to_string();
     let port = authority.port_u16().unwrap_or(443);
     let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-        .with_context(|| format!("{host:?} is not a valid TLS server name"))?;
+        .map_err(|_| SetupError::ServerName(host.clone()))?;
     let connector = tower::service_fn(move |_: tonic::codegen::http::Uri| {
         let tls = tokio_rustls::TlsConnector::from(config.clone());
         let (host, server_name) = (host.clone(), server_name.clone());
@@ -251,8 +252,8 @@ fn grpc_tls_channel(
             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
         }
     });
-    let plain = Endpoint::from_shared(format!("http://{authority}"))
-        .context("the OTLP endpoint's host and port")?;
+    let plain =
+        Endpoint::from_shared(format!("http://{authority}")).map_err(SetupError::Endpoint)?;
     Ok(endpoint_with_timeouts(plain, timeout)
         .origin(origin)
         .connect_with_connector_lazy(connector))

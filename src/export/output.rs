@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
@@ -18,7 +17,7 @@ use tokio::time::Instant;
 use super::batcher::{Batch, RequestFramer, count_trimmed, span_name};
 use super::failure::Accepted;
 use super::otlp::{self, Transport};
-use super::{DropReason, ExportConfig, ExportProgress, Failure, OutputSpec, trim};
+use super::{DropReason, ExportConfig, ExportProgress, Failure, OutputSpec, SetupError, trim};
 use crate::metrics::Metrics;
 use crate::span_model::EncodedSpan;
 
@@ -47,23 +46,22 @@ impl Output {
 pub(super) fn build_outputs(
     cfg: &ExportConfig,
     specs: &[OutputSpec],
-) -> anyhow::Result<Vec<(Output, String)>> {
+) -> Result<Vec<(Output, String)>, SetupError> {
     let mut outputs = Vec::new();
     for spec in specs {
         match spec {
             OutputSpec::Otlp => {
-                let otlp = cfg
-                    .otlp
-                    .as_ref()
-                    .context("the otlp output has no OTLP settings")?;
+                let otlp = cfg.otlp.as_ref().ok_or(SetupError::NoOtlpSettings)?;
                 outputs.push((
                     Output::Otlp(otlp::OtlpSender::new(otlp)?),
                     otlp.endpoint.clone(),
                 ));
             }
             OutputSpec::OtlpJson(path) => {
-                let file = File::create(path)
-                    .with_context(|| format!("cannot create output file {}", path.display()))?;
+                let file = File::create(path).map_err(|source| SetupError::OutputFile {
+                    path: path.clone(),
+                    source,
+                })?;
                 outputs.push((
                     Output::Json {
                         writer: BufWriter::new(file),
@@ -244,8 +242,8 @@ pub(super) async fn export_batch<T: Transport>(
 pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx: &OutputContext) {
     let deadline = Instant::now() + ctx.retry_for;
     let line = match ExportTraceServiceRequest::decode(batch.protobuf.as_ref())
-        .map_err(anyhow::Error::from)
-        .and_then(|request| Ok(serde_json::to_string(&request)?))
+        .map_err(|e| e.to_string())
+        .and_then(|request| serde_json::to_string(&request).map_err(|e| e.to_string()))
     {
         Ok(line) => line,
         Err(e) => {

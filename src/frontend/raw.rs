@@ -71,6 +71,15 @@ pub enum RawError {
     },
     #[error("raw Jaeger at {url} sent a response kascade cannot read: {message}")]
     Decode { url: String, message: String },
+    /// The TLS problem is part of the message: raw-read errors are logged
+    /// and shown in the UI on their own, not as an error chain.
+    #[error("TLS for the raw Jaeger at {url}: {problem}")]
+    Tls {
+        url: String,
+        problem: Box<crate::client_tls::TlsError>,
+    },
+    #[error("cannot build the HTTP client of {url}: {message}")]
+    Client { url: String, message: String },
 }
 
 /// Where raw object-window traces are read from.
@@ -332,17 +341,24 @@ impl JaegerHttp {
         service: &str,
         timeout: Duration,
         tls: &crate::client_tls::ClientTls,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, RawError> {
         let mut builder = reqwest::Client::builder().timeout(timeout);
         if crate::client_tls::is_https(base) {
-            builder = builder.use_preconfigured_tls(tls.rustls_config(&[b"http/1.1"])?);
+            let rustls = tls
+                .rustls_config(&[b"http/1.1"])
+                .map_err(|source| RawError::Tls {
+                    url: base.to_string(),
+                    problem: Box::new(source),
+                })?;
+            builder = builder.use_preconfigured_tls(rustls);
         }
         Ok(Self {
             base: base.trim_end_matches('/').to_string(),
             service: service.to_string(),
-            client: builder
-                .build()
-                .map_err(|e| anyhow::anyhow!("cannot build the HTTP client of {base}: {e}"))?,
+            client: builder.build().map_err(|e| RawError::Client {
+                url: base.to_string(),
+                message: e.to_string(),
+            })?,
         })
     }
 
