@@ -1,0 +1,117 @@
+//! Raw spans held in memory (offline `kascade trace`, tests, benchmarks).
+
+use super::*;
+
+/// Raw spans held in memory, indexed by trace.
+#[derive(Default)]
+pub struct MemoryStore {
+    traces: HashMap<TraceIdBytes, Vec<Span>>,
+}
+
+impl MemoryStore {
+    pub fn new(spans: impl IntoIterator<Item = Span>) -> Self {
+        let mut traces: HashMap<TraceIdBytes, Vec<Span>> = HashMap::new();
+        for s in spans {
+            if let Some(id) = trace_id_bytes(&s.trace_id) {
+                traces.entry(id).or_default().push(s);
+            }
+        }
+        Self { traces }
+    }
+
+    /// Earliest and latest span start, in ns since the epoch.
+    pub fn time_span(&self) -> Option<(u64, u64)> {
+        let starts = self
+            .traces
+            .values()
+            .flatten()
+            .map(|s| s.start_time_unix_nano);
+        let (a, b) = starts.fold((u64::MAX, 0), |(a, b), t| (a.min(t), b.max(t)));
+        (a <= b).then_some((a, b))
+    }
+
+    pub fn span_count(&self) -> usize {
+        self.traces.values().map(Vec::len).sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.traces.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.traces.is_empty()
+    }
+}
+
+impl RawStore for MemoryStore {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        let (from, to) = (nanos(range.start), nanos(range.end));
+        let mut found: Vec<(u64, TraceIdBytes)> = self
+            .traces
+            .iter()
+            .filter_map(|(id, spans)| {
+                let obj = spans.iter().find(|s| {
+                    string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
+                })?;
+                let matches = obj.start_time_unix_nano <= to
+                    && obj.end_time_unix_nano >= from
+                    && tags
+                        .iter()
+                        .all(|(k, v)| string_attr(&obj.attributes, k) == Some(v.as_str()));
+                matches.then_some((obj.start_time_unix_nano, *id))
+            })
+            .collect();
+        found.sort();
+        Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+
+    async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        Ok(self.traces.get(&id).cloned().unwrap_or_default())
+    }
+
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<RelationCounts, RawError> {
+        let mut counts = RelationCounts::new();
+        for id in self.find(&[], range, limit).await? {
+            let spans = &self.traces[&id];
+            count_child_links(
+                spans,
+                |s, k| string_attr(&s.attributes, k).map(str::to_string),
+                &mut counts,
+            );
+        }
+        Ok(counts)
+    }
+
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<std::collections::BTreeSet<String>, RawError> {
+        let mut out = std::collections::BTreeSet::new();
+        for id in self.find(&[], range, limit).await? {
+            out.extend(
+                self.traces[&id]
+                    .iter()
+                    .filter(|s| {
+                        string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
+                    })
+                    .filter_map(|s| string_attr(&s.attributes, attr::CLUSTER))
+                    .map(str::to_string),
+            );
+        }
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        format!("in-memory store ({} raw traces)", self.traces.len())
+    }
+}
