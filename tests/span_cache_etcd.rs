@@ -26,6 +26,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use kascade::aggregate::span_cache::{
     EtcdConfig, EtcdSpanCache, EtcdTls, Slot, SpanCache, etcd_key,
 };
+use kascade::coordination::election::{Campaign, EtcdElection, Leadership, RoleElection};
+use kascade::coordination::etcd::EtcdClient;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, ObjectWindow};
 use serde_json::{Value, json};
@@ -451,46 +453,70 @@ fn revoke(e: &Etcd, lease: &str) {
     curl(e, None, "/v3/lease/revoke", Some(&json!({"ID": lease}))).expect("lease revoke");
 }
 
+/// Waits until the campaign's leadership is `want`; the deadline only keeps
+/// a broken build from hanging the suite.
+async fn settles(c: &mut Campaign, want: Leadership) {
+    let waited = tokio::time::timeout(Duration::from_secs(120), async {
+        while c.leadership() != want {
+            c.changed().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "still {:?}, not {want:?}", c.leadership());
+}
+
 #[tokio::test]
 #[ignore = "needs the etcd binary (KASCADE_E2E_BIN); run by e2e/scale-out.sh"]
 async fn one_replica_holds_a_clusters_watcher_role_until_it_stops_renewing() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = Etcd::start(dir.path(), None);
     let prefix = "/kascade-it/roles-test/";
-    let cfg = || {
+    let metrics = Arc::new(Metrics::default());
+    // A short TTL, so the test sees the lease outlive it on its keep-alive
+    // stream (renewed every 2 s: only a 4 s stall could fail that).
+    let election = |name: &str| {
         let mut c = EtcdConfig::new(vec![etcd.url()], Duration::from_secs(35 * 60));
-        c.prefix = prefix.to_string();
         c.timeout = Duration::from_secs(30);
-        c
+        let client = EtcdClient::new(&c.client(), metrics.clone()).unwrap();
+        EtcdElection::new(client, prefix, name, c.timeout).with_ttl(Duration::from_secs(6))
     };
-    let (a, _) = replica(cfg());
-    let (b, _) = replica(cfg());
-    let ttl = Duration::from_secs(3600);
+    let (a, b) = (election("a"), election("b"));
     let role_key = format!("{prefix}roles/watch/east");
+    assert_eq!(a.role_key("watch/east"), role_key);
+    let mut a_east = a.campaign("watch/east");
+    settles(&mut a_east, Leadership::Leader).await;
+    let mut b_east = b.campaign("watch/east");
+    settles(&mut b_east, Leadership::Follower).await;
+    let mut b_west = b.campaign("watch/west");
+    settles(&mut b_west, Leadership::Leader).await;
+    // Renewing keeps the role on one lease, kept alive past its TTL.
+    let lease = lease_of(&etcd, &role_key);
+    let since = Instant::now();
+    wait_until("the lease's TTL to pass", || {
+        since.elapsed() > Duration::from_secs(8)
+    })
+    .await;
+    assert_eq!(lease_of(&etcd, &role_key), lease);
     assert!(
-        a.hold("watch/east", ttl).await.unwrap(),
-        "the first asker holds it"
+        metrics
+            .span_cache_etcd_requests
+            .get_or_create(&Metrics::op("keepalive"))
+            .get()
+            >= 3
     );
-    assert!(!b.hold("watch/east", ttl).await.unwrap(), "only one holder");
-    assert!(
-        b.hold("watch/west", ttl).await.unwrap(),
-        "roles are per cluster"
-    );
-    // Renewing moves the role to a fresh lease: it outlives the first one.
-    let first = lease_of(&etcd, &role_key);
-    assert!(a.hold("watch/east", ttl).await.unwrap());
-    let renewed = lease_of(&etcd, &role_key);
-    assert_ne!(first, renewed);
-    revoke(&etcd, &first);
-    assert!(!b.hold("watch/east", ttl).await.unwrap());
-    // `a` stops renewing (it died) and its lease ends: `b` takes over.
-    revoke(&etcd, &renewed);
-    assert!(
-        b.hold("watch/east", ttl).await.unwrap(),
+    assert_eq!(a_east.leadership(), Leadership::Leader);
+    assert_eq!(b_east.leadership(), Leadership::Follower);
+    // `a` stops renewing (it died) and its lease ends: `b`, watching the
+    // key, takes over.
+    drop(a_east);
+    revoke(&etcd, &lease);
+    settles(&mut b_east, Leadership::Leader).await;
+    assert_ne!(lease_of(&etcd, &role_key), lease);
+    let mut a_again = a.campaign("watch/east");
+    settles(&mut a_again, Leadership::Follower).await;
+    assert_eq!(
+        b_east.leadership(),
+        Leadership::Leader,
         "the role passed on"
-    );
-    assert!(
-        !a.hold("watch/east", ttl).await.unwrap(),
-        "the old holder lost it"
     );
 }
