@@ -88,9 +88,10 @@ impl Pki {
         )
         .unwrap();
         std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        // The client certificate carries no CommonName: with client-cert-auth
-        // and authentication on, etcd's gateway refuses one that does.
-        for (name, subject) in [("server", "/CN=etcd"), ("client", "/O=kascade")] {
+        // The client certificate carries a CommonName: over gRPC, etcd takes
+        // the token of the password login (its JSON gateway, which kascade
+        // used before, refused such a certificate with authentication on).
+        for (name, subject) in [("server", "/CN=etcd"), ("client", "/O=kascade/CN=kascade")] {
             run(&[
                 "req",
                 "-newkey",
@@ -424,6 +425,31 @@ async fn tls_client_certificate_and_password_authentication() {
             .get(),
         1
     );
+    // The role election over the same TLS and authentication: its watch
+    // and keep-alive streams carry the token too.
+    let client = EtcdClient::new(&cfg.client(), m.clone()).unwrap();
+    let election = EtcdElection::new(client, "/kascade-it/tls/", "a", cfg.timeout)
+        .with_ttl(Duration::from_secs(3));
+    let mut east = election.campaign("watch/east");
+    settles(&mut east, Leadership::Leader).await;
+    let requests = |op: &str| {
+        m.span_cache_etcd_requests
+            .get_or_create(&Metrics::op(op))
+            .get()
+    };
+    wait_until("a renewal and the watch", || {
+        requests("keepalive") >= 2 && requests("watch") >= 1
+    })
+    .await;
+    let errors: u64 = ["timeout", "connect", "status", "decode"]
+        .iter()
+        .map(|r| {
+            m.span_cache_etcd_errors
+                .get_or_create(&Metrics::reason(r))
+                .get()
+        })
+        .sum();
+    assert_eq!(errors, 0, "a request of the election was refused");
 
     // A wrong password is refused: that replica falls back.
     cfg.auth = Some(("root".into(), "wrong".into()));

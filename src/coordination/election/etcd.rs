@@ -275,12 +275,20 @@ impl Contender {
         };
         // Dropping the sender ends the watch with this function.
         let (_requests, mut events) = self.client.watch("watch", create, self.timeout).await?;
-        while let Some(answer) = events.next().await {
-            let answer = answer.map_err(EtcdError::from_status)?;
+        let ended = loop {
+            let answer = match events.next().await {
+                None => break EtcdError::Decode("the watch stream ended".into()),
+                Some(Err(status)) => break EtcdError::from_status(status),
+                Some(Ok(answer)) => answer,
+            };
+            if answer.canceled && answer.compact_revision == 0 {
+                break EtcdError::WatchCancelled(answer.cancel_reason);
+            }
             if answer.canceled || !answer.events.is_empty() {
                 return Ok(Woken::KeyChanged);
             }
-        }
-        Err(EtcdError::Decode("the watch stream ended".into()))
+        };
+        self.client.count_error(&ended);
+        Err(ended)
     }
 }

@@ -120,11 +120,16 @@ impl EtcdClient {
         urls.join(",")
     }
 
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
+    /// Counts a failure seen outside a request (on an open stream).
+    pub(crate) fn count_error(&self, e: &EtcdError) {
+        self.shared
+            .metrics
+            .span_cache_etcd_errors
+            .get_or_create(&Metrics::reason(e.reason()))
+            .inc();
     }
 
-    fn count_request(&self, op: &str) {
+    pub(crate) fn count_request(&self, op: &str) {
         self.shared
             .metrics
             .span_cache_etcd_requests
@@ -212,10 +217,7 @@ impl EtcdClient {
                     break;
                 }
                 Err(e) => {
-                    s.metrics
-                        .span_cache_etcd_errors
-                        .get_or_create(&Metrics::reason(e.reason()))
-                        .inc();
+                    self.count_error(e);
                     tracing::debug!(endpoint = %s.members[idx].url, error = %e, "etcd endpoint failed");
                     if !e.try_elsewhere() {
                         break;

@@ -28,6 +28,10 @@ pub enum EtcdError {
     Status { code: Code, message: String },
     #[error("unexpected answer from etcd: {0}")]
     Decode(String),
+    /// etcd ended a watch for another reason than compaction (e.g.
+    /// "permission denied").
+    #[error("etcd cancelled the watch: {0}")]
+    WatchCancelled(String),
 }
 
 impl EtcdError {
@@ -57,6 +61,7 @@ impl EtcdError {
             EtcdError::Connect(_) => "connect",
             EtcdError::Status { .. } => "status",
             EtcdError::Decode(_) => "decode",
+            EtcdError::WatchCancelled(_) => "watch_cancelled",
         }
     }
 
@@ -68,7 +73,7 @@ impl EtcdError {
             EtcdError::Status { code, .. } => {
                 matches!(code, Code::Unavailable | Code::DeadlineExceeded)
             }
-            EtcdError::Decode(_) => false,
+            EtcdError::Decode(_) | EtcdError::WatchCancelled(_) => false,
         }
     }
 

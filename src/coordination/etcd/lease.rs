@@ -62,6 +62,7 @@ async fn keep_alive(client: &EtcdClient, id: i64, every: Duration, timeout: Dura
             Err(e) if e.lease_not_found() => return,
             Ok(()) => return,
             Err(e) => {
+                client.count_error(&e);
                 tracing::debug!(lease = id, error = %e, retry_in = ?backoff, "etcd lease keep-alive failed; reopening");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(every);
@@ -93,11 +94,7 @@ async fn renew_on_one_stream(
             return Ok(());
         }
         tick.tick().await;
-        client
-            .metrics()
-            .span_cache_etcd_requests
-            .get_or_create(&crate::metrics::Metrics::op("keepalive"))
-            .inc();
+        client.count_request("keepalive");
         tx.unbounded_send(LeaseKeepAliveRequest { id })
             .map_err(|_| EtcdError::Decode("keep-alive stream closed".into()))?;
     }
