@@ -301,11 +301,6 @@ impl EtcdSpanCache {
     pub fn pending_republish(&self) -> usize {
         self.inner.pending.lock().unwrap().len()
     }
-
-    /// The etcd client (connections and tokens), e.g. for the role election.
-    pub fn client(&self) -> EtcdClient {
-        self.inner.client.clone()
-    }
 }
 
 impl Inner {
