@@ -2,7 +2,9 @@
 //! exactly-once reservations by two replicas, keys under leases, an outage
 //! (etcd killed: local fallback) and the recovery (etcd restarted:
 //! republished keys), and TLS with a client certificate plus password
-//! authentication.
+//! authentication. Also the watcher role election on the same etcd: one
+//! holder per role on a lease kept alive, the take-over through a watch on
+//! the role key, and an outage.
 //!
 //! Nothing asserts how fast anything is: timeouts that must not fire are far
 //! beyond any answer, waits for background work have hang-guard deadlines
