@@ -1,6 +1,10 @@
-//! Compiles the Jaeger remote-storage v2 protos (proto/) into tonic server
-//! code. protox parses them in pure Rust, so no `protoc` is needed; the
-//! OpenTelemetry messages map onto the opentelemetry-proto crate's types.
+//! Compiles the protos under proto/ in pure Rust (protox: no `protoc`):
+//! * the Jaeger remote-storage v2 protos into tonic server code, the
+//!   OpenTelemetry messages mapped onto the opentelemetry-proto crate's types;
+//! * etcd's v3 API (proto/etcd, vendored from etcd's own sources) into tonic
+//!   client code for the shared span cache and the watcher role election,
+//!   plus server traits (every method answering Unimplemented unless
+//!   implemented) for the tests' in-process stand-in of etcd.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/jaeger/storage/v2/trace_storage.proto",
@@ -15,5 +19,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(false)
         .extern_path(".opentelemetry.proto", "::opentelemetry_proto::tonic")
         .compile_fds(fds)?;
+
+    println!("cargo:rerun-if-changed=proto/etcd");
+    let etcd = protox::compile(["etcd/api/etcdserverpb/rpc.proto"], ["proto/etcd"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .generate_default_stubs(true)
+        .compile_fds(etcd)?;
     Ok(())
 }

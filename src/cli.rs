@@ -649,6 +649,9 @@ pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
         crate::source::watch::check_kubeconfig(cluster, kubeconfig)?;
     }
     let (apps, pipeline) = build_collect(&args)?;
+    let roles = args
+        .span_cache
+        .role_election(&args.pipeline, pipeline.metrics.clone())?;
     let mut watchers = Vec::new();
     for (cluster, kubeconfig) in &args.watch.clusters {
         let cfg = crate::source::watch::WatchConfig {
@@ -663,7 +666,7 @@ pub async fn run_collect(mut args: CollectArgs) -> anyhow::Result<()> {
             cfg,
             pipeline.intake.clone(),
             pipeline.metrics.clone(),
-            pipeline.spans.clone(),
+            roles.clone(),
         )));
     }
     let app = apps.audit;
@@ -814,7 +817,46 @@ impl SpanCacheArgs {
         p: &PipelineArgs,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Arc<dyn crate::aggregate::span_cache::SpanCache>> {
-        use crate::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, EtcdTls};
+        use crate::aggregate::span_cache::EtcdSpanCache;
+        let Some(cfg) = self.etcd_config(p)? else {
+            let ttl = p.window + p.span_cache_grace;
+            return Ok(Arc::new(
+                LocalSpanCache::new(p.span_cache_entries, ttl).count_evictions(&metrics),
+            ));
+        };
+        let cache =
+            EtcdSpanCache::new(cfg, p.span_cache_entries, metrics).context("--etcd-endpoints")?;
+        cache.start();
+        Ok(Arc::new(cache))
+    }
+
+    /// Who watches each `--watch-cluster`: every replica alone, or one
+    /// replica at a time through etcd.
+    pub fn role_election(
+        &self,
+        p: &PipelineArgs,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Arc<dyn crate::coordination::election::RoleElection>> {
+        use crate::coordination::election::{EtcdElection, SingleReplica};
+        use crate::coordination::etcd::EtcdClient;
+        let Some(cfg) = self.etcd_config(p)? else {
+            return Ok(SingleReplica::shared());
+        };
+        let client = EtcdClient::new(&cfg.client(), metrics).context("--etcd-endpoints")?;
+        Ok(Arc::new(EtcdElection::new(
+            client,
+            &cfg.prefix,
+            &cfg.replica,
+            cfg.timeout,
+        )))
+    }
+
+    /// The etcd settings; `None` without `--etcd-endpoints`.
+    fn etcd_config(
+        &self,
+        p: &PipelineArgs,
+    ) -> anyhow::Result<Option<crate::aggregate::span_cache::EtcdConfig>> {
+        use crate::aggregate::span_cache::{EtcdConfig, EtcdTls};
         let ttl = p.window + p.span_cache_grace;
         let endpoints: Vec<String> = self
             .etcd_endpoints
@@ -824,9 +866,7 @@ impl SpanCacheArgs {
             .map(str::to_string)
             .collect();
         if endpoints.is_empty() {
-            return Ok(Arc::new(
-                LocalSpanCache::new(p.span_cache_entries, ttl).count_evictions(&metrics),
-            ));
+            return Ok(None);
         }
         let mut cfg = EtcdConfig::new(endpoints, ttl);
         cfg.prefix = self.etcd_prefix.clone();
@@ -850,10 +890,7 @@ impl SpanCacheArgs {
                 .to_string();
             cfg.auth = Some((user.clone(), password));
         }
-        let cache =
-            EtcdSpanCache::new(cfg, p.span_cache_entries, metrics).context("--etcd-endpoints")?;
-        cache.start();
-        Ok(Arc::new(cache))
+        Ok(Some(cfg))
     }
 }
 

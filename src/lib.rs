@@ -8,6 +8,7 @@ pub mod bounds;
 pub mod cli;
 pub mod cli_frontend;
 pub mod client_tls;
+pub mod coordination;
 pub mod export;
 pub mod frontend;
 pub mod metrics;

@@ -1,5 +1,5 @@
 //! The span cache shared through etcd: the protocol against an in-process
-//! stand-in of etcd's JSON gateway (reservations, failover, fallback and
+//! stand-in of etcd's gRPC API (reservations, failover, fallback and
 //! recovery, lost leases, timeouts, authentication), and two `collect`
 //! replicas fed the same real audit batch emitting each object and link span
 //! once. The same against a real etcd is in `span_cache_etcd.rs` (ignored,
@@ -18,24 +18,31 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as B64;
 use clap::Parser;
 use kascade::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, Slot, SpanCache, etcd_key};
 use kascade::cli::{Cli, Command, build_collect};
+use kascade::coordination::etcd::proto::etcdserverpb::{
+    AuthenticateRequest, AuthenticateResponse, LeaseGrantRequest, LeaseGrantResponse, RequestOp,
+    ResponseOp, TxnRequest, TxnResponse, auth_server, compare, kv_server, lease_server, request_op,
+    response_op,
+};
+use kascade::coordination::etcd::proto::mvccpb::KeyValue;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, ObjectWindow};
-use serde_json::{Value, json};
+use serde_json::Value;
+use tonic::{Request, Response, Status};
 
 type Stored = (Vec<u8>, i64);
+/// A transaction's (key, value): the same for each attempt of one reservation.
+type TxnId = (Vec<u8>, Vec<u8>);
 
-/// Just enough of etcd's v3 JSON gateway: lease grant, the create-if-absent
-/// transaction, authenticate; it can be made unavailable, slow (answers
-/// held back past the client's timeout), or forget its leases.
+/// Just enough of etcd's v3 gRPC API, served by tonic from the same
+/// generated code the client uses: lease grant, the create-if-absent
+/// transaction, authenticate (every other method answers Unimplemented);
+/// it can be made unavailable, slow (answers held back past the client's
+/// timeout), or forget its leases. The real etcd runs the same protocol in
+/// `span_cache_etcd.rs`; this stand-in exists for what a real etcd cannot
+/// be made to do on cue.
 #[derive(Default)]
 struct FakeEtcd {
     /// key → (value, lease)
@@ -59,37 +66,30 @@ struct FakeEtcd {
     /// Transactions received per (key, value): a held answer is released
     /// when the same transaction arrives again, i.e. when the client, having
     /// timed out, retries it. The transaction itself is applied at once.
-    attempts: Mutex<HashMap<(String, String), u64>>,
+    attempts: Mutex<HashMap<TxnId, u64>>,
     attempt_seen: tokio::sync::Notify,
 }
 
-type Reply = (StatusCode, Json<Value>);
-
-fn err(status: StatusCode, code: i64, message: &str) -> Reply {
-    (status, Json(json!({"code": code, "message": message})))
-}
+/// The gRPC services over one shared state.
+#[derive(Clone)]
+struct Fake(Arc<FakeEtcd>);
 
 impl FakeEtcd {
-    async fn gate(&self, headers: &HeaderMap) -> Result<(), Reply> {
+    /// What etcd answers before looking at a request: no leader while
+    /// down; with authentication on, a token it issued (metadata `token`).
+    fn gate<T>(&self, req: &Request<T>) -> Result<(), Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
-            return Err(err(
-                StatusCode::SERVICE_UNAVAILABLE,
-                14,
-                "etcdserver: no leader",
-            ));
+            return Err(Status::unavailable("etcdserver: no leader"));
         }
         if self.auth.is_some() {
-            let token = headers
-                .get("authorization")
+            let token = req
+                .metadata()
+                .get("token")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             if !self.tokens.lock().unwrap().contains(token) {
-                return Err(err(
-                    StatusCode::UNAUTHORIZED,
-                    16,
-                    "etcdserver: invalid auth token",
-                ));
+                return Err(Status::unauthenticated("etcdserver: invalid auth token"));
             }
         }
         Ok(())
@@ -108,8 +108,9 @@ impl FakeEtcd {
     }
 
     /// Holds `reply` until the transaction `id` arrives again (the client's
-    /// retry after its timeout) when told to, then answers it (to nobody).
-    async fn deliver(&self, id: (String, String), attempt: u64, reply: Reply) -> Reply {
+    /// retry after its timeout) when told to, then answers it (to nobody:
+    /// the client has cancelled the call).
+    async fn deliver<T>(&self, id: TxnId, attempt: u64, reply: T) -> T {
         if !self.holds(self.txns.fetch_add(1, Ordering::SeqCst) + 1, attempt) {
             return reply;
         }
@@ -131,90 +132,129 @@ impl FakeEtcd {
     }
 }
 
-async fn grant(State(f): State<Arc<FakeEtcd>>, headers: HeaderMap, Json(b): Json<Value>) -> Reply {
-    if let Err(r) = f.gate(&headers).await {
-        return r;
+/// The put of a create-if-absent transaction.
+fn put_of(txn: &TxnRequest) -> (Vec<u8>, Vec<u8>, i64) {
+    match txn.success.first().and_then(|op| op.request.as_ref()) {
+        Some(request_op::Request::RequestPut(p)) => (p.key.clone(), p.value.clone(), p.lease),
+        other => panic!("not a create-if-absent transaction: {other:?}"),
     }
-    let id = f.next_lease.fetch_add(1, Ordering::SeqCst) + 1000;
-    f.leases.lock().unwrap().insert(id);
-    (
-        StatusCode::OK,
-        Json(json!({"ID": id.to_string(), "TTL": b["TTL"]})),
-    )
-}
-
-async fn txn(State(f): State<Arc<FakeEtcd>>, headers: HeaderMap, Json(b): Json<Value>) -> Reply {
-    if let Err(r) = f.gate(&headers).await {
-        return r;
-    }
-    let put = &b["success"][0]["request_put"];
-    let id = (
-        put["key"].as_str().unwrap().to_string(),
-        put["value"].as_str().unwrap().to_string(),
-    );
-    let attempt = {
-        let mut attempts = f.attempts.lock().unwrap();
-        let n = attempts.entry(id.clone()).or_default();
-        *n += 1;
-        *n
-    };
-    f.attempt_seen.notify_waiters();
-    let reply = apply_txn(&f, &b);
-    f.deliver(id, attempt, reply).await
 }
 
 /// The create-if-absent transaction, applied.
-fn apply_txn(f: &FakeEtcd, b: &Value) -> Reply {
-    let put = &b["success"][0]["request_put"];
-    let key = B64.decode(put["key"].as_str().unwrap()).unwrap();
-    assert_eq!(b["compare"][0]["key"], put["key"]);
-    assert_eq!(b["compare"][0]["target"], "CREATE");
-    assert_eq!(b["compare"][0]["create_revision"], "0");
-    let lease: i64 = put["lease"].as_str().unwrap().parse().unwrap();
+fn apply_txn(f: &FakeEtcd, txn: &TxnRequest) -> Result<TxnResponse, Status> {
+    let (key, value, lease) = put_of(txn);
+    let c = &txn.compare[0];
+    assert_eq!(c.key, key);
+    assert_eq!(c.target, compare::CompareTarget::Create as i32);
+    assert_eq!(
+        c.target_union,
+        Some(compare::TargetUnion::CreateRevision(0))
+    );
+    assert!(matches!(
+        txn.failure.first(),
+        Some(RequestOp {
+            request: Some(request_op::Request::RequestRange(_))
+        })
+    ));
     if !f.leases.lock().unwrap().contains(&lease) {
-        return err(
-            StatusCode::NOT_FOUND,
-            5,
-            "etcdserver: requested lease not found",
-        );
+        return Err(Status::not_found("etcdserver: requested lease not found"));
     }
     let mut kv = f.kv.lock().unwrap();
     match kv.get(&key) {
         None => {
-            let value = B64.decode(put["value"].as_str().unwrap()).unwrap();
             kv.insert(key, (value, lease));
-            (
-                StatusCode::OK,
-                Json(json!({"succeeded": true, "responses": [{"response_put": {}}]})),
-            )
+            Ok(TxnResponse {
+                succeeded: true,
+                responses: vec![ResponseOp {
+                    response: Some(response_op::Response::ResponsePut(Default::default())),
+                }],
+                ..Default::default()
+            })
         }
-        Some((v, _)) => (
-            StatusCode::OK,
-            Json(json!({"responses": [{"response_range": {"kvs": [
-                {"key": put["key"], "value": B64.encode(v)}
-            ], "count": "1"}}]})),
-        ),
+        Some((v, l)) => Ok(TxnResponse {
+            succeeded: false,
+            responses: vec![ResponseOp {
+                response: Some(response_op::Response::ResponseRange(
+                    kascade::coordination::etcd::proto::etcdserverpb::RangeResponse {
+                        kvs: vec![KeyValue {
+                            key: key.clone(),
+                            value: v.clone(),
+                            lease: *l,
+                            ..Default::default()
+                        }],
+                        count: 1,
+                        ..Default::default()
+                    },
+                )),
+            }],
+            ..Default::default()
+        }),
     }
 }
 
-async fn authenticate(State(f): State<Arc<FakeEtcd>>, Json(b): Json<Value>) -> Reply {
-    let Some((user, password)) = &f.auth else {
-        return err(
-            StatusCode::BAD_REQUEST,
-            9,
-            "etcdserver: authentication is not enabled",
-        );
-    };
-    if b["name"] != *user || b["password"] != *password {
-        return err(
-            StatusCode::BAD_REQUEST,
-            3,
-            "etcdserver: authentication failed, invalid user ID or password",
-        );
+#[tonic::async_trait]
+impl kv_server::Kv for Fake {
+    async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let f = &self.0;
+        f.gate(&req)?;
+        let txn = req.into_inner();
+        let (key, value, _) = put_of(&txn);
+        let id = (key, value);
+        let attempt = {
+            let mut attempts = f.attempts.lock().unwrap();
+            let n = attempts.entry(id.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        f.attempt_seen.notify_waiters();
+        let reply = apply_txn(f, &txn);
+        f.deliver(id, attempt, reply).await.map(Response::new)
     }
-    let token = format!("tok{}", f.requests.fetch_add(1, Ordering::SeqCst));
-    f.tokens.lock().unwrap().insert(token.clone());
-    (StatusCode::OK, Json(json!({"token": token})))
+}
+
+#[tonic::async_trait]
+impl lease_server::Lease for Fake {
+    async fn lease_grant(
+        &self,
+        req: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
+        let f = &self.0;
+        f.gate(&req)?;
+        let id = f.next_lease.fetch_add(1, Ordering::SeqCst) + 1000;
+        f.leases.lock().unwrap().insert(id);
+        Ok(Response::new(LeaseGrantResponse {
+            id,
+            ttl: req.get_ref().ttl,
+            ..Default::default()
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl auth_server::Auth for Fake {
+    async fn authenticate(
+        &self,
+        req: Request<AuthenticateRequest>,
+    ) -> Result<Response<AuthenticateResponse>, Status> {
+        let f = &self.0;
+        let Some((user, password)) = &f.auth else {
+            return Err(Status::failed_precondition(
+                "etcdserver: authentication is not enabled",
+            ));
+        };
+        let b = req.get_ref();
+        if b.name != *user || b.password != *password {
+            return Err(Status::invalid_argument(
+                "etcdserver: authentication failed, invalid user ID or password",
+            ));
+        }
+        let token = format!("tok{}", f.requests.fetch_add(1, Ordering::SeqCst));
+        f.tokens.lock().unwrap().insert(token.clone());
+        Ok(Response::new(AuthenticateResponse {
+            token,
+            ..Default::default()
+        }))
+    }
 }
 
 async fn start_fake(auth: Option<(&str, &str)>) -> (Arc<FakeEtcd>, String) {
@@ -222,14 +262,19 @@ async fn start_fake(auth: Option<(&str, &str)>) -> (Arc<FakeEtcd>, String) {
         auth: auth.map(|(u, p)| (u.to_string(), p.to_string())),
         ..FakeEtcd::default()
     });
-    let app = Router::new()
-        .route("/v3/lease/grant", post(grant))
-        .route("/v3/kv/txn", post(txn))
-        .route("/v3/auth/authenticate", post(authenticate))
-        .with_state(f.clone());
+    let fake = Fake(f.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(kv_server::KvServer::new(fake.clone()))
+            .add_service(lease_server::LeaseServer::new(fake.clone()))
+            .add_service(auth_server::AuthServer::new(fake))
+            .serve_with_incoming(incoming)
+            .await
+            .unwrap()
+    });
     (f, url)
 }
 

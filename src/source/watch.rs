@@ -173,38 +173,31 @@ fn is_forbidden(e: &watcher::Error) -> bool {
     }
 }
 
-/// How long a replica holds a cluster's watcher role without renewing it.
-const ROLE_TTL: Duration = Duration::from_secs(15);
-
-/// Watches one cluster while this replica holds its watcher role (a lease in
-/// the shared etcd; without etcd, always): N replicas watch each cluster
-/// once, and another replica takes over within `ROLE_TTL` when the holder
-/// goes away. If etcd cannot be asked, the current state is kept (a watcher
-/// too many is better than none).
+/// Watches one cluster while this replica holds its watcher role (see
+/// `coordination::election`: a lease in the shared etcd; without etcd,
+/// always): N replicas watch each cluster once, and another replica takes
+/// over when the holder goes away. While the election cannot tell, the
+/// current state is kept (a watcher too many is better than none).
 pub async fn supervise(
     cfg: WatchConfig,
     intake: Intake,
     metrics: Arc<Metrics>,
-    roles: Arc<dyn crate::aggregate::span_cache::SpanCache>,
+    roles: Arc<dyn crate::coordination::election::RoleElection>,
 ) {
-    let role = format!("watch/{}", cfg.cluster);
+    use crate::coordination::election::Leadership;
+    let mut campaign = roles.campaign(&format!("watch/{}", cfg.cluster));
     let mut running: Option<Vec<JoinHandle<()>>> = None;
-    let mut tick = tokio::time::interval(ROLE_TTL / 3);
-    let mut warned = false;
+    // Also retries a failed start, and notices the intake closing.
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
-        tick.tick().await;
-        let held = match roles.hold(&role, ROLE_TTL).await {
-            Ok(h) => {
-                warned = false;
-                h
-            }
-            Err(e) => {
-                if !warned {
-                    tracing::warn!(cluster = %cfg.cluster, error = %e, "cannot renew the watcher role; keeping the current state");
-                    warned = true;
-                }
-                running.is_some()
-            }
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = campaign.changed() => {}
+        }
+        let held = match campaign.leadership() {
+            Leadership::Leader => true,
+            Leadership::Follower => false,
+            Leadership::Unknown => running.is_some(),
         };
         match (held, running.is_some()) {
             (true, false) => match start(cfg.clone(), intake.clone(), metrics.clone()).await {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use super::{Slot, SpanCache};
+use super::{Slot, SpanCache, SpanCacheError};
 use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
 
@@ -236,7 +236,10 @@ impl LocalSpanCache {
 }
 
 impl SpanCache for LocalSpanCache {
-    fn fetch_or_reserve<'a>(&'a self, ow: &'a ObjectWindow) -> BoxFuture<'a, anyhow::Result<Slot>> {
+    fn fetch_or_reserve<'a>(
+        &'a self,
+        ow: &'a ObjectWindow,
+    ) -> BoxFuture<'a, Result<Slot, SpanCacheError>> {
         Box::pin(std::future::ready(Ok(self.reserve(ow))))
     }
 
@@ -244,7 +247,7 @@ impl SpanCache for LocalSpanCache {
         &'a self,
         ow: &'a ObjectWindow,
         link_key: u64,
-    ) -> BoxFuture<'a, anyhow::Result<bool>> {
+    ) -> BoxFuture<'a, Result<bool, SpanCacheError>> {
         Box::pin(std::future::ready(Ok(self.add_link(ow, link_key))))
     }
 

@@ -6,6 +6,8 @@
 //! cache (maps per window); [`EtcdSpanCache`] lets several `kascade collect`
 //! replicas behind one webhook address agree, with the local cache in front
 //! (known keys cost no round trip) and as the fallback while etcd is away.
+//! (Which replica watches a cluster is not the span cache's business: see
+//! `coordination::election`.)
 
 mod etcd;
 mod local;
@@ -14,7 +16,8 @@ use futures::future::BoxFuture;
 
 use crate::model::ObjectWindow;
 
-pub use etcd::{EtcdConfig, EtcdSpanCache, EtcdTls, etcd_key};
+pub use crate::coordination::etcd::{EtcdConfigError, EtcdTls};
+pub use etcd::{EtcdConfig, EtcdSpanCache, etcd_key};
 pub use local::LocalSpanCache;
 
 /// What the cache says about an object window's span.
@@ -26,9 +29,21 @@ pub enum Slot {
     Existing,
 }
 
+/// A span cache that cannot answer. Neither cache here ever does: the local
+/// one cannot fail, and the etcd one falls back to its local cache rather
+/// than failing a caller.
+#[derive(Debug, thiserror::Error)]
+pub enum SpanCacheError {
+    #[error("span cache unavailable: {0}")]
+    Unavailable(String),
+}
+
 pub trait SpanCache: Send + Sync {
     /// Looks up the object window's span, reserving it if nobody has.
-    fn fetch_or_reserve<'a>(&'a self, ow: &'a ObjectWindow) -> BoxFuture<'a, anyhow::Result<Slot>>;
+    fn fetch_or_reserve<'a>(
+        &'a self,
+        ow: &'a ObjectWindow,
+    ) -> BoxFuture<'a, Result<Slot, SpanCacheError>>;
 
     /// Records that the object window's span carries the link identified by
     /// `link_key`; true if it did not before (the caller emits the link span).
@@ -36,19 +51,8 @@ pub trait SpanCache: Send + Sync {
         &'a self,
         ow: &'a ObjectWindow,
         link_key: u64,
-    ) -> BoxFuture<'a, anyhow::Result<bool>>;
+    ) -> BoxFuture<'a, Result<bool, SpanCacheError>>;
 
     /// Number of object windows tracked (for metrics).
     fn entry_count(&self) -> u64;
-
-    /// Holds the named role (the watcher of a cluster) for this replica for
-    /// `ttl`, renewing it when already held; false while another replica
-    /// holds it. Without a shared backend every replica holds every role.
-    fn hold<'a>(
-        &'a self,
-        _role: &'a str,
-        _ttl: std::time::Duration,
-    ) -> BoxFuture<'a, anyhow::Result<bool>> {
-        Box::pin(std::future::ready(Ok(true)))
-    }
 }
