@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use config::{Compression, OtlpConfig, OtlpFlags};
-pub use otlp::{Failure, SendError, classify_grpc, classify_http};
+pub use otlp::{Failure, SendError, classify_grpc, classify_http, grpc_channel};
 
 use crate::metrics::Metrics;
 use crate::span_model::{self, EncodedSpan, Span};

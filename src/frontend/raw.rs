@@ -14,6 +14,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, TracesData};
 use serde::Deserialize;
 
 use crate::span_model::{SPAN_KIND_OBJECT, attr};
+use tracing::Instrument as _;
 
 pub type TraceIdBytes = [u8; 16];
 
@@ -398,7 +399,32 @@ impl JaegerHttp {
         })
     }
 
+    /// Self-tracing (crate::telemetry): one `raw read` span per request.
     async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
+        let span = tracing::info_span!(target: crate::telemetry::TARGET, "raw read",
+            otel.kind = "client", url.full = url,
+            http.response.status_code = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty);
+        let result = self
+            .fetch_untraced(url, &span)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(body) => {
+                span.record("bytes", body.as_ref().map_or(0, |b| b.len()));
+            }
+            Err(e) => crate::telemetry::record_error(&span, &e.to_string()),
+        }
+        result
+    }
+
+    async fn fetch_untraced(
+        &self,
+        url: &str,
+        span: &tracing::Span,
+    ) -> Result<Option<bytes::Bytes>, RawError> {
         let resp = self
             .client
             .get(url)
@@ -409,6 +435,7 @@ impl JaegerHttp {
                 message: error_chain(&e),
             })?;
         let status = resp.status();
+        span.record("http.response.status_code", status.as_u16());
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
