@@ -247,7 +247,7 @@ impl Telemetry {
 /// asks for it, self-tracing. Call once, inside the Tokio runtime.
 pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryError> {
     let cfg = config_from_env(&|k| std::env::var(k).ok(), role)?;
-    let provider = cfg.as_ref().map(provider).transpose()?;
+    let provider = cfg.as_ref().map(tracer_provider).transpose()?;
     let log_filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .and(filter_fn(|m| !(m.is_span() && m.target() == TARGET)));
@@ -293,7 +293,8 @@ fn wanted_by_self_tracing(m: &tracing::Metadata<'_>) -> bool {
     }
 }
 
-fn provider(cfg: &SelfTraceConfig) -> Result<SdkTracerProvider, TelemetryError> {
+/// The SDK tracer provider exporting to `cfg` in batches (public for tests).
+pub fn tracer_provider(cfg: &SelfTraceConfig) -> Result<SdkTracerProvider, TelemetryError> {
     let failed = |e: &dyn std::fmt::Display| TelemetryError::Exporter(format!("{e:#}"));
     let otlp = &cfg.otlp;
     let compression =
