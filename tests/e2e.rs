@@ -1486,28 +1486,12 @@ async fn system_architecture_shows_resources_linked_as_parent_and_child() {
     }
 }
 
-/// The service of a span in Jaeger's JSON.
-fn service_of<'a>(trace: &'a Value, span: &Value) -> &'a str {
-    trace["processes"][span["processID"].as_str().unwrap_or_default()]["serviceName"]
-        .as_str()
-        .unwrap_or_default()
-}
-
-/// The span `span` is a child of (`CHILD_OF`), if any.
-fn parent_id(span: &Value) -> Option<&str> {
-    span["references"]
-        .as_array()?
-        .iter()
-        .find(|r| r["refType"] == "CHILD_OF")
-        .and_then(|r| r["spanID"].as_str())
-}
-
 fn children_named<'a>(trace: &'a Value, parent: &Value, name: &str) -> Vec<&'a Value> {
     trace["spans"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|s| s["operationName"] == name && parent_id(s) == parent["spanID"].as_str())
+        .filter(|s| s["operationName"] == name && parent_of(s) == parent["spanID"].as_str())
         .collect()
 }
 
@@ -1524,7 +1508,7 @@ async fn kascade_traces_itself_into_jaeger() {
     let webhook = |trace: &Value| {
         trace["spans"].as_array().into_iter().flatten().any(|s| {
             s["operationName"] == "webhook request"
-                && parent_id(s).is_none()
+                && parent_of(s).is_none()
                 && tag_str(s, "cluster") == Some(cluster.as_str())
                 && ["decode", "admit", "process"]
                     .iter()
@@ -1548,7 +1532,7 @@ async fn kascade_traces_itself_into_jaeger() {
         |t| {
             spans_of(t).iter().any(|s| {
                 s["operationName"] == "export"
-                    && parent_id(s).is_none()
+                    && parent_of(s).is_none()
                     && tag_str(s, "span.kind") == Some("client")
                     && tag(s, "request.bytes").is_some()
             })
@@ -1570,7 +1554,7 @@ async fn kascade_traces_itself_into_jaeger() {
             find["operationName"] == "FindTraces"
                 && service_of(trace, find) == "kascade-frontend"
                 && spans.iter().any(|caller| {
-                    Some(caller["spanID"].as_str().unwrap_or_default()) == parent_id(find)
+                    Some(caller["spanID"].as_str().unwrap_or_default()) == parent_of(find)
                         && service_of(trace, caller) == "jaeger-query"
                 })
                 && children_named(trace, find, "search")
