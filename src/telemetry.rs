@@ -39,7 +39,8 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Level;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::{EnvFilter, FilterExt as _, filter_fn};
+use tracing_subscriber::filter::{EnvFilter, FilterExt as _, LevelFilter, filter_fn};
+use tracing_subscriber::layer::Filter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -248,9 +249,8 @@ impl Telemetry {
 pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryError> {
     let cfg = config_from_env(&|k| std::env::var(k).ok(), role)?;
     let provider = cfg.as_ref().map(tracer_provider).transpose()?;
-    let log_filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info"))
-        .and(filter_fn(|m| !(m.is_span() && m.target() == TARGET)));
+    let log_filter =
+        log_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
     let log_layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let log_layer = match format {
         LogFormat::Json => log_layer.json().with_filter(log_filter).boxed(),
@@ -268,6 +268,19 @@ pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryErr
     Ok(Telemetry { provider })
 }
 
+/// What is logged: what `levels` (`RUST_LOG`) enables, without the
+/// self-tracing spans. The hint keeps the levels' maximum, so that
+/// `tracing` and `log` calls below it stay disabled at their call sites.
+fn log_filter<S>(levels: EnvFilter) -> impl Filter<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    levels.and(
+        filter_fn(|m| !(m.is_span() && m.target() == TARGET))
+            .with_max_level_hint(LevelFilter::TRACE),
+    )
+}
+
 /// The layer that turns self-tracing spans into OpenTelemetry spans of
 /// `provider` (public for tests, which give it an in-memory exporter).
 pub fn self_tracing_layer<S>(provider: &SdkTracerProvider) -> impl Layer<S>
@@ -280,7 +293,7 @@ where
         // events; the span's own duration is what matters.
         .with_tracked_inactivity(false)
         .with_threads(false)
-        .with_filter(filter_fn(wanted_by_self_tracing))
+        .with_filter(filter_fn(wanted_by_self_tracing).with_max_level_hint(LevelFilter::INFO))
 }
 
 /// Self-tracing spans, and kascade's warnings and errors (as events of the
@@ -560,6 +573,20 @@ mod tests {
         );
         let e = error(&[on, ("OTEL_RESOURCE_ATTRIBUTES", "service.name=kascade")]);
         assert!(e.contains("OTEL_RESOURCE_ATTRIBUTES"), "{e}");
+    }
+
+    #[test]
+    fn logging_keeps_the_level_limit_of_rust_log() {
+        type S = tracing_subscriber::Registry;
+        // Without a hint, calls below the level would each be asked about.
+        assert_eq!(
+            Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("info"))),
+            Some(LevelFilter::INFO)
+        );
+        assert_eq!(
+            Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("kascade=debug,warn"))),
+            Some(LevelFilter::DEBUG)
+        );
     }
 
     #[test]
