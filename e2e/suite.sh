@@ -51,8 +51,12 @@ source "$E2E_DIR/.run/env"
 # kascade starts after the apiservers (their webhooks retry meanwhile), with
 # the settings the quickstart and the chart use (deploy/config/*.env), and
 # watches both clusters as the read-only user bound to the chart's ClusterRole.
+# It traces itself into the raw Jaeger (service kascade-collect; the object
+# spans go to --otlp-endpoint under KASCADE_SERVICE_NAME), as does the
+# frontend below: tests/e2e.rs kascade_traces_itself_into_jaeger.
+SELF_TRACING=(OTEL_TRACES_EXPORTER=otlp "OTEL_EXPORTER_OTLP_ENDPOINT=$JAEGER_OTLP_GRPC")
 ( set -a; source "$ROOT/deploy/config/collect.env"; set +a
-  exec "$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
+  exec env "${SELF_TRACING[@]}" "$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
     --spool-dir "$E2E_DIR/.run/spool" \
     --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
     --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
@@ -88,13 +92,17 @@ log "webhook refuses clients without certificate or token"
 # The read side: kascade frontend over the raw Jaeger, and a second Jaeger v2
 # (the UI/query tier) whose trace storage is the frontend.
 ( set -a; source "$ROOT/deploy/config/frontend.env"; set +a
-  exec "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
+  exec env "${SELF_TRACING[@]}" "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
     --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME"
 ) >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
 FRONTEND_PID=$!
+# The query tier traces itself into the raw Jaeger too, and so passes a
+# traceparent to the frontend with each read (query-selftrace.yaml).
 JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=8096 JAEGER_QUERY_GRPC_PORT=8097 JAEGER_HEALTH_PORT=8098 \
   JAEGER_OTLP_GRPC_PORT=8099 KASCADE_FRONTEND_GRPC=127.0.0.1:8093 \
-  "$KASCADE_E2E_BIN/jaeger" --config "file:$E2E_DIR/jaeger/query.yaml" >"$KASCADE_E2E_RUN_DIR/jaeger-query.log" 2>&1 &
+  OTEL_SERVICE_NAME=jaeger-query OTEL_EXPORTER_OTLP_ENDPOINT="$JAEGER_OTLP_GRPC" \
+  "$KASCADE_E2E_BIN/jaeger" --config "file:$E2E_DIR/jaeger/query.yaml" \
+    --config "file:$E2E_DIR/jaeger/query-selftrace.yaml" >"$KASCADE_E2E_RUN_DIR/jaeger-query.log" 2>&1 &
 JAEGER_QUERY_PID=$!
 deadline=$((SECONDS + 60))
 until curl -sf http://127.0.0.1:8094/readyz >/dev/null && curl -sf http://127.0.0.1:8096/api/services >/dev/null; do

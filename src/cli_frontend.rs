@@ -153,6 +153,7 @@ pub async fn run_frontend(args: FrontendArgs) -> anyhow::Result<()> {
     tracing::info!(grpc_listen = %args.grpc_listen, http_listen = %args.http_listen, jaeger_url = %args.jaeger_url,
         "kascade frontend is serving the Jaeger remote storage API");
     tonic::transport::Server::builder()
+        .trace_fn(crate::telemetry::grpc_request_span)
         .add_service(traces)
         .add_service(deps)
         .serve_with_shutdown(args.grpc_listen, crate::cli::shutdown_signal())

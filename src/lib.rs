@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod model;
 pub mod source;
 pub mod span_model;
+pub mod telemetry;
 
 // The pipeline allocates many small strings per event; mimalloc measured
 // faster than the system allocator for it (see README, Benchmarks).

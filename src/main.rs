@@ -1,22 +1,19 @@
 use clap::Parser;
-use kascade::cli::{Cli, Command, LogFormat, RulesCommand};
-use tracing_subscriber::EnvFilter;
-
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
+use kascade::cli::{Cli, Command, RulesCommand};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let telemetry = match kascade::telemetry::init(
+        cli.log_format,
+        kascade::telemetry::Role::of(&cli.command),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Collect(args) => kascade::cli::run_collect(*args).await,
         Command::Replay(args) => kascade::cli::run_replay(args).await,
@@ -26,6 +23,7 @@ async fn main() -> std::process::ExitCode {
             command: RulesCommand::Check { dir },
         } => kascade::cli::run_rules_check(&dir),
     };
+    telemetry.shutdown();
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1485,3 +1485,85 @@ async fn system_architecture_shows_resources_linked_as_parent_and_child() {
         );
     }
 }
+
+fn children_named<'a>(trace: &'a Value, parent: &Value, name: &str) -> Vec<&'a Value> {
+    trace["spans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["operationName"] == name && parent_of(s) == parent["spanID"].as_str())
+        .collect()
+}
+
+/// kascade traces itself (the suite runs `collect` and `frontend` with
+/// OTEL_TRACES_EXPORTER=otlp into the raw Jaeger, under services of their
+/// own): a webhook batch is one trace rooted at its request, and the
+/// frontend's spans continue the trace of the Jaeger query service that
+/// asked (it traces itself too, e2e/jaeger/query-selftrace.yaml).
+#[tokio::test]
+#[ignore]
+async fn kascade_traces_itself_into_jaeger() {
+    // A webhook request with its decode, admit and process below it.
+    let cluster = env("CLUSTER_NAME");
+    let webhook = |trace: &Value| {
+        trace["spans"].as_array().into_iter().flatten().any(|s| {
+            s["operationName"] == "webhook request"
+                && parent_of(s).is_none()
+                && tag_str(s, "cluster") == Some(cluster.as_str())
+                && ["decode", "admit", "process"]
+                    .iter()
+                    .all(|n| children_named(trace, s, n).len() == 1)
+        })
+    };
+    let traces = search_service(
+        "kascade-collect",
+        serde_json::json!({"cluster": cluster.as_str()}),
+        |t| t.iter().any(webhook),
+    )
+    .await;
+    let trace = traces.iter().find(|t| webhook(t)).unwrap();
+    for s in trace["spans"].as_array().unwrap() {
+        assert_eq!(service_of(trace, s), "kascade-collect", "{s}");
+    }
+    // Each OTLP export request of the object spans is a span of its own.
+    search_service(
+        "kascade-collect",
+        serde_json::json!({"protocol": "grpc"}),
+        |t| {
+            spans_of(t).iter().any(|s| {
+                s["operationName"] == "export"
+                    && parent_of(s).is_none()
+                    && tag_str(s, "span.kind") == Some("client")
+                    && tag(s, "request.bytes").is_some()
+            })
+        },
+    )
+    .await;
+
+    // A search through the Jaeger UI: the query service's trace holds the
+    // frontend's FindTraces, its search and the raw reads.
+    ui_search(
+        "tracing",
+        serde_json::json!({"resource": "deployments", "name": "hello"}),
+        |t| t.len() == 1,
+    )
+    .await;
+    let continued = |trace: &Value| {
+        let spans = trace["spans"].as_array().cloned().unwrap_or_default();
+        spans.iter().any(|find| {
+            find["operationName"] == "FindTraces"
+                && service_of(trace, find) == "kascade-frontend"
+                && spans.iter().any(|caller| {
+                    Some(caller["spanID"].as_str().unwrap_or_default()) == parent_of(find)
+                        && service_of(trace, caller) == "jaeger-query"
+                })
+                && children_named(trace, find, "search")
+                    .iter()
+                    .any(|search| !children_named(trace, search, "raw read").is_empty())
+        })
+    };
+    search_service("jaeger-query", serde_json::json!({}), |t| {
+        t.iter().any(continued)
+    })
+    .await;
+}

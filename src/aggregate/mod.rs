@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use crate::metrics::Metrics;
 pub use processor::{Accepted, Processor, ProcessorConfig};
@@ -214,12 +215,16 @@ pub fn start(
                 // Described only on failure: formatting a description of
                 // every event cost more than some of the processing.
                 let result = match work {
-                    Work::Audit(item) => p.process(&item).await.map_err(|e| {
-                        (
-                            e,
-                            format!("{} (audit {})", item.object, item.event.audit_id),
-                        )
-                    }),
+                    Work::Audit(item) => p
+                        .process(&item)
+                        .instrument(item.batch_span.clone())
+                        .await
+                        .map_err(|e| {
+                            (
+                                e,
+                                format!("{} (audit {})", item.object, item.event.audit_id),
+                            )
+                        }),
                     Work::Watch(change) => {
                         let what = format!("{} (watch {})", change.object, change.kind.as_str());
                         p.process_watch(change).await.map_err(|e| (e, what))

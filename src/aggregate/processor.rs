@@ -42,6 +42,10 @@ pub struct Accepted {
     /// by the `generateName` prefix, and the write is shown on the owner's
     /// span when the request names an owner.
     pub failed_create: Option<Box<FailedCreate>>,
+    /// Self-tracing (crate::telemetry): the `process` span of the webhook
+    /// batch this event came in, shared by its events and ended when the
+    /// last is processed; disabled when self-tracing is off.
+    pub batch_span: tracing::Span,
 }
 
 #[derive(Clone, Debug)]

@@ -43,6 +43,7 @@ use tokio::time::Instant;
 
 pub use config::{Compression, OtlpConfig, OtlpFlags};
 pub use failure::{Failure, SendError, classify_grpc, classify_http};
+pub use otlp::grpc_channel;
 
 use crate::metrics::Metrics;
 use crate::span_model::{self, EncodedSpan, Span};

@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use prost::Message as _;
 use tonic::codec::{Codec, CompressionEncoding, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
+use tracing::Instrument as _;
 
 use super::config::{Compression, OtlpConfig};
 use super::failure::{
@@ -71,20 +72,7 @@ impl OtlpSender {
                         })?;
                         metadata.insert(key, val);
                     }
-                    let uri: tonic::codegen::http::Uri = cfg
-                        .endpoint
-                        .parse()
-                        .map_err(|e| SetupError::url(src, &cfg.endpoint, e))?;
-                    let channel = if tls {
-                        let rustls = cfg
-                            .tls
-                            .rustls_config(&[b"h2"])
-                            .map_err(|e| SetupError::tls(src, &cfg.endpoint, e))?;
-                        grpc_tls_channel(uri, Arc::new(rustls), cfg.timeout)?
-                    } else {
-                        endpoint_with_timeouts(Endpoint::from(uri), cfg.timeout).connect_lazy()
-                    };
-                    let mut grpc = tonic::client::Grpc::new(channel);
+                    let mut grpc = tonic::client::Grpc::new(grpc_channel(cfg)?);
                     if cfg.compression == Compression::Gzip {
                         grpc = grpc
                             .send_compressed(CompressionEncoding::Gzip)
@@ -138,7 +126,30 @@ impl OtlpSender {
 }
 
 impl Transport for OtlpSender {
+    /// One `export` span of self-tracing (crate::telemetry) per request.
     async fn send(&mut self, body: Bytes) -> Result<Accepted, SendError> {
+        let protocol = match self.transport {
+            Inner::Grpc { .. } => "grpc",
+            Inner::Http { .. } => "http/protobuf",
+        };
+        let span = tracing::info_span!(target: crate::telemetry::TARGET, "export",
+            otel.kind = "client", protocol, request.bytes = body.len(),
+            rejected_spans = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty);
+        let result = self.send_request(body).instrument(span.clone()).await;
+        match &result {
+            Ok(a) => {
+                span.record("rejected_spans", a.rejected_spans);
+            }
+            Err(e) => crate::telemetry::record_error(&span, &e.message),
+        }
+        result
+    }
+}
+
+impl OtlpSender {
+    async fn send_request(&mut self, body: Bytes) -> Result<Accepted, SendError> {
         match &mut self.transport {
             Inner::Grpc { grpc, metadata } => {
                 grpc.ready()
@@ -221,6 +232,25 @@ fn gzip_bytes(body: &[u8]) -> Bytes {
     // Writing into a Vec cannot fail.
     let _ = enc.write_all(body);
     enc.finish().unwrap_or_default().into()
+}
+
+/// The gRPC channel to `cfg.endpoint`, over TLS for `https://` (also
+/// used by self-tracing, crate::telemetry). Connects lazily.
+pub fn grpc_channel(cfg: &OtlpConfig) -> Result<Channel, SetupError> {
+    let src = &cfg.endpoint_source;
+    let uri: tonic::codegen::http::Uri = cfg
+        .endpoint
+        .parse()
+        .map_err(|e| SetupError::url(src, &cfg.endpoint, e))?;
+    Ok(if client_tls::is_https(&cfg.endpoint) {
+        let rustls = cfg
+            .tls
+            .rustls_config(&[b"h2"])
+            .map_err(|e| SetupError::tls(src, &cfg.endpoint, e))?;
+        grpc_tls_channel(uri, Arc::new(rustls), cfg.timeout)?
+    } else {
+        endpoint_with_timeouts(Endpoint::from(uri), cfg.timeout).connect_lazy()
+    })
 }
 
 /// gRPC over TLS with kascade's rustls configuration (system roots or the CA

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -90,10 +90,27 @@ fn check_object_fields(fields: &[(&str, &str)]) -> Result<(), String> {
     Ok(())
 }
 
+/// Self-tracing (crate::telemetry): one `redirect` span per request,
+/// continuing the caller's trace.
 async fn redirect<S: RawStore>(
     State(st): State<Arc<RedirectState<S>>>,
+    headers: HeaderMap,
     Query(p): Query<RedirectParams>,
 ) -> Response {
+    let span = tracing::info_span!(target: crate::telemetry::TARGET, "redirect",
+        otel.kind = "server", http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty);
+    crate::telemetry::continue_trace(&span, &headers);
+    let response = span.in_scope(|| answer_redirect(&st, p));
+    span.record("http.response.status_code", response.status().as_u16());
+    if response.status().is_client_error() {
+        crate::telemetry::record_error(&span, "bad redirect request");
+    }
+    response
+}
+
+fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Response {
     let (Some(resource), Some(name)) = (
         p.resource.filter(|r| !r.is_empty()),
         p.name.filter(|n| !n.is_empty()),

@@ -20,9 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use tracing::{Instrument as _, field};
 
 use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, Windowing, raw_trace_id};
+use crate::telemetry::TARGET;
 use assemble::{Assembler, Assembly, Clip, Limits, Scope};
 use display::Mode;
 use merge::{ObjectHistory, merge};
@@ -226,7 +228,19 @@ impl<S: RawStore> Frontend<S> {
     }
 
     /// Finds the objects matching the query and assembles one trace each.
+    /// Self-tracing (crate::telemetry): one `search` span, with the raw reads
+    /// and the `get` of each trace found below it.
     pub async fn search(&self, q: &SearchQuery) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
+        let span = tracing::info_span!(target: TARGET, "search", tags = q.tags.len(),
+            limit = q.limit, raw_traces = field::Empty, found = field::Empty);
+        self.search_traced(q, &span).instrument(span.clone()).await
+    }
+
+    async fn search_traced(
+        &self,
+        q: &SearchQuery,
+        span: &tracing::Span,
+    ) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
         for (k, v) in &q.tags {
             if !SEARCH_TAGS.contains(&k.as_str()) {
                 return Err(FrontendError::InvalidArgument(format!(
@@ -242,6 +256,7 @@ impl<S: RawStore> Frontend<S> {
             .store()
             .find(&q.tags, q.range, self.cfg.raw_search_limit)
             .await?;
+        span.record("raw_traces", raw_ids.len());
         // A raw id is `object hash ‖ window start`: group windows by object.
         let mut objects: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for id in &raw_ids {
@@ -270,6 +285,7 @@ impl<S: RawStore> Frontend<S> {
                 out.push(t);
             }
         }
+        span.record("found", out.len());
         Ok(out)
     }
 
@@ -289,14 +305,34 @@ impl<S: RawStore> Frontend<S> {
     /// An assembled trace by id: from the cache, else assembled again from
     /// what the id encodes. `None` for ids kascade did not make or objects
     /// with nothing recorded in range.
+    /// Self-tracing: one `get` span, with the raw reads and `assemble`
+    /// below it unless the trace was cached.
     pub async fn get(
         &self,
         id: &TraceIdBytes,
     ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
-        if let Some(t) = self.cache.get(id).await {
-            self.metrics.cache_hits.inc();
-            return Ok(Some(t));
+        let span = tracing::info_span!(target: TARGET, "get", trace_id = field::Empty,
+            cached = field::Empty);
+        if !span.is_disabled() {
+            span.record("trace_id", raw::hex_trace_id(id).as_str());
         }
+        async {
+            if let Some(t) = self.cache.get(id).await {
+                self.metrics.cache_hits.inc();
+                span.record("cached", true);
+                return Ok(Some(t));
+            }
+            span.record("cached", false);
+            self.get_uncached(id).await
+        }
+        .instrument(span.clone())
+        .await
+    }
+
+    async fn get_uncached(
+        &self,
+        id: &TraceIdBytes,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
         let Some(decoded) = AssembledId::decode(id, self.width()) else {
             return Ok(None);
         };
@@ -335,7 +371,13 @@ impl<S: RawStore> Frontend<S> {
         clip: &Clip,
     ) -> Result<Arc<AssembledTrace>, FrontendError> {
         let started = std::time::Instant::now();
-        let assembly = self.assembler.assemble(searched, id.scope, clip).await?;
+        let span = tracing::info_span!(target: TARGET, "assemble", objects = field::Empty);
+        let assembly = self
+            .assembler
+            .assemble(searched, id.scope, clip)
+            .instrument(span.clone())
+            .await?;
+        span.record("objects", assembly.nodes.len());
         self.metrics.traces_assembled.inc();
         self.metrics
             .objects_per_trace

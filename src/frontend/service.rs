@@ -52,6 +52,7 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 
     fn error(&self, rpc: &str) {
+        crate::telemetry::record_error(&tracing::Span::current(), &format!("{rpc} failed"));
         self.frontend
             .metrics()
             .errors

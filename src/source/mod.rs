@@ -83,6 +83,7 @@ pub fn accept(
         uid,
         replayed: false,
         failed_create,
+        batch_span: tracing::Span::none(),
     })
 }
 

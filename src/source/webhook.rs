@@ -16,12 +16,14 @@ use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
+use tracing::{Instrument as _, field};
 
 use super::audit::{AuditFilter, decode_event_list};
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
 use crate::aggregate::{Accepted, AdmitError, Intake, Processor};
 use crate::export::ExportProgress;
 use crate::metrics::Metrics;
+use crate::telemetry::TARGET;
 
 pub struct WebhookState {
     pub intake: Intake,
@@ -265,6 +267,8 @@ async fn decode_off_runtime(
     body: Bytes,
     replayed: bool,
 ) -> Result<Decoded, Refusal> {
+    let span = tracing::info_span!(target: TARGET, "decode", bytes = body.len(),
+        events = field::Empty, malformed = field::Empty);
     let slot = st
         .decode_slots
         .clone()
@@ -275,7 +279,14 @@ async fn decode_off_runtime(
     let cluster = cluster.to_string();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        decode_batch(&st, &cluster, encoding, &body, replayed)
+        span.in_scope(|| {
+            let decoded = decode_batch(&st, &cluster, encoding, &body, replayed);
+            if let Ok(d) = &decoded {
+                span.record("events", d.accepted.len());
+                span.record("malformed", d.errors.len());
+            }
+            decoded
+        })
     })
     .await
     .unwrap_or_else(|e| {
@@ -294,11 +305,37 @@ fn refuse(st: &WebhookState, reason: &str, (status, msg): Refusal) -> Response {
     error(status, msg)
 }
 
+/// One `webhook request` span of self-tracing (crate::telemetry) per batch,
+/// with `decode` and `admit` below it, and `process` once it is admitted.
 async fn handle_audit(
     st: &Arc<WebhookState>,
     cluster: &str,
     headers: &HeaderMap,
     body: Body,
+) -> Response {
+    let span = tracing::info_span!(target: TARGET, "webhook request",
+        otel.kind = "server", cluster, events = field::Empty,
+        http.response.status_code = field::Empty,
+        otel.status_code = field::Empty, otel.status_description = field::Empty);
+    let response = answer_audit(st, cluster, headers, body, &span)
+        .instrument(span.clone())
+        .await;
+    if !span.is_disabled() {
+        let status = response.status();
+        span.record("http.response.status_code", status.as_u16());
+        if status.is_client_error() || status.is_server_error() {
+            crate::telemetry::record_error(&span, &format!("answered {status}"));
+        }
+    }
+    response
+}
+
+async fn answer_audit(
+    st: &Arc<WebhookState>,
+    cluster: &str,
+    headers: &HeaderMap,
+    body: Body,
+    request_span: &tracing::Span,
 ) -> Response {
     let encoding = match body_encoding(headers) {
         Ok(e) => e,
@@ -314,8 +351,11 @@ async fn handle_audit(
             Err((status, msg)) => return error(status, msg),
         };
     let n = accepted.len();
+    request_span.record("events", n);
     if n > 0
-        && let Err(resp) = admit(st, cluster, encoding, &raw, accepted).await
+        && let Err(resp) = admit(st, cluster, encoding, &raw, accepted, request_span)
+            .instrument(tracing::info_span!(target: TARGET, "admit", events = n))
+            .await
     {
         st.metrics
             .events_rejected
@@ -349,7 +389,8 @@ async fn admit(
     cluster: &str,
     encoding: BodyEncoding,
     raw: &[u8],
-    accepted: Vec<Accepted>,
+    mut accepted: Vec<Accepted>,
+    request_span: &tracing::Span,
 ) -> Result<(), Response> {
     let n = accepted.len();
     let refused = |status: StatusCode, msg: String| {
@@ -390,6 +431,13 @@ async fn admit(
             Err(e) => return Err(refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
         },
     };
+    // Ends when the last of the batch's events is processed (each holds it).
+    let process = tracing::info_span!(target: TARGET, parent: request_span, "process", events = n);
+    if !process.is_disabled() {
+        for item in &mut accepted {
+            item.batch_span = process.clone();
+        }
+    }
     reserved.send(accepted);
     if let (Some(spool), Some(seq)) = (&st.spool, seq) {
         spool.mark_enqueued(seq);

@@ -1,6 +1,7 @@
 //! The raw Jaeger's query HTTP API.
 
 use super::*;
+use tracing::Instrument as _;
 
 /// Jaeger's query HTTP API: `/api/traces` (search with tags) and
 /// `/api/v3/traces/{id}` (one trace as OTLP JSON).
@@ -148,7 +149,32 @@ impl JaegerHttp {
         })
     }
 
+    /// Self-tracing (crate::telemetry): one `raw read` span per request.
     async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
+        let span = tracing::info_span!(target: crate::telemetry::TARGET, "raw read",
+            otel.kind = "client", url.full = url,
+            http.response.status_code = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty);
+        let result = self
+            .fetch_untraced(url, &span)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(body) => {
+                span.record("bytes", body.as_ref().map_or(0, |b| b.len()));
+            }
+            Err(e) => crate::telemetry::record_error(&span, &e.to_string()),
+        }
+        result
+    }
+
+    async fn fetch_untraced(
+        &self,
+        url: &str,
+        span: &tracing::Span,
+    ) -> Result<Option<bytes::Bytes>, RawError> {
         let resp = self
             .client
             .get(url)
@@ -159,6 +185,7 @@ impl JaegerHttp {
                 message: error_chain(&e),
             })?;
         let status = resp.status();
+        span.record("http.response.status_code", status.as_u16());
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
