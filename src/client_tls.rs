@@ -207,7 +207,7 @@ pub mod test_pki {
         /// The server's rustls configuration, as `kascade collect` serves
         /// its webhook; with `require_client_cert`, mutual TLS.
         pub fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
-            crate::cli::tls_config(
+            crate::source::server::tls_config(
                 &self.server_cert,
                 &self.server_key,
                 require_client_cert.then_some(self.ca.as_path()),

@@ -1,4 +1,5 @@
 use clap::Parser;
+use kascade::app;
 use kascade::cli::{Cli, Command, LogFormat, RulesCommand};
 use tracing_subscriber::EnvFilter;
 
@@ -18,13 +19,13 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.command {
-        Command::Collect(args) => kascade::cli::run_collect(*args).await,
-        Command::Replay(args) => kascade::cli::run_replay(args).await,
-        Command::Frontend(args) => kascade::cli_frontend::run_frontend(args).await,
-        Command::Trace(args) => kascade::cli_frontend::run_trace(args).await,
+        Command::Collect(args) => app::collect::run((*args).into()).await,
+        Command::Replay(args) => app::replay::run(args.into()).await,
+        Command::Frontend(args) => app::frontend::run(args.into()).await,
+        Command::Trace(args) => app::trace::run(args.into()).await,
         Command::Rules {
             command: RulesCommand::Check { dir },
-        } => kascade::cli::run_rules_check(&dir),
+        } => app::run_rules_check(&dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,12 +8,15 @@
 //! same name. An empty variable counts as unset (as the OpenTelemetry
 //! specification says).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use super::OtlpProtocol;
+use super::{
+    DEFAULT_MAX_BATCH_BYTES, DEFAULT_OUTPUT_QUEUE_BATCHES, ExportConfig, MIN_MAX_BATCH_BYTES,
+    OtlpProtocol, OutputSpec,
+};
 use crate::client_tls::{self, ClientTls, FileSetting};
 
 /// Compression of export requests.
@@ -69,6 +72,181 @@ pub struct OtlpFlags<'a> {
     pub ca_file: Option<&'a Path>,
     pub client_cert_file: Option<&'a Path>,
     pub client_key_file: Option<&'a Path>,
+}
+
+/// The exporter's settings before the environment is consulted: outputs,
+/// batching, queues, retries, and the OTLP settings given explicitly
+/// (`None`: from `OTEL_EXPORTER_OTLP_*`, else the default). The defaults
+/// are those of `kascade collect` and `kascade replay`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kascade::export::OutputSpec;
+/// use kascade::export::config::ExportSettings;
+///
+/// let settings = ExportSettings::default()
+///     .output(OutputSpec::OtlpJson("spans.jsonl".into()))
+///     .otlp_endpoint("https://otel.example:4317")
+///     .batch_size(512)
+///     .retry_for(Duration::from_secs(60));
+/// let config = settings.resolve()?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportSettings {
+    /// Where spans go; several outputs each get every span.
+    pub outputs: Vec<OutputSpec>,
+    /// OTLP endpoint, `http://` or `https://`.
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: Option<OtlpProtocol>,
+    /// Added to (and replacing) the headers of the environment. Often
+    /// credentials.
+    pub otlp_headers: Vec<(String, String)>,
+    pub otlp_timeout: Option<Duration>,
+    pub otlp_compression: Option<Compression>,
+    /// CA certificates trusted for an `https://` endpoint instead of the system's.
+    pub otlp_ca_file: Option<PathBuf>,
+    pub otlp_client_cert_file: Option<PathBuf>,
+    pub otlp_client_key_file: Option<PathBuf>,
+    /// Most spans per export request.
+    pub batch_size: usize,
+    /// Most encoded bytes per export request (uncompressed).
+    pub max_batch_bytes: usize,
+    /// Longest a span waits for its batch to fill.
+    pub batch_timeout: Duration,
+    /// Spans that may wait for export before processing slows down.
+    pub queue_size: usize,
+    /// Batches that may wait for each output.
+    pub output_queue: usize,
+    /// How long a failing export is retried before its spans are dropped.
+    pub retry_for: Duration,
+    /// Longest attribute or span-event value, in bytes.
+    pub max_value_bytes: usize,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+}
+
+impl Default for ExportSettings {
+    fn default() -> Self {
+        Self {
+            outputs: vec![OutputSpec::Otlp],
+            otlp_endpoint: None,
+            otlp_protocol: None,
+            otlp_headers: Vec::new(),
+            otlp_timeout: None,
+            otlp_compression: None,
+            otlp_ca_file: None,
+            otlp_client_cert_file: None,
+            otlp_client_key_file: None,
+            batch_size: 2048,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            batch_timeout: Duration::from_secs(1),
+            queue_size: 10_000,
+            output_queue: DEFAULT_OUTPUT_QUEUE_BATCHES,
+            retry_for: Duration::from_secs(5 * 60),
+            max_value_bytes: crate::span_model::DEFAULT_MAX_VALUE_BYTES,
+            service_name: "kascade".to_string(),
+        }
+    }
+}
+
+/// The spelling `--output` accepts.
+impl std::fmt::Display for OutputSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OutputSpec::Otlp => f.write_str("otlp"),
+            OutputSpec::OtlpJson(path) => write!(f, "otlp-json={}", path.display()),
+        }
+    }
+}
+
+impl ExportSettings {
+    /// Sends spans to `output` only (replacing the default `otlp`).
+    pub fn output(mut self, output: OutputSpec) -> Self {
+        self.outputs = vec![output];
+        self
+    }
+
+    /// Sets the OTLP endpoint (else from the environment, else the default).
+    pub fn otlp_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.otlp_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Sets the most spans per export request.
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets how long a failing export is retried.
+    pub fn retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// Sets the `service.name` of the exported spans.
+    pub fn service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = name.into();
+        self
+    }
+
+    /// The exporter's configuration: these settings, then the
+    /// `OTEL_EXPORTER_OTLP_*` environment variables of this process.
+    pub fn resolve(&self) -> anyhow::Result<ExportConfig> {
+        self.resolve_with_env(&|k| std::env::var(k).ok())
+    }
+
+    /// `resolve` with the environment `env`.
+    pub fn resolve_with_env(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<ExportConfig> {
+        if self.max_batch_bytes < MIN_MAX_BATCH_BYTES {
+            bail!(
+                "--export-max-batch-bytes {} is below the minimum {}",
+                self.max_batch_bytes,
+                MIN_MAX_BATCH_BYTES
+            );
+        }
+        if self.max_value_bytes < crate::span_model::MIN_MAX_VALUE_BYTES {
+            bail!(
+                "--export-max-value-bytes {} is below the minimum {}",
+                self.max_value_bytes,
+                crate::span_model::MIN_MAX_VALUE_BYTES
+            );
+        }
+        let otlp = if self.outputs.contains(&OutputSpec::Otlp) {
+            Some(resolve(&self.otlp_flags(), env)?)
+        } else {
+            None
+        };
+        Ok(ExportConfig {
+            otlp,
+            batch_size: self.batch_size.max(1),
+            max_batch_bytes: self.max_batch_bytes,
+            batch_timeout: self.batch_timeout,
+            queue_capacity: self.queue_size.max(1),
+            output_queue_batches: self.output_queue.max(1),
+            retry_for: self.retry_for,
+            max_value_bytes: self.max_value_bytes,
+            service_name: self.service_name.clone(),
+        })
+    }
+
+    /// The OTLP settings given explicitly.
+    pub fn otlp_flags(&self) -> OtlpFlags<'_> {
+        OtlpFlags {
+            endpoint: self.otlp_endpoint.as_deref(),
+            protocol: self.otlp_protocol,
+            headers: &self.otlp_headers,
+            timeout: self.otlp_timeout,
+            compression: self.otlp_compression,
+            ca_file: self.otlp_ca_file.as_deref(),
+            client_cert_file: self.otlp_client_cert_file.as_deref(),
+            client_key_file: self.otlp_client_key_file.as_deref(),
+        }
+    }
 }
 
 pub const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
