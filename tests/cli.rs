@@ -448,6 +448,7 @@ fn states_default(cell: &str, default: &str) -> bool {
 fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
     let tables = readme_flag_tables();
     let global = &tables[""];
+    let lone = regex::Regex::new(r"^`[^`]*`$").unwrap();
     let mut checked_defaults = 0;
     let mut problems = Vec::new();
     for (sub, key) in [
@@ -479,7 +480,6 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
                 }
                 None => {
                     // A lone value would claim a default the flag does not have.
-                    let lone = regex::Regex::new(r"^`[^`]*`$").unwrap();
                     if lone.is_match(&row.default) {
                         problems.push(format!(
                             "README.md:{}: {flag} of `kascade {key}` has no default in its --help, README says {:?}",
