@@ -47,7 +47,7 @@ use tokio::time::Instant;
 pub use config::{Compression, OtlpConfig, OtlpFlags};
 pub use otlp::{Failure, SendError, classify_grpc, classify_http};
 
-use crate::metrics::Metrics;
+use crate::metrics::{ExportOutput, Metrics, TrimReason};
 use crate::span_model::{self, EncodedSpan, Span};
 use otlp::{Accepted, Transport};
 
@@ -114,7 +114,7 @@ pub struct ExportConfig {
 }
 
 /// Why spans were not exported: the `reason` of `kascade_spans_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// A retryable failure lasted longer than `--export-retry-for`.
     RetriesExhausted,
@@ -145,17 +145,14 @@ impl DropReason {
     }
 }
 
-/// Output labels of the export metrics.
-pub const OUTPUT_LABELS: [&str; 2] = ["otlp", "otlp-json"];
-
 /// Spans exported, over every output.
 pub fn spans_exported(metrics: &Metrics) -> u64 {
-    OUTPUT_LABELS
+    ExportOutput::ALL
         .iter()
         .map(|o| {
             metrics
                 .spans_exported
-                .get_or_create(&Metrics::output(o))
+                .get_or_create(&Metrics::output(*o))
                 .get()
         })
         .sum()
@@ -163,13 +160,13 @@ pub fn spans_exported(metrics: &Metrics) -> u64 {
 
 /// Spans dropped, over every output and reason.
 pub fn spans_dropped(metrics: &Metrics) -> u64 {
-    OUTPUT_LABELS
+    ExportOutput::ALL
         .iter()
         .flat_map(|o| DropReason::ALL.map(|r| (*o, r)))
         .map(|(o, r)| {
             metrics
                 .spans_dropped
-                .get_or_create(&Metrics::output_reason(o, r.as_str()))
+                .get_or_create(&Metrics::dropped(o, r))
                 .get()
         })
         .sum()
@@ -187,12 +184,12 @@ enum Output {
 }
 
 impl Output {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> ExportOutput {
         match self {
-            Output::Otlp(_) => "otlp",
-            Output::Json { .. } => "otlp-json",
+            Output::Otlp(_) => ExportOutput::Otlp,
+            Output::Json { .. } => ExportOutput::OtlpJson,
             #[cfg(test)]
-            Output::Scripted(_) => "otlp",
+            Output::Scripted(_) => ExportOutput::Otlp,
         }
     }
 }
@@ -396,7 +393,7 @@ struct Batcher {
     spans_len: usize,
     /// Spans dropped since the last batch (see `Batch::also_finishes`).
     dropped_since_flush: usize,
-    queues: Vec<(&'static str, mpsc::Sender<Arc<Batch>>)>,
+    queues: Vec<(ExportOutput, mpsc::Sender<Arc<Batch>>)>,
     progress: Arc<ExportProgress>,
     metrics: Arc<Metrics>,
 }
@@ -429,7 +426,7 @@ impl Batcher {
         }
         match trim::trim_span(&span, self.max_span_len) {
             Some((trimmed, report)) => {
-                self.count_trimmed("batch_bytes", &report);
+                self.count_trimmed(TrimReason::BatchBytes, &report);
                 tracing::warn!(
                     bytes = report.from_bytes,
                     max_batch_bytes = self.max_bytes,
@@ -445,10 +442,7 @@ impl Batcher {
                 for (label, _) in &self.queues {
                     self.metrics
                         .spans_dropped
-                        .get_or_create(&Metrics::output_reason(
-                            label,
-                            DropReason::TooLarge.as_str(),
-                        ))
+                        .get_or_create(&Metrics::dropped(*label, DropReason::TooLarge))
                         .inc();
                 }
                 tracing::error!(
@@ -462,7 +456,7 @@ impl Batcher {
         }
     }
 
-    fn count_trimmed(&self, reason: &str, report: &trim::Trimmed) {
+    fn count_trimmed(&self, reason: TrimReason, report: &trim::Trimmed) {
         count_trimmed(&self.metrics, reason, report);
     }
 
@@ -490,29 +484,26 @@ impl Batcher {
                 // Only when that output's task ended abnormally (a panic).
                 self.metrics
                     .spans_dropped
-                    .get_or_create(&Metrics::output_reason(
-                        label,
-                        DropReason::Rejected.as_str(),
-                    ))
+                    .get_or_create(&Metrics::dropped(*label, DropReason::Rejected))
                     .inc_by(batch.spans.len() as u64);
                 tracing::error!(
-                    output = label,
+                    output = label.as_str(),
                     spans = batch.spans.len(),
                     "the output has stopped; batch dropped"
                 );
             }
             self.metrics
                 .export_output_queue_depth
-                .get_or_create(&Metrics::output(label))
+                .get_or_create(&Metrics::output(*label))
                 .set((queue.max_capacity() - queue.capacity()) as i64);
         }
     }
 }
 
-fn count_trimmed(metrics: &Metrics, reason: &str, report: &trim::Trimmed) {
+fn count_trimmed(metrics: &Metrics, reason: TrimReason, report: &trim::Trimmed) {
     metrics
         .spans_trimmed
-        .get_or_create(&Metrics::reason(reason))
+        .get_or_create(&Metrics::trimmed(reason))
         .inc();
     metrics
         .span_events_trimmed
@@ -528,7 +519,7 @@ fn span_name(span: &EncodedSpan) -> String {
 
 /// What one output needs to write and count.
 struct OutputContext {
-    label: &'static str,
+    label: ExportOutput,
     /// This output's place in `ExportProgress`.
     index: usize,
     progress: Arc<ExportProgress>,
@@ -549,7 +540,7 @@ impl OutputContext {
     fn dropped(&self, reason: DropReason, n: usize) {
         self.metrics
             .spans_dropped
-            .get_or_create(&Metrics::output_reason(self.label, reason.as_str()))
+            .get_or_create(&Metrics::dropped(self.label, reason))
             .inc_by(n as u64);
     }
 
@@ -653,7 +644,7 @@ async fn export_batch<T: Transport>(transport: &mut T, batch: &Batch, ctx: &Outp
                 // but the bare span is left.
                 match trim::trim_span(span, span.0.len() / 2) {
                     Some((trimmed, report)) => {
-                        count_trimmed(&ctx.metrics, "receiver_limit", &report);
+                        count_trimmed(&ctx.metrics, TrimReason::ReceiverLimit, &report);
                         tracing::warn!(output = %ctx.target, bytes = span.0.len(), events_dropped = report.events_dropped,
                             span = %span_name(span), error = %message,
                             "the receiver refused a single span as too large; trimmed");
@@ -838,7 +829,7 @@ fn start_outputs(
         drop(batcher);
         for (label, task) in tasks {
             if let Err(e) = task.await {
-                tracing::error!(output = label, error = %e, "an export output failed");
+                tracing::error!(output = label.as_str(), error = %e, "an export output failed");
             }
         }
     });
@@ -1069,15 +1060,23 @@ mod tests {
         }
     }
 
+    /// The output whose label is `name`, as /metrics spells it.
+    fn output(name: &str) -> ExportOutput {
+        *ExportOutput::ALL
+            .iter()
+            .find(|o| o.as_str() == name)
+            .unwrap()
+    }
+
     fn exported(m: &Metrics, output: &str) -> u64 {
         m.spans_exported
-            .get_or_create(&Metrics::output(output))
+            .get_or_create(&Metrics::output(self::output(output)))
             .get()
     }
 
     fn dropped(m: &Metrics, output: &str, reason: DropReason) -> u64 {
         m.spans_dropped
-            .get_or_create(&Metrics::output_reason(output, reason.as_str()))
+            .get_or_create(&Metrics::dropped(self::output(output), reason))
             .get()
     }
 
@@ -1189,7 +1188,7 @@ mod tests {
         assert_eq!(
             metrics
                 .spans_trimmed
-                .get_or_create(&Metrics::reason("batch_bytes"))
+                .get_or_create(&Metrics::trimmed(TrimReason::BatchBytes))
                 .get(),
             1
         );
@@ -1228,14 +1227,14 @@ mod tests {
         assert!(
             metrics
                 .export_splits
-                .get_or_create(&Metrics::output("otlp"))
+                .get_or_create(&Metrics::output(ExportOutput::Otlp))
                 .get()
                 > 0
         );
         assert_eq!(
             metrics
                 .spans_trimmed
-                .get_or_create(&Metrics::reason("receiver_limit"))
+                .get_or_create(&Metrics::trimmed(TrimReason::ReceiverLimit))
                 .get(),
             3
         );
@@ -1290,7 +1289,7 @@ mod tests {
         assert_eq!(
             metrics
                 .export_errors
-                .get_or_create(&Metrics::output("otlp"))
+                .get_or_create(&Metrics::output(ExportOutput::Otlp))
                 .get(),
             3
         );
@@ -1334,7 +1333,7 @@ mod tests {
         }
         let metrics = Arc::new(Metrics::default());
         let ctx = OutputContext {
-            label: "otlp",
+            label: ExportOutput::Otlp,
             index: 0,
             progress: Default::default(),
             target: "r".into(),
@@ -1434,7 +1433,7 @@ mod tests {
         assert_eq!(
             metrics
                 .export_output_queue_depth
-                .get_or_create(&Metrics::output("otlp"))
+                .get_or_create(&Metrics::output(ExportOutput::Otlp))
                 .get(),
             1
         );
@@ -1459,7 +1458,7 @@ mod tests {
             spans: Vec::new(),
             spans_len: 0,
             dropped_since_flush: 0,
-            queues: vec![("otlp", tx)],
+            queues: vec![(ExportOutput::Otlp, tx)],
             progress: Default::default(),
             metrics: Arc::new(Metrics::default()),
         };

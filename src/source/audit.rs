@@ -385,7 +385,7 @@ impl AuditEvent {
 }
 
 /// Why an event was not turned into spans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FilterReason {
     Stage,
     Verb,

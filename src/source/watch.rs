@@ -212,7 +212,7 @@ pub async fn supervise(
                     tracing::info!(cluster = %cfg.cluster, "this replica watches the cluster");
                     metrics
                         .watching
-                        .get_or_create(&Metrics::source(&cfg.cluster))
+                        .get_or_create(&Metrics::cluster(&cfg.cluster))
                         .set(1);
                     running = Some(tasks);
                 }
@@ -227,7 +227,7 @@ pub async fn supervise(
                 }
                 metrics
                     .watching
-                    .get_or_create(&Metrics::source(&cfg.cluster))
+                    .get_or_create(&Metrics::cluster(&cfg.cluster))
                     .set(0);
             }
             _ => {}
@@ -272,7 +272,7 @@ async fn watch_objects(
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let resource = resource_name(&ar);
-    let label = Metrics::source(&cfg.cluster);
+    let label = Metrics::cluster(&cfg.cluster);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -317,7 +317,7 @@ async fn watch_events(
     metrics: Arc<Metrics>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let label = Metrics::source(&cfg.cluster);
+    let label = Metrics::cluster(&cfg.cluster);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -350,7 +350,7 @@ async fn watch_events(
         if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
             metrics
                 .events_filtered
-                .get_or_create(&Metrics::reason(FilterReason::EventTooOld.as_str()))
+                .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
                 .inc();
             continue;
         }
