@@ -6,9 +6,45 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A TLS setting that cannot be used; each names the flag or variable the
+/// file came from.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{setting}: {problem}")]
+    Unreadable {
+        setting: String,
+        problem: rustls::pki_types::pem::Error,
+    },
+    #[error("{setting}: no PEM certificate in it")]
+    NoCertificate { setting: String },
+    #[error("{setting}: not a usable CA certificate: {problem}")]
+    BadCa {
+        setting: String,
+        problem: rustls::Error,
+    },
+    #[error("{setting}: no usable private key: {problem}")]
+    BadKey {
+        setting: String,
+        problem: rustls::pki_types::pem::Error,
+    },
+    #[error("{cert} and {key} do not form a usable client certificate: {problem}")]
+    BadIdentity {
+        cert: String,
+        key: String,
+        problem: rustls::Error,
+    },
+    #[error("{setting} is set but no client key is")]
+    NoClientKey { setting: String },
+    #[error("{setting} is set but no client certificate is")]
+    NoClientCertificate { setting: String },
+    #[error("no system CA certificates found{detail}; name the server's CA with a CA file option")]
+    NoSystemRoots { detail: String },
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+}
 
 /// A file given by a flag or an environment variable; `source` names which,
 /// so an error points at the setting to fix.
@@ -44,7 +80,7 @@ impl ClientTls {
     /// The rustls configuration, offering `alpn` (e.g. `h2` for gRPC).
     /// Reads and checks every file now, so a bad one fails at startup with
     /// its name rather than at the first connection.
-    pub fn rustls_config(&self, alpn: &[&[u8]]) -> anyhow::Result<rustls::ClientConfig> {
+    pub fn rustls_config(&self, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
         let roots = match &self.ca_file {
             Some(ca) => ca_roots(ca)?,
             None => system_roots()?,
@@ -56,17 +92,18 @@ impl ClientTls {
         let mut cfg = match &self.identity {
             Some((cert, key)) => {
                 let chain = read_certs(cert)?;
-                let key_der = PrivateKeyDer::from_pem_file(&key.path).map_err(|e| {
-                    anyhow::anyhow!("{}: no usable private key: {e}", key.describe())
+                let key_der = PrivateKeyDer::from_pem_file(&key.path).map_err(|problem| {
+                    TlsError::BadKey {
+                        setting: key.describe(),
+                        problem,
+                    }
                 })?;
                 builder
                     .with_client_auth_cert(chain, key_der)
-                    .with_context(|| {
-                        format!(
-                            "{} and {} do not form a usable client certificate",
-                            cert.describe(),
-                            key.describe()
-                        )
+                    .map_err(|problem| TlsError::BadIdentity {
+                        cert: cert.describe(),
+                        key: key.describe(),
+                        problem,
                     })?
             }
             None => builder.with_no_client_auth(),
@@ -76,29 +113,35 @@ impl ClientTls {
     }
 }
 
-fn read_certs(f: &FileSetting) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+fn read_certs(f: &FileSetting) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(&f.path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", f.describe()))?;
+        .map_err(|problem| TlsError::Unreadable {
+            setting: f.describe(),
+            problem,
+        })?;
     if certs.is_empty() {
-        bail!("{}: no PEM certificate in it", f.describe());
+        return Err(TlsError::NoCertificate {
+            setting: f.describe(),
+        });
     }
     Ok(certs)
 }
 
-fn ca_roots(ca: &FileSetting) -> anyhow::Result<rustls::RootCertStore> {
+fn ca_roots(ca: &FileSetting) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for c in read_certs(ca)? {
-        roots
-            .add(c)
-            .with_context(|| format!("{}: not a usable CA certificate", ca.describe()))?;
+        roots.add(c).map_err(|problem| TlsError::BadCa {
+            setting: ca.describe(),
+            problem,
+        })?;
     }
     Ok(roots)
 }
 
 /// The operating system's trusted CA certificates (e.g. the
 /// `ca-certificates` package of the container image).
-fn system_roots() -> anyhow::Result<rustls::RootCertStore> {
+fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
     let found = rustls_native_certs::load_native_certs();
     for e in &found.errors {
         tracing::debug!(error = %e, "skipping an unreadable system CA certificate");
@@ -106,14 +149,13 @@ fn system_roots() -> anyhow::Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     let (added, _ignored) = roots.add_parsable_certificates(found.certs);
     if added == 0 {
-        bail!(
-            "no system CA certificates found{}; name the server's CA with a CA file option",
-            found
+        return Err(TlsError::NoSystemRoots {
+            detail: found
                 .errors
                 .first()
                 .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
-        );
+                .unwrap_or_default(),
+        });
     }
     Ok(roots)
 }
@@ -128,12 +170,16 @@ pub fn is_https(url: &str) -> bool {
 pub fn identity(
     cert: Option<FileSetting>,
     key: Option<FileSetting>,
-) -> anyhow::Result<Option<(FileSetting, FileSetting)>> {
+) -> Result<Option<(FileSetting, FileSetting)>, TlsError> {
     match (cert, key) {
         (Some(c), Some(k)) => Ok(Some((c, k))),
         (None, None) => Ok(None),
-        (Some(c), None) => bail!("{} is set but no client key is", c.describe()),
-        (None, Some(k)) => bail!("{} is set but no client certificate is", k.describe()),
+        (Some(c), None) => Err(TlsError::NoClientKey {
+            setting: c.describe(),
+        }),
+        (None, Some(k)) => Err(TlsError::NoClientCertificate {
+            setting: k.describe(),
+        }),
     }
 }
 

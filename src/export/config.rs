@@ -11,13 +11,61 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-
 use super::{
     DEFAULT_MAX_BATCH_BYTES, DEFAULT_OUTPUT_QUEUE_BATCHES, ExportConfig, MIN_MAX_BATCH_BYTES,
     OtlpProtocol, OutputSpec,
 };
-use crate::client_tls::{self, ClientTls, FileSetting};
+use crate::client_tls::{self, ClientTls, FileSetting, TlsError};
+
+/// The error of parsing a URL.
+type UrlError = <reqwest::Url as std::str::FromStr>::Err;
+
+/// An export setting that cannot be used, naming the flag or variable it
+/// came from. Header values are never shown: they are often credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{variable}: {problem}")]
+    Variable {
+        variable: String,
+        problem: ValueError,
+    },
+    #[error("{setting} {value:?} is not a URL: {problem}")]
+    NotAUrl {
+        setting: String,
+        value: String,
+        problem: UrlError,
+    },
+    #[error("{setting} {value:?}: expected http://host:port or https://host:port")]
+    NotHttp { setting: String, value: String },
+    #[error("{variable} {value:?}: expected a whole number of milliseconds")]
+    NotMilliseconds { variable: String, value: String },
+    #[error("the OTLP timeout must be positive")]
+    ZeroTimeout,
+    #[error("{variable} {value:?}: expected gzip or none")]
+    UnknownCompression { variable: String, value: String },
+    #[error("--export-max-batch-bytes {value} is below the minimum {minimum}")]
+    BatchBytesTooSmall { value: usize, minimum: usize },
+    #[error("--export-max-value-bytes {value} is below the minimum {minimum}")]
+    ValueBytesTooSmall { value: usize, minimum: usize },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// A bad value of an `OTEL_EXPORTER_OTLP_*` variable (named by
+/// [`ConfigError::Variable`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error("{0:?}: kascade sends OTLP as protobuf; use grpc or http/protobuf")]
+    HttpJson(String),
+    #[error("{0:?}: expected grpc or http/protobuf")]
+    UnknownProtocol(String),
+    #[error("item {0} is not key=value")]
+    NotKeyValue(usize),
+    #[error("item {0} has an empty key")]
+    EmptyKey(usize),
+    #[error("the value of {0} is not UTF-8 once percent-decoded")]
+    NotUtf8(String),
+}
 
 /// Compression of export requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -90,7 +138,7 @@ pub struct OtlpFlags<'a> {
 ///     .batch_size(512)
 ///     .retry_for(Duration::from_secs(60));
 /// let config = settings.resolve()?;
-/// # Ok::<(), anyhow::Error>(())
+/// # Ok::<(), kascade::export::config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportSettings {
@@ -193,7 +241,7 @@ impl ExportSettings {
 
     /// The exporter's configuration: these settings, then the
     /// `OTEL_EXPORTER_OTLP_*` environment variables of this process.
-    pub fn resolve(&self) -> anyhow::Result<ExportConfig> {
+    pub fn resolve(&self) -> Result<ExportConfig, ConfigError> {
         self.resolve_with_env(&|k| std::env::var(k).ok())
     }
 
@@ -201,20 +249,18 @@ impl ExportSettings {
     pub fn resolve_with_env(
         &self,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<ExportConfig> {
+    ) -> Result<ExportConfig, ConfigError> {
         if self.max_batch_bytes < MIN_MAX_BATCH_BYTES {
-            bail!(
-                "--export-max-batch-bytes {} is below the minimum {}",
-                self.max_batch_bytes,
-                MIN_MAX_BATCH_BYTES
-            );
+            return Err(ConfigError::BatchBytesTooSmall {
+                value: self.max_batch_bytes,
+                minimum: MIN_MAX_BATCH_BYTES,
+            });
         }
         if self.max_value_bytes < crate::span_model::MIN_MAX_VALUE_BYTES {
-            bail!(
-                "--export-max-value-bytes {} is below the minimum {}",
-                self.max_value_bytes,
-                crate::span_model::MIN_MAX_VALUE_BYTES
-            );
+            return Err(ConfigError::ValueBytesTooSmall {
+                value: self.max_value_bytes,
+                minimum: crate::span_model::MIN_MAX_VALUE_BYTES,
+            });
         }
         let otlp = if self.outputs.contains(&OutputSpec::Otlp) {
             Some(resolve(&self.otlp_flags(), env)?)
@@ -274,11 +320,12 @@ fn otel_env(env: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(Strin
 pub fn resolve(
     flags: &OtlpFlags<'_>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> anyhow::Result<OtlpConfig> {
+) -> Result<OtlpConfig, ConfigError> {
+    let variable = |variable: String| move |problem| ConfigError::Variable { variable, problem };
     let protocol = match flags.protocol {
         Some(p) => p,
         None => match otel_env(env, "PROTOCOL") {
-            Some((name, v)) => parse_otel_protocol(&v).context(name)?,
+            Some((name, v)) => parse_otel_protocol(&v).map_err(variable(name))?,
             None => OtlpProtocol::Grpc,
         },
     };
@@ -312,10 +359,21 @@ pub fn resolve(
             ),
         },
     };
-    let url = reqwest::Url::parse(&raw_endpoint)
-        .with_context(|| format!("{endpoint_source} {raw_endpoint:?} is not a URL"))?;
+    let url = match reqwest::Url::parse(&raw_endpoint) {
+        Ok(url) => url,
+        Err(problem) => {
+            return Err(ConfigError::NotAUrl {
+                setting: endpoint_source,
+                value: raw_endpoint,
+                problem,
+            });
+        }
+    };
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        bail!("{endpoint_source} {raw_endpoint:?}: expected http://host:port or https://host:port");
+        return Err(ConfigError::NotHttp {
+            setting: endpoint_source,
+            value: raw_endpoint,
+        });
     }
     let endpoint = match protocol {
         OtlpProtocol::Grpc => raw_endpoint,
@@ -330,7 +388,7 @@ pub fn resolve(
     };
 
     let mut headers = match otel_env(env, "HEADERS") {
-        Some((name, v)) => parse_otel_headers(&v).context(name)?,
+        Some((name, v)) => parse_otel_headers(&v).map_err(variable(name))?,
         None => Vec::new(),
     };
     for (k, v) in flags.headers {
@@ -342,14 +400,20 @@ pub fn resolve(
         Some(t) => t,
         None => match otel_env(env, "TIMEOUT") {
             // Milliseconds, per the specification.
-            Some((name, v)) => Duration::from_millis(v.parse::<u64>().map_err(|_| {
-                anyhow::anyhow!("{name} {v:?}: expected a whole number of milliseconds")
-            })?),
+            Some((name, v)) => match v.parse::<u64>() {
+                Ok(ms) => Duration::from_millis(ms),
+                Err(_) => {
+                    return Err(ConfigError::NotMilliseconds {
+                        variable: name,
+                        value: v,
+                    });
+                }
+            },
             None => DEFAULT_TIMEOUT,
         },
     };
     if timeout.is_zero() {
-        bail!("the OTLP timeout must be positive");
+        return Err(ConfigError::ZeroTimeout);
     }
 
     let compression = match flags.compression {
@@ -358,7 +422,12 @@ pub fn resolve(
             Some((name, v)) => match v.to_ascii_lowercase().as_str() {
                 "gzip" => Compression::Gzip,
                 "none" => Compression::None,
-                _ => bail!("{name} {v:?}: expected gzip or none"),
+                _ => {
+                    return Err(ConfigError::UnknownCompression {
+                        variable: name,
+                        value: v,
+                    });
+                }
             },
             None => Compression::None,
         },
@@ -398,36 +467,34 @@ pub fn resolve(
     })
 }
 
-fn parse_otel_protocol(v: &str) -> anyhow::Result<OtlpProtocol> {
+fn parse_otel_protocol(v: &str) -> Result<OtlpProtocol, ValueError> {
     match v {
         "grpc" => Ok(OtlpProtocol::Grpc),
         "http/protobuf" => Ok(OtlpProtocol::Http),
-        "http/json" => {
-            bail!("{v:?}: kascade sends OTLP as protobuf; use grpc or http/protobuf")
-        }
-        _ => bail!("{v:?}: expected grpc or http/protobuf"),
+        "http/json" => Err(ValueError::HttpJson(v.to_string())),
+        _ => Err(ValueError::UnknownProtocol(v.to_string())),
     }
 }
 
 /// `key1=value1,key2=value2` with percent-encoded values (W3C Baggage
 /// format, as the OpenTelemetry specification says). Errors name the item,
 /// never the value: values are often credentials.
-pub fn parse_otel_headers(v: &str) -> anyhow::Result<Vec<(String, String)>> {
+pub fn parse_otel_headers(v: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, item) in v.split(',').enumerate() {
         if item.trim().is_empty() {
             continue;
         }
         let Some((k, val)) = item.split_once('=') else {
-            bail!("item {} is not key=value", i + 1);
+            return Err(ValueError::NotKeyValue(i + 1));
         };
         let k = k.trim();
         if k.is_empty() {
-            bail!("item {} has an empty key", i + 1);
+            return Err(ValueError::EmptyKey(i + 1));
         }
         let val = percent_encoding::percent_decode_str(val.trim())
             .decode_utf8()
-            .map_err(|_| anyhow::anyhow!("the value of {k} is not UTF-8 once percent-decoded"))?;
+            .map_err(|_| ValueError::NotUtf8(k.to_string()))?;
         out.retain(|(old, _)| !old.eq_ignore_ascii_case(k));
         out.push((k.to_string(), val.into_owned()));
     }
