@@ -13,7 +13,7 @@ use std::path::Path;
 
 pub use collect::{CollectApps, CollectConfig, WatchersConfig};
 pub use frontend::{AssemblyConfig, FrontendServerConfig};
-pub use pipeline::{Pipeline, PipelineConfig, default_workers};
+pub use pipeline::{Pipeline, PipelineConfig};
 pub use replay::ReplayConfig;
 pub use span_cache::SpanCacheConfig;
 pub use trace::{TraceConfig, TraceFormat};

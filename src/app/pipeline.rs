@@ -71,7 +71,7 @@ pub struct PipelineConfig {
 }
 
 /// The number of cores (2 when it cannot be known).
-pub fn default_workers() -> usize {
+fn default_workers() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
