@@ -24,11 +24,9 @@ use crate::frontend::{Frontend, FrontendConfig};
 /// use std::time::Duration;
 /// use kascade::app::AssemblyConfig;
 ///
-/// let assembly = AssemblyConfig {
-///     window: Duration::from_secs(15 * 60),
-///     max_depth: 4,
-///     ..AssemblyConfig::default()
-/// };
+/// let assembly = AssemblyConfig::default()
+///     .window(Duration::from_secs(15 * 60))
+///     .max_depth(4);
 /// let frontend = assembly.frontend_config()?;
 /// # Ok::<(), anyhow::Error>(())
 /// ```
@@ -75,6 +73,24 @@ impl Default for AssemblyConfig {
 }
 
 impl AssemblyConfig {
+    /// Sets the window width (the collector's).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Sets the scope of searches that name none.
+    pub fn default_scope(mut self, scope: Scope) -> Self {
+        self.default_scope = scope;
+        self
+    }
+
+    /// Sets how many levels of links are followed up and down.
+    pub fn max_depth(mut self, levels: usize) -> Self {
+        self.max_depth = levels;
+        self
+    }
+
     /// The frontend's settings (checks that the window is whole minutes).
     pub fn frontend_config(&self) -> anyhow::Result<FrontendConfig> {
         if self.window.as_secs() < 60 || !self.window.as_secs().is_multiple_of(60) {
@@ -104,11 +120,9 @@ impl AssemblyConfig {
 /// use kascade::app::frontend::{self, FrontendServerConfig};
 ///
 /// # async fn run() -> anyhow::Result<()> {
-/// let config = FrontendServerConfig {
-///     jaeger_url: "http://jaeger-raw:16686".into(),
-///     ui_url: "https://jaeger.example".into(),
-///     ..FrontendServerConfig::default()
-/// };
+/// let config = FrontendServerConfig::default()
+///     .jaeger_url("http://jaeger-raw:16686")
+///     .ui_url("https://jaeger.example");
 /// frontend::run(config).await
 /// # }
 /// ```
@@ -158,6 +172,26 @@ impl Default for FrontendServerConfig {
             cache_entries: 1000,
             assembly: AssemblyConfig::default(),
         }
+    }
+}
+
+impl FrontendServerConfig {
+    /// Reads raw spans from the Jaeger query at `url`.
+    pub fn jaeger_url(mut self, url: impl Into<String>) -> Self {
+        self.jaeger_url = url.into();
+        self
+    }
+
+    /// Sets the public URL of the Jaeger UI that `/redirect` sends to.
+    pub fn ui_url(mut self, url: impl Into<String>) -> Self {
+        self.ui_url = url.into();
+        self
+    }
+
+    /// Sets how linked objects are followed and shown.
+    pub fn assembly(mut self, assembly: AssemblyConfig) -> Self {
+        self.assembly = assembly;
+        self
     }
 }
 
