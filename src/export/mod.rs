@@ -113,37 +113,8 @@ pub struct ExportConfig {
     pub service_name: String,
 }
 
-/// Why spans were not exported: the `reason` of `kascade_spans_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// A retryable failure lasted longer than `--export-retry-for`.
-    RetriesExhausted,
-    /// The receiver refused the request for good (HTTP 400, gRPC
-    /// INVALID_ARGUMENT, unauthenticated, …).
-    Rejected,
-    /// The receiver took the request but rejected these spans.
-    PartialRejection,
-    /// Even the span trimmed to its bare attributes was too large.
-    TooLarge,
-}
-
-impl DropReason {
-    pub const ALL: [DropReason; 4] = [
-        DropReason::RetriesExhausted,
-        DropReason::Rejected,
-        DropReason::PartialRejection,
-        DropReason::TooLarge,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::RetriesExhausted => "retries_exhausted",
-            DropReason::Rejected => "rejected",
-            DropReason::PartialRejection => "partial_rejection",
-            DropReason::TooLarge => "too_large",
-        }
-    }
-}
+/// Why spans were not exported (defined among the metrics' labels).
+pub use crate::metrics::DropReason;
 
 /// Spans exported, over every output.
 pub fn spans_exported(metrics: &Metrics) -> u64 {
@@ -162,7 +133,7 @@ pub fn spans_exported(metrics: &Metrics) -> u64 {
 pub fn spans_dropped(metrics: &Metrics) -> u64 {
     ExportOutput::ALL
         .iter()
-        .flat_map(|o| DropReason::ALL.map(|r| (*o, r)))
+        .flat_map(|o| DropReason::ALL.iter().map(|r| (*o, *r)))
         .map(|(o, r)| {
             metrics
                 .spans_dropped

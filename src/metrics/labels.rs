@@ -4,9 +4,6 @@
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use crate::export::DropReason;
-use crate::source::audit::FilterReason;
-
 /// An enum whose variants are label values, each spelt as given (the
 /// derive of `EncodeLabelValue` would spell the variant's name, and these
 /// values are snake_case or hyphenated, as dashboards and tests know them).
@@ -115,15 +112,45 @@ label_values! {
     }
 }
 
-impl EncodeLabelValue for FilterReason {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
+label_values! {
+    /// Why an event was not turned into spans (`source::audit` re-exports
+    /// it: defined here so that metrics imports no stage).
+    pub enum FilterReason {
+        Stage => "stage",
+        Verb => "verb",
+        Resource => "resource",
+        UserAgent => "user_agent",
+        NoObject => "no_object",
+        /// An Event write that carries no Event naming an involved object
+        /// (Metadata-level policy, a patch without response).
+        EventWithoutObject => "event-without-object",
+        /// A failed Event write: nothing was recorded.
+        EventWriteFailed => "event-write-failed",
+        /// An Event deleted: not an occurrence.
+        EventDelete => "event-delete",
+        /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
+        DryRun => "dry_run",
+        /// An Event occurrence already shown (seen in the audit log and the
+        /// watch, or again after a re-list).
+        EventSeen => "event-seen",
+        /// An Event older than --event-max-age listed when a watch (re)started.
+        EventTooOld => "event-too-old",
     }
 }
 
-impl EncodeLabelValue for DropReason {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        std::fmt::Write::write_str(encoder, self.as_str())
+label_values! {
+    /// Why spans were not exported: the `reason` of
+    /// `kascade_spans_dropped_total` (`export` re-exports it).
+    pub enum DropReason {
+        /// A retryable failure lasted longer than `--export-retry-for`.
+        RetriesExhausted => "retries_exhausted",
+        /// The receiver refused the request for good (HTTP 400, gRPC
+        /// INVALID_ARGUMENT, unauthenticated, …).
+        Rejected => "rejected",
+        /// The receiver took the request but rejected these spans.
+        PartialRejection => "partial_rejection",
+        /// Even the span trimmed to its bare attributes was too large.
+        TooLarge => "too_large",
     }
 }
 
@@ -222,7 +249,7 @@ mod tests {
             m.spans_exported.get_or_create(&Metrics::output(*o)).inc();
             for r in DropReason::ALL {
                 m.spans_dropped
-                    .get_or_create(&Metrics::dropped(*o, r))
+                    .get_or_create(&Metrics::dropped(*o, *r))
                     .inc();
             }
         }

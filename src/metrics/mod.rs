@@ -282,7 +282,7 @@ impl Metrics {
         RejectLabel { reason }
     }
 
-    pub fn filtered(reason: crate::source::audit::FilterReason) -> FilterLabel {
+    pub fn filtered(reason: FilterReason) -> FilterLabel {
         FilterLabel { reason }
     }
 
@@ -294,7 +294,7 @@ impl Metrics {
         OutputLabel { output }
     }
 
-    pub fn dropped(output: ExportOutput, reason: crate::export::DropReason) -> DropLabel {
+    pub fn dropped(output: ExportOutput, reason: DropReason) -> DropLabel {
         DropLabel { output, reason }
     }
 
