@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::cli::load_rules;
+use kascade::app::load_rules;
 use kascade::frontend::assemble::Scope;
 use kascade::frontend::display::Mode;
 use kascade::frontend::offline::store_from_audit_lines;

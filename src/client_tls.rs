@@ -9,6 +9,43 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+/// A TLS setting that cannot be used; each names the flag or variable the
+/// file came from.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{setting}: {problem}")]
+    Unreadable {
+        setting: String,
+        problem: rustls::pki_types::pem::Error,
+    },
+    #[error("{setting}: no PEM certificate in it")]
+    NoCertificate { setting: String },
+    #[error("{setting}: not a usable CA certificate: {problem}")]
+    BadCa {
+        setting: String,
+        problem: rustls::Error,
+    },
+    #[error("{setting}: no usable private key: {problem}")]
+    BadKey {
+        setting: String,
+        problem: rustls::pki_types::pem::Error,
+    },
+    #[error("{cert} and {key} do not form a usable client certificate: {problem}")]
+    BadIdentity {
+        cert: String,
+        key: String,
+        problem: rustls::Error,
+    },
+    #[error("{setting} is set but no client key is")]
+    NoClientKey { setting: String },
+    #[error("{setting} is set but no client certificate is")]
+    NoClientCertificate { setting: String },
+    #[error("no system CA certificates found{detail}; name the server's CA with a CA file option")]
+    NoSystemRoots { detail: String },
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+}
+
 /// A file given by a flag or an environment variable; `source` names which,
 /// so an error points at the setting to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,39 +65,6 @@ impl FileSetting {
     fn describe(&self) -> String {
         format!("{} {}", self.source, self.path.display())
     }
-}
-
-/// A TLS setting that cannot be used; each names the flag or variable and
-/// the file, so the fix is obvious.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("{setting}: {message}")]
-    Unreadable { setting: String, message: String },
-    #[error("{setting}: no PEM certificate in it")]
-    NoCertificate { setting: String },
-    #[error("{setting}: no usable private key: {message}")]
-    BadKey { setting: String, message: String },
-    #[error("{cert} and {key} do not form a usable client certificate")]
-    IdentityMismatch {
-        cert: String,
-        key: String,
-        #[source]
-        source: rustls::Error,
-    },
-    #[error("{setting}: not a usable CA certificate")]
-    BadCa {
-        setting: String,
-        #[source]
-        source: rustls::Error,
-    },
-    #[error("no system CA certificates found{detail}; name the server's CA with a CA file option")]
-    NoSystemRoots { detail: String },
-    #[error("{0} is set but no client key is")]
-    KeyMissing(String),
-    #[error("{0} is set but no client certificate is")]
-    CertificateMissing(String),
-    #[error("TLS protocol versions: {0}")]
-    Protocols(#[source] rustls::Error),
 }
 
 /// What a client trusts and presents.
@@ -83,23 +87,23 @@ impl ClientTls {
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(TlsError::Protocols)?
+            .with_safe_default_protocol_versions()?
             .with_root_certificates(roots);
         let mut cfg = match &self.identity {
             Some((cert, key)) => {
                 let chain = read_certs(cert)?;
-                let key_der =
-                    PrivateKeyDer::from_pem_file(&key.path).map_err(|e| TlsError::BadKey {
+                let key_der = PrivateKeyDer::from_pem_file(&key.path).map_err(|problem| {
+                    TlsError::BadKey {
                         setting: key.describe(),
-                        message: e.to_string(),
-                    })?;
+                        problem,
+                    }
+                })?;
                 builder
                     .with_client_auth_cert(chain, key_der)
-                    .map_err(|source| TlsError::IdentityMismatch {
+                    .map_err(|problem| TlsError::BadIdentity {
                         cert: cert.describe(),
                         key: key.describe(),
-                        source,
+                        problem,
                     })?
             }
             None => builder.with_no_client_auth(),
@@ -112,9 +116,9 @@ impl ClientTls {
 fn read_certs(f: &FileSetting) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(&f.path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| TlsError::Unreadable {
+        .map_err(|problem| TlsError::Unreadable {
             setting: f.describe(),
-            message: e.to_string(),
+            problem,
         })?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate {
@@ -127,9 +131,9 @@ fn read_certs(f: &FileSetting) -> Result<Vec<CertificateDer<'static>>, TlsError>
 fn ca_roots(ca: &FileSetting) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for c in read_certs(ca)? {
-        roots.add(c).map_err(|source| TlsError::BadCa {
+        roots.add(c).map_err(|problem| TlsError::BadCa {
             setting: ca.describe(),
-            source,
+            problem,
         })?;
     }
     Ok(roots)
@@ -170,8 +174,12 @@ pub fn identity(
     match (cert, key) {
         (Some(c), Some(k)) => Ok(Some((c, k))),
         (None, None) => Ok(None),
-        (Some(c), None) => Err(TlsError::KeyMissing(c.describe())),
-        (None, Some(k)) => Err(TlsError::CertificateMissing(k.describe())),
+        (Some(c), None) => Err(TlsError::NoClientKey {
+            setting: c.describe(),
+        }),
+        (None, Some(k)) => Err(TlsError::NoClientCertificate {
+            setting: k.describe(),
+        }),
     }
 }
 
@@ -245,7 +253,7 @@ pub mod test_pki {
         /// The server's rustls configuration, as `kascade collect` serves
         /// its webhook; with `require_client_cert`, mutual TLS.
         pub fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
-            crate::cli::tls_config(
+            crate::source::server::tls_config(
                 &self.server_cert,
                 &self.server_key,
                 require_client_cert.then_some(self.ca.as_path()),

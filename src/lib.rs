@@ -4,9 +4,9 @@
 //! span cache, diffs, relations, rules) → `export` (OTLP, OTLP/JSON).
 
 pub mod aggregate;
+pub mod app;
 pub mod bounds;
 pub mod cli;
-pub mod cli_frontend;
 pub mod client_tls;
 pub mod coordination;
 pub mod export;

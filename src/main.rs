@@ -1,13 +1,11 @@
 use clap::Parser;
+use kascade::app;
 use kascade::cli::{Cli, Command, RulesCommand};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let telemetry = match kascade::telemetry::init(
-        cli.log_format,
-        kascade::telemetry::Role::of(&cli.command),
-    ) {
+    let telemetry = match kascade::telemetry::init(cli.log_format, cli.command.telemetry_role()) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
@@ -15,13 +13,13 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Collect(args) => kascade::cli::run_collect(*args).await,
-        Command::Replay(args) => kascade::cli::run_replay(args).await,
-        Command::Frontend(args) => kascade::cli_frontend::run_frontend(args).await,
-        Command::Trace(args) => kascade::cli_frontend::run_trace(args).await,
+        Command::Collect(args) => app::collect::run((*args).into()).await,
+        Command::Replay(args) => app::replay::run(args.into()).await,
+        Command::Frontend(args) => app::frontend::run(args.into()).await,
+        Command::Trace(args) => app::trace::run(args.into()).await,
         Command::Rules {
             command: RulesCommand::Check { dir },
-        } => kascade::cli::run_rules_check(&dir),
+        } => app::run_rules_check(&dir),
     };
     telemetry.shutdown();
     match result {

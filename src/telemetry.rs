@@ -44,9 +44,15 @@ use tracing_subscriber::layer::Filter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use crate::cli::{Command, LogFormat};
 use crate::export::OtlpProtocol;
 use crate::export::config::{Compression, OtlpConfig, OtlpFlags, resolve};
+
+/// How kascade's own logs are written (on stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// The target of every self-tracing span.
 pub const TARGET: &str = "kascade::self_trace";
@@ -60,28 +66,6 @@ pub struct Role<'a> {
     pub component: &'static str,
     /// The object spans' service name and the flag that set it.
     pub object_service: Option<(&'a str, &'static str)>,
-}
-
-impl<'a> Role<'a> {
-    pub fn of(command: &'a Command) -> Self {
-        let (component, object_service) = match command {
-            Command::Collect(a) => (
-                "collect",
-                Some((a.export.service_name.as_str(), "--service-name")),
-            ),
-            Command::Replay(a) => (
-                "replay",
-                Some((a.export.service_name.as_str(), "--service-name")),
-            ),
-            Command::Frontend(a) => ("frontend", Some((a.raw_service.as_str(), "--raw-service"))),
-            Command::Trace(_) => ("trace", None),
-            Command::Rules { .. } => ("rules", None),
-        };
-        Self {
-            component,
-            object_service,
-        }
-    }
 }
 
 /// Self-tracing as asked for by the environment.
@@ -587,37 +571,5 @@ mod tests {
             Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("kascade=debug,warn"))),
             Some(LevelFilter::DEBUG)
         );
-    }
-
-    #[test]
-    fn every_subcommand_has_a_default_service_of_its_own() {
-        use clap::Parser as _;
-        let cases = [
-            (
-                vec!["kascade", "collect"],
-                "collect",
-                Some("--service-name"),
-            ),
-            (
-                vec!["kascade", "replay", "x.log"],
-                "replay",
-                Some("--service-name"),
-            ),
-            (
-                vec!["kascade", "frontend", "--jaeger-url", "http://j:16686"],
-                "frontend",
-                Some("--raw-service"),
-            ),
-        ];
-        for (argv, component, flag) in cases {
-            let cli = crate::cli::Cli::try_parse_from(&argv).unwrap();
-            let role = Role::of(&cli.command);
-            assert_eq!(role.component, component);
-            assert_eq!(role.object_service.map(|(_, f)| f), flag);
-            assert_ne!(
-                role.object_service.map(|(s, _)| s.to_string()),
-                Some(format!("kascade-{component}"))
-            );
-        }
     }
 }

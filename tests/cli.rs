@@ -320,3 +320,219 @@ fn otlp_settings_from_the_environment_are_checked_and_named() {
         String::from_utf8_lossy(&st.stderr)
     );
 }
+
+/// A flag's row in one of README's configuration tables.
+struct ReadmeRow {
+    /// The cell of the default, as written (`\|` unescaped).
+    default: String,
+    line: usize,
+}
+
+/// The flag tables of README's "Configuration reference", by the
+/// subcommands each applies to ("" for the global flags), read from the
+/// caption above each table.
+fn readme_flag_tables()
+-> std::collections::HashMap<String, std::collections::HashMap<String, ReadmeRow>> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("\n## Configuration reference\n")
+        .nth(1)
+        .expect("README has a Configuration reference")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let first_line = readme[..readme.find(section).unwrap()].lines().count() + 1;
+    let flag = regex::Regex::new(r"`(--[a-z0-9-]+)`").unwrap();
+    let mut tables: std::collections::HashMap<
+        String,
+        std::collections::HashMap<String, ReadmeRow>,
+    > = Default::default();
+    let mut caption = String::new();
+    for (i, line) in section.lines().enumerate() {
+        if !line.starts_with('|') {
+            if !line.trim().is_empty() {
+                caption = line.to_string();
+            }
+            continue;
+        }
+        // Cells split on `|` not escaped as `\|` (inside code spans).
+        let cells: Vec<String> = line
+            .replace("\\|", "\u{0}")
+            .split('|')
+            .map(|c| c.trim().replace('\u{0}', "|"))
+            .collect();
+        let Some(first) = cells.get(1) else { continue };
+        if !first.starts_with("`--") {
+            continue;
+        }
+        let subcommands: Vec<&str> = if caption.starts_with("Global") {
+            vec![""]
+        } else {
+            ["collect", "replay", "frontend", "trace"]
+                .into_iter()
+                .filter(|s| {
+                    caption.contains(&format!("`{s}`"))
+                        || caption.contains(&format!("`kascade {s}"))
+                })
+                .collect()
+        };
+        assert!(
+            !subcommands.is_empty(),
+            "README.md:{}: the caption {caption:?} above this table names no subcommand",
+            first_line + i
+        );
+        for f in flag.captures_iter(first) {
+            for s in &subcommands {
+                tables.entry(s.to_string()).or_default().insert(
+                    f[1].to_string(),
+                    ReadmeRow {
+                        default: cells[2].clone(),
+                        line: first_line + i,
+                    },
+                );
+            }
+        }
+    }
+    tables
+}
+
+/// The flags of `kascade <sub> --help` with the default each shows (clap's
+/// `[default: …]`, or one written in the flag's description).
+fn help_flags(sub: &[&str]) -> Vec<(String, Option<String>)> {
+    let out = kascade().args(sub).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{sub:?} --help");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z0-9-]+)").unwrap();
+    let inline_default = regex::Regex::new(r"\[default: ([^\]]+)\]").unwrap();
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    for line in help.lines() {
+        if let Some(c) = flag.captures(line) {
+            // Short help: the description and default on the flag's line.
+            let default = inline_default.captures(line).map(|d| d[1].to_string());
+            flags.push((c[1].to_string(), default));
+            continue;
+        }
+        let Some((_, default)) = flags.last_mut() else {
+            continue;
+        };
+        if default.is_some() {
+            continue;
+        }
+        // clap's own line holds the whole value (which may contain `]`).
+        let t = line.trim();
+        if let Some(v) = t
+            .strip_prefix("[default: ")
+            .and_then(|v| v.strip_suffix(']'))
+        {
+            *default = Some(v.to_string());
+        } else if let Some(c) = inline_default.captures(t) {
+            *default = Some(c[1].to_string());
+        }
+    }
+    flags
+}
+
+/// Whether README's default cell states `default`: as a code span (a list
+/// comma-separated, as typed, where clap shows it space-separated), or in
+/// words when the default is described rather than a value.
+fn states_default(cell: &str, default: &str) -> bool {
+    let spans = regex::Regex::new(r"`([^`]*)`").unwrap();
+    spans
+        .captures_iter(cell)
+        .any(|c| c[1] == *default || c[1].replace(',', " ") == default)
+        || (default.contains(' ') && cell.contains(default))
+}
+
+#[test]
+fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
+    let tables = readme_flag_tables();
+    let global = &tables[""];
+    let lone = regex::Regex::new(r"^`[^`]*`$").unwrap();
+    let mut checked_defaults = 0;
+    let mut problems = Vec::new();
+    for (sub, key) in [
+        (vec![], ""),
+        (vec!["collect"], "collect"),
+        (vec!["replay"], "replay"),
+        (vec!["frontend"], "frontend"),
+        (vec!["trace"], "trace"),
+        (vec!["rules", "check"], "rules check"),
+    ] {
+        let help = help_flags(&sub);
+        let own = tables.get(key);
+        for (flag, default) in &help {
+            let Some(row) = own.and_then(|t| t.get(flag)).or_else(|| global.get(flag)) else {
+                problems.push(format!(
+                    "`kascade {key} --help` lists {flag}, which no README table of `{key}` documents"
+                ));
+                continue;
+            };
+            match default {
+                Some(d) => {
+                    checked_defaults += 1;
+                    if !states_default(&row.default, d) {
+                        problems.push(format!(
+                            "README.md:{}: {flag} of `kascade {key}` defaults to `{d}` (its --help), README says {:?}",
+                            row.line, row.default
+                        ));
+                    }
+                }
+                None => {
+                    // A lone value would claim a default the flag does not have.
+                    if lone.is_match(&row.default) {
+                        problems.push(format!(
+                            "README.md:{}: {flag} of `kascade {key}` has no default in its --help, README says {:?}",
+                            row.line, row.default
+                        ));
+                    }
+                }
+            }
+        }
+        let in_help: std::collections::HashSet<&str> =
+            help.iter().map(|(f, _)| f.as_str()).collect();
+        let documented = if key.is_empty() { Some(global) } else { own };
+        for (flag, row) in documented.into_iter().flatten() {
+            if !in_help.contains(flag.as_str()) {
+                problems.push(format!(
+                    "README.md:{}: documents {flag} for `kascade {key}`, whose --help has no such flag",
+                    row.line
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        checked_defaults > 60,
+        "only {checked_defaults} defaults found: the help format changed?"
+    );
+}
+
+#[test]
+fn a_bad_value_of_a_choice_flag_names_the_flag_and_the_choices() {
+    let log = common::fixture_path("deployment", "audit.log");
+    for (flag, value, choices) in [
+        ("--format", "yaml", "text, otlp-json"),
+        ("--mode", "flat", "tracing, tree, timeline, grouped"),
+        ("--scope", "all", "full, ancestors, descendants, object"),
+        (
+            "--default-scope",
+            "all",
+            "full, ancestors, descendants, object",
+        ),
+        ("--log-format", "xml", "text, json"),
+    ] {
+        let st = kascade()
+            .args(["trace", "--resource", "deployments", "--name", "hello"])
+            .args([flag, value])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(!st.status.success());
+        let err = String::from_utf8_lossy(&st.stderr);
+        assert!(
+            err.contains(&format!("'{value}'")) && err.contains(flag) && err.contains(choices),
+            "{flag} {value}: {err}"
+        );
+    }
+}

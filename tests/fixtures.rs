@@ -12,9 +12,9 @@ use std::time::Duration;
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::offline::spans_from_audit_lines;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::cli::load_rules;
+use kascade::app::load_rules;
 use kascade::model::Windowing;
-use kascade::source::audit::AuditFilter;
+use kascade::source::audit::{AuditFilter, FilterReason};
 use kascade::span_model::Span;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::span::Event;
@@ -970,13 +970,13 @@ async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted
         attr(events[0].2, "event.message").unwrap(),
         expected_message
     );
-    let filtered = |reason: &str| {
+    let filtered = |reason| {
         metrics
             .events_filtered
-            .get_or_create(&Metrics::reason(reason))
+            .get_or_create(&Metrics::filtered(reason))
             .get()
     };
-    assert_eq!(filtered("event-without-object"), 1);
+    assert_eq!(filtered(FilterReason::EventWithoutObject), 1);
 }
 
 #[test]
@@ -1236,8 +1236,8 @@ async fn watch_changes_are_shown_even_when_the_ledger_evicted_them() {
     let evicted = metrics
         .cache_evictions
         .get_or_create(&kascade::metrics::CacheEvictionLabel {
-            cache: "ledger".into(),
-            cause: "size".into(),
+            cache: kascade::metrics::Cache::Ledger,
+            cause: kascade::metrics::EvictionCause::Size,
         })
         .get();
     assert!(
@@ -1412,7 +1412,7 @@ async fn quota_denied_pod_creates_are_errors_on_their_replicaset() {
     assert_eq!(accepted, denied.len());
     let no_object = metrics
         .events_filtered
-        .get_or_create(&kascade::metrics::Metrics::reason("no_object"))
+        .get_or_create(&kascade::metrics::Metrics::filtered(FilterReason::NoObject))
         .get();
     assert_eq!(no_object, 0);
 }

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::cli::load_rules;
+use kascade::app::load_rules;
 use kascade::frontend::assemble::{Limits, Scope};
 use kascade::frontend::display::{Mode, render};
 use kascade::frontend::http::{RedirectState, router};

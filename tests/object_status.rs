@@ -13,7 +13,7 @@ use std::time::Duration;
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::offline::spans_from_audit_lines;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::cli::load_rules;
+use kascade::app::load_rules;
 use kascade::source::audit::AuditFilter;
 use kascade::span_model::{Span, attr as key};
 use opentelemetry_proto::tonic::common::v1::any_value;

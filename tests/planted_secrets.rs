@@ -25,7 +25,7 @@ use kascade::aggregate::processor::{WatchChange, WatchKind};
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::aggregate::span_cache::LocalSpanCache;
 use kascade::aggregate::{Processor, ProcessorConfig};
-use kascade::cli::load_rules;
+use kascade::app::load_rules;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, Windowing};
 use kascade::source::audit::AuditFilter;

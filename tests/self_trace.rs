@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use clap::Parser;
-use kascade::cli::{Cli, Command, build_collect, serve_webhook};
+use kascade::app::collect::{self, CollectConfig, serve_webhook};
+use kascade::cli::{Cli, Command};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -112,14 +113,15 @@ async fn a_webhook_batch_is_one_trace_of_decode_admit_and_process_and_exports_ar
     else {
         unreachable!()
     };
-    let (apps, _pipeline) = build_collect(&args).unwrap();
+    let config: CollectConfig = (*args).into();
+    let (apps, _pipeline) = collect::build(&config).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(serve_webhook(
         listener,
         None,
         apps.audit,
-        args.header_read_timeout,
+        config.header_read_timeout,
         std::future::pending(),
     ));
 

@@ -18,15 +18,16 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use kascade::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, Slot, SpanCache, etcd_key};
-use kascade::cli::{Cli, Command, build_collect};
+use kascade::app::SpanCacheConfig;
+use kascade::app::collect::{self, CollectConfig};
 use kascade::coordination::etcd::proto::etcdserverpb::{
     AuthenticateRequest, AuthenticateResponse, LeaseGrantRequest, LeaseGrantResponse, RequestOp,
     ResponseOp, TxnRequest, TxnResponse, auth_server, compare, kv_server, lease_server, request_op,
     response_op,
 };
 use kascade::coordination::etcd::proto::mvccpb::KeyValue;
+use kascade::export::OutputSpec;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, ObjectWindow};
 use serde_json::Value;
@@ -580,24 +581,16 @@ fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String)> {
 /// Serves one `collect` replica on an ephemeral port; posts `body` to
 /// `/audit/{cluster}`, then flushes it.
 async fn run_replica(
-    extra: &[String],
+    span_cache: SpanCacheConfig,
     body: String,
     dir: &std::path::Path,
     name: &str,
 ) -> std::path::PathBuf {
     let out = dir.join(format!("{name}.jsonl"));
-    let mut argv: Vec<String> = ["kascade", "collect", "--output"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    argv.push(format!("otlp-json={}", out.display()));
-    argv.push("--spool-dir".into());
-    argv.push(dir.join(format!("{name}-spool")).display().to_string());
-    argv.extend(extra.iter().cloned());
-    let Command::Collect(args) = Cli::parse_from(argv).command else {
-        unreachable!()
-    };
-    let (apps, pipeline) = build_collect(&args).unwrap();
+    let mut config = CollectConfig::default().spool_dir(dir.join(format!("{name}-spool")));
+    config.export = config.export.output(OutputSpec::OtlpJson(out.clone()));
+    config.span_cache = span_cache;
+    let (apps, pipeline) = collect::build(&config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, apps.audit).await.unwrap() });
@@ -625,20 +618,17 @@ async fn two_collect_replicas_fed_the_same_batch_emit_each_span_once() {
     let body = common::event_list(&common::audit_lines("deployment"));
     // Answers are never given up on, however loaded the machine: a replica
     // that fell back would count local reservations (asserted 0).
-    let etcd = vec![
-        "--etcd-endpoints".to_string(),
-        url,
-        "--etcd-timeout".to_string(),
-        "60s".to_string(),
-        "--etcd-retry-for".to_string(),
-        "1h".to_string(),
-    ];
+    let etcd = SpanCacheConfig {
+        etcd_timeout: Duration::from_secs(60),
+        etcd_retry_for: Duration::from_secs(3600),
+        ..SpanCacheConfig::default().etcd_endpoints([url])
+    };
     // Both replicas at once, as behind one webhook address.
     let (a, b) = tokio::join!(
-        run_replica(&etcd, body.clone(), dir.path(), "a"),
-        run_replica(&etcd, body.clone(), dir.path(), "b"),
+        run_replica(etcd.clone(), body.clone(), dir.path(), "a"),
+        run_replica(etcd, body.clone(), dir.path(), "b"),
     );
-    let alone = run_replica(&[], body, dir.path(), "alone").await;
+    let alone = run_replica(SpanCacheConfig::default(), body, dir.path(), "alone").await;
 
     let mut shared = spans_by_kind(&a);
     shared.extend(spans_by_kind(&b));

@@ -7,8 +7,8 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use clap::Parser;
-use kascade::cli::{Cli, Command, build_collect, serve_webhook};
+use kascade::app::collect::{self, CollectConfig, serve_webhook};
+use kascade::export::OutputSpec;
 
 struct Server {
     url: String,
@@ -30,28 +30,17 @@ fn spawn_server(app: axum::Router, header_read_timeout: Duration) -> String {
     url
 }
 
-async fn serve(extra: &[&str]) -> (Server, kascade::cli::Pipeline) {
+async fn serve(configure: impl FnOnce(&mut CollectConfig)) -> (Server, kascade::app::Pipeline) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let out_arg = format!("otlp-json={}", out.display());
-    let spool = dir.path().join("spool").display().to_string();
-    let mut argv = vec![
-        "kascade",
-        "collect",
-        "--cluster",
-        "test",
-        "--output",
-        &out_arg,
-        "--spool-dir",
-        &spool,
-    ];
-    argv.extend_from_slice(extra);
-    let Command::Collect(args) = Cli::parse_from(argv).command else {
-        unreachable!()
-    };
-    let (apps, pipeline) = build_collect(&args).unwrap();
+    let mut config = CollectConfig::default()
+        .cluster("test")
+        .spool_dir(dir.path().join("spool"));
+    config.export = config.export.output(OutputSpec::OtlpJson(out.clone()));
+    configure(&mut config);
+    let (apps, pipeline) = collect::build(&config).unwrap();
     let app = apps.audit.merge(apps.admin);
-    let url = spawn_server(app, args.header_read_timeout);
+    let url = spawn_server(app, config.header_read_timeout);
     (
         Server {
             url,
@@ -73,7 +62,7 @@ fn metric(text: &str, name_and_labels: &str) -> u64 {
 
 #[tokio::test]
 async fn accepts_a_real_batch_plain_and_gzipped() {
-    let (srv, pipeline) = serve(&[]).await;
+    let (srv, pipeline) = serve(|_| {}).await;
     let lines = common::audit_lines("deployment");
     let half = lines.len() / 2;
     let client = reqwest::Client::new();
@@ -143,7 +132,7 @@ async fn accepts_a_real_batch_plain_and_gzipped() {
 
 #[tokio::test]
 async fn bad_input_is_a_400_naming_the_problem_and_keeps_good_items() {
-    let (srv, pipeline) = serve(&[]).await;
+    let (srv, pipeline) = serve(|_| {}).await;
     let client = reqwest::Client::new();
     let post = |body: String| client.post(format!("{}/audit", srv.url)).body(body).send();
 
@@ -217,13 +206,10 @@ async fn oversized_body_is_413_and_missing_token_is_401() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
-    let token_arg = token.display().to_string();
-    let (srv, _p) = serve(&[
-        "--max-body-bytes",
-        "2048",
-        "--webhook-token-file",
-        &token_arg,
-    ])
+    let (srv, _p) = serve(|c| {
+        c.max_body_bytes = 2048;
+        c.webhook_token_file = Some(token);
+    })
     .await;
     let client = reqwest::Client::new();
     let lines = common::audit_lines("deployment");
@@ -284,34 +270,17 @@ async fn a_full_queue_answers_429_and_readyz_turns_unready() {
     let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", sink.local_addr().unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().display().to_string();
-    let argv = [
-        "kascade",
-        "collect",
-        "--spool-dir",
-        &spool,
-        "--cluster",
-        "test",
-        "--output",
-        "otlp",
-        "--otlp-endpoint",
-        &endpoint,
-        "--otlp-timeout",
-        "60s",
-        "--export-queue-size",
-        "1",
-        "--export-batch-size",
-        "1",
-        "--queue-size",
-        "8",
-        "--workers",
-        "1",
-    ];
-    let Command::Collect(args) = Cli::parse_from(argv).command else {
-        unreachable!()
-    };
-    let (apps, _pipeline) = build_collect(&args).unwrap();
-    let url = spawn_server(apps.audit.merge(apps.admin), args.header_read_timeout);
+    let mut config = CollectConfig::default()
+        .cluster("test")
+        .spool_dir(dir.path());
+    config.export = config.export.output(OutputSpec::Otlp);
+    config.export.otlp_endpoint = Some(endpoint);
+    config.export.otlp_timeout = Some(Duration::from_secs(60));
+    config.export.queue_size = 1;
+    config.export.batch_size = 1;
+    config.pipeline = config.pipeline.queue_size(8).workers(1);
+    let (apps, _pipeline) = collect::build(&config).unwrap();
+    let url = spawn_server(apps.audit.merge(apps.admin), config.header_read_timeout);
     let client = reqwest::Client::new();
     let lines = common::audit_lines("deployment");
     // One event per batch: the 429 then means the queue is really full.
@@ -371,8 +340,7 @@ async fn a_wrong_token_is_refused_before_the_body_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
-    let token_arg = token.display().to_string();
-    let (srv, _pipeline) = serve(&["--webhook-token-file", &token_arg]).await;
+    let (srv, _pipeline) = serve(|c| c.webhook_token_file = Some(token)).await;
     // Announces 31 MiB and sends none of it: the answer must not wait for it.
     let announced = b"POST /audit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong-token!\r\n\
 Content-Type: application/json\r\nContent-Length: 32505856\r\n\r\n";
@@ -387,8 +355,11 @@ Content-Type: application/json\r\nContent-Length: 32505856\r\n\r\n";
 
 #[tokio::test]
 async fn slow_clients_are_cut_off_by_the_read_timeouts() {
-    let (srv, _pipeline) =
-        serve(&["--header-read-timeout", "1s", "--body-read-timeout", "1s"]).await;
+    let (srv, _pipeline) = serve(|c| {
+        c.header_read_timeout = Duration::from_secs(1);
+        c.body_read_timeout = Duration::from_secs(1);
+    })
+    .await;
     // Headers that never end: the connection is closed.
     let (reply, closed) = raw_exchange(
         &srv.url,
@@ -455,13 +426,10 @@ async fn http2_clients_get_the_refusal_not_a_stream_reset() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
-    let token_arg = token.display().to_string();
-    let (srv, _pipeline) = serve(&[
-        "--webhook-token-file",
-        &token_arg,
-        "--max-body-bytes",
-        "4096",
-    ])
+    let (srv, _pipeline) = serve(|c| {
+        c.webhook_token_file = Some(token);
+        c.max_body_bytes = 4096;
+    })
     .await;
     for _ in 0..20 {
         assert_eq!(h2_answer_while_sending(&srv.url, None, None).await, 401);

@@ -21,7 +21,7 @@ use super::selectors::SelectorIndex;
 use super::span_cache::{Slot, SpanCache};
 use super::states::StateStore;
 use super::status;
-use crate::metrics::{CacheEvictions, Metrics};
+use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::source::audit::{AuditEvent, FailedCreate, FilterReason};
 use crate::span_model::{
@@ -209,12 +209,12 @@ impl Processor {
         // outright when full: here the newest entries matter most.
         let seen_evictions = CacheEvictions::new(
             &metrics,
-            "seen_events",
+            Cache::SeenEvents,
             "an Event occurrence seen again after its entry went is shown again",
         );
         let ledger_evictions = CacheEvictions::new(
             &metrics,
-            "ledger",
+            Cache::Ledger,
             "a write seen by both the watch and the audit log may be shown twice; raise --watch-ledger-entries",
         );
         Self {
@@ -491,7 +491,7 @@ impl Processor {
     fn count_filtered(&self, reason: FilterReason) {
         self.metrics
             .events_filtered
-            .get_or_create(&Metrics::reason(reason.as_str()))
+            .get_or_create(&Metrics::filtered(reason))
             .inc();
     }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::metrics::{CacheEvictions, Metrics};
+use crate::metrics::{Cache, CacheEvictions, Metrics};
 
 /// Hot-tier partitions: workers writing different objects rarely share a lock.
 const PARTITIONS: usize = 16;
@@ -42,7 +42,7 @@ impl StateStore {
     pub fn new(cold_bytes: u64, hot_entries: usize, metrics: &Metrics) -> Self {
         let evictions = CacheEvictions::new(
             metrics,
-            "states",
+            Cache::States,
             "the next write of such an object shows no diff; raise --state-cache-bytes",
         );
         // Least recently used first: moka's default (TinyLFU) may refuse a
@@ -214,8 +214,8 @@ mod tests {
         let evicted = metrics
             .cache_evictions
             .get_or_create(&CacheEvictionLabel {
-                cache: "states".into(),
-                cause: "size".into(),
+                cache: crate::metrics::Cache::States,
+                cause: crate::metrics::EvictionCause::Size,
             })
             .get();
         assert_eq!(evicted, 200 - kept);

@@ -9,7 +9,7 @@ use prost::Message as _;
 use tokio::sync::mpsc;
 
 use super::{DropReason, ExportProgress, trim};
-use crate::metrics::Metrics;
+use crate::metrics::{ExportOutput, Metrics, TrimReason};
 use crate::span_model::{self, EncodedSpan, Span};
 
 pub(super) struct Batch {
@@ -94,7 +94,7 @@ pub(super) struct Batcher {
     pub(super) spans_len: usize,
     /// Spans dropped since the last batch (see `Batch::also_finishes`).
     pub(super) dropped_since_flush: usize,
-    pub(super) queues: Vec<(&'static str, mpsc::Sender<Arc<Batch>>)>,
+    pub(super) queues: Vec<(ExportOutput, mpsc::Sender<Arc<Batch>>)>,
     pub(super) progress: Arc<ExportProgress>,
     pub(super) metrics: Arc<Metrics>,
 }
@@ -127,7 +127,7 @@ impl Batcher {
         }
         match trim::trim_span(&span, self.max_span_len) {
             Some((trimmed, report)) => {
-                self.count_trimmed("batch_bytes", &report);
+                self.count_trimmed(TrimReason::BatchBytes, &report);
                 tracing::warn!(
                     bytes = report.from_bytes,
                     max_batch_bytes = self.max_bytes,
@@ -143,10 +143,7 @@ impl Batcher {
                 for (label, _) in &self.queues {
                     self.metrics
                         .spans_dropped
-                        .get_or_create(&Metrics::output_reason(
-                            label,
-                            DropReason::TooLarge.as_str(),
-                        ))
+                        .get_or_create(&Metrics::dropped(*label, DropReason::TooLarge))
                         .inc();
                 }
                 tracing::error!(
@@ -160,7 +157,7 @@ impl Batcher {
         }
     }
 
-    pub(super) fn count_trimmed(&self, reason: &str, report: &trim::Trimmed) {
+    pub(super) fn count_trimmed(&self, reason: TrimReason, report: &trim::Trimmed) {
         count_trimmed(&self.metrics, reason, report);
     }
 
@@ -188,29 +185,26 @@ impl Batcher {
                 // Only when that output's task ended abnormally (a panic).
                 self.metrics
                     .spans_dropped
-                    .get_or_create(&Metrics::output_reason(
-                        label,
-                        DropReason::Rejected.as_str(),
-                    ))
+                    .get_or_create(&Metrics::dropped(*label, DropReason::Rejected))
                     .inc_by(batch.spans.len() as u64);
                 tracing::error!(
-                    output = label,
+                    output = label.as_str(),
                     spans = batch.spans.len(),
                     "the output has stopped; batch dropped"
                 );
             }
             self.metrics
                 .export_output_queue_depth
-                .get_or_create(&Metrics::output(label))
+                .get_or_create(&Metrics::output(*label))
                 .set((queue.max_capacity() - queue.capacity()) as i64);
         }
     }
 }
 
-pub(super) fn count_trimmed(metrics: &Metrics, reason: &str, report: &trim::Trimmed) {
+pub(super) fn count_trimmed(metrics: &Metrics, reason: TrimReason, report: &trim::Trimmed) {
     metrics
         .spans_trimmed
-        .get_or_create(&Metrics::reason(reason))
+        .get_or_create(&Metrics::trimmed(reason))
         .inc();
     metrics
         .span_events_trimmed
@@ -313,7 +307,7 @@ mod tests {
             spans: Vec::new(),
             spans_len: 0,
             dropped_since_flush: 0,
-            queues: vec![("otlp", tx)],
+            queues: vec![(ExportOutput::Otlp, tx)],
             progress: Default::default(),
             metrics: Arc::new(Metrics::default()),
         };

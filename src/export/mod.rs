@@ -45,7 +45,7 @@ pub use config::{Compression, OtlpConfig, OtlpFlags};
 pub use failure::{Failure, SendError, classify_grpc, classify_http};
 pub use otlp::grpc_channel;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ExportOutput, Metrics};
 use crate::span_model::{self, EncodedSpan, Span};
 use batcher::{Batcher, RequestFramer};
 use output::Output;
@@ -113,49 +113,17 @@ pub struct ExportConfig {
     pub service_name: String,
 }
 
-/// Why spans were not exported: the `reason` of `kascade_spans_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DropReason {
-    /// A retryable failure lasted longer than `--export-retry-for`.
-    RetriesExhausted,
-    /// The receiver refused the request for good (HTTP 400, gRPC
-    /// INVALID_ARGUMENT, unauthenticated, …).
-    Rejected,
-    /// The receiver took the request but rejected these spans.
-    PartialRejection,
-    /// Even the span trimmed to its bare attributes was too large.
-    TooLarge,
-}
-
-impl DropReason {
-    pub const ALL: [DropReason; 4] = [
-        DropReason::RetriesExhausted,
-        DropReason::Rejected,
-        DropReason::PartialRejection,
-        DropReason::TooLarge,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::RetriesExhausted => "retries_exhausted",
-            DropReason::Rejected => "rejected",
-            DropReason::PartialRejection => "partial_rejection",
-            DropReason::TooLarge => "too_large",
-        }
-    }
-}
-
-/// Output labels of the export metrics.
-pub const OUTPUT_LABELS: [&str; 2] = ["otlp", "otlp-json"];
+/// Why spans were not exported (defined among the metrics' labels).
+pub use crate::metrics::DropReason;
 
 /// Spans exported, over every output.
 pub fn spans_exported(metrics: &Metrics) -> u64 {
-    OUTPUT_LABELS
+    ExportOutput::ALL
         .iter()
         .map(|o| {
             metrics
                 .spans_exported
-                .get_or_create(&Metrics::output(o))
+                .get_or_create(&Metrics::output(*o))
                 .get()
         })
         .sum()
@@ -163,13 +131,13 @@ pub fn spans_exported(metrics: &Metrics) -> u64 {
 
 /// Spans dropped, over every output and reason.
 pub fn spans_dropped(metrics: &Metrics) -> u64 {
-    OUTPUT_LABELS
+    ExportOutput::ALL
         .iter()
-        .flat_map(|o| DropReason::ALL.map(|r| (*o, r)))
+        .flat_map(|o| DropReason::ALL.iter().map(|r| (*o, *r)))
         .map(|(o, r)| {
             metrics
                 .spans_dropped
-                .get_or_create(&Metrics::output_reason(o, r.as_str()))
+                .get_or_create(&Metrics::dropped(o, r))
                 .get()
         })
         .sum()
@@ -412,7 +380,7 @@ fn start_outputs(
         drop(batcher);
         for (label, task) in tasks {
             if let Err(e) = task.await {
-                tracing::error!(output = label, error = %e, "an export output failed");
+                tracing::error!(output = label.as_str(), error = %e, "an export output failed");
             }
         }
     });

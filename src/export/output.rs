@@ -18,7 +18,7 @@ use super::batcher::{Batch, RequestFramer, count_trimmed, span_name};
 use super::failure::Accepted;
 use super::otlp::{self, Transport};
 use super::{DropReason, ExportConfig, ExportProgress, Failure, OutputSpec, SetupError, trim};
-use crate::metrics::Metrics;
+use crate::metrics::{ExportOutput, Metrics, TrimReason};
 use crate::span_model::EncodedSpan;
 
 pub(super) enum Output {
@@ -33,12 +33,12 @@ pub(super) enum Output {
 }
 
 impl Output {
-    pub(super) fn label(&self) -> &'static str {
+    pub(super) fn label(&self) -> ExportOutput {
         match self {
-            Output::Otlp(_) => "otlp",
-            Output::Json { .. } => "otlp-json",
+            Output::Otlp(_) => ExportOutput::Otlp,
+            Output::Json { .. } => ExportOutput::OtlpJson,
             #[cfg(test)]
-            Output::Scripted(_) => "otlp",
+            Output::Scripted(_) => ExportOutput::Otlp,
         }
     }
 }
@@ -77,7 +77,7 @@ pub(super) fn build_outputs(
 
 /// What one output needs to write and count.
 pub(super) struct OutputContext {
-    pub(super) label: &'static str,
+    pub(super) label: ExportOutput,
     /// This output's place in `ExportProgress`.
     pub(super) index: usize,
     pub(super) progress: Arc<ExportProgress>,
@@ -98,7 +98,7 @@ impl OutputContext {
     pub(super) fn dropped(&self, reason: DropReason, n: usize) {
         self.metrics
             .spans_dropped
-            .get_or_create(&Metrics::output_reason(self.label, reason.as_str()))
+            .get_or_create(&Metrics::dropped(self.label, reason))
             .inc_by(n as u64);
     }
 
@@ -206,7 +206,7 @@ pub(super) async fn export_batch<T: Transport>(
                 // but the bare span is left.
                 match trim::trim_span(span, span.0.len() / 2) {
                     Some((trimmed, report)) => {
-                        count_trimmed(&ctx.metrics, "receiver_limit", &report);
+                        count_trimmed(&ctx.metrics, TrimReason::ReceiverLimit, &report);
                         tracing::warn!(output = %ctx.target, bytes = span.0.len(), events_dropped = report.events_dropped,
                             span = %span_name(span), error = %message,
                             "the receiver refused a single span as too large; trimmed");

@@ -32,7 +32,7 @@ use super::test_support::{JAEGER_GRPC_LIMIT, big_update, int_attr, small_span, t
 use super::{EncodedSpan, OtlpProtocol, Output, RequestFramer, Span, resource, spans_dropped};
 use crate::client_tls::test_pki::TestPki;
 use crate::client_tls::{ClientTls, FileSetting};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TrimReason};
 
 #[derive(Default)]
 struct GrpcLog {
@@ -255,7 +255,7 @@ async fn a_grpc_receiver_refusing_large_requests_gets_them_in_halves_gzipped() {
     assert_eq!(
         metrics
             .spans_trimmed
-            .get_or_create(&Metrics::reason("receiver_limit"))
+            .get_or_create(&Metrics::trimmed(TrimReason::ReceiverLimit))
             .get(),
         3
     );

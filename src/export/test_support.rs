@@ -13,6 +13,7 @@ use bytes::Bytes;
 use super::failure::Accepted;
 use super::otlp::Transport;
 use super::*;
+use crate::metrics::ExportOutput;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::span_model::{AuditWrite, EncodedSpan};
 use prost::Message as _;
@@ -158,15 +159,23 @@ impl Transport for ScriptedReceiver {
     }
 }
 
+/// The output whose label is `name`, as /metrics spells it.
+fn output(name: &str) -> ExportOutput {
+    *ExportOutput::ALL
+        .iter()
+        .find(|o| o.as_str() == name)
+        .unwrap()
+}
+
 pub(super) fn exported(m: &Metrics, output: &str) -> u64 {
     m.spans_exported
-        .get_or_create(&Metrics::output(output))
+        .get_or_create(&Metrics::output(self::output(output)))
         .get()
 }
 
 pub(super) fn dropped(m: &Metrics, output: &str, reason: DropReason) -> u64 {
     m.spans_dropped
-        .get_or_create(&Metrics::output_reason(output, reason.as_str()))
+        .get_or_create(&Metrics::dropped(self::output(output), reason))
         .get()
 }
 

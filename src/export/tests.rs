@@ -7,6 +7,7 @@ use super::otlp::Transport;
 use super::output::{OutputContext, export_batch};
 use super::test_support::*;
 use super::*;
+use crate::metrics::{ExportOutput, TrimReason};
 use bytes::Bytes;
 use std::fs::File;
 use std::io::BufWriter;
@@ -81,7 +82,7 @@ async fn a_span_too_large_for_any_batch_is_trimmed_and_marked_not_dropped() {
     assert_eq!(
         metrics
             .spans_trimmed
-            .get_or_create(&Metrics::reason("batch_bytes"))
+            .get_or_create(&Metrics::trimmed(TrimReason::BatchBytes))
             .get(),
         1
     );
@@ -120,14 +121,14 @@ async fn a_receiver_with_a_smaller_limit_gets_halves_down_to_trimmed_single_span
     assert!(
         metrics
             .export_splits
-            .get_or_create(&Metrics::output("otlp"))
+            .get_or_create(&Metrics::output(ExportOutput::Otlp))
             .get()
             > 0
     );
     assert_eq!(
         metrics
             .spans_trimmed
-            .get_or_create(&Metrics::reason("receiver_limit"))
+            .get_or_create(&Metrics::trimmed(TrimReason::ReceiverLimit))
             .get(),
         3
     );
@@ -182,7 +183,7 @@ async fn retryable_failures_wait_as_long_as_the_receiver_asks() {
     assert_eq!(
         metrics
             .export_errors
-            .get_or_create(&Metrics::output("otlp"))
+            .get_or_create(&Metrics::output(ExportOutput::Otlp))
             .get(),
         3
     );
@@ -226,7 +227,7 @@ async fn rejected_spans_of_an_accepted_request_are_counted() {
     }
     let metrics = Arc::new(Metrics::default());
     let ctx = OutputContext {
-        label: "otlp",
+        label: ExportOutput::Otlp,
         index: 0,
         progress: Default::default(),
         target: "r".into(),
@@ -326,7 +327,7 @@ async fn a_full_output_queue_is_backpressure_not_loss() {
     assert_eq!(
         metrics
             .export_output_queue_depth
-            .get_or_create(&Metrics::output("otlp"))
+            .get_or_create(&Metrics::output(ExportOutput::Otlp))
             .get(),
         1
     );

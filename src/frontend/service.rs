@@ -27,7 +27,7 @@ use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
 use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
-use crate::metrics::FrontendMetrics;
+use crate::metrics::{FrontendMetrics, Rpc};
 
 type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesData, Status>> + Send>>;
 
@@ -43,7 +43,7 @@ impl<S: RawStore> JaegerStorage<S> {
         Self { frontend }
     }
 
-    fn count(&self, rpc: &str) {
+    fn count(&self, rpc: Rpc) {
         self.frontend
             .metrics()
             .requests
@@ -51,8 +51,11 @@ impl<S: RawStore> JaegerStorage<S> {
             .inc();
     }
 
-    fn error(&self, rpc: &str) {
-        crate::telemetry::record_error(&tracing::Span::current(), &format!("{rpc} failed"));
+    fn error(&self, rpc: Rpc) {
+        crate::telemetry::record_error(
+            &tracing::Span::current(),
+            &format!("{} failed", rpc.as_str()),
+        );
         self.frontend
             .metrics()
             .errors
@@ -60,7 +63,7 @@ impl<S: RawStore> JaegerStorage<S> {
             .inc();
     }
 
-    fn fail(&self, rpc: &str, e: FrontendError) -> Status {
+    fn fail(&self, rpc: Rpc, e: FrontendError) -> Status {
         self.error(rpc);
         to_status(e)
     }
@@ -257,10 +260,10 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<GetTracesRequest>,
     ) -> Result<Response<TraceStream>, Status> {
-        self.count("GetTraces");
+        self.count(Rpc::GetTraces);
         let queries = request.into_inner().query;
         if queries.len() > MAX_TRACES_PER_GET {
-            self.error("GetTraces");
+            self.error(Rpc::GetTraces);
             return Err(invalid(format!(
                 "{} trace ids in one request, more than the {MAX_TRACES_PER_GET} allowed",
                 queries.len()
@@ -269,7 +272,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         let mut found = Vec::new();
         for q in queries {
             let Some(id) = trace_id_bytes(&q.trace_id) else {
-                self.error("GetTraces");
+                self.error(Rpc::GetTraces);
                 return Err(invalid(format!(
                     "trace_id must be 16 bytes, got {}",
                     q.trace_id.len()
@@ -279,7 +282,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
                 .frontend
                 .get(&id)
                 .await
-                .map_err(|e| self.fail("GetTraces", e))?
+                .map_err(|e| self.fail(Rpc::GetTraces, e))?
             {
                 found.push(t);
             }
@@ -300,7 +303,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<GetOperationsRequest>,
     ) -> Result<Response<GetOperationsResponse>, Status> {
-        self.count("GetOperations");
+        self.count(Rpc::GetOperations);
         let service = request.into_inner().service;
         if !service.is_empty() && service.parse::<Mode>().is_err() {
             return Ok(Response::new(GetOperationsResponse::default()));
@@ -323,17 +326,17 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<FindTracesRequest>,
     ) -> Result<Response<TraceStream>, Status> {
-        self.count("FindTraces");
+        self.count(Rpc::FindTraces);
         let q = parse_query(
             request.into_inner().query,
             self.frontend.config().default_scope,
         )
-        .inspect_err(|_| self.error("FindTraces"))?;
+        .inspect_err(|_| self.error(Rpc::FindTraces))?;
         let traces = self
             .frontend
             .search(&q)
             .await
-            .map_err(|e| self.fail("FindTraces", e))?;
+            .map_err(|e| self.fail(Rpc::FindTraces, e))?;
         Ok(Response::new(stream_of(traces)))
     }
 
@@ -341,17 +344,17 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         &self,
         request: Request<FindTracesRequest>,
     ) -> Result<Response<FindTraceIDsResponse>, Status> {
-        self.count("FindTraceIDs");
+        self.count(Rpc::FindTraceIDs);
         let q = parse_query(
             request.into_inner().query,
             self.frontend.config().default_scope,
         )
-        .inspect_err(|_| self.error("FindTraceIDs"))?;
+        .inspect_err(|_| self.error(Rpc::FindTraceIDs))?;
         let traces = self
             .frontend
             .search(&q)
             .await
-            .map_err(|e| self.fail("FindTraceIDs", e))?;
+            .map_err(|e| self.fail(Rpc::FindTraceIDs, e))?;
         Ok(Response::new(FindTraceIDsResponse {
             trace_ids: traces
                 .iter()
@@ -384,12 +387,12 @@ impl<S: RawStore> DependencyReader for Deps<S> {
         let metrics = self.frontend.metrics();
         metrics
             .requests
-            .get_or_create(&FrontendMetrics::rpc("GetDependencies"))
+            .get_or_create(&FrontendMetrics::rpc(Rpc::GetDependencies))
             .inc();
         let fail = |e: Status| {
             metrics
                 .errors
-                .get_or_create(&FrontendMetrics::rpc("GetDependencies"))
+                .get_or_create(&FrontendMetrics::rpc(Rpc::GetDependencies))
                 .inc();
             e
         };

@@ -384,47 +384,9 @@ impl AuditEvent {
     }
 }
 
-/// Why an event was not turned into spans.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FilterReason {
-    Stage,
-    Verb,
-    Resource,
-    UserAgent,
-    NoObject,
-    /// An Event write that carries no Event naming an involved object
-    /// (Metadata-level policy, a patch without response).
-    EventWithoutObject,
-    /// A failed Event write: nothing was recorded.
-    EventWriteFailed,
-    /// An Event deleted: not an occurrence.
-    EventDelete,
-    /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
-    DryRun,
-    /// An Event occurrence already shown (seen in the audit log and the
-    /// watch, or again after a re-list).
-    EventSeen,
-    /// An Event older than --event-max-age listed when a watch (re)started.
-    EventTooOld,
-}
-
-impl FilterReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FilterReason::Stage => "stage",
-            FilterReason::Verb => "verb",
-            FilterReason::Resource => "resource",
-            FilterReason::UserAgent => "user_agent",
-            FilterReason::NoObject => "no_object",
-            FilterReason::EventWithoutObject => "event-without-object",
-            FilterReason::EventWriteFailed => "event-write-failed",
-            FilterReason::EventDelete => "event-delete",
-            FilterReason::DryRun => "dry_run",
-            FilterReason::EventSeen => "event-seen",
-            FilterReason::EventTooOld => "event-too-old",
-        }
-    }
-}
+/// Why an event was not turned into spans (a label value of
+/// `kascade_audit_events_filtered_total`, so defined among the metrics' labels).
+pub use crate::metrics::FilterReason;
 
 /// Whether the request URI asks for a dry run (`?dryRun=All`, also among
 /// other query parameters).

@@ -11,7 +11,7 @@ pub mod webhook;
 use std::sync::Arc;
 
 use crate::aggregate::Accepted;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RejectReason};
 use crate::model::ObjectRef;
 use audit::{AuditEvent, AuditFilter};
 
@@ -25,14 +25,14 @@ pub fn accept(
     if let Err(reason) = filter.check(&ev) {
         metrics
             .events_filtered
-            .get_or_create(&Metrics::reason(reason.as_str()))
+            .get_or_create(&Metrics::filtered(reason))
             .inc();
         return None;
     }
     let malformed = |ev: &AuditEvent, e: String| {
         metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("malformed"))
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .inc();
         tracing::warn!(cluster, audit_id = %ev.audit_id, "audit event refused: {e}");
     };
@@ -61,7 +61,7 @@ pub fn accept(
                 // event (a Metadata-level policy hides a refused create's request).
                 metrics
                     .events_filtered
-                    .get_or_create(&Metrics::reason(audit::FilterReason::NoObject.as_str()))
+                    .get_or_create(&Metrics::filtered(audit::FilterReason::NoObject))
                     .inc();
                 tracing::debug!(cluster, audit_id = %ev.audit_id, verb = %ev.verb,
                     code = ev.code(), "audit event names no object: not shown");
@@ -129,7 +129,7 @@ mod tests {
         assert!(accept(parsed, "c", &AuditFilter::default(), &metrics).is_none());
         let malformed = metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("malformed"))
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .get();
         assert_eq!(malformed, 1);
     }
@@ -163,7 +163,7 @@ mod tests {
             );
             let malformed = metrics
                 .events_rejected
-                .get_or_create(&Metrics::reason("malformed"))
+                .get_or_create(&Metrics::rejected(RejectReason::Malformed))
                 .get();
             assert_eq!(malformed, 1, "{pointer}");
         }

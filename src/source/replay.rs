@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 
 use super::audit::{AuditFilter, parse_event};
 use crate::aggregate::Intake;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RejectReason, Source};
 
 /// Longest line kept: an audit event carries at most a request and a response
 /// object (each under the apiserver's 3 MiB request limit). A longer line is
@@ -46,7 +46,7 @@ pub async fn replay_files(
         .expect("static template"),
     );
     let mut stats = ReplayStats::default();
-    let source = Metrics::source("replay");
+    let source = Metrics::source(Source::Replay);
     for f in files {
         let file = tokio::fs::File::open(f)
             .await
@@ -83,7 +83,7 @@ pub async fn replay_files(
                     stats.bad_lines += 1;
                     metrics
                         .events_rejected
-                        .get_or_create(&Metrics::reason("malformed"))
+                        .get_or_create(&Metrics::rejected(RejectReason::Malformed))
                         .inc();
                     let msg = format!("{}:{line_no}: {e}", f.display());
                     if strict {

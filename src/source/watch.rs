@@ -205,7 +205,7 @@ pub async fn supervise(
                     tracing::info!(cluster = %cfg.cluster, "this replica watches the cluster");
                     metrics
                         .watching
-                        .get_or_create(&Metrics::source(&cfg.cluster))
+                        .get_or_create(&Metrics::cluster(&cfg.cluster))
                         .set(1);
                     running = Some(tasks);
                 }
@@ -220,7 +220,7 @@ pub async fn supervise(
                 }
                 metrics
                     .watching
-                    .get_or_create(&Metrics::source(&cfg.cluster))
+                    .get_or_create(&Metrics::cluster(&cfg.cluster))
                     .set(0);
             }
             _ => {}
@@ -265,7 +265,7 @@ async fn watch_objects(
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let resource = resource_name(&ar);
-    let label = Metrics::source(&cfg.cluster);
+    let label = Metrics::cluster(&cfg.cluster);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -310,7 +310,7 @@ async fn watch_events(
     metrics: Arc<Metrics>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let label = Metrics::source(&cfg.cluster);
+    let label = Metrics::cluster(&cfg.cluster);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -343,7 +343,7 @@ async fn watch_events(
         if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
             metrics
                 .events_filtered
-                .get_or_create(&Metrics::reason(FilterReason::EventTooOld.as_str()))
+                .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
                 .inc();
             continue;
         }

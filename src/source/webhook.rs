@@ -22,7 +22,7 @@ use super::audit::{AuditFilter, decode_event_list};
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
 use crate::aggregate::{Accepted, AdmitError, Intake, Processor};
 use crate::export::ExportProgress;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RejectReason, Source};
 use crate::telemetry::TARGET;
 
 pub struct WebhookState {
@@ -79,7 +79,7 @@ async fn authenticate(State(st): State<Arc<WebhookState>>, req: Request, next: N
     if !authorized(&st, req.headers()) {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("unauthorized"))
+            .get_or_create(&Metrics::rejected(RejectReason::Unauthorized))
             .inc();
         return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
     }
@@ -223,18 +223,22 @@ fn decode_batch(
     let body = decompress(st.max_body_bytes, encoding, body).inspect_err(|_| {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("bad_body"))
+            .get_or_create(&Metrics::rejected(RejectReason::BadBody))
             .inc();
     })?;
     let batch = decode_event_list(&body).map_err(|e| {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("malformed"))
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .inc();
         tracing::warn!(cluster, error = %crate::bounds::clip_message(e.clone()), "rejected audit webhook body");
         (StatusCode::BAD_REQUEST, e)
     })?;
-    let source = Metrics::source(if replayed { "spool" } else { "webhook" });
+    let source = Metrics::source(if replayed {
+        Source::Spool
+    } else {
+        Source::Webhook
+    });
     st.metrics
         .events_received
         .get_or_create(&source)
@@ -242,7 +246,7 @@ fn decode_batch(
     if !batch.errors.is_empty() {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("malformed"))
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .inc_by(batch.errors.len() as u64);
     }
     let accepted = batch
@@ -297,10 +301,10 @@ async fn decode_off_runtime(
     })
 }
 
-fn refuse(st: &WebhookState, reason: &str, (status, msg): Refusal) -> Response {
+fn refuse(st: &WebhookState, reason: RejectReason, (status, msg): Refusal) -> Response {
     st.metrics
         .events_rejected
-        .get_or_create(&Metrics::reason(reason))
+        .get_or_create(&Metrics::rejected(reason))
         .inc();
     error(status, msg)
 }
@@ -339,11 +343,11 @@ async fn answer_audit(
 ) -> Response {
     let encoding = match body_encoding(headers) {
         Ok(e) => e,
-        Err(r) => return refuse(st, "bad_body", r),
+        Err(r) => return refuse(st, RejectReason::BadBody, r),
     };
     let raw = match read_body(st, headers, body).await {
         Ok(b) => b,
-        Err(r) => return refuse(st, "bad_body", r),
+        Err(r) => return refuse(st, RejectReason::BadBody, r),
     };
     let Decoded { accepted, errors } =
         match decode_off_runtime(st, cluster, encoding, raw.clone(), false).await {
@@ -359,13 +363,13 @@ async fn answer_audit(
     {
         st.metrics
             .events_rejected
-            .get_or_create(&Metrics::reason("overload"))
+            .get_or_create(&Metrics::rejected(RejectReason::Overload))
             .inc_by(n as u64);
         return resp;
     }
     st.metrics
         .events_accepted
-        .get_or_create(&Metrics::source("webhook"))
+        .get_or_create(&Metrics::source(Source::Webhook))
         .inc_by(n as u64);
     if errors.is_empty() {
         (StatusCode::OK, format!("accepted {n} events\n")).into_response()
@@ -462,7 +466,7 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
                 }
                 st.metrics
                     .events_accepted
-                    .get_or_create(&Metrics::source("spool"))
+                    .get_or_create(&Metrics::source(Source::Spool))
                     .inc_by(n);
             }
             // It was decoded once before it was spooled: only a change of

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 
 use super::{Slot, SpanCache, SpanCacheError};
-use crate::metrics::{CacheEvictions, Metrics};
+use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
 
 /// Shards: workers touching different objects rarely share a lock.
@@ -155,7 +155,7 @@ impl LocalSpanCache {
     pub fn count_evictions(mut self, metrics: &Metrics) -> Self {
         self.evictions = Some(CacheEvictions::new(
             metrics,
-            "span_cache",
+            Cache::SpanCache,
             "an object window seen again after it went gets its object span again; raise --span-cache-entries",
         ));
         self
@@ -329,8 +329,8 @@ mod tests {
         let evicted = metrics
             .cache_evictions
             .get_or_create(&crate::metrics::CacheEvictionLabel {
-                cache: "span_cache".into(),
-                cause: "size".into(),
+                cache: crate::metrics::Cache::SpanCache,
+                cause: crate::metrics::EvictionCause::Size,
             })
             .get();
         assert_eq!(evicted, 1100 - c.len());

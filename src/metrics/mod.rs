@@ -1,42 +1,17 @@
 //! kascade's own Prometheus metrics.
 
-use prometheus_client::encoding::EncodeLabelSet;
+mod evictions;
+mod frontend;
+pub mod labels;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabel {
-    pub source: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutputLabel {
-    pub output: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutputReasonLabel {
-    pub output: String,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpLabel {
-    pub op: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheEvictionLabel {
-    pub cache: String,
-    pub cause: String,
-}
+pub use evictions::CacheEvictions;
+pub use frontend::FrontendMetrics;
+pub use labels::*;
 
 /// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
 /// `Metrics` can derive one.
@@ -54,18 +29,18 @@ impl Default for LatencyHistogram {
 pub struct Metrics {
     pub events_received: Family<SourceLabel, Counter>,
     pub events_accepted: Family<SourceLabel, Counter>,
-    pub events_rejected: Family<ReasonLabel, Counter>,
-    pub events_filtered: Family<ReasonLabel, Counter>,
+    pub events_rejected: Family<RejectLabel, Counter>,
+    pub events_filtered: Family<FilterLabel, Counter>,
     pub events_processed: Counter,
     pub watch_spans: Counter,
-    pub watch_changes: Family<SourceLabel, Counter>,
-    pub watch_errors: Family<SourceLabel, Counter>,
-    pub watching: Family<SourceLabel, Gauge>,
+    pub watch_changes: Family<ClusterLabel, Counter>,
+    pub watch_errors: Family<ClusterLabel, Counter>,
+    pub watching: Family<ClusterLabel, Gauge>,
     pub object_spans: Counter,
     pub link_spans: Counter,
     pub event_spans: Counter,
     pub spans_exported: Family<OutputLabel, Counter>,
-    pub spans_dropped: Family<OutputReasonLabel, Counter>,
+    pub spans_dropped: Family<DropLabel, Counter>,
     pub export_errors: Family<OutputLabel, Counter>,
     pub queue_depth: Gauge,
     pub queue_capacity: Gauge,
@@ -86,7 +61,7 @@ pub struct Metrics {
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
     pub cache_evictions: Family<CacheEvictionLabel, Counter>,
-    pub spans_trimmed: Family<ReasonLabel, Counter>,
+    pub spans_trimmed: Family<TrimLabel, Counter>,
     pub span_events_trimmed: Counter,
     pub export_splits: Family<OutputLabel, Counter>,
     pub export_output_queue_depth: Family<OutputLabel, Gauge>,
@@ -292,233 +267,46 @@ impl Metrics {
         );
     }
 
-    pub fn source(s: &str) -> SourceLabel {
-        SourceLabel {
-            source: s.to_string(),
+    pub fn source(source: Source) -> SourceLabel {
+        SourceLabel { source }
+    }
+
+    /// The label of the list-watch metrics of `cluster`.
+    pub fn cluster(cluster: &str) -> ClusterLabel {
+        ClusterLabel {
+            source: cluster.to_string(),
         }
     }
 
-    pub fn reason(s: &str) -> ReasonLabel {
-        ReasonLabel {
-            reason: s.to_string(),
-        }
+    pub fn rejected(reason: RejectReason) -> RejectLabel {
+        RejectLabel { reason }
     }
 
+    pub fn filtered(reason: FilterReason) -> FilterLabel {
+        FilterLabel { reason }
+    }
+
+    pub fn trimmed(reason: TrimReason) -> TrimLabel {
+        TrimLabel { reason }
+    }
+
+    pub fn output(output: ExportOutput) -> OutputLabel {
+        OutputLabel { output }
+    }
+
+    pub fn dropped(output: ExportOutput, reason: DropReason) -> DropLabel {
+        DropLabel { output, reason }
+    }
+
+    /// The label of an etcd span cache metric by op.
     pub fn op(s: &str) -> OpLabel {
         OpLabel { op: s.to_string() }
     }
 
-    pub fn output(s: &str) -> OutputLabel {
-        OutputLabel {
-            output: s.to_string(),
+    /// The label of `span_cache_etcd_errors` by reason.
+    pub fn reason(s: &str) -> ReasonLabel {
+        ReasonLabel {
+            reason: s.to_string(),
         }
-    }
-
-    pub fn output_reason(output: &str, reason: &str) -> OutputReasonLabel {
-        OutputReasonLabel {
-            output: output.to_string(),
-            reason: reason.to_string(),
-        }
-    }
-}
-
-/// Counts the evictions of one moka cache by cause, for its
-/// `eviction_listener`, and warns (at most once a minute, with the count
-/// since the last warning) when entries go for lack of room, naming the flag
-/// that gives it more. Removals by the program itself (invalidated,
-/// replaced) are not evictions.
-pub struct CacheEvictions {
-    cache: &'static str,
-    remedy: &'static str,
-    size: Counter,
-    expired: Counter,
-    unreported: std::sync::atomic::AtomicU64,
-    last_warning: std::sync::Mutex<Option<std::time::Instant>>,
-}
-
-impl CacheEvictions {
-    const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-    pub fn new(metrics: &Metrics, cache: &'static str, remedy: &'static str) -> Self {
-        let counter = |cause: &str| {
-            metrics
-                .cache_evictions
-                .get_or_create(&CacheEvictionLabel {
-                    cache: cache.to_string(),
-                    cause: cause.to_string(),
-                })
-                .clone()
-        };
-        Self {
-            cache,
-            remedy,
-            size: counter("size"),
-            expired: counter("expired"),
-            unreported: Default::default(),
-            last_warning: Default::default(),
-        }
-    }
-
-    pub fn record(&self, cause: moka::notification::RemovalCause) {
-        self.record_many(cause, 1);
-    }
-
-    pub fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
-        use moka::notification::RemovalCause;
-        match cause {
-            RemovalCause::Expired => {
-                self.expired.inc_by(n);
-            }
-            RemovalCause::Size => {
-                self.size.inc_by(n);
-                if let Some(evicted) = self.warning_due(n, std::time::Instant::now()) {
-                    tracing::warn!(
-                        cache = self.cache,
-                        evicted,
-                        "the {} cache is full: {evicted} entries evicted before they were done with \
-                         (kascade_cache_evictions_total); {}",
-                        self.cache,
-                        self.remedy
-                    );
-                }
-            }
-            RemovalCause::Explicit | RemovalCause::Replaced => {}
-        }
-    }
-
-    /// Adds `n` evictions to those not yet warned about; returns them all
-    /// when the last warning is a minute old (or there was none).
-    fn warning_due(&self, n: u64, now: std::time::Instant) -> Option<u64> {
-        use std::sync::atomic::Ordering;
-        let unreported = self.unreported.fetch_add(n, Ordering::Relaxed) + n;
-        let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|t| now.saturating_duration_since(t) < Self::WARN_EVERY) {
-            return None;
-        }
-        *last = Some(now);
-        self.unreported.fetch_sub(unreported, Ordering::Relaxed);
-        Some(unreported)
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcLabel {
-    pub rpc: String,
-}
-
-/// Metrics of `kascade frontend`.
-pub struct FrontendMetrics {
-    pub requests: Family<RpcLabel, Counter>,
-    pub errors: Family<RpcLabel, Counter>,
-    pub traces_assembled: Counter,
-    pub cache_hits: Counter,
-    pub raw_reads: Counter,
-    pub raw_read_errors: Counter,
-    pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
-    pub objects_per_trace: prometheus_client::metrics::histogram::Histogram,
-}
-
-impl Default for FrontendMetrics {
-    fn default() -> Self {
-        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-        Self {
-            requests: Family::default(),
-            errors: Family::default(),
-            traces_assembled: Counter::default(),
-            cache_hits: Counter::default(),
-            raw_reads: Counter::default(),
-            raw_read_errors: Counter::default(),
-            assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-            objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
-        }
-    }
-}
-
-impl FrontendMetrics {
-    pub fn register(&self, r: &mut Registry) {
-        let r = r.sub_registry_with_prefix("kascade_frontend");
-        r.register("requests", "Requests, by rpc", self.requests.clone());
-        r.register("errors", "Failed requests, by rpc", self.errors.clone());
-        r.register(
-            "traces_assembled",
-            "Traces assembled (cache misses)",
-            self.traces_assembled.clone(),
-        );
-        r.register(
-            "cache_hits",
-            "Trace requests answered from the cache",
-            self.cache_hits.clone(),
-        );
-        r.register("raw_reads", "Reads of raw traces", self.raw_reads.clone());
-        r.register(
-            "raw_read_errors",
-            "Failed reads of raw traces",
-            self.raw_read_errors.clone(),
-        );
-        r.register(
-            "assemble_seconds",
-            "Time to assemble one trace",
-            self.assemble_seconds.clone(),
-        );
-        r.register(
-            "objects_per_trace",
-            "Objects in an assembled trace",
-            self.objects_per_trace.clone(),
-        );
-    }
-
-    pub fn rpc(name: &str) -> RpcLabel {
-        RpcLabel {
-            rpc: name.to_string(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use moka::notification::RemovalCause;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn evictions_are_counted_by_cause_and_warned_about_once_a_minute() {
-        let metrics = Metrics::default();
-        let ev = CacheEvictions::new(&metrics, "ledger", "raise it");
-        for cause in [
-            RemovalCause::Size,
-            RemovalCause::Expired,
-            RemovalCause::Size,
-        ] {
-            ev.record(cause);
-        }
-        // The program's own removals lose nothing.
-        ev.record(RemovalCause::Explicit);
-        ev.record(RemovalCause::Replaced);
-        let count = |cause: &str| {
-            metrics
-                .cache_evictions
-                .get_or_create(&CacheEvictionLabel {
-                    cache: "ledger".into(),
-                    cause: cause.into(),
-                })
-                .get()
-        };
-        assert_eq!((count("size"), count("expired")), (2, 1));
-
-        let ev = CacheEvictions::new(&metrics, "states", "raise it");
-        let t0 = Instant::now();
-        assert_eq!(
-            ev.warning_due(3, t0),
-            Some(3),
-            "the first eviction is reported"
-        );
-        assert_eq!(ev.warning_due(5, t0 + Duration::from_secs(30)), None);
-        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(59)), None);
-        assert_eq!(
-            ev.warning_due(2, t0 + Duration::from_secs(60)),
-            Some(8),
-            "a minute later, with everything since"
-        );
-        assert_eq!(ev.warning_due(1, t0 + Duration::from_secs(61)), None);
     }
 }

@@ -11,10 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-
-use super::OtlpProtocol;
+use super::error::{ConfigError, ValueError};
 use crate::client_tls::{self, ClientTls, FileSetting};
+use crate::export::OtlpProtocol;
 
 /// Compression of export requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -96,11 +95,12 @@ fn otel_env(env: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(Strin
 pub fn resolve(
     flags: &OtlpFlags<'_>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> anyhow::Result<OtlpConfig> {
+) -> Result<OtlpConfig, ConfigError> {
+    let variable = |variable: String| move |problem| ConfigError::Variable { variable, problem };
     let protocol = match flags.protocol {
         Some(p) => p,
         None => match otel_env(env, "PROTOCOL") {
-            Some((name, v)) => parse_otel_protocol(&v).context(name)?,
+            Some((name, v)) => parse_otel_protocol(&v).map_err(variable(name))?,
             None => OtlpProtocol::Grpc,
         },
     };
@@ -134,10 +134,21 @@ pub fn resolve(
             ),
         },
     };
-    let url = reqwest::Url::parse(&raw_endpoint)
-        .with_context(|| format!("{endpoint_source} {raw_endpoint:?} is not a URL"))?;
+    let url = match reqwest::Url::parse(&raw_endpoint) {
+        Ok(url) => url,
+        Err(problem) => {
+            return Err(ConfigError::NotAUrl {
+                setting: endpoint_source,
+                value: raw_endpoint,
+                problem,
+            });
+        }
+    };
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        bail!("{endpoint_source} {raw_endpoint:?}: expected http://host:port or https://host:port");
+        return Err(ConfigError::NotHttp {
+            setting: endpoint_source,
+            value: raw_endpoint,
+        });
     }
     let endpoint = match protocol {
         OtlpProtocol::Grpc => raw_endpoint,
@@ -152,7 +163,7 @@ pub fn resolve(
     };
 
     let mut headers = match otel_env(env, "HEADERS") {
-        Some((name, v)) => parse_otel_headers(&v).context(name)?,
+        Some((name, v)) => parse_otel_headers(&v).map_err(variable(name))?,
         None => Vec::new(),
     };
     for (k, v) in flags.headers {
@@ -164,14 +175,20 @@ pub fn resolve(
         Some(t) => t,
         None => match otel_env(env, "TIMEOUT") {
             // Milliseconds, per the specification.
-            Some((name, v)) => Duration::from_millis(v.parse::<u64>().map_err(|_| {
-                anyhow::anyhow!("{name} {v:?}: expected a whole number of milliseconds")
-            })?),
+            Some((name, v)) => match v.parse::<u64>() {
+                Ok(ms) => Duration::from_millis(ms),
+                Err(_) => {
+                    return Err(ConfigError::NotMilliseconds {
+                        variable: name,
+                        value: v,
+                    });
+                }
+            },
             None => DEFAULT_TIMEOUT,
         },
     };
     if timeout.is_zero() {
-        bail!("the OTLP timeout must be positive");
+        return Err(ConfigError::ZeroTimeout);
     }
 
     let compression = match flags.compression {
@@ -180,7 +197,12 @@ pub fn resolve(
             Some((name, v)) => match v.to_ascii_lowercase().as_str() {
                 "gzip" => Compression::Gzip,
                 "none" => Compression::None,
-                _ => bail!("{name} {v:?}: expected gzip or none"),
+                _ => {
+                    return Err(ConfigError::UnknownCompression {
+                        variable: name,
+                        value: v,
+                    });
+                }
             },
             None => Compression::None,
         },
@@ -220,36 +242,34 @@ pub fn resolve(
     })
 }
 
-fn parse_otel_protocol(v: &str) -> anyhow::Result<OtlpProtocol> {
+fn parse_otel_protocol(v: &str) -> Result<OtlpProtocol, ValueError> {
     match v {
         "grpc" => Ok(OtlpProtocol::Grpc),
         "http/protobuf" => Ok(OtlpProtocol::Http),
-        "http/json" => {
-            bail!("{v:?}: kascade sends OTLP as protobuf; use grpc or http/protobuf")
-        }
-        _ => bail!("{v:?}: expected grpc or http/protobuf"),
+        "http/json" => Err(ValueError::HttpJson(v.to_string())),
+        _ => Err(ValueError::UnknownProtocol(v.to_string())),
     }
 }
 
 /// `key1=value1,key2=value2` with percent-encoded values (W3C Baggage
 /// format, as the OpenTelemetry specification says). Errors name the item,
 /// never the value: values are often credentials.
-pub fn parse_otel_headers(v: &str) -> anyhow::Result<Vec<(String, String)>> {
+pub fn parse_otel_headers(v: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, item) in v.split(',').enumerate() {
         if item.trim().is_empty() {
             continue;
         }
         let Some((k, val)) = item.split_once('=') else {
-            bail!("item {} is not key=value", i + 1);
+            return Err(ValueError::NotKeyValue(i + 1));
         };
         let k = k.trim();
         if k.is_empty() {
-            bail!("item {} has an empty key", i + 1);
+            return Err(ValueError::EmptyKey(i + 1));
         }
         let val = percent_encoding::percent_decode_str(val.trim())
             .decode_utf8()
-            .map_err(|_| anyhow::anyhow!("the value of {k} is not UTF-8 once percent-decoded"))?;
+            .map_err(|_| ValueError::NotUtf8(k.to_string()))?;
         out.retain(|(old, _)| !old.eq_ignore_ascii_case(k));
         out.push((k.to_string(), val.into_owned()));
     }

@@ -1,0 +1,414 @@
+//! `kascade collect`: the audit webhook, the optional list-watches, and the
+//! pipeline behind them, built from a [`CollectConfig`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use prometheus_client::registry::Registry;
+
+use super::{Pipeline, PipelineConfig, SpanCacheConfig, shutdown_signal};
+use crate::export::config::ExportSettings;
+use crate::metrics::Metrics;
+use crate::source::spool::{Spool, SpoolConfig};
+use crate::source::watch::{self, DEFAULT_WATCH_EXCLUDE, WatchConfig};
+use crate::source::{validate_cluster_name, webhook};
+
+pub use crate::source::server::{serve_webhook, tls_config};
+
+/// Everything `kascade collect` runs with. The defaults are the flags'
+/// defaults, except that `spool_dir` is found from the environment when it
+/// is `None` (see [`CollectConfig::spool_config`]).
+///
+/// ```no_run
+/// use kascade::app::collect::{self, CollectConfig};
+///
+/// # async fn run() -> anyhow::Result<()> {
+/// let mut config = CollectConfig::default()
+///     .cluster("prod-eu")
+///     .webhook_token_file("/etc/kascade/token")
+///     .spool_dir("/var/lib/kascade/spool");
+/// config.pipeline = config.pipeline.workers(4);
+/// collect::run(config).await
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectConfig {
+    /// Address of the audit webhook.
+    pub listen: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz.
+    pub admin_listen: SocketAddr,
+    /// Cluster name for events posted to /audit (without a cluster in the path).
+    pub cluster: String,
+    /// File holding the bearer token the apiserver must send.
+    pub webhook_token_file: Option<PathBuf>,
+    /// Serve HTTPS with this certificate (PEM chain) and `tls_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mutual TLS).
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Largest accepted webhook body, in bytes, after decompression.
+    pub max_body_bytes: usize,
+    /// How long a batch may wait for room in a full queue before a 429.
+    pub admission_wait: Duration,
+    /// A client must send its request headers within this time.
+    pub header_read_timeout: Duration,
+    /// A client must send its whole request body within this time.
+    pub body_read_timeout: Duration,
+    /// Durable intake directory; `None`: under `$XDG_STATE_HOME` (or `~/.local/state`).
+    pub spool_dir: Option<PathBuf>,
+    /// Most bytes of accepted batches waiting on disk for export.
+    pub spool_bytes: u64,
+    /// Keep accepted batches in memory only (wins over `spool_dir`).
+    pub no_spool: bool,
+    pub span_cache: SpanCacheConfig,
+    pub watch: WatchersConfig,
+    pub pipeline: PipelineConfig,
+    pub export: ExportSettings,
+}
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8090)),
+            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8091)),
+            cluster: "default".to_string(),
+            webhook_token_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            max_body_bytes: 32 << 20,
+            admission_wait: Duration::from_secs(1),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            spool_dir: None,
+            spool_bytes: 1 << 30,
+            no_spool: false,
+            span_cache: SpanCacheConfig::default(),
+            watch: WatchersConfig::default(),
+            pipeline: PipelineConfig::default(),
+            export: ExportSettings::default(),
+        }
+    }
+}
+
+/// List-watch of objects and Events of other clusters, in addition to the
+/// audit webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchersConfig {
+    /// `(cluster name, kubeconfig)` of every watched cluster.
+    pub clusters: Vec<(String, PathBuf)>,
+    /// Resources watched (`resource` or `resource.group`); empty: every
+    /// listable, watchable one.
+    pub resources: Vec<String>,
+    /// Resources never watched.
+    pub exclude: Vec<String>,
+    /// Watch Kubernetes Events too.
+    pub events: bool,
+    /// Events older than this, listed when a watch (re)starts, are not shown.
+    pub event_max_age: Duration,
+    /// How long a change seen by the watch waits for the audit event of the
+    /// same write before it is shown alone.
+    pub audit_wait: Duration,
+    /// Entries of the audit/watch ledger.
+    pub ledger_entries: u64,
+}
+
+impl Default for WatchersConfig {
+    fn default() -> Self {
+        let pipeline = PipelineConfig::default();
+        Self {
+            clusters: Vec::new(),
+            resources: Vec::new(),
+            exclude: DEFAULT_WATCH_EXCLUDE
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            events: true,
+            event_max_age: Duration::from_secs(10 * 60),
+            audit_wait: pipeline.watch_audit_wait,
+            ledger_entries: pipeline.watch_ledger_entries,
+        }
+    }
+}
+
+impl CollectConfig {
+    /// Sets the cluster name of events posted to /audit.
+    pub fn cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = cluster.into();
+        self
+    }
+
+    /// Requires this bearer token (read from `file`) on every webhook request.
+    pub fn webhook_token_file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.webhook_token_file = Some(file.into());
+        self
+    }
+
+    /// Keeps the durable intake in this directory.
+    pub fn spool_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spool_dir = Some(dir.into());
+        self
+    }
+
+    /// Keeps accepted batches in memory only.
+    pub fn no_spool(mut self) -> Self {
+        self.no_spool = true;
+        self
+    }
+
+    /// Watches a cluster through `kubeconfig`.
+    pub fn watch_cluster(
+        mut self,
+        name: impl Into<String>,
+        kubeconfig: impl Into<PathBuf>,
+    ) -> Self {
+        self.watch.clusters.push((name.into(), kubeconfig.into()));
+        self
+    }
+
+    /// The durable intake's settings; `None` with `no_spool`.
+    pub fn spool_config(&self) -> anyhow::Result<Option<SpoolConfig>> {
+        if self.no_spool {
+            return Ok(None);
+        }
+        let dir = match &self.spool_dir {
+            Some(d) => d.clone(),
+            None => {
+                let state = std::env::var_os("XDG_STATE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .or_else(|| {
+                        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state"))
+                    })
+                    .context("no --spool-dir, and neither XDG_STATE_HOME nor HOME is set (or use --no-spool)")?;
+                state.join("kascade/spool")
+            }
+        };
+        let mut cfg = SpoolConfig::new(dir);
+        cfg.max_bytes = self.spool_bytes;
+        if self.spool_bytes < self.max_body_bytes as u64 {
+            bail!(
+                "--spool-bytes {} is smaller than --max-body-bytes {}: a full-size batch could never be accepted",
+                self.spool_bytes,
+                self.max_body_bytes
+            );
+        }
+        Ok(Some(cfg))
+    }
+
+    /// The pipeline settings with those the watches decide.
+    fn pipeline_config(&self) -> PipelineConfig {
+        PipelineConfig {
+            watch_audit_wait: self.watch.audit_wait,
+            has_watch: !self.watch.clusters.is_empty(),
+            watch_ledger_entries: self.watch.ledger_entries,
+            ..self.pipeline.clone()
+        }
+    }
+}
+
+/// The collector's two HTTP apps: the audit webhook and the admin endpoints.
+pub struct CollectApps {
+    pub audit: axum::Router,
+    pub admin: axum::Router,
+}
+
+/// Builds the collector's HTTP apps and the pipeline behind them (used by
+/// [`run`] and by tests that serve them on an ephemeral port).
+pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> {
+    validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+    let token = match &config.webhook_token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read --webhook-token-file {}", p.display()))?
+                .trim()
+                .to_string();
+            if t.is_empty() {
+                bail!("--webhook-token-file {} is empty", p.display());
+            }
+            Some(t)
+        }
+        None => {
+            tracing::warn!(
+                "no --webhook-token-file: the audit webhook accepts unauthenticated requests"
+            );
+            None
+        }
+    };
+    let pipeline_config = config.pipeline_config();
+    let metrics = Arc::new(Metrics::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let filter = pipeline_config.filter()?;
+    let (spool, spooled) = match config.spool_config()? {
+        None => {
+            tracing::warn!(
+                "--no-spool: accepted audit batches are kept in memory only; a crash loses those not yet exported"
+            );
+            (None, Vec::new())
+        }
+        Some(cfg) => {
+            let dir = cfg.dir.clone();
+            let (spool, pending) = Spool::open(cfg, metrics.clone())
+                .map_err(|e| anyhow::anyhow!("--spool-dir: {e}"))?;
+            tracing::info!(dir = %dir.display(), max_bytes = config.spool_bytes, "durable intake: accepted batches are flushed to disk before the 200");
+            (Some(spool), pending)
+        }
+    };
+    let spans = config.span_cache.build(&pipeline_config, metrics.clone())?;
+    let mut pipeline =
+        Pipeline::start_with(&pipeline_config, &config.export, spans, metrics.clone())?;
+    pipeline.spool = spool.clone();
+    let state = Arc::new(webhook::WebhookState {
+        intake: pipeline.intake.clone(),
+        filter,
+        default_cluster: config.cluster.clone(),
+        token,
+        max_body_bytes: config.max_body_bytes,
+        body_timeout: config.body_read_timeout,
+        admission_wait: config.admission_wait,
+        decode_slots: Arc::new(tokio::sync::Semaphore::new(pipeline_config.workers.max(1))),
+        spool: spool.clone(),
+        last_refusal_log: Default::default(),
+        metrics,
+        registry,
+        processor: pipeline.processor.clone(),
+    });
+    if let Some(spool) = spool {
+        tokio::spawn(webhook::replay_spool(state.clone(), spooled));
+        tokio::spawn(webhook::release_spool(
+            spool,
+            pipeline.intake.clone(),
+            pipeline.export_progress.clone(),
+            Duration::from_millis(500),
+        ));
+    }
+    Ok((
+        CollectApps {
+            audit: webhook::audit_router(state.clone()),
+            admin: webhook::admin_router(state),
+        },
+        pipeline,
+    ))
+}
+
+/// Runs the collector until SIGINT or SIGTERM, then processes and exports
+/// what was accepted.
+pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
+    if config.tls_cert_file.is_some() != config.tls_key_file.is_some() {
+        bail!("--tls-cert-file and --tls-key-file go together");
+    }
+    if config.tls_client_ca_file.is_some() && config.tls_cert_file.is_none() {
+        bail!("--tls-client-ca-file needs --tls-cert-file");
+    }
+    for (cluster, kubeconfig) in &config.watch.clusters {
+        watch::check_kubeconfig(cluster, kubeconfig)?;
+    }
+    let (apps, pipeline) = build(&config)?;
+    let roles = config
+        .span_cache
+        .role_election(&config.pipeline, pipeline.metrics.clone())?;
+    let mut watchers = Vec::new();
+    for (cluster, kubeconfig) in &config.watch.clusters {
+        let cfg = WatchConfig {
+            cluster: cluster.clone(),
+            kubeconfig: kubeconfig.clone(),
+            include: config.watch.resources.iter().cloned().collect(),
+            exclude: config.watch.exclude.iter().cloned().collect(),
+            event_max_age: config.watch.event_max_age,
+            watch_events: config.watch.events,
+        };
+        watchers.push(tokio::spawn(watch::supervise(
+            cfg,
+            pipeline.intake.clone(),
+            pipeline.metrics.clone(),
+            roles.clone(),
+        )));
+    }
+    let admin_listener = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on --admin-listen {}", config.admin_listen))?;
+    tracing::info!(admin_listen = %config.admin_listen, "serving /metrics, /healthz, /readyz");
+    let admin = tokio::spawn(async move {
+        axum::serve(admin_listener, apps.admin)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+    });
+    let listener = std::net::TcpListener::bind(config.listen)
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let tls = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            Some(tls_config(cert, key, config.tls_client_ca_file.as_deref())?)
+        }
+        _ => {
+            if config.webhook_token_file.is_some() {
+                tracing::warn!(
+                    "--webhook-token-file without --tls-cert-file: the apiserver sends bearer tokens only over HTTPS"
+                );
+            }
+            None
+        }
+    };
+    tracing::info!(listen = %config.listen, cluster = %config.cluster, https = tls.is_some(), mtls = config.tls_client_ca_file.is_some(),
+        "kascade collect is serving the audit webhook");
+    serve_webhook(
+        listener,
+        tls,
+        apps.audit,
+        config.header_read_timeout,
+        shutdown_signal(),
+    )
+    .await
+    .with_context(|| format!("webhook server on {} failed", config.listen))?;
+    tracing::info!("shutting down: processing and exporting what was accepted");
+    for w in &watchers {
+        w.abort();
+    }
+    pipeline.finish().await;
+    admin.abort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_spool_wins_over_a_spool_dir_and_a_spool_smaller_than_a_batch_is_refused() {
+        // The image sets KASCADE_SPOOL_DIR; the chart's spool.enabled=false
+        // adds KASCADE_NO_SPOOL: that must start, without a spool.
+        let config = CollectConfig::default()
+            .spool_dir("/var/lib/kascade/spool")
+            .no_spool();
+        assert!(config.spool_config().unwrap().is_none());
+        let small = CollectConfig {
+            spool_bytes: 4096,
+            ..CollectConfig::default().spool_dir("/tmp/s")
+        };
+        let err = small.spool_config().unwrap_err().to_string();
+        assert!(err.contains("--spool-bytes 4096"), "{err}");
+        let cfg = CollectConfig::default()
+            .spool_dir("/tmp/s")
+            .spool_config()
+            .unwrap()
+            .unwrap();
+        assert_eq!(cfg.dir, PathBuf::from("/tmp/s"));
+        assert_eq!(cfg.max_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn the_watch_settings_reach_the_pipeline() {
+        let config = CollectConfig::default();
+        assert!(!config.pipeline_config().has_watch);
+        let mut config = config.watch_cluster("prod", "/etc/kube/prod");
+        config.watch.audit_wait = Duration::from_secs(9);
+        config.watch.ledger_entries = 7;
+        let p = config.pipeline_config();
+        assert!(p.has_watch);
+        assert_eq!(p.watch_audit_wait, Duration::from_secs(9));
+        assert_eq!(p.watch_ledger_entries, 7);
+    }
+}

@@ -1,0 +1,245 @@
+//! `kascade frontend`: assembled traces for the Jaeger UI (Jaeger remote
+//! storage API v2 over gRPC) and `/redirect`, built from a
+//! [`FrontendServerConfig`].
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::shutdown_signal;
+use crate::client_tls::{ClientTls, FileSetting};
+use crate::frontend::assemble::{Limits, Scope};
+use crate::frontend::http::{RedirectState, router};
+use crate::frontend::raw::JaegerHttp;
+use crate::frontend::service::JaegerStorage;
+use crate::frontend::{Frontend, FrontendConfig};
+
+/// How linked objects are followed and shown (shared by `frontend` and `trace`).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kascade::app::AssemblyConfig;
+///
+/// let assembly = AssemblyConfig::default()
+///     .window(Duration::from_secs(15 * 60))
+///     .max_depth(4);
+/// let frontend = assembly.frontend_config()?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssemblyConfig {
+    /// Window width the collector uses; whole minutes.
+    pub window: Duration,
+    /// Scope when the search does not name one.
+    pub default_scope: Scope,
+    /// Levels of links followed up and down from the searched object.
+    pub max_depth: usize,
+    /// Objects in one assembled trace.
+    pub max_objects: usize,
+    /// Raw reads in flight at once.
+    pub concurrency: usize,
+    /// Link classes whose targets are shared by many objects: shown below,
+    /// never climbed from.
+    pub shared_classes: Vec<String>,
+    /// Link classes whose objects are grouped under a virtual span.
+    pub group_classes: Vec<String>,
+}
+
+impl Default for AssemblyConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(30 * 60),
+            default_scope: Scope::Full,
+            max_depth: 8,
+            max_objects: 5000,
+            concurrency: 16,
+            shared_classes: [
+                "node",
+                "configmap",
+                "secret",
+                "serviceaccount",
+                "storageclass",
+                "backend",
+            ]
+            .map(str::to_string)
+            .to_vec(),
+            group_classes: Vec::new(),
+        }
+    }
+}
+
+impl AssemblyConfig {
+    /// Sets the window width (the collector's).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Sets the scope of searches that name none.
+    pub fn default_scope(mut self, scope: Scope) -> Self {
+        self.default_scope = scope;
+        self
+    }
+
+    /// Sets how many levels of links are followed up and down.
+    pub fn max_depth(mut self, levels: usize) -> Self {
+        self.max_depth = levels;
+        self
+    }
+
+    /// The frontend's settings (checks that the window is whole minutes).
+    pub fn frontend_config(&self) -> anyhow::Result<FrontendConfig> {
+        if self.window.as_secs() < 60 || !self.window.as_secs().is_multiple_of(60) {
+            bail!(
+                "--window {}: must be whole minutes (and equal the collector's --window)",
+                humantime::format_duration(self.window)
+            );
+        }
+        Ok(FrontendConfig {
+            window: self.window,
+            default_scope: self.default_scope,
+            limits: Limits {
+                max_depth: self.max_depth.max(1),
+                max_objects: self.max_objects.max(1),
+                concurrency: self.concurrency.max(1),
+                shared_classes: self.shared_classes.iter().cloned().collect(),
+            },
+            group_classes: self.group_classes.iter().cloned().collect::<HashSet<_>>(),
+            ..FrontendConfig::default()
+        })
+    }
+}
+
+/// Everything `kascade frontend` runs with.
+///
+/// ```no_run
+/// use kascade::app::frontend::{self, FrontendServerConfig};
+///
+/// # async fn run() -> anyhow::Result<()> {
+/// let config = FrontendServerConfig::default()
+///     .jaeger_url("http://jaeger-raw:16686")
+///     .ui_url("https://jaeger.example");
+/// frontend::run(config).await
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontendServerConfig {
+    /// Address of the Jaeger remote storage API v2 (gRPC).
+    pub grpc_listen: SocketAddr,
+    /// Address of /redirect, /healthz and /readyz.
+    pub http_listen: SocketAddr,
+    /// Query URL of the Jaeger that stores the collector's raw spans.
+    pub jaeger_url: String,
+    /// CA certificates (PEM) trusted for an https:// `jaeger_url`.
+    pub jaeger_ca_file: Option<PathBuf>,
+    /// Service name of the raw spans (the collector's service name).
+    pub raw_service: String,
+    /// Timeout of one raw read.
+    pub raw_timeout: Duration,
+    /// Raw object windows read per search.
+    pub raw_search_limit: usize,
+    /// Public URL of the Jaeger UI backed by this frontend.
+    pub ui_url: String,
+    /// Cluster assumed by /redirect links that name none.
+    pub default_cluster: String,
+    /// Clusters listed as operations before a search has seen them.
+    pub clusters: Vec<String>,
+    /// How long an assembled trace stays cached for reloads.
+    pub cache_ttl: Duration,
+    /// Assembled traces kept in the cache.
+    pub cache_entries: u64,
+    pub assembly: AssemblyConfig,
+}
+
+impl Default for FrontendServerConfig {
+    fn default() -> Self {
+        Self {
+            grpc_listen: SocketAddr::from(([0, 0, 0, 0], 17271)),
+            http_listen: SocketAddr::from(([0, 0, 0, 0], 8092)),
+            jaeger_url: "http://127.0.0.1:16686".to_string(),
+            jaeger_ca_file: None,
+            raw_service: "kascade".to_string(),
+            raw_timeout: Duration::from_secs(10),
+            raw_search_limit: 500,
+            ui_url: "http://localhost:16686".to_string(),
+            default_cluster: "default".to_string(),
+            clusters: Vec::new(),
+            cache_ttl: Duration::from_secs(10 * 60),
+            cache_entries: 1000,
+            assembly: AssemblyConfig::default(),
+        }
+    }
+}
+
+impl FrontendServerConfig {
+    /// Reads raw spans from the Jaeger query at `url`.
+    pub fn jaeger_url(mut self, url: impl Into<String>) -> Self {
+        self.jaeger_url = url.into();
+        self
+    }
+
+    /// Sets the public URL of the Jaeger UI that `/redirect` sends to.
+    pub fn ui_url(mut self, url: impl Into<String>) -> Self {
+        self.ui_url = url.into();
+        self
+    }
+
+    /// Sets how linked objects are followed and shown.
+    pub fn assembly(mut self, assembly: AssemblyConfig) -> Self {
+        self.assembly = assembly;
+        self
+    }
+}
+
+/// Serves the frontend until SIGINT or SIGTERM.
+pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
+    reqwest::Url::parse(&config.jaeger_url)
+        .with_context(|| format!("--jaeger-url {:?} is not a URL", config.jaeger_url))?;
+    let mut cfg = config.assembly.frontend_config()?;
+    cfg.raw_search_limit = config.raw_search_limit.max(1);
+    cfg.cache_ttl = config.cache_ttl;
+    cfg.cache_entries = config.cache_entries;
+    cfg.clusters = config.clusters.clone();
+    let tls = ClientTls {
+        ca_file: config
+            .jaeger_ca_file
+            .as_ref()
+            .map(|p| FileSetting::new(p, "--jaeger-ca-file")),
+        identity: None,
+    };
+    let store = Arc::new(
+        JaegerHttp::with_tls(
+            &config.jaeger_url,
+            &config.raw_service,
+            config.raw_timeout,
+            &tls,
+        )
+        .with_context(|| format!("--jaeger-url {}", config.jaeger_url))?,
+    );
+    let frontend = Arc::new(Frontend::new(store, cfg));
+    let http = router(Arc::new(RedirectState {
+        frontend: frontend.clone(),
+        ui_url: config.ui_url.clone(),
+        default_cluster: config.default_cluster.clone(),
+    }));
+    let listener = tokio::net::TcpListener::bind(config.http_listen)
+        .await
+        .with_context(|| format!("cannot listen on --http-listen {}", config.http_listen))?;
+    let http_task = tokio::spawn(async move { axum::serve(listener, http).await });
+    let (traces, deps) = JaegerStorage::new(frontend).servers();
+    tracing::info!(grpc_listen = %config.grpc_listen, http_listen = %config.http_listen, jaeger_url = %config.jaeger_url,
+        "kascade frontend is serving the Jaeger remote storage API");
+    tonic::transport::Server::builder()
+        .trace_fn(crate::telemetry::grpc_request_span)
+        .add_service(traces)
+        .add_service(deps)
+        .serve_with_shutdown(config.grpc_listen, shutdown_signal())
+        .await
+        .with_context(|| format!("gRPC server on {} failed", config.grpc_listen))?;
+    http_task.abort();
+    Ok(())
+}

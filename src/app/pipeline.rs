@@ -1,0 +1,285 @@
+//! The pipeline shared by `collect` and `replay`: its settings
+//! ([`PipelineConfig`]) and the running pipeline ([`Pipeline`]) that turns
+//! accepted audit events into exported spans.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use regex::Regex;
+
+use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use crate::aggregate::span_cache::{LocalSpanCache, SpanCache};
+use crate::aggregate::{self, Processor, ProcessorConfig};
+use crate::export::{self, config::ExportSettings};
+use crate::metrics::Metrics;
+use crate::model::Windowing;
+use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
+use crate::source::spool::Spool;
+
+/// How accepted audit events become spans: windows, rules, filters, caches
+/// and workers. The defaults are those of `kascade collect`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use kascade::app::PipelineConfig;
+///
+/// let config = PipelineConfig::default()
+///     .window(Duration::from_secs(15 * 60))
+///     .workers(4)
+///     .exclude_user_agent("^kube-probe/");
+/// let processor = config.processor_config()?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineConfig {
+    /// Width of the time window: each object gets one span per window.
+    pub window: Duration,
+    /// Directory of relation rule files (`*.yaml`); `None`: the built-in rules.
+    pub rules: Option<PathBuf>,
+    /// Audit verbs that become spans.
+    pub verbs: Vec<String>,
+    /// Resources ignored, as `resource` or `resource.group`.
+    pub exclude_resources: Vec<String>,
+    /// Events whose user agent matches this regex are ignored.
+    pub exclude_user_agent: Option<String>,
+    /// Values whose diff path matches this regex are redacted.
+    pub redact_paths: String,
+    /// Bytes of last-seen object states kept for diffs.
+    pub state_cache_bytes: u64,
+    /// Recently written objects whose last state is also kept parsed.
+    pub state_hot_entries: usize,
+    /// Object windows remembered by the span cache.
+    pub span_cache_entries: u64,
+    /// How long after its window ends an object window stays in the span cache.
+    pub span_cache_grace: Duration,
+    /// Accepted audit events that may wait for processing.
+    pub queue_size: usize,
+    /// Parallel workers (events of one object always go to the same worker);
+    /// the number of cores by default.
+    pub workers: usize,
+    /// Most changed paths recorded per write.
+    pub max_diff_changes: usize,
+    /// How long a change seen by a watch waits for the audit event of the
+    /// same write (`collect` sets it from its watch settings).
+    pub watch_audit_wait: Duration,
+    /// A list-watch also feeds the pipeline.
+    pub has_watch: bool,
+    /// Entries of the audit/watch ledger.
+    pub watch_ledger_entries: u64,
+}
+
+/// The number of cores (2 when it cannot be known).
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(30 * 60),
+            rules: None,
+            verbs: DEFAULT_VERBS.iter().map(|s| s.to_string()).collect(),
+            exclude_resources: DEFAULT_EXCLUDED_RESOURCES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            exclude_user_agent: None,
+            redact_paths: DEFAULT_REDACT_PATHS.to_string(),
+            state_cache_bytes: 128 << 20,
+            state_hot_entries: 256,
+            span_cache_entries: 500_000,
+            span_cache_grace: Duration::from_secs(5 * 60),
+            queue_size: 4_000,
+            workers: default_workers(),
+            max_diff_changes: 100,
+            watch_audit_wait: Duration::from_secs(5),
+            has_watch: false,
+            watch_ledger_entries: aggregate::processor::DEFAULT_LEDGER_ENTRIES,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Sets the window width.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Loads the relation rules from this directory instead of the built-in ones.
+    pub fn rules(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.rules = Some(dir.into());
+        self
+    }
+
+    /// Ignores events whose user agent matches `regex`.
+    pub fn exclude_user_agent(mut self, regex: impl Into<String>) -> Self {
+        self.exclude_user_agent = Some(regex.into());
+        self
+    }
+
+    /// Sets the number of parallel workers.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// Sets how many accepted events may wait for processing.
+    pub fn queue_size(mut self, queue_size: usize) -> Self {
+        self.queue_size = queue_size;
+        self
+    }
+
+    /// The audit filter these settings describe.
+    pub fn filter(&self) -> anyhow::Result<AuditFilter> {
+        let exclude_user_agents = self
+            .exclude_user_agent
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .context("--exclude-user-agent is not a valid regex")?;
+        Ok(AuditFilter {
+            verbs: self.verbs.iter().cloned().collect(),
+            exclude_resources: self.exclude_resources.iter().cloned().collect(),
+            exclude_user_agents,
+        })
+    }
+
+    /// The processor's settings.
+    pub fn processor_config(&self) -> anyhow::Result<ProcessorConfig> {
+        if self.window < Duration::from_secs(1) {
+            bail!("--window must be at least 1s");
+        }
+        Ok(ProcessorConfig {
+            windowing: Windowing::new(self.window),
+            state_cache_bytes: self.state_cache_bytes,
+            hot_states: self.state_hot_entries,
+            max_diff_changes: self.max_diff_changes,
+            watch_audit_wait: self.watch_audit_wait,
+            has_watch: self.has_watch,
+            ledger_entries: self.watch_ledger_entries,
+        })
+    }
+
+    /// The redactor of diff values.
+    pub fn redactor(&self) -> anyhow::Result<Redactor> {
+        let redact =
+            Regex::new(&self.redact_paths).context("--redact-paths is not a valid regex")?;
+        Ok(Redactor::new(Some(redact)))
+    }
+
+    /// The span cache of one process.
+    pub fn local_span_cache(&self, metrics: &Metrics) -> LocalSpanCache {
+        LocalSpanCache::new(self.span_cache_entries, self.span_cache_ttl()).count_evictions(metrics)
+    }
+
+    /// How long an object window stays in a span cache.
+    pub fn span_cache_ttl(&self) -> Duration {
+        self.window + self.span_cache_grace
+    }
+}
+
+/// A running pipeline: the intake for sources, and what to await on shutdown.
+pub struct Pipeline {
+    pub intake: aggregate::Intake,
+    pub processor: Arc<Processor>,
+    pub spans: Arc<dyn SpanCache>,
+    pub metrics: Arc<Metrics>,
+    shutdown: aggregate::Shutdown,
+    export_shutdown: aggregate::Shutdown,
+    aggregate_done: tokio::task::JoinHandle<()>,
+    export_done: tokio::task::JoinHandle<()>,
+    pub export_progress: Arc<export::ExportProgress>,
+    /// The durable intake, when `collect` runs with one.
+    pub spool: Option<Arc<Spool>>,
+}
+
+impl Pipeline {
+    /// Starts the pipeline with a span cache of its own.
+    pub fn start(
+        p: &PipelineConfig,
+        e: &ExportSettings,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let spans = Arc::new(p.local_span_cache(&metrics));
+        Self::start_with(p, e, spans, metrics)
+    }
+
+    /// `start` with the given span cache (`collect` may share it through etcd).
+    pub fn start_with(
+        p: &PipelineConfig,
+        e: &ExportSettings,
+        spans: Arc<dyn SpanCache>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let rules = Arc::new(super::load_rules(p.rules.as_deref())?);
+        tracing::info!(rules = rules.len(), "relation rules loaded");
+        let redactor = p.redactor()?;
+        let cfg = p.processor_config()?;
+        let export_progress = Arc::new(export::ExportProgress::default());
+        let (span_tx, export_shutdown, export_done) = export::start(
+            e.resolve()?,
+            &e.outputs,
+            metrics.clone(),
+            export_progress.clone(),
+        )?;
+        let processor = Arc::new(
+            Processor::new(
+                cfg,
+                redactor,
+                rules,
+                spans.clone(),
+                span_tx,
+                metrics.clone(),
+            )
+            .with_export_progress(export_progress.clone()),
+        );
+        let (intake, shutdown, aggregate_done) = aggregate::start(
+            processor.clone(),
+            p.queue_size.max(1),
+            p.workers,
+            metrics.clone(),
+        );
+        Ok(Self {
+            intake,
+            processor,
+            spans,
+            metrics,
+            export_progress,
+            spool: None,
+            shutdown,
+            export_shutdown,
+            aggregate_done,
+            export_done,
+        })
+    }
+
+    /// Processes everything already accepted, exports it, and stops.
+    pub async fn finish(self) {
+        let Pipeline {
+            intake,
+            processor,
+            shutdown,
+            export_shutdown,
+            aggregate_done,
+            export_done,
+            spool,
+            ..
+        } = self;
+        shutdown.close();
+        drop(intake);
+        let _ = aggregate_done.await;
+        // Every worker has ended, so nothing more is sent to the exporter.
+        drop(processor);
+        export_shutdown.close();
+        let _ = export_done.await;
+        // Everything accepted was exported (or dropped and counted).
+        if let Some(spool) = spool {
+            spool.release_all();
+        }
+    }
+}

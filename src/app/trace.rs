@@ -1,0 +1,208 @@
+//! `kascade trace`: the assembled trace of one object from audit log files,
+//! offline (the frontend's code over an in-memory store).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+
+use super::{AssemblyConfig, PipelineConfig, load_rules};
+use crate::frontend::assemble::Scope;
+use crate::frontend::display::Mode;
+use crate::frontend::offline::store_from_audit_lines;
+use crate::frontend::raw::{TimeRange, from_nanos};
+use crate::frontend::text::{TextOptions, render_text};
+use crate::frontend::{Frontend, SearchQuery};
+
+/// How `kascade trace` prints the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceFormat {
+    /// A tree for the terminal.
+    #[default]
+    Text,
+    /// The assembled trace as OTLP/JSON, in a display mode.
+    OtlpJson,
+}
+
+impl TraceFormat {
+    pub const ALL: [TraceFormat; 2] = [TraceFormat::Text, TraceFormat::OtlpJson];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Text => "text",
+            TraceFormat::OtlpJson => "otlp-json",
+        }
+    }
+}
+
+/// The object to show, where to find it, and how to print it.
+///
+/// ```no_run
+/// use kascade::app::trace::{self, TraceConfig};
+///
+/// # async fn run() -> anyhow::Result<()> {
+/// let config = TraceConfig::new(["audit.log"], "deployments", "hello").namespace("default");
+/// trace::run(config).await
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceConfig {
+    /// Audit log files (JSON lines) to build the trace from.
+    pub files: Vec<PathBuf>,
+    /// Resource of the object, e.g. deployments.
+    pub resource: String,
+    /// Name of the object.
+    pub name: String,
+    /// Namespace of the object (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// API group of the object (empty for the core group); `None`: any.
+    pub group: Option<String>,
+    /// Cluster name given to the audit log's objects.
+    pub cluster: String,
+    /// Scope of the tree; `None`: the assembly's default scope.
+    pub scope: Option<Scope>,
+    pub format: TraceFormat,
+    /// Display mode for [`TraceFormat::OtlpJson`].
+    pub mode: Mode,
+    /// Changed paths shown per write in text output.
+    pub max_diff_lines: usize,
+    /// Show the create/delete snapshots in text output.
+    pub snapshots: bool,
+    /// Directory of relation rule files; `None`: the built-in rules.
+    pub rules: Option<PathBuf>,
+    pub assembly: AssemblyConfig,
+}
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        Self {
+            files: Vec::new(),
+            resource: String::new(),
+            name: String::new(),
+            namespace: String::new(),
+            group: None,
+            cluster: "default".to_string(),
+            scope: None,
+            format: TraceFormat::Text,
+            mode: Mode::Tracing,
+            max_diff_lines: 8,
+            snapshots: false,
+            rules: None,
+            assembly: AssemblyConfig::default(),
+        }
+    }
+}
+
+impl TraceConfig {
+    /// The trace of the object `resource`/`name` in `files`.
+    pub fn new<P: Into<PathBuf>>(
+        files: impl IntoIterator<Item = P>,
+        resource: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            files: files.into_iter().map(Into::into).collect(),
+            resource: resource.into(),
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the object's namespace.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Prints the assembled trace as OTLP/JSON in display mode `mode`.
+    pub fn otlp_json(mut self, mode: Mode) -> Self {
+        self.format = TraceFormat::OtlpJson;
+        self.mode = mode;
+        self
+    }
+}
+
+/// Builds the trace from the files and prints it on stdout.
+pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
+    let mut lines = Vec::new();
+    for f in &config.files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        lines.extend(text.lines().map(str::to_string));
+    }
+    // The collector's pipeline at its defaults, with this window and these rules.
+    let pipeline = PipelineConfig {
+        window: config.assembly.window,
+        rules: config.rules.clone(),
+        ..PipelineConfig::default()
+    };
+    let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
+    let (store, errors) = store_from_audit_lines(
+        lines,
+        &config.cluster,
+        rules,
+        &pipeline.filter()?,
+        pipeline.processor_config()?,
+        pipeline.redactor()?,
+    )
+    .await;
+    for e in errors.iter().take(10) {
+        eprintln!("skipped line {e}");
+    }
+    let Some((first, last)) = store.time_span() else {
+        bail!("the audit log yielded no spans");
+    };
+    let store = Arc::new(store);
+    let frontend = Frontend::new(store, config.assembly.frontend_config()?);
+    let mut tags = vec![
+        ("cluster".to_string(), config.cluster.clone()),
+        ("resource".to_string(), config.resource.clone()),
+        ("namespace".to_string(), config.namespace.clone()),
+        ("name".to_string(), config.name.clone()),
+    ];
+    if let Some(g) = &config.group {
+        tags.push(("group".to_string(), g.clone()));
+    }
+    let found = frontend
+        .search(&SearchQuery {
+            mode: config.mode,
+            scope: config.scope.unwrap_or(config.assembly.default_scope),
+            tags,
+            range: TimeRange::new(from_nanos(first), from_nanos(last)),
+            limit: 10,
+        })
+        .await?;
+    let Some(trace) = found.first() else {
+        bail!(
+            "no {} {}{} in the audit log (cluster {})",
+            config.resource,
+            if config.namespace.is_empty() {
+                String::new()
+            } else {
+                format!("{}/", config.namespace)
+            },
+            config.name,
+            config.cluster
+        );
+    };
+    match config.format {
+        TraceFormat::Text => print!(
+            "{}",
+            render_text(
+                &trace.assembly,
+                &TextOptions {
+                    max_diff_lines: config.max_diff_lines,
+                    snapshots: config.snapshots,
+                }
+            )
+        ),
+        TraceFormat::OtlpJson => {
+            let data = opentelemetry_proto::tonic::trace::v1::TracesData {
+                resource_spans: trace.resource_spans.clone(),
+            };
+            println!("{}", serde_json::to_string(&data)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Flags of `kascade frontend`, and the assembly flags it shares with `trace`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use humantime::Duration;
+
+use crate::app::{AssemblyConfig, FrontendServerConfig};
+use crate::frontend::assemble::Scope;
+
+super::value_enum_by_name!(Scope);
+
+fn assembly() -> AssemblyConfig {
+    AssemblyConfig::default()
+}
+
+/// How linked objects are followed and shown (shared by `frontend` and `trace`).
+#[derive(Args, Debug, Clone)]
+pub struct AssemblyArgs {
+    /// Window width the collector uses (its --window); whole minutes.
+    #[arg(long, default_value_t = assembly().window.into(), env = "KASCADE_WINDOW")]
+    pub window: Duration,
+    /// Scope when the search does not name one.
+    #[arg(long, value_enum, default_value_t = assembly().default_scope, env = "KASCADE_DEFAULT_SCOPE")]
+    pub default_scope: Scope,
+    /// Levels of links followed up and down from the searched object.
+    #[arg(long, default_value_t = assembly().max_depth, env = "KASCADE_MAX_DEPTH")]
+    pub max_depth: usize,
+    /// Objects in one assembled trace; further links are noted on the root span.
+    #[arg(long, default_value_t = assembly().max_objects, env = "KASCADE_MAX_OBJECTS")]
+    pub max_objects: usize,
+    /// Raw reads in flight at once.
+    #[arg(long, default_value_t = assembly().concurrency, env = "KASCADE_CONCURRENCY")]
+    pub concurrency: usize,
+    /// Link classes whose targets are shared by many objects: shown below, never climbed from (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = assembly().shared_classes,
+        env = "KASCADE_SHARED_CLASSES"
+    )]
+    pub shared_classes: Vec<String>,
+    /// Link classes whose objects are grouped under a virtual span named by the class (comma-separated).
+    #[arg(long, value_delimiter = ',', env = "KASCADE_GROUP_CLASSES")]
+    pub group_classes: Vec<String>,
+}
+
+impl From<AssemblyArgs> for AssemblyConfig {
+    fn from(a: AssemblyArgs) -> Self {
+        AssemblyConfig {
+            window: a.window.into(),
+            default_scope: a.default_scope,
+            max_depth: a.max_depth,
+            max_objects: a.max_objects,
+            concurrency: a.concurrency,
+            shared_classes: a.shared_classes,
+            group_classes: a.group_classes,
+        }
+    }
+}
+
+fn frontend() -> FrontendServerConfig {
+    FrontendServerConfig::default()
+}
+
+#[derive(Args, Debug)]
+pub struct FrontendArgs {
+    /// Address of the Jaeger remote storage API v2 (gRPC) that Jaeger query uses.
+    #[arg(long, default_value_t = frontend().grpc_listen, env = "KASCADE_GRPC_LISTEN")]
+    pub grpc_listen: SocketAddr,
+    /// Address of /redirect, /healthz and /readyz.
+    #[arg(long, default_value_t = frontend().http_listen, env = "KASCADE_HTTP_LISTEN")]
+    pub http_listen: SocketAddr,
+    /// Query URL of the Jaeger that stores the collector's raw spans.
+    #[arg(long, default_value_t = frontend().jaeger_url, env = "KASCADE_JAEGER_URL")]
+    pub jaeger_url: String,
+    /// CA certificates (PEM) trusted for an https:// --jaeger-url instead of the system's.
+    #[arg(long, env = "KASCADE_JAEGER_CA_FILE")]
+    pub jaeger_ca_file: Option<PathBuf>,
+    /// Service name of the raw spans (the collector's --service-name).
+    #[arg(long, default_value_t = frontend().raw_service, env = "KASCADE_RAW_SERVICE")]
+    pub raw_service: String,
+    /// Timeout of one raw read.
+    #[arg(long, default_value_t = frontend().raw_timeout.into(), env = "KASCADE_RAW_TIMEOUT")]
+    pub raw_timeout: Duration,
+    /// Raw object windows read per search.
+    #[arg(long, default_value_t = frontend().raw_search_limit, env = "KASCADE_RAW_SEARCH_LIMIT")]
+    pub raw_search_limit: usize,
+    /// Public URL of the Jaeger UI backed by this frontend (target of /redirect).
+    #[arg(long, default_value_t = frontend().ui_url, env = "KASCADE_UI_URL")]
+    pub ui_url: String,
+    /// Cluster assumed by /redirect links that name none.
+    #[arg(long, default_value_t = frontend().default_cluster, env = "KASCADE_DEFAULT_CLUSTER")]
+    pub default_cluster: String,
+    /// Clusters listed as operations before a search has seen them (comma-separated).
+    #[arg(long, value_delimiter = ',', env = "KASCADE_CLUSTERS")]
+    pub clusters: Vec<String>,
+    /// How long an assembled trace stays cached for reloads.
+    #[arg(long, default_value_t = frontend().cache_ttl.into(), env = "KASCADE_CACHE_TTL")]
+    pub cache_ttl: Duration,
+    /// Assembled traces kept in the cache.
+    #[arg(long, default_value_t = frontend().cache_entries, env = "KASCADE_CACHE_ENTRIES")]
+    pub cache_entries: u64,
+    #[command(flatten)]
+    pub assembly: AssemblyArgs,
+}
+
+impl From<FrontendArgs> for FrontendServerConfig {
+    fn from(a: FrontendArgs) -> Self {
+        FrontendServerConfig {
+            grpc_listen: a.grpc_listen,
+            http_listen: a.http_listen,
+            jaeger_url: a.jaeger_url,
+            jaeger_ca_file: a.jaeger_ca_file,
+            raw_service: a.raw_service,
+            raw_timeout: a.raw_timeout.into(),
+            raw_search_limit: a.raw_search_limit,
+            ui_url: a.ui_url,
+            default_cluster: a.default_cluster,
+            clusters: a.clusters,
+            cache_ttl: a.cache_ttl.into(),
+            cache_entries: a.cache_entries,
+            assembly: a.assembly.into(),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The command line: clap's argument structs only, one file per
+//! subcommand. Each maps onto its config in `crate::app` (which holds the
+//! defaults the help shows, and the wiring that runs it).
+
+pub mod collect;
+pub mod frontend;
+pub mod pipeline;
+pub mod replay;
+pub mod trace;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
+pub use frontend::{AssemblyArgs, FrontendArgs};
+pub use pipeline::{ExportArgs, PipelineArgs};
+pub use replay::ReplayArgs;
+pub use trace::TraceArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kascade",
+    version,
+    about = "Kubernetes control-plane activity as distributed traces"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "KASCADE_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+pub use crate::telemetry::LogFormat;
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Receive the kube-apiserver audit webhook and export object traces.
+    Collect(Box<CollectArgs>),
+    /// Feed audit log files (JSON lines) through the pipeline, flush, exit.
+    Replay(ReplayArgs),
+    /// Serve assembled object traces to the Jaeger UI (Jaeger remote storage API v2) and /redirect.
+    Frontend(FrontendArgs),
+    /// Print the assembled trace of one object from audit log files, offline.
+    Trace(TraceArgs),
+    /// Work with relation rule files.
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RulesCommand {
+    /// Validate every rule file in DIR; exits non-zero naming each bad rule.
+    Check {
+        /// Directory of *.yaml rule files.
+        dir: PathBuf,
+    },
+}
+
+/// A value enum whose variants and names the library defines (`ALL`,
+/// `name()`), so the library needs no clap.
+macro_rules! value_enum_by_name {
+    ($t:ty) => {
+        impl clap::ValueEnum for $t {
+            fn value_variants<'a>() -> &'a [Self] {
+                &<$t>::ALL
+            }
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                Some(clap::builder::PossibleValue::new(self.name()))
+            }
+        }
+    };
+}
+pub(crate) use value_enum_by_name;
+
+impl Command {
+    /// What this subcommand is for self-tracing (its default service name,
+    /// and the object spans' service it must not use).
+    pub fn telemetry_role(&self) -> crate::telemetry::Role<'_> {
+        let (component, object_service) = match self {
+            Command::Collect(a) => (
+                "collect",
+                Some((a.export.service_name.as_str(), "--service-name")),
+            ),
+            Command::Replay(a) => (
+                "replay",
+                Some((a.export.service_name.as_str(), "--service-name")),
+            ),
+            Command::Frontend(a) => ("frontend", Some((a.raw_service.as_str(), "--raw-service"))),
+            Command::Trace(_) => ("trace", None),
+            Command::Rules { .. } => ("rules", None),
+        };
+        crate::telemetry::Role {
+            component,
+            object_service,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_has_a_default_service_of_its_own() {
+        use clap::Parser as _;
+        let cases = [
+            (
+                vec!["kascade", "collect"],
+                "collect",
+                Some("--service-name"),
+            ),
+            (
+                vec!["kascade", "replay", "x.log"],
+                "replay",
+                Some("--service-name"),
+            ),
+            (
+                vec!["kascade", "frontend", "--jaeger-url", "http://j:16686"],
+                "frontend",
+                Some("--raw-service"),
+            ),
+        ];
+        for (argv, component, flag) in cases {
+            let cli = Cli::try_parse_from(&argv).unwrap();
+            let role = cli.command.telemetry_role();
+            assert_eq!(role.component, component);
+            assert_eq!(role.object_service.map(|(_, f)| f), flag);
+            assert_ne!(
+                role.object_service.map(|(s, _)| s.to_string()),
+                Some(format!("kascade-{component}"))
+            );
+        }
+    }
+}

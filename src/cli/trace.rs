@@ -1,0 +1,79 @@
+//! Flags of `kascade trace`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::AssemblyArgs;
+use crate::app::{TraceConfig, TraceFormat};
+use crate::frontend::assemble::Scope;
+use crate::frontend::display::Mode;
+
+super::value_enum_by_name!(Mode);
+super::value_enum_by_name!(TraceFormat);
+
+fn trace() -> TraceConfig {
+    TraceConfig::default()
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Audit log files (JSON lines) to build the trace from.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Resource of the object, e.g. deployments.
+    #[arg(long)]
+    pub resource: String,
+    /// Name of the object.
+    #[arg(long)]
+    pub name: String,
+    /// Namespace of the object (omit for cluster-scoped objects).
+    #[arg(long, default_value_t = trace().namespace)]
+    pub namespace: String,
+    /// API group of the object (empty for the core group); default: any.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Cluster name given to the audit log's objects.
+    #[arg(long, default_value_t = trace().cluster, env = "KASCADE_CLUSTER")]
+    pub cluster: String,
+    /// Scope of the tree; default: --default-scope.
+    #[arg(long, value_enum)]
+    pub scope: Option<Scope>,
+    /// `text` (a tree for the terminal) or `otlp-json` (the assembled trace in a display mode).
+    #[arg(long, value_enum, default_value_t = trace().format)]
+    pub format: TraceFormat,
+    /// Display mode for --format otlp-json.
+    #[arg(long, value_enum, default_value_t = trace().mode)]
+    pub mode: Mode,
+    /// Changed paths shown per write in text output.
+    #[arg(long, default_value_t = trace().max_diff_lines)]
+    pub max_diff_lines: usize,
+    /// Show the create/delete snapshots in text output.
+    #[arg(long)]
+    pub snapshots: bool,
+    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
+    #[arg(long, env = "KASCADE_RULES")]
+    pub rules: Option<PathBuf>,
+    #[command(flatten)]
+    pub assembly: AssemblyArgs,
+}
+
+impl From<TraceArgs> for TraceConfig {
+    fn from(a: TraceArgs) -> Self {
+        TraceConfig {
+            files: a.files,
+            resource: a.resource,
+            name: a.name,
+            namespace: a.namespace,
+            group: a.group,
+            cluster: a.cluster,
+            scope: a.scope,
+            format: a.format,
+            mode: a.mode,
+            max_diff_lines: a.max_diff_lines,
+            snapshots: a.snapshots,
+            rules: a.rules,
+            assembly: a.assembly.into(),
+        }
+    }
+}

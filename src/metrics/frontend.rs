@@ -1,0 +1,73 @@
+//! Metrics of `kascade frontend`.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::{Rpc, RpcLabel};
+
+/// Metrics of `kascade frontend`.
+pub struct FrontendMetrics {
+    pub requests: Family<RpcLabel, Counter>,
+    pub errors: Family<RpcLabel, Counter>,
+    pub traces_assembled: Counter,
+    pub cache_hits: Counter,
+    pub raw_reads: Counter,
+    pub raw_read_errors: Counter,
+    pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
+    pub objects_per_trace: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for FrontendMetrics {
+    fn default() -> Self {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        Self {
+            requests: Family::default(),
+            errors: Family::default(),
+            traces_assembled: Counter::default(),
+            cache_hits: Counter::default(),
+            raw_reads: Counter::default(),
+            raw_read_errors: Counter::default(),
+            assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+        }
+    }
+}
+
+impl FrontendMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        let r = r.sub_registry_with_prefix("kascade_frontend");
+        r.register("requests", "Requests, by rpc", self.requests.clone());
+        r.register("errors", "Failed requests, by rpc", self.errors.clone());
+        r.register(
+            "traces_assembled",
+            "Traces assembled (cache misses)",
+            self.traces_assembled.clone(),
+        );
+        r.register(
+            "cache_hits",
+            "Trace requests answered from the cache",
+            self.cache_hits.clone(),
+        );
+        r.register("raw_reads", "Reads of raw traces", self.raw_reads.clone());
+        r.register(
+            "raw_read_errors",
+            "Failed reads of raw traces",
+            self.raw_read_errors.clone(),
+        );
+        r.register(
+            "assemble_seconds",
+            "Time to assemble one trace",
+            self.assemble_seconds.clone(),
+        );
+        r.register(
+            "objects_per_trace",
+            "Objects in an assembled trace",
+            self.objects_per_trace.clone(),
+        );
+    }
+
+    pub fn rpc(rpc: Rpc) -> RpcLabel {
+        RpcLabel { rpc }
+    }
+}

@@ -1,0 +1,328 @@
+//! The labels of kascade's metrics: a closed set of values per label is an
+//! enum, so a typo cannot start a new series; open sets (cluster names) are
+//! strings.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+/// An enum whose variants are label values, each spelt as given (the
+/// derive of `EncodeLabelValue` would spell the variant's name, and these
+/// values are snake_case or hyphenated, as dashboards and tests know them).
+macro_rules! label_values {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $value:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &[$name] = &[$($name::$variant,)+];
+
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// Where audit events came from.
+    pub enum Source {
+        Webhook => "webhook",
+        /// Replayed from the durable intake at start.
+        Spool => "spool",
+        /// `kascade replay`.
+        Replay => "replay",
+    }
+}
+
+label_values! {
+    /// Why audit events were rejected.
+    pub enum RejectReason {
+        /// Not an audit event kascade can use (or beyond its bounds).
+        Malformed => "malformed",
+        /// A missing or wrong bearer token.
+        Unauthorized => "unauthorized",
+        /// The body could not be read, decompressed or was too large.
+        BadBody => "bad_body",
+        /// The queue stayed full for `--admission-wait`.
+        Overload => "overload",
+    }
+}
+
+label_values! {
+    /// Why spans too large to export were trimmed.
+    pub enum TrimReason {
+        /// Over `--export-max-batch-bytes`.
+        BatchBytes => "batch_bytes",
+        /// Refused by the receiver as too large.
+        ReceiverLimit => "receiver_limit",
+    }
+}
+
+label_values! {
+    /// An output of the exporter.
+    pub enum ExportOutput {
+        Otlp => "otlp",
+        OtlpJson => "otlp-json",
+    }
+}
+
+label_values! {
+    /// The bounded in-process caches whose evictions are counted.
+    pub enum Cache {
+        /// The audit/watch ledger.
+        Ledger => "ledger",
+        /// Kubernetes Event occurrences already shown.
+        SeenEvents => "seen_events",
+        /// Last object states, for diffs.
+        States => "states",
+        /// The local span cache.
+        SpanCache => "span_cache",
+    }
+}
+
+label_values! {
+    /// Why a cache entry went before it was done with.
+    pub enum EvictionCause {
+        /// The cache was full.
+        Size => "size",
+        /// Older than its time to live.
+        Expired => "expired",
+    }
+}
+
+label_values! {
+    /// The calls of the Jaeger remote storage API that `kascade frontend` serves.
+    pub enum Rpc {
+        GetTraces => "GetTraces",
+        GetOperations => "GetOperations",
+        FindTraces => "FindTraces",
+        FindTraceIDs => "FindTraceIDs",
+        GetDependencies => "GetDependencies",
+    }
+}
+
+label_values! {
+    /// Why an event was not turned into spans (`source::audit` re-exports
+    /// it: defined here so that metrics imports no stage).
+    pub enum FilterReason {
+        Stage => "stage",
+        Verb => "verb",
+        Resource => "resource",
+        UserAgent => "user_agent",
+        NoObject => "no_object",
+        /// An Event write that carries no Event naming an involved object
+        /// (Metadata-level policy, a patch without response).
+        EventWithoutObject => "event-without-object",
+        /// A failed Event write: nothing was recorded.
+        EventWriteFailed => "event-write-failed",
+        /// An Event deleted: not an occurrence.
+        EventDelete => "event-delete",
+        /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
+        DryRun => "dry_run",
+        /// An Event occurrence already shown (seen in the audit log and the
+        /// watch, or again after a re-list).
+        EventSeen => "event-seen",
+        /// An Event older than --event-max-age listed when a watch (re)started.
+        EventTooOld => "event-too-old",
+    }
+}
+
+label_values! {
+    /// Why spans were not exported: the `reason` of
+    /// `kascade_spans_dropped_total` (`export` re-exports it).
+    pub enum DropReason {
+        /// A retryable failure lasted longer than `--export-retry-for`.
+        RetriesExhausted => "retries_exhausted",
+        /// The receiver refused the request for good (HTTP 400, gRPC
+        /// INVALID_ARGUMENT, unauthenticated, …).
+        Rejected => "rejected",
+        /// The receiver took the request but rejected these spans.
+        PartialRejection => "partial_rejection",
+        /// Even the span trimmed to its bare attributes was too large.
+        TooLarge => "too_large",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: Source,
+}
+
+/// The `source` of the list-watch metrics: a watched cluster's name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabel {
+    pub reason: RejectReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FilterLabel {
+    pub reason: FilterReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TrimLabel {
+    pub reason: TrimReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutputLabel {
+    pub output: ExportOutput,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabel {
+    pub output: ExportOutput,
+    pub reason: DropReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheEvictionLabel {
+    pub cache: Cache,
+    pub cause: EvictionCause,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabel {
+    pub rpc: Rpc,
+}
+
+/// The `op` of the etcd span cache's metrics (still a string: the etcd
+/// client is being rewritten; its ops become an enum with it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: String,
+}
+
+/// The `reason` of `kascade_span_cache_etcd_errors_total` (a string for the
+/// same reason as [`OpLabel`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{FrontendMetrics, Metrics};
+    use prometheus_client::registry::Registry;
+
+    /// The label values as /metrics shows them: dashboards, alerts, the
+    /// e2e scripts and README name them.
+    #[test]
+    fn label_values_are_spelt_as_before_they_were_enums() {
+        let m = Metrics::default();
+        let f = FrontendMetrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        f.register(&mut registry);
+        for s in Source::ALL {
+            m.events_received.get_or_create(&Metrics::source(*s)).inc();
+        }
+        for r in RejectReason::ALL {
+            m.events_rejected
+                .get_or_create(&Metrics::rejected(*r))
+                .inc();
+        }
+        for r in [FilterReason::DryRun, FilterReason::EventTooOld] {
+            m.events_filtered.get_or_create(&Metrics::filtered(r)).inc();
+        }
+        for r in TrimReason::ALL {
+            m.spans_trimmed.get_or_create(&Metrics::trimmed(*r)).inc();
+        }
+        for o in ExportOutput::ALL {
+            m.spans_exported.get_or_create(&Metrics::output(*o)).inc();
+            for r in DropReason::ALL {
+                m.spans_dropped
+                    .get_or_create(&Metrics::dropped(*o, *r))
+                    .inc();
+            }
+        }
+        for cache in Cache::ALL {
+            for cause in EvictionCause::ALL {
+                m.cache_evictions
+                    .get_or_create(&CacheEvictionLabel {
+                        cache: *cache,
+                        cause: *cause,
+                    })
+                    .inc();
+            }
+        }
+        m.watch_errors
+            .get_or_create(&Metrics::cluster("prod-eu"))
+            .inc();
+        for rpc in Rpc::ALL {
+            f.requests.get_or_create(&FrontendMetrics::rpc(*rpc)).inc();
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let mut expected = vec![
+            r#"kascade_audit_events_received_total{source="webhook"} 1"#.to_string(),
+            r#"kascade_audit_events_received_total{source="spool"} 1"#.to_string(),
+            r#"kascade_audit_events_received_total{source="replay"} 1"#.to_string(),
+            r#"kascade_audit_events_filtered_total{reason="dry_run"} 1"#.to_string(),
+            r#"kascade_audit_events_filtered_total{reason="event-too-old"} 1"#.to_string(),
+            r#"kascade_watch_errors_total{source="prod-eu"} 1"#.to_string(),
+        ];
+        for r in ["malformed", "unauthorized", "bad_body", "overload"] {
+            expected.push(format!(
+                r#"kascade_audit_events_rejected_total{{reason="{r}"}} 1"#
+            ));
+        }
+        for r in ["batch_bytes", "receiver_limit"] {
+            expected.push(format!(r#"kascade_spans_trimmed_total{{reason="{r}"}} 1"#));
+        }
+        for o in ["otlp", "otlp-json"] {
+            expected.push(format!(r#"kascade_spans_exported_total{{output="{o}"}} 1"#));
+            for r in [
+                "retries_exhausted",
+                "rejected",
+                "partial_rejection",
+                "too_large",
+            ] {
+                expected.push(format!(
+                    r#"kascade_spans_dropped_total{{output="{o}",reason="{r}"}} 1"#
+                ));
+            }
+        }
+        for c in ["ledger", "seen_events", "states", "span_cache"] {
+            for cause in ["size", "expired"] {
+                expected.push(format!(
+                    r#"kascade_cache_evictions_total{{cache="{c}",cause="{cause}"}} 1"#
+                ));
+            }
+        }
+        for rpc in [
+            "GetTraces",
+            "GetOperations",
+            "FindTraces",
+            "FindTraceIDs",
+            "GetDependencies",
+        ] {
+            expected.push(format!(
+                r#"kascade_frontend_requests_total{{rpc="{rpc}"}} 1"#
+            ));
+        }
+        for line in &expected {
+            assert!(text.contains(line.as_str()), "{line} missing in:\n{text}");
+        }
+        // Every series above is one the test set: no value spelt twice.
+        let series = text.lines().filter(|l| l.ends_with(" 1")).count();
+        assert_eq!(series, expected.len(), "{text}");
+    }
+}
