@@ -12,6 +12,8 @@ pub mod export;
 pub mod frontend;
 pub mod metrics;
 pub mod model;
+pub mod offline;
+pub mod pipeline;
 pub mod source;
 pub mod span_model;
 

@@ -9,8 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 
 use super::audit::{AuditFilter, parse_event};
-use crate::aggregate::Intake;
 use crate::metrics::Metrics;
+use crate::pipeline::Intake;
 
 /// Longest line kept: an audit event carries at most a request and a response
 /// object (each under the apiserver's 3 MiB request limit). A longer line is

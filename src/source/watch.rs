@@ -21,12 +21,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::aggregate::k8s_event::K8sEvent;
-use crate::aggregate::processor::{WatchChange, WatchKind, precise_occurrence};
-use crate::aggregate::{Intake, Work};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::source::audit::FilterReason;
+use crate::pipeline::{
+    FilterReason, Intake, K8sEvent, WatchChange, WatchKind, Work, precise_occurrence,
+};
 
 /// Resources never watched: Events are consumed by their own watcher,
 /// Leases change every few seconds and say nothing about the cascade.

@@ -19,9 +19,8 @@ use tokio::sync::Semaphore;
 
 use super::audit::{AuditFilter, decode_event_list};
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
-use crate::aggregate::{Accepted, AdmitError, Intake, Processor};
-use crate::export::ExportProgress;
 use crate::metrics::Metrics;
+use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
 
 pub struct WebhookState {
     pub intake: Intake,
@@ -46,7 +45,8 @@ pub struct WebhookState {
     pub last_refusal_log: std::sync::Mutex<Option<std::time::Instant>>,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
-    pub processor: Arc<Processor>,
+    /// The processor's gauges, refreshed on each scrape.
+    pub processor: Arc<dyn Gauges>,
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
