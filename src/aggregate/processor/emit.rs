@@ -316,3 +316,207 @@ pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
         && matches!(ev.verb.as_str(), "update" | "patch")
         && (reason == "Conflict" || reason.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::ProcessorConfig;
+    use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
+    use super::*;
+    use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    fn kind(s: &Span) -> String {
+        attr(s, attr::SPAN_KIND).unwrap_or_default()
+    }
+
+    fn status(s: &Span) -> StatusCode {
+        s.status.as_ref().map(|st| st.code()).unwrap_or_default()
+    }
+
+    /// The first successful create of `resource` in the deployment scenario.
+    fn created(resource: &str) -> Accepted {
+        audit_values("deployment")
+            .iter()
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["resource"] == resource
+                    && e["responseStatus"]["code"] == 201
+            })
+            .and_then(accepted)
+            .expect("the scenario creates it")
+    }
+
+    #[tokio::test]
+    async fn an_object_span_once_per_window_and_again_when_replayed() {
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let item = created("deployments");
+        let ow = ObjectWindow {
+            object: item.object.clone(),
+            window_start: 1800,
+        };
+        p.ensure_object_span(&ow, &item.uid, false).await.unwrap();
+        p.ensure_object_span(&ow, &item.uid, false).await.unwrap();
+        assert_eq!(drain(&mut rx).len(), 1);
+        p.ensure_object_span(&ow, &item.uid, true).await.unwrap();
+        let next = ObjectWindow {
+            window_start: 3600,
+            ..ow.clone()
+        };
+        p.ensure_object_span(&next, &item.uid, false).await.unwrap();
+        let spans = drain(&mut rx);
+        assert_eq!(spans.len(), 2, "forced, then the next window's");
+        assert!(spans.iter().all(|s| kind(s) == SPAN_KIND_OBJECT));
+        assert_eq!(spans[0].trace_id.len(), 16);
+        assert_ne!(spans[0].trace_id, spans[1].trace_id, "a trace per window");
+    }
+
+    #[tokio::test]
+    async fn an_owner_is_linked_on_both_sides_once_per_window() {
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let rs = created("replicasets");
+        let state: Value =
+            serde_json::from_str(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+        let ow = ObjectWindow {
+            object: rs.object.clone(),
+            window_start: 1800,
+        };
+        let at = rs.event.stage_timestamp;
+        p.record_relations(&ow, &state, at, false).await.unwrap();
+        let spans = drain(&mut rx);
+        let links: Vec<_> = spans.iter().filter(|s| kind(s) == SPAN_KIND_LINK).collect();
+        let owner = state["metadata"]["ownerReferences"][0]["name"]
+            .as_str()
+            .unwrap();
+        // The Deployment's object span (the window had none), then a link
+        // on each side: the Deployment is the parent, the ReplicaSet the child.
+        assert!(
+            spans
+                .iter()
+                .any(|s| kind(s) == SPAN_KIND_OBJECT
+                    && attr(s, attr::NAME).as_deref() == Some(owner))
+        );
+        let roles: Vec<_> = links
+            .iter()
+            .filter(|l| attr(l, attr::LINK_CLASS).as_deref() == Some("owner"))
+            .map(|l| attr(l, attr::LINK_ROLE).unwrap())
+            .collect();
+        assert_eq!(roles, ["parent", "child"], "{spans:#?}");
+        // Known in this window: nothing again, unless replayed.
+        p.record_relations(&ow, &state, at, false).await.unwrap();
+        assert!(drain(&mut rx).is_empty());
+        p.record_relations(&ow, &state, at, true).await.unwrap();
+        assert_eq!(drain(&mut rx).len(), spans.len());
+    }
+
+    #[tokio::test]
+    async fn diff_events_beyond_the_cap_are_counted() {
+        let cfg = ProcessorConfig {
+            max_diff_changes: 1,
+            ..Default::default()
+        };
+        let (p, mut rx, _) = processor(cfg);
+        for raw in audit_values("deployment") {
+            if let Some(item) = accepted(&raw) {
+                p.process(&item).await.unwrap();
+            }
+        }
+        let spans = drain(&mut rx);
+        let capped = spans
+            .iter()
+            .find(|s| attr(s, attr::DIFF_TRUNCATED).is_some())
+            .expect("a write with more than one change");
+        let diffs = capped
+            .events
+            .iter()
+            .filter(|e| e.name == EVENT_DIFF)
+            .count();
+        assert_eq!(diffs, 1);
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.events.iter().filter(|e| e.name == EVENT_DIFF).count() <= 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflict_is_shown_without_error_other_refusals_with_their_message() {
+        let values = audit_values("deployment");
+        let conflict = values
+            .iter()
+            .find(|e| e["responseStatus"]["code"] == 409 && e["verb"] == "update")
+            .expect("a controller's conflicting update");
+        let ev = parse(conflict);
+        assert!(is_conflict(&ev));
+        let message = conflict["responseStatus"]["message"].as_str().unwrap();
+        assert_eq!(failure_message(&ev), message);
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        p.process(&accepted(conflict).unwrap()).await.unwrap();
+        let spans = drain(&mut rx);
+        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
+        assert_eq!(attr(audit, attr::AUDIT_CONFLICT).as_deref(), Some(message));
+        assert_ne!(status(audit), StatusCode::Error);
+
+        // The same refusal of a create is AlreadyExists, an error.
+        let mut exists = conflict.clone();
+        exists["verb"] = "create".into();
+        let ev = parse(&exists);
+        assert!(!is_conflict(&ev));
+        // Without a message, the reason and code say why.
+        let mut bare = conflict.clone();
+        bare["responseStatus"]["message"] = "".into();
+        assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
+    }
+
+    #[tokio::test]
+    async fn a_create_refused_before_naming_is_shown_on_its_owner() {
+        let refused = audit_values("quota")
+            .into_iter()
+            .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+            .expect("the quota scenario's refused Pod");
+        let event = parse(&refused);
+        let attempt = event
+            .failed_create()
+            .unwrap()
+            .expect("a generateName create");
+        let r = event.object_ref.as_ref().unwrap();
+        let item = Accepted {
+            object: ObjectRef::new(
+                "c",
+                &r.api_group,
+                &r.resource,
+                &r.namespace,
+                attempt.generate_name.clone(),
+            ),
+            event,
+            uid: String::new(),
+            replayed: false,
+            failed_create: Some(Box::new(attempt.clone())),
+        };
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        p.process(&item).await.unwrap();
+        let spans = drain(&mut rx);
+        let owner = attempt.owner.as_ref().expect("a ReplicaSet's Pod");
+        let object = spans.iter().find(|s| kind(s) == SPAN_KIND_OBJECT).unwrap();
+        assert_eq!(
+            attr(object, attr::NAME).as_deref(),
+            Some(owner.name.as_str())
+        );
+        assert_eq!(attr(object, attr::RESOURCE).as_deref(), Some("replicasets"));
+        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
+        assert_eq!(audit.parent_span_id, object.span_id);
+        assert!(
+            audit.name.ends_with(&format!(
+                "create pods (generateName {})",
+                attempt.generate_name
+            )),
+            "{}",
+            audit.name
+        );
+        assert_eq!(status(audit), StatusCode::Error);
+        assert_eq!(
+            attr(audit, attr::AUDIT_ATTEMPT_GENERATE_NAME).as_deref(),
+            Some(attempt.generate_name.as_str())
+        );
+        assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
+    }
+}

@@ -143,3 +143,124 @@ impl Processor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{accepted, attr, audit_values, drain, fixture, processor};
+    use super::*;
+    use crate::span_model::attr as key;
+
+    /// The first core/v1 Event the deployment scenario's audit log created,
+    /// and the same Event as the Event list served it.
+    fn written_and_listed() -> (Value, Value) {
+        let written = audit_values("deployment")
+            .into_iter()
+            .find(|e| {
+                e["objectRef"]["resource"] == "events"
+                    && e["objectRef"]["apiGroup"].as_str().unwrap_or("").is_empty()
+                    && e["verb"] == "create"
+            })
+            .expect("the scenario writes Events");
+        let uid = &written["responseObject"]["metadata"]["uid"];
+        let list: Value = serde_json::from_str(&fixture("deployment", "events.json")).unwrap();
+        let listed = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| &i["metadata"]["uid"] == uid)
+            .expect("the Event list has the written Event")
+            .clone();
+        (written, listed)
+    }
+
+    fn listed_event(listed: &Value) -> (ObjectRef, String, K8sEvent) {
+        let meta = &listed["metadata"];
+        let own = ObjectRef::new(
+            "c",
+            "",
+            "events",
+            meta["namespace"].as_str().unwrap(),
+            meta["name"].as_str().unwrap().to_string(),
+        );
+        let e = K8sEvent::from_object(listed).expect("an Event");
+        (own, meta["uid"].as_str().unwrap().to_string(), e)
+    }
+
+    fn filtered(m: &Metrics, reason: FilterReason) -> u64 {
+        m.events_filtered
+            .get_or_create(&Metrics::reason(reason.as_str()))
+            .get()
+    }
+
+    #[tokio::test]
+    async fn an_event_written_and_watched_is_one_span_on_the_object_it_is_about() {
+        let (p, mut rx, metrics) = processor(Default::default());
+        let (written, listed) = written_and_listed();
+        p.process(&accepted(&written).unwrap()).await.unwrap();
+        let (own, uid, e) = listed_event(&listed);
+        let at = precise_occurrence(e.occurred, std::time::SystemTime::now());
+        p.process_k8s_event(&own, &uid, e, at).await.unwrap();
+        let spans = drain(&mut rx);
+        let events: Vec<_> = spans
+            .iter()
+            .filter(|s| attr(s, key::SPAN_KIND).as_deref() == Some("event"))
+            .collect();
+        assert_eq!(events.len(), 1, "once, however often seen");
+        assert_eq!(filtered(&metrics, FilterReason::EventSeen), 1);
+        let involved = &written["responseObject"]["involvedObject"];
+        assert_eq!(
+            attr(events[0], key::EVENT_REASON).as_deref(),
+            written["responseObject"]["reason"].as_str()
+        );
+        // On the involved object's span, which the window gets first.
+        let object = spans
+            .iter()
+            .find(|s| attr(s, key::SPAN_KIND).as_deref() == Some("object"))
+            .expect("the involved object's span");
+        assert_eq!(
+            attr(object, key::NAME).as_deref(),
+            involved["name"].as_str()
+        );
+        assert_eq!(events[0].parent_span_id, object.span_id);
+        assert_eq!(events[0].trace_id, object.trace_id);
+    }
+
+    #[tokio::test]
+    async fn a_new_count_is_a_new_occurrence() {
+        let (p, mut rx, _) = processor(Default::default());
+        let (_, listed) = written_and_listed();
+        let (own, uid, e) = listed_event(&listed);
+        let at = std::time::SystemTime::now();
+        p.process_k8s_event(&own, &uid, e.clone(), at)
+            .await
+            .unwrap();
+        // The same Event seen again after it recurred (its count raised).
+        let again = K8sEvent {
+            count: e.count + 1,
+            ..e
+        };
+        p.process_k8s_event(&own, &uid, again, at).await.unwrap();
+        let events: Vec<_> = drain(&mut rx)
+            .into_iter()
+            .filter(|s| attr(s, key::SPAN_KIND).as_deref() == Some("event"))
+            .collect();
+        assert_eq!(events.len(), 2);
+        assert_ne!(events[0].span_id, events[1].span_id);
+    }
+
+    #[tokio::test]
+    async fn deletes_and_failed_writes_of_events_are_counted_not_shown() {
+        let (p, mut rx, metrics) = processor(Default::default());
+        let (written, _) = written_and_listed();
+        // The real create, as if it had been a delete, then as if refused.
+        let mut deleted = written.clone();
+        deleted["verb"] = "delete".into();
+        p.process(&accepted(&deleted).unwrap()).await.unwrap();
+        let mut refused = written.clone();
+        refused["responseStatus"]["code"] = 403.into();
+        p.process(&accepted(&refused).unwrap()).await.unwrap();
+        assert!(drain(&mut rx).is_empty());
+        assert_eq!(filtered(&metrics, FilterReason::EventDelete), 1);
+        assert_eq!(filtered(&metrics, FilterReason::EventWriteFailed), 1);
+    }
+}

@@ -8,7 +8,7 @@
 //! [`reconcile`] (the audit↔watch ledger: each write shown once), [`emit`]
 //! (object and link spans through the span cache, span parts), [`events`]
 //! (Kubernetes Events). This file holds the processor and the audit path
-//! that uses them all.
+//! that uses them all; [`watch`] the list-watch's path.
 
 mod emit;
 mod events;
@@ -16,6 +16,7 @@ mod reconcile;
 mod state;
 #[cfg(test)]
 mod test_support;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -14,13 +14,10 @@ use moka::policy::EvictionPolicy;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::super::diff::{self, Change};
-use super::state::{is_older, prepare_watched, resource_version};
-use super::{ProcessError, Processor};
+use super::super::diff::Change;
 use crate::metrics::{CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
 use crate::pipeline::{WatchChange, WatchKind};
-use crate::span_model;
 
 /// How long the ledger keeps an entry.
 const LEDGER_TTL: Duration = Duration::from_secs(600);
@@ -35,8 +32,8 @@ const ALIAS_DELETING: &str = "deleting";
 
 /// A diff between two versions of an object, and whether a write's audit
 /// span already shows it.
-pub struct LedgerEntry {
-    changes: Vec<Change>,
+pub(super) struct LedgerEntry {
+    pub changes: Vec<Change>,
     /// The versions the watch saw the diff between (empty in an audit
     /// event's marker): the audit span of the same write reports them when
     /// the watch got ahead of it and the last state is already newer.
@@ -79,18 +76,18 @@ impl LedgerEntry {
 }
 
 /// A watch change waiting for its audit event.
-struct PendingWatch {
-    due: Instant,
+pub(super) struct PendingWatch {
+    pub due: Instant,
     /// The diff itself, not only its ledger key: the ledger may have evicted
     /// it by the time the wait is over, and the change must still be shown.
-    entry: Arc<LedgerEntry>,
+    pub entry: Arc<LedgerEntry>,
     /// Where an audit event of the same write claims it, or leaves a marker
     /// when the entry was evicted: the version key, then the aliases.
-    ledger_keys: Vec<u128>,
-    ow: ObjectWindow,
-    change: WatchChange,
-    old_rv: String,
-    snapshot: Option<Value>,
+    pub ledger_keys: Vec<u128>,
+    pub ow: ObjectWindow,
+    pub change: WatchChange,
+    pub old_rv: String,
+    pub snapshot: Option<Value>,
 }
 
 /// What the watch saw of one write, taken by its audit event.
@@ -109,7 +106,8 @@ pub(super) struct WatchClaim {
 pub(super) struct Ledger {
     entries: moka::sync::Cache<u128, Arc<LedgerEntry>>,
     pending: std::sync::Mutex<VecDeque<PendingWatch>>,
-    wait: Duration,
+    /// How long a watch change waits for its audit event.
+    pub wait: Duration,
 }
 
 impl Ledger {
@@ -171,7 +169,7 @@ impl Ledger {
     /// Files the watch's diff of a write under its version key and its
     /// aliases, to wait for the audit event; `None` when that event showed
     /// the write already.
-    fn file(
+    pub fn file(
         &self,
         object_key: &str,
         version_key: u128,
@@ -204,7 +202,7 @@ impl Ledger {
         Some((entry, ledger_keys))
     }
 
-    fn wait(&self, p: PendingWatch) {
+    pub fn wait(&self, p: PendingWatch) {
         self.pending
             .lock()
             .expect("pending watch changes")
@@ -213,7 +211,7 @@ impl Ledger {
 
     /// The next change whose wait is over (any when `all`) that no audit
     /// event has shown; it is then the watch's to show.
-    fn next_due(&self, now: Instant, all: bool) -> Option<PendingWatch> {
+    pub fn next_due(&self, now: Instant, all: bool) -> Option<PendingWatch> {
         loop {
             let p = {
                 let mut q = self.pending.lock().expect("pending watch changes");
@@ -302,123 +300,12 @@ fn watch_aliases(kind: WatchKind, changes: &[Change]) -> Vec<&'static str> {
 }
 
 /// The ledger's key of an object's version (`deleted` for its deletion).
-fn ledger_key(object_key: &str, version: &str) -> u128 {
+pub(super) fn ledger_key(object_key: &str, version: &str) -> u128 {
     let mut h = Xxh3::new();
     for part in [object_key, "@", version] {
         h.update(part.as_bytes());
     }
     h.digest128()
-}
-
-impl Processor {
-    /// A version of an object from the list-watch. Its diff against the
-    /// previous version is kept for the audit event of the same write; if that
-    /// does not claim it within `watch_audit_wait` (a Metadata-level audit
-    /// policy, no audit webhook), it is shown as a `watch` span on its own.
-    pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
-        let obj = change.object.clone();
-        let key = obj.key();
-        prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
-        let new_rv = resource_version(&change.state).to_string();
-        let old = self.states.get(&key);
-        let old_rv = old
-            .as_ref()
-            .map(|o| resource_version(o).to_string())
-            .unwrap_or_default();
-        let ow = ObjectWindow {
-            object: obj.clone(),
-            window_start: self.cfg.windowing.window_start(change.observed),
-        };
-        let (version_key, changes, snapshot) = match change.kind {
-            WatchKind::Deleted => {
-                self.states.remove(&key);
-                self.selectors.remove(&obj);
-                (
-                    ledger_key(&key, "deleted"),
-                    Vec::new(),
-                    Some(change.state.clone()),
-                )
-            }
-            _ => {
-                if new_rv == old_rv || is_older(&new_rv, &old_rv) {
-                    return Ok(()); // already known (the audit event came first) or stale
-                }
-                self.states
-                    .put(key.clone(), Arc::new(change.state.clone()))?;
-                if change.kind == WatchKind::Listed && old.is_none() {
-                    // Seeding: index only; idle objects get no spans at startup.
-                    let _ = self.selectors.update(&self.rules, &obj, &change.state);
-                } else {
-                    self.record_selector_links(&obj, &change.state, change.observed)
-                        .await?;
-                }
-                if old.is_none() && change.kind == WatchKind::Modified {
-                    // kube's watcher reports additions and modifications alike.
-                    change.kind = WatchKind::Added;
-                }
-                match (&old, change.kind) {
-                    // The initial list seeds what later diffs compare against.
-                    (None, WatchKind::Listed) => return Ok(()),
-                    (None, _) => (
-                        ledger_key(&key, &new_rv),
-                        Vec::new(),
-                        Some(change.state.clone()),
-                    ),
-                    (Some(o), _) => (
-                        ledger_key(&key, &new_rv),
-                        diff::diff(o, &change.state),
-                        None,
-                    ),
-                }
-            }
-        };
-        if changes.is_empty() && snapshot.is_none() {
-            return Ok(());
-        }
-        let Some((entry, ledger_keys)) =
-            self.ledger
-                .file(&key, version_key, change.kind, changes, &old_rv, &new_rv)
-        else {
-            return Ok(());
-        };
-        self.ledger.wait(PendingWatch {
-            due: Instant::now() + self.ledger.wait,
-            entry,
-            ledger_keys,
-            ow,
-            change,
-            old_rv,
-            snapshot,
-        });
-        Ok(())
-    }
-
-    /// Shows the watch changes whose wait for an audit event is over (all of
-    /// them when `all`, at shutdown).
-    pub async fn flush_watch(&self, all: bool) -> Result<(), ProcessError> {
-        let now = Instant::now();
-        while let Some(p) = self.ledger.next_due(now, all) {
-            self.ensure_object_span(&p.ow, "", false).await?;
-            let at = p.change.observed;
-            let new_rv = resource_version(&p.change.state).to_string();
-            let mut span =
-                span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
-            if p.change.kind != WatchKind::Deleted {
-                super::emit::add_object_status(&mut span, &p.ow.object, &p.change.state);
-            }
-            if let Some(snap) = &p.snapshot {
-                super::emit::add_snapshot(&mut span, snap, at);
-            }
-            self.add_changes(&mut span, &p.entry.changes, at);
-            self.metrics.watch_spans.inc();
-            self.emit(span).await?;
-            if p.change.kind != WatchKind::Deleted {
-                self.record_relations(&p.ow, &p.change.state, at, false)
-                    .await?;
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
