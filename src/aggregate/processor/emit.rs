@@ -9,14 +9,14 @@ use std::time::SystemTime;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::super::diff::{self, Change};
+use super::super::diff::Change;
 use super::super::relations::all_relations;
 use super::super::rules::Relation;
 use super::super::span_cache::Slot;
 use super::super::status;
 use super::{ProcessError, Processor};
 use crate::model::{ObjectRef, ObjectWindow};
-use crate::pipeline::{Accepted, AuditEvent, ExportProgress, FailedCreate};
+use crate::pipeline::{AuditEvent, ExportProgress};
 use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, LinkFields, SpanBuf, attr};
 
 impl Processor {
@@ -38,7 +38,7 @@ impl Processor {
     }
 
     /// Emits the object span of `ow` unless it already exists (or again when
-    /// `force`: see [`Accepted::replayed`]).
+    /// `force`: see [`Accepted::replayed`](crate::pipeline::Accepted::replayed)).
     pub(super) async fn ensure_object_span(
         &self,
         ow: &ObjectWindow,
@@ -174,75 +174,6 @@ impl Processor {
             span.event(EVENT_DIFF, at, &attrs[..n]);
         }
     }
-
-    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
-    /// denied by a quota): an audit span in error on the span of the owner
-    /// the request names, else of an object named by the `generateName`
-    /// prefix, saying what it tried to create, with the request object as
-    /// its snapshot. Nothing was written, so no state or relation changes.
-    pub(super) async fn process_failed_create(
-        &self,
-        item: &Accepted,
-        attempt: &FailedCreate,
-    ) -> Result<(), ProcessError> {
-        let ev = &item.event;
-        let tried = &item.object;
-        let (holder, holder_uid) = match &attempt.owner {
-            Some(o) => (
-                self.kinds.referenced_object(
-                    &tried.cluster,
-                    &o.api_version,
-                    &o.kind,
-                    &tried.namespace,
-                    &o.name,
-                ),
-                o.uid.as_str(),
-            ),
-            None => (tried.clone(), ""),
-        };
-        let ow = ObjectWindow {
-            object: holder,
-            window_start: self
-                .cfg
-                .windowing
-                .window_start(ev.request_received_timestamp),
-        };
-        self.ensure_object_span(&ow, holder_uid, item.replayed)
-            .await?;
-        let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
-        let name = format!(
-            "{} {} {} (generateName {})",
-            ev.user.username,
-            ev.verb,
-            tried.group_resource(),
-            attempt.generate_name
-        );
-        let mut span = span_model::audit_span_named(&ow, &write, &name);
-        if !tried.group.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
-        }
-        span.attr(attr::AUDIT_ATTEMPT_RESOURCE, &tried.resource);
-        if !tried.namespace.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_NAMESPACE, &tried.namespace);
-        }
-        span.attr(attr::AUDIT_ATTEMPT_GENERATE_NAME, &attempt.generate_name);
-        if !attempt.attempted_name.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
-        }
-        if let Some(mut requested) = ev
-            .request_object
-            .as_ref()
-            .and_then(|r| diff::parse_object(r.get()).ok())
-        {
-            diff::strip_noise(&mut requested);
-            self.redactor
-                .redact(&tried.group, &tried.resource, &mut requested);
-            add_snapshot(&mut span, &requested, ev.stage_timestamp);
-        }
-        self.emit(span).await?;
-        self.metrics.events_processed.inc();
-        Ok(())
-    }
 }
 
 /// The fields of an audit span of `ev`.
@@ -322,6 +253,7 @@ mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
     use super::*;
+    use crate::pipeline::Accepted;
     use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
     use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
@@ -465,58 +397,5 @@ mod tests {
         let mut bare = conflict.clone();
         bare["responseStatus"]["message"] = "".into();
         assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
-    }
-
-    #[tokio::test]
-    async fn a_create_refused_before_naming_is_shown_on_its_owner() {
-        let refused = audit_values("quota")
-            .into_iter()
-            .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
-            .expect("the quota scenario's refused Pod");
-        let event = parse(&refused);
-        let attempt = event
-            .failed_create()
-            .unwrap()
-            .expect("a generateName create");
-        let r = event.object_ref.as_ref().unwrap();
-        let item = Accepted {
-            object: ObjectRef::new(
-                "c",
-                &r.api_group,
-                &r.resource,
-                &r.namespace,
-                attempt.generate_name.clone(),
-            ),
-            event,
-            uid: String::new(),
-            replayed: false,
-            failed_create: Some(Box::new(attempt.clone())),
-        };
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
-        p.process(&item).await.unwrap();
-        let spans = drain(&mut rx);
-        let owner = attempt.owner.as_ref().expect("a ReplicaSet's Pod");
-        let object = spans.iter().find(|s| kind(s) == SPAN_KIND_OBJECT).unwrap();
-        assert_eq!(
-            attr(object, attr::NAME).as_deref(),
-            Some(owner.name.as_str())
-        );
-        assert_eq!(attr(object, attr::RESOURCE).as_deref(), Some("replicasets"));
-        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
-        assert_eq!(audit.parent_span_id, object.span_id);
-        assert!(
-            audit.name.ends_with(&format!(
-                "create pods (generateName {})",
-                attempt.generate_name
-            )),
-            "{}",
-            audit.name
-        );
-        assert_eq!(status(audit), StatusCode::Error);
-        assert_eq!(
-            attr(audit, attr::AUDIT_ATTEMPT_GENERATE_NAME).as_deref(),
-            Some(attempt.generate_name.as_str())
-        );
-        assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
     }
 }

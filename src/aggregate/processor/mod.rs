@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::diff;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::rules::RuleSet;
@@ -32,7 +33,7 @@ use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
-use crate::pipeline::{Accepted, ExportProgress, Gauges, is_event_resource};
+use crate::pipeline::{Accepted, ExportProgress, FailedCreate, Gauges, is_event_resource};
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{add_object_status, add_snapshot, audit_write, failure_message, is_conflict};
 use state::{is_older, resource_version};
@@ -268,10 +269,154 @@ impl Processor {
         self.metrics.events_processed.inc();
         Ok(())
     }
+
+    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
+    /// denied by a quota): an audit span in error on the span of the owner
+    /// the request names, else of an object named by the `generateName`
+    /// prefix, saying what it tried to create, with the request object as
+    /// its snapshot. Nothing was written, so no state or relation changes.
+    pub(super) async fn process_failed_create(
+        &self,
+        item: &Accepted,
+        attempt: &FailedCreate,
+    ) -> Result<(), ProcessError> {
+        let ev = &item.event;
+        let tried = &item.object;
+        let (holder, holder_uid) = match &attempt.owner {
+            Some(o) => (
+                self.kinds.referenced_object(
+                    &tried.cluster,
+                    &o.api_version,
+                    &o.kind,
+                    &tried.namespace,
+                    &o.name,
+                ),
+                o.uid.as_str(),
+            ),
+            None => (tried.clone(), ""),
+        };
+        let ow = ObjectWindow {
+            object: holder,
+            window_start: self
+                .cfg
+                .windowing
+                .window_start(ev.request_received_timestamp),
+        };
+        self.ensure_object_span(&ow, holder_uid, item.replayed)
+            .await?;
+        let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
+        let name = format!(
+            "{} {} {} (generateName {})",
+            ev.user.username,
+            ev.verb,
+            tried.group_resource(),
+            attempt.generate_name
+        );
+        let mut span = span_model::audit_span_named(&ow, &write, &name);
+        if !tried.group.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_RESOURCE, &tried.resource);
+        if !tried.namespace.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAMESPACE, &tried.namespace);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_GENERATE_NAME, &attempt.generate_name);
+        if !attempt.attempted_name.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
+        }
+        if let Some(mut requested) = ev
+            .request_object
+            .as_ref()
+            .and_then(|r| diff::parse_object(r.get()).ok())
+        {
+            diff::strip_noise(&mut requested);
+            self.redactor
+                .redact(&tried.group, &tried.resource, &mut requested);
+            add_snapshot(&mut span, &requested, ev.stage_timestamp);
+        }
+        self.emit(span).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
 }
 
 impl Gauges for Processor {
     fn update_gauges(&self) {
         Processor::update_gauges(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{attr, audit_values, drain, parse, processor};
+    use super::*;
+    use crate::model::ObjectRef;
+    use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    #[tokio::test]
+    async fn a_create_refused_before_naming_is_shown_on_its_owner() {
+        let refused = audit_values("quota")
+            .into_iter()
+            .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+            .expect("the quota scenario's refused Pod");
+        let event = parse(&refused);
+        let attempt = event
+            .failed_create()
+            .unwrap()
+            .expect("a generateName create");
+        let r = event.object_ref.as_ref().unwrap();
+        let item = Accepted {
+            object: ObjectRef::new(
+                "c",
+                &r.api_group,
+                &r.resource,
+                &r.namespace,
+                attempt.generate_name.clone(),
+            ),
+            event,
+            uid: String::new(),
+            replayed: false,
+            failed_create: Some(Box::new(attempt.clone())),
+        };
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        p.process(&item).await.unwrap();
+        let spans = drain(&mut rx);
+        let owner = attempt.owner.as_ref().expect("a ReplicaSet's Pod");
+        let object = spans
+            .iter()
+            .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_OBJECT))
+            .unwrap();
+        assert_eq!(
+            attr(object, attr::NAME).as_deref(),
+            Some(owner.name.as_str())
+        );
+        assert_eq!(attr(object, attr::RESOURCE).as_deref(), Some("replicasets"));
+        let audit = spans
+            .iter()
+            .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_AUDIT))
+            .unwrap();
+        assert_eq!(audit.parent_span_id, object.span_id);
+        assert!(
+            audit.name.ends_with(&format!(
+                "create pods (generateName {})",
+                attempt.generate_name
+            )),
+            "{}",
+            audit.name
+        );
+        assert_eq!(
+            audit
+                .status
+                .as_ref()
+                .map(|st| st.code())
+                .unwrap_or_default(),
+            StatusCode::Error
+        );
+        assert_eq!(
+            attr(audit, attr::AUDIT_ATTEMPT_GENERATE_NAME).as_deref(),
+            Some(attempt.generate_name.as_str())
+        );
+        assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
     }
 }
