@@ -1,7 +1,8 @@
 //! kascade: the Kubernetes control plane as distributed traces.
 //!
-//! Data flow: `source` (audit webhook, audit files) → `aggregate` (windows,
-//! span cache, diffs, relations, rules) → `export` (OTLP, OTLP/JSON).
+//! Data flow: `source` (audit webhook, audit files, list-watch) → `aggregate`
+//! (windows, span cache, diffs, relations, rules) → `export` (OTLP,
+//! OTLP/JSON); what passes between them is defined in `pipeline`.
 
 pub mod aggregate;
 pub mod bounds;

@@ -1,10 +1,10 @@
 //! Aggregation: accepted audit events → object spans, audit spans, links,
 //! and event spans for writes of Kubernetes Events.
 //!
-//! Events enter through one bounded queue (admission is all-or-nothing per
-//! webhook batch, so the apiserver can retry a refused batch whole), then are
-//! sharded by object so each object's writes are processed in order while
-//! different objects proceed in parallel.
+//! Work enters through the pipeline's [`Intake`] (one bounded queue;
+//! admission is all-or-nothing per webhook batch, so the apiserver can retry
+//! a refused batch whole), then is sharded by object so each object's writes
+//! are processed in order while different objects proceed in parallel.
 
 pub mod diff;
 pub mod processor;
