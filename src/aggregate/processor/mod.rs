@@ -4,11 +4,11 @@
 //! Kubernetes Event instead becomes an event span on the object the Event is
 //! about. List-watch versions fill in what the audit log does not show.
 //!
-//! By concern: [`state`] (what a write did: apply, diff, redaction),
-//! [`reconcile`] (the audit↔watch ledger: each write shown once), [`emit`]
-//! (object and link spans through the span cache, span parts), [`events`]
+//! By concern: `state` (what a write did: apply, diff, redaction),
+//! `reconcile` (the audit↔watch ledger: each write shown once), `emit`
+//! (object and link spans through the span cache, span parts), `events`
 //! (Kubernetes Events). This file holds the processor and the audit path
-//! that uses them all; [`watch`] the list-watch's path.
+//! that uses them all; `watch` the list-watch's path.
 
 mod emit;
 mod events;
