@@ -209,13 +209,11 @@ impl Processor {
                 outcome.state.is_some(),
                 outcome.snapshot.is_some(),
             );
-            let claim = self.ledger.claim_for_audit(&keys);
-            if let Some(changes) = claim.changes {
+            if let Some(changes) =
+                self.ledger
+                    .claim_for_audit(&keys, &mut watch_old_rv, &mut new_rv)
+            {
                 outcome.changes = changes;
-            }
-            watch_old_rv = claim.old_rv;
-            if new_rv.is_empty() {
-                new_rv = claim.new_rv;
             }
         }
         let old_rv = state::old_resource_version(ev, &watch_old_rv, old.as_deref(), &new_rv);

@@ -90,17 +90,6 @@ pub(super) struct PendingWatch {
     pub snapshot: Option<Value>,
 }
 
-/// What the watch saw of one write, taken by its audit event.
-#[derive(Default, Debug, PartialEq)]
-pub(super) struct WatchClaim {
-    /// The watch's diff between consecutive versions, when it had one.
-    pub changes: Option<Vec<Change>>,
-    /// The versions the watch saw the diff between (empty when unknown;
-    /// `new_rv` of the first entry that had one).
-    pub old_rv: String,
-    pub new_rv: String,
-}
-
 /// The ledger of diffs seen by the watch, and the watch changes waiting for
 /// their audit event.
 pub(super) struct Ledger {
@@ -138,21 +127,29 @@ impl Ledger {
 
     /// The audit side of a successful write: takes what the watch saw of it
     /// under `keys` (see [`audit_claim_keys`]), or leaves a marker there so
-    /// the watch's copy, coming later, is not shown again.
-    pub fn claim_for_audit(&self, keys: &[u128]) -> WatchClaim {
-        let mut claim = WatchClaim::default();
+    /// the watch's copy, coming later, is not shown again. Returns the
+    /// watch's diff between consecutive versions, when it had one; sets
+    /// `watch_old_rv` to the version the watch saw before the write, and an
+    /// empty `new_rv` to the one it saw the write make.
+    pub fn claim_for_audit(
+        &self,
+        keys: &[u128],
+        watch_old_rv: &mut String,
+        new_rv: &mut String,
+    ) -> Option<Vec<Change>> {
+        let mut changes = None;
         for &lk in keys {
             match self.entries.get(&lk) {
                 // The watch saw this write first: its diff between consecutive
                 // versions is the write's diff, shown here rather than alone.
                 Some(entry) if entry.claim(CLAIM_AUDIT) => {
-                    if claim.changes.is_none() && !entry.changes.is_empty() {
-                        claim.changes = Some(entry.changes.clone());
+                    if changes.is_none() && !entry.changes.is_empty() {
+                        changes = Some(entry.changes.clone());
                     }
-                    if claim.old_rv.is_empty() && !entry.new_rv.is_empty() {
-                        claim.old_rv = entry.old_rv.to_string();
-                        if claim.new_rv.is_empty() {
-                            claim.new_rv = entry.new_rv.to_string();
+                    if watch_old_rv.is_empty() && !entry.new_rv.is_empty() {
+                        *watch_old_rv = entry.old_rv.to_string();
+                        if new_rv.is_empty() {
+                            *new_rv = entry.new_rv.to_string();
                         }
                     }
                 }
@@ -163,7 +160,7 @@ impl Ledger {
                 None => self.entries.insert(lk, Arc::new(LedgerEntry::claimed())),
             }
         }
-        claim
+        changes
     }
 
     /// Files the watch's diff of a write under its version key and its
@@ -340,9 +337,10 @@ mod tests {
         );
         assert!(filed.is_some());
         let keys = audit_claim_keys(POD, "update", "", "12", true, false);
-        let claim = l.claim_for_audit(&keys);
-        assert_eq!(claim.changes, Some(diff));
-        assert_eq!((&*claim.old_rv, &*claim.new_rv), ("10", "12"));
+        let (mut old_rv, mut new_rv) = (String::new(), String::new());
+        let changes = l.claim_for_audit(&keys, &mut old_rv, &mut new_rv);
+        assert_eq!(changes, Some(diff));
+        assert_eq!((&*old_rv, &*new_rv), ("10", "12"));
         // The watch no longer shows it.
         let (entry, keys) = filed.unwrap();
         l.wait(pending(entry, keys));
@@ -353,7 +351,9 @@ mod tests {
     fn the_watch_copy_of_a_write_already_shown_is_not_filed() {
         let l = ledger();
         let keys = audit_claim_keys(POD, "patch", "", "12", true, false);
-        assert_eq!(l.claim_for_audit(&keys), WatchClaim::default());
+        let (mut old_rv, mut new_rv) = (String::new(), String::new());
+        assert_eq!(l.claim_for_audit(&keys, &mut old_rv, &mut new_rv), None);
+        assert!(old_rv.is_empty() && new_rv.is_empty());
         let diff = vec![change("metadata.labels.a", None, Some("\"b\""))];
         assert!(
             l.file(
@@ -392,7 +392,10 @@ mod tests {
         assert_eq!(p.entry.claimed_by(), CLAIM_WATCH);
         // An audit event arriving later shows its own diff: nothing to take.
         let keys = audit_claim_keys(POD, "update", "status", "12", true, false);
-        assert_eq!(l.claim_for_audit(&keys).changes, None);
+        assert_eq!(
+            l.claim_for_audit(&keys, &mut String::new(), &mut String::new()),
+            None
+        );
     }
 
     #[test]
@@ -415,15 +418,20 @@ mod tests {
             "filed under its version and the binding alias"
         );
         // The binding's audit event has no version: it claims by alias.
-        let claim = l.claim_for_audit(&audit_claim_keys(POD, "create", "binding", "", true, false));
-        assert_eq!(claim.changes, Some(bound));
+        let (mut old_rv, mut new_rv) = (String::new(), String::new());
+        let keys_of_binding = audit_claim_keys(POD, "create", "binding", "", true, false);
+        let changes = l.claim_for_audit(&keys_of_binding, &mut old_rv, &mut new_rv);
+        assert_eq!(changes, Some(bound));
+        // Its versions are the ones the watch saw.
+        assert_eq!((&*old_rv, &*new_rv), ("12", "13"));
         l.wait(pending(entry, keys));
         assert!(l.next_due(Instant::now(), true).is_none());
 
         // The delete's audit event came first: the watch's deletion fields
         // change finds the marker it left.
         let l = ledger();
-        l.claim_for_audit(&audit_claim_keys(POD, "delete", "", "", true, true));
+        let keys_of_delete = audit_claim_keys(POD, "delete", "", "", true, true);
+        l.claim_for_audit(&keys_of_delete, &mut String::new(), &mut String::new());
         let deleting = vec![
             change("metadata.deletionTimestamp", None, Some("\"t\"")),
             change("metadata.deletionGracePeriodSeconds", None, Some("30")),
@@ -456,7 +464,8 @@ mod tests {
             )
             .unwrap();
         l.entries.invalidate(&keys[0]);
-        l.claim_for_audit(&audit_claim_keys(POD, "update", "", "12", true, false));
+        let keys_of_update = audit_claim_keys(POD, "update", "", "12", true, false);
+        l.claim_for_audit(&keys_of_update, &mut String::new(), &mut String::new());
         l.wait(pending(entry, keys));
         assert!(l.next_due(Instant::now(), true).is_none());
     }
