@@ -651,6 +651,33 @@ fn src_has_no_import_cycle() {
     assert!(found.is_empty(), "{}", describe(&found, root));
 }
 
+/// The stages' contract is a leaf: it may use the object model and the
+/// bounds of names, nothing of a stage (nor of metrics, which stages use).
+#[test]
+fn the_pipeline_depends_on_no_stage() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let krate = read_crate(&root.join("src"));
+    let allowed = ["pipeline", "model", "bounds"];
+    let outside: Vec<String> = krate
+        .references
+        .iter()
+        .filter(|r| r.from.first().map(String::as_str) == Some("pipeline"))
+        .filter_map(|r| {
+            let to = krate.resolve(&r.from, &r.path, 0)?;
+            let top = to.first()?;
+            (!allowed.contains(&top.as_str())).then(|| {
+                format!(
+                    "{}:{}: {}",
+                    r.file.strip_prefix(root).unwrap_or(&r.file).display(),
+                    r.line,
+                    r.path.join("::")
+                )
+            })
+        })
+        .collect();
+    assert!(outside.is_empty(), "pipeline uses {outside:#?}");
+}
+
 /// Writes a small crate under a temporary `src/` and returns its cycles.
 type Found = Vec<(ModPath, Vec<Edge>, Vec<Edge>)>;
 

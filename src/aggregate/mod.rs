@@ -33,7 +33,8 @@ pub fn start(
     shards: usize,
     metrics: Arc<Metrics>,
 ) -> (Intake, Shutdown, JoinHandle<()>) {
-    let (intake, mut rx) = Intake::new(queue_capacity, metrics.clone());
+    let (intake, mut rx) = Intake::new(queue_capacity, metrics.queue_depth.clone());
+    metrics.queue_capacity.set(queue_capacity as i64);
     let shards = shards.max(1);
     let mut shard_txs = Vec::with_capacity(shards);
     let mut workers = Vec::with_capacity(shards);

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Accepted, Work};
-use crate::metrics::Metrics;
 
 /// See [`Work::Barrier`]: every shard arrives once; the last one to arrive
 /// answers the waiter.
@@ -46,10 +46,7 @@ impl Reserved<'_> {
         for (permit, item) in self.permits.zip(batch) {
             permit.send(Work::Audit(Box::new(item)));
         }
-        self.intake
-            .metrics
-            .queue_depth
-            .set(self.intake.depth() as i64);
+        self.intake.depth_gauge.set(self.intake.depth() as i64);
     }
 }
 
@@ -70,19 +67,20 @@ pub enum AdmitError {
 pub struct Intake {
     tx: mpsc::Sender<Work>,
     capacity: usize,
-    metrics: Arc<Metrics>,
+    /// Kept current as batches are admitted (the dispatcher updates it too).
+    depth_gauge: Gauge,
 }
 
 impl Intake {
-    /// A queue of `capacity` units of work (at least 1).
-    pub fn new(capacity: usize, metrics: Arc<Metrics>) -> (Intake, mpsc::Receiver<Work>) {
+    /// A queue of `capacity` units of work (at least 1); `depth_gauge`
+    /// shows how many are waiting.
+    pub fn new(capacity: usize, depth_gauge: Gauge) -> (Intake, mpsc::Receiver<Work>) {
         let (tx, rx) = mpsc::channel::<Work>(capacity);
-        metrics.queue_capacity.set(capacity as i64);
         (
             Intake {
                 tx,
                 capacity,
-                metrics,
+                depth_gauge,
             },
             rx,
         )
