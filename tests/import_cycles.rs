@@ -7,8 +7,9 @@
 //! blanked out, then every path is collected (`use` trees with nested braces,
 //! inline `crate::a::b`, `super::`, `self::`, a child module by its name) and
 //! resolved in the module tree found on disk (inline `mod x { … }` blocks
-//! included), following `pub use` re-exports. `src/main.rs` is the binary,
-//! a crate of its own, and is left out.
+//! included), following `pub use` re-exports. Test modules count as part of
+//! their module: a test that needs a sibling's internals is a dependency too.
+//! `src/main.rs` is the binary, a crate of its own, and is left out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
