@@ -189,6 +189,9 @@ pub fn identity(
 #[cfg(test)]
 pub mod test_pki {
     use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
@@ -250,15 +253,38 @@ pub mod test_pki {
             }
         }
 
-        /// The server's rustls configuration, as `kascade collect` serves
-        /// its webhook; with `require_client_cert`, mutual TLS.
+        /// A server's rustls configuration for the test servers that
+        /// stand in for receivers (built here, not by kascade's webhook
+        /// code, so that client TLS depends on no stage); with
+        /// `require_client_cert`, mutual TLS.
         pub fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
-            crate::source::server::tls_config(
-                &self.server_cert,
-                &self.server_key,
-                require_client_cert.then_some(self.ca.as_path()),
-            )
-            .unwrap()
+            use rustls::pki_types::pem::PemObject as _;
+            let certs = CertificateDer::pem_file_iter(&self.server_cert)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_file(&self.server_key).unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap();
+            let builder = if require_client_cert {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_file_iter(&self.ca).unwrap() {
+                    roots.add(c.unwrap()).unwrap();
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_no_client_auth()
+            };
+            let mut cfg = builder.with_single_cert(certs, key).unwrap();
+            cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            cfg
         }
     }
 }

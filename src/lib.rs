@@ -1,7 +1,8 @@
 //! kascade: the Kubernetes control plane as distributed traces.
 //!
-//! Data flow: `source` (audit webhook, audit files) → `aggregate` (windows,
-//! span cache, diffs, relations, rules) → `export` (OTLP, OTLP/JSON).
+//! Data flow: `source` (audit webhook, audit files, list-watch) → `aggregate`
+//! (windows, span cache, diffs, relations, rules) → `export` (OTLP,
+//! OTLP/JSON); what passes between them is defined in `pipeline`.
 
 pub mod aggregate;
 pub mod app;
@@ -13,6 +14,9 @@ pub mod export;
 pub mod frontend;
 pub mod metrics;
 pub mod model;
+pub mod offline;
+pub mod pipeline;
+pub mod self_trace;
 pub mod source;
 pub mod span_model;
 pub mod telemetry;

@@ -30,14 +30,11 @@
 
 use std::time::Duration;
 
-use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Level;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{EnvFilter, FilterExt as _, LevelFilter, filter_fn};
 use tracing_subscriber::layer::Filter;
@@ -54,8 +51,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// The target of every self-tracing span.
-pub const TARGET: &str = "kascade::self_trace";
+pub use crate::self_trace::TARGET;
 
 /// What a subcommand is, for self-tracing: its default service name and the
 /// service of the object spans it writes or reads (which self-traces must
@@ -379,40 +375,6 @@ impl opentelemetry_http::HttpClient for SpawnedReqwest {
             })
             .await?
     }
-}
-
-/// The span of a request to a server of kascade, continuing the caller's
-/// trace when its headers carry a W3C `traceparent` (the Jaeger query
-/// service sends one when it traces itself).
-pub fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
-    if span.is_disabled() || !headers.contains_key("traceparent") {
-        return;
-    }
-    let cx = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
-    // Only fails when no OpenTelemetry layer is installed.
-    let _ = span.set_parent(cx);
-}
-
-/// The span of one gRPC request to the frontend (tonic's `trace_fn`):
-/// named by its method, continuing the caller's trace.
-pub fn grpc_request_span(request: &axum::http::Request<()>) -> tracing::Span {
-    let path = request.uri().path();
-    let method = path.rsplit('/').next().unwrap_or(path);
-    let span = tracing::info_span!(target: TARGET, "grpc request",
-        otel.name = method, otel.kind = "server", rpc.system = "grpc", rpc.method = path,
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty);
-    continue_trace(&span, request.headers());
-    span
-}
-
-/// Marks `span` as failed (OpenTelemetry's error status).
-pub fn record_error(span: &tracing::Span, message: &str) {
-    span.record("otel.status_code", "ERROR");
-    span.record(
-        "otel.status_description",
-        crate::bounds::clip_message(message.to_string()).as_str(),
-    );
 }
 
 #[cfg(test)]

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::offline::spans_from_audit_lines;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::app::load_rules;
 use kascade::model::Windowing;
-use kascade::source::audit::{AuditFilter, FilterReason};
+use kascade::offline::spans_from_audit_lines;
+use kascade::pipeline::FilterReason;
+use kascade::source::audit::AuditFilter;
 use kascade::span_model::Span;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::span::Event;
@@ -1021,10 +1022,10 @@ async fn audit_and_watch_in(
     audited: impl Fn(&Value) -> bool,
 ) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
     use kascade::aggregate::Processor;
-    use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
     use kascade::metrics::Metrics;
     use kascade::model::ObjectRef;
+    use kascade::pipeline::{WatchChange, WatchKind};
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);
@@ -1252,10 +1253,10 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
     // of a real pod (db-2: added, updated, deleted), then the same lifetime
     // again as a new pod: another uid, later resourceVersions.
     use kascade::aggregate::Processor;
-    use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
     use kascade::metrics::Metrics;
     use kascade::model::ObjectRef;
+    use kascade::pipeline::{WatchChange, WatchKind};
 
     let stream =
         std::fs::read_to_string(common::fixture_path("statefulset", "watch/core.pods.jsonl"))

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::offline::spans_from_audit_lines;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::app::load_rules;
+use kascade::offline::spans_from_audit_lines;
 use kascade::source::audit::AuditFilter;
 use kascade::span_model::{Span, attr as key};
 use opentelemetry_proto::tonic::common::v1::any_value;
@@ -234,10 +234,10 @@ async fn writes_that_leave_no_known_readiness_carry_no_status() {
 /// the list-watch alone, as watch spans.
 async fn pods_from_the_watch_only() -> Vec<Span> {
     use kascade::aggregate::Processor;
-    use kascade::aggregate::processor::{WatchChange, WatchKind};
     use kascade::aggregate::span_cache::LocalSpanCache;
     use kascade::metrics::Metrics;
     use kascade::model::ObjectRef;
+    use kascade::pipeline::{WatchChange, WatchKind};
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);

@@ -20,14 +20,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use kascade::aggregate::offline::spans_from_audit_lines;
-use kascade::aggregate::processor::{WatchChange, WatchKind};
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::aggregate::span_cache::LocalSpanCache;
 use kascade::aggregate::{Processor, ProcessorConfig};
 use kascade::app::load_rules;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, Windowing};
+use kascade::offline::spans_from_audit_lines;
+use kascade::pipeline::{WatchChange, WatchKind};
 use kascade::source::audit::AuditFilter;
 use kascade::span_model::Span;
 use serde_json::{Value, json};

@@ -210,7 +210,7 @@ async fn the_frontend_continues_the_callers_trace() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .trace_fn(kascade::telemetry::grpc_request_span)
+            .trace_fn(kascade::self_trace::grpc_request_span)
             .add_service(traces)
             .add_service(deps)
             .serve_with_incoming(tokio_stream_of(listener)),

@@ -19,6 +19,14 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 
+/// A state that could not be kept (serialized for the compressed tier).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot keep the state of {key}: {source}")]
+pub struct StateError {
+    key: String,
+    source: serde_json::Error,
+}
+
 /// Hot-tier partitions: workers writing different objects rarely share a lock.
 const PARTITIONS: usize = 16;
 
@@ -84,7 +92,7 @@ impl StateStore {
         serde_json::from_slice(&json).ok().map(Arc::new)
     }
 
-    pub fn put(&self, key: String, state: Arc<Value>) -> anyhow::Result<()> {
+    pub fn put(&self, key: String, state: Arc<Value>) -> Result<(), StateError> {
         let mut part = self.partition(&key);
         if part.capacity == 0 {
             drop(part);
@@ -116,8 +124,11 @@ impl StateStore {
         Ok(())
     }
 
-    fn put_cold(&self, key: String, state: &Value) -> anyhow::Result<()> {
-        let json = serde_json::to_vec(state)?;
+    fn put_cold(&self, key: String, state: &Value) -> Result<(), StateError> {
+        let json = serde_json::to_vec(state).map_err(|source| StateError {
+            key: key.clone(),
+            source,
+        })?;
         self.cold
             .insert(key, lz4_flex::compress_prepend_size(&json).into());
         Ok(())

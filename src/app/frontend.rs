@@ -234,7 +234,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     tracing::info!(grpc_listen = %config.grpc_listen, http_listen = %config.http_listen, jaeger_url = %config.jaeger_url,
         "kascade frontend is serving the Jaeger remote storage API");
     tonic::transport::Server::builder()
-        .trace_fn(crate::telemetry::grpc_request_span)
+        .trace_fn(crate::self_trace::grpc_request_span)
         .add_service(traces)
         .add_service(deps)
         .serve_with_shutdown(config.grpc_listen, shutdown_signal())

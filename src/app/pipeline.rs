@@ -185,12 +185,12 @@ impl PipelineConfig {
 
 /// A running pipeline: the intake for sources, and what to await on shutdown.
 pub struct Pipeline {
-    pub intake: aggregate::Intake,
+    pub intake: crate::pipeline::Intake,
     pub processor: Arc<Processor>,
     pub spans: Arc<dyn SpanCache>,
     pub metrics: Arc<Metrics>,
-    shutdown: aggregate::Shutdown,
-    export_shutdown: aggregate::Shutdown,
+    shutdown: crate::pipeline::Shutdown,
+    export_shutdown: crate::pipeline::Shutdown,
     aggregate_done: tokio::task::JoinHandle<()>,
     export_done: tokio::task::JoinHandle<()>,
     pub export_progress: Arc<export::ExportProgress>,

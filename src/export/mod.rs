@@ -24,7 +24,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::Duration;
 
 mod batcher;
@@ -171,58 +170,7 @@ pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRe
     }
 }
 
-/// How far export has got, in spans: `sent` into the export queue by the
-/// processor, and per output how many it has finished (written, or dropped
-/// and counted). Batches reach each output in order and the span queue is
-/// FIFO, so once every output's count reaches a value `sent` had, every span
-/// sent before that moment is done: the durable intake releases spooled
-/// batches on that basis.
-#[derive(Default)]
-pub struct ExportProgress {
-    sent: AtomicU64,
-    finished: std::sync::Mutex<Vec<u64>>,
-    advanced: tokio::sync::Notify,
-}
-
-impl ExportProgress {
-    pub fn add_sent(&self, n: u64) {
-        self.sent.fetch_add(n, AtomicOrdering::AcqRel);
-    }
-
-    pub fn sent(&self) -> u64 {
-        self.sent.load(AtomicOrdering::Acquire)
-    }
-
-    fn set_outputs(&self, n: usize) {
-        *self.finished.lock().expect("progress") = vec![0; n];
-    }
-
-    fn add_finished(&self, output: usize, n: u64) {
-        if let Some(c) = self.finished.lock().expect("progress").get_mut(output) {
-            *c += n;
-        }
-        self.advanced.notify_waiters();
-    }
-
-    /// Spans every output has finished.
-    pub fn finished(&self) -> u64 {
-        let f = self.finished.lock().expect("progress");
-        f.iter().copied().min().unwrap_or(u64::MAX)
-    }
-
-    /// Waits until `n` spans are finished by every output.
-    pub async fn wait_finished(&self, n: u64) {
-        loop {
-            let advanced = self.advanced.notified();
-            tokio::pin!(advanced);
-            advanced.as_mut().enable();
-            if self.finished() >= n {
-                return;
-            }
-            advanced.await;
-        }
-    }
-}
+pub use crate::pipeline::ExportProgress;
 
 /// One batch, framed once into a protobuf request for every output and
 /// every retry (the JSON output decodes it again). The spans stay at hand
@@ -307,7 +255,7 @@ pub fn start(
 
 pub type Started = (
     mpsc::Sender<EncodedSpan>,
-    crate::aggregate::Shutdown,
+    crate::pipeline::Shutdown,
     JoinHandle<()>,
 );
 
@@ -338,7 +286,7 @@ fn start_outputs(
         queues.push((label, tx));
     }
     let (tx, mut rx) = mpsc::channel::<EncodedSpan>(cfg.queue_capacity.max(1));
-    let (stop, mut stop_rx) = crate::aggregate::Shutdown::new();
+    let (stop, mut stop_rx) = crate::pipeline::Shutdown::new();
     let mut batcher = Batcher {
         max_span_len: framer.max_span_len(cfg.max_batch_bytes),
         framer,

@@ -132,7 +132,7 @@ impl Transport for OtlpSender {
             Inner::Grpc { .. } => "grpc",
             Inner::Http { .. } => "http/protobuf",
         };
-        let span = tracing::info_span!(target: crate::telemetry::TARGET, "export",
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "export",
             otel.kind = "client", protocol, request.bytes = body.len(),
             rejected_spans = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
@@ -142,7 +142,7 @@ impl Transport for OtlpSender {
             Ok(a) => {
                 span.record("rejected_spans", a.rejected_spans);
             }
-            Err(e) => crate::telemetry::record_error(&span, &e.message),
+            Err(e) => crate::self_trace::record_error(&span, &e.message),
         }
         result
     }

@@ -73,8 +73,13 @@ impl TraceService for JaegerLike {
         );
         log.request_sizes.push(len);
         let request = request.into_inner();
-        log.spans
-            .extend(crate::frontend::raw::spans_of(request.resource_spans));
+        log.spans.extend(
+            request
+                .resource_spans
+                .into_iter()
+                .flat_map(|rs| rs.scope_spans)
+                .flat_map(|ss| ss.spans),
+        );
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }

@@ -97,15 +97,15 @@ async fn redirect<S: RawStore>(
     headers: HeaderMap,
     Query(p): Query<RedirectParams>,
 ) -> Response {
-    let span = tracing::info_span!(target: crate::telemetry::TARGET, "redirect",
+    let span = tracing::info_span!(target: crate::self_trace::TARGET, "redirect",
         otel.kind = "server", http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty);
-    crate::telemetry::continue_trace(&span, &headers);
+    crate::self_trace::continue_trace(&span, &headers);
     let response = span.in_scope(|| answer_redirect(&st, p));
     span.record("http.response.status_code", response.status().as_u16());
     if response.status().is_client_error() {
-        crate::telemetry::record_error(&span, "bad redirect request");
+        crate::self_trace::record_error(&span, "bad redirect request");
     }
     response
 }

@@ -24,7 +24,7 @@ use tracing::{Instrument as _, field};
 
 use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, Windowing, raw_trace_id};
-use crate::telemetry::TARGET;
+use crate::self_trace::TARGET;
 use assemble::{Assembler, Assembly, Clip, Limits, Scope};
 use display::Mode;
 use merge::{ObjectHistory, merge};

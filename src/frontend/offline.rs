@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::raw::MemoryStore;
 use crate::aggregate::ProcessorConfig;
-use crate::aggregate::offline::spans_from_audit_lines;
 use crate::aggregate::redact::Redactor;
 use crate::aggregate::rules::RuleSet;
+use crate::offline::spans_from_audit_lines;
 use crate::source::audit::AuditFilter;
 
 /// Runs audit log lines through the collector's processing and stores the

@@ -52,7 +52,7 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 
     fn error(&self, rpc: Rpc) {
-        crate::telemetry::record_error(
+        crate::self_trace::record_error(
             &tracing::Span::current(),
             &format!("{} failed", rpc.as_str()),
         );

@@ -112,29 +112,13 @@ label_values! {
     }
 }
 
-label_values! {
-    /// Why an event was not turned into spans (`source::audit` re-exports
-    /// it: defined here so that metrics imports no stage).
-    pub enum FilterReason {
-        Stage => "stage",
-        Verb => "verb",
-        Resource => "resource",
-        UserAgent => "user_agent",
-        NoObject => "no_object",
-        /// An Event write that carries no Event naming an involved object
-        /// (Metadata-level policy, a patch without response).
-        EventWithoutObject => "event-without-object",
-        /// A failed Event write: nothing was recorded.
-        EventWriteFailed => "event-write-failed",
-        /// An Event deleted: not an occurrence.
-        EventDelete => "event-delete",
-        /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
-        DryRun => "dry_run",
-        /// An Event occurrence already shown (seen in the audit log and the
-        /// watch, or again after a re-list).
-        EventSeen => "event-seen",
-        /// An Event older than --event-max-age listed when a watch (re)started.
-        EventTooOld => "event-too-old",
+/// Why an event was not turned into spans: part of the stages' contract
+/// (`crate::pipeline`), spelt here as a label value.
+pub use crate::pipeline::FilterReason;
+
+impl EncodeLabelValue for FilterReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
     }
 }
 

@@ -10,10 +10,10 @@ pub mod webhook;
 
 use std::sync::Arc;
 
-use crate::aggregate::Accepted;
 use crate::metrics::{Metrics, RejectReason};
 use crate::model::ObjectRef;
-use audit::{AuditEvent, AuditFilter};
+use crate::pipeline::{Accepted, AuditEvent, FilterReason};
+use audit::AuditFilter;
 
 /// Filters an event and resolves its object; `None` if it is dropped (counted).
 pub fn accept(
@@ -61,7 +61,7 @@ pub fn accept(
                 // event (a Metadata-level policy hides a refused create's request).
                 metrics
                     .events_filtered
-                    .get_or_create(&Metrics::filtered(audit::FilterReason::NoObject))
+                    .get_or_create(&Metrics::filtered(FilterReason::NoObject))
                     .inc();
                 tracing::debug!(cluster, audit_id = %ev.audit_id, verb = %ev.verb,
                     code = ev.code(), "audit event names no object: not shown");

@@ -4,18 +4,38 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 
 use super::audit::{AuditFilter, parse_event};
-use crate::aggregate::Intake;
 use crate::metrics::{Metrics, RejectReason, Source};
+use crate::pipeline::{AdmitError, Intake};
 
 /// Longest line kept: an audit event carries at most a request and a response
 /// object (each under the apiserver's 3 MiB request limit). A longer line is
 /// reported and skipped without being held in memory.
 pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// `what` names the file (and line).
+    #[error("{what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line that is no audit event, with `--strict`.
+    #[error("{0}")]
+    Malformed(String),
+    #[error(transparent)]
+    Admit(#[from] AdmitError),
+}
+
+fn io_error(what: String) -> impl FnOnce(std::io::Error) -> ReplayError {
+    move |source| ReplayError::Io { what, source }
+}
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReplayStats {
@@ -31,11 +51,11 @@ pub async fn replay_files(
     intake: &Intake,
     strict: bool,
     metrics: &Arc<Metrics>,
-) -> anyhow::Result<ReplayStats> {
+) -> Result<ReplayStats, ReplayError> {
     let mut total = 0;
     for f in files {
         total += std::fs::metadata(f)
-            .with_context(|| format!("cannot read audit log {}", f.display()))?
+            .map_err(io_error(format!("cannot read audit log {}", f.display())))?
             .len();
     }
     let bar = ProgressBar::new(total);
@@ -50,7 +70,7 @@ pub async fn replay_files(
     for f in files {
         let file = tokio::fs::File::open(f)
             .await
-            .with_context(|| format!("cannot open audit log {}", f.display()))?;
+            .map_err(io_error(format!("cannot open audit log {}", f.display())))?;
         let mut reader = BufReader::new(file);
         let mut buf = Vec::new();
         let mut line_no = 0u64;
@@ -58,7 +78,10 @@ pub async fn replay_files(
             // Bytes, not `lines()`: one undecodable line must not end the replay.
             let (consumed, too_long) = next_line(&mut reader, &mut buf, MAX_LINE_BYTES)
                 .await
-                .with_context(|| format!("{}:{}: cannot read", f.display(), line_no + 1))?;
+                .map_err(|source| ReplayError::Io {
+                    what: format!("{}:{}: cannot read", f.display(), line_no + 1),
+                    source,
+                })?;
             if consumed == 0 {
                 break;
             }
@@ -88,7 +111,7 @@ pub async fn replay_files(
                     let msg = format!("{}:{line_no}: {e}", f.display());
                     if strict {
                         bar.abandon();
-                        bail!(msg);
+                        return Err(ReplayError::Malformed(msg));
                     }
                     bar.suspend(|| tracing::warn!("{msg} (skipped)"));
                     continue;

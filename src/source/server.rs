@@ -3,14 +3,37 @@
 
 use std::future::Future;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use axum_server::accept::Accept;
 use tokio::net::TcpStream;
+
+/// Why the `--tls-*` files give no server configuration; each names the
+/// flag and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{flag} {}: {detail}", .path.display())]
+    Unreadable {
+        flag: &'static str,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error("--tls-cert-file {}: no certificate in it", .0.display())]
+    NoCertificate(PathBuf),
+    #[error("--tls-client-ca-file {}", .path.display())]
+    ClientCa {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("--tls-cert-file and --tls-key-file do not form a usable certificate")]
+    KeyPair(#[source] rustls::Error),
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+}
 
 /// The rustls server configuration for `--tls-*` (ring provider, TLS 1.2+,
 /// optional client-certificate verification).
@@ -18,45 +41,53 @@ pub fn tls_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
-) -> anyhow::Result<rustls::ServerConfig> {
+) -> Result<rustls::ServerConfig, TlsError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let unreadable = |flag: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |e: rustls::pki_types::pem::Error| TlsError::Unreadable {
+            flag,
+            path,
+            detail: e.to_string(),
+        }
+    };
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| anyhow::anyhow!("--tls-cert-file {}: {e}", cert.display()))?;
+        .map_err(unreadable("--tls-cert-file", cert))?;
     if certs.is_empty() {
-        bail!("--tls-cert-file {}: no certificate in it", cert.display());
+        return Err(TlsError::NoCertificate(cert.to_path_buf()));
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| anyhow::anyhow!("--tls-key-file {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(unreadable("--tls-key-file", key))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = match client_ca {
         Some(ca) => {
+            let refused = |e: Box<dyn std::error::Error + Send + Sync>| TlsError::ClientCa {
+                path: ca.to_path_buf(),
+                source: e,
+            };
             let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?
+            for c in
+                CertificateDer::pem_file_iter(ca).map_err(unreadable("--tls-client-ca-file", ca))?
             {
-                let c =
-                    c.map_err(|e| anyhow::anyhow!("--tls-client-ca-file {}: {e}", ca.display()))?;
-                roots
-                    .add(c)
-                    .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
+                let c = c.map_err(unreadable("--tls-client-ca-file", ca))?;
+                roots.add(c).map_err(|e| refused(e.into()))?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,
             )
             .build()
-            .with_context(|| format!("--tls-client-ca-file {}", ca.display()))?;
+            .map_err(|e| refused(e.into()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
     let mut cfg = builder
         .with_single_cert(certs, key)
-        .context("--tls-cert-file and --tls-key-file do not form a usable certificate")?;
+        .map_err(TlsError::KeyPair)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }

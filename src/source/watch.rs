@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery::{Discovery, verbs};
@@ -21,12 +20,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::aggregate::k8s_event::K8sEvent;
-use crate::aggregate::processor::{WatchChange, WatchKind, precise_occurrence};
-use crate::aggregate::{Intake, Work};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::source::audit::FilterReason;
+use crate::pipeline::{
+    FilterReason, Intake, K8sEvent, WatchChange, WatchKind, Work, precise_occurrence,
+};
 
 /// Resources never watched: Events are consumed by their own watcher,
 /// Leases change every few seconds and say nothing about the cascade.
@@ -68,36 +66,86 @@ fn resource_name(ar: &ApiResource) -> String {
     }
 }
 
+/// Why a cluster cannot be watched (the watcher retries; a bad kubeconfig
+/// given on the command line is refused at start).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("--watch-cluster {cluster}={}: not a readable kubeconfig", .path.display())]
+    Unreadable {
+        cluster: String,
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cluster {cluster}: cannot read kubeconfig {}", .path.display())]
+    Read {
+        cluster: String,
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cluster {cluster}: bad kubeconfig {}", .path.display())]
+    Bad {
+        cluster: String,
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cluster {cluster}: cannot build a client")]
+    Client {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cluster {cluster}: API discovery failed")]
+    Discovery {
+        cluster: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// Fails early, naming the flag and file, when a kubeconfig cannot be used.
-pub fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> anyhow::Result<()> {
-    kube::config::Kubeconfig::read_from(path).with_context(|| {
-        format!(
-            "--watch-cluster {cluster}={}: not a readable kubeconfig",
-            path.display()
-        )
+pub fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> Result<(), WatchError> {
+    kube::config::Kubeconfig::read_from(path).map_err(|source| WatchError::Unreadable {
+        cluster: cluster.to_string(),
+        path: path.to_path_buf(),
+        source,
     })?;
     Ok(())
 }
 
-async fn client_for(cfg: &WatchConfig) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig).with_context(|| {
-        format!(
-            "cluster {}: cannot read kubeconfig {}",
-            cfg.cluster,
-            cfg.kubeconfig.display()
-        )
+async fn client_for(cfg: &WatchConfig) -> Result<kube::Client, WatchError> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig).map_err(|source| {
+        WatchError::Read {
+            cluster: cfg.cluster.clone(),
+            path: cfg.kubeconfig.clone(),
+            source,
+        }
     })?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .with_context(|| {
-            format!(
-                "cluster {}: bad kubeconfig {}",
-                cfg.cluster,
-                cfg.kubeconfig.display()
-            )
+        .map_err(|source| WatchError::Bad {
+            cluster: cfg.cluster.clone(),
+            path: cfg.kubeconfig.clone(),
+            source,
         })?;
-    kube::Client::try_from(config)
-        .with_context(|| format!("cluster {}: cannot build a client", cfg.cluster))
+    kube::Client::try_from(config).map_err(|source| WatchError::Client {
+        cluster: cfg.cluster.clone(),
+        source,
+    })
+}
+
+/// The error and its causes, as `anyhow` shows them (`{:#}`): one line.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// Starts the watchers of one cluster; returns their tasks.
@@ -105,12 +153,15 @@ pub async fn start(
     cfg: WatchConfig,
     intake: Intake,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
+) -> Result<Vec<JoinHandle<()>>, WatchError> {
     let client = client_for(&cfg).await?;
     let discovery = Discovery::new(client.clone())
         .run()
         .await
-        .with_context(|| format!("cluster {}: API discovery failed", cfg.cluster))?;
+        .map_err(|source| WatchError::Discovery {
+            cluster: cfg.cluster.clone(),
+            source,
+        })?;
     let mut tasks = Vec::new();
     let mut watched = Vec::new();
     let mut events_resource: Option<ApiResource> = None;
@@ -210,7 +261,7 @@ pub async fn supervise(
                     running = Some(tasks);
                 }
                 Err(e) => {
-                    tracing::warn!(cluster = %cfg.cluster, error = %format!("{e:#}"), "cannot start watching; retrying")
+                    tracing::warn!(cluster = %cfg.cluster, error = %with_causes(&e), "cannot start watching; retrying")
                 }
             },
             (false, true) => {

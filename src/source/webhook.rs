@@ -20,10 +20,9 @@ use tracing::{Instrument as _, field};
 
 use super::audit::{AuditFilter, decode_event_list};
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
-use crate::aggregate::{Accepted, AdmitError, Intake, Processor};
-use crate::export::ExportProgress;
 use crate::metrics::{Metrics, RejectReason, Source};
-use crate::telemetry::TARGET;
+use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
+use crate::self_trace::TARGET;
 
 pub struct WebhookState {
     pub intake: Intake,
@@ -48,7 +47,8 @@ pub struct WebhookState {
     pub last_refusal_log: std::sync::Mutex<Option<std::time::Instant>>,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
-    pub processor: Arc<Processor>,
+    /// The processor's gauges, refreshed on each scrape.
+    pub processor: Arc<dyn Gauges>,
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -328,7 +328,7 @@ async fn handle_audit(
         let status = response.status();
         span.record("http.response.status_code", status.as_u16());
         if status.is_client_error() || status.is_server_error() {
-            crate::telemetry::record_error(&span, &format!("answered {status}"));
+            crate::self_trace::record_error(&span, &format!("answered {status}"));
         }
     }
     response

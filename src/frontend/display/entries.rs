@@ -90,7 +90,7 @@ pub(super) fn is_routine_failure(span: &Span) -> bool {
 /// writes and Warning Events.
 pub fn problem(n: &Node) -> Option<String> {
     // The readiness the collector recorded after each write
-    // (aggregate/status.rs): Current, InProgress, Failed, Terminating.
+    // (aggregate/status/): Current, InProgress, Failed, Terminating.
     let last_status = n.history.entries.iter().rev().find_map(|e| {
         string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
             (

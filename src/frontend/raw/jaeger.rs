@@ -151,7 +151,7 @@ impl JaegerHttp {
 
     /// Self-tracing (crate::telemetry): one `raw read` span per request.
     async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
-        let span = tracing::info_span!(target: crate::telemetry::TARGET, "raw read",
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "raw read",
             otel.kind = "client", url.full = url,
             http.response.status_code = tracing::field::Empty,
             bytes = tracing::field::Empty,
@@ -165,7 +165,7 @@ impl JaegerHttp {
             Ok(body) => {
                 span.record("bytes", body.as_ref().map_or(0, |b| b.len()));
             }
-            Err(e) => crate::telemetry::record_error(&span, &e.to_string()),
+            Err(e) => crate::self_trace::record_error(&span, &e.to_string()),
         }
         result
     }

@@ -1,15 +1,16 @@
-//! The pipeline without a network: audit events in, spans out, in memory.
-//! Used by tests and by offline tools that render traces in the terminal.
+//! The pipeline without a network: audit log lines through the source's
+//! filter and the processor, spans out, in memory. Used by tests and by
+//! offline tools that render traces in the terminal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::redact::Redactor;
-use super::rules::RuleSet;
-use super::span_cache::LocalSpanCache;
-use super::{Processor, ProcessorConfig};
+use crate::aggregate::redact::Redactor;
+use crate::aggregate::rules::RuleSet;
+use crate::aggregate::span_cache::LocalSpanCache;
+use crate::aggregate::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::source::accept;
 use crate::source::audit::{AuditFilter, parse_event};

@@ -5,7 +5,7 @@
 //! `message`/`note`, `count`/`series.count`/`deprecatedCount`, …); this reads
 //! either, so an occurrence looks the same whichever API wrote or served it.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -147,6 +147,26 @@ impl K8sEvent {
             occurred: times.iter().find_map(|p| time(obj, p)),
         })
     }
+}
+
+/// core/v1 Event timestamps have whole-second precision (the time cut down
+/// to its second), which would sort an Event before the writes it reports.
+/// The occurrence lies in `[t, t + 1 s)` and no later than `seen`, when the
+/// Event was written (its audit event) or delivered (the Event watch): the
+/// latest time both allow, `min(seen, t + 1 s - 1 µs)`, never precedes a
+/// write the Event reports. A precise time, or one seen earlier than it
+/// (another clock), is kept.
+pub fn precise_occurrence(occurred: Option<SystemTime>, seen: SystemTime) -> SystemTime {
+    let Some(t) = occurred else {
+        return seen;
+    };
+    let whole_second = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_ok_and(|d| d.subsec_nanos() == 0);
+    if !whole_second || seen < t {
+        return t;
+    }
+    seen.min(t + Duration::from_secs(1) - Duration::from_micros(1))
 }
 
 #[cfg(test)]

@@ -28,8 +28,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -37,12 +36,12 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::metrics::Metrics;
+use record::{HEADER, Recovered, encode_record, recover};
+use writer::{Append, writer_loop};
 
-const MAGIC: u32 = 0x4b53_504c; // "KSPL"
-const HEADER: usize = 4 + 4 + 4 + 8;
-/// A record larger than this is corrupt, not a batch (the webhook's body
-/// limit is far below it).
-const MAX_RECORD: usize = 256 << 20;
+mod record;
+mod writer;
+
 /// Holds the highest released sequence number.
 const RELEASED_FILE: &str = "released";
 
@@ -123,12 +122,6 @@ struct State {
     released_upto: u64,
 }
 
-struct Append {
-    record: Vec<u8>,
-    seq: u64,
-    done: oneshot::Sender<Result<(), std::io::Error>>,
-}
-
 /// What the writer thread shares with the spool (not the directory lock:
 /// dropping the spool unlocks at once, and ends the writer).
 struct Shared {
@@ -150,93 +143,6 @@ fn io_err(dir: &Path, what: impl Into<String>) -> impl FnOnce(std::io::Error) ->
     let dir = dir.display().to_string();
     let what = what.into();
     move |source| SpoolError::Io { dir, what, source }
-}
-
-fn segment_path(dir: &Path, first: u64) -> PathBuf {
-    dir.join(format!("{first:020}.seg"))
-}
-
-fn encode_record(seq: u64, cluster: &str, encoding: BodyEncoding, body: &[u8]) -> Vec<u8> {
-    let cluster = &cluster.as_bytes()[..cluster.len().min(u16::MAX as usize)];
-    let payload_len = 2 + cluster.len() + 1 + body.len();
-    let mut out = Vec::with_capacity(HEADER + payload_len);
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.extend_from_slice(&(payload_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // crc, below
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&(cluster.len() as u16).to_le_bytes());
-    out.extend_from_slice(cluster);
-    out.push(match encoding {
-        BodyEncoding::Identity => 0,
-        BodyEncoding::Gzip => 1,
-    });
-    out.extend_from_slice(body);
-    let crc = crc32fast::hash(&out[12..]);
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
-    out
-}
-
-/// Why reading a segment stopped before its end.
-#[derive(Debug)]
-enum Torn {
-    /// Fewer bytes than a header or than the record announces: a write the
-    /// crash cut short.
-    Short,
-    Corrupt(String),
-}
-
-fn read_record(r: &mut impl Read) -> Result<Option<(SpooledBatch, u64)>, Torn> {
-    let mut header = [0u8; HEADER];
-    let mut got = 0;
-    while got < HEADER {
-        match r.read(&mut header[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(Torn::Short),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Torn::Corrupt(e.to_string())),
-        }
-    }
-    let magic = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
-    if magic != MAGIC {
-        return Err(Torn::Corrupt(format!("bad record marker {magic:#x}")));
-    }
-    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
-    if !(3..=MAX_RECORD).contains(&len) {
-        return Err(Torn::Corrupt(format!("impossible record length {len}")));
-    }
-    let crc = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-    let seq = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).map_err(|_| Torn::Short)?;
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&header[12..20]);
-    hasher.update(&payload);
-    if hasher.finalize() != crc {
-        return Err(Torn::Corrupt(format!("checksum mismatch in record {seq}")));
-    }
-    let clen = u16::from_le_bytes([payload[0], payload[1]]) as usize;
-    if 2 + clen + 1 > payload.len() {
-        return Err(Torn::Corrupt(format!(
-            "record {seq}: cluster name overruns"
-        )));
-    }
-    let cluster = String::from_utf8_lossy(&payload[2..2 + clen]).into_owned();
-    let encoding = match payload[2 + clen] {
-        0 => BodyEncoding::Identity,
-        1 => BodyEncoding::Gzip,
-        other => return Err(Torn::Corrupt(format!("record {seq}: encoding {other}"))),
-    };
-    let body = Bytes::from(payload).slice(2 + clen + 1..);
-    Ok(Some((
-        SpooledBatch {
-            seq,
-            cluster,
-            encoding,
-            body,
-        },
-        (HEADER + len) as u64,
-    )))
 }
 
 impl Spool {
@@ -279,67 +185,13 @@ impl Spool {
                 return Err(io_err(&dir, "cannot lock spool.lock")(e));
             }
         }
-        let mut firsts = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(io_err(&dir, "cannot list"))? {
-            let entry = entry.map_err(io_err(&dir, "cannot list"))?;
-            let name = entry.file_name();
-            let Some(first) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".seg"))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            firsts.push(first);
-        }
-        firsts.sort_unstable();
-        let mut segments = VecDeque::new();
-        let mut pending = Vec::new();
-        let mut next_seq = 1;
-        for first in firsts {
-            let path = segment_path(&dir, first);
-            let (records, valid_bytes, torn) = Self::read_segment(&path)?;
-            if let Some(why) = torn {
-                metrics.spool_records_lost.inc();
-                tracing::error!(segment = %path.display(), offset = valid_bytes, reason = %why,
-                    "spool segment is damaged after this offset; the rest of it is skipped (a write cut short by a crash was never answered 200)");
-                // Cut the damage off so later appends are never read behind it.
-                OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .and_then(|f| f.set_len(valid_bytes))
-                    .map_err(io_err(&dir, format!("cannot truncate {}", path.display())))?;
-            }
-            let last = records.last().map_or(first.saturating_sub(1), |r| r.seq);
-            next_seq = next_seq.max(last + 1);
-            if records.is_empty() {
-                let _ = std::fs::remove_file(&path);
-                continue;
-            }
-            segments.push_back(Segment {
-                path,
-                last,
-                bytes: valid_bytes,
-            });
-            pending.extend(records);
-        }
-        // Records released before the crash but still in a kept segment are
-        // not replayed again (losing this file only means replaying them).
-        let released_mark = std::fs::read_to_string(dir.join(RELEASED_FILE))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        pending.retain(|r| r.seq > released_mark);
-        // Numbering goes on after everything ever released, also when every
-        // segment is gone: a new record numbered at or below the mark would
-        // be taken for released at the next start, and never replayed.
-        next_seq = next_seq.max(released_mark + 1);
-        let used = segments.iter().map(|s| s.bytes).sum();
-        metrics.spool_bytes.set(used as i64);
-        let released_upto = pending
-            .first()
-            .map_or(next_seq - 1, |r| r.seq - 1)
-            .max(released_mark.min(next_seq - 1));
+        let Recovered {
+            segments,
+            pending,
+            next_seq,
+            released_upto,
+            used,
+        } = recover(&dir, &metrics)?;
         let (tx, rx) = std::sync::mpsc::channel::<Append>();
         let shared = Arc::new(Shared {
             cfg,
@@ -369,29 +221,6 @@ impl Spool {
                 "replaying audit batches a previous run accepted but had not exported");
         }
         Ok((spool, pending))
-    }
-
-    fn read_segment(path: &Path) -> Result<(Vec<SpooledBatch>, u64, Option<String>), SpoolError> {
-        let file = File::open(path).map_err(io_err(
-            path.parent().unwrap_or(path),
-            format!("cannot open {}", path.display()),
-        ))?;
-        let mut r = BufReader::new(file);
-        let mut records = Vec::new();
-        let mut valid = 0u64;
-        loop {
-            match read_record(&mut r) {
-                Ok(Some((rec, len))) => {
-                    valid += len;
-                    records.push(rec);
-                }
-                Ok(None) => return Ok((records, valid, None)),
-                Err(Torn::Short) => {
-                    return Ok((records, valid, Some("record cut short".into())));
-                }
-                Err(Torn::Corrupt(why)) => return Ok((records, valid, Some(why))),
-            }
-        }
     }
 
     /// Appends one batch and returns its sequence number once it is on disk.
@@ -513,125 +342,6 @@ impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if let Some(seq) = self.seq {
             self.spool.mark_enqueued(seq);
-        }
-    }
-}
-
-/// The single writer: group commit of whatever appends are waiting.
-fn writer_loop(spool: Arc<Shared>, rx: std::sync::mpsc::Receiver<Append>) {
-    let mut current: Option<(File, PathBuf)> = None;
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            group.push(more);
-        }
-        let result = write_group(&spool, &mut current, &group);
-        let written: u64 = group.iter().map(|a| a.record.len() as u64).sum();
-        {
-            let mut st = spool.state.lock().expect("spool state");
-            st.reserved -= written;
-        }
-        match result {
-            Ok(()) => {
-                spool.metrics.spool_flushes.inc();
-                for a in group {
-                    let _ = a.done.send(Ok(()));
-                }
-            }
-            Err(e) => {
-                tracing::error!(dir = %spool.cfg.dir.display(), error = %e, "spool write failed; the batches are refused (the apiserver retries them)");
-                // The file may now end in a partial record: start a new one.
-                current = None;
-                for a in group {
-                    let _ = a
-                        .done
-                        .send(Err(std::io::Error::new(e.kind(), e.to_string())));
-                }
-            }
-        }
-    }
-}
-
-fn write_group(
-    spool: &Shared,
-    current: &mut Option<(File, PathBuf)>,
-    group: &[Append],
-) -> std::io::Result<()> {
-    let newest = group
-        .iter()
-        .map(|a| a.seq)
-        .max()
-        .expect("a group has one append");
-    let bytes: u64 = group.iter().map(|a| a.record.len() as u64).sum();
-    // Under the lock, the segment about to be written claims the group's
-    // sequence numbers first, so a concurrent release never deletes it.
-    let open_new = {
-        let mut st = spool.state.lock().expect("spool state");
-        let reuse = match (st.segments.back(), current.as_ref()) {
-            (Some(seg), Some((_, path))) => {
-                seg.path == *path && seg.bytes < spool.cfg.segment_bytes
-            }
-            _ => false,
-        };
-        if reuse {
-            let seg = st.segments.back_mut().expect("checked");
-            seg.last = seg.last.max(newest);
-            None
-        } else {
-            let path = segment_path(&spool.cfg.dir, group[0].seq);
-            st.segments.push_back(Segment {
-                path: path.clone(),
-                last: newest,
-                bytes: 0,
-            });
-            Some(path)
-        }
-    };
-    if let Some(path) = open_new {
-        *current = None;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)?;
-        // The directory entry must survive a crash too.
-        File::open(&spool.cfg.dir)?.sync_all()?;
-        *current = Some((file, path));
-    }
-    let (file, path) = current.as_mut().expect("a segment is open");
-    let mut buf = Vec::with_capacity(bytes as usize);
-    for a in group {
-        buf.extend_from_slice(&a.record);
-    }
-    file.write_all(&buf)?;
-    file.sync_data()?;
-    let mut st = spool.state.lock().expect("spool state");
-    if let Some(seg) = st.segments.iter_mut().rev().find(|s| s.path == *path) {
-        seg.bytes += bytes;
-        st.used += bytes;
-    }
-    spool.metrics.spool_bytes.set(st.used as i64);
-    Ok(())
-}
-
-impl Shared {
-    /// Deletes the segments that hold only records `≤ n`. A segment being
-    /// written has already claimed its new records' numbers (`write_group`),
-    /// so it is never among them; the writer notices its segment is gone
-    /// and opens a new one.
-    fn delete_released(&self, n: u64) {
-        let mut doomed = Vec::new();
-        {
-            let mut st = self.state.lock().expect("spool state");
-            while st.segments.front().is_some_and(|s| s.last <= n) {
-                let seg = st.segments.pop_front().expect("checked");
-                st.used -= seg.bytes;
-                doomed.push(seg.path);
-            }
-            self.metrics.spool_bytes.set(st.used as i64);
-        }
-        for path in doomed {
-            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -758,45 +468,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let (spool, _) = open(dir.path(), 1 << 20, 1 << 20);
-            spool
-                .append("c", BodyEncoding::Identity, b"one")
-                .await
-                .unwrap();
-            spool
-                .append("c", BodyEncoding::Identity, b"two")
-                .await
-                .unwrap();
-        }
-        let path = segment_path(dir.path(), 1);
-        let len = std::fs::metadata(&path).unwrap().len();
-        // A crash in the middle of writing the second record.
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 2)
-            .unwrap();
-        let (spool, pending) = open(dir.path(), 1 << 20, 1 << 20);
-        assert_eq!(pending.len(), 1);
-        assert_eq!(&pending[0].body[..], b"one");
-        assert_eq!(
-            spool
-                .append("c", BodyEncoding::Identity, b"3")
-                .await
-                .unwrap(),
-            2
-        );
-        drop(spool);
-        let (_, pending) = open(dir.path(), 1 << 20, 1 << 20);
-        let bodies: Vec<&[u8]> = pending.iter().map(|b| &b.body[..]).collect();
-        assert_eq!(bodies, vec![&b"one"[..], &b"3"[..]]);
-    }
-
-    #[tokio::test]
     async fn only_the_owner_can_read_the_spooled_batches() {
         let parent = tempfile::tempdir().unwrap();
         let dir = parent.path().join("spool");
@@ -809,7 +480,7 @@ mod tests {
             .unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
-        assert_eq!(mode(&segment_path(&dir, 1)), 0o600);
+        assert_eq!(mode(&record::segment_path(&dir, 1)), 0o600);
     }
 
     #[tokio::test]

@@ -1,0 +1,401 @@
+//! Spans out: each object span once per window (the span cache decides),
+//! link spans for every relation not yet recorded in the window, on both
+//! sides, and the parts of an audit or watch span (diff events, snapshot,
+//! readiness, failure).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+use xxhash_rust::xxh3::Xxh3;
+
+use super::super::diff::Change;
+use super::super::relations::all_relations;
+use super::super::rules::Relation;
+use super::super::span_cache::Slot;
+use super::super::status;
+use super::{ProcessError, Processor};
+use crate::model::{ObjectRef, ObjectWindow};
+use crate::pipeline::{AuditEvent, ExportProgress};
+use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, LinkFields, SpanBuf, attr};
+
+impl Processor {
+    pub(super) async fn emit(&self, span: SpanBuf) -> Result<(), ProcessError> {
+        self.out
+            .send(span.finish())
+            .await
+            .map_err(|_| ProcessError::ExportStopped)?;
+        if let Some(p) = &self.export_progress {
+            p.add_sent(1);
+        }
+        Ok(())
+    }
+
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
+        self.export_progress = Some(progress);
+        self
+    }
+
+    /// Emits the object span of `ow` unless it already exists (or again when
+    /// `force`: see [`Accepted::replayed`](crate::pipeline::Accepted::replayed)).
+    pub(super) async fn ensure_object_span(
+        &self,
+        ow: &ObjectWindow,
+        uid: &str,
+        force: bool,
+    ) -> Result<(), ProcessError> {
+        let slot = self
+            .spans
+            .fetch_or_reserve(ow)
+            .await
+            .map_err(ProcessError::span_cache)?;
+        if slot == Slot::Created || force {
+            let (_, end) = self.cfg.windowing.bounds(ow.window_start);
+            self.metrics.object_spans.inc();
+            self.emit(span_model::object_span(ow, uid, end)).await?;
+        }
+        Ok(())
+    }
+
+    /// Records every relation `state` shows (owners, rules), in `ow`'s window.
+    pub(super) async fn record_relations(
+        &self,
+        ow: &ObjectWindow,
+        state: &Value,
+        at: SystemTime,
+        force: bool,
+    ) -> Result<(), ProcessError> {
+        for (rel, uid) in all_relations(&ow.object, state, &self.kinds, &self.rules) {
+            self.record_relation(ow, &rel, &uid, at, force).await?;
+        }
+        Ok(())
+    }
+
+    /// A link span on each side of `rel`, unless the window has it already
+    /// (again when `force`), and the other object's span if it has none.
+    async fn record_relation(
+        &self,
+        ow: &ObjectWindow,
+        rel: &Relation,
+        target_uid: &str,
+        at: SystemTime,
+        force: bool,
+    ) -> Result<(), ProcessError> {
+        // The hash of `<role>|<class>|<other object's key>`.
+        let link_key = |role: &str, class: &str, other: &ObjectRef| {
+            let mut h = Xxh3::new();
+            h.update(role.as_bytes());
+            h.update(b"|");
+            h.update(class.as_bytes());
+            h.update(b"|");
+            other.hash_key(&mut h);
+            h.digest()
+        };
+        let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
+        let recorded = self
+            .spans
+            .record_link(ow, forward)
+            .await
+            .map_err(ProcessError::span_cache)?;
+        if !recorded && !force {
+            return Ok(());
+        }
+        let target = ObjectWindow {
+            object: rel.target.clone(),
+            window_start: ow.window_start,
+        };
+        self.ensure_object_span(&target, target_uid, force).await?;
+        self.metrics.link_spans.inc();
+        let f = LinkFields {
+            target: &target,
+            role: rel.role.as_str(),
+            class: &rel.class,
+            at,
+        };
+        self.emit(span_model::link_span(ow, &f, forward)).await?;
+        let reverse_role = rel.role.reverse();
+        let backward = link_key(reverse_role.as_str(), &rel.class, &ow.object);
+        let recorded = self
+            .spans
+            .record_link(&target, backward)
+            .await
+            .map_err(ProcessError::span_cache)?;
+        if recorded || force {
+            self.metrics.link_spans.inc();
+            let b = LinkFields {
+                target: ow,
+                role: reverse_role.as_str(),
+                class: &rel.class,
+                at,
+            };
+            self.emit(span_model::link_span(&target, &b, backward))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Updates the label index with `obj`'s state and records the selector
+    /// links that result, in the window of `at`.
+    pub(super) async fn record_selector_links(
+        &self,
+        obj: &ObjectRef,
+        state: &Value,
+        at: SystemTime,
+    ) -> Result<(), ProcessError> {
+        for link in self.selectors.update(&self.rules, obj, state) {
+            let ow = ObjectWindow {
+                object: link.holder,
+                window_start: self.cfg.windowing.window_start(at),
+            };
+            self.ensure_object_span(&ow, "", false).await?;
+            self.record_relation(&ow, &link.relation, "", at, false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The diff as span events, one per changed path, at most
+    /// `max_diff_changes` (the rest are counted by the caller).
+    pub(super) fn add_changes(&self, span: &mut SpanBuf, changes: &[Change], at: SystemTime) {
+        for c in changes.iter().take(self.cfg.max_diff_changes) {
+            let mut attrs = [("", ""); 4];
+            attrs[0] = (attr::DIFF_OP, c.op());
+            attrs[1] = (attr::DIFF_PATH, &*c.path);
+            let mut n = 2;
+            if let Some(o) = &c.old {
+                attrs[n] = (attr::DIFF_OLD, o);
+                n += 1;
+            }
+            if let Some(v) = &c.new {
+                attrs[n] = (attr::DIFF_NEW, v);
+                n += 1;
+            }
+            span.event(EVENT_DIFF, at, &attrs[..n]);
+        }
+    }
+}
+
+/// The fields of an audit span of `ev`.
+pub(super) fn audit_write<'a>(
+    ev: &'a AuditEvent,
+    subresource: &'a str,
+    old_rv: &'a str,
+    new_rv: &'a str,
+    error: Option<String>,
+) -> AuditWrite<'a> {
+    AuditWrite {
+        audit_id: &ev.audit_id,
+        user: &ev.user.username,
+        impersonated_user: ev.impersonated_user.as_ref().map(|u| u.username.as_str()),
+        user_agent: &ev.user_agent,
+        verb: &ev.verb,
+        subresource,
+        code: ev.code(),
+        source_ip: ev.source_ips.first().map(String::as_str).unwrap_or(""),
+        old_rv,
+        new_rv,
+        error,
+        start: ev.request_received_timestamp,
+        end: ev.stage_timestamp,
+    }
+}
+
+/// The object as one `snapshot` event.
+pub(super) fn add_snapshot(span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
+    // Straight into a buffer (`to_string` goes through a `fmt::Formatter`).
+    // A long one is cut by the span writer (`--export-max-value-bytes`),
+    // which records its real length.
+    let text = serde_json::to_string(snapshot).unwrap_or_default();
+    span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, &text)]);
+}
+
+/// The object's readiness in `state` (after the write) as `object.status` and
+/// `object.status.message`, when the state tells it.
+pub(super) fn add_object_status(span: &mut SpanBuf, obj: &ObjectRef, state: &Value) {
+    if let Some(st) = status::object_status(&obj.group, &obj.resource, state) {
+        span.attr(attr::OBJECT_STATUS, st.status.as_str());
+        if !st.message.is_empty() {
+            span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
+        }
+    }
+}
+
+/// The Status message of a failed write, else its reason and code.
+pub(super) fn failure_message(ev: &AuditEvent) -> String {
+    let code = ev.code();
+    let st = ev.response_status.as_ref();
+    let msg = st.map(|s| s.message.as_str()).unwrap_or("");
+    let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
+    match (reason.is_empty(), msg.is_empty()) {
+        (true, true) => format!("HTTP {code}"),
+        (false, true) => format!("{reason} (HTTP {code})"),
+        (_, false) => msg.to_string(),
+    }
+}
+
+/// An update or patch refused with 409 Conflict ("the object has been
+/// modified"): optimistic concurrency, which controllers meet and retry all
+/// the time. Not a create's 409 AlreadyExists.
+pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
+    let reason = ev
+        .response_status
+        .as_ref()
+        .map(|s| s.reason.as_str())
+        .unwrap_or("");
+    ev.code() == 409
+        && matches!(ev.verb.as_str(), "update" | "patch")
+        && (reason == "Conflict" || reason.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ProcessorConfig;
+    use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
+    use super::*;
+    use crate::pipeline::Accepted;
+    use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    fn kind(s: &Span) -> String {
+        attr(s, attr::SPAN_KIND).unwrap_or_default()
+    }
+
+    fn status(s: &Span) -> StatusCode {
+        s.status.as_ref().map(|st| st.code()).unwrap_or_default()
+    }
+
+    /// The first successful create of `resource` in the deployment scenario.
+    fn created(resource: &str) -> Accepted {
+        audit_values("deployment")
+            .iter()
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["resource"] == resource
+                    && e["responseStatus"]["code"] == 201
+            })
+            .and_then(accepted)
+            .expect("the scenario creates it")
+    }
+
+    #[tokio::test]
+    async fn an_object_span_once_per_window_and_again_when_replayed() {
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let item = created("deployments");
+        let ow = ObjectWindow {
+            object: item.object.clone(),
+            window_start: 1800,
+        };
+        p.ensure_object_span(&ow, &item.uid, false).await.unwrap();
+        p.ensure_object_span(&ow, &item.uid, false).await.unwrap();
+        assert_eq!(drain(&mut rx).len(), 1);
+        p.ensure_object_span(&ow, &item.uid, true).await.unwrap();
+        let next = ObjectWindow {
+            window_start: 3600,
+            ..ow.clone()
+        };
+        p.ensure_object_span(&next, &item.uid, false).await.unwrap();
+        let spans = drain(&mut rx);
+        assert_eq!(spans.len(), 2, "forced, then the next window's");
+        assert!(spans.iter().all(|s| kind(s) == SPAN_KIND_OBJECT));
+        assert_eq!(spans[0].trace_id.len(), 16);
+        assert_ne!(spans[0].trace_id, spans[1].trace_id, "a trace per window");
+    }
+
+    #[tokio::test]
+    async fn an_owner_is_linked_on_both_sides_once_per_window() {
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let rs = created("replicasets");
+        let state: Value =
+            serde_json::from_str(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+        let ow = ObjectWindow {
+            object: rs.object.clone(),
+            window_start: 1800,
+        };
+        let at = rs.event.stage_timestamp;
+        p.record_relations(&ow, &state, at, false).await.unwrap();
+        let spans = drain(&mut rx);
+        let links: Vec<_> = spans.iter().filter(|s| kind(s) == SPAN_KIND_LINK).collect();
+        let owner = state["metadata"]["ownerReferences"][0]["name"]
+            .as_str()
+            .unwrap();
+        // The Deployment's object span (the window had none), then a link
+        // on each side: the Deployment is the parent, the ReplicaSet the child.
+        assert!(
+            spans
+                .iter()
+                .any(|s| kind(s) == SPAN_KIND_OBJECT
+                    && attr(s, attr::NAME).as_deref() == Some(owner))
+        );
+        let roles: Vec<_> = links
+            .iter()
+            .filter(|l| attr(l, attr::LINK_CLASS).as_deref() == Some("owner"))
+            .map(|l| attr(l, attr::LINK_ROLE).unwrap())
+            .collect();
+        assert_eq!(roles, ["parent", "child"], "{spans:#?}");
+        // Known in this window: nothing again, unless replayed.
+        p.record_relations(&ow, &state, at, false).await.unwrap();
+        assert!(drain(&mut rx).is_empty());
+        p.record_relations(&ow, &state, at, true).await.unwrap();
+        assert_eq!(drain(&mut rx).len(), spans.len());
+    }
+
+    #[tokio::test]
+    async fn diff_events_beyond_the_cap_are_counted() {
+        let cfg = ProcessorConfig {
+            max_diff_changes: 1,
+            ..Default::default()
+        };
+        let (p, mut rx, _) = processor(cfg);
+        for raw in audit_values("deployment") {
+            if let Some(item) = accepted(&raw) {
+                p.process(&item).await.unwrap();
+            }
+        }
+        let spans = drain(&mut rx);
+        let capped = spans
+            .iter()
+            .find(|s| attr(s, attr::DIFF_TRUNCATED).is_some())
+            .expect("a write with more than one change");
+        let diffs = capped
+            .events
+            .iter()
+            .filter(|e| e.name == EVENT_DIFF)
+            .count();
+        assert_eq!(diffs, 1);
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.events.iter().filter(|e| e.name == EVENT_DIFF).count() <= 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflict_is_shown_without_error_other_refusals_with_their_message() {
+        let values = audit_values("deployment");
+        let conflict = values
+            .iter()
+            .find(|e| e["responseStatus"]["code"] == 409 && e["verb"] == "update")
+            .expect("a controller's conflicting update");
+        let ev = parse(conflict);
+        assert!(is_conflict(&ev));
+        let message = conflict["responseStatus"]["message"].as_str().unwrap();
+        assert_eq!(failure_message(&ev), message);
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        p.process(&accepted(conflict).unwrap()).await.unwrap();
+        let spans = drain(&mut rx);
+        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
+        assert_eq!(attr(audit, attr::AUDIT_CONFLICT).as_deref(), Some(message));
+        assert_ne!(status(audit), StatusCode::Error);
+
+        // The same refusal of a create is AlreadyExists, an error.
+        let mut exists = conflict.clone();
+        exists["verb"] = "create".into();
+        let ev = parse(&exists);
+        assert!(!is_conflict(&ev));
+        // Without a message, the reason and code say why.
+        let mut bare = conflict.clone();
+        bare["responseStatus"]["message"] = "".into();
+        assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
+    }
+}

@@ -1,0 +1,266 @@
+//! Kubernetes Events: an audited write of an Event, or an Event from the
+//! Event watch, becomes an event span on the object the Event is about,
+//! once per occurrence (Event uid and count) however often it is seen.
+
+use std::time::{Duration, SystemTime};
+
+use moka::policy::EvictionPolicy;
+use serde_json::Value;
+
+use super::{ProcessError, Processor};
+use crate::metrics::{Cache, CacheEvictions, Metrics};
+use crate::model::{ObjectRef, ObjectWindow};
+use crate::pipeline::{Accepted, AuditEvent, FilterReason, K8sEvent, precise_occurrence};
+use crate::span_model::{self, EventFields};
+
+/// Event occurrences remembered (window + 5 min) so each is shown once.
+const SEEN_EVENTS: u64 = 1 << 20;
+
+/// The Event occurrences (`cluster|Event uid|count`) already shown.
+pub(super) fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Cache<String, ()> {
+    let evictions = CacheEvictions::new(
+        metrics,
+        Cache::SeenEvents,
+        "an Event occurrence seen again after its entry went is shown again",
+    );
+    // LRU, not moka's default TinyLFU, which may refuse a new entry
+    // outright when full: here the newest entries matter most.
+    moka::sync::Cache::builder()
+        .max_capacity(SEEN_EVENTS)
+        .time_to_live(window + Duration::from_secs(300))
+        .eviction_policy(EvictionPolicy::lru())
+        .eviction_listener(move |_, _, cause| evictions.record(cause))
+        .build()
+}
+
+/// The Event a write of an Event object recorded: from the response (a
+/// patch's request is partial), else from the request of a create (when
+/// the audit policy logs no responses).
+fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
+    let parse = |raw: &Option<Box<serde_json::value::RawValue>>| {
+        raw.as_ref()
+            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+            .and_then(|v| K8sEvent::from_object(&v))
+    };
+    parse(&ev.response_object).or_else(|| {
+        if ev.verb == "create" {
+            parse(&ev.request_object)
+        } else {
+            None
+        }
+    })
+}
+
+impl Processor {
+    pub(super) fn count_filtered(&self, reason: FilterReason) {
+        self.metrics
+            .events_filtered
+            .get_or_create(&Metrics::filtered(reason))
+            .inc();
+    }
+
+    /// A write of a Kubernetes Event: an event span on the object the Event
+    /// is about (whose object span is created if the window has none yet).
+    /// The Event object itself gets no span, no diff, no cached state.
+    pub(super) async fn process_event_write(&self, item: &Accepted) -> Result<(), ProcessError> {
+        let ev = &item.event;
+        if !matches!(ev.verb.as_str(), "create" | "update" | "patch") {
+            self.count_filtered(FilterReason::EventDelete);
+            return Ok(());
+        }
+        if ev.code() >= 400 {
+            self.count_filtered(FilterReason::EventWriteFailed);
+            return Ok(());
+        }
+        let Some(e) = written_event(ev) else {
+            self.count_filtered(FilterReason::EventWithoutObject);
+            return Ok(());
+        };
+        let at = precise_occurrence(e.occurred, ev.stage_timestamp);
+        self.process_k8s_event(&item.object, &item.uid, e, at).await
+    }
+
+    /// One occurrence of a Kubernetes Event (from an audited write or from the
+    /// Event watch): an event span on the involved object's span, once per
+    /// Event uid and count however often it is seen.
+    pub async fn process_k8s_event(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Result<(), ProcessError> {
+        let involved = self.kinds.referenced_object(
+            &own.cluster,
+            &e.involved.api_version,
+            &e.involved.kind,
+            &e.involved.namespace,
+            &e.involved.name,
+        );
+        let ow = ObjectWindow {
+            object: involved,
+            window_start: self.cfg.windowing.window_start(at),
+        };
+        let name = if e.name.is_empty() {
+            own.name.as_str()
+        } else {
+            e.name.as_str()
+        };
+        let uid = if e.uid.is_empty() {
+            own_uid
+        } else {
+            e.uid.as_str()
+        };
+        let identity = if uid.is_empty() {
+            own.key()
+        } else {
+            uid.to_string()
+        };
+        // The audit log and the Event watch report the same occurrence, and a
+        // re-list after a reconnect reports it again: emit it once.
+        let occurrence = format!("{}|{identity}|{}", own.cluster, e.count);
+        if self.seen_events.contains_key(&occurrence) {
+            self.count_filtered(FilterReason::EventSeen);
+            return Ok(());
+        }
+        self.seen_events.insert(occurrence, ());
+        self.ensure_object_span(&ow, &e.involved.uid, false).await?;
+        let fields = EventFields {
+            identity: &identity,
+            name,
+            uid,
+            reason: &e.reason,
+            message: &e.message,
+            event_type: &e.event_type,
+            component: &e.component,
+            action: &e.action,
+            count: e.count,
+            at,
+        };
+        self.metrics.event_spans.inc();
+        self.emit(span_model::event_span(&ow, &fields)).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{accepted, attr, audit_values, drain, fixture, processor};
+    use super::*;
+    use crate::span_model::attr as key;
+
+    /// The first core/v1 Event the deployment scenario's audit log created,
+    /// and the same Event as the Event list served it.
+    fn written_and_listed() -> (Value, Value) {
+        let written = audit_values("deployment")
+            .into_iter()
+            .find(|e| {
+                e["objectRef"]["resource"] == "events"
+                    && e["objectRef"]["apiGroup"].as_str().unwrap_or("").is_empty()
+                    && e["verb"] == "create"
+            })
+            .expect("the scenario writes Events");
+        let uid = &written["responseObject"]["metadata"]["uid"];
+        let list: Value = serde_json::from_str(&fixture("deployment", "events.json")).unwrap();
+        let listed = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| &i["metadata"]["uid"] == uid)
+            .expect("the Event list has the written Event")
+            .clone();
+        (written, listed)
+    }
+
+    fn listed_event(listed: &Value) -> (ObjectRef, String, K8sEvent) {
+        let meta = &listed["metadata"];
+        let own = ObjectRef::new(
+            "c",
+            "",
+            "events",
+            meta["namespace"].as_str().unwrap(),
+            meta["name"].as_str().unwrap().to_string(),
+        );
+        let e = K8sEvent::from_object(listed).expect("an Event");
+        (own, meta["uid"].as_str().unwrap().to_string(), e)
+    }
+
+    fn filtered(m: &Metrics, reason: FilterReason) -> u64 {
+        m.events_filtered
+            .get_or_create(&Metrics::filtered(reason))
+            .get()
+    }
+
+    #[tokio::test]
+    async fn an_event_written_and_watched_is_one_span_on_the_object_it_is_about() {
+        let (p, mut rx, metrics) = processor(Default::default());
+        let (written, listed) = written_and_listed();
+        p.process(&accepted(&written).unwrap()).await.unwrap();
+        let (own, uid, e) = listed_event(&listed);
+        let at = precise_occurrence(e.occurred, std::time::SystemTime::now());
+        p.process_k8s_event(&own, &uid, e, at).await.unwrap();
+        let spans = drain(&mut rx);
+        let events: Vec<_> = spans
+            .iter()
+            .filter(|s| attr(s, key::SPAN_KIND).as_deref() == Some("event"))
+            .collect();
+        assert_eq!(events.len(), 1, "once, however often seen");
+        assert_eq!(filtered(&metrics, FilterReason::EventSeen), 1);
+        let involved = &written["responseObject"]["involvedObject"];
+        assert_eq!(
+            attr(events[0], key::EVENT_REASON).as_deref(),
+            written["responseObject"]["reason"].as_str()
+        );
+        // On the involved object's span, which the window gets first.
+        let object = spans
+            .iter()
+            .find(|s| attr(s, key::SPAN_KIND).as_deref() == Some("object"))
+            .expect("the involved object's span");
+        assert_eq!(
+            attr(object, key::NAME).as_deref(),
+            involved["name"].as_str()
+        );
+        assert_eq!(events[0].parent_span_id, object.span_id);
+        assert_eq!(events[0].trace_id, object.trace_id);
+    }
+
+    #[tokio::test]
+    async fn a_new_count_is_a_new_occurrence() {
+        let (p, mut rx, _) = processor(Default::default());
+        let (_, listed) = written_and_listed();
+        let (own, uid, e) = listed_event(&listed);
+        let at = std::time::SystemTime::now();
+        p.process_k8s_event(&own, &uid, e.clone(), at)
+            .await
+            .unwrap();
+        // The same Event seen again after it recurred (its count raised).
+        let again = K8sEvent {
+            count: e.count + 1,
+            ..e
+        };
+        p.process_k8s_event(&own, &uid, again, at).await.unwrap();
+        let events: Vec<_> = drain(&mut rx)
+            .into_iter()
+            .filter(|s| attr(s, key::SPAN_KIND).as_deref() == Some("event"))
+            .collect();
+        assert_eq!(events.len(), 2);
+        assert_ne!(events[0].span_id, events[1].span_id);
+    }
+
+    #[tokio::test]
+    async fn deletes_and_failed_writes_of_events_are_counted_not_shown() {
+        let (p, mut rx, metrics) = processor(Default::default());
+        let (written, _) = written_and_listed();
+        // The real create, as if it had been a delete, then as if refused.
+        let mut deleted = written.clone();
+        deleted["verb"] = "delete".into();
+        p.process(&accepted(&deleted).unwrap()).await.unwrap();
+        let mut refused = written.clone();
+        refused["responseStatus"]["code"] = 403.into();
+        p.process(&accepted(&refused).unwrap()).await.unwrap();
+        assert!(drain(&mut rx).is_empty());
+        assert_eq!(filtered(&metrics, FilterReason::EventDelete), 1);
+        assert_eq!(filtered(&metrics, FilterReason::EventWriteFailed), 1);
+    }
+}

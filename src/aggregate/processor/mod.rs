@@ -1,0 +1,421 @@
+//! Turns one accepted audit event into spans: the object span of its window
+//! (once), an audit span with the diff or snapshot, and link spans for every
+//! relation not yet recorded in that window, on both sides. A write of a
+//! Kubernetes Event instead becomes an event span on the object the Event is
+//! about. List-watch versions fill in what the audit log does not show.
+//!
+//! By concern: `state` (what a write did: apply, diff, redaction),
+//! `reconcile` (the audit↔watch ledger: each write shown once), `emit`
+//! (object and link spans through the span cache, span parts), `events`
+//! (Kubernetes Events). This file holds the processor and the audit path
+//! that uses them all; `watch` the list-watch's path.
+
+mod emit;
+mod events;
+mod reconcile;
+mod state;
+#[cfg(test)]
+mod test_support;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::diff;
+use super::redact::Redactor;
+use super::relations::KindRegistry;
+use super::rules::RuleSet;
+use super::selectors::SelectorIndex;
+use super::span_cache::SpanCache;
+use super::states::{StateError, StateStore};
+use crate::metrics::Metrics;
+use crate::model::{ObjectWindow, Windowing};
+use crate::pipeline::{Accepted, ExportProgress, FailedCreate, Gauges, is_event_resource};
+use crate::span_model::{self, EncodedSpan, attr};
+use emit::{add_object_status, add_snapshot, audit_write, failure_message, is_conflict};
+use state::{is_older, resource_version};
+
+#[derive(Clone, Debug)]
+pub struct ProcessorConfig {
+    pub windowing: Windowing,
+    /// Upper bound of the bytes of last-seen object states kept for diffs.
+    pub state_cache_bytes: u64,
+    /// Objects whose last state is also kept parsed (recently written ones).
+    pub hot_states: usize,
+    /// Most changed paths shown per write; the rest are counted.
+    pub max_diff_changes: usize,
+    /// How long a change seen by the watch waits for the audit event of the
+    /// same write before it is shown on its own.
+    pub watch_audit_wait: Duration,
+    /// A list-watch also feeds this processor: audit writes leave ledger
+    /// markers so the watch's copies of them are not shown again. Without a
+    /// watch the markers would only cost time (a tenth of the collector's).
+    pub has_watch: bool,
+    /// Most entries of the audit/watch ledger (each ≈ 300 bytes, plus the
+    /// diff of a change no audit event has claimed yet).
+    pub ledger_entries: u64,
+}
+
+/// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
+/// per second sustained over its 10 minutes.
+pub const DEFAULT_LEDGER_ENTRIES: u64 = 1 << 18;
+
+impl Default for ProcessorConfig {
+    fn default() -> Self {
+        Self {
+            windowing: Windowing::new(Duration::from_secs(1800)),
+            state_cache_bytes: 128 << 20,
+            hot_states: 256,
+            max_diff_changes: 100,
+            watch_audit_wait: Duration::from_secs(5),
+            has_watch: true,
+            ledger_entries: DEFAULT_LEDGER_ENTRIES,
+        }
+    }
+}
+
+/// Why a unit of work could not be processed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("span exporter has stopped")]
+    ExportStopped,
+    #[error("span cache: {0}")]
+    SpanCache(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl ProcessError {
+    fn span_cache(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        ProcessError::SpanCache(e.into())
+    }
+}
+
+pub struct Processor {
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    rules: Arc<RuleSet>,
+    kinds: KindRegistry,
+    /// Last seen state of each object (redacted, without managedFields).
+    states: StateStore,
+    spans: Arc<dyn SpanCache>,
+    out: mpsc::Sender<EncodedSpan>,
+    export_progress: Option<Arc<ExportProgress>>,
+    metrics: Arc<Metrics>,
+    /// Event occurrences (cluster|Event uid|count) already emitted.
+    seen_events: moka::sync::Cache<String, ()>,
+    /// Diffs the watch saw, for the audit event of the same write, and the
+    /// watch changes waiting for it.
+    ledger: reconcile::Ledger,
+    /// Labels and selectors, for `selector` rules.
+    selectors: SelectorIndex,
+}
+
+impl Processor {
+    pub fn new(
+        cfg: ProcessorConfig,
+        redactor: Redactor,
+        rules: Arc<RuleSet>,
+        spans: Arc<dyn SpanCache>,
+        out: mpsc::Sender<EncodedSpan>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            states: StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+            seen_events: events::seen_events(cfg.windowing.width, &metrics),
+            ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
+            selectors: SelectorIndex::new(&rules),
+            cfg,
+            redactor,
+            rules,
+            kinds: KindRegistry::default(),
+            spans,
+            out,
+            export_progress: None,
+            metrics,
+        }
+    }
+
+    pub fn update_gauges(&self) {
+        self.metrics
+            .state_cache_entries
+            .set(self.states.entry_count() as i64);
+        self.metrics
+            .state_cache_hot_entries
+            .set(self.states.hot_entries() as i64);
+        self.metrics
+            .state_cache_bytes
+            .set(self.states.cold_bytes() as i64);
+        self.metrics
+            .span_cache_entries
+            .set(self.spans.entry_count() as i64);
+    }
+
+    /// Watch changes waiting for their audit event.
+    pub fn pending_watch(&self) -> usize {
+        self.ledger.pending()
+    }
+
+    pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
+        if is_event_resource(&item.object.group, &item.object.resource) {
+            return self.process_event_write(item).await;
+        }
+        if let Some(attempt) = &item.failed_create {
+            return self.process_failed_create(item, attempt).await;
+        }
+        let ev = &item.event;
+        let obj = &item.object;
+        let ow = ObjectWindow {
+            object: obj.clone(),
+            window_start: self
+                .cfg
+                .windowing
+                .window_start(ev.request_received_timestamp),
+        };
+        let key = obj.key();
+        let old = self.states.get(&key);
+        let mut outcome = state::apply(ev, obj, old.as_deref(), &self.kinds, &self.redactor);
+
+        let uid = outcome
+            .state
+            .as_ref()
+            .and_then(|s| s.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .unwrap_or(&item.uid)
+            .to_string();
+        self.ensure_object_span(&ow, &uid, item.replayed).await?;
+
+        // A binding's state is the last one with `spec.nodeName` set: its
+        // version is the one before the binding, not a new one.
+        let mut new_rv = if ev.subresource() == "binding" {
+            String::new()
+        } else {
+            outcome
+                .state
+                .as_ref()
+                .map(|s| resource_version(s).to_string())
+                .unwrap_or_default()
+        };
+        let mut watch_old_rv = String::new();
+        if self.cfg.has_watch && ev.code() < 400 {
+            let keys = reconcile::audit_claim_keys(
+                &key,
+                &ev.verb,
+                ev.subresource(),
+                &new_rv,
+                outcome.state.is_some(),
+                outcome.snapshot.is_some(),
+            );
+            if let Some(changes) =
+                self.ledger
+                    .claim_for_audit(&keys, &mut watch_old_rv, &mut new_rv)
+            {
+                outcome.changes = changes;
+            }
+        }
+        let old_rv = state::old_resource_version(ev, &watch_old_rv, old.as_deref(), &new_rv);
+        // A write refused by optimistic concurrency is routine: its writer
+        // reads the object again and retries. Shown, but not as an error.
+        let conflict = is_conflict(ev).then(|| failure_message(ev));
+        let error = (ev.code() >= 400 && conflict.is_none()).then(|| failure_message(ev));
+        let write = audit_write(ev, ev.subresource(), &old_rv, &new_rv, error);
+        let deleted = state::removes_object(ev, &outcome);
+        let mut span = span_model::audit_span(&ow, &write);
+        if !deleted && let Some(state) = &outcome.state {
+            add_object_status(&mut span, obj, state);
+        }
+        if let Some(msg) = &conflict {
+            span.attr(attr::AUDIT_CONFLICT, msg);
+        }
+        let at = ev.stage_timestamp;
+        if let Some(snap) = &outcome.snapshot {
+            add_snapshot(&mut span, snap, at);
+        }
+        self.add_changes(&mut span, &outcome.changes, at);
+        if outcome.changes.len() > self.cfg.max_diff_changes {
+            span.attr_int(
+                attr::DIFF_TRUNCATED,
+                (outcome.changes.len() - self.cfg.max_diff_changes) as i64,
+            );
+        }
+        self.emit(span).await?;
+
+        // Relations come from the newest state known, or the snapshot of a deleted object.
+        let basis = outcome
+            .state
+            .as_ref()
+            .or(outcome.snapshot.as_ref())
+            .or(old.as_deref());
+        if let Some(state) = basis {
+            self.record_relations(&ow, state, ev.request_received_timestamp, item.replayed)
+                .await?;
+        }
+
+        if deleted {
+            self.states.remove(&key);
+            self.selectors.remove(obj);
+        } else if let Some(state) = outcome.state
+            && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""))
+        {
+            self.record_selector_links(obj, &state, ev.request_received_timestamp)
+                .await?;
+            self.states.put(key, Arc::new(state))?;
+        }
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+
+    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
+    /// denied by a quota): an audit span in error on the span of the owner
+    /// the request names, else of an object named by the `generateName`
+    /// prefix, saying what it tried to create, with the request object as
+    /// its snapshot. Nothing was written, so no state or relation changes.
+    pub(super) async fn process_failed_create(
+        &self,
+        item: &Accepted,
+        attempt: &FailedCreate,
+    ) -> Result<(), ProcessError> {
+        let ev = &item.event;
+        let tried = &item.object;
+        let (holder, holder_uid) = match &attempt.owner {
+            Some(o) => (
+                self.kinds.referenced_object(
+                    &tried.cluster,
+                    &o.api_version,
+                    &o.kind,
+                    &tried.namespace,
+                    &o.name,
+                ),
+                o.uid.as_str(),
+            ),
+            None => (tried.clone(), ""),
+        };
+        let ow = ObjectWindow {
+            object: holder,
+            window_start: self
+                .cfg
+                .windowing
+                .window_start(ev.request_received_timestamp),
+        };
+        self.ensure_object_span(&ow, holder_uid, item.replayed)
+            .await?;
+        let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
+        let name = format!(
+            "{} {} {} (generateName {})",
+            ev.user.username,
+            ev.verb,
+            tried.group_resource(),
+            attempt.generate_name
+        );
+        let mut span = span_model::audit_span_named(&ow, &write, &name);
+        if !tried.group.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_RESOURCE, &tried.resource);
+        if !tried.namespace.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAMESPACE, &tried.namespace);
+        }
+        span.attr(attr::AUDIT_ATTEMPT_GENERATE_NAME, &attempt.generate_name);
+        if !attempt.attempted_name.is_empty() {
+            span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
+        }
+        if let Some(mut requested) = ev
+            .request_object
+            .as_ref()
+            .and_then(|r| diff::parse_object(r.get()).ok())
+        {
+            diff::strip_noise(&mut requested);
+            self.redactor
+                .redact(&tried.group, &tried.resource, &mut requested);
+            add_snapshot(&mut span, &requested, ev.stage_timestamp);
+        }
+        self.emit(span).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+}
+
+impl Gauges for Processor {
+    fn update_gauges(&self) {
+        Processor::update_gauges(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{attr, audit_values, drain, parse, processor};
+    use super::*;
+    use crate::model::ObjectRef;
+    use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    #[tokio::test]
+    async fn a_create_refused_before_naming_is_shown_on_its_owner() {
+        let refused = audit_values("quota")
+            .into_iter()
+            .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+            .expect("the quota scenario's refused Pod");
+        let event = parse(&refused);
+        let attempt = event
+            .failed_create()
+            .unwrap()
+            .expect("a generateName create");
+        let r = event.object_ref.as_ref().unwrap();
+        let item = Accepted {
+            object: ObjectRef::new(
+                "c",
+                &r.api_group,
+                &r.resource,
+                &r.namespace,
+                attempt.generate_name.clone(),
+            ),
+            event,
+            uid: String::new(),
+            replayed: false,
+            failed_create: Some(Box::new(attempt.clone())),
+            batch_span: tracing::Span::none(),
+        };
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        p.process(&item).await.unwrap();
+        let spans = drain(&mut rx);
+        let owner = attempt.owner.as_ref().expect("a ReplicaSet's Pod");
+        let object = spans
+            .iter()
+            .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_OBJECT))
+            .unwrap();
+        assert_eq!(
+            attr(object, attr::NAME).as_deref(),
+            Some(owner.name.as_str())
+        );
+        assert_eq!(attr(object, attr::RESOURCE).as_deref(), Some("replicasets"));
+        let audit = spans
+            .iter()
+            .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_AUDIT))
+            .unwrap();
+        assert_eq!(audit.parent_span_id, object.span_id);
+        assert!(
+            audit.name.ends_with(&format!(
+                "create pods (generateName {})",
+                attempt.generate_name
+            )),
+            "{}",
+            audit.name
+        );
+        assert_eq!(
+            audit
+                .status
+                .as_ref()
+                .map(|st| st.code())
+                .unwrap_or_default(),
+            StatusCode::Error
+        );
+        assert_eq!(
+            attr(audit, attr::AUDIT_ATTEMPT_GENERATE_NAME).as_deref(),
+            Some(attempt.generate_name.as_str())
+        );
+        assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
+    }
+}

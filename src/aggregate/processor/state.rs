@@ -1,0 +1,390 @@
+//! What a write did to an object: the new state applied onto the last one
+//! known (redacted, without noise), the changed paths or a snapshot, and the
+//! resource versions around it.
+
+use serde_json::Value;
+
+use super::super::diff::{self, Change};
+use super::super::redact::Redactor;
+use super::super::relations::KindRegistry;
+use crate::model::ObjectRef;
+use crate::pipeline::AuditEvent;
+
+/// What one write did to the object.
+#[derive(Default, Debug)]
+pub(super) struct Outcome {
+    /// The object after the write, when the response tells it.
+    pub state: Option<Value>,
+    pub changes: Vec<Change>,
+    /// The whole object, for a create or a delete.
+    pub snapshot: Option<Value>,
+}
+
+fn set_path(state: &mut Value, path: &[&str], v: Value) {
+    let mut cur = state;
+    for (i, key) in path.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = Value::Object(Default::default());
+        }
+        let map = cur.as_object_mut().unwrap();
+        if i + 1 == path.len() {
+            map.insert(key.to_string(), v);
+            return;
+        }
+        cur = map.entry(key.to_string()).or_insert(Value::Null);
+    }
+}
+
+/// Applies the write to the last known state `old`, yielding the new state
+/// and what changed. Learns the object's kind on the way (for owner
+/// references to it).
+pub(super) fn apply(
+    ev: &AuditEvent,
+    obj: &ObjectRef,
+    old: Option<&Value>,
+    kinds: &KindRegistry,
+    redactor: &Redactor,
+) -> Outcome {
+    let code = ev.code();
+    if code >= 400 {
+        return Outcome::default();
+    }
+    let response: Option<Value> = ev
+        .response_object
+        .as_ref()
+        .and_then(|r| diff::parse_object(r.get()).ok());
+    let kind = response
+        .as_ref()
+        .and_then(|r| r.get("kind"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = kind.as_str();
+    let subresource = ev.subresource();
+    let mut out = Outcome::default();
+    let new_state = match (kind, subresource) {
+        // `kubectl scale` answers with a Scale: carry its replicas onto the object.
+        ("Scale", _) => {
+            let replicas = response
+                .as_ref()
+                .and_then(|r| r.pointer("/spec/replicas"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let mut s = old
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            set_path(&mut s, &["spec", "replicas"], replicas);
+            // The Scale's resourceVersion is the object's new one: the
+            // watch's copy of this write is matched by it.
+            if let Some(rv) = response
+                .as_ref()
+                .and_then(|r| r.pointer("/metadata/resourceVersion"))
+            {
+                set_path(&mut s, &["metadata", "resourceVersion"], rv.clone());
+            }
+            Some(s)
+        }
+        // The scheduler's binding answers with a Status; the request names the node.
+        (_, "binding") => {
+            let node = ev
+                .request_object
+                .as_ref()
+                .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                .and_then(|b| b.pointer("/target/name").cloned());
+            node.map(|n| {
+                let mut s = old
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(Default::default()));
+                set_path(&mut s, &["spec", "nodeName"], n);
+                s
+            })
+        }
+        ("Status", _) | ("", _) => None,
+        // Only a response of the object's own kind is a new state of the
+        // object: a TokenRequest (serviceaccounts/token) must never be.
+        (_, sub)
+            if sub.is_empty()
+                || sub == "status"
+                || old.and_then(|o| o.get("kind")).and_then(Value::as_str) == Some(kind) =>
+        {
+            let mut r = response.unwrap_or_default();
+            kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
+            diff::strip_noise(&mut r);
+            redactor.redact(&obj.group, &obj.resource, &mut r);
+            Some(r)
+        }
+        _ => None,
+    };
+    let creates_object = ev.verb == "create" && subresource.is_empty();
+    match ev.verb.as_str() {
+        _ if creates_object => out.snapshot = new_state.clone(),
+        "delete" | "deletecollection" => {
+            out.snapshot = new_state.clone().or_else(|| old.cloned());
+        }
+        _ => {
+            if let (Some(o), Some(n)) = (old, new_state.as_ref()) {
+                out.changes = diff::diff(o, n);
+            }
+        }
+    }
+    out.state = new_state;
+    out
+}
+
+/// A state the list-watch delivered, made comparable with the audit side's:
+/// its kind learned, noise stripped, secrets redacted.
+pub(super) fn prepare_watched(
+    obj: &ObjectRef,
+    state: &mut Value,
+    kinds: &KindRegistry,
+    redactor: &Redactor,
+) {
+    if let Some(kind) = state.get("kind").and_then(Value::as_str) {
+        kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
+    }
+    diff::strip_noise(state);
+    redactor.redact(&obj.group, &obj.resource, state);
+}
+
+/// Whether this write removed the object (not only requested its deletion):
+/// then it has no readiness left to report, and no state to keep.
+pub(super) fn removes_object(ev: &AuditEvent, outcome: &Outcome) -> bool {
+    matches!(ev.verb.as_str(), "delete" | "deletecollection")
+        && outcome
+            .state
+            .as_ref()
+            .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none())
+}
+
+/// The version a write replaced, reported only when it is known to
+/// precede `new_rv`: the version the request itself names (an update's
+/// precondition), else the one the watch saw before `new_rv`, else the
+/// last state's — which is the written version itself, or a later one,
+/// when the list-watch got ahead of the audit event. Without a new
+/// version (a failed write) only the request's own is reported.
+pub(super) fn old_resource_version(
+    ev: &AuditEvent,
+    watch_old: &str,
+    old: Option<&Value>,
+    new_rv: &str,
+) -> String {
+    let requested = ev
+        .object_ref
+        .as_ref()
+        .map(|r| r.resource_version.as_str())
+        .unwrap_or("");
+    if new_rv.is_empty() {
+        return requested.to_string();
+    }
+    let last = old.map(resource_version).unwrap_or("");
+    [requested, watch_old, last]
+        .into_iter()
+        .find(|rv| is_older(rv, new_rv))
+        .unwrap_or("")
+        .to_string()
+}
+
+pub(super) fn resource_version(state: &Value) -> &str {
+    state
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Resource versions are opaque strings, but etcd-backed ones are integers:
+/// `a` is older than `b` only when both are and `a < b`.
+pub(super) fn is_older(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{accepted, audit_values, parse};
+    use super::*;
+
+    /// Applies each write of `scenario`'s audit log in order, keeping states
+    /// the way the processor does; the events as logged, with their outcomes.
+    fn replay(scenario: &str) -> Vec<(Value, AuditEvent, Outcome)> {
+        let kinds = KindRegistry::default();
+        let redactor = Redactor::new(None);
+        let mut states: std::collections::HashMap<String, Value> = Default::default();
+        let mut out = Vec::new();
+        for raw in audit_values(scenario) {
+            let Some(item) = accepted(&raw) else { continue };
+            let key = item.object.key();
+            let outcome = apply(
+                &item.event,
+                &item.object,
+                states.get(&key),
+                &kinds,
+                &redactor,
+            );
+            if let Some(s) = &outcome.state {
+                states.insert(key, s.clone());
+            }
+            out.push((raw, item.event, outcome));
+        }
+        out
+    }
+
+    #[test]
+    fn a_scale_carries_its_replicas_and_version_onto_the_object() {
+        let writes = replay("deployment");
+        let (raw, _, outcome) = writes
+            .iter()
+            .find(|(raw, ev, _)| {
+                ev.subresource() == "scale"
+                    && raw["objectRef"]["resource"] == "deployments"
+                    && ev.code() < 300
+            })
+            .expect("the deployment scenario scales its Deployment");
+        let scale = &raw["responseObject"];
+        let state = outcome.state.as_ref().unwrap();
+        assert_eq!(state["kind"], "Deployment", "the object, not the Scale");
+        assert_eq!(state["spec"]["replicas"], scale["spec"]["replicas"]);
+        assert_eq!(
+            resource_version(state),
+            scale["metadata"]["resourceVersion"].as_str().unwrap()
+        );
+        assert!(
+            outcome.changes.iter().any(|c| &*c.path == "spec.replicas"),
+            "{:?}",
+            outcome.changes
+        );
+    }
+
+    #[test]
+    fn a_binding_sets_the_node_its_request_names() {
+        let writes = replay("deployment");
+        let (raw, _, outcome) = writes
+            .iter()
+            .find(|(_, ev, _)| ev.subresource() == "binding")
+            .expect("the scheduler binds the scenario's pods");
+        let state = outcome.state.as_ref().unwrap();
+        assert_eq!(
+            state["spec"]["nodeName"],
+            raw["requestObject"]["target"]["name"]
+        );
+        assert_eq!(state["kind"], "Pod", "the pod created before it");
+        let change = outcome
+            .changes
+            .iter()
+            .find(|c| &*c.path == "spec.nodeName")
+            .expect("the node is a change");
+        assert!(change.old.is_none());
+    }
+
+    #[test]
+    fn creates_and_deletes_are_snapshots_updates_are_diffs_failures_nothing() {
+        let writes = replay("deployment");
+        let mut seen = (false, false, false, false);
+        for (_, ev, outcome) in &writes {
+            if ev.code() >= 400 {
+                assert!(outcome.state.is_none() && outcome.snapshot.is_none());
+                assert!(outcome.changes.is_empty());
+                seen.3 = true;
+            } else if ev.verb == "create" && ev.subresource().is_empty() {
+                assert!(outcome.snapshot.is_some() && outcome.changes.is_empty());
+                assert_eq!(outcome.snapshot, outcome.state);
+                seen.0 = true;
+            } else if ev.verb == "delete" {
+                assert!(outcome.snapshot.is_some(), "{}", ev.audit_id);
+                seen.1 = true;
+            } else if ev.verb == "update" && ev.subresource() == "status" {
+                assert!(outcome.snapshot.is_none());
+                seen.2 |= !outcome.changes.is_empty();
+            }
+        }
+        assert_eq!(
+            seen,
+            (true, true, true, true),
+            "creates, deletes, status updates, failures"
+        );
+        // managedFields are noise, never state nor change.
+        for (_, _, outcome) in &writes {
+            if let Some(s) = &outcome.state {
+                assert!(s.pointer("/metadata/managedFields").is_none());
+            }
+            assert!(
+                outcome
+                    .changes
+                    .iter()
+                    .all(|c| !c.path.contains("managedFields"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_response_of_another_kind_to_a_subresource_is_not_the_object() {
+        // A Pod's create answered, as if by a subresource, with another kind
+        // (what serviceaccounts/token does): never taken as the object's state.
+        let writes = replay("deployment");
+        let (raw, _, outcome) = writes
+            .iter()
+            .find(|(_, ev, out)| {
+                ev.verb == "create"
+                    && ev.subresource().is_empty()
+                    && out.state.as_ref().is_some_and(|s| s["kind"] == "Pod")
+            })
+            .unwrap();
+        let mut forged = raw.clone();
+        forged["objectRef"]["subresource"] = "token".into();
+        forged["responseObject"]["kind"] = "TokenRequest".into();
+        let ev = parse(&forged);
+        let (obj, _) = ev.object("c").unwrap().unwrap();
+        let out = apply(
+            &ev,
+            &obj,
+            outcome.state.as_ref(),
+            &KindRegistry::default(),
+            &Redactor::new(None),
+        );
+        assert!(out.state.is_none() && out.changes.is_empty() && out.snapshot.is_none());
+    }
+
+    #[test]
+    fn only_integer_versions_are_ordered() {
+        assert!(is_older("9", "10"));
+        assert!(!is_older("10", "9"));
+        assert!(!is_older("10", "10"));
+        assert!(!is_older("", "10"));
+        assert!(!is_older("a", "b"));
+    }
+
+    #[test]
+    fn the_old_version_is_one_known_to_precede_the_new_one() {
+        let writes = replay("deployment");
+        let (raw, ev, _) = writes
+            .iter()
+            .find(|(raw, ev, _)| {
+                ev.verb == "update"
+                    && raw["objectRef"]["resourceVersion"]
+                        .as_str()
+                        .is_some_and(|v| !v.is_empty())
+            })
+            .expect("an update with a precondition");
+        let requested = raw["objectRef"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let next = (requested.parse::<u64>().unwrap() + 5).to_string();
+        // The request's own precondition comes first.
+        assert_eq!(old_resource_version(ev, "1", None, &next), requested);
+        // Without a new version only the request's is reported.
+        assert_eq!(old_resource_version(ev, "1", None, ""), requested);
+        // Without one, the version the watch saw before; a last state at or
+        // after the new version is not reported.
+        let later = serde_json::json!({"metadata": {"resourceVersion": next}});
+        let mut unconditional = raw.clone();
+        unconditional["objectRef"]["resourceVersion"] = "".into();
+        let ev = parse(&unconditional);
+        assert_eq!(old_resource_version(&ev, "", Some(&later), &next), "");
+        assert_eq!(
+            old_resource_version(&ev, &requested, Some(&later), &next),
+            requested
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Inputs for the processor's unit tests: what the real control plane wrote
+//! (e2e/fixtures), and a processor that sends its spans to a channel.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::super::redact::Redactor;
+use super::super::rules::RuleSet;
+use super::super::span_cache::LocalSpanCache;
+use super::{Processor, ProcessorConfig};
+use crate::metrics::Metrics;
+use crate::pipeline::{Accepted, AuditEvent};
+use crate::span_model::{EncodedSpan, Span};
+
+pub fn fixture(scenario: &str, file: &str) -> String {
+    let path = format!(
+        "{}/e2e/fixtures/{scenario}/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The audit events of a scenario, as logged.
+pub fn audit_values(scenario: &str) -> Vec<Value> {
+    fixture(scenario, "audit.log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an audit event"))
+        .collect()
+}
+
+pub fn parse(v: &Value) -> AuditEvent {
+    // Timestamps are read borrowed: from text, not from a `Value`.
+    let ev: AuditEvent = serde_json::from_str(&v.to_string()).expect("an audit event");
+    ev.validate().expect("a valid audit event");
+    ev
+}
+
+/// The event with its object resolved, as the source accepts it; `None`
+/// for what names no object.
+pub fn accepted(v: &Value) -> Option<Accepted> {
+    let event = parse(v);
+    let (object, uid) = event.object("c").expect("within bounds")?;
+    Some(Accepted {
+        event,
+        object,
+        uid,
+        replayed: false,
+        failed_create: None,
+        batch_span: tracing::Span::none(),
+    })
+}
+
+/// A processor with the default configuration and rules found in the
+/// repository, its spans sent to the returned receiver.
+pub fn processor(cfg: ProcessorConfig) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+    let rules = RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .expect("the repository's rules");
+    let metrics = Arc::new(Metrics::default());
+    let (tx, rx) = mpsc::channel(1 << 16);
+    let ttl = cfg.windowing.width + Duration::from_secs(300);
+    let p = Processor::new(
+        cfg,
+        Redactor::new(None),
+        Arc::new(rules),
+        Arc::new(LocalSpanCache::new(1 << 20, ttl)),
+        tx,
+        metrics.clone(),
+    );
+    (p, rx, metrics)
+}
+
+/// The spans sent so far.
+pub fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
+    let mut out = Vec::new();
+    while let Ok(s) = rx.try_recv() {
+        out.push(s.decode());
+    }
+    out
+}
+
+pub fn attr(s: &Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    s.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .map(|v| match v {
+            any_value::Value::StringValue(s) => s.clone(),
+            any_value::Value::IntValue(i) => i.to_string(),
+            other => format!("{other:?}"),
+        })
+}

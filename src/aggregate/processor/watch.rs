@@ -1,0 +1,228 @@
+//! The list-watch's side of the processor: each version diffed against the
+//! last state, filed in the [ledger](super::reconcile) for the audit event
+//! of the same write, and shown as a `watch` span when none claims it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::super::diff;
+use super::emit::{add_object_status, add_snapshot};
+use super::reconcile::{PendingWatch, ledger_key};
+use super::state::{is_older, prepare_watched, resource_version};
+use super::{ProcessError, Processor};
+use crate::model::ObjectWindow;
+use crate::pipeline::{WatchChange, WatchKind};
+use crate::span_model;
+
+impl Processor {
+    /// A version of an object from the list-watch. Its diff against the
+    /// previous version is kept for the audit event of the same write; if that
+    /// does not claim it within `watch_audit_wait` (a Metadata-level audit
+    /// policy, no audit webhook), it is shown as a `watch` span on its own.
+    pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
+        let obj = change.object.clone();
+        let key = obj.key();
+        prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
+        let new_rv = resource_version(&change.state).to_string();
+        let old = self.states.get(&key);
+        let old_rv = old
+            .as_ref()
+            .map(|o| resource_version(o).to_string())
+            .unwrap_or_default();
+        let ow = ObjectWindow {
+            object: obj.clone(),
+            window_start: self.cfg.windowing.window_start(change.observed),
+        };
+        let (version_key, changes, snapshot) = match change.kind {
+            WatchKind::Deleted => {
+                self.states.remove(&key);
+                self.selectors.remove(&obj);
+                (
+                    ledger_key(&key, "deleted"),
+                    Vec::new(),
+                    Some(change.state.clone()),
+                )
+            }
+            _ => {
+                if new_rv == old_rv || is_older(&new_rv, &old_rv) {
+                    return Ok(()); // already known (the audit event came first) or stale
+                }
+                self.states
+                    .put(key.clone(), Arc::new(change.state.clone()))?;
+                if change.kind == WatchKind::Listed && old.is_none() {
+                    // Seeding: index only; idle objects get no spans at startup.
+                    let _ = self.selectors.update(&self.rules, &obj, &change.state);
+                } else {
+                    self.record_selector_links(&obj, &change.state, change.observed)
+                        .await?;
+                }
+                if old.is_none() && change.kind == WatchKind::Modified {
+                    // kube's watcher reports additions and modifications alike.
+                    change.kind = WatchKind::Added;
+                }
+                match (&old, change.kind) {
+                    // The initial list seeds what later diffs compare against.
+                    (None, WatchKind::Listed) => return Ok(()),
+                    (None, _) => (
+                        ledger_key(&key, &new_rv),
+                        Vec::new(),
+                        Some(change.state.clone()),
+                    ),
+                    (Some(o), _) => (
+                        ledger_key(&key, &new_rv),
+                        diff::diff(o, &change.state),
+                        None,
+                    ),
+                }
+            }
+        };
+        if changes.is_empty() && snapshot.is_none() {
+            return Ok(());
+        }
+        let Some((entry, ledger_keys)) =
+            self.ledger
+                .file(&key, version_key, change.kind, changes, &old_rv, &new_rv)
+        else {
+            return Ok(());
+        };
+        self.ledger.wait(PendingWatch {
+            due: Instant::now() + self.ledger.wait,
+            entry,
+            ledger_keys,
+            ow,
+            change,
+            old_rv,
+            snapshot,
+        });
+        Ok(())
+    }
+
+    /// Shows the watch changes whose wait for an audit event is over (all of
+    /// them when `all`, at shutdown).
+    pub async fn flush_watch(&self, all: bool) -> Result<(), ProcessError> {
+        let now = Instant::now();
+        while let Some(p) = self.ledger.next_due(now, all) {
+            self.ensure_object_span(&p.ow, "", false).await?;
+            let at = p.change.observed;
+            let new_rv = resource_version(&p.change.state).to_string();
+            let mut span =
+                span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
+            if p.change.kind != WatchKind::Deleted {
+                add_object_status(&mut span, &p.ow.object, &p.change.state);
+            }
+            if let Some(snap) = &p.snapshot {
+                add_snapshot(&mut span, snap, at);
+            }
+            self.add_changes(&mut span, &p.entry.changes, at);
+            self.metrics.watch_spans.inc();
+            self.emit(span).await?;
+            if p.change.kind != WatchKind::Deleted {
+                self.record_relations(&p.ow, &p.change.state, at, false)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ProcessorConfig;
+    use super::super::test_support::{accepted, attr, audit_values, drain, fixture, processor};
+    use crate::model::ObjectRef;
+    use crate::pipeline::{WatchChange, WatchKind};
+    use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_WATCH, attr};
+    use serde_json::Value;
+
+    /// The deployment scenario's Deployment as the list-watch delivered it.
+    fn watched_deployment() -> Vec<WatchChange> {
+        fixture("deployment", "watch/apps.deployments.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter_map(|ev| {
+                let kind = match ev["type"].as_str()? {
+                    "ADDED" => WatchKind::Added,
+                    "MODIFIED" => WatchKind::Modified,
+                    "DELETED" => WatchKind::Deleted,
+                    _ => return None,
+                };
+                let state = ev["object"].clone();
+                let object = ObjectRef::new(
+                    "c",
+                    "apps",
+                    "deployments",
+                    state["metadata"]["namespace"].as_str()?,
+                    state["metadata"]["name"].as_str()?.to_string(),
+                );
+                Some(WatchChange {
+                    object,
+                    kind,
+                    state,
+                    observed: std::time::SystemTime::now(),
+                })
+            })
+            .collect()
+    }
+
+    fn of_kind<'a>(
+        spans: &'a [crate::span_model::Span],
+        k: &str,
+    ) -> Vec<&'a crate::span_model::Span> {
+        spans
+            .iter()
+            .filter(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(k))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn without_audit_events_each_version_is_a_watch_span_once_due() {
+        let cfg = ProcessorConfig {
+            watch_audit_wait: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let (p, mut rx, _) = processor(cfg);
+        let changes = watched_deployment();
+        let versions = changes.len();
+        assert!(versions > 3, "a rollout has several versions");
+        for c in changes {
+            p.process_watch(c).await.unwrap();
+        }
+        // Not due yet: they wait for their audit events.
+        p.flush_watch(false).await.unwrap();
+        assert!(of_kind(&drain(&mut rx), SPAN_KIND_WATCH).is_empty());
+        assert_eq!(p.pending_watch(), versions);
+        p.flush_watch(true).await.unwrap();
+        let spans = drain(&mut rx);
+        let watch = of_kind(&spans, SPAN_KIND_WATCH);
+        assert_eq!(watch.len(), versions);
+        for s in watch {
+            let shows = if attr(s, attr::WATCH_TYPE).as_deref() == Some("modified") {
+                EVENT_DIFF
+            } else {
+                EVENT_SNAPSHOT
+            };
+            assert!(s.events.iter().any(|e| e.name == shows), "{s:#?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_seen_by_both_is_shown_once_by_its_audit_span() {
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        for c in watched_deployment() {
+            p.process_watch(c).await.unwrap();
+        }
+        for raw in audit_values("deployment") {
+            if raw["objectRef"]["resource"] == "deployments"
+                && let Some(item) = accepted(&raw)
+            {
+                p.process(&item).await.unwrap();
+            }
+        }
+        p.flush_watch(true).await.unwrap();
+        let spans = drain(&mut rx);
+        let audit = of_kind(&spans, SPAN_KIND_AUDIT);
+        assert!(!audit.is_empty());
+        // Every version the watch saw was written by an audited request.
+        assert!(of_kind(&spans, SPAN_KIND_WATCH).is_empty(), "{spans:#?}");
+    }
+}

@@ -1,0 +1,432 @@
+//! The kube-apiserver audit event (`audit.k8s.io/v1`), as the log and webhook
+//! backends write it: the fields kascade shows, the bounds every event must
+//! keep, and the object it wrote (or tried to create).
+
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::model::ObjectRef;
+
+pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub api_version: String,
+    // `level`, `annotations` and the user's groups are not shown: left
+    // undecoded (serde skips unknown fields without allocating).
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+    pub stage: String,
+    #[serde(default, rename = "requestURI")]
+    pub request_uri: String,
+    pub verb: String,
+    #[serde(default)]
+    pub user: UserInfo,
+    #[serde(default)]
+    pub impersonated_user: Option<UserInfo>,
+    #[serde(default, rename = "sourceIPs")]
+    pub source_ips: Vec<String>,
+    #[serde(default)]
+    pub user_agent: String,
+    #[serde(default)]
+    pub object_ref: Option<AuditObjectRef>,
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    #[serde(default)]
+    pub request_object: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub response_object: Option<Box<RawValue>>,
+    #[serde(with = "rfc3339")]
+    pub request_received_timestamp: SystemTime,
+    #[serde(with = "rfc3339")]
+    pub stage_timestamp: SystemTime,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditObjectRef {
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub api_group: String,
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub resource_version: String,
+    #[serde(default)]
+    pub subresource: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ResponseStatus {
+    #[serde(default)]
+    pub code: i32,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub details: Option<StatusDetails>,
+}
+
+/// The object a `Status` is about; a refused create with `generateName`
+/// names there the name the apiserver had generated.
+#[derive(Debug, Default, Deserialize)]
+pub struct StatusDetails {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A create refused before its object had a name (it asked for
+/// `generateName`, e.g. a ReplicaSet's Pod denied by a quota): what it tried,
+/// and on whose behalf.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailedCreate {
+    pub generate_name: String,
+    /// The name the apiserver generated for it (the refusal's
+    /// `details.name`), empty when not said.
+    pub attempted_name: String,
+    /// The requested object's controlling owner reference, else its first.
+    pub owner: Option<OwnerReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+/// What [`AuditEvent::failed_create`] reads of the request object.
+#[derive(Default, Deserialize)]
+struct RequestHead {
+    #[serde(default)]
+    metadata: RequestMeta,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestMeta {
+    #[serde(default)]
+    generate_name: String,
+    #[serde(default)]
+    owner_references: Vec<OwnerReference>,
+}
+
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer};
+    use std::time::SystemTime;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let s = <&str>::deserialize(d)?;
+        humantime::parse_rfc3339_weak(s)
+            .map_err(|e| serde::de::Error::custom(format!("bad timestamp {s:?}: {e}")))
+    }
+}
+
+/// Just enough of the response object to identify objects created with
+/// `generateName` and to tell a full object from a `Status` or `Scale`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ObjectHead {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: HeadMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub uid: String,
+}
+
+impl AuditEvent {
+    /// Checks the fields every event must carry, naming what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.api_version.is_empty() && self.api_version != AUDIT_API_VERSION {
+            return Err(format!(
+                "apiVersion {:?} is not {AUDIT_API_VERSION}",
+                self.api_version
+            ));
+        }
+        if !self.kind.is_empty() && self.kind != "Event" {
+            return Err(format!("kind {:?} is not Event", self.kind));
+        }
+        if self.audit_id.is_empty() {
+            return Err("auditID is empty".into());
+        }
+        self.check_sizes()
+    }
+
+    /// Fields beyond what the apiserver can send (Kubernetes names are DNS
+    /// subdomains of at most 253 characters, namespaces labels of 63) are
+    /// forged or corrupt: the event is refused rather than shown.
+    fn check_sizes(&self) -> Result<(), String> {
+        use crate::bounds::{MAX_NAME_BYTES, MAX_NAMESPACE_BYTES, MAX_TEXT_BYTES, check_len};
+        /// Proxies in front of the apiserver add source IPs; no real chain is this long.
+        const MAX_SOURCE_IPS: usize = 64;
+        /// Go's default limit on request headers, the request line included.
+        const MAX_URI_BYTES: usize = 1 << 20;
+        // OTLP counts nanoseconds since the epoch in 64 bits: a time after
+        // 2554 cannot be exported (nor happened yet).
+        let latest = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::MAX);
+        for (field, t) in [
+            ("requestReceivedTimestamp", self.request_received_timestamp),
+            ("stageTimestamp", self.stage_timestamp),
+        ] {
+            if t > latest {
+                return Err(format!(
+                    "{field} {} is after {}, the latest time a span can carry",
+                    humantime::format_rfc3339(t),
+                    humantime::format_rfc3339(latest)
+                ));
+            }
+        }
+        check_len("auditID", &self.audit_id, MAX_NAME_BYTES)?;
+        check_len("stage", &self.stage, MAX_NAME_BYTES)?;
+        check_len("verb", &self.verb, MAX_NAME_BYTES)?;
+        check_len("requestURI", &self.request_uri, MAX_URI_BYTES)?;
+        check_len("user.username", &self.user.username, MAX_TEXT_BYTES)?;
+        if let Some(u) = &self.impersonated_user {
+            check_len("impersonatedUser.username", &u.username, MAX_TEXT_BYTES)?;
+        }
+        check_len("userAgent", &self.user_agent, MAX_TEXT_BYTES)?;
+        if self.source_ips.len() > MAX_SOURCE_IPS {
+            return Err(format!(
+                "sourceIPs has {} entries, more than the {MAX_SOURCE_IPS} allowed",
+                self.source_ips.len()
+            ));
+        }
+        for ip in &self.source_ips {
+            // The longest IPv6 text form is 45 characters.
+            check_len("sourceIPs[]", ip, 64)?;
+        }
+        if let Some(r) = &self.object_ref {
+            check_len("objectRef.name", &r.name, MAX_NAME_BYTES)?;
+            check_len("objectRef.namespace", &r.namespace, MAX_NAMESPACE_BYTES)?;
+            check_len("objectRef.resource", &r.resource, MAX_NAME_BYTES)?;
+            check_len("objectRef.subresource", &r.subresource, MAX_NAME_BYTES)?;
+            check_len("objectRef.apiGroup", &r.api_group, MAX_NAME_BYTES)?;
+            check_len("objectRef.apiVersion", &r.api_version, MAX_NAME_BYTES)?;
+            check_len("objectRef.uid", &r.uid, MAX_NAME_BYTES)?;
+            check_len(
+                "objectRef.resourceVersion",
+                &r.resource_version,
+                MAX_NAME_BYTES,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn response_head(&self) -> Option<ObjectHead> {
+        self.response_object
+            .as_ref()
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+    }
+
+    /// The object this event wrote, with the name taken from the response
+    /// when the request used `generateName` (the response is only parsed then).
+    /// `Ok(None)` when the event names no object; an error when the name
+    /// taken from the response is beyond Kubernetes' bounds.
+    pub fn object(&self, cluster: &str) -> Result<Option<(ObjectRef, String)>, String> {
+        use crate::bounds::{MAX_NAME_BYTES, check_len};
+        let Some(r) = self.object_ref.as_ref() else {
+            return Ok(None);
+        };
+        if r.resource.is_empty() {
+            return Ok(None);
+        }
+        let mut name = r.name.clone();
+        let mut uid = r.uid.clone();
+        if name.is_empty()
+            && let Some(h) = self.response_head().filter(|h| h.kind != "Status")
+        {
+            check_len(
+                "responseObject.metadata.name",
+                &h.metadata.name,
+                MAX_NAME_BYTES,
+            )?;
+            check_len(
+                "responseObject.metadata.uid",
+                &h.metadata.uid,
+                MAX_NAME_BYTES,
+            )?;
+            name = h.metadata.name;
+            if uid.is_empty() {
+                uid = h.metadata.uid;
+            }
+        }
+        if name.is_empty() {
+            // deletecollection, or a create that failed before naming.
+            return Ok(None);
+        }
+        Ok(Some((
+            ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name),
+            uid,
+        )))
+    }
+
+    /// A create refused before naming its object (no name in `objectRef`,
+    /// `generateName` in the request object), for an event that names no
+    /// object otherwise. `Ok(None)` when it is not one, or the request object
+    /// was not logged (a Metadata-level policy); an error when a field read
+    /// from the request is beyond Kubernetes' bounds.
+    pub fn failed_create(&self) -> Result<Option<FailedCreate>, String> {
+        use crate::bounds::{MAX_NAME_BYTES, check_len};
+        let unnamed = self
+            .object_ref
+            .as_ref()
+            .is_some_and(|r| r.name.is_empty() && r.subresource.is_empty());
+        if self.verb != "create" || self.code() < 400 || !unnamed {
+            return Ok(None);
+        }
+        let Some(head) = self
+            .request_object
+            .as_ref()
+            .and_then(|r| serde_json::from_str::<RequestHead>(r.get()).ok())
+        else {
+            return Ok(None);
+        };
+        let meta = head.metadata;
+        if meta.generate_name.is_empty() {
+            return Ok(None);
+        }
+        check_len(
+            "requestObject.metadata.generateName",
+            &meta.generate_name,
+            MAX_NAME_BYTES,
+        )?;
+        let attempted_name = self
+            .response_status
+            .as_ref()
+            .and_then(|s| s.details.as_ref())
+            .map(|d| d.name.clone())
+            .unwrap_or_default();
+        check_len(
+            "responseStatus.details.name",
+            &attempted_name,
+            MAX_NAME_BYTES,
+        )?;
+        let mut owners: Vec<OwnerReference> = meta
+            .owner_references
+            .into_iter()
+            .filter(|o| !o.kind.is_empty() && !o.name.is_empty())
+            .collect();
+        for o in &owners {
+            for (field, v) in [
+                ("apiVersion", &o.api_version),
+                ("kind", &o.kind),
+                ("name", &o.name),
+                ("uid", &o.uid),
+            ] {
+                check_len(
+                    &format!("requestObject.metadata.ownerReferences[].{field}"),
+                    v,
+                    MAX_NAME_BYTES,
+                )?;
+            }
+        }
+        let owner = match owners.iter().position(|o| o.controller == Some(true)) {
+            Some(i) => Some(owners.swap_remove(i)),
+            None => owners.into_iter().next(),
+        };
+        Ok(Some(FailedCreate {
+            generate_name: meta.generate_name,
+            attempted_name,
+            owner,
+        }))
+    }
+
+    pub fn subresource(&self) -> &str {
+        self.object_ref
+            .as_ref()
+            .map(|r| r.subresource.as_str())
+            .unwrap_or("")
+    }
+
+    pub fn code(&self) -> i32 {
+        self.response_status.as_ref().map(|s| s.code).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// A create of an object named by `generateName` (the Pods of a
+    /// ReplicaSet), as the real control plane audited it (e2e/fixtures).
+    fn generated_create() -> Value {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["name"].as_str().unwrap_or("").is_empty()
+                && e["responseObject"]["metadata"]["generateName"].is_string()
+        })
+        .expect("the fixture has generateName creates")
+    }
+
+    fn parse(ev: &Value) -> AuditEvent {
+        let ev: AuditEvent = serde_json::from_str(&ev.to_string()).unwrap();
+        ev.validate().unwrap();
+        ev
+    }
+
+    #[test]
+    fn a_generated_name_beyond_bounds_is_an_error_not_an_object() {
+        let real = generated_create();
+        let (object, _) = parse(&real)
+            .object("c")
+            .unwrap()
+            .expect("named by the response");
+        assert_eq!(object.name, real["responseObject"]["metadata"]["name"]);
+        let mut forged = real.clone();
+        forged["responseObject"]["metadata"]["name"] = Value::String("p".repeat(5 << 20));
+        let err = parse(&forged).object("c").unwrap_err();
+        assert!(
+            err.starts_with("responseObject.metadata.name"),
+            "{}",
+            &err[..80]
+        );
+        assert!(err.contains("5242880 bytes") && err.len() < 400);
+    }
+}

@@ -1,0 +1,154 @@
+//! What flows between the stages: the contract `source` (audit webhook,
+//! audit files, list-watch), `aggregate` (the processor) and `export` share,
+//! so that no stage reads another's internals.
+//!
+//! ```text
+//! source ──Work (Audit(Accepted) | Watch(WatchChange) | Event(K8sEvent))──▶ Intake ──▶ aggregate
+//! aggregate ──EncodedSpan (span_model)──▶ export;  ExportProgress counts both sides
+//! ```
+
+mod audit;
+mod intake;
+mod k8s_event;
+mod progress;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+pub use audit::{
+    AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
+    OwnerReference, ResponseStatus, StatusDetails, UserInfo,
+};
+pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
+pub use k8s_event::{
+    EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,
+};
+pub use progress::{ExportProgress, Gauges};
+
+use crate::model::ObjectRef;
+
+/// An audit event that passed the filter, with its object resolved.
+pub struct Accepted {
+    pub event: AuditEvent,
+    pub object: ObjectRef,
+    pub uid: String,
+    /// Replayed from the durable spool after a crash: the object and link
+    /// spans this event reaches may have been reserved (in a shared span
+    /// cache) but never exported, so they are emitted again (same ids).
+    pub replayed: bool,
+    /// A create refused before its object was named: `object` is then named
+    /// by the `generateName` prefix, and the write is shown on the owner's
+    /// span when the request names an owner.
+    pub failed_create: Option<Box<FailedCreate>>,
+    /// Self-tracing (crate::telemetry): the `process` span of the webhook
+    /// batch this event came in, shared by its events and ended when the
+    /// last is processed; disabled when self-tracing is off.
+    pub batch_span: tracing::Span,
+}
+
+/// A version of an object seen by the list-watch.
+#[derive(Clone, Debug)]
+pub struct WatchChange {
+    pub object: ObjectRef,
+    pub kind: WatchKind,
+    /// The object as the apiserver sent it (not yet redacted).
+    pub state: Value,
+    pub observed: SystemTime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchKind {
+    /// Part of the initial list (or a re-list): seeds the state, shown only
+    /// if it differs from what kascade last saw.
+    Listed,
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl WatchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Listed => "listed",
+            WatchKind::Added => "added",
+            WatchKind::Modified => "modified",
+            WatchKind::Deleted => "deleted",
+        }
+    }
+}
+
+/// One unit of work for the processor; all work about one object goes to the
+/// same worker, in order.
+pub enum Work {
+    /// An audit event that passed the filter.
+    Audit(Box<Accepted>),
+    /// A version of an object from the list-watch.
+    Watch(WatchChange),
+    /// A Kubernetes Event from the Event watch (`own` is the Event object).
+    Event {
+        own: ObjectRef,
+        uid: String,
+        event: Box<K8sEvent>,
+        at: SystemTime,
+    },
+    /// Passed once every shard has processed all work queued before it
+    /// (durable intake: then the spans of that work are in the export queue).
+    Barrier(Arc<Barrier>),
+}
+
+impl Work {
+    /// Where the work goes: all work about one object to the same shard.
+    pub fn routing_hash(&self) -> u64 {
+        match self {
+            Work::Audit(a) => a.object.hash(),
+            Work::Watch(w) => w.object.hash(),
+            Work::Event { own, .. } => own.hash(),
+            Work::Barrier(_) => 0,
+        }
+    }
+}
+
+/// Why an event was not turned into spans (the `reason` of
+/// `kascade_audit_events_filtered_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FilterReason {
+    Stage,
+    Verb,
+    Resource,
+    UserAgent,
+    NoObject,
+    /// An Event write that carries no Event naming an involved object
+    /// (Metadata-level policy, a patch without response).
+    EventWithoutObject,
+    /// A failed Event write: nothing was recorded.
+    EventWriteFailed,
+    /// An Event deleted: not an occurrence.
+    EventDelete,
+    /// A `dryRun=All` request: the apiserver audits it, but nothing changed.
+    DryRun,
+    /// An Event occurrence already shown (seen in the audit log and the
+    /// watch, or again after a re-list).
+    EventSeen,
+    /// An Event older than --event-max-age listed when a watch (re)started.
+    EventTooOld,
+}
+
+impl FilterReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FilterReason::Stage => "stage",
+            FilterReason::Verb => "verb",
+            FilterReason::Resource => "resource",
+            FilterReason::UserAgent => "user_agent",
+            FilterReason::NoObject => "no_object",
+            FilterReason::EventWithoutObject => "event-without-object",
+            FilterReason::EventWriteFailed => "event-write-failed",
+            FilterReason::EventDelete => "event-delete",
+            FilterReason::DryRun => "dry_run",
+            FilterReason::EventSeen => "event-seen",
+            FilterReason::EventTooOld => "event-too-old",
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The single writer thread: group commit of whatever appends are waiting
+//! (one flush for many batches), and deleting released segments.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::record::segment_path;
+use super::{Segment, Shared};
+
+/// One batch for the writer, answered once it is on disk.
+pub(super) struct Append {
+    pub record: Vec<u8>,
+    pub seq: u64,
+    pub done: oneshot::Sender<Result<(), std::io::Error>>,
+}
+
+/// The single writer: group commit of whatever appends are waiting.
+pub(super) fn writer_loop(spool: Arc<Shared>, rx: std::sync::mpsc::Receiver<Append>) {
+    let mut current: Option<(File, PathBuf)> = None;
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            group.push(more);
+        }
+        let result = write_group(&spool, &mut current, &group);
+        let written: u64 = group.iter().map(|a| a.record.len() as u64).sum();
+        {
+            let mut st = spool.state.lock().expect("spool state");
+            st.reserved -= written;
+        }
+        match result {
+            Ok(()) => {
+                spool.metrics.spool_flushes.inc();
+                for a in group {
+                    let _ = a.done.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(dir = %spool.cfg.dir.display(), error = %e, "spool write failed; the batches are refused (the apiserver retries them)");
+                // The file may now end in a partial record: start a new one.
+                current = None;
+                for a in group {
+                    let _ = a
+                        .done
+                        .send(Err(std::io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+fn write_group(
+    spool: &Shared,
+    current: &mut Option<(File, PathBuf)>,
+    group: &[Append],
+) -> std::io::Result<()> {
+    let newest = group
+        .iter()
+        .map(|a| a.seq)
+        .max()
+        .expect("a group has one append");
+    let bytes: u64 = group.iter().map(|a| a.record.len() as u64).sum();
+    // Under the lock, the segment about to be written claims the group's
+    // sequence numbers first, so a concurrent release never deletes it.
+    let open_new = {
+        let mut st = spool.state.lock().expect("spool state");
+        let reuse = match (st.segments.back(), current.as_ref()) {
+            (Some(seg), Some((_, path))) => {
+                seg.path == *path && seg.bytes < spool.cfg.segment_bytes
+            }
+            _ => false,
+        };
+        if reuse {
+            let seg = st.segments.back_mut().expect("checked");
+            seg.last = seg.last.max(newest);
+            None
+        } else {
+            let path = segment_path(&spool.cfg.dir, group[0].seq);
+            st.segments.push_back(Segment {
+                path: path.clone(),
+                last: newest,
+                bytes: 0,
+            });
+            Some(path)
+        }
+    };
+    if let Some(path) = open_new {
+        *current = None;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)?;
+        // The directory entry must survive a crash too.
+        File::open(&spool.cfg.dir)?.sync_all()?;
+        *current = Some((file, path));
+    }
+    let (file, path) = current.as_mut().expect("a segment is open");
+    let mut buf = Vec::with_capacity(bytes as usize);
+    for a in group {
+        buf.extend_from_slice(&a.record);
+    }
+    file.write_all(&buf)?;
+    file.sync_data()?;
+    let mut st = spool.state.lock().expect("spool state");
+    if let Some(seg) = st.segments.iter_mut().rev().find(|s| s.path == *path) {
+        seg.bytes += bytes;
+        st.used += bytes;
+    }
+    spool.metrics.spool_bytes.set(st.used as i64);
+    Ok(())
+}
+
+impl Shared {
+    /// Deletes the segments that hold only records `≤ n`. A segment being
+    /// written has already claimed its new records' numbers (`write_group`),
+    /// so it is never among them; the writer notices its segment is gone
+    /// and opens a new one.
+    pub(super) fn delete_released(&self, n: u64) {
+        let mut doomed = Vec::new();
+        {
+            let mut st = self.state.lock().expect("spool state");
+            while st.segments.front().is_some_and(|s| s.last <= n) {
+                let seg = st.segments.pop_front().expect("checked");
+                st.used -= seg.bytes;
+                doomed.push(seg.path);
+            }
+            self.metrics.spool_bytes.set(st.used as i64);
+        }
+        for path in doomed {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
