@@ -1,0 +1,183 @@
+//! Reading an audit batch: its encoding, its body within the size and time
+//! bounds, decompression, and decoding off the async runtime.
+
+use super::*;
+
+pub(super) fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity");
+    match encoding {
+        "identity" | "" => Ok(BodyEncoding::Identity),
+        "gzip" => Ok(BodyEncoding::Gzip),
+        other => Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Encoding {} is not supported (use gzip or none)",
+                crate::bounds::quote(other)
+            ),
+        )),
+    }
+}
+
+/// Reads the whole body within `--body-read-timeout`, refusing more than
+/// `--max-body-bytes` as soon as it is announced or exceeded.
+pub(super) async fn read_body(
+    st: &WebhookState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, Refusal> {
+    let limit = st.max_body_bytes;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds {limit} bytes (--max-body-bytes)"),
+        ));
+    }
+    match tokio::time::timeout(st.body_timeout, Limited::new(body, limit).collect()).await {
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "body not received within {:?} (--body-read-timeout)",
+                st.body_timeout
+            ),
+        )),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds {limit} bytes (--max-body-bytes)"),
+        )),
+        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("cannot read body: {e}"))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+pub(super) fn decompress(
+    limit: usize,
+    encoding: BodyEncoding,
+    body: &[u8],
+) -> Result<Cow<'_, [u8]>, Refusal> {
+    match encoding {
+        BodyEncoding::Identity => Ok(Cow::Borrowed(body)),
+        BodyEncoding::Gzip => {
+            let mut out = Vec::new();
+            let limit = limit as u64;
+            flate2::read::GzDecoder::new(body)
+                .take(limit + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        format!("body is not valid gzip: {e}"),
+                    )
+                })?;
+            if out.len() as u64 > limit {
+                return Err((
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("decompressed body exceeds {limit} bytes (--max-body-bytes)"),
+                ));
+            }
+            Ok(Cow::Owned(out))
+        }
+    }
+}
+
+/// A decoded webhook batch: the events to process and the malformed items.
+pub(super) struct Decoded {
+    pub(super) accepted: Vec<Accepted>,
+    pub(super) errors: Vec<String>,
+}
+
+/// Decompresses, decodes and filters one batch (CPU work: called on a
+/// blocking thread).
+pub(super) fn decode_batch(
+    st: &WebhookState,
+    cluster: &str,
+    encoding: BodyEncoding,
+    body: &[u8],
+    replayed: bool,
+) -> Result<Decoded, Refusal> {
+    let body = decompress(st.max_body_bytes, encoding, body).inspect_err(|_| {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::rejected(RejectReason::BadBody))
+            .inc();
+    })?;
+    let batch = decode_event_list(&body).map_err(|e| {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
+            .inc();
+        tracing::warn!(cluster, error = %crate::bounds::clip_message(e.clone()), "rejected audit webhook body");
+        (StatusCode::BAD_REQUEST, e)
+    })?;
+    let source = Metrics::source(if replayed {
+        Source::Spool
+    } else {
+        Source::Webhook
+    });
+    st.metrics
+        .events_received
+        .get_or_create(&source)
+        .inc_by((batch.events.len() + batch.errors.len()) as u64);
+    if !batch.errors.is_empty() {
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
+            .inc_by(batch.errors.len() as u64);
+    }
+    let accepted = batch
+        .events
+        .into_iter()
+        .filter_map(|ev| crate::source::accept(ev, cluster, &st.filter, &st.metrics))
+        .map(|mut a| {
+            a.replayed = replayed;
+            a
+        })
+        .collect();
+    Ok(Decoded {
+        accepted,
+        errors: batch.errors,
+    })
+}
+
+pub(super) async fn decode_off_runtime(
+    st: &Arc<WebhookState>,
+    cluster: &str,
+    encoding: BodyEncoding,
+    body: Bytes,
+    replayed: bool,
+) -> Result<Decoded, Refusal> {
+    let span = tracing::info_span!(target: TARGET, "decode", bytes = body.len(),
+        events = field::Empty, malformed = field::Empty);
+    let slot = st
+        .decode_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_string()))?;
+    let st = st.clone();
+    let cluster = cluster.to_string();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        span.in_scope(|| {
+            let decoded = decode_batch(&st, &cluster, encoding, &body, replayed);
+            if let Ok(d) = &decoded {
+                span.record("events", d.accepted.len());
+                span.record("malformed", d.errors.len());
+            }
+            decoded
+        })
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("decoding the batch failed: {e}"),
+        ))
+    })
+}
