@@ -13,6 +13,7 @@
 
 mod common;
 
+use kascade::metrics::{EtcdErrorReason, EtcdOp};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -311,7 +312,12 @@ fn ow(i: usize) -> ObjectWindow {
     }
 }
 
+/// Errors counted with the `reason` label spelt `reason`.
 fn count(m: &Metrics, reason: &str) -> u64 {
+    let reason = *EtcdErrorReason::ALL
+        .iter()
+        .find(|r| r.as_str() == reason)
+        .unwrap_or_else(|| panic!("no etcd error reason {reason:?}"));
     m.span_cache_etcd_errors
         .get_or_create(&Metrics::reason(reason))
         .get()
@@ -413,7 +419,7 @@ async fn a_reservation_answered_after_the_timeout_is_not_reserved_twice() {
     assert_eq!(ma.span_cache_local_reservations.get(), 0);
     assert!(
         ma.span_cache_etcd_retries
-            .get_or_create(&Metrics::op("reserve"))
+            .get_or_create(&Metrics::op(EtcdOp::Reserve))
             .get()
             >= 2
     );
@@ -458,7 +464,7 @@ async fn an_outage_falls_back_then_recovers_and_republishes() {
     assert_eq!(ma.span_cache_fallback.get(), 1);
     assert!(
         ma.span_cache_etcd_retries
-            .get_or_create(&Metrics::op("reserve"))
+            .get_or_create(&Metrics::op(EtcdOp::Reserve))
             .get()
             >= 1,
         "retried before falling back"
@@ -519,7 +525,7 @@ async fn a_lost_lease_is_replaced_without_falling_back() {
     assert!(!a.falling_back());
     assert_eq!(
         m.span_cache_etcd_requests
-            .get_or_create(&Metrics::op("lease"))
+            .get_or_create(&Metrics::op(EtcdOp::Lease))
             .get(),
         2
     );
@@ -537,7 +543,7 @@ async fn authenticates_and_renews_a_rejected_token() {
     assert!(!a.falling_back());
     assert_eq!(
         m.span_cache_etcd_requests
-            .get_or_create(&Metrics::op("auth"))
+            .get_or_create(&Metrics::op(EtcdOp::Auth))
             .get(),
         2
     );

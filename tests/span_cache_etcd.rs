@@ -34,6 +34,22 @@ use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, ObjectWindow};
 use serde_json::{Value, json};
 
+/// The `op` label spelt `name`, as /metrics shows it.
+fn etcd_op(name: &str) -> kascade::metrics::EtcdOp {
+    *kascade::metrics::EtcdOp::ALL
+        .iter()
+        .find(|o| o.as_str() == name)
+        .unwrap_or_else(|| panic!("no etcd op {name:?}"))
+}
+
+/// The `reason` label spelt `name`, as /metrics shows it.
+fn etcd_reason(name: &str) -> kascade::metrics::EtcdErrorReason {
+    *kascade::metrics::EtcdErrorReason::ALL
+        .iter()
+        .find(|r| r.as_str() == name)
+        .unwrap_or_else(|| panic!("no etcd error reason {name:?}"))
+}
+
 fn etcd_bin() -> PathBuf {
     if let Ok(b) = std::env::var("KASCADE_ETCD_BIN") {
         return b.into();
@@ -347,7 +363,7 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
     assert_eq!(mc.span_cache_fallback.get(), 1);
     assert!(
         mc.span_cache_etcd_retries
-            .get_or_create(&Metrics::op("reserve"))
+            .get_or_create(&Metrics::op(etcd_op("reserve")))
             .get()
             >= 1
     );
@@ -356,7 +372,7 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
             .iter()
             .map(|op| {
                 m.span_cache_etcd_requests
-                    .get_or_create(&Metrics::op(op))
+                    .get_or_create(&Metrics::op(etcd_op(op)))
                     .get()
             })
             .sum::<u64>()
@@ -423,7 +439,7 @@ async fn tls_client_certificate_and_password_authentication() {
     assert!(!a.falling_back());
     assert_eq!(
         m.span_cache_etcd_requests
-            .get_or_create(&Metrics::op("auth"))
+            .get_or_create(&Metrics::op(etcd_op("auth")))
             .get(),
         1
     );
@@ -436,7 +452,7 @@ async fn tls_client_certificate_and_password_authentication() {
     settles(&mut east, Leadership::Leader).await;
     let requests = |op: &str| {
         m.span_cache_etcd_requests
-            .get_or_create(&Metrics::op(op))
+            .get_or_create(&Metrics::op(etcd_op(op)))
             .get()
     };
     wait_until("a renewal and the watch", || {
@@ -447,7 +463,7 @@ async fn tls_client_certificate_and_password_authentication() {
         .iter()
         .map(|r| {
             m.span_cache_etcd_errors
-                .get_or_create(&Metrics::reason(r))
+                .get_or_create(&Metrics::reason(etcd_reason(r)))
                 .get()
         })
         .sum();
@@ -528,7 +544,7 @@ async fn one_replica_holds_a_clusters_watcher_role_until_it_stops_renewing() {
     assert!(
         metrics
             .span_cache_etcd_requests
-            .get_or_create(&Metrics::op("keepalive"))
+            .get_or_create(&Metrics::op(etcd_op("keepalive")))
             .get()
             >= 3
     );
@@ -570,13 +586,13 @@ async fn the_watcher_role_survives_an_etcd_outage() {
     let count = |m: &Metrics, family: &str, label: &str| match family {
         "requests" => m
             .span_cache_etcd_requests
-            .get_or_create(&Metrics::op(label))
+            .get_or_create(&Metrics::op(etcd_op(label)))
             .get(),
         _ => ["timeout", "connect", "status", "decode", "watch_cancelled"]
             .iter()
             .map(|r| {
                 m.span_cache_etcd_errors
-                    .get_or_create(&Metrics::reason(r))
+                    .get_or_create(&Metrics::reason(etcd_reason(r)))
                     .get()
             })
             .sum(),

@@ -186,18 +186,51 @@ pub struct RpcLabel {
     pub rpc: Rpc,
 }
 
-/// The `op` of the etcd span cache's metrics (still a string: the etcd
-/// client is being rewritten; its ops become an enum with it).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpLabel {
-    pub op: String,
+label_values! {
+    /// What a request to etcd was for (the `op` of
+    /// `kascade_span_cache_etcd_requests_total` and `_retries_total`).
+    pub enum EtcdOp {
+        /// The shared span cache reserving an object window.
+        Reserve => "reserve",
+        /// Reserving a link.
+        Link => "link",
+        /// A lease for reservations.
+        Lease => "lease",
+        /// Checking whether etcd is back, while falling back.
+        Probe => "probe",
+        /// Reserving again what was emitted while etcd was away.
+        Republish => "republish",
+        /// Logging in (user and password).
+        Auth => "auth",
+        /// The watcher role election: a lease grant or a contest.
+        Role => "role",
+        /// A watch opened on the role key.
+        Watch => "watch",
+        /// Lease renewals sent.
+        Keepalive => "keepalive",
+    }
 }
 
-/// The `reason` of `kascade_span_cache_etcd_errors_total` (a string for the
-/// same reason as [`OpLabel`]).
+label_values! {
+    /// Why a request to etcd failed (the `reason` of
+    /// `kascade_span_cache_etcd_errors_total`).
+    pub enum EtcdErrorReason {
+        Timeout => "timeout",
+        Connect => "connect",
+        Status => "status",
+        Decode => "decode",
+        WatchCancelled => "watch_cancelled",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabel {
+    pub op: EtcdOp,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    pub reason: String,
+    pub reason: EtcdErrorReason,
 }
 
 #[cfg(test)]
@@ -253,6 +286,16 @@ mod tests {
         for rpc in Rpc::ALL {
             f.requests.get_or_create(&FrontendMetrics::rpc(*rpc)).inc();
         }
+        for op in EtcdOp::ALL {
+            m.span_cache_etcd_requests
+                .get_or_create(&Metrics::op(*op))
+                .inc();
+        }
+        for r in EtcdErrorReason::ALL {
+            m.span_cache_etcd_errors
+                .get_or_create(&Metrics::reason(*r))
+                .inc();
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         let mut expected = vec![
@@ -300,6 +343,26 @@ mod tests {
         ] {
             expected.push(format!(
                 r#"kascade_frontend_requests_total{{rpc="{rpc}"}} 1"#
+            ));
+        }
+        for op in [
+            "reserve",
+            "link",
+            "lease",
+            "probe",
+            "republish",
+            "auth",
+            "role",
+            "watch",
+            "keepalive",
+        ] {
+            expected.push(format!(
+                r#"kascade_span_cache_etcd_requests_total{{op="{op}"}} 1"#
+            ));
+        }
+        for r in ["timeout", "connect", "status", "decode", "watch_cancelled"] {
+            expected.push(format!(
+                r#"kascade_span_cache_etcd_errors_total{{reason="{r}"}} 1"#
             ));
         }
         for line in &expected {

@@ -299,14 +299,12 @@ impl Metrics {
     }
 
     /// The label of an etcd span cache metric by op.
-    pub fn op(s: &str) -> OpLabel {
-        OpLabel { op: s.to_string() }
+    pub fn op(op: EtcdOp) -> OpLabel {
+        OpLabel { op }
     }
 
     /// The label of `span_cache_etcd_errors` by reason.
-    pub fn reason(s: &str) -> ReasonLabel {
-        ReasonLabel {
-            reason: s.to_string(),
-        }
+    pub fn reason(reason: EtcdErrorReason) -> ReasonLabel {
+        ReasonLabel { reason }
     }
 }

@@ -20,6 +20,7 @@
 //! is better than none) and the campaign retries with a backoff; one
 //! warning per outage.
 
+use crate::metrics::EtcdOp;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -134,7 +135,11 @@ impl Contender {
         };
         loop {
             let ttl_s = self.ttl.as_secs().max(1) as i64;
-            let lease = match self.client.lease_grant("role", ttl_s, self.timeout).await {
+            let lease = match self
+                .client
+                .lease_grant(EtcdOp::Role, ttl_s, self.timeout)
+                .await
+            {
                 Ok(id) => id,
                 Err(e) => {
                     tokio::time::sleep(fail(&e, &mut warned, &mut backoff)).await;
@@ -219,7 +224,7 @@ impl Contender {
         };
         let r = self
             .client
-            .txn("role", &self.key, txn, self.timeout)
+            .txn(EtcdOp::Role, &self.key, txn, self.timeout)
             .await?;
         let revision = r.header.map(|h| h.revision).unwrap_or_default();
         if r.succeeded {
@@ -252,7 +257,7 @@ impl Contender {
         };
         let r = self
             .client
-            .txn("role", &self.key, txn, self.timeout)
+            .txn(EtcdOp::Role, &self.key, txn, self.timeout)
             .await?;
         Ok((
             r.succeeded,
@@ -274,7 +279,10 @@ impl Contender {
             )),
         };
         // Dropping the sender ends the watch with this function.
-        let (_requests, mut events) = self.client.watch("watch", create, self.timeout).await?;
+        let (_requests, mut events) = self
+            .client
+            .watch(EtcdOp::Watch, create, self.timeout)
+            .await?;
         let ended = loop {
             let answer = match events.next().await {
                 None => break EtcdError::Decode("the watch stream ended".into()),

@@ -4,6 +4,7 @@
 //! etcd rejects it); every round trip under its own `tracing` span and
 //! counted in the `kascade_span_cache_etcd_*` metrics.
 
+use crate::metrics::EtcdOp;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,7 +130,7 @@ impl EtcdClient {
             .inc();
     }
 
-    pub(crate) fn count_request(&self, op: &str) {
+    pub(crate) fn count_request(&self, op: EtcdOp) {
         self.shared
             .metrics
             .span_cache_etcd_requests
@@ -151,7 +152,7 @@ impl EtcdClient {
         if !renew && let Some(t) = self.shared.tokens.lock().unwrap()[idx].clone() {
             return Ok(Some(t));
         }
-        self.count_request("auth");
+        self.count_request(EtcdOp::Auth);
         let mut client = AuthClient::new(self.shared.members[idx].channel.clone());
         let req = AuthenticateRequest {
             name: user.clone(),
@@ -195,7 +196,12 @@ impl EtcdClient {
 
     /// The call on the current endpoint, then on the others while they are
     /// away, each given `timeout`; counted under `op`.
-    async fn call<T, F, Fut>(&self, op: &str, timeout: Duration, mut rpc: F) -> Result<T, EtcdError>
+    async fn call<T, F, Fut>(
+        &self,
+        op: EtcdOp,
+        timeout: Duration,
+        mut rpc: F,
+    ) -> Result<T, EtcdError>
     where
         F: FnMut(Channel, Option<AsciiMetadataValue>) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
@@ -235,12 +241,13 @@ impl EtcdClient {
     /// A transaction (`KV.Txn`).
     pub async fn txn(
         &self,
-        op: &str,
+        op: EtcdOp,
         key: &[u8],
         txn: TxnRequest,
         timeout: Duration,
     ) -> Result<TxnResponse, EtcdError> {
-        let span = tracing::info_span!("etcd.txn", op, key = %String::from_utf8_lossy(key));
+        let span =
+            tracing::info_span!("etcd.txn", op = op.as_str(), key = %String::from_utf8_lossy(key));
         self.call(op, timeout, |ch, token| {
             let req = request(txn.clone(), token);
             async move { KvClient::new(ch).txn(req).await.map(|r| r.into_inner()) }
@@ -252,11 +259,11 @@ impl EtcdClient {
     /// A new lease of `ttl` seconds (`Lease.LeaseGrant`): its id.
     pub async fn lease_grant(
         &self,
-        op: &str,
+        op: EtcdOp,
         ttl: i64,
         timeout: Duration,
     ) -> Result<i64, EtcdError> {
-        let span = tracing::info_span!("etcd.lease_grant", op, ttl);
+        let span = tracing::info_span!("etcd.lease_grant", op = op.as_str(), ttl);
         let r = self
             .call(op, timeout, |ch, token| {
                 let req = request(LeaseGrantRequest { ttl, id: 0 }, token);
@@ -286,7 +293,7 @@ impl EtcdClient {
     /// requests and the answers.
     async fn open_stream<Req, Resp, F, Fut>(
         &self,
-        op: &str,
+        op: EtcdOp,
         first: Req,
         timeout: Duration,
         mut rpc: F,
@@ -320,7 +327,7 @@ impl EtcdClient {
     > {
         let span = tracing::info_span!("etcd.lease_keep_alive.open", lease = id);
         self.open_stream(
-            "keepalive",
+            EtcdOp::Keepalive,
             LeaseKeepAliveRequest { id },
             timeout,
             |ch, req| async move { LeaseClient::new(ch).lease_keep_alive(req).await },
@@ -332,11 +339,11 @@ impl EtcdClient {
     /// A `Watch.Watch` stream, its create request sent.
     pub async fn watch(
         &self,
-        op: &str,
+        op: EtcdOp,
         create: WatchRequest,
         timeout: Duration,
     ) -> Result<(RequestSender<WatchRequest>, tonic::Streaming<WatchResponse>), EtcdError> {
-        let span = tracing::info_span!("etcd.watch.open", op);
+        let span = tracing::info_span!("etcd.watch.open", op = op.as_str());
         self.open_stream(op, create, timeout, |ch, req| async move {
             WatchClient::new(ch).watch(req).await
         })

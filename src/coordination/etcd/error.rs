@@ -1,5 +1,6 @@
 //! What can go wrong talking to etcd, classified by what to do about it.
 
+use crate::metrics::EtcdErrorReason;
 use std::time::Duration;
 
 use tonic::Code;
@@ -55,13 +56,13 @@ impl EtcdError {
     }
 
     /// The `reason` label of `kascade_span_cache_etcd_errors_total`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> EtcdErrorReason {
         match self {
-            EtcdError::Timeout(_) => "timeout",
-            EtcdError::Connect(_) => "connect",
-            EtcdError::Status { .. } => "status",
-            EtcdError::Decode(_) => "decode",
-            EtcdError::WatchCancelled(_) => "watch_cancelled",
+            EtcdError::Timeout(_) => EtcdErrorReason::Timeout,
+            EtcdError::Connect(_) => EtcdErrorReason::Connect,
+            EtcdError::Status { .. } => EtcdErrorReason::Status,
+            EtcdError::Decode(_) => EtcdErrorReason::Decode,
+            EtcdError::WatchCancelled(_) => EtcdErrorReason::WatchCancelled,
         }
     }
 
@@ -136,7 +137,10 @@ mod tests {
         let auth = status(Code::Unauthenticated, "etcdserver: invalid auth token");
         assert!(auth.auth_invalid());
         assert!(EtcdError::Timeout(Duration::from_millis(1)).try_elsewhere());
-        assert_eq!(EtcdError::Connect("refused".into()).reason(), "connect");
+        assert_eq!(
+            EtcdError::Connect("refused".into()).reason(),
+            EtcdErrorReason::Connect
+        );
     }
 
     #[test]
@@ -164,7 +168,10 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused,
             "connection refused",
         )));
-        assert_eq!(EtcdError::from_status(refused).reason(), "connect");
+        assert_eq!(
+            EtcdError::from_status(refused).reason(),
+            EtcdErrorReason::Connect
+        );
         let sent = tonic::Status::unavailable("etcdserver: no leader");
         assert!(matches!(
             EtcdError::from_status(sent),

@@ -1,6 +1,7 @@
 //! Keeping a lease alive over one `LeaseKeepAlive` stream, rather than
 //! granting a new lease per renewal.
 
+use crate::metrics::EtcdOp;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -94,7 +95,7 @@ async fn renew_on_one_stream(
             return Ok(());
         }
         tick.tick().await;
-        client.count_request("keepalive");
+        client.count_request(EtcdOp::Keepalive);
         tx.unbounded_send(LeaseKeepAliveRequest { id })
             .map_err(|_| EtcdError::Decode("keep-alive stream closed".into()))?;
     }

@@ -2,6 +2,7 @@
 //! it reserved are remembered, a background probe looks for etcd, and on
 //! recovery those keys are republished.
 
+use crate::metrics::EtcdOp;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -53,7 +54,7 @@ impl Inner {
         );
         let results: Vec<(String, Result<Claim, EtcdError>)> = futures::stream::iter(pending)
             .map(|key| async move {
-                let r = self.reserve_key("republish", &key).await;
+                let r = self.reserve_key(EtcdOp::Republish, &key).await;
                 (key, r)
             })
             .buffer_unordered(8)
@@ -126,7 +127,7 @@ async fn probe_loop(me: Weak<Inner>) {
         let Some(inner) = me.upgrade() else {
             return;
         };
-        match inner.fresh_lease("probe", inner.timeout).await {
+        match inner.fresh_lease(EtcdOp::Probe, inner.timeout).await {
             Ok(_) => {
                 inner.recover().await;
                 return;
@@ -146,6 +147,7 @@ mod tests {
     use super::super::{EtcdConfig, EtcdSpanCache};
     use crate::aggregate::span_cache::{Slot, SpanCache};
     use crate::metrics::Metrics;
+    use crate::metrics::{EtcdErrorReason, EtcdOp};
 
     /// Nothing listens on the endpoint: the first call retries for
     /// `retry_for` (on tokio's paused clock: the ten seconds pass at once),
@@ -177,16 +179,16 @@ mod tests {
         );
         let retries = metrics
             .span_cache_etcd_retries
-            .get_or_create(&Metrics::op("reserve"))
+            .get_or_create(&Metrics::op(EtcdOp::Reserve))
             .get();
         assert!(retries >= 10, "{retries} retries");
         assert_eq!(metrics.span_cache_fallback.get(), 1);
         let errors = |m: &Metrics| {
-            ["connect", "timeout"]
+            [EtcdErrorReason::Connect, EtcdErrorReason::Timeout]
                 .iter()
                 .map(|r| {
                     m.span_cache_etcd_errors
-                        .get_or_create(&Metrics::reason(r))
+                        .get_or_create(&Metrics::reason(*r))
                         .get()
                 })
                 .sum::<u64>()

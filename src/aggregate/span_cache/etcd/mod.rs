@@ -95,6 +95,7 @@
 mod fallback;
 mod reserve;
 
+use crate::metrics::EtcdOp;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -282,7 +283,7 @@ impl EtcdSpanCache {
         let inner = self.inner.clone();
         rt.spawn(async move {
             match inner
-                .retrying("lease", |timeout| inner.fresh_lease("lease", timeout))
+                .retrying(EtcdOp::Lease, |timeout| inner.fresh_lease(EtcdOp::Lease, timeout))
                 .await
             {
                 Ok(_) => tracing::info!(endpoints = %inner.endpoints, prefix = %inner.prefix,
@@ -316,7 +317,7 @@ impl Inner {
             return self.reserve_alone(ow);
         }
         match self
-            .reserve_key("reserve", &etcd_key(&self.prefix, ow, None))
+            .reserve_key(EtcdOp::Reserve, &etcd_key(&self.prefix, ow, None))
             .await
         {
             Ok(claim) => {
@@ -342,7 +343,7 @@ impl Inner {
             return self.link_alone(ow, link_key);
         }
         match self
-            .reserve_key("link", &etcd_key(&self.prefix, ow, Some(link_key)))
+            .reserve_key(EtcdOp::Link, &etcd_key(&self.prefix, ow, Some(link_key)))
             .await
         {
             Ok(claim) => {

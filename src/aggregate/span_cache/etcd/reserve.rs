@@ -1,6 +1,7 @@
 //! Reservations: the create-if-absent transaction under the current
 //! (rotating) lease, retried with the same value while etcd is away or slow.
 
+use crate::metrics::EtcdOp;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -55,7 +56,7 @@ impl Inner {
         format!("{:016x}-", self.instance)
     }
 
-    async fn grant(&self, op: &str, timeout: Duration) -> Result<Lease, EtcdError> {
+    async fn grant(&self, op: EtcdOp, timeout: Duration) -> Result<Lease, EtcdError> {
         let id = self.client.lease_grant(op, self.lease_ttl, timeout).await?;
         Ok(Lease {
             id,
@@ -64,7 +65,11 @@ impl Inner {
     }
 
     /// Grants a new lease and makes it the current one.
-    pub(super) async fn fresh_lease(&self, op: &str, timeout: Duration) -> Result<i64, EtcdError> {
+    pub(super) async fn fresh_lease(
+        &self,
+        op: EtcdOp,
+        timeout: Duration,
+    ) -> Result<i64, EtcdError> {
         let _g = self.grant_lock.lock().await;
         let l = self.grant(op, timeout).await?;
         *self.lease.lock().unwrap() = Some(l);
@@ -84,7 +89,7 @@ impl Inner {
         if let Some(id) = usable(&self.lease.lock().unwrap()) {
             return Ok(id);
         }
-        let l = self.grant("lease", timeout).await?;
+        let l = self.grant(EtcdOp::Lease, timeout).await?;
         *self.lease.lock().unwrap() = Some(l);
         Ok(l.id)
     }
@@ -101,7 +106,7 @@ impl Inner {
     /// attempt of this very reservation whose answer was lost.
     async fn create_if_absent(
         &self,
-        op: &str,
+        op: EtcdOp,
         key: &str,
         value: &[u8],
         lease: i64,
@@ -158,7 +163,7 @@ impl Inner {
     /// (replacing a lease etcd lost: that transaction was not applied).
     async fn reserve_once(
         &self,
-        op: &str,
+        op: EtcdOp,
         key: &str,
         value: &[u8],
         timeout: Duration,
@@ -180,7 +185,11 @@ impl Inner {
     /// request is sent again, with a longer timeout in case etcd is just
     /// slow, rather than deciding alone. Stops early once the replica falls
     /// back (another request found etcd gone).
-    pub(super) async fn retrying<T, F, Fut>(&self, op: &str, mut attempt: F) -> Result<T, EtcdError>
+    pub(super) async fn retrying<T, F, Fut>(
+        &self,
+        op: EtcdOp,
+        mut attempt: F,
+    ) -> Result<T, EtcdError>
     where
         F: FnMut(Duration) -> Fut,
         Fut: std::future::Future<Output = Result<T, EtcdError>>,
@@ -203,7 +212,7 @@ impl Inner {
                 .span_cache_etcd_retries
                 .get_or_create(&Metrics::op(op))
                 .inc();
-            tracing::debug!(op, error = %e, attempts, retry_in = ?backoff, "etcd request failed; retrying it");
+            tracing::debug!(op = op.as_str(), error = %e, attempts, retry_in = ?backoff, "etcd request failed; retrying it");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
             if matches!(e, EtcdError::Timeout(_)) {
@@ -214,7 +223,7 @@ impl Inner {
 
     /// Reserves `key` (see [`Inner::retrying`]): every attempt carries the
     /// same value, so a retry recognises a first attempt that was applied.
-    pub(super) async fn reserve_key(&self, op: &str, key: &str) -> Result<Claim, EtcdError> {
+    pub(super) async fn reserve_key(&self, op: EtcdOp, key: &str) -> Result<Claim, EtcdError> {
         let value = self.next_value();
         self.retrying(op, |timeout| self.reserve_once(op, key, &value, timeout))
             .await
