@@ -42,6 +42,8 @@ pub enum TlsError {
     NoClientCertificate { setting: String },
     #[error("no system CA certificates found{detail}; name the server's CA with a CA file option")]
     NoSystemRoots { detail: String },
+    #[error("{0:?} is not a valid TLS server name")]
+    ServerName(String),
     #[error(transparent)]
     Rustls(#[from] rustls::Error),
 }
@@ -158,6 +160,51 @@ fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
         });
     }
     Ok(roots)
+}
+
+/// A connection [`grpc_tls_connector`] makes.
+pub type GrpcTlsStream =
+    hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+/// A connector for tonic's `connect_with_connector_lazy` that dials
+/// `authority` (its port, else `default_port`) and wraps the TCP connection
+/// in TLS with `config`. The channel itself then connects to
+/// `http://host:port`, so tonic never attempts TLS of its own and kascade's
+/// rustls configuration (CA file, client certificate) applies to every
+/// gRPC client alike (OTLP export, etcd).
+pub fn grpc_tls_connector(
+    authority: &tonic::codegen::http::uri::Authority,
+    default_port: u16,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<
+    impl tower::Service<
+        tonic::codegen::http::Uri,
+        Response = GrpcTlsStream,
+        Error = std::io::Error,
+        Future = impl std::future::Future<Output = std::io::Result<GrpcTlsStream>> + Send,
+    > + Clone
+    + Send
+    + 'static,
+    TlsError,
+> {
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = authority.port_u16().unwrap_or(default_port);
+    let server_name = rustls::pki_types::ServerName::try_from(host.clone())
+        .map_err(|_| TlsError::ServerName(host.clone()))?;
+    Ok(tower::service_fn(move |_: tonic::codegen::http::Uri| {
+        let tls = tokio_rustls::TlsConnector::from(config.clone());
+        let (host, server_name) = (host.clone(), server_name.clone());
+        async move {
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            tcp.set_nodelay(true)?;
+            let stream = tls.connect(server_name, tcp).await?;
+            Ok(hyper_util::rt::TokioIo::new(stream))
+        }
+    }))
 }
 
 /// `true` for an `https://` URL.

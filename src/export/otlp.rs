@@ -264,24 +264,15 @@ fn grpc_tls_channel(
     timeout: Duration,
 ) -> Result<Channel, SetupError> {
     let authority = origin.authority().ok_or(SetupError::NoHost)?.clone();
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = authority.port_u16().unwrap_or(443);
-    let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|_| SetupError::ServerName(host.clone()))?;
-    let connector = tower::service_fn(move |_: tonic::codegen::http::Uri| {
-        let tls = tokio_rustls::TlsConnector::from(config.clone());
-        let (host, server_name) = (host.clone(), server_name.clone());
-        async move {
-            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let stream = tls.connect(server_name, tcp).await?;
-            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-        }
-    });
+    let connector =
+        client_tls::grpc_tls_connector(&authority, 443, config).map_err(|e| match e {
+            client_tls::TlsError::ServerName(host) => SetupError::ServerName(host),
+            other => SetupError::Tls {
+                endpoint: origin.to_string(),
+                setting: "OTLP endpoint".into(),
+                source: Box::new(other),
+            },
+        })?;
     let plain =
         Endpoint::from_shared(format!("http://{authority}")).map_err(SetupError::Endpoint)?;
     Ok(endpoint_with_timeouts(plain, timeout)

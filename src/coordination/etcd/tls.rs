@@ -87,25 +87,8 @@ pub(crate) fn channel(
     let Some(config) = tls.filter(|_| uri.scheme_str() == Some("https")) else {
         return Ok(plain.connect_lazy());
     };
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = authority.port_u16().unwrap_or(2379);
-    let server_name = rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|_| bad(format!("{host:?} is not a valid TLS server name")))?;
-    let config = config.clone();
-    let connector = tower::service_fn(move |_: tonic::codegen::http::Uri| {
-        let tls = tokio_rustls::TlsConnector::from(config.clone());
-        let (host, server_name) = (host.clone(), server_name.clone());
-        async move {
-            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let stream = tls.connect(server_name, tcp).await?;
-            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-        }
-    });
+    let connector = crate::client_tls::grpc_tls_connector(&authority, 2379, config.clone())
+        .map_err(|e| bad(e.to_string()))?;
     Ok(plain.origin(uri).connect_with_connector_lazy(connector))
 }
 
