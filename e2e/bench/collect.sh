@@ -2,12 +2,14 @@
 # Load benchmark of `kascade collect`: a real OTLP receiver (Jaeger v2 with a
 # discarding pipeline), kascade (release build), and the load generator
 # benches/collect_load.rs posting real audit batches. Prints the numbers
-# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load.
+# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load; KASCADE_BIN
+# runs another kascade binary (paired runs of two builds on the same load).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
 cargo bench --locked --bench collect_load --no-run >&2
 RUN="$(mktemp -d)"
 pids=()
@@ -20,7 +22,7 @@ trap cleanup EXIT
 JAEGER_OTLP_GRPC_PORT=29317 JAEGER_HEALTH_PORT=29133 \
   "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
 pids+=($!)
-"$ROOT/target/release/kascade" collect --listen 127.0.0.1:29090 --admin-listen 127.0.0.1:29091 \
+"$KASCADE_BIN" collect --listen 127.0.0.1:29090 --admin-listen 127.0.0.1:29091 \
   --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool" ${KASCADE_BENCH_ARGS:-} >"$RUN/kascade.log" 2>&1 &
 KPID=$!; pids+=($KPID)
 deadline=$((SECONDS + 30))
