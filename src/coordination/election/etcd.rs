@@ -99,7 +99,7 @@ impl RoleElection for EtcdElection {
             ttl: self.ttl,
             timeout: self.timeout,
         };
-        let span = tracing::info_span!("etcd.campaign", role);
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.campaign", role);
         let task = tokio::spawn(Arc::new(c).run(tx).instrument(span));
         Campaign::new(rx, Some(task))
     }

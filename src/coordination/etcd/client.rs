@@ -158,8 +158,7 @@ impl EtcdClient {
             name: user.clone(),
             password: password.clone(),
         };
-        let span =
-            tracing::info_span!("etcd.authenticate", endpoint = %self.shared.members[idx].url);
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.authenticate", endpoint = %self.shared.members[idx].url);
         let token = answer(timeout, client.authenticate(req).instrument(span))
             .await?
             .into_inner()
@@ -246,8 +245,7 @@ impl EtcdClient {
         txn: TxnRequest,
         timeout: Duration,
     ) -> Result<TxnResponse, EtcdError> {
-        let span =
-            tracing::info_span!("etcd.txn", op = op.as_str(), key = %String::from_utf8_lossy(key));
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.txn", op = op.as_str(), key = %String::from_utf8_lossy(key));
         self.call(op, timeout, |ch, token| {
             let req = request(txn.clone(), token);
             async move { KvClient::new(ch).txn(req).await.map(|r| r.into_inner()) }
@@ -263,7 +261,7 @@ impl EtcdClient {
         ttl: i64,
         timeout: Duration,
     ) -> Result<i64, EtcdError> {
-        let span = tracing::info_span!("etcd.lease_grant", op = op.as_str(), ttl);
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.lease_grant", op = op.as_str(), ttl);
         let r = self
             .call(op, timeout, |ch, token| {
                 let req = request(LeaseGrantRequest { ttl, id: 0 }, token);
@@ -325,7 +323,7 @@ impl EtcdClient {
         ),
         EtcdError,
     > {
-        let span = tracing::info_span!("etcd.lease_keep_alive.open", lease = id);
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.lease_keep_alive.open", lease = id);
         self.open_stream(
             EtcdOp::Keepalive,
             LeaseKeepAliveRequest { id },
@@ -343,7 +341,7 @@ impl EtcdClient {
         create: WatchRequest,
         timeout: Duration,
     ) -> Result<(RequestSender<WatchRequest>, tonic::Streaming<WatchResponse>), EtcdError> {
-        let span = tracing::info_span!("etcd.watch.open", op = op.as_str());
+        let span = tracing::info_span!(target: crate::self_trace::TARGET, "etcd.watch.open", op = op.as_str());
         self.open_stream(op, create, timeout, |ch, req| async move {
             WatchClient::new(ch).watch(req).await
         })

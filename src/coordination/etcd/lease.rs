@@ -32,7 +32,7 @@ impl LeaseKeeper {
                 keep_alive(&client, id, every, timeout).await;
                 let _ = tx.send(true);
             }
-            .instrument(tracing::info_span!("etcd.lease_keeper", lease = id)),
+            .instrument(tracing::info_span!(target: crate::self_trace::TARGET, "etcd.lease_keeper", lease = id)),
         );
         Self { id, lost, task }
     }
@@ -85,7 +85,7 @@ async fn renew_on_one_stream(
     loop {
         // The first renewal was sent with the stream's opening.
         let answer = tokio::time::timeout(timeout, answers.next())
-            .instrument(tracing::info_span!("etcd.lease_keep_alive", lease = id))
+            .instrument(tracing::info_span!(target: crate::self_trace::TARGET, "etcd.lease_keep_alive", lease = id))
             .await
             .map_err(|_| EtcdError::Timeout(timeout))?
             .ok_or_else(|| EtcdError::Decode("keep-alive stream ended".into()))?

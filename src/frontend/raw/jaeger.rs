@@ -152,11 +152,14 @@ impl JaegerHttp {
     /// Self-tracing (crate::telemetry): one `raw read` span per request.
     async fn fetch(&self, url: &str) -> Result<Option<bytes::Bytes>, RawError> {
         let span = tracing::info_span!(target: crate::self_trace::TARGET, "raw read",
-            otel.kind = "client", url.full = url,
+            otel.kind = "client", url.full = tracing::field::Empty,
             http.response.status_code = tracing::field::Empty,
             bytes = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty);
+        if !span.is_disabled() {
+            span.record("url.full", without_credentials(url).as_str());
+        }
         let result = self
             .fetch_untraced(url, &span)
             .instrument(span.clone())
@@ -201,6 +204,20 @@ impl JaegerHttp {
             });
         }
         Ok(Some(body))
+    }
+}
+
+/// `url` as self-traces show it: a password or user name in it (a
+/// `--jaeger-url` with credentials) never leaves the process.
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.to_string()
+        }
+        Ok(_) => url.to_string(),
+        Err(_) => "(not a URL)".to_string(),
     }
 }
 
@@ -365,6 +382,21 @@ mod tests {
         .err()
         .unwrap();
         assert!(format!("{e:#}").contains("--jaeger-ca-file"), "{e:#}");
+    }
+
+    #[test]
+    fn raw_read_urls_lose_their_credentials_in_self_traces() {
+        let shown =
+            without_credentials("https://reader:planted-s3cret@jaeger:16686/api/traces?x=1");
+        assert!(
+            !shown.contains("planted-s3cret") && !shown.contains("reader"),
+            "{shown}"
+        );
+        assert_eq!(shown, "https://jaeger:16686/api/traces?x=1");
+        assert_eq!(
+            without_credentials("http://jaeger:16686/api/v3/traces/1"),
+            "http://jaeger:16686/api/v3/traces/1"
+        );
     }
 
     #[test]
