@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 
 use super::shutdown_signal;
 use crate::client_tls::{ClientTls, FileSetting};
-use crate::frontend::assemble::{Limits, Scope};
+use crate::frontend::assemble::{DEFAULT_SHARED_CLASSES, Limits, Scope};
 use crate::frontend::http::{RedirectState, router};
 use crate::frontend::raw::JaegerHttp;
 use crate::frontend::service::JaegerStorage;
@@ -51,22 +51,14 @@ pub struct AssemblyConfig {
 
 impl Default for AssemblyConfig {
     fn default() -> Self {
+        let limits = Limits::default();
         Self {
             window: Duration::from_secs(30 * 60),
             default_scope: Scope::Full,
-            max_depth: 8,
-            max_objects: 5000,
-            concurrency: 16,
-            shared_classes: [
-                "node",
-                "configmap",
-                "secret",
-                "serviceaccount",
-                "storageclass",
-                "backend",
-            ]
-            .map(str::to_string)
-            .to_vec(),
+            max_depth: limits.max_depth,
+            max_objects: limits.max_objects,
+            concurrency: limits.concurrency,
+            shared_classes: DEFAULT_SHARED_CLASSES.map(str::to_string).to_vec(),
             group_classes: Vec::new(),
         }
     }

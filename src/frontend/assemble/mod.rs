@@ -19,7 +19,7 @@ mod finish;
 mod scope;
 
 use finish::{child_links, clip_shared_to_parents, is_ancestor_or_self, sort_children};
-pub use scope::{Limits, Scope};
+pub use scope::{DEFAULT_SHARED_CLASSES, Limits, Scope};
 
 #[derive(Clone, Debug)]
 pub struct Node {

@@ -75,23 +75,24 @@ pub struct Limits {
     pub shared_classes: HashSet<String>,
 }
 
+/// Link classes of objects many others use (shown under each user, never
+/// climbed), in the order `--help` lists them.
+pub const DEFAULT_SHARED_CLASSES: [&str; 6] = [
+    "node",
+    "configmap",
+    "secret",
+    "serviceaccount",
+    "storageclass",
+    "backend",
+];
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_depth: 8,
             max_objects: 5000,
             concurrency: 16,
-            shared_classes: [
-                "node",
-                "configmap",
-                "secret",
-                "serviceaccount",
-                "storageclass",
-                "backend",
-            ]
-            .into_iter()
-            .map(String::from)
-            .collect(),
+            shared_classes: DEFAULT_SHARED_CLASSES.map(String::from).into(),
         }
     }
 }
