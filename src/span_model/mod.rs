@@ -85,7 +85,39 @@ pub mod attr {
     pub const EVENT_NAME: &str = "event.name";
     pub const EVENT_UID: &str = "event.uid";
     pub const EVENT_ACTION: &str = "event.action";
+
+    /// Cascades (`aggregate/causes/`), on audit and watch spans: which write
+    /// caused this one, inferred from the propagations declared in `rules/`.
+    /// `root` (nothing related changed before it that its writer reacts to:
+    /// a user, an external client), `effect` (a cause was found), or
+    /// `unexplained` (a controller's write whose cause was not found:
+    /// counted, never guessed).
+    pub const CASCADE_ROLE: &str = "cascade.role";
+    /// The cause's span (hex ids); the span also carries an OTel link to it.
+    pub const CASCADE_CAUSE_TRACE_ID: &str = "cascade.cause.trace_id";
+    pub const CASCADE_CAUSE_SPAN_ID: &str = "cascade.cause.span_id";
+    /// The cause for people: `<user> <verb>[ <subresource>] <resource> <ns>/<name>`.
+    pub const CASCADE_CAUSE_NAME: &str = "cascade.cause.name";
+    /// Hop latency in microseconds: this write's requestReceived minus the
+    /// cause's stageTimestamp (response completed); never negative.
+    pub const CASCADE_HOP_US: &str = "cascade.hop_us";
+    /// The edge class the hop is counted under, e.g.
+    /// `replicasets → pods create`, `pods binding`, `pods → Running`.
+    pub const CASCADE_EDGE: &str = "cascade.edge";
+    /// The propagation (`rules/`) that related cause and effect.
+    pub const CASCADE_RULE: &str = "cascade.rule";
+    /// The cascade's root write (a root names itself): searching the raw
+    /// store by it finds every object window the cascade touched.
+    pub const CASCADE_ROOT_TRACE_ID: &str = "cascade.root.trace_id";
+    pub const CASCADE_ROOT_SPAN_ID: &str = "cascade.root.span_id";
+    /// Hops from the root (a root is 0).
+    pub const CASCADE_DEPTH: &str = "cascade.depth";
 }
+
+/// Values of [`attr::CASCADE_ROLE`].
+pub const CASCADE_ROLE_ROOT: &str = crate::pipeline::CascadeRole::Root.as_str();
+pub const CASCADE_ROLE_EFFECT: &str = crate::pipeline::CascadeRole::Effect.as_str();
+pub const CASCADE_ROLE_UNEXPLAINED: &str = crate::pipeline::CascadeRole::Unexplained.as_str();
 
 pub const SPAN_KIND_OBJECT: &str = "object";
 pub const SPAN_KIND_AUDIT: &str = "audit";

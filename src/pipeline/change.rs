@@ -1,0 +1,130 @@
+//! One change to an object as the cascade analysis sees it: what was written,
+//! when, by whom, the object's readiness after it, and the write it was
+//! inferred to be caused by. The processor hands these to a [`ChangeSink`]
+//! (the change-log output, `kascade analyze`, the live propagation metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::model::ObjectRef;
+
+/// A span, by its ids (the raw trace of an object window, and the span in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanRef {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+}
+
+impl SpanRef {
+    pub fn trace_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+    pub fn span_hex(&self) -> String {
+        hex(&self.span_id)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the change was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeSource {
+    /// An audit event (possibly with the list-watch's diff).
+    Audit,
+    /// Only the list-watch saw it (no audit event claimed it).
+    Watch,
+}
+
+/// How a write relates to the cascade it belongs to (`cascade.role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CascadeRole {
+    /// No related change before it that its writer reacts to.
+    Root,
+    /// Caused by [`ChangeRecord::cause`].
+    Effect,
+    /// A controller's write whose cause was not found (counted): its own
+    /// root, but not an external change.
+    Unexplained,
+}
+
+impl CascadeRole {
+    /// The value of the `cascade.role` span attribute.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CascadeRole::Root => "root",
+            CascadeRole::Effect => "effect",
+            CascadeRole::Unexplained => "unexplained",
+        }
+    }
+}
+
+/// The write a change was inferred to be caused by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cause {
+    pub span: SpanRef,
+    pub object: ObjectRef,
+    /// `<user> <verb>[ <subresource>] <resource> <ns>/<name>`.
+    pub name: String,
+    /// e.g. `replicasets → pods create` (see `span_model::attr::CASCADE_EDGE`).
+    pub edge: String,
+    /// The propagation rule that related them.
+    pub rule: String,
+    /// This change's request received minus the cause's response completed.
+    pub hop: Duration,
+}
+
+/// The object's readiness after the write (`object.status` and its message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub status: String,
+    pub message: String,
+}
+
+/// One change (a successful write, or a refused one: `code` ≥ 400).
+#[derive(Clone, Debug)]
+pub struct ChangeRecord {
+    pub object: ObjectRef,
+    pub uid: String,
+    pub source: ChangeSource,
+    /// The audit user; empty for a change only the watch saw.
+    pub user: String,
+    /// `create`, `update`, `patch`, `delete`, … (`added`/`modified`/`deleted`
+    /// for a watch-only change).
+    pub verb: String,
+    pub subresource: String,
+    /// HTTP status of the request (200 for a watch-only change).
+    pub code: i32,
+    /// Request received (a watch-only change: when the watch delivered it).
+    pub received: SystemTime,
+    /// Response completed (audit stageTimestamp; watch: delivered).
+    pub completed: SystemTime,
+    /// The audit (or watch) span that shows this change.
+    pub span: SpanRef,
+    pub readiness: Option<Readiness>,
+    /// The write removed the object.
+    pub deleted: bool,
+    pub role: CascadeRole,
+    pub cause: Option<Cause>,
+    /// The cascade's root (this change's own span for a root).
+    pub root: SpanRef,
+    /// Hops from the root.
+    pub depth: u32,
+    /// The object before and after (redacted), only for sinks that
+    /// [`ChangeSink::wants_objects`].
+    pub old: Option<Arc<Value>>,
+    pub new: Option<Arc<Value>>,
+}
+
+/// Where the processor sends change records. Implementations: the change-log
+/// file output, `kascade analyze`'s collector, the live propagation metrics.
+pub trait ChangeSink: Send + Sync {
+    /// Whether records should carry the objects before and after (costly).
+    fn wants_objects(&self) -> bool {
+        false
+    }
+    fn record(&self, change: ChangeRecord);
+}
