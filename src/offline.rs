@@ -12,6 +12,7 @@ use crate::aggregate::rules::RuleSet;
 use crate::aggregate::span_cache::LocalSpanCache;
 use crate::aggregate::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
+use crate::pipeline::ChangeSink;
 use crate::source::accept;
 use crate::source::audit::{AuditFilter, parse_event};
 
@@ -26,10 +27,73 @@ pub async fn spans_from_audit_lines(
     cfg: ProcessorConfig,
     redactor: Redactor,
 ) -> (Vec<crate::span_model::Span>, Vec<String>) {
+    run(lines, cluster, rules, filter, cfg, redactor, None, true).await
+}
+
+/// [`spans_from_audit_lines`], also handing every change (with its
+/// inferred cause) to `sink`.
+pub async fn spans_and_changes_from_audit_lines(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sink: Arc<dyn ChangeSink>,
+) -> (Vec<crate::span_model::Span>, Vec<String>) {
+    run(
+        lines,
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        Some(sink),
+        true,
+    )
+    .await
+}
+
+/// Only the changes, to `sink` (the spans are discarded as they come, so
+/// memory stays flat on large inputs); returns the malformed lines.
+pub async fn changes_from_audit_lines(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sink: Arc<dyn ChangeSink>,
+) -> Vec<String> {
+    run(
+        lines,
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        Some(sink),
+        false,
+    )
+    .await
+    .1
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sink: Option<Arc<dyn ChangeSink>>,
+    keep_spans: bool,
+) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);
-    let processor = Processor::new(
+    let mut processor = Processor::new(
         cfg,
         redactor,
         rules,
@@ -37,10 +101,15 @@ pub async fn spans_from_audit_lines(
         tx,
         metrics.clone(),
     );
+    if let Some(sink) = sink {
+        processor = processor.with_change_sink(sink);
+    }
     let collector = tokio::spawn(async move {
         let mut out = Vec::new();
         while let Some(s) = rx.recv().await {
-            out.push(crate::span_model::EncodedSpan::decode(&s));
+            if keep_spans {
+                out.push(crate::span_model::EncodedSpan::decode(&s));
+            }
         }
         out
     });

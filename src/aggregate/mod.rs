@@ -6,6 +6,7 @@
 //! a refused batch whole), then is sharded by object so each object's writes
 //! are processed in order while different objects proceed in parallel.
 
+pub mod causes;
 pub mod diff;
 pub mod processor;
 pub mod redact;
@@ -120,6 +121,11 @@ pub fn start(
                     }
                 }
                 continue;
+            }
+            // In arrival order, before any shard runs it: a write another
+            // shard processes first still finds this one as its cause.
+            if let Work::Audit(a) = &item {
+                processor.note_arrival(a);
             }
             let shard = (item.routing_hash() % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {

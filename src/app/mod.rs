@@ -28,6 +28,10 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
         include_str!("../../rules/networking.yaml"),
     ),
     ("rules/pods.yaml", include_str!("../../rules/pods.yaml")),
+    (
+        "rules/propagation.yaml",
+        include_str!("../../rules/propagation.yaml"),
+    ),
     ("rules/policy.yaml", include_str!("../../rules/policy.yaml")),
     (
         "rules/storage.yaml",

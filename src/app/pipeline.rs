@@ -61,6 +61,8 @@ pub struct PipelineConfig {
     pub workers: usize,
     /// Most changed paths recorded per write.
     pub max_diff_changes: usize,
+    /// Objects whose recent changes are kept as candidate causes.
+    pub cascade_objects: u64,
     /// How long a change seen by a watch waits for the audit event of the
     /// same write (`collect` sets it from its watch settings).
     pub watch_audit_wait: Duration,
@@ -96,6 +98,7 @@ impl Default for PipelineConfig {
             queue_size: 4_000,
             workers: default_workers(),
             max_diff_changes: 100,
+            cascade_objects: aggregate::causes::DEFAULT_CAUSE_OBJECTS,
             watch_audit_wait: Duration::from_secs(5),
             has_watch: false,
             watch_ledger_entries: aggregate::processor::DEFAULT_LEDGER_ENTRIES,
@@ -162,6 +165,7 @@ impl PipelineConfig {
             watch_audit_wait: self.watch_audit_wait,
             has_watch: self.has_watch,
             ledger_entries: self.watch_ledger_entries,
+            cause_objects: self.cascade_objects,
         })
     }
 

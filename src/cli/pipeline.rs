@@ -60,6 +60,9 @@ pub struct PipelineArgs {
     /// Most changed paths recorded per write.
     #[arg(long, default_value_t = pipeline().max_diff_changes, env = "KASCADE_MAX_DIFF_CHANGES")]
     pub max_diff_changes: usize,
+    /// Objects whose recent changes are kept as candidate causes of later writes (cascades); least recently written forgotten first.
+    #[arg(long, default_value_t = pipeline().cascade_objects, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_CASCADE_OBJECTS")]
+    pub cascade_objects: u64,
 }
 
 impl From<PipelineArgs> for PipelineConfig {
@@ -78,6 +81,7 @@ impl From<PipelineArgs> for PipelineConfig {
             queue_size: a.queue_size,
             workers: a.workers,
             max_diff_changes: a.max_diff_changes,
+            cascade_objects: a.cascade_objects,
             // Not flags of the pipeline: `collect` sets them from its watch flags.
             ..PipelineConfig::default()
         }

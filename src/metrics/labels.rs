@@ -88,6 +88,8 @@ label_values! {
         States => "states",
         /// The local span cache.
         SpanCache => "span_cache",
+        /// Recent changes of objects, the candidate causes of later writes.
+        Causes => "causes",
     }
 }
 
@@ -141,6 +143,19 @@ label_values! {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: Source,
+}
+
+pub use crate::pipeline::CascadeRole;
+
+impl EncodeLabelValue for CascadeRole {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CascadeRoleLabel {
+    pub role: CascadeRole,
 }
 
 /// The `source` of the list-watch metrics: a watched cluster's name.
@@ -327,7 +342,7 @@ mod tests {
                 ));
             }
         }
-        for c in ["ledger", "seen_events", "states", "span_cache"] {
+        for c in ["ledger", "seen_events", "states", "span_cache", "causes"] {
             for cause in ["size", "expired"] {
                 expected.push(format!(
                     r#"kascade_cache_evictions_total{{cache="{c}",cause="{cause}"}} 1"#

@@ -65,6 +65,13 @@ pub struct Metrics {
     pub span_events_trimmed: Counter,
     pub export_splits: Family<OutputLabel, Counter>,
     pub export_output_queue_depth: Family<OutputLabel, Gauge>,
+    /// Writes by role in their cascade (root, effect, unexplained).
+    pub cascade_writes: Family<CascadeRoleLabel, Counter>,
+    pub cascade_unexplained: Counter,
+    pub cascade_causes_after_effect: Counter,
+    pub cascade_resolve_timeouts: Counter,
+    pub cascade_holders_dropped: Counter,
+    pub cascade_objects: Gauge,
 }
 
 impl Metrics {
@@ -144,6 +151,31 @@ impl Metrics {
             "object_spans_created",
             "Object spans created (one per object and window)",
             self.object_spans.clone(),
+        );
+        r.register(
+            "cascade_writes",
+            "Writes by their role in a cascade: root (nothing related caused it), effect (a cause was inferred), unexplained (a controller's write whose cause was not found)",
+            self.cascade_writes.clone(),
+        );
+        r.register(
+            "cascade_causes_after_effect",
+            "Controller writes left without a cause because every candidate was stamped after the write was received (clock skew between apiservers, out-of-order input)",
+            self.cascade_causes_after_effect.clone(),
+        );
+        r.register(
+            "cascade_resolve_timeouts",
+            "Effects whose cause's cascade was not known within 2 s (the cause's shard lagged): shown under the cause alone",
+            self.cascade_resolve_timeouts.clone(),
+        );
+        r.register(
+            "cascade_holders_dropped",
+            "Relations not registered for cause inference because an object already had 4096 related holders",
+            self.cascade_holders_dropped.clone(),
+        );
+        r.register(
+            "cascade_objects",
+            "Objects whose recent changes are kept as candidate causes",
+            self.cascade_objects.clone(),
         );
         r.register(
             "link_spans_created",

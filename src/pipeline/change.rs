@@ -40,7 +40,7 @@ pub enum ChangeSource {
 }
 
 /// How a write relates to the cascade it belongs to (`cascade.role`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CascadeRole {
     /// No related change before it that its writer reacts to.
     Root,
@@ -73,7 +73,8 @@ pub struct Cause {
     pub edge: String,
     /// The propagation rule that related them.
     pub rule: String,
-    /// This change's request received minus the cause's response completed.
+    /// This change's request received minus the cause's response completed
+    /// (zero when the writer reacted before that response was finished).
     pub hop: Duration,
 }
 

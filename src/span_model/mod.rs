@@ -99,7 +99,9 @@ pub mod attr {
     /// The cause for people: `<user> <verb>[ <subresource>] <resource> <ns>/<name>`.
     pub const CASCADE_CAUSE_NAME: &str = "cascade.cause.name";
     /// Hop latency in microseconds: this write's requestReceived minus the
-    /// cause's stageTimestamp (response completed); never negative.
+    /// cause's stageTimestamp (response completed), 0 when the writer
+    /// reacted before the cause's response was finished (it saw the stored
+    /// change in its watch first).
     pub const CASCADE_HOP_US: &str = "cascade.hop_us";
     /// The edge class the hop is counted under, e.g.
     /// `replicasets → pods create`, `pods binding`, `pods → Running`.

@@ -110,15 +110,21 @@ pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
     audit_span_named(ow, w, &name)
 }
 
+/// The id of the audit span of `audit_id` in `ow` (known before the write
+/// is processed, so a later write can name it as its cause).
+pub fn audit_span_id(ow: &ObjectWindow, audit_id: &str) -> SpanId {
+    // The hash of `<audit id>|<cache key>`.
+    derived_span_id_of(SALT_AUDIT, |h| {
+        h.update(audit_id.as_bytes());
+        h.update(b"|");
+        ow.hash_cache_key(h);
+    })
+}
+
 /// [`audit_span`] under a name of the caller's (a write shown on another
 /// object's span says what it wrote).
 pub fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str) -> SpanBuf {
-    // The hash of `<audit id>|<cache key>`.
-    let id = derived_span_id_of(SALT_AUDIT, |h| {
-        h.update(w.audit_id.as_bytes());
-        h.update(b"|");
-        ow.hash_cache_key(h);
-    });
+    let id = audit_span_id(ow, w.audit_id);
     let mut s = child_span(ow, id, name, w.start, w.end.max(w.start));
     s.attr(attr::SPAN_KIND, SPAN_KIND_AUDIT);
     s.attr(attr::AUDIT_ID, w.audit_id);
@@ -240,6 +246,18 @@ pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanBuf {
     s
 }
 
+/// The id of the watch span of a `kind` change to version `new_rv` in `ow`.
+pub fn watch_span_id(ow: &ObjectWindow, kind: &str, new_rv: &str) -> SpanId {
+    // The hash of `<cache key>|<kind>|<new resourceVersion>`.
+    derived_span_id_of(SALT_WATCH, |h| {
+        ow.hash_cache_key(h);
+        for part in [kind, new_rv] {
+            h.update(b"|");
+            h.update(part.as_bytes());
+        }
+    })
+}
+
 /// A change seen only by the list-watch (no audit event showed it): a
 /// zero-length child of the object span at the time it was observed, named
 /// `watch <added|modified|deleted|listed>`; the diff or snapshot are its events.
@@ -250,14 +268,7 @@ pub fn watch_span(
     new_rv: &str,
     at: SystemTime,
 ) -> SpanBuf {
-    // The hash of `<cache key>|<kind>|<new resourceVersion>`.
-    let id = derived_span_id_of(SALT_WATCH, |h| {
-        ow.hash_cache_key(h);
-        for part in [kind, new_rv] {
-            h.update(b"|");
-            h.update(part.as_bytes());
-        }
-    });
+    let id = watch_span_id(ow, kind, new_rv);
     let mut s = child_span(ow, id, &format!("watch {kind}"), at, at);
     s.attr(attr::SPAN_KIND, SPAN_KIND_WATCH);
     s.attr(attr::WATCH_TYPE, kind);

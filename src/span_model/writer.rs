@@ -136,9 +136,14 @@ impl SpanBuf {
     }
 
     pub(super) fn link(&mut self, to: &ObjectWindow, attrs: &[(&str, &str)]) {
+        self.link_ids(&to.trace_id().to_bytes(), &to.span_id().to_bytes(), attrs);
+    }
+
+    /// An OpenTelemetry link to the span `span_id` of trace `trace_id`.
+    pub fn link_ids(&mut self, trace_id: &[u8; 16], span_id: &[u8; 8], attrs: &[(&str, &str)]) {
         self.scratch.clear();
-        wire::bytes(&mut self.scratch, 1, &to.trace_id().to_bytes());
-        wire::bytes(&mut self.scratch, 2, &to.span_id().to_bytes());
+        wire::bytes(&mut self.scratch, 1, trace_id);
+        wire::bytes(&mut self.scratch, 2, span_id);
         for (k, v) in attrs {
             wire::kv_str(&mut self.scratch, 4, k, v);
         }

@@ -10,7 +10,6 @@ use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::super::diff::Change;
-use super::super::relations::all_relations;
 use super::super::rules::Relation;
 use super::super::span_cache::Slot;
 use super::super::status;
@@ -59,6 +58,7 @@ impl Processor {
     }
 
     /// Records every relation `state` shows (owners, rules), in `ow`'s window.
+    #[cfg(test)]
     pub(super) async fn record_relations(
         &self,
         ow: &ObjectWindow,
@@ -66,8 +66,21 @@ impl Processor {
         at: SystemTime,
         force: bool,
     ) -> Result<(), ProcessError> {
-        for (rel, uid) in all_relations(&ow.object, state, &self.kinds, &self.rules) {
-            self.record_relation(ow, &rel, &uid, at, force).await?;
+        let relations =
+            super::super::relations::all_relations(&ow.object, state, &self.kinds, &self.rules);
+        self.record_relation_list(ow, &relations, at, force).await
+    }
+
+    /// Records `relations` (computed by the caller), in `ow`'s window.
+    pub(super) async fn record_relation_list(
+        &self,
+        ow: &ObjectWindow,
+        relations: &[(Relation, String)],
+        at: SystemTime,
+        force: bool,
+    ) -> Result<(), ProcessError> {
+        for (rel, uid) in relations {
+            self.record_relation(ow, rel, uid, at, force).await?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@
 //! (Kubernetes Events). This file holds the processor and the audit path
 //! that uses them all; `watch` the list-watch's path.
 
+mod cascade;
 mod emit;
 mod events;
 mod reconcile;
@@ -24,16 +25,20 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::causes::{CauseIndex, DEFAULT_CAUSE_OBJECTS};
 use super::diff;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
-use super::rules::RuleSet;
+use super::relations::all_relations;
+use super::rules::{ChangeClass, Relation, Role, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
-use crate::pipeline::{Accepted, ExportProgress, FailedCreate, Gauges, is_event_resource};
+use crate::pipeline::{
+    Accepted, ChangeSink, ChangeSource, ExportProgress, FailedCreate, Gauges, is_event_resource,
+};
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{add_object_status, add_snapshot, audit_write, failure_message, is_conflict};
 use state::{is_older, resource_version};
@@ -57,6 +62,9 @@ pub struct ProcessorConfig {
     /// Most entries of the audit/watch ledger (each ≈ 300 bytes, plus the
     /// diff of a change no audit event has claimed yet).
     pub ledger_entries: u64,
+    /// Objects whose recent changes are kept as candidate causes of later
+    /// writes (`aggregate/causes/`).
+    pub cause_objects: u64,
 }
 
 /// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
@@ -73,6 +81,7 @@ impl Default for ProcessorConfig {
             watch_audit_wait: Duration::from_secs(5),
             has_watch: true,
             ledger_entries: DEFAULT_LEDGER_ENTRIES,
+            cause_objects: DEFAULT_CAUSE_OBJECTS,
         }
     }
 }
@@ -112,6 +121,10 @@ pub struct Processor {
     ledger: reconcile::Ledger,
     /// Labels and selectors, for `selector` rules.
     selectors: SelectorIndex,
+    /// Recent changes, the candidate causes of later writes.
+    causes: CauseIndex,
+    /// Where each change goes with its cause (change log, analysis, metrics).
+    change_sink: Option<Arc<dyn ChangeSink>>,
 }
 
 impl Processor {
@@ -128,6 +141,8 @@ impl Processor {
             seen_events: events::seen_events(cfg.windowing.width, &metrics),
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
             selectors: SelectorIndex::new(&rules),
+            causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
+            change_sink: None,
             cfg,
             redactor,
             rules,
@@ -139,7 +154,16 @@ impl Processor {
         }
     }
 
+    /// Hands every change, with its inferred cause, to `sink`.
+    pub fn with_change_sink(mut self, sink: Arc<dyn ChangeSink>) -> Self {
+        self.change_sink = Some(sink);
+        self
+    }
+
     pub fn update_gauges(&self) {
+        self.metrics
+            .cascade_objects
+            .set(self.causes.entry_count() as i64);
         self.metrics
             .state_cache_entries
             .set(self.states.entry_count() as i64);
@@ -186,6 +210,39 @@ impl Processor {
             .and_then(Value::as_str)
             .unwrap_or(&item.uid)
             .to_string();
+        // Relations come from the newest state known, or the snapshot of a deleted object.
+        let deleted = state::removes_object(ev, &outcome);
+        let relations = outcome
+            .state
+            .as_ref()
+            .or(outcome.snapshot.as_ref())
+            .or(old.as_deref())
+            .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
+            .unwrap_or_default();
+        // Before anything that can fail: writes caused by this one wait for it.
+        let own = self.arrival_entry(item);
+        let inference = self
+            .infer_cause(
+                &cascade::Write {
+                    object: obj,
+                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
+                    user: &ev.user.username,
+                    verb: &ev.verb,
+                    subresource: ev.subresource(),
+                    class: ChangeClass::of(&ev.verb, ev.subresource()),
+                    code: ev.code(),
+                    received: ev.request_received_timestamp,
+                    completed: ev.stage_timestamp,
+                    source: ChangeSource::Audit,
+                    uid: &uid,
+                    deleted,
+                },
+                own.as_ref(),
+                &relations,
+                old.as_ref(),
+                outcome.state.as_ref().filter(|_| !deleted),
+            )
+            .await;
         self.ensure_object_span(&ow, &uid, item.replayed).await?;
 
         // A binding's state is the last one with `spec.nodeName` set: its
@@ -222,8 +279,8 @@ impl Processor {
         let conflict = is_conflict(ev).then(|| failure_message(ev));
         let error = (ev.code() >= 400 && conflict.is_none()).then(|| failure_message(ev));
         let write = audit_write(ev, ev.subresource(), &old_rv, &new_rv, error);
-        let deleted = state::removes_object(ev, &outcome);
         let mut span = span_model::audit_span(&ow, &write);
+        cascade::add_cascade(&mut span, &inference);
         if !deleted && let Some(state) = &outcome.state {
             add_object_status(&mut span, obj, state);
         }
@@ -242,17 +299,13 @@ impl Processor {
             );
         }
         self.emit(span).await?;
-
-        // Relations come from the newest state known, or the snapshot of a deleted object.
-        let basis = outcome
-            .state
-            .as_ref()
-            .or(outcome.snapshot.as_ref())
-            .or(old.as_deref());
-        if let Some(state) = basis {
-            self.record_relations(&ow, state, ev.request_received_timestamp, item.replayed)
-                .await?;
-        }
+        self.record_relation_list(
+            &ow,
+            &relations,
+            ev.request_received_timestamp,
+            item.replayed,
+        )
+        .await?;
 
         if deleted {
             self.states.remove(&key);
@@ -300,6 +353,42 @@ impl Processor {
                 .windowing
                 .window_start(ev.request_received_timestamp),
         };
+        // Its cause is the owner's change the controller acted on.
+        let relations: Vec<(Relation, String)> = attempt
+            .owner
+            .as_ref()
+            .map(|_| {
+                let rel = Relation {
+                    target: ow.object.clone(),
+                    role: Role::Parent,
+                    class: super::relations::CLASS_OWNER.to_string(),
+                };
+                (rel, holder_uid.to_string())
+            })
+            .into_iter()
+            .collect();
+        let inference = self
+            .infer_cause(
+                &cascade::Write {
+                    object: tried,
+                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
+                    user: &ev.user.username,
+                    verb: &ev.verb,
+                    subresource: ev.subresource(),
+                    class: ChangeClass::of(&ev.verb, ev.subresource()),
+                    code: ev.code(),
+                    received: ev.request_received_timestamp,
+                    completed: ev.stage_timestamp,
+                    source: ChangeSource::Audit,
+                    uid: "",
+                    deleted: false,
+                },
+                None,
+                &relations,
+                None,
+                None,
+            )
+            .await;
         self.ensure_object_span(&ow, holder_uid, item.replayed)
             .await?;
         let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
@@ -311,6 +400,7 @@ impl Processor {
             attempt.generate_name
         );
         let mut span = span_model::audit_span_named(&ow, &write, &name);
+        cascade::add_cascade(&mut span, &inference);
         if !tried.group.is_empty() {
             span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
         }

@@ -5,13 +5,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::diff;
+use super::super::diff::{self, Change};
+use super::super::relations::all_relations;
+use super::super::rules::ChangeClass;
+use super::cascade::{Write, add_cascade};
 use super::emit::{add_object_status, add_snapshot};
 use super::reconcile::{PendingWatch, ledger_key};
 use super::state::{is_older, prepare_watched, resource_version};
 use super::{ProcessError, Processor};
 use crate::model::ObjectWindow;
-use crate::pipeline::{WatchChange, WatchKind};
+use crate::pipeline::{ChangeSource, SpanRef, WatchChange, WatchKind};
 use crate::span_model;
 
 impl Processor {
@@ -105,8 +108,52 @@ impl Processor {
             self.ensure_object_span(&p.ow, "", false).await?;
             let at = p.change.observed;
             let new_rv = resource_version(&p.change.state).to_string();
-            let mut span =
-                span_model::watch_span(&p.ow, p.change.kind.as_str(), &p.old_rv, &new_rv, at);
+            let kind = p.change.kind.as_str();
+            let deleted = p.change.kind == WatchKind::Deleted;
+            let relations = all_relations(&p.ow.object, &p.change.state, &self.kinds, &self.rules);
+            let class = watch_class(p.change.kind, &p.entry.changes);
+            let span_ref = SpanRef {
+                trace_id: p.ow.trace_id().to_bytes(),
+                span_id: span_model::watch_span_id(&p.ow, kind, &new_rv).to_bytes(),
+            };
+            let own = self.causes.note_arrival(
+                &p.ow.object,
+                span_ref,
+                class,
+                || format!("watch {kind}"),
+                at,
+                at,
+            );
+            let uid = p
+                .change
+                .state
+                .pointer("/metadata/uid")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("");
+            let inference = self
+                .infer_cause(
+                    &Write {
+                        object: &p.ow.object,
+                        span: span_ref,
+                        user: "",
+                        verb: kind,
+                        subresource: "",
+                        class: Some(class),
+                        code: 200,
+                        received: at,
+                        completed: at,
+                        source: ChangeSource::Watch,
+                        uid,
+                        deleted,
+                    },
+                    Some(&own),
+                    &relations,
+                    None,
+                    (!deleted).then_some(&p.change.state),
+                )
+                .await;
+            let mut span = span_model::watch_span(&p.ow, kind, &p.old_rv, &new_rv, at);
+            add_cascade(&mut span, &inference);
             if p.change.kind != WatchKind::Deleted {
                 add_object_status(&mut span, &p.ow.object, &p.change.state);
             }
@@ -117,11 +164,29 @@ impl Processor {
             self.metrics.watch_spans.inc();
             self.emit(span).await?;
             if p.change.kind != WatchKind::Deleted {
-                self.record_relations(&p.ow, &p.change.state, at, false)
+                self.record_relation_list(&p.ow, &relations, at, false)
                     .await?;
             }
         }
         Ok(())
+    }
+}
+
+/// The class of a change only the watch saw: a modification that touched
+/// nothing but `status` is a status write.
+fn watch_class(kind: WatchKind, changes: &[Change]) -> ChangeClass {
+    match kind {
+        WatchKind::Added | WatchKind::Listed => ChangeClass::Create,
+        WatchKind::Deleted => ChangeClass::Delete,
+        WatchKind::Modified
+            if !changes.is_empty()
+                && changes
+                    .iter()
+                    .all(|c| c.path.as_ref() == "status" || c.path.starts_with("status.")) =>
+        {
+            ChangeClass::Status
+        }
+        WatchKind::Modified => ChangeClass::Update,
     }
 }
 

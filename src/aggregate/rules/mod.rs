@@ -6,9 +6,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 mod finder;
+mod propagation;
 mod selector;
 mod spec;
 
+pub use propagation::{ChangeClass, Propagation, Via};
 pub use selector::LabelSelector;
 
 use finder::Finder;
@@ -96,6 +98,7 @@ pub struct RuleError {
 pub struct RuleSet {
     by_resource: HashMap<(String, String), Vec<Rule>>,
     count: usize,
+    propagations: Vec<Propagation>,
 }
 
 impl RuleSet {
@@ -109,6 +112,11 @@ impl RuleSet {
 
     pub fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.by_resource.values().flatten()
+    }
+
+    /// The declared propagations, in file order.
+    pub fn propagations(&self) -> &[Propagation] {
+        &self.propagations
     }
 
     /// Parses one rule file's text; `source` names it in errors.
@@ -146,6 +154,21 @@ impl RuleSet {
                     };
                     self.by_resource.entry(key).or_default().push(rule);
                 }
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut propagation_names: std::collections::HashSet<String> =
+            self.propagations.iter().map(|p| p.name.clone()).collect();
+        for spec in file.propagations {
+            if !propagation_names.insert(spec.name().to_string()) {
+                errors.push(RuleError {
+                    location: format!("{source}: propagation {:?}", spec.name()),
+                    message: "duplicate propagation name".into(),
+                });
+                continue;
+            }
+            match spec.compile(source) {
+                Ok(p) => self.propagations.push(p),
                 Err(e) => errors.push(e),
             }
         }

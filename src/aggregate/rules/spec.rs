@@ -12,7 +12,11 @@ use super::{Role, Rule, RuleError};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RuleFile {
+    #[serde(default)]
     pub(super) rules: Vec<RuleSpec>,
+    /// Which relations carry changes (`propagation.rs`).
+    #[serde(default)]
+    pub(super) propagations: Vec<super::propagation::PropagationSpec>,
 }
 
 #[derive(Debug, Deserialize)]

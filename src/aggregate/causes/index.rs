@@ -1,0 +1,230 @@
+//! The recent changes of each object, by change class, and the objects that
+//! hold a relation towards it: bounded (objects by count and idle time,
+//! changes per class, holders per object).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use moka::policy::EvictionPolicy;
+
+use crate::metrics::{Cache, CacheEvictions, Metrics};
+use crate::model::ObjectRef;
+use crate::pipeline::SpanRef;
+
+use super::super::rules::{ChangeClass, Propagation, Role};
+
+/// Changes kept per object and class: enough to step over writes that
+/// completed after the effect was received (concurrent ones).
+const PER_CLASS: usize = 4;
+/// Objects holding a relation towards one object (a ReplicaSet's Pods).
+const MAX_HOLDERS: usize = 4096;
+
+/// The cascade a change belongs to, once its shard has inferred its cause.
+#[derive(Clone, Copy, Debug)]
+pub struct Resolved {
+    pub root: SpanRef,
+    pub depth: u32,
+}
+
+/// One successful write, as a candidate cause.
+pub struct ChangeEntry {
+    pub span: SpanRef,
+    pub class: ChangeClass,
+    /// `<user> <verb>[ <subresource>]`.
+    pub who: String,
+    pub received: SystemTime,
+    pub completed: SystemTime,
+    resolved: OnceLock<Resolved>,
+    ready: tokio::sync::Notify,
+}
+
+impl ChangeEntry {
+    pub fn new(
+        span: SpanRef,
+        class: ChangeClass,
+        who: String,
+        received: SystemTime,
+        completed: SystemTime,
+    ) -> Self {
+        Self {
+            span,
+            class,
+            who,
+            received,
+            completed,
+            resolved: OnceLock::new(),
+            ready: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn resolve(&self, r: Resolved) {
+        if self.resolved.set(r).is_ok() {
+            self.ready.notify_waiters();
+        }
+    }
+
+    /// The cascade of this change, waiting up to `wait` for its shard.
+    pub async fn resolved(&self, wait: Duration) -> Option<Resolved> {
+        if let Some(r) = self.resolved.get() {
+            return Some(*r);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.ready.notified();
+            if let Some(r) = self.resolved.get() {
+                return Some(*r);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.resolved.get().copied();
+            }
+        }
+    }
+}
+
+pub(super) struct Candidate<'p> {
+    pub entry: Arc<ChangeEntry>,
+    pub object: ObjectRef,
+    pub rule: &'p str,
+}
+
+#[derive(Default)]
+pub(super) struct ObjectChanges {
+    by_class: [Vec<Arc<ChangeEntry>>; ChangeClass::ALL.len()],
+    holders: Vec<(ObjectRef, Role, String)>,
+    holder_keys: HashSet<(u64, Role, String)>,
+}
+
+impl ObjectChanges {
+    pub fn find(&self, class: ChangeClass, span: SpanRef) -> Option<Arc<ChangeEntry>> {
+        self.by_class[class.index()]
+            .iter()
+            .find(|e| e.span == span)
+            .cloned()
+    }
+
+    pub fn push(&mut self, entry: Arc<ChangeEntry>) {
+        let ring = &mut self.by_class[entry.class.index()];
+        if ring.len() == PER_CLASS {
+            // Keep the latest by completion (input may be out of order).
+            let (oldest, _) = ring
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.completed)
+                .expect("full ring");
+            if ring[oldest].completed > entry.completed {
+                return;
+            }
+            ring.swap_remove(oldest);
+        }
+        ring.push(entry);
+    }
+
+    /// False when the holder list is full (the relation is not registered).
+    pub fn add_holder(&mut self, holder: &ObjectRef, role: Role, class: &str) -> bool {
+        let key = (holder.hash(), role, class.to_string());
+        if self.holder_keys.contains(&key) {
+            return true;
+        }
+        if self.holders.len() >= MAX_HOLDERS {
+            return false;
+        }
+        self.holder_keys.insert(key);
+        self.holders.push((holder.clone(), role, class.to_string()));
+        true
+    }
+
+    /// Holders that play `role` for this object through a relation of `class`.
+    pub fn holders(&self, class: &str, role: Role) -> Vec<ObjectRef> {
+        self.holders
+            .iter()
+            .filter(|(_, r, c)| *r == role && c == class)
+            .map(|(o, _, _)| o.clone())
+            .collect()
+    }
+
+    /// The latest change `p` is triggered by that the effect's writer could
+    /// have seen: received no later than the effect was, and completed no
+    /// later than the effect did (a controller sees a change in its watch
+    /// once it is stored, which may be before the apiserver finished the
+    /// response), not `effect` itself; with `same_object`, not before the
+    /// object's latest create (an earlier object of the same name). Also
+    /// whether a triggering change was received only after the effect.
+    pub fn latest_before(
+        &self,
+        p: &Propagation,
+        effect: (SpanRef, SystemTime, SystemTime),
+        same_object: bool,
+    ) -> (Option<Arc<ChangeEntry>>, bool) {
+        let (effect, received, completed) = effect;
+        let seen = |e: &ChangeEntry| {
+            e.span != effect && e.received <= received && e.completed <= completed
+        };
+        let floor = if same_object {
+            self.by_class[ChangeClass::Create.index()]
+                .iter()
+                .filter(|e| seen(e))
+                .map(|e| e.completed)
+                .max()
+        } else {
+            None
+        };
+        let mut best: Option<&Arc<ChangeEntry>> = None;
+        let mut later = false;
+        for class in ChangeClass::ALL {
+            if !p.triggered_by(class) {
+                continue;
+            }
+            for e in &self.by_class[class.index()] {
+                if e.span == effect {
+                    continue;
+                }
+                if !seen(e) {
+                    later |= e.received > received;
+                    continue;
+                }
+                if floor.is_some_and(|f| e.completed < f) {
+                    continue;
+                }
+                if best.is_none_or(|b| (e.completed, e.span) > (b.completed, b.span)) {
+                    best = Some(e);
+                }
+            }
+        }
+        (best.cloned(), later)
+    }
+}
+
+pub(super) struct Objects {
+    cache: moka::sync::Cache<u64, Arc<Mutex<ObjectChanges>>>,
+}
+
+impl Objects {
+    pub fn new(max_objects: u64, idle: Duration, metrics: &Arc<Metrics>) -> Self {
+        let evictions = CacheEvictions::new(
+            metrics,
+            Cache::Causes,
+            "writes of objects evicted from it can no longer be found as causes; raise --cascade-objects",
+        );
+        Self {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(max_objects)
+                .time_to_idle(idle)
+                .eviction_policy(EvictionPolicy::lru())
+                .eviction_listener(move |_, _, cause| evictions.record(cause))
+                .build(),
+        }
+    }
+
+    pub fn get(&self, object_hash: u64) -> Option<Arc<Mutex<ObjectChanges>>> {
+        self.cache.get(&object_hash)
+    }
+
+    pub fn get_or_insert(&self, object_hash: u64) -> Arc<Mutex<ObjectChanges>> {
+        self.cache.get_with(object_hash, Default::default)
+    }
+
+    pub fn entry_count(&self) -> u64 {
+        self.cache.entry_count()
+    }
+}

@@ -1,0 +1,325 @@
+//! Cause inference: which earlier write made a controller write this one.
+//!
+//! Every write is recorded here when it *arrives* (the dispatcher calls
+//! [`CauseIndex::note_arrival`] before sharding, in arrival order), so a
+//! write processed in another shard still finds every change that arrived
+//! before it. Its shard then [`infers`](CauseIndex::infer) its cause: of the
+//! changes of related objects that the propagations in `rules/` say its
+//! writer reacts to, the latest whose response completed before this request
+//! was received. A cause is never later than its effect; a write with no
+//! cause is a cascade root, or `unexplained` when a controller wrote it.
+//!
+//! Relations come from the effect's own state (its owners, rule targets);
+//! relations other objects hold towards it (a Pod's owner reference, seen
+//! from the ReplicaSet) are registered here as the processor sees them.
+//!
+//! The cascade an effect belongs to (its root and depth) comes from its
+//! cause, which another shard may still be processing: the effect waits for
+//! it (shards process in arrival order and causes arrive first, so the wait
+//! is short and cannot form a cycle), at most [`RESOLVE_WAIT`].
+
+mod index;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::metrics::Metrics;
+use crate::model::ObjectRef;
+use crate::pipeline::{CascadeRole, Cause, SpanRef};
+
+use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
+use index::{Candidate, ObjectChanges};
+pub use index::{ChangeEntry, Resolved};
+
+/// Longest wait for a cause's cascade to be known before the effect is
+/// shown under the cause alone (counted).
+pub const RESOLVE_WAIT: Duration = Duration::from_secs(2);
+
+/// Default number of objects whose recent changes are kept.
+pub const DEFAULT_CAUSE_OBJECTS: u64 = 1 << 18;
+/// How long an object's changes stay candidates after its last write.
+pub const CAUSE_IDLE: Duration = Duration::from_secs(15 * 60);
+
+/// A write whose cause is sought.
+pub struct Effect<'a> {
+    pub object: &'a ObjectRef,
+    pub span: SpanRef,
+    /// The audit user; `None` for a change only the list-watch saw.
+    pub writer: Option<&'a str>,
+    /// `None` for a write no propagation covers (never has a cause).
+    pub class: Option<ChangeClass>,
+    /// The subresource if any, else the verb: how the edge names the write.
+    pub op: &'a str,
+    pub received: SystemTime,
+    pub completed: SystemTime,
+    /// A Pod status write that changed `status.phase`: the new phase.
+    pub new_phase: Option<&'a str>,
+}
+
+/// What was inferred for one write.
+#[derive(Clone, Debug)]
+pub struct Inference {
+    pub role: CascadeRole,
+    pub cause: Option<Cause>,
+    pub root: SpanRef,
+    pub depth: u32,
+}
+
+pub struct CauseIndex {
+    objects: index::Objects,
+    propagations: Vec<Propagation>,
+    metrics: Arc<Metrics>,
+}
+
+impl CauseIndex {
+    pub fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
+        Self {
+            objects: index::Objects::new(max_objects, CAUSE_IDLE, metrics),
+            propagations: rules.propagations().to_vec(),
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// Records a successful write as a candidate cause, once (the shard calls
+    /// it again for writes that did not come through the dispatcher).
+    #[allow(clippy::too_many_arguments)]
+    pub fn note_arrival(
+        &self,
+        object: &ObjectRef,
+        span: SpanRef,
+        class: ChangeClass,
+        who: impl FnOnce() -> String,
+        received: SystemTime,
+        completed: SystemTime,
+    ) -> Arc<ChangeEntry> {
+        let changes = self.objects.get_or_insert(object.hash());
+        let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = c.find(class, span) {
+            return e;
+        }
+        let entry = Arc::new(ChangeEntry::new(span, class, who(), received, completed));
+        c.push(entry.clone());
+        entry
+    }
+
+    /// Registers the relations `holder` has, on the other side, so that an
+    /// effect on a target finds its holders (the ReplicaSet finds its Pods).
+    pub fn register_relations(&self, holder: &ObjectRef, relations: &[(Relation, String)]) {
+        for (rel, _) in relations {
+            if !self.propagates(&rel.class) {
+                continue;
+            }
+            let changes = self.objects.get_or_insert(rel.target.hash());
+            let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
+            if !c.add_holder(holder, rel.role.reverse(), &rel.class) {
+                self.metrics.cascade_holders_dropped.inc();
+            }
+        }
+    }
+
+    fn propagates(&self, class: &str) -> bool {
+        self.propagations
+            .iter()
+            .any(|p| matches!(&p.via, Via::Relation { class: c, .. } if c == class))
+    }
+
+    /// The cause of `effect`, given the relations its state shows, and the
+    /// cascade it joins. `own` is the effect's own entry (a successful
+    /// write), resolved here so its effects can go on.
+    pub async fn infer(
+        &self,
+        effect: &Effect<'_>,
+        relations: &[(Relation, String)],
+        own: Option<&Arc<ChangeEntry>>,
+    ) -> Inference {
+        let (found, later_only) = self.best_candidate(effect, relations);
+        let inference = match found {
+            Some(c) => {
+                let resolved = match c.entry.resolved(RESOLVE_WAIT).await {
+                    Some(r) => r,
+                    None => {
+                        // The cause's shard did not finish it in time: the
+                        // cause itself stands for its cascade.
+                        self.metrics.cascade_resolve_timeouts.inc();
+                        tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                        Resolved {
+                            root: c.entry.span,
+                            depth: 0,
+                        }
+                    }
+                };
+                let hop = effect
+                    .received
+                    .duration_since(c.entry.completed)
+                    .unwrap_or_default();
+                let same = c.object == *effect.object;
+                Inference {
+                    role: CascadeRole::Effect,
+                    root: resolved.root,
+                    depth: resolved.depth + 1,
+                    cause: Some(Cause {
+                        span: c.entry.span,
+                        name: format!(
+                            "{} {} {}",
+                            c.entry.who,
+                            c.object.group_resource(),
+                            object_name(&c.object)
+                        ),
+                        edge: edge(&c.object, effect, same),
+                        rule: c.rule.to_string(),
+                        hop,
+                        object: c.object,
+                    }),
+                }
+            }
+            None => {
+                let controller = effect.writer.is_some()
+                    && effect.class.is_some_and(|class| {
+                        self.propagations
+                            .iter()
+                            .any(|p| p.explains(effect.object, effect.writer, class))
+                    });
+                let role = if controller {
+                    self.metrics.cascade_unexplained.inc();
+                    if later_only {
+                        // Only changes received after this request: clock
+                        // skew between apiservers or out-of-order input.
+                        self.metrics.cascade_causes_after_effect.inc();
+                    }
+                    CascadeRole::Unexplained
+                } else {
+                    CascadeRole::Root
+                };
+                Inference {
+                    role,
+                    cause: None,
+                    root: effect.span,
+                    depth: 0,
+                }
+            }
+        };
+        if let Some(own) = own {
+            own.resolve(Resolved {
+                root: inference.root,
+                depth: inference.depth,
+            });
+        }
+        inference
+    }
+
+    /// The latest change a propagation says the effect's writer reacts to,
+    /// completed before the effect was received; and whether candidates
+    /// existed that completed only after it.
+    fn best_candidate<'p>(
+        &'p self,
+        effect: &Effect<'_>,
+        relations: &[(Relation, String)],
+    ) -> (Option<Candidate<'p>>, bool) {
+        let Some(class) = effect.class else {
+            return (None, false);
+        };
+        let mut best: Option<Candidate<'p>> = None;
+        let mut later = false;
+        let own = self.objects.get(effect.object.hash());
+        for p in &self.propagations {
+            if !p.explains(effect.object, effect.writer, class) {
+                continue;
+            }
+            let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
+                let (found, after) = changes.latest_before(
+                    p,
+                    (effect.span, effect.received, effect.completed),
+                    same,
+                );
+                later |= after;
+                if let Some(entry) = found
+                    && best.as_ref().is_none_or(|b| {
+                        (entry.completed, entry.span) > (b.entry.completed, b.entry.span)
+                    })
+                {
+                    best = Some(Candidate {
+                        entry,
+                        object: object.clone(),
+                        rule: &p.name,
+                    });
+                }
+            };
+            match &p.via {
+                Via::SameObject => {
+                    if let Some(own) = &own {
+                        let c = own.lock().unwrap_or_else(|p| p.into_inner());
+                        consider(&c, effect.object, true);
+                    }
+                }
+                Via::Namespace => {
+                    if !effect.object.namespace.is_empty() {
+                        let ns = ObjectRef::new(
+                            &effect.object.cluster,
+                            "",
+                            "namespaces",
+                            "",
+                            effect.object.namespace.clone(),
+                        );
+                        if let Some(other) = self.objects.get(ns.hash()) {
+                            let c = other.lock().unwrap_or_else(|p| p.into_inner());
+                            consider(&c, &ns, false);
+                        }
+                    }
+                }
+                Via::Relation {
+                    class: rel_class,
+                    cause_role,
+                } => {
+                    for (rel, _) in relations {
+                        if rel.class == *rel_class
+                            && rel.role == *cause_role
+                            && let Some(other) = self.objects.get(rel.target.hash())
+                        {
+                            let c = other.lock().unwrap_or_else(|p| p.into_inner());
+                            consider(&c, &rel.target, false);
+                        }
+                    }
+                    let holders = own.as_ref().map(|o| {
+                        let c = o.lock().unwrap_or_else(|p| p.into_inner());
+                        c.holders(rel_class, *cause_role)
+                    });
+                    for holder in holders.into_iter().flatten() {
+                        if let Some(other) = self.objects.get(holder.hash()) {
+                            let c = other.lock().unwrap_or_else(|p| p.into_inner());
+                            consider(&c, &holder, false);
+                        }
+                    }
+                }
+            }
+        }
+        let later_only = best.is_none() && later;
+        (best, later_only)
+    }
+
+    pub fn entry_count(&self) -> u64 {
+        self.objects.entry_count()
+    }
+}
+
+fn object_name(o: &ObjectRef) -> String {
+    if o.namespace.is_empty() {
+        o.name.clone()
+    } else {
+        format!("{}/{}", o.namespace, o.name)
+    }
+}
+
+/// The edge class a hop is counted under (`cascade.edge`).
+fn edge(cause: &ObjectRef, effect: &Effect<'_>, same: bool) -> String {
+    if let Some(phase) = effect.new_phase {
+        return format!("{} → {phase}", effect.object.resource);
+    }
+    if same {
+        format!("{} {}", effect.object.resource, effect.op)
+    } else {
+        format!(
+            "{} → {} {}",
+            cause.resource, effect.object.resource, effect.op
+        )
+    }
+}

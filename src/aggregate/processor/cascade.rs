@@ -1,0 +1,193 @@
+//! The processor's side of cascades: each write is noted as a candidate
+//! cause when it arrives, its own cause inferred when it is processed
+//! (`aggregate/causes/`), shown on its span (attributes and an OTel link),
+//! and handed to the change sink.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::super::causes::{ChangeEntry, Effect, Inference};
+use super::super::rules::{ChangeClass, Relation};
+use super::super::status;
+use super::Processor;
+use crate::metrics::CascadeRoleLabel;
+use crate::model::{ObjectRef, ObjectWindow};
+use crate::pipeline::{
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, Readiness, SpanRef, is_event_resource,
+};
+use crate::span_model::{self, SpanBuf, attr};
+
+/// What the processor knows of a write when it asks for its cause.
+pub(super) struct Write<'a> {
+    pub object: &'a ObjectRef,
+    pub span: SpanRef,
+    /// Empty for a change only the list-watch saw.
+    pub user: &'a str,
+    pub verb: &'a str,
+    pub subresource: &'a str,
+    pub class: Option<ChangeClass>,
+    pub code: i32,
+    pub received: SystemTime,
+    pub completed: SystemTime,
+    pub source: ChangeSource,
+    pub uid: &'a str,
+    pub deleted: bool,
+}
+
+impl Processor {
+    /// Notes an audit write as a candidate cause in arrival order (the
+    /// dispatcher calls this before the write is sharded).
+    pub fn note_arrival(&self, item: &Accepted) {
+        let _ = self.arrival_entry(item);
+    }
+
+    pub(super) fn arrival_entry(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
+        let ev = &item.event;
+        if item.failed_create.is_some()
+            || ev.code() >= 400
+            || is_event_resource(&item.object.group, &item.object.resource)
+        {
+            return None;
+        }
+        let class = ChangeClass::of(&ev.verb, ev.subresource())?;
+        let ow = ObjectWindow {
+            object: item.object.clone(),
+            window_start: self
+                .cfg
+                .windowing
+                .window_start(ev.request_received_timestamp),
+        };
+        let span = audit_span_ref(&ow, &ev.audit_id);
+        Some(self.causes.note_arrival(
+            &item.object,
+            span,
+            class,
+            || {
+                let mut who = format!("{} {}", ev.user.username, ev.verb);
+                if !ev.subresource().is_empty() {
+                    who.push(' ');
+                    who.push_str(ev.subresource());
+                }
+                who
+            },
+            ev.request_received_timestamp,
+            ev.stage_timestamp,
+        ))
+    }
+
+    /// Infers the cause of `w` (whose state shows `relations`; `old`/`new`
+    /// its states around the write), registers those relations for later
+    /// effects, and hands the change to the sink.
+    pub(super) async fn infer_cause(
+        &self,
+        w: &Write<'_>,
+        own: Option<&Arc<ChangeEntry>>,
+        relations: &[(Relation, String)],
+        old: Option<&Arc<Value>>,
+        new: Option<&Value>,
+    ) -> Inference {
+        let new_phase = pod_phase_change(w, old, new);
+        let op = if w.subresource.is_empty() {
+            w.verb
+        } else {
+            w.subresource
+        };
+        let effect = Effect {
+            object: w.object,
+            span: w.span,
+            writer: (w.source == ChangeSource::Audit).then_some(w.user),
+            class: w.class,
+            op,
+            received: w.received,
+            completed: w.completed,
+            new_phase,
+        };
+        let inference = self.causes.infer(&effect, relations, own).await;
+        self.causes.register_relations(w.object, relations);
+        self.metrics
+            .cascade_writes
+            .get_or_create(&CascadeRoleLabel {
+                role: inference.role,
+            })
+            .inc();
+        if let Some(sink) = &self.change_sink {
+            let readiness = new
+                .filter(|_| !w.deleted)
+                .and_then(|s| status::object_status(&w.object.group, &w.object.resource, s))
+                .map(|st| Readiness {
+                    status: st.status.as_str().to_string(),
+                    message: st.message,
+                });
+            let objects = sink.wants_objects();
+            sink.record(ChangeRecord {
+                object: w.object.clone(),
+                uid: w.uid.to_string(),
+                source: w.source,
+                user: w.user.to_string(),
+                verb: w.verb.to_string(),
+                subresource: w.subresource.to_string(),
+                code: w.code,
+                received: w.received,
+                completed: w.completed,
+                span: w.span,
+                readiness,
+                deleted: w.deleted,
+                role: inference.role,
+                cause: inference.cause.clone(),
+                root: inference.root,
+                depth: inference.depth,
+                old: old.filter(|_| objects).cloned(),
+                new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
+            });
+        }
+        inference
+    }
+}
+
+/// The span id of an audit event's span, with its trace.
+pub(super) fn audit_span_ref(ow: &ObjectWindow, audit_id: &str) -> SpanRef {
+    SpanRef {
+        trace_id: ow.trace_id().to_bytes(),
+        span_id: span_model::audit_span_id(ow, audit_id).to_bytes(),
+    }
+}
+
+/// Shows what was inferred on the write's span.
+pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
+    span.attr(attr::CASCADE_ROLE, inference.role.as_str());
+    span.attr(attr::CASCADE_ROOT_TRACE_ID, &inference.root.trace_hex());
+    span.attr(attr::CASCADE_ROOT_SPAN_ID, &inference.root.span_hex());
+    span.attr_int(attr::CASCADE_DEPTH, inference.depth as i64);
+    if let Some(c) = &inference.cause {
+        span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
+        span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());
+        span.attr(attr::CASCADE_CAUSE_NAME, &c.name);
+        span.attr_int(attr::CASCADE_HOP_US, c.hop.as_micros() as i64);
+        span.attr(attr::CASCADE_EDGE, &c.edge);
+        span.attr(attr::CASCADE_RULE, &c.rule);
+        span.link_ids(
+            &c.span.trace_id,
+            &c.span.span_id,
+            &[(attr::LINK_CLASS, "cause")],
+        );
+    }
+    debug_assert!(inference.role != CascadeRole::Effect || inference.cause.is_some());
+}
+
+/// A Pod status write that changed `status.phase`: the new phase.
+fn pod_phase_change<'a>(
+    w: &Write<'_>,
+    old: Option<&Arc<Value>>,
+    new: Option<&'a Value>,
+) -> Option<&'a str> {
+    if w.object.resource != "pods" || !w.object.group.is_empty() || w.subresource != "status" {
+        return None;
+    }
+    fn phase(v: &Value) -> Option<&str> {
+        v.pointer("/status/phase").and_then(Value::as_str)
+    }
+    let after = phase(new?)?;
+    (old.and_then(|o| phase(o)) != Some(after)).then_some(after)
+}

@@ -1,0 +1,207 @@
+//! Propagations: which relations carry a change from one object to another
+//! (`propagations:` in a rule file). The cause inference
+//! (`aggregate/causes/`) reads them; nothing about a relation's causality is
+//! hard-coded.
+//!
+//! ```yaml
+//! propagations:
+//!   - name: owner-writes-owned
+//!     relation: owner        # a link class (owner, owner-ref, a rule's class), `self` or `namespace`
+//!     cause: parent          # the role the cause plays for the effect (not for `self`)
+//!     on: [create, update]   # changes of the cause that trigger it
+//!     writes: [create, update, delete]   # writes of the effect it explains
+//!     writers: '^system:serviceaccount:kube-system:'   # regex on the effect's writer
+//!     match: {group: apps, resource: replicasets}      # optional: the effect's object
+//! ```
+
+use regex::Regex;
+use serde::Deserialize;
+
+use super::{Role, RuleError};
+use crate::model::ObjectRef;
+
+/// What a write did, as the propagations classify it (from its verb and
+/// subresource, so it is known before the object is parsed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeClass {
+    /// A create of the object itself.
+    Create,
+    /// An update or patch of the object (its spec or metadata), or of its
+    /// `scale` subresource.
+    Update,
+    /// A write of the `status` subresource.
+    Status,
+    /// A delete (also one that only marks the object for deletion).
+    Delete,
+    /// A Pod's `binding` (the scheduler's choice of node).
+    Binding,
+}
+
+impl ChangeClass {
+    pub const ALL: [ChangeClass; 5] = [
+        ChangeClass::Create,
+        ChangeClass::Update,
+        ChangeClass::Status,
+        ChangeClass::Delete,
+        ChangeClass::Binding,
+    ];
+
+    /// The class of a write by its verb and subresource; `None` for what
+    /// changes nothing a controller reacts to (e.g. `eviction`, `token`).
+    pub fn of(verb: &str, subresource: &str) -> Option<ChangeClass> {
+        match (verb, subresource) {
+            ("create", "") => Some(ChangeClass::Create),
+            ("create", "binding") => Some(ChangeClass::Binding),
+            ("update" | "patch", "" | "scale") => Some(ChangeClass::Update),
+            ("update" | "patch", "status") => Some(ChangeClass::Status),
+            ("delete" | "deletecollection", "") => Some(ChangeClass::Delete),
+            _ => None,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The relation a propagation follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// The object's own earlier change (e.g. a Pod's binding after its create).
+    SameObject,
+    /// The Namespace the object lives in (e.g. its default ServiceAccount).
+    Namespace,
+    /// A relation of this class; the cause plays `cause_role` for the effect.
+    Relation { class: String, cause_role: Role },
+}
+
+#[derive(Debug, Clone)]
+pub struct Propagation {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    pub via: Via,
+    /// Changes of the cause that trigger it (bit set of [`ChangeClass`]).
+    on: u8,
+    /// Writes of the effect it explains.
+    writes: u8,
+    writers: Option<Regex>,
+    group: Option<String>,
+    resource: Option<String>,
+}
+
+impl Propagation {
+    pub fn triggered_by(&self, class: ChangeClass) -> bool {
+        self.on & (1 << class.index()) != 0
+    }
+
+    /// Whether this propagation can explain a write of `class` by `writer`
+    /// (`None`: not known, e.g. seen only by the list-watch) to `obj`.
+    pub fn explains(&self, obj: &ObjectRef, writer: Option<&str>, class: ChangeClass) -> bool {
+        self.writes & (1 << class.index()) != 0
+            && self.group.as_ref().is_none_or(|g| *g == obj.group)
+            && self
+                .resource
+                .as_ref()
+                .is_none_or(|r| r == "*" || *r == obj.resource)
+            && match (&self.writers, writer) {
+                (Some(re), Some(w)) => re.is_match(w),
+                _ => true,
+            }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PropagationSpec {
+    name: String,
+    #[serde(default)]
+    description: String,
+    relation: String,
+    #[serde(default)]
+    cause: Option<Role>,
+    on: Vec<ChangeClass>,
+    writes: Vec<ChangeClass>,
+    #[serde(default)]
+    writers: Option<String>,
+    #[serde(default, rename = "match")]
+    matcher: Option<EffectMatch>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EffectMatch {
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    resource: Option<String>,
+}
+
+const SAME_OBJECT: &str = "self";
+const NAMESPACE: &str = "namespace";
+
+impl PropagationSpec {
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn compile(self, source: &str) -> Result<Propagation, RuleError> {
+        let err = |field: &str, message: &str| RuleError {
+            location: format!("{source}: propagation {:?}: {field}", self.name),
+            message: message.into(),
+        };
+        if self.name.trim().is_empty() {
+            return Err(RuleError {
+                location: source.into(),
+                message: "a propagation has an empty name".into(),
+            });
+        }
+        let via = match (self.relation.trim(), self.cause) {
+            ("", _) => return Err(err("relation", "must not be empty")),
+            (SAME_OBJECT, None) => Via::SameObject,
+            (NAMESPACE, None) => Via::Namespace,
+            (SAME_OBJECT | NAMESPACE, Some(_)) => {
+                return Err(err(
+                    "cause",
+                    "must not be set for relations `self` and `namespace`",
+                ));
+            }
+            (_, None) => {
+                return Err(err("cause", "must say which side causes: parent or child"));
+            }
+            (class, Some(cause_role)) => Via::Relation {
+                class: class.to_string(),
+                cause_role,
+            },
+        };
+        if self.on.is_empty() {
+            return Err(err("on", "must name at least one change class"));
+        }
+        if self.writes.is_empty() {
+            return Err(err("writes", "must name at least one change class"));
+        }
+        let bits = |classes: &[ChangeClass]| classes.iter().fold(0u8, |b, c| b | 1 << c.index());
+        let writers = self
+            .writers
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .map_err(|e| err("writers", &e.to_string()))?;
+        let (group, resource) = match self.matcher {
+            Some(m) => (m.group, m.resource),
+            None => (None, None),
+        };
+        Ok(Propagation {
+            on: bits(&self.on),
+            writes: bits(&self.writes),
+            name: self.name,
+            description: self.description,
+            source: source.to_string(),
+            via,
+            writers,
+            group,
+            resource,
+        })
+    }
+}

@@ -1,0 +1,306 @@
+//! Cause inference over the fixtures captured from the real control plane:
+//! which write caused which, the hop latencies, cascade roots.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::redact::Redactor;
+use kascade::app::load_rules;
+use kascade::offline::changes_from_audit_lines;
+use kascade::pipeline::{CascadeRole, ChangeRecord, ChangeSink};
+use kascade::source::audit::AuditFilter;
+
+#[derive(Default)]
+struct Collect(Mutex<Vec<ChangeRecord>>);
+
+impl ChangeSink for Collect {
+    fn record(&self, change: ChangeRecord) {
+        self.0.lock().unwrap().push(change);
+    }
+}
+
+async fn changes(scenario: &str) -> Vec<ChangeRecord> {
+    let sink = Arc::new(Collect::default());
+    let errors = changes_from_audit_lines(
+        common::audit_lines(scenario),
+        "fixture",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    std::mem::take(&mut *sink.0.lock().unwrap())
+}
+
+async fn changes_of(lines: Vec<String>) -> Vec<ChangeRecord> {
+    let sink = Arc::new(Collect::default());
+    let errors = changes_from_audit_lines(
+        lines,
+        "fixture",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    std::mem::take(&mut *sink.0.lock().unwrap())
+}
+
+fn describe(c: &ChangeRecord) -> String {
+    let mut s = format!("{} {}", c.user, c.verb);
+    if !c.subresource.is_empty() {
+        s.push(' ');
+        s.push_str(&c.subresource);
+    }
+    s.push_str(&format!(" {}/{}", c.object.resource, c.object.name));
+    if c.code >= 400 {
+        s.push_str(&format!(" [{}]", c.code));
+    }
+    s
+}
+
+fn time(v: &serde_json::Value) -> SystemTime {
+    humantime::parse_rfc3339_weak(v.as_str().unwrap()).unwrap()
+}
+
+/// The fixture's own record of a write: (requestReceived, stageTimestamp)
+/// of the completed audit event of `user` writing `resource/name` received at `received`.
+fn raw_times(raw: &[serde_json::Value], c: &ChangeRecord) -> (SystemTime, SystemTime) {
+    let found: Vec<_> = raw
+        .iter()
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == c.user.as_str()
+                && e["verb"] == c.verb.as_str()
+                && e["objectRef"]["resource"] == c.object.resource.as_str()
+                && time(&e["requestReceivedTimestamp"]) == c.received
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one audit event for {}", describe(c));
+    (
+        time(&found[0]["requestReceivedTimestamp"]),
+        time(&found[0]["stageTimestamp"]),
+    )
+}
+
+/// Every change of the cascade rooted at `root`.
+fn cascade_of<'a>(all: &'a [ChangeRecord], root: &ChangeRecord) -> Vec<&'a ChangeRecord> {
+    all.iter().filter(|c| c.root == root.span).collect()
+}
+
+fn no_cause_points_forward(all: &[ChangeRecord]) {
+    let by_span: HashMap<_, _> = all.iter().map(|c| (c.span, c)).collect();
+    for c in all {
+        if let Some(cause) = &c.cause {
+            let k = by_span[&cause.span];
+            assert!(
+                k.received <= c.received && k.completed <= c.completed,
+                "{} caused by the later {}",
+                describe(c),
+                describe(k)
+            );
+            assert_eq!(
+                cause.hop,
+                c.received.duration_since(k.completed).unwrap_or_default()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_image_patch_sets_off_the_rollout_with_hops_from_the_audit_timestamps() {
+    let all = changes("deployment").await;
+    let raw: Vec<serde_json::Value> = common::audit_lines("deployment")
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let patch = all
+        .iter()
+        .find(|c| {
+            c.verb == "patch" && c.subresource.is_empty() && c.object.resource == "deployments"
+        })
+        .expect("the image patch");
+    assert_eq!(patch.role, CascadeRole::Root);
+    assert_eq!(patch.root, patch.span);
+    let cascade = cascade_of(&all, patch);
+    let has = |user: &str, verb: &str, sub: &str, resource: &str| {
+        cascade.iter().any(|c| {
+            c.user.ends_with(user)
+                && c.verb == verb
+                && c.subresource == sub
+                && c.object.resource == resource
+                && c.code < 400
+        })
+    };
+    // The new ReplicaSet, its Pods, their bindings and kubelet reports.
+    assert!(has(":deployment-controller", "create", "", "replicasets"));
+    assert!(has(":replicaset-controller", "create", "", "pods"));
+    assert!(has("system:kube-scheduler", "create", "binding", "pods"));
+    assert!(has("kwok-kubelet", "patch", "status", "pods"));
+    // The old ReplicaSet scaled down, its Pods deleted.
+    assert!(has(":deployment-controller", "update", "", "replicasets"));
+    assert!(has(":replicaset-controller", "delete", "", "pods"));
+    assert!(has("kwok-kubelet", "delete", "", "pods"));
+    // Every Pod the new ReplicaSet created belongs to the patch's cascade.
+    let new_rs = cascade
+        .iter()
+        .find(|c| c.verb == "create" && c.object.resource == "replicasets")
+        .unwrap();
+    assert_eq!(new_rs.depth, 1);
+    assert_eq!(
+        new_rs.cause.as_ref().unwrap().edge,
+        "deployments → replicasets create"
+    );
+    let pod_creates: Vec<_> = all
+        .iter()
+        .filter(|c| {
+            c.verb == "create"
+                && c.subresource.is_empty()
+                && c.object.resource == "pods"
+                && c.object
+                    .name
+                    .starts_with(&format!("{}-", new_rs.object.name))
+        })
+        .collect();
+    assert!(!pod_creates.is_empty());
+    for p in &pod_creates {
+        assert_eq!(p.root, patch.span, "{}", describe(p));
+        assert_eq!(p.cause.as_ref().unwrap().edge, "replicasets → pods create");
+    }
+    // Hops: the effect's requestReceived minus the cause's stageTimestamp,
+    // both read from the fixture itself.
+    let by_span: HashMap<_, _> = all.iter().map(|c| (c.span, c)).collect();
+    for c in &cascade {
+        let Some(cause) = &c.cause else { continue };
+        let k = by_span[&cause.span];
+        let (received, _) = raw_times(&raw, c);
+        let (_, completed) = raw_times(&raw, k);
+        assert_eq!(
+            cause.hop,
+            received.duration_since(completed).unwrap_or_default(),
+            "{}",
+            describe(c)
+        );
+    }
+    // The kubelet's first report names the phase it reached.
+    assert!(
+        cascade
+            .iter()
+            .any(|c| c.cause.as_ref().is_some_and(|k| k.edge == "pods → Running"))
+    );
+    no_cause_points_forward(&all);
+}
+
+#[tokio::test]
+async fn users_start_cascades_and_every_controller_write_has_a_cause_in_the_fixtures() {
+    for scenario in [
+        "deployment",
+        "service",
+        "job",
+        "cronjob",
+        "config",
+        "quota",
+        "rollout-stuck",
+        "statefulset",
+        "unschedulable",
+    ] {
+        let all = changes(scenario).await;
+        for c in &all {
+            if c.user.starts_with("kascade-e2e-admin") {
+                assert_eq!(c.role, CascadeRole::Root, "{scenario}: {}", describe(c));
+            }
+        }
+        let unexplained: Vec<_> = all
+            .iter()
+            .filter(|c| c.role == CascadeRole::Unexplained)
+            .map(describe)
+            .collect();
+        println!(
+            "{scenario}: {} changes, unexplained: {unexplained:#?}",
+            all.len()
+        );
+        no_cause_points_forward(&all);
+    }
+}
+
+#[tokio::test]
+async fn a_recreated_object_never_takes_causes_from_its_predecessor() {
+    // The deployment fixture twice, the copy an hour later: same names.
+    let lines = common::audit_lines("deployment");
+    let later: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for k in ["requestReceivedTimestamp", "stageTimestamp"] {
+                let t = time(&v[k]) + Duration::from_secs(3600);
+                v[k] = humantime::format_rfc3339_micros(t).to_string().into();
+            }
+            v["auditID"] = format!("{}-again", v["auditID"].as_str().unwrap()).into();
+            v.to_string()
+        })
+        .collect();
+    let first_end = lines
+        .iter()
+        .map(|l| time(&serde_json::from_str::<serde_json::Value>(l).unwrap()["stageTimestamp"]))
+        .max()
+        .unwrap();
+    let all = changes_of(lines.into_iter().chain(later).collect()).await;
+    let by_span: HashMap<_, _> = all.iter().map(|c| (c.span, c)).collect();
+    for c in all.iter().filter(|c| c.received > first_end) {
+        if let Some(cause) = &c.cause {
+            assert!(
+                by_span[&cause.span].received > first_end,
+                "{} caused by the first copy",
+                describe(c)
+            );
+        }
+    }
+    no_cause_points_forward(&all);
+}
+
+#[tokio::test]
+async fn out_of_order_and_skewed_input_never_gives_a_cause_from_the_future() {
+    // Reversed: every effect comes before its cause.
+    let mut lines = common::audit_lines("deployment");
+    lines.reverse();
+    let all = changes_of(lines).await;
+    no_cause_points_forward(&all);
+    assert!(all.iter().any(|c| c.role == CascadeRole::Unexplained));
+    // Two apiservers a second apart: the kubelet's writes went through one
+    // whose clock is behind.
+    let skewed: Vec<String> = common::audit_lines("deployment")
+        .iter()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["user"]["username"] == "kwok-kubelet" {
+                for k in ["requestReceivedTimestamp", "stageTimestamp"] {
+                    let t = time(&v[k]) - Duration::from_secs(1);
+                    v[k] = humantime::format_rfc3339_micros(t).to_string().into();
+                }
+            }
+            v.to_string()
+        })
+        .collect();
+    let all = changes_of(skewed).await;
+    no_cause_points_forward(&all);
+    let kubelet_status: Vec<_> = all
+        .iter()
+        .filter(|c| c.user == "kwok-kubelet" && c.subresource == "status")
+        .collect();
+    assert!(!kubelet_status.is_empty());
+    assert!(
+        kubelet_status
+            .iter()
+            .all(|c| c.role == CascadeRole::Unexplained),
+        "a status report stamped before its Pod was bound has no cause"
+    );
+}
