@@ -439,3 +439,126 @@ async fn http2_clients_get_the_refusal_not_a_stream_reset() {
         );
     }
 }
+
+/// (span id, cause span id or "", role) of every audit span in an OTLP/JSON file.
+fn cascade_of_spans(otlp_json_lines: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in otlp_json_lines.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for rs in v["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    let attr = |k: &str| {
+                        s["attributes"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|a| a["key"] == k)
+                            .and_then(|a| a["value"]["stringValue"].as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    if attr("kascade.span") == "audit" && !attr("cascade.role").is_empty() {
+                        out.insert(
+                            s["spanId"].as_str().unwrap().to_string(),
+                            (attr("cascade.cause.span_id"), attr("cascade.role")),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_order() {
+    // Four shards: a Pod's write and its ReplicaSet's change are processed
+    // in parallel; each write was noted as a candidate cause on arrival.
+    let (srv, pipeline) = serve(|c| c.pipeline = c.pipeline.clone().workers(4)).await;
+    let lines = common::audit_lines("deployment");
+    let client = reqwest::Client::new();
+    for chunk in lines.chunks(25) {
+        let r = client
+            .post(format!("{}/audit", srv.url))
+            .body(common::event_list(chunk))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    pipeline.finish().await;
+    let live = cascade_of_spans(&std::fs::read_to_string(&srv.out).unwrap());
+
+    // The same lines through the processor alone, one at a time.
+    #[derive(Default)]
+    struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
+    impl kascade::pipeline::ChangeSink for Collect {
+        fn record(&self, change: kascade::pipeline::ChangeRecord) {
+            self.0.lock().unwrap().push(change);
+        }
+    }
+    let sink = std::sync::Arc::new(Collect::default());
+    let errors = kascade::offline::changes_from_audit_lines(
+        lines,
+        "test",
+        std::sync::Arc::new(kascade::app::load_rules(None).unwrap()),
+        &kascade::source::audit::AuditFilter::default(),
+        kascade::aggregate::ProcessorConfig::default(),
+        kascade::aggregate::redact::Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let names: std::collections::HashMap<String, String> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c.span.span_hex(),
+                format!(
+                    "{} {} {} {}/{}",
+                    c.user, c.verb, c.subresource, c.object.resource, c.object.name
+                ),
+            )
+        })
+        .collect();
+    let in_order: std::collections::BTreeMap<String, (String, String)> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.source == kascade::pipeline::ChangeSource::Audit)
+        .map(|c| {
+            let cause = c
+                .cause
+                .as_ref()
+                .map(|k| k.span.span_hex())
+                .unwrap_or_default();
+            (c.span.span_hex(), (cause, c.role.as_str().to_string()))
+        })
+        .collect();
+    assert!(in_order.values().any(|(cause, _)| !cause.is_empty()));
+    let differ: Vec<_> = in_order
+        .iter()
+        .filter(|(span, v)| live.get(*span) != Some(v))
+        .map(|(span, v)| {
+            let live = live
+                .get(span)
+                .map(|l| names.get(&l.0).cloned().unwrap_or_default());
+            format!(
+                "{}: in order {:?}, live {live:?}",
+                names[span],
+                names.get(&v.0)
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} differ: {differ:#?}",
+        differ.len(),
+        in_order.len()
+    );
+}

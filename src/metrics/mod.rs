@@ -71,6 +71,7 @@ pub struct Metrics {
     pub cascade_causes_after_effect: Counter,
     pub cascade_resolve_timeouts: Counter,
     pub cascade_holders_dropped: Counter,
+    pub cascade_candidates_dropped: Counter,
     pub cascade_objects: Gauge,
 }
 
@@ -171,6 +172,11 @@ impl Metrics {
             "cascade_holders_dropped",
             "Relations not registered for cause inference because an object already had 4096 related holders",
             self.cascade_holders_dropped.clone(),
+        );
+        r.register(
+            "cascade_candidates_dropped",
+            "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s",
+            self.cascade_candidates_dropped.clone(),
         );
         r.register(
             "cascade_objects",

@@ -14,9 +14,13 @@ use crate::pipeline::SpanRef;
 
 use super::super::rules::{ChangeClass, Propagation, Role};
 
-/// Changes kept per object and class: enough to step over writes that
-/// completed after the effect was received (concurrent ones).
-const PER_CLASS: usize = 4;
+/// Changes kept per object and class: at least the last few, and all of the
+/// last [`KEEP_FOR`] — the dispatcher notes writes before the shards process
+/// them, so the newest entries may be later than the effect being
+/// processed, and must not push out the one it needs — up to a hard cap.
+const MIN_PER_CLASS: usize = 4;
+const KEEP_FOR: Duration = Duration::from_secs(10);
+pub(super) const MAX_PER_CLASS: usize = 256;
 /// Objects holding a relation towards one object (a ReplicaSet's Pods).
 const MAX_HOLDERS: usize = 4096;
 
@@ -103,21 +107,41 @@ impl ObjectChanges {
             .cloned()
     }
 
-    pub fn push(&mut self, entry: Arc<ChangeEntry>) {
+    /// Keeps `entry`; false when the class was at its cap and a change was
+    /// forgotten early (the oldest by completion; input may be out of order).
+    pub fn push(&mut self, entry: Arc<ChangeEntry>) -> bool {
         let ring = &mut self.by_class[entry.class.index()];
-        if ring.len() == PER_CLASS {
-            // Keep the latest by completion (input may be out of order).
+        let newest = ring
+            .iter()
+            .map(|e| e.completed)
+            .chain([entry.completed])
+            .max()
+            .unwrap_or(entry.completed);
+        if ring.len() >= MIN_PER_CLASS {
+            // Newest first; keep the last few, and whatever is recent.
+            let horizon = newest.checked_sub(KEEP_FOR).unwrap_or(newest);
+            ring.sort_by_key(|e| std::cmp::Reverse(e.completed));
+            let mut index = 0;
+            ring.retain(|e| {
+                index += 1;
+                index < MIN_PER_CLASS || e.completed >= horizon
+            });
+        }
+        let mut complete = true;
+        if ring.len() >= MAX_PER_CLASS {
             let (oldest, _) = ring
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, e)| e.completed)
                 .expect("full ring");
             if ring[oldest].completed > entry.completed {
-                return;
+                return false;
             }
             ring.swap_remove(oldest);
+            complete = false;
         }
         ring.push(entry);
+        complete
     }
 
     /// False when the holder list is full (the relation is not registered).

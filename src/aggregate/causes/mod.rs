@@ -98,7 +98,9 @@ impl CauseIndex {
             return e;
         }
         let entry = Arc::new(ChangeEntry::new(span, class, who(), received, completed));
-        c.push(entry.clone());
+        if !c.push(entry.clone()) {
+            self.metrics.cascade_candidates_dropped.inc();
+        }
         entry
     }
 

@@ -6,16 +6,19 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::causes::{ChangeEntry, Effect, Inference};
-use super::super::rules::{ChangeClass, Relation};
+use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
+use super::super::rules::{ChangeClass, Relation, Role};
 use super::super::status;
 use super::Processor;
 use crate::metrics::CascadeRoleLabel;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, Readiness, SpanRef, is_event_resource,
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, OwnerReference, Readiness, SpanRef,
+    is_event_resource,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -52,6 +55,11 @@ impl Processor {
             return None;
         }
         let class = ChangeClass::of(&ev.verb, ev.subresource())?;
+        if class == ChangeClass::Create {
+            // Its owners learn of it now, not when its shard gets to it: an
+            // owner's status write may be processed first, elsewhere.
+            self.register_owners_on_arrival(item);
+        }
         let ow = ObjectWindow {
             object: item.object.clone(),
             window_start: self
@@ -75,6 +83,54 @@ impl Processor {
             ev.request_received_timestamp,
             ev.stage_timestamp,
         ))
+    }
+
+    fn register_owners_on_arrival(&self, item: &Accepted) {
+        #[derive(Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            #[serde(default)]
+            owner_references: Vec<OwnerReference>,
+        }
+        let ev = &item.event;
+        let Some(raw) = ev.response_object.as_ref().or(ev.request_object.as_ref()) else {
+            return;
+        };
+        let Ok(head) = serde_json::from_str::<Head>(raw.get()) else {
+            return;
+        };
+        let obj = &item.object;
+        let relations: Vec<(Relation, String)> = head
+            .metadata
+            .owner_references
+            .into_iter()
+            .map(|o| {
+                let target = self.kinds.referenced_object(
+                    &obj.cluster,
+                    &o.api_version,
+                    &o.kind,
+                    &obj.namespace,
+                    &o.name,
+                );
+                let class = if o.controller == Some(true) {
+                    CLASS_OWNER
+                } else {
+                    CLASS_NON_CONTROLLER_OWNER
+                };
+                let rel = Relation {
+                    target,
+                    role: Role::Parent,
+                    class: class.to_string(),
+                };
+                (rel, o.uid)
+            })
+            .collect();
+        self.causes.register_relations(obj, &relations);
     }
 
     /// Infers the cause of `w` (whose state shows `relations`; `old`/`new`
