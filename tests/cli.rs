@@ -186,7 +186,20 @@ fn rules_check_accepts_the_shipped_rules_and_names_bad_ones() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    assert!(String::from_utf8_lossy(&st.stdout).contains("rules OK"));
+    // The shipped directory: its rules and its propagations.
+    let out = String::from_utf8_lossy(&st.stdout);
+    let propagations = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules/propagation.yaml"
+    ))
+    .unwrap()
+    .lines()
+    .filter(|l| l.starts_with("  - name:"))
+    .count();
+    assert!(
+        out.contains(&format!(" rules, {propagations} propagations OK")),
+        "{out}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -67,7 +67,12 @@ pub fn load_rules(dir: Option<&Path>) -> anyhow::Result<RuleSet> {
 /// `kascade rules check DIR`.
 pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
     let set = load_rules(Some(dir))?;
-    println!("{}: {} rules OK", dir.display(), set.len());
+    println!(
+        "{}: {} rules, {} propagations OK",
+        dir.display(),
+        set.len(),
+        set.propagations().len()
+    );
     Ok(())
 }
 

@@ -270,6 +270,101 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn propagations_are_read_with_their_classes_and_checked_field_by_field() {
+        let mut set = RuleSet::default();
+        set.add_yaml(
+            "p.yaml",
+            r#"
+propagations:
+  - name: owned
+    relation: owner
+    cause: parent
+    on: [create, update]
+    writes: [create, delete]
+    writers: '^system:'
+    match: {group: apps, resource: replicasets}
+  - name: scheduled
+    relation: self
+    on: [create]
+    writes: [binding]
+"#,
+        )
+        .unwrap();
+        let [owned, scheduled] = set.propagations() else {
+            panic!("two propagations")
+        };
+        assert_eq!(
+            owned.via,
+            Via::Relation {
+                class: "owner".into(),
+                cause_role: Role::Parent
+            }
+        );
+        assert!(owned.triggered_by(ChangeClass::Update));
+        assert!(!owned.triggered_by(ChangeClass::Status));
+        let rs = ObjectRef::new("c", "apps", "replicasets", "d", "r");
+        let pod = ObjectRef::new("c", "", "pods", "d", "p");
+        assert!(owned.explains(&rs, Some("system:x"), ChangeClass::Delete));
+        assert!(!owned.explains(&rs, Some("alice"), ChangeClass::Delete));
+        assert!(!owned.explains(&rs, Some("system:x"), ChangeClass::Update));
+        assert!(!owned.explains(&pod, Some("system:x"), ChangeClass::Create));
+        assert!(
+            owned.explains(&rs, None, ChangeClass::Create),
+            "writer unknown"
+        );
+        assert_eq!(scheduled.via, Via::SameObject);
+
+        for (text, location, message) in [
+            (
+                "propagations:\n  - {name: x, relation: owner, on: [create], writes: [create]}",
+                "p.yaml: propagation \"x\": cause",
+                "parent or child",
+            ),
+            (
+                "propagations:\n  - {name: x, relation: self, cause: child, on: [create], writes: [create]}",
+                "p.yaml: propagation \"x\": cause",
+                "must not be set",
+            ),
+            (
+                "propagations:\n  - {name: x, relation: self, on: [], writes: [create]}",
+                "p.yaml: propagation \"x\": on",
+                "at least one",
+            ),
+            (
+                "propagations:\n  - {name: x, relation: self, on: [create], writes: [create], writers: '('}",
+                "p.yaml: propagation \"x\": writers",
+                "regex",
+            ),
+            (
+                "propagations:\n  - {name: owned, relation: self, on: [create], writes: [create]}",
+                "p.yaml: propagation \"owned\"",
+                "duplicate",
+            ),
+        ] {
+            let errors = set.add_yaml("p.yaml", text).unwrap_err();
+            assert_eq!(errors[0].location, location, "{text}");
+            assert!(errors[0].message.contains(message), "{}", errors[0].message);
+        }
+        // An unknown change class names its line.
+        let errors = RuleSet::default()
+            .add_yaml(
+                "q.yaml",
+                "propagations:\n  - {name: y, relation: self, on: [created], writes: [create]}",
+            )
+            .unwrap_err();
+        assert!(
+            errors[0].location.starts_with("q.yaml:2:"),
+            "{}",
+            errors[0].location
+        );
+        assert!(
+            errors[0].message.contains("created"),
+            "{}",
+            errors[0].message
+        );
+    }
+
     const POD_RULES: &str = r#"
 rules:
   - name: pod-node

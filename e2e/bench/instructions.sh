@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Instructions per audit event, counted by valgrind's callgrind (exact and
+# repeatable on a noisy machine, unlike time): `kascade replay` with one
+# worker over the deployment fixture copied into BENCH_NAMESPACES namespaces
+# (default 150 ≈ 20,100 audit events; Events left out, as the load generator
+# does). Prints one line: instructions, events, instructions per event.
+#   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   BENCH_NAMESPACES  copies of the fixture
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || (cd "$ROOT" && cargo build --release --locked --bin kascade >&2)
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+RUN="$(mktemp -d)"
+trap 'rm -rf "$RUN"' EXIT
+python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-150}" >"$RUN/load.log" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+for i in range(int(sys.argv[2])):
+    for l in lines:
+        e = json.loads(l)
+        if (e.get("objectRef") or {}).get("resource") == "events":
+            continue
+        ns = f"bench-{i}"
+        l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
+        e = json.loads(l)
+        e["auditID"] = f'{e["auditID"]}-{i}'
+        print(json.dumps(e, separators=(",", ":")))
+PY
+events=$(wc -l <"$RUN/load.log")
+valgrind --tool=callgrind --callgrind-out-file="$RUN/callgrind.out" \
+  "$KASCADE_BIN" replay --workers 1 --output "otlp-json=$RUN/out.json" "$RUN/load.log" \
+  >"$RUN/replay.log" 2>"$RUN/valgrind.log" || { cat "$RUN/valgrind.log" "$RUN/replay.log" >&2; exit 1; }
+instructions=$(sed -n 's/^summary: //p' "$RUN/callgrind.out")
+spans=$(python3 -c "import json,sys; print(sum(len(ss['spans']) for l in open(sys.argv[1]) if l.strip() for rs in json.loads(l)['resourceSpans'] for ss in rs['scopeSpans']))" "$RUN/out.json")
+echo "instructions=$instructions events=$events spans=$spans per_event=$((instructions / events))"
