@@ -151,11 +151,23 @@ impl ObjectWindow {
 
     /// Feeds the bytes of [`Self::cache_key`] to `h`.
     pub fn hash_cache_key(&self, h: &mut Xxh3) {
-        self.object.hash_key(h);
+        hash_window_key(&self.object, self.window_start, h);
+    }
+
+    pub fn span_id(&self) -> SpanId {
+        derived_span_id_of(0, |h| self.hash_cache_key(h))
+    }
+}
+
+/// [`ObjectWindow::hash_cache_key`] of `object` and `window_start`, without
+/// an `ObjectWindow` (no copy of the object).
+pub fn hash_window_key(object: &ObjectRef, window_start: u64, h: &mut Xxh3) {
+    {
+        object.hash_key(h);
         h.update(b"@");
         let mut digits = [0u8; 20];
         let mut at = digits.len();
-        let mut n = self.window_start;
+        let mut n = window_start;
         loop {
             at -= 1;
             digits[at] = b'0' + (n % 10) as u8;
@@ -165,10 +177,6 @@ impl ObjectWindow {
             }
         }
         h.update(&digits[at..]);
-    }
-
-    pub fn span_id(&self) -> SpanId {
-        derived_span_id_of(0, |h| self.hash_cache_key(h))
     }
 }
 

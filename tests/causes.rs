@@ -212,6 +212,7 @@ async fn users_start_cascades_and_every_controller_write_has_a_cause_in_the_fixt
         "rollout-stuck",
         "statefulset",
         "unschedulable",
+        "volumes",
     ] {
         let all = changes(scenario).await;
         for c in &all {

@@ -19,15 +19,11 @@ pub struct SpanRef {
 
 impl SpanRef {
     pub fn trace_hex(&self) -> String {
-        hex(&self.trace_id)
+        format!("{:032x}", u128::from_be_bytes(self.trace_id))
     }
     pub fn span_hex(&self) -> String {
-        hex(&self.span_id)
+        format!("{:016x}", u64::from_be_bytes(self.span_id))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Where the change was seen.

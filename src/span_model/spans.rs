@@ -113,11 +113,20 @@ pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
 /// The id of the audit span of `audit_id` in `ow` (known before the write
 /// is processed, so a later write can name it as its cause).
 pub fn audit_span_id(ow: &ObjectWindow, audit_id: &str) -> SpanId {
+    audit_span_id_of(&ow.object, ow.window_start, audit_id)
+}
+
+/// [`audit_span_id`] from the object and window start.
+pub fn audit_span_id_of(
+    object: &crate::model::ObjectRef,
+    window_start: u64,
+    audit_id: &str,
+) -> SpanId {
     // The hash of `<audit id>|<cache key>`.
     derived_span_id_of(SALT_AUDIT, |h| {
         h.update(audit_id.as_bytes());
         h.update(b"|");
-        ow.hash_cache_key(h);
+        crate::model::hash_window_key(object, window_start, h);
     })
 }
 

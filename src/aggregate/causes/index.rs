@@ -95,8 +95,10 @@ pub(super) struct Candidate<'p> {
 #[derive(Default)]
 pub(super) struct ObjectChanges {
     by_class: [Vec<Arc<ChangeEntry>>; ChangeClass::ALL.len()],
-    holders: Vec<(ObjectRef, Role, String)>,
-    holder_keys: HashSet<(u64, Role, String)>,
+    /// (object hash, object, the role it plays for this one, relation class).
+    holders: Vec<(u64, Arc<ObjectRef>, Role, Arc<str>)>,
+    /// Hashes of (holder, role, class), to register each once.
+    holder_keys: HashSet<u64>,
 }
 
 impl ObjectChanges {
@@ -146,7 +148,11 @@ impl ObjectChanges {
 
     /// False when the holder list is full (the relation is not registered).
     pub fn add_holder(&mut self, holder: &ObjectRef, role: Role, class: &str) -> bool {
-        let key = (holder.hash(), role, class.to_string());
+        let hash = holder.hash();
+        let key = xxhash_rust::xxh3::xxh3_64_with_seed(
+            class.as_bytes(),
+            hash ^ (role == Role::Parent) as u64,
+        );
         if self.holder_keys.contains(&key) {
             return true;
         }
@@ -154,16 +160,18 @@ impl ObjectChanges {
             return false;
         }
         self.holder_keys.insert(key);
-        self.holders.push((holder.clone(), role, class.to_string()));
+        self.holders
+            .push((hash, Arc::new(holder.clone()), role, class.into()));
         true
     }
 
-    /// Holders that play `role` for this object through a relation of `class`.
-    pub fn holders(&self, class: &str, role: Role) -> Vec<ObjectRef> {
+    /// Holders that play `role` for this object through a relation of
+    /// `class`, with their hashes.
+    pub fn holders(&self, class: &str, role: Role) -> Vec<(u64, Arc<ObjectRef>)> {
         self.holders
             .iter()
-            .filter(|(_, r, c)| *r == role && c == class)
-            .map(|(o, _, _)| o.clone())
+            .filter(|(_, _, r, c)| *r == role && c.as_ref() == class)
+            .map(|(h, o, _, _)| (*h, o.clone()))
             .collect()
     }
 

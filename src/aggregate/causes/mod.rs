@@ -81,7 +81,8 @@ impl CauseIndex {
     }
 
     /// Records a successful write as a candidate cause, once (the shard calls
-    /// it again for writes that did not come through the dispatcher).
+    /// it again for writes that did not come through the dispatcher); true
+    /// when this call recorded it.
     #[allow(clippy::too_many_arguments)]
     pub fn note_arrival(
         &self,
@@ -91,17 +92,17 @@ impl CauseIndex {
         who: impl FnOnce() -> String,
         received: SystemTime,
         completed: SystemTime,
-    ) -> Arc<ChangeEntry> {
+    ) -> (Arc<ChangeEntry>, bool) {
         let changes = self.objects.get_or_insert(object.hash());
         let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = c.find(class, span) {
-            return e;
+            return (e, false);
         }
         let entry = Arc::new(ChangeEntry::new(span, class, who(), received, completed));
         if !c.push(entry.clone()) {
             self.metrics.cascade_candidates_dropped.inc();
         }
-        entry
+        (entry, true)
     }
 
     /// Registers the relations `holder` has, on the other side, so that an
@@ -285,8 +286,8 @@ impl CauseIndex {
                         let c = o.lock().unwrap_or_else(|p| p.into_inner());
                         c.holders(rel_class, *cause_role)
                     });
-                    for holder in holders.into_iter().flatten() {
-                        if let Some(other) = self.objects.get(holder.hash()) {
+                    for (hash, holder) in holders.into_iter().flatten() {
+                        if let Some(other) = self.objects.get(hash) {
                             let c = other.lock().unwrap_or_else(|p| p.into_inner());
                             consider(&c, &holder, false);
                         }

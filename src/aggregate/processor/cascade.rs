@@ -14,8 +14,7 @@ use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
 use super::super::rules::{ChangeClass, Relation, Role};
 use super::super::status;
 use super::Processor;
-use crate::metrics::CascadeRoleLabel;
-use crate::model::{ObjectRef, ObjectWindow};
+use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
     Accepted, CascadeRole, ChangeRecord, ChangeSource, OwnerReference, Readiness, SpanRef,
     is_event_resource,
@@ -55,20 +54,16 @@ impl Processor {
             return None;
         }
         let class = ChangeClass::of(&ev.verb, ev.subresource())?;
-        if class == ChangeClass::Create {
-            // Its owners learn of it now, not when its shard gets to it: an
-            // owner's status write may be processed first, elsewhere.
-            self.register_owners_on_arrival(item);
-        }
-        let ow = ObjectWindow {
-            object: item.object.clone(),
-            window_start: self
-                .cfg
-                .windowing
-                .window_start(ev.request_received_timestamp),
+        let window_start = self
+            .cfg
+            .windowing
+            .window_start(ev.request_received_timestamp);
+        let span = SpanRef {
+            trace_id: raw_trace_id(item.object.hash(), window_start).to_bytes(),
+            span_id: span_model::audit_span_id_of(&item.object, window_start, &ev.audit_id)
+                .to_bytes(),
         };
-        let span = audit_span_ref(&ow, &ev.audit_id);
-        Some(self.causes.note_arrival(
+        let (entry, new) = self.causes.note_arrival(
             &item.object,
             span,
             class,
@@ -82,7 +77,13 @@ impl Processor {
             },
             ev.request_received_timestamp,
             ev.stage_timestamp,
-        ))
+        );
+        if new && class == ChangeClass::Create {
+            // Its owners learn of it now, not when its shard gets to it: an
+            // owner's status write may be processed first, elsewhere.
+            self.register_owners_on_arrival(item);
+        }
+        Some(entry)
     }
 
     fn register_owners_on_arrival(&self, item: &Accepted) {
@@ -162,12 +163,7 @@ impl Processor {
         };
         let inference = self.causes.infer(&effect, relations, own).await;
         self.causes.register_relations(w.object, relations);
-        self.metrics
-            .cascade_writes
-            .get_or_create(&CascadeRoleLabel {
-                role: inference.role,
-            })
-            .inc();
+        self.role_counters[inference.role as usize].inc();
         if let Some(sink) = &self.change_sink {
             let readiness = new
                 .filter(|_| !w.deleted)
@@ -200,6 +196,23 @@ impl Processor {
         }
         inference
     }
+}
+
+/// The writes counters by role, in [`CascadeRole`] order (looked up once).
+pub(super) fn role_counters(
+    metrics: &crate::metrics::Metrics,
+) -> [prometheus_client::metrics::counter::Counter; 3] {
+    [
+        CascadeRole::Root,
+        CascadeRole::Effect,
+        CascadeRole::Unexplained,
+    ]
+    .map(|role| {
+        metrics
+            .cascade_writes
+            .get_or_create(&crate::metrics::CascadeRoleLabel { role })
+            .clone()
+    })
 }
 
 /// The span id of an audit event's span, with its trace.

@@ -156,7 +156,17 @@ impl Processor {
         state: &Value,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        for link in self.selectors.update(&self.rules, obj, state) {
+        let links = self.selectors.update(&self.rules, obj, state);
+        self.record_selector_link_list(links, at).await
+    }
+
+    /// Records selector links the label index returned, in the window of `at`.
+    pub(super) async fn record_selector_link_list(
+        &self,
+        links: Vec<super::super::selectors::SelectorLink>,
+        at: SystemTime,
+    ) -> Result<(), ProcessError> {
+        for link in links {
             let ow = ObjectWindow {
                 object: link.holder,
                 window_start: self.cfg.windowing.window_start(at),

@@ -125,6 +125,8 @@ pub struct Processor {
     causes: CauseIndex,
     /// Where each change goes with its cause (change log, analysis, metrics).
     change_sink: Option<Arc<dyn ChangeSink>>,
+    /// `kascade_cascade_writes_total` by role.
+    role_counters: [prometheus_client::metrics::counter::Counter; 3],
 }
 
 impl Processor {
@@ -143,6 +145,7 @@ impl Processor {
             selectors: SelectorIndex::new(&rules),
             causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
             change_sink: None,
+            role_counters: cascade::role_counters(&metrics),
             cfg,
             redactor,
             rules,
@@ -210,41 +213,6 @@ impl Processor {
             .and_then(Value::as_str)
             .unwrap_or(&item.uid)
             .to_string();
-        // Relations come from the newest state known, or the snapshot of a deleted object.
-        let deleted = state::removes_object(ev, &outcome);
-        let relations = outcome
-            .state
-            .as_ref()
-            .or(outcome.snapshot.as_ref())
-            .or(old.as_deref())
-            .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
-            .unwrap_or_default();
-        // Before anything that can fail: writes caused by this one wait for it.
-        let own = self.arrival_entry(item);
-        let inference = self
-            .infer_cause(
-                &cascade::Write {
-                    object: obj,
-                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
-                    user: &ev.user.username,
-                    verb: &ev.verb,
-                    subresource: ev.subresource(),
-                    class: ChangeClass::of(&ev.verb, ev.subresource()),
-                    code: ev.code(),
-                    received: ev.request_received_timestamp,
-                    completed: ev.stage_timestamp,
-                    source: ChangeSource::Audit,
-                    uid: &uid,
-                    deleted,
-                },
-                own.as_ref(),
-                &relations,
-                old.as_ref(),
-                outcome.state.as_ref().filter(|_| !deleted),
-            )
-            .await;
-        self.ensure_object_span(&ow, &uid, item.replayed).await?;
-
         // A binding's state is the last one with `spec.nodeName` set: its
         // version is the one before the binding, not a new one.
         let mut new_rv = if ev.subresource() == "binding" {
@@ -274,6 +242,64 @@ impl Processor {
             }
         }
         let old_rv = state::old_resource_version(ev, &watch_old_rv, old.as_deref(), &new_rv);
+        // Relations come from the newest state known, or the snapshot of a deleted object.
+        let deleted = state::removes_object(ev, &outcome);
+        let relations = outcome
+            .state
+            .as_ref()
+            .or(outcome.snapshot.as_ref())
+            .or(old.as_deref())
+            .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
+            .unwrap_or_default();
+        // The label index learns the new labels and selectors now, so that a
+        // selector's holder is a relation of this very write (a
+        // StatefulSet's new claim); the links are recorded further down.
+        let keeps_state = !deleted
+            && outcome.state.is_some()
+            && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""));
+        let selector_links = match &outcome.state {
+            Some(state) if keeps_state => self.selectors.update(&self.rules, obj, state),
+            _ => Vec::new(),
+        };
+        let mut cause_relations = relations.clone();
+        cause_relations.extend(
+            selector_links
+                .iter()
+                .filter(|l| l.relation.target == *obj)
+                .map(|l| {
+                    let rel = Relation {
+                        target: l.holder.clone(),
+                        role: l.relation.role.reverse(),
+                        class: l.relation.class.clone(),
+                    };
+                    (rel, String::new())
+                }),
+        );
+        // Before anything that can fail: writes caused by this one wait for it.
+        let own = self.arrival_entry(item);
+        let inference = self
+            .infer_cause(
+                &cascade::Write {
+                    object: obj,
+                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
+                    user: &ev.user.username,
+                    verb: &ev.verb,
+                    subresource: ev.subresource(),
+                    class: ChangeClass::of(&ev.verb, ev.subresource()),
+                    code: ev.code(),
+                    received: ev.request_received_timestamp,
+                    completed: ev.stage_timestamp,
+                    source: ChangeSource::Audit,
+                    uid: &uid,
+                    deleted,
+                },
+                own.as_ref(),
+                &cause_relations,
+                old.as_ref(),
+                outcome.state.as_ref().filter(|_| !deleted),
+            )
+            .await;
+        self.ensure_object_span(&ow, &uid, item.replayed).await?;
         // A write refused by optimistic concurrency is routine: its writer
         // reads the object again and retries. Shown, but not as an error.
         let conflict = is_conflict(ev).then(|| failure_message(ev));
@@ -311,9 +337,9 @@ impl Processor {
             self.states.remove(&key);
             self.selectors.remove(obj);
         } else if let Some(state) = outcome.state
-            && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""))
+            && keeps_state
         {
-            self.record_selector_links(obj, &state, ev.request_received_timestamp)
+            self.record_selector_link_list(selector_links, ev.request_received_timestamp)
                 .await?;
             self.states.put(key, Arc::new(state))?;
         }

@@ -116,7 +116,7 @@ impl Processor {
                 trace_id: p.ow.trace_id().to_bytes(),
                 span_id: span_model::watch_span_id(&p.ow, kind, &new_rv).to_bytes(),
             };
-            let own = self.causes.note_arrival(
+            let (own, _) = self.causes.note_arrival(
                 &p.ow.object,
                 span_ref,
                 class,

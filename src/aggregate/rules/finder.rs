@@ -138,9 +138,24 @@ impl Rule {
                 collect_strings(state, steps, &mut names);
                 names.sort();
                 names.dedup();
+                let namespace = match &self.target_namespace_field {
+                    Some(path) => {
+                        let mut found = Vec::new();
+                        collect_strings(state, path, &mut found);
+                        match found.into_iter().next() {
+                            Some(ns) => Some(ns),
+                            None => return, // names no namespace: no target
+                        }
+                    }
+                    None => None,
+                };
                 for n in names {
+                    let mut target = self.target(obj, n);
+                    if let Some(ns) = &namespace {
+                        target.namespace = ns.clone();
+                    }
                     out.push(Relation {
-                        target: self.target(obj, n),
+                        target,
                         role: self.role,
                         class: self.class.clone(),
                     });

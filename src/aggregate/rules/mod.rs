@@ -74,6 +74,8 @@ pub struct Rule {
     target_group: String,
     target_resource: String,
     target_namespaced: bool,
+    /// Where the target's namespace is read from (`target.namespaceField`).
+    target_namespace_field: Option<Vec<finder::Step>>,
 }
 
 /// What the processor needs of a selector rule.

@@ -67,6 +67,10 @@ struct TargetSpec {
     /// Whether the target lives in the object's namespace (default) or is cluster-scoped.
     #[serde(default = "yes")]
     namespaced: bool,
+    /// With `field`: the field path that names the target's namespace (a
+    /// cluster-scoped object naming a namespaced one, e.g. a PV's claimRef).
+    #[serde(default)]
+    namespace_field: Option<String>,
 }
 
 fn yes() -> bool {
@@ -161,7 +165,20 @@ impl Rule {
                 (t.group.clone().unwrap_or_default(), res)
             }
         };
+        let target_namespace_field = match (&t.namespace_field, &finder) {
+            (None, _) => None,
+            (Some(f), Finder::Field(_)) => {
+                Some(parse_field_path(f).map_err(|e| err("target.namespaceField", e))?)
+            }
+            (Some(_), _) => {
+                return Err(err(
+                    "target.namespaceField",
+                    "works only with target.field".into(),
+                ));
+            }
+        };
         Ok(Rule {
+            target_namespace_field,
             name: spec.name,
             description: spec.description,
             source: source.to_string(),
