@@ -165,7 +165,7 @@ impl Metrics {
         );
         r.register(
             "cascade_resolve_timeouts",
-            "Effects whose cause's cascade was not known within 2 s (the cause's shard lagged): shown under the cause alone",
+            "Effects whose cause's cascade was not known within 10 s (the cause's shard lagged): shown under the cause alone",
             self.cascade_resolve_timeouts.clone(),
         );
         r.register(

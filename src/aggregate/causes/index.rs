@@ -260,3 +260,63 @@ impl Objects {
         self.cache.entry_count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
+        let t = UNIX_EPOCH + Duration::from_millis(at_ms);
+        let span = SpanRef {
+            trace_id: [1; 16],
+            span_id: i.to_be_bytes(),
+        };
+        Arc::new(ChangeEntry::new(
+            span,
+            ChangeClass::Status,
+            String::new(),
+            t,
+            t,
+        ))
+    }
+
+    #[test]
+    fn changes_of_the_last_seconds_are_kept_up_to_a_cap_and_the_last_few_always() {
+        let mut c = ObjectChanges::default();
+        // Ten changes a minute apart: only the last few stay.
+        for i in 0..10 {
+            assert!(c.push(entry(i, i * 60_000)));
+        }
+        assert_eq!(c.by_class[ChangeClass::Status.index()].len(), MIN_PER_CLASS);
+        // A burst within 10 s: all kept up to the cap, then the oldest goes.
+        for i in 0..MAX_PER_CLASS as u64 {
+            assert!(c.push(entry(100 + i, 600_000 + i)));
+        }
+        assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64)));
+        let ring = &c.by_class[ChangeClass::Status.index()];
+        assert_eq!(ring.len(), MAX_PER_CLASS);
+        assert!(ring.iter().any(|e| e.span.span_id == 999u64.to_be_bytes()));
+        assert!(ring.iter().all(|e| e.span.span_id != 100u64.to_be_bytes()));
+    }
+
+    #[tokio::test]
+    async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
+        let e = entry(1, 0);
+        let waiter = {
+            let e = e.clone();
+            tokio::spawn(async move { e.resolved(Duration::from_secs(60)).await })
+        };
+        tokio::task::yield_now().await;
+        let root = SpanRef {
+            trace_id: [2; 16],
+            span_id: [3; 8],
+        };
+        e.resolve(Resolved { root, depth: 4 });
+        let r = waiter
+            .await
+            .unwrap()
+            .expect("resolved before the wait ended");
+        assert_eq!((r.root, r.depth), (root, 4));
+    }
+}

@@ -33,7 +33,7 @@ pub use index::{ChangeEntry, Resolved};
 
 /// Longest wait for a cause's cascade to be known before the effect is
 /// shown under the cause alone (counted).
-pub const RESOLVE_WAIT: Duration = Duration::from_secs(2);
+pub const RESOLVE_WAIT: Duration = Duration::from_secs(10);
 
 /// Default number of objects whose recent changes are kept.
 pub const DEFAULT_CAUSE_OBJECTS: u64 = 1 << 18;
