@@ -164,7 +164,7 @@ impl Processor {
         let inference = self.causes.infer(&effect, relations, own).await;
         self.causes.register_relations(w.object, relations);
         self.role_counters[inference.role as usize].inc();
-        if let Some(sink) = &self.change_sink {
+        if !self.change_sinks.is_empty() {
             let readiness = new
                 .filter(|_| !w.deleted)
                 .and_then(|s| status::object_status(&w.object.group, &w.object.resource, s))
@@ -172,8 +172,8 @@ impl Processor {
                     status: st.status.as_str().to_string(),
                     message: st.message,
                 });
-            let objects = sink.wants_objects();
-            sink.record(ChangeRecord {
+            let objects = self.change_sinks.iter().any(|s| s.wants_objects());
+            let record = ChangeRecord {
                 object: w.object.clone(),
                 uid: w.uid.to_string(),
                 source: w.source,
@@ -192,7 +192,12 @@ impl Processor {
                 depth: inference.depth,
                 old: old.filter(|_| objects).cloned(),
                 new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
-            });
+            };
+            let (last, others) = self.change_sinks.split_last().expect("not empty");
+            for sink in others {
+                sink.record(record.clone());
+            }
+            last.record(record);
         }
         inference
     }

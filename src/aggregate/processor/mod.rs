@@ -124,7 +124,7 @@ pub struct Processor {
     /// Recent changes, the candidate causes of later writes.
     causes: CauseIndex,
     /// Where each change goes with its cause (change log, analysis, metrics).
-    change_sink: Option<Arc<dyn ChangeSink>>,
+    change_sinks: Vec<Arc<dyn ChangeSink>>,
     /// `kascade_cascade_writes_total` by role.
     role_counters: [prometheus_client::metrics::counter::Counter; 3],
 }
@@ -144,7 +144,7 @@ impl Processor {
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
             selectors: SelectorIndex::new(&rules),
             causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
-            change_sink: None,
+            change_sinks: Vec::new(),
             role_counters: cascade::role_counters(&metrics),
             cfg,
             redactor,
@@ -157,9 +157,10 @@ impl Processor {
         }
     }
 
-    /// Hands every change, with its inferred cause, to `sink`.
+    /// Hands every change, with its inferred cause, to `sink` (as well as
+    /// to the sinks added before).
     pub fn with_change_sink(mut self, sink: Arc<dyn ChangeSink>) -> Self {
-        self.change_sink = Some(sink);
+        self.change_sinks.push(sink);
         self
     }
 
