@@ -3,14 +3,16 @@
 # discarding pipeline), kascade (release build), and the load generator
 # benches/collect_load.rs posting real audit batches. Prints the numbers
 # README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load; KASCADE_BIN
-# runs another kascade binary (paired runs of two builds on the same load).
+# runs another kascade binary (paired runs of two builds on the same load);
+# LOAD_BIN runs an already built load generator (`cargo bench --no-run`'s
+# benches/collect_load) instead of building it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
 KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 [[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
-cargo bench --locked --bench collect_load --no-run >&2
+[[ -n "${LOAD_BIN:-}" ]] || cargo bench --locked --bench collect_load --no-run >&2
 RUN="$(mktemp -d)"
 pids=()
 # kascade first: on SIGTERM it exports what it accepted, which needs the receiver.
@@ -32,6 +34,10 @@ done
 until curl -sf http://127.0.0.1:29091/readyz >/dev/null; do
   (( SECONDS < deadline )) || { echo "kascade not ready" >&2; cat "$RUN/kascade.log" >&2; exit 1; }; sleep 0.2
 done
-KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID \
-  cargo bench --locked --bench collect_load
+if [[ -n "${LOAD_BIN:-}" ]]; then
+  KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID "$LOAD_BIN" --bench
+else
+  KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID \
+    cargo bench --locked --bench collect_load
+fi
 grep -E "WARN|ERROR" "$RUN/kascade.log" | head -5 >&2 || true

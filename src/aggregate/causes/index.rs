@@ -6,8 +6,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use moka::policy::EvictionPolicy;
-
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectRef;
 use crate::pipeline::SpanRef;
@@ -35,47 +33,51 @@ pub struct Resolved {
 pub struct ChangeEntry {
     pub span: SpanRef,
     pub class: ChangeClass,
-    /// `<user> <verb>[ <subresource>]`.
-    pub who: String,
+    /// The writer (interned: few distinct users write most changes).
+    pub user: Arc<str>,
+    /// `<verb>[ <subresource>]`.
+    pub op: &'static str,
     pub received: SystemTime,
     pub completed: SystemTime,
     resolved: OnceLock<Resolved>,
-    ready: tokio::sync::Notify,
 }
 
 impl ChangeEntry {
     pub fn new(
         span: SpanRef,
         class: ChangeClass,
-        who: String,
+        user: Arc<str>,
+        op: &'static str,
         received: SystemTime,
         completed: SystemTime,
     ) -> Self {
         Self {
             span,
             class,
-            who,
+            user,
+            op,
             received,
             completed,
             resolved: OnceLock::new(),
-            ready: tokio::sync::Notify::new(),
         }
     }
 
-    pub fn resolve(&self, r: Resolved) {
+    /// Sets the cascade of this change and wakes whoever waits for one
+    /// (`ready` is shared by all changes: waits are rare and short).
+    pub fn resolve(&self, r: Resolved, ready: &tokio::sync::Notify) {
         if self.resolved.set(r).is_ok() {
-            self.ready.notify_waiters();
+            ready.notify_waiters();
         }
     }
 
     /// The cascade of this change, waiting up to `wait` for its shard.
-    pub async fn resolved(&self, wait: Duration) -> Option<Resolved> {
+    pub async fn resolved(&self, wait: Duration, ready: &tokio::sync::Notify) -> Option<Resolved> {
         if let Some(r) = self.resolved.get() {
             return Some(*r);
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let notified = self.ready.notified();
+            let notified = ready.notified();
             if let Some(r) = self.resolved.get() {
                 return Some(*r);
             }
@@ -227,8 +229,27 @@ impl ObjectChanges {
     }
 }
 
+/// Objects by hash, bounded without a per-access cost: each of 64 shards
+/// keeps two generations; a lookup that finds an object in the older one
+/// moves it to the newer; when the newer is full or older than half the idle
+/// time, the older is dropped whole (its objects counted as evicted: by size
+/// or by age) and the newer takes its place. So an object written within
+/// the idle time, among at most `max_objects`, is kept.
 pub(super) struct Objects {
-    cache: moka::sync::Cache<u64, Arc<Mutex<ObjectChanges>>>,
+    shards: Vec<Mutex<Generations>>,
+    per_shard: usize,
+    half_idle: Duration,
+    evictions: CacheEvictions,
+}
+
+const SHARDS: usize = 64;
+
+type Changes = Arc<Mutex<ObjectChanges>>;
+
+struct Generations {
+    current: std::collections::HashMap<u64, Changes>,
+    previous: std::collections::HashMap<u64, Changes>,
+    since: std::time::Instant,
 }
 
 impl Objects {
@@ -239,25 +260,73 @@ impl Objects {
             "writes of objects evicted from it can no longer be found as causes; raise --cascade-objects",
         );
         Self {
-            cache: moka::sync::Cache::builder()
-                .max_capacity(max_objects)
-                .time_to_idle(idle)
-                .eviction_policy(EvictionPolicy::lru())
-                .eviction_listener(move |_, _, cause| evictions.record(cause))
-                .build(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Generations {
+                        current: Default::default(),
+                        previous: Default::default(),
+                        since: std::time::Instant::now(),
+                    })
+                })
+                .collect(),
+            // Two generations of half the bound each.
+            per_shard: ((max_objects as usize) / SHARDS / 2).max(1),
+            half_idle: idle / 2,
+            evictions,
         }
     }
 
-    pub fn get(&self, object_hash: u64) -> Option<Arc<Mutex<ObjectChanges>>> {
-        self.cache.get(&object_hash)
+    fn shard(&self, object_hash: u64) -> std::sync::MutexGuard<'_, Generations> {
+        self.shards[(object_hash >> 58) as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get_or_insert(&self, object_hash: u64) -> Arc<Mutex<ObjectChanges>> {
-        self.cache.get_with(object_hash, Default::default)
+    pub fn get(&self, object_hash: u64) -> Option<Changes> {
+        let mut g = self.shard(object_hash);
+        if let Some(c) = g.current.get(&object_hash) {
+            return Some(c.clone());
+        }
+        let c = g.previous.remove(&object_hash)?;
+        self.insert(&mut g, object_hash, c.clone());
+        Some(c)
+    }
+
+    pub fn get_or_insert(&self, object_hash: u64) -> Changes {
+        if let Some(c) = self.get(object_hash) {
+            return c;
+        }
+        let mut g = self.shard(object_hash);
+        let c = Changes::default();
+        self.insert(&mut g, object_hash, c.clone());
+        c
+    }
+
+    fn insert(&self, g: &mut Generations, object_hash: u64, c: Changes) {
+        let full = g.current.len() >= self.per_shard;
+        if full || g.since.elapsed() >= self.half_idle {
+            let dropped = std::mem::replace(&mut g.previous, std::mem::take(&mut g.current));
+            if !dropped.is_empty() {
+                let cause = if full {
+                    moka::notification::RemovalCause::Size
+                } else {
+                    moka::notification::RemovalCause::Expired
+                };
+                self.evictions.record_many(cause, dropped.len() as u64);
+            }
+            g.since = std::time::Instant::now();
+        }
+        g.current.insert(object_hash, c);
     }
 
     pub fn entry_count(&self) -> u64 {
-        self.cache.entry_count()
+        self.shards
+            .iter()
+            .map(|s| {
+                let g = s.lock().unwrap_or_else(|p| p.into_inner());
+                (g.current.len() + g.previous.len()) as u64
+            })
+            .sum()
     }
 }
 
@@ -275,7 +344,8 @@ mod tests {
         Arc::new(ChangeEntry::new(
             span,
             ChangeClass::Status,
-            String::new(),
+            "u".into(),
+            "update status",
             t,
             t,
         ))
@@ -303,16 +373,17 @@ mod tests {
     #[tokio::test]
     async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
         let e = entry(1, 0);
+        let ready = Arc::new(tokio::sync::Notify::new());
         let waiter = {
-            let e = e.clone();
-            tokio::spawn(async move { e.resolved(Duration::from_secs(60)).await })
+            let (e, ready) = (e.clone(), ready.clone());
+            tokio::spawn(async move { e.resolved(Duration::from_secs(60), &ready).await })
         };
         tokio::task::yield_now().await;
         let root = SpanRef {
             trace_id: [2; 16],
             span_id: [3; 8],
         };
-        e.resolve(Resolved { root, depth: 4 });
+        e.resolve(Resolved { root, depth: 4 }, &ready);
         let r = waiter
             .await
             .unwrap()

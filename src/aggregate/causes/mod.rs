@@ -67,6 +67,10 @@ pub struct Inference {
 
 pub struct CauseIndex {
     objects: index::Objects,
+    /// Woken whenever a change's cascade becomes known.
+    ready: tokio::sync::Notify,
+    /// Writers' names, shared by their changes (bounded).
+    users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<str>>>,
     propagations: Vec<Propagation>,
     metrics: Arc<Metrics>,
 }
@@ -75,6 +79,8 @@ impl CauseIndex {
     pub fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
         Self {
             objects: index::Objects::new(max_objects, CAUSE_IDLE, metrics),
+            users: Default::default(),
+            ready: tokio::sync::Notify::new(),
             propagations: rules.propagations().to_vec(),
             metrics: metrics.clone(),
         }
@@ -89,7 +95,8 @@ impl CauseIndex {
         object: &ObjectRef,
         span: SpanRef,
         class: ChangeClass,
-        who: impl FnOnce() -> String,
+        user: &str,
+        op: &'static str,
         received: SystemTime,
         completed: SystemTime,
     ) -> (Arc<ChangeEntry>, bool) {
@@ -98,11 +105,26 @@ impl CauseIndex {
         if let Some(e) = c.find(class, span) {
             return (e, false);
         }
-        let entry = Arc::new(ChangeEntry::new(span, class, who(), received, completed));
+        let user = self.intern(user);
+        let entry = Arc::new(ChangeEntry::new(span, class, user, op, received, completed));
         if !c.push(entry.clone()) {
             self.metrics.cascade_candidates_dropped.inc();
         }
         (entry, true)
+    }
+
+    fn intern(&self, user: &str) -> Arc<str> {
+        /// Distinct writers kept; beyond, each change holds its own copy.
+        const MAX_USERS: usize = 4096;
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(u) = users.get(user) {
+            return u.clone();
+        }
+        let u: Arc<str> = user.into();
+        if users.len() < MAX_USERS {
+            users.insert(user.into(), u.clone());
+        }
+        u
     }
 
     /// Registers the relations `holder` has, on the other side, so that an
@@ -138,7 +160,7 @@ impl CauseIndex {
         let (found, later_only) = self.best_candidate(effect, relations);
         let inference = match found {
             Some(c) => {
-                let resolved = match c.entry.resolved(RESOLVE_WAIT).await {
+                let resolved = match c.entry.resolved(RESOLVE_WAIT, &self.ready).await {
                     Some(r) => r,
                     None => {
                         // The cause's shard did not finish it in time: the
@@ -162,12 +184,22 @@ impl CauseIndex {
                     depth: resolved.depth + 1,
                     cause: Some(Cause {
                         span: c.entry.span,
-                        name: format!(
-                            "{} {} {}",
-                            c.entry.who,
-                            c.object.group_resource(),
-                            object_name(&c.object)
-                        ),
+                        name: if c.entry.user.is_empty() {
+                            format!(
+                                "{} {} {}",
+                                c.entry.op,
+                                c.object.group_resource(),
+                                object_name(&c.object)
+                            )
+                        } else {
+                            format!(
+                                "{} {} {} {}",
+                                c.entry.user,
+                                c.entry.op,
+                                c.object.group_resource(),
+                                object_name(&c.object)
+                            )
+                        },
                         edge: edge(&c.object, effect, same),
                         rule: c.rule.to_string(),
                         hop,
@@ -202,10 +234,13 @@ impl CauseIndex {
             }
         };
         if let Some(own) = own {
-            own.resolve(Resolved {
-                root: inference.root,
-                depth: inference.depth,
-            });
+            own.resolve(
+                Resolved {
+                    root: inference.root,
+                    depth: inference.depth,
+                },
+                &self.ready,
+            );
         }
         inference
     }
@@ -309,6 +344,27 @@ fn object_name(o: &ObjectRef) -> String {
         o.name.clone()
     } else {
         format!("{}/{}", o.namespace, o.name)
+    }
+}
+
+/// `<verb>[ <subresource>]` of a write [`ChangeClass::of`] classifies (a
+/// shared string, not one per change).
+pub fn op_of(verb: &str, subresource: &str) -> &'static str {
+    match (verb, subresource) {
+        ("create", "binding") => "create binding",
+        ("create", _) => "create",
+        ("update", "scale") => "update scale",
+        ("patch", "scale") => "patch scale",
+        ("update", "status") => "update status",
+        ("patch", "status") => "patch status",
+        ("update", _) => "update",
+        ("patch", _) => "patch",
+        ("deletecollection", _) => "deletecollection",
+        ("delete", _) => "delete",
+        ("added", _) => "watch added",
+        ("deleted", _) => "watch deleted",
+        ("modified", _) => "watch modified",
+        _ => "write",
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::super::causes::{ChangeEntry, Effect, Inference};
+use super::super::causes::{ChangeEntry, Effect, Inference, op_of};
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
 use super::super::rules::{ChangeClass, Relation, Role};
 use super::super::status;
@@ -67,14 +67,8 @@ impl Processor {
             &item.object,
             span,
             class,
-            || {
-                let mut who = format!("{} {}", ev.user.username, ev.verb);
-                if !ev.subresource().is_empty() {
-                    who.push(' ');
-                    who.push_str(ev.subresource());
-                }
-                who
-            },
+            &ev.user.username,
+            op_of(&ev.verb, ev.subresource()),
             ev.request_received_timestamp,
             ev.stage_timestamp,
         );

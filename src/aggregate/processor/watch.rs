@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::super::causes::op_of;
 use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
@@ -120,7 +121,8 @@ impl Processor {
                 &p.ow.object,
                 span_ref,
                 class,
-                || format!("watch {kind}"),
+                "",
+                op_of(kind, ""),
                 at,
                 at,
             );
