@@ -7,7 +7,9 @@
 //! `pods → Failed` edge or the new object's phase), or an object without
 //! readiness (ConfigMaps, Services, EndpointSlices: settled with the write).
 //! It settled *for good* at the first write of its last run of settled
-//! writes; a refused write (code ≥ 400) changed nothing and is skipped.
+//! writes; a refused write (code ≥ 400) changed nothing and is skipped,
+//! except a delete answered 404 that the processor marks `deleted` (the
+//! object is gone: the kubelet's confirmation after a graceful delete).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -70,6 +72,12 @@ pub(super) fn pod_terminal(c: &ChangeRecord) -> bool {
     by_edge || by_state
 }
 
+/// Whether `c` tells about the object's state: a successful write, or a
+/// failed one that found the object gone.
+pub(super) fn counts(c: &ChangeRecord) -> bool {
+    c.code < 400 || c.deleted
+}
+
 /// Whether the object is settled after `c`; `terminal_pod`: the object is a
 /// Pod known to be in a terminal phase.
 pub fn settles(c: &ChangeRecord, terminal_pod: bool) -> bool {
@@ -93,7 +101,7 @@ struct ObjectState {
 
 /// The completion of a cascade's changes (any order).
 pub(super) fn completion(changes: &[ChangeRecord]) -> Completion {
-    let mut order: Vec<&ChangeRecord> = changes.iter().filter(|c| c.code < 400).collect();
+    let mut order: Vec<&ChangeRecord> = changes.iter().filter(|c| counts(c)).collect();
     order.sort_by_key(|c| (c.completed, c.received));
     let mut objects: HashMap<&ObjectRef, ObjectState> = HashMap::new();
     for (i, c) in order.iter().enumerate() {

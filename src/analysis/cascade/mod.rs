@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
 pub use completion::{Completion, Waiting, settles};
-pub use text::render_text;
+pub use text::{format_duration, render_text};
 pub use tracker::{CascadeTracker, TrackerConfig};
 
 /// One cascade: its changes as a tree, root first.

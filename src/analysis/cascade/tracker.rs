@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::completion::pod_terminal;
+use super::completion::{counts, pod_terminal};
 use super::settles;
 use crate::metrics::CascadeMetrics;
 use crate::model::ObjectRef;
@@ -178,7 +178,7 @@ impl ChangeSink for CascadeTracker {
         st.by_activity.remove(&(open.last, root));
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
-        if change.code < 400 {
+        if counts(&change) {
             let obj = open.objects.entry(change.object.clone()).or_default();
             obj.terminal_pod |= pod_terminal(&change);
             if settles(&change, obj.terminal_pod) {
