@@ -51,7 +51,12 @@ pub fn root_of(span: &Span) -> Option<SpanRef> {
 /// attributes (written before cause inference). The cause's object is not
 /// an attribute: it is left empty here ([`records_from_histories`] fills
 /// it in when the cause is among the records).
-pub fn record_from_span(object: &ObjectRef, uid: &str, source: Source, s: &Span) -> Option<ChangeRecord> {
+pub fn record_from_span(
+    object: &ObjectRef,
+    uid: &str,
+    source: Source,
+    s: &Span,
+) -> Option<ChangeRecord> {
     let a = &s.attributes;
     let root = root_of(s)?;
     let span = SpanRef {
@@ -61,13 +66,19 @@ pub fn record_from_span(object: &ObjectRef, uid: &str, source: Source, s: &Span)
     let (source, user, verb) = match source {
         Source::Audit => (
             ChangeSource::Audit,
-            string_attr(a, attr::AUDIT_USER).unwrap_or_default().to_string(),
-            string_attr(a, attr::AUDIT_VERB).unwrap_or_default().to_string(),
+            string_attr(a, attr::AUDIT_USER)
+                .unwrap_or_default()
+                .to_string(),
+            string_attr(a, attr::AUDIT_VERB)
+                .unwrap_or_default()
+                .to_string(),
         ),
         Source::Watch => (
             ChangeSource::Watch,
             String::new(),
-            string_attr(a, attr::WATCH_TYPE).unwrap_or_default().to_string(),
+            string_attr(a, attr::WATCH_TYPE)
+                .unwrap_or_default()
+                .to_string(),
         ),
         _ => return None,
     };
@@ -101,11 +112,13 @@ pub fn record_from_span(object: &ObjectRef, uid: &str, source: Source, s: &Span)
         name: string_attr(a, attr::CASCADE_CAUSE_NAME)
             .unwrap_or_default()
             .to_string(),
-        edge: string_attr(a, attr::CASCADE_EDGE).unwrap_or_default().to_string(),
-        rule: string_attr(a, attr::CASCADE_RULE).unwrap_or_default().to_string(),
-        hop: Duration::from_micros(
-            int_attr(a, attr::CASCADE_HOP_US).unwrap_or(0).max(0) as u64,
-        ),
+        edge: string_attr(a, attr::CASCADE_EDGE)
+            .unwrap_or_default()
+            .to_string(),
+        rule: string_attr(a, attr::CASCADE_RULE)
+            .unwrap_or_default()
+            .to_string(),
+        hop: Duration::from_micros(int_attr(a, attr::CASCADE_HOP_US).unwrap_or(0).max(0) as u64),
     });
     Some(ChangeRecord {
         object: object.clone(),

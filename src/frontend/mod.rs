@@ -393,14 +393,10 @@ impl<S: RawStore> Frontend<S> {
         }
         let encoded = id.encode();
         let (cascades, resource_spans) = if id.mode == Mode::Cascade {
-            let (cascades, mut notes) = cascade::cascades_of(
-                &self.assembler,
-                &assembly,
-                clip,
-                self.cfg.raw_search_limit,
-            )
-            .instrument(tracing::info_span!(target: TARGET, "cascades"))
-            .await?;
+            let (cascades, mut notes) =
+                cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
+                    .instrument(tracing::info_span!(target: TARGET, "cascades"))
+                    .await?;
             notes.extend(assembly.notes.iter().cloned());
             let spans = display::cascade::render(&cascades, &encoded, &notes);
             (cascades, spans)

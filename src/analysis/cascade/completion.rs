@@ -90,12 +90,43 @@ pub fn settles(c: &ChangeRecord, terminal_pod: bool) -> bool {
     }
 }
 
-/// Per object: settled since, or what it waits for.
+/// How one object settles, change by change (in order of completion).
+#[derive(Default)]
+pub(super) struct Settling {
+    terminal_pod: bool,
+    /// A change removed it: a write that completed later (other than a
+    /// create) was applied before the removal, its response just came late.
+    removed: bool,
+    pub(super) settled_since: Option<SystemTime>,
+}
+
+impl Settling {
+    /// Applies a change that [`counts`]; whether the object is settled after it.
+    pub(super) fn apply(&mut self, c: &ChangeRecord) -> bool {
+        if self.removed && c.verb != "create" && !c.deleted {
+            return true;
+        }
+        if c.verb == "create" {
+            self.removed = false;
+            self.terminal_pod = false;
+        }
+        self.removed |= c.deleted;
+        self.terminal_pod |= pod_terminal(c);
+        if settles(c, self.terminal_pod) {
+            self.settled_since.get_or_insert(c.completed);
+            true
+        } else {
+            self.settled_since = None;
+            false
+        }
+    }
+}
+
+/// Per object: how it settles, and what it waits for.
 #[derive(Default)]
 struct ObjectState {
     first_seen: usize,
-    terminal_pod: bool,
-    settled_since: Option<SystemTime>,
+    settling: Settling,
     waiting: Option<Waiting>,
 }
 
@@ -109,12 +140,9 @@ pub(super) fn completion(changes: &[ChangeRecord]) -> Completion {
             first_seen: i,
             ..ObjectState::default()
         });
-        st.terminal_pod |= pod_terminal(c);
-        if settles(c, st.terminal_pod) {
-            st.settled_since.get_or_insert(c.completed);
+        if st.settling.apply(c) {
             st.waiting = None;
         } else {
-            st.settled_since = None;
             let (status, message) = c
                 .readiness
                 .as_ref()
@@ -138,7 +166,7 @@ pub(super) fn completion(changes: &[ChangeRecord]) -> Completion {
     }
     let at = objects
         .values()
-        .filter_map(|s| s.settled_since)
+        .filter_map(|s| s.settling.settled_since)
         .max()
         .or_else(|| changes.iter().map(|c| c.completed).max())
         .unwrap_or(SystemTime::UNIX_EPOCH);

@@ -9,8 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::completion::{counts, pod_terminal};
-use super::settles;
+use super::completion::{Settling, counts};
 use crate::metrics::CascadeMetrics;
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
@@ -33,16 +32,10 @@ impl Default for TrackerConfig {
     }
 }
 
-#[derive(Default)]
-struct ObjectState {
-    terminal_pod: bool,
-    settled_since: Option<SystemTime>,
-}
-
 struct Open {
     kind: String,
     root_received: SystemTime,
-    objects: HashMap<ObjectRef, ObjectState>,
+    objects: HashMap<ObjectRef, Settling>,
     /// Latest change of it (completed).
     last: SystemTime,
     /// When every object had settled, if they all have.
@@ -179,13 +172,10 @@ impl ChangeSink for CascadeTracker {
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
         if counts(&change) {
-            let obj = open.objects.entry(change.object.clone()).or_default();
-            obj.terminal_pod |= pod_terminal(&change);
-            if settles(&change, obj.terminal_pod) {
-                obj.settled_since.get_or_insert(change.completed);
-            } else {
-                obj.settled_since = None;
-            }
+            open.objects
+                .entry(change.object.clone())
+                .or_default()
+                .apply(&change);
         }
         open.done_at = open
             .objects

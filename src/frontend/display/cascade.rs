@@ -21,7 +21,11 @@ fn expected_failure(code: i32, verb: &str) -> bool {
     code == 409 || (code == 404 && verb == "delete")
 }
 
-pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -> Vec<ResourceSpans> {
+pub fn render(
+    cascades: &[Cascade],
+    trace_id: &TraceIdBytes,
+    notes: &[String],
+) -> Vec<ResourceSpans> {
     let mut out = Out::default();
     for (n, c) in cascades.iter().enumerate() {
         let root = c.root();
@@ -30,7 +34,12 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
             .iter()
             .map(|ch| span_id(&ch.span.span_hex(), 0x6361))
             .collect();
-        let last_end = c.changes.iter().map(|ch| ch.completed).max().unwrap_or(root.completed);
+        let last_end = c
+            .changes
+            .iter()
+            .map(|ch| ch.completed)
+            .max()
+            .unwrap_or(root.completed);
         for (i, ch) in c.changes.iter().enumerate() {
             let critical = c.is_critical(i) && c.changes.len() > 1;
             let o = &ch.object;
@@ -40,13 +49,30 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
                 kv(attr::RESOURCE, o.resource.clone()),
                 kv(attr::NAMESPACE, o.namespace.clone()),
                 kv(attr::NAME, o.name.clone()),
-                kv(if ch.user.is_empty() { attr::WATCH_TYPE } else { attr::AUDIT_USER }, if ch.user.is_empty() { ch.verb.clone() } else { ch.user.clone() }),
+                kv(
+                    if ch.user.is_empty() {
+                        attr::WATCH_TYPE
+                    } else {
+                        attr::AUDIT_USER
+                    },
+                    if ch.user.is_empty() {
+                        ch.verb.clone()
+                    } else {
+                        ch.user.clone()
+                    },
+                ),
                 kv(attr::AUDIT_VERB, ch.verb.clone()),
                 kv_int(attr::AUDIT_CODE, i64::from(ch.code)),
                 kv("cascade.depth", i64::from(ch.depth).to_string()),
                 kv("cascade.critical_path", critical.to_string()),
-                kv("request.received", humantime::format_rfc3339_micros(ch.received).to_string()),
-                kv("response.completed", humantime::format_rfc3339_micros(ch.completed).to_string()),
+                kv(
+                    "request.received",
+                    humantime::format_rfc3339_micros(ch.received).to_string(),
+                ),
+                kv(
+                    "response.completed",
+                    humantime::format_rfc3339_micros(ch.completed).to_string(),
+                ),
             ];
             if !ch.subresource.is_empty() {
                 attributes.push(kv(attr::AUDIT_SUBRESOURCE, ch.subresource.clone()));
@@ -61,10 +87,11 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
                 attributes.push(kv("object.removed", "true"));
             }
             let mut events = Vec::new();
-            let mut status = (ch.code >= 400 && !expected_failure(ch.code, &ch.verb)).then(|| Status {
-                message: format!("request failed with {}", ch.code),
-                code: StatusCode::Error as i32,
-            });
+            let mut status =
+                (ch.code >= 400 && !expected_failure(ch.code, &ch.verb)).then(|| Status {
+                    message: format!("request failed with {}", ch.code),
+                    code: StatusCode::Error as i32,
+                });
             let (start, parent) = match (i, c.parent[i]) {
                 (_, Some(p)) => (c.changes[p].completed, ids[p].clone()),
                 _ => (ch.received, Vec::new()),
@@ -76,7 +103,10 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
                 attributes.push(kv("cascade.hop", format_duration(k.hop)));
                 events.push(Event {
                     time_unix_nano: nanos(ch.received),
-                    name: format!("request received ({} after the cause)", format_duration(k.hop)),
+                    name: format!(
+                        "request received ({} after the cause)",
+                        format_duration(k.hop)
+                    ),
                     ..Default::default()
                 });
             }
@@ -84,7 +114,10 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
             if i == 0 {
                 attributes.push(kv("cascade.writes", c.changes.len().to_string()));
                 if let Some(k) = &c.missing_cause {
-                    attributes.push(kv("cascade.partial", format!("caused by {} ({}), not in range", k.name, k.edge)));
+                    attributes.push(kv(
+                        "cascade.partial",
+                        format!("caused by {} ({}), not in range", k.name, k.edge),
+                    ));
                 }
                 match &c.completion {
                     Completion::Complete { at } => {
@@ -92,10 +125,16 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
                         attributes.push(kv("cascade.complete", "true"));
                         attributes.push(kv("cascade.completion", format_duration(after)));
                         attributes.push(kv_int("cascade.completion_us", after.as_micros() as i64));
-                        attributes.push(kv("cascade.completed_at", humantime::format_rfc3339_micros(*at).to_string()));
+                        attributes.push(kv(
+                            "cascade.completed_at",
+                            humantime::format_rfc3339_micros(*at).to_string(),
+                        ));
                         events.push(Event {
                             time_unix_nano: nanos(*at),
-                            name: format!("complete: every object settled, {} after the root write", format_duration(after)),
+                            name: format!(
+                                "complete: every object settled, {} after the root write",
+                                format_duration(after)
+                            ),
                             ..Default::default()
                         });
                         end = (*at).max(last_end);
@@ -124,7 +163,11 @@ pub fn render(cascades: &[Cascade], trace_id: &TraceIdBytes, notes: &[String]) -
                     }
                 }
             }
-            let name = format!("{}{}", if critical { CRITICAL_MARK } else { "" }, change_name(ch));
+            let name = format!(
+                "{}{}",
+                if critical { CRITICAL_MARK } else { "" },
+                change_name(ch)
+            );
             out.push(
                 &o.resource,
                 Span {
