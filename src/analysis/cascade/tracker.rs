@@ -149,25 +149,23 @@ impl ChangeSink for CascadeTracker {
         let st = &mut *st;
         st.watermark = st.watermark.max(Some(change.completed));
         let root = change.root;
-        if !st.open.contains_key(&root) {
+        let open = match st.open.entry(root) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             // A change of a cascade not followed (evicted, observed already,
             // or started before this process) is left out.
-            if change.role == CascadeRole::Effect || change.span != root {
+            std::collections::hash_map::Entry::Vacant(_)
+                if change.role == CascadeRole::Effect || change.span != root =>
+            {
                 return;
             }
-            st.open.insert(
-                root,
-                Open {
-                    kind: change.object.resource.clone(),
-                    root_received: change.received,
-                    objects: HashMap::new(),
-                    last: change.completed,
-                    done_at: None,
-                },
-            );
-            st.by_activity.insert((change.completed, root));
-        }
-        let open = st.open.get_mut(&root).expect("inserted above");
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Open {
+                kind: change.object.resource.clone(),
+                root_received: change.received,
+                objects: HashMap::new(),
+                last: change.completed,
+                done_at: None,
+            }),
+        };
         st.by_activity.remove(&(open.last, root));
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
