@@ -400,8 +400,11 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
         .unwrap();
         assert_eq!(
             from_nanos(s.start_time_unix_nano),
-            cause_completed.min(from_nanos(s.end_time_unix_nano))
+            cause_completed
+                .min(from_nanos(s.end_time_unix_nano))
+                .max(from_nanos(parent.start_time_unix_nano))
         );
+        assert!(s.end_time_unix_nano <= parent.end_time_unix_nano);
         assert_eq!(
             string_attr(&s.attributes, "resource"),
             Some(service.as_str())

@@ -21,6 +21,40 @@ fn expected_failure(code: i32, verb: &str) -> bool {
     code == 409 || (code == 404 && verb == "delete")
 }
 
+/// Each change's span (ns): from its cause's response completed (the
+/// root: its own request received) to its own response completed, widened
+/// to cover the spans it caused, and the root to the completion, so every
+/// span lies within its parent (Jaeger adjusts spans that do not, taking
+/// them for clock skew). The request and response are events on the span.
+fn span_times(c: &Cascade) -> Vec<(u64, u64)> {
+    let mut end: Vec<u64> = c.changes.iter().map(|ch| nanos(ch.completed)).collect();
+    if let Completion::Complete { at } = &c.completion {
+        end[0] = end[0].max(nanos(*at));
+    }
+    // The walk visits causes before their effects: widen bottom-up.
+    let walk = c.walk();
+    for &(i, _) in walk.iter().rev() {
+        if let Some(p) = c.parent[i] {
+            end[p] = end[p].max(end[i]);
+        }
+    }
+    let mut times = vec![(0u64, 0u64); c.changes.len()];
+    for &(i, _) in &walk {
+        times[i] = match c.parent[i] {
+            None => {
+                let s = nanos(c.changes[i].received).min(end[i]);
+                (s, end[i])
+            }
+            Some(p) => {
+                let (ps, _) = times[p];
+                let s = nanos(c.changes[p].completed).min(end[i]).max(ps);
+                (s, end[i].max(s))
+            }
+        };
+    }
+    times
+}
+
 pub fn render(
     cascades: &[Cascade],
     trace_id: &TraceIdBytes,
@@ -40,6 +74,7 @@ pub fn render(
             .map(|ch| ch.completed)
             .max()
             .unwrap_or(root.completed);
+        let times = span_times(c);
         for (i, ch) in c.changes.iter().enumerate() {
             let critical = c.is_critical(i) && c.changes.len() > 1;
             let o = &ch.object;
@@ -92,10 +127,13 @@ pub fn render(
                     message: format!("request failed with {}", ch.code),
                     code: StatusCode::Error as i32,
                 });
-            let (start, parent) = match (i, c.parent[i]) {
-                (_, Some(p)) => (c.changes[p].completed, ids[p].clone()),
-                _ => (ch.received, Vec::new()),
-            };
+            let parent = c.parent[i].map(|p| ids[p].clone()).unwrap_or_default();
+            let (start, end) = times[i];
+            events.push(Event {
+                time_unix_nano: nanos(ch.completed),
+                name: format!("response completed ({})", ch.code),
+                ..Default::default()
+            });
             if let Some(k) = &ch.cause {
                 attributes.push(kv("cascade.edge", k.edge.clone()));
                 attributes.push(kv("cascade.rule", k.rule.clone()));
@@ -110,7 +148,6 @@ pub fn render(
                     ..Default::default()
                 });
             }
-            let mut end = ch.completed;
             if i == 0 {
                 attributes.push(kv("cascade.writes", c.changes.len().to_string()));
                 if let Some(k) = &c.missing_cause {
@@ -137,7 +174,6 @@ pub fn render(
                             ),
                             ..Default::default()
                         });
-                        end = (*at).max(last_end);
                     }
                     Completion::Waiting(w) => {
                         let waiting: Vec<String> = w.iter().map(ToString::to_string).collect();
@@ -154,7 +190,6 @@ pub fn render(
                             message: format!("not complete: waiting for {}", waiting.join("; ")),
                             code: StatusCode::Error as i32,
                         });
-                        end = last_end;
                     }
                 }
                 if n == 0 {
@@ -176,8 +211,8 @@ pub fn render(
                     parent_span_id: parent,
                     name,
                     kind: 1,
-                    start_time_unix_nano: nanos(start.min(end)),
-                    end_time_unix_nano: nanos(end),
+                    start_time_unix_nano: start,
+                    end_time_unix_nano: end,
                     attributes,
                     events,
                     status,
