@@ -178,7 +178,8 @@ pub fn records_from_histories<'a>(
     out
 }
 
-/// The cascades the objects of `asm` took part in within `clip`: at most
+/// The cascades the objects of `asm` (not the shared ones) took part in
+/// within `clip`: at most
 /// [`MAX_CASCADES`] (the latest roots; the rest counted in the notes).
 pub async fn cascades_of<S: RawStore>(
     assembler: &Assembler<S>,
@@ -191,7 +192,9 @@ pub async fn cascades_of<S: RawStore>(
     let mut named: Vec<(u64, SpanRef)> = asm
         .nodes
         .iter()
-        .filter(|n| n.copy_of.is_none())
+        // The tree proper: a shared Node's or ConfigMap's own writes (node
+        // heartbeats) root cascades of their own, not the searched object's.
+        .filter(|n| !n.shared && n.copy_of.is_none())
         .flat_map(|n| n.history.entries.iter())
         .filter(|e| e.span.start_time_unix_nano <= clip.until)
         .filter_map(|e| root_of(&e.span).map(|r| (e.span.start_time_unix_nano, r)))
