@@ -600,21 +600,35 @@ async fn the_jaeger_ui_shows_the_image_change_as_a_cascade_of_writes() {
     const PATCH: &str = " patch deployments default/hello";
     let is_patch_root =
         |s: &Value| parent_of(s).is_none() && s["operationName"].as_str().unwrap().ends_with(PATCH);
-    // Complete once the rollout's last write is in.
-    let complete = |traces: &[Value]| {
-        traces.len() == 1
-            && traces[0]["spans"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|s| is_patch_root(s) && tag_str(s, "cascade.complete") == Some("true"))
+    let patch_root = |traces: &[Value]| -> Option<Value> {
+        if traces.len() != 1 {
+            return None;
+        }
+        traces[0]["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| is_patch_root(s))
+            .cloned()
     };
-    let traces = ui_search(
-        "cascade",
-        serde_json::json!({"resource": "deployments", "namespace": "default", "name": "hello"}),
-        complete,
-    )
-    .await;
+    let tags =
+        serde_json::json!({"resource": "deployments", "namespace": "default", "name": "hello"});
+    // Complete once the rollout's last write is in (exported asynchronously).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let traces = loop {
+        let traces = ui_search("cascade", tags.clone(), |t| patch_root(t).is_some()).await;
+        let root = patch_root(&traces).unwrap();
+        if tag_str(&root, "cascade.complete") == Some("true") {
+            break traces;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the image change's cascade is not complete: waiting for {:?}; root tags {}",
+            tag_str(&root, "cascade.waiting_for"),
+            root["tags"]
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
     let trace = &traces[0];
     let spans = trace["spans"].as_array().unwrap();
     let by_id: HashMap<&str, &Value> = spans
