@@ -231,6 +231,10 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
             "statefulset",
             "kascade-e2e-admin patch scale statefulsets sts-demo/db",
         ),
+        (
+            "volumes",
+            "kascade-e2e-admin create statefulsets vol-demo/data",
+        ),
     ];
     let mut by_scenario: HashMap<&str, Vec<Cascade>> = HashMap::new();
     for (scenario, root) in complete {
