@@ -429,7 +429,7 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
         .unwrap();
     assert_eq!(
         services["services"],
-        serde_json::json!(["tracing", "tree", "timeline", "grouped"])
+        serde_json::json!(["tracing", "tree", "timeline", "grouped", "cascade"])
     );
 
     // Complete once the delete (the scenario's last step) is in.
@@ -587,6 +587,131 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
         resp["errors"].to_string().contains("\\\"kind\\\""),
         "{resp}"
     );
+}
+
+fn rfc3339_micros(span: &Value, key: &str) -> i128 {
+    let t = humantime::parse_rfc3339_weak(tag_str(span, key).unwrap()).unwrap();
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i128
+}
+
+#[tokio::test]
+#[ignore]
+async fn the_jaeger_ui_shows_the_image_change_as_a_cascade_of_writes() {
+    const PATCH: &str = " patch deployments default/hello";
+    let is_patch_root =
+        |s: &Value| parent_of(s).is_none() && s["operationName"].as_str().unwrap().ends_with(PATCH);
+    let patch_root = |traces: &[Value]| -> Option<Value> {
+        if traces.len() != 1 {
+            return None;
+        }
+        traces[0]["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| is_patch_root(s))
+            .cloned()
+    };
+    let tags =
+        serde_json::json!({"resource": "deployments", "namespace": "default", "name": "hello"});
+    // Complete once the rollout's last write is in (exported asynchronously).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let traces = loop {
+        let traces = ui_search("cascade", tags.clone(), |t| patch_root(t).is_some()).await;
+        let root = patch_root(&traces).unwrap();
+        if tag_str(&root, "cascade.complete") == Some("true") {
+            break traces;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the image change's cascade is not complete: waiting for {:?}; root tags {}",
+            tag_str(&root, "cascade.waiting_for"),
+            root["tags"]
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let trace = &traces[0];
+    let spans = trace["spans"].as_array().unwrap();
+    let by_id: HashMap<&str, &Value> = spans
+        .iter()
+        .map(|s| (s["spanID"].as_str().unwrap(), s))
+        .collect();
+    let root = spans.iter().find(|s| is_patch_root(s)).unwrap();
+    assert_eq!(service_of(trace, root), "deployments");
+    assert!(tag_str(root, "cascade.completion").is_some());
+    // The writes below the patch: every hop of the rollout.
+    let root_id = root["spanID"].as_str().unwrap();
+    let under_root = |s: &Value| {
+        let mut at = parent_of(s);
+        while let Some(p) = at {
+            if p == root_id {
+                return true;
+            }
+            at = by_id.get(p).and_then(|s| parent_of(s));
+        }
+        false
+    };
+    let below: Vec<&Value> = spans.iter().filter(|s| under_root(s)).collect();
+    let names: Vec<&str> = below
+        .iter()
+        .map(|s| s["operationName"].as_str().unwrap())
+        .collect();
+    for want in [
+        ":deployment-controller create replicasets default/hello-",
+        ":replicaset-controller create pods default/hello-",
+        "system:kube-scheduler create binding pods default/hello-",
+        " patch status pods default/hello-",
+        ":deployment-controller update replicasets default/hello-",
+        ":replicaset-controller delete pods default/hello-",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(want)),
+            "no {want:?} under the patch: {names:#?}"
+        );
+    }
+    // Each hop: the effect's request received minus its cause's response
+    // completed; each span from the cause's response on.
+    for s in &below {
+        let parent = by_id[parent_of(s).unwrap()];
+        let hop = tag(s, "cascade.hop_us").and_then(Value::as_i64).unwrap();
+        let gap =
+            rfc3339_micros(s, "request.received") - rfc3339_micros(parent, "response.completed");
+        assert_eq!(i128::from(hop), gap.max(0), "{}", s["operationName"]);
+        assert!(tag_str(s, "cascade.edge").is_some());
+    }
+    // The critical path is marked, in the name too.
+    let critical: Vec<&&Value> = below
+        .iter()
+        .filter(|s| tag_str(s, "cascade.critical_path") == Some("true"))
+        .collect();
+    assert!(!critical.is_empty());
+    assert!(
+        critical
+            .iter()
+            .all(|s| s["operationName"].as_str().unwrap().starts_with("★ "))
+    );
+    // Every span within its parent: Jaeger finds no clock skew to warn of.
+    let warned: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["warnings"].as_array().is_some_and(|w| !w.is_empty()))
+        .collect();
+    assert!(warned.is_empty(), "Jaeger warns: {warned:?}");
+
+    // Searching one of the Pods the rollout created finds the same cascade.
+    let pod = names
+        .iter()
+        .find_map(|n| {
+            n.split(":replicaset-controller create pods default/")
+                .nth(1)
+        })
+        .unwrap()
+        .to_string();
+    let traces = ui_search(
+        "cascade",
+        serde_json::json!({"resource": "pods", "namespace": "default", "name": pod}),
+        |t| t.len() == 1 && t[0]["spans"].as_array().unwrap().iter().any(&is_patch_root),
+    )
+    .await;
+    assert_eq!(traces.len(), 1);
 }
 
 #[tokio::test]

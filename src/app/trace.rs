@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use super::{AssemblyConfig, PipelineConfig, load_rules};
+use crate::analysis::cascade::render_text as render_cascades_text;
 use crate::frontend::assemble::Scope;
 use crate::frontend::display::Mode;
 use crate::frontend::offline::store_from_audit_lines;
@@ -63,7 +64,8 @@ pub struct TraceConfig {
     /// Scope of the tree; `None`: the assembly's default scope.
     pub scope: Option<Scope>,
     pub format: TraceFormat,
-    /// Display mode for [`TraceFormat::OtlpJson`].
+    /// Display mode for [`TraceFormat::OtlpJson`]; [`Mode::Cascade`] also
+    /// in text (the cascades the object took part in).
     pub mode: Mode,
     /// Changed paths shown per write in text output.
     pub max_diff_lines: usize,
@@ -187,6 +189,12 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         );
     };
     match config.format {
+        TraceFormat::Text if config.mode == Mode::Cascade => {
+            for note in trace.assembly.notes.iter() {
+                println!("note: {note}");
+            }
+            print!("{}", render_cascades_text(&trace.cascades));
+        }
         TraceFormat::Text => print!(
             "{}",
             render_text(

@@ -42,7 +42,7 @@ pub struct TraceArgs {
     /// `text` (a tree for the terminal) or `otlp-json` (the assembled trace in a display mode).
     #[arg(long, value_enum, default_value_t = trace().format)]
     pub format: TraceFormat,
-    /// Display mode for --format otlp-json.
+    /// Display mode for --format otlp-json; `cascade` also in text (the cascades the object took part in).
     #[arg(long, value_enum, default_value_t = trace().mode)]
     pub mode: Mode,
     /// Changed paths shown per write in text output.

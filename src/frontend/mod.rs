@@ -5,6 +5,7 @@
 //! dashboard links (http.rs), and `kascade trace` offline (text.rs).
 
 pub mod assemble;
+pub mod cascade;
 pub mod display;
 pub mod http;
 pub mod merge;
@@ -106,6 +107,9 @@ pub struct SearchQuery {
 pub struct AssembledTrace {
     pub id: TraceIdBytes,
     pub assembly: Assembly,
+    /// Display mode `cascade`: the cascades the assembled objects took
+    /// part in (empty in the other modes).
+    pub cascades: Vec<crate::analysis::cascade::Cascade>,
     pub resource_spans: Vec<ResourceSpans>,
 }
 
@@ -388,13 +392,25 @@ impl<S: RawStore> Frontend<S> {
             }
         }
         let encoded = id.encode();
-        let resource_spans = display::render(&assembly, id.mode, &encoded, &self.cfg.group_classes);
+        let (cascades, resource_spans) = if id.mode == Mode::Cascade {
+            let (cascades, mut notes) =
+                cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
+                    .instrument(tracing::info_span!(target: TARGET, "cascades"))
+                    .await?;
+            notes.extend(assembly.notes.iter().cloned());
+            let spans = display::cascade::render(&cascades, &encoded, &notes);
+            (cascades, spans)
+        } else {
+            let spans = display::render(&assembly, id.mode, &encoded, &self.cfg.group_classes);
+            (Vec::new(), spans)
+        };
         self.metrics
             .assemble_seconds
             .observe(started.elapsed().as_secs_f64());
         Ok(Arc::new(AssembledTrace {
             id: encoded,
             assembly,
+            cascades,
             resource_spans,
         }))
     }

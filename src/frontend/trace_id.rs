@@ -7,8 +7,12 @@
 //! shows what the first assembly showed.
 //!
 //! Layout (16 bytes):
-//! `object hash (8) ‖ first window, minutes since epoch (4) ‖ clip end,
-//! seconds after the first window (3) ‖ mode (2 bits) scope (2 bits) check (4 bits)`.
+//! `object hash (8) ‖ mode high bit (1 bit) first window, minutes since epoch
+//! (31 bits) ‖ clip end, seconds after the first window (3) ‖ mode low bits
+//! (2 bits) scope (2 bits) check (4 bits)`.
+//! The mode's high bit came with the fifth mode (`cascade`): minutes since
+//! the epoch stay below 2^31 until the year 6053, so the ids of the first
+//! four modes are what they were.
 //! The object hash plus a window start is exactly a raw trace id (see
 //! `model::raw_trace_id`), so decoding reads the searched object's raw trace
 //! and learns who it is. The check bits, and a clip range of at most
@@ -25,6 +29,8 @@ use super::raw::TraceIdBytes;
 pub const MAX_WINDOWS: u64 = 255;
 /// The clip end lies at most this many seconds after the first window.
 const MAX_END_OFFSET: u64 = (1 << 24) - 1;
+/// The first window's minutes: the bits below the mode's high bit.
+const MINUTES_MASK: u32 = (1 << 31) - 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AssembledId {
@@ -48,14 +54,18 @@ impl AssembledId {
     pub fn encode(&self) -> TraceIdBytes {
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&self.object_hash.to_be_bytes());
-        let minutes = u32::try_from(self.first_window / 60).unwrap_or(u32::MAX);
-        id[8..12].copy_from_slice(&minutes.to_be_bytes());
+        let minutes = u32::try_from(self.first_window / 60)
+            .unwrap_or(u32::MAX)
+            .min(MINUTES_MASK);
+        let mode = self.mode.code();
+        let high = u32::from(mode >> 2) << 31;
+        id[8..12].copy_from_slice(&(high | minutes).to_be_bytes());
         let offset = self
             .clip_end
             .saturating_sub(self.first_window)
             .min(MAX_END_OFFSET);
         id[12..15].copy_from_slice(&offset.to_be_bytes()[5..]);
-        id[15] = (self.mode.code() << 6) | (self.scope.code() << 4);
+        id[15] = ((mode & 0x03) << 6) | (self.scope.code() << 4);
         id[15] |= check_bits(&id);
         id
     }
@@ -66,14 +76,16 @@ impl AssembledId {
         if id[15] & 0x0f != check_bits(id) {
             return None;
         }
-        let first_window = u64::from(u32::from_be_bytes(id[8..12].try_into().ok()?)) * 60;
+        let field = u32::from_be_bytes(id[8..12].try_into().ok()?);
+        let first_window = u64::from(field & MINUTES_MASK) * 60;
+        let mode = ((field >> 31) as u8) << 2 | (id[15] >> 6);
         let mut offset = [0u8; 8];
         offset[5..].copy_from_slice(&id[12..15]);
         let decoded = Self {
             object_hash: u64::from_be_bytes(id[..8].try_into().ok()?),
             first_window,
             clip_end: first_window + u64::from_be_bytes(offset),
-            mode: Mode::from_code(id[15] >> 6)?,
+            mode: Mode::from_code(mode)?,
             scope: Scope::from_code((id[15] >> 4) & 0x03)?,
         };
         (decoded.window_starts(width).len() as u64 <= MAX_WINDOWS).then_some(decoded)
@@ -136,6 +148,31 @@ mod tests {
             }
         }
         assert!(refused * 10 >= flips * 8, "{refused} of {flips} refused");
+    }
+
+    #[test]
+    fn ids_of_the_first_four_modes_are_as_before_the_fifth() {
+        // Encoded by the layout with a two-bit mode (before `cascade`).
+        let id = AssembledId {
+            object_hash: 0xdead_beef_0123_4567,
+            first_window: 1_795_000_000 / 1800 * 1800,
+            clip_end: 1_795_000_000 / 1800 * 1800 + 17,
+            mode: Mode::Grouped,
+            scope: Scope::Full,
+        };
+        let mut old = [0u8; 16];
+        old[..8].copy_from_slice(&id.object_hash.to_be_bytes());
+        old[8..12].copy_from_slice(&((id.first_window / 60) as u32).to_be_bytes());
+        old[12..15].copy_from_slice(&17u64.to_be_bytes()[5..]);
+        old[15] = (3 << 6) | (Scope::Full.code() << 4);
+        old[15] |= check_bits(&old);
+        assert_eq!(id.encode(), old);
+        let cascade = AssembledId {
+            mode: Mode::Cascade,
+            ..id
+        };
+        assert_ne!(cascade.encode(), old);
+        assert_eq!(AssembledId::decode(&cascade.encode(), 1800), Some(cascade));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! kascade's own Prometheus metrics.
 
+mod cascade;
 mod evictions;
 mod frontend;
 pub mod labels;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+pub use cascade::{CascadeKindLabel, CascadeMetrics, MAX_CASCADE_KINDS, OTHER_KIND};
 pub use evictions::CacheEvictions;
 pub use frontend::FrontendMetrics;
 pub use labels::*;

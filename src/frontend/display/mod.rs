@@ -18,6 +18,7 @@ use super::merge::{Entry, Source};
 use super::raw::{TraceIdBytes, kv, string_attr};
 use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
+pub mod cascade;
 mod entries;
 
 use entries::*;
@@ -34,11 +35,20 @@ pub enum Mode {
     Timeline,
     /// Like tracing, with one child span per source (audit, event).
     Grouped,
+    /// The cascades the objects took part in: the root write, and the
+    /// writes it caused as child spans (`cascade.rs`).
+    Cascade,
 }
 
 impl Mode {
     /// The default first: the Jaeger UI preselects the first service.
-    pub const ALL: [Mode; 4] = [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped];
+    pub const ALL: [Mode; 5] = [
+        Mode::Tracing,
+        Mode::Tree,
+        Mode::Timeline,
+        Mode::Grouped,
+        Mode::Cascade,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -46,6 +56,7 @@ impl Mode {
             Mode::Tree => "tree",
             Mode::Timeline => "timeline",
             Mode::Grouped => "grouped",
+            Mode::Cascade => "cascade",
         }
     }
 
@@ -55,6 +66,7 @@ impl Mode {
             Mode::Tree => 1,
             Mode::Timeline => 2,
             Mode::Grouped => 3,
+            Mode::Cascade => 4,
         }
     }
 
@@ -71,7 +83,7 @@ impl FromStr for Mode {
             .find(|m| m.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown display mode {} (expected tracing, tree, timeline or grouped)",
+                    "unknown display mode {} (expected tracing, tree, timeline, grouped or cascade)",
                     crate::bounds::quote(s)
                 )
             })
@@ -266,7 +278,9 @@ pub fn render(
             ..Default::default()
         };
         match mode {
-            Mode::Tracing => {
+            // `cascade` is rendered from the cascades (`cascade::render`);
+            // an object tree asked for in it is shown as in `tracing`.
+            Mode::Tracing | Mode::Cascade => {
                 obj.events = n.history.entries.iter().map(entry_log).collect();
             }
             Mode::Tree => {

@@ -58,11 +58,15 @@ impl RawStore for MemoryStore {
                 let obj = spans.iter().find(|s| {
                     string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
                 })?;
+                // As Jaeger's search: some span of the trace carries every
+                // tag (object tags are on the object span, `cascade.*` on
+                // audit and watch spans).
                 let matches = obj.start_time_unix_nano <= to
                     && obj.end_time_unix_nano >= from
-                    && tags
-                        .iter()
-                        .all(|(k, v)| string_attr(&obj.attributes, k) == Some(v.as_str()));
+                    && spans.iter().any(|s| {
+                        tags.iter()
+                            .all(|(k, v)| string_attr(&s.attributes, k) == Some(v.as_str()))
+                    });
                 matches.then_some((obj.start_time_unix_nano, *id))
             })
             .collect();

@@ -90,8 +90,9 @@ pub enum RawError {
 
 /// Where raw object-window traces are read from.
 pub trait RawStore: Send + Sync + 'static {
-    /// Ids of raw traces whose object span carries every `(key, value)` tag
-    /// and whose window overlaps `range`; at most `limit`.
+    /// Ids of raw traces with a span that carries every `(key, value)` tag
+    /// (object tags: the object span; `cascade.root.span_id`: the writes of
+    /// a cascade) and whose window overlaps `range`; at most `limit`.
     fn find(
         &self,
         tags: &[(String, String)],

@@ -1,0 +1,209 @@
+//! Cascades: a root write and the tree of writes it caused (each change's
+//! `cause.span` is its parent), when the objects it touched settled, and
+//! the chain that ended last (the critical path).
+//!
+//! [`build`] assembles cascades from a set of changes (offline, the
+//! frontend); [`CascadeTracker`] follows them live as a `ChangeSink` and
+//! observes `kascade_cascade_completion_seconds{kind}`.
+
+mod completion;
+mod text;
+mod tracker;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
+
+pub use completion::{Completion, Waiting, settles};
+pub use text::{format_duration, render_text};
+pub use tracker::{CascadeTracker, TrackerConfig};
+
+/// One cascade: its changes as a tree, root first.
+#[derive(Clone, Debug)]
+pub struct Cascade {
+    /// Root at 0, then the other changes by request received (ties: by
+    /// completion, then span id), so every change comes after its cause.
+    pub changes: Vec<ChangeRecord>,
+    /// The index of each change's cause (`None` for the root).
+    pub parent: Vec<Option<usize>>,
+    /// The changes each change caused, by request received.
+    pub children: Vec<Vec<usize>>,
+    /// The root's cause when it is not among the changes given: the
+    /// cascade is partial (it started earlier).
+    pub missing_cause: Option<Cause>,
+    pub completion: Completion,
+    /// Indices from the root to the change that ended last.
+    pub critical_path: Vec<usize>,
+}
+
+impl Cascade {
+    pub fn root(&self) -> &ChangeRecord {
+        &self.changes[0]
+    }
+
+    /// Whether change `i` lies on the critical path.
+    pub fn is_critical(&self, i: usize) -> bool {
+        self.critical_path.contains(&i)
+    }
+
+    /// The changes in depth-first order with their depth (children by time).
+    pub fn walk(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::with_capacity(self.changes.len());
+        let mut stack = vec![(0usize, 0usize)];
+        while let Some((i, d)) = stack.pop() {
+            out.push((i, d));
+            for &c in self.children[i].iter().rev() {
+                stack.push((c, d + 1));
+            }
+        }
+        out
+    }
+
+    /// From the root's request received to completion, when complete.
+    pub fn duration(&self) -> Option<Duration> {
+        match &self.completion {
+            Completion::Complete { at } => Some(
+                at.duration_since(self.root().received)
+                    .unwrap_or(Duration::ZERO),
+            ),
+            Completion::Waiting(_) => None,
+        }
+    }
+}
+
+/// `<user> <verb>[ <subresource>] <resource> <ns>/<name>` (`watch <type>`
+/// for a change only the list-watch saw), as `cascade.cause.name` names a
+/// cause.
+pub fn change_name(c: &ChangeRecord) -> String {
+    let who = if c.user.is_empty() {
+        "watch".to_string()
+    } else {
+        c.user.clone()
+    };
+    let mut s = format!("{who} {}", c.verb);
+    if !c.subresource.is_empty() {
+        s.push(' ');
+        s.push_str(&c.subresource);
+    }
+    s.push(' ');
+    s.push_str(&object_name(&c.object));
+    s
+}
+
+/// `<resource> <ns>/<name>` (`<resource> <name>` when cluster-scoped).
+pub fn object_name(o: &crate::model::ObjectRef) -> String {
+    if o.namespace.is_empty() {
+        format!("{} {}", o.resource, o.name)
+    } else {
+        format!("{} {}/{}", o.resource, o.namespace, o.name)
+    }
+}
+
+fn order_key(c: &ChangeRecord) -> (SystemTime, SystemTime, SpanRef) {
+    (c.received, c.completed, c.span)
+}
+
+/// Builds the cascades of `changes`: a change whose role is root or
+/// unexplained, or whose cause is not among them, roots a cascade; every
+/// other change goes under its cause. A change given twice (same span) is
+/// taken once. Cascades come by their root's request received.
+pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
+    let mut seen = HashSet::new();
+    let mut all: Vec<ChangeRecord> = changes
+        .into_iter()
+        .filter(|c| seen.insert(c.span))
+        .collect();
+    all.sort_by_key(order_key);
+    let index: HashMap<SpanRef, usize> = all.iter().enumerate().map(|(i, c)| (c.span, i)).collect();
+    let cause_of = |c: &ChangeRecord| -> Option<usize> {
+        if c.role != CascadeRole::Effect {
+            return None;
+        }
+        c.cause.as_ref().and_then(|k| index.get(&k.span).copied())
+    };
+    let mut parent: Vec<Option<usize>> = all.iter().map(cause_of).collect();
+    // A cause chain that loops (inconsistent input) is cut where it closes:
+    // the change that closes it roots its own cascade.
+    for start in 0..all.len() {
+        let mut on_path = HashSet::from([start]);
+        let mut cur = start;
+        while let Some(p) = parent[cur] {
+            if !on_path.insert(p) {
+                parent[cur] = None;
+                break;
+            }
+            cur = p;
+        }
+    }
+    let top = |mut i: usize| {
+        while let Some(p) = parent[i] {
+            i = p;
+        }
+        i
+    };
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for i in 0..all.len() {
+        members.entry(top(i)).or_default().push(i);
+    }
+    let mut roots: Vec<usize> = members.keys().copied().collect();
+    roots.sort_unstable();
+    let mut slots: Vec<Option<ChangeRecord>> = all.into_iter().map(Some).collect();
+    roots
+        .into_iter()
+        .map(|r| {
+            let mut ids = members.remove(&r).unwrap_or_default();
+            // Root first; the rest keep the time order of `all`.
+            ids.retain(|&i| i != r);
+            ids.insert(0, r);
+            let local: HashMap<usize, usize> =
+                ids.iter().enumerate().map(|(l, &g)| (g, l)).collect();
+            let local_parent: Vec<Option<usize>> = ids
+                .iter()
+                .map(|&g| parent[g].and_then(|p| local.get(&p).copied()))
+                .collect();
+            let changes: Vec<ChangeRecord> = ids.iter().filter_map(|&g| slots[g].take()).collect();
+            assemble(changes, local_parent)
+        })
+        .collect()
+}
+
+/// A cascade from its changes (root first, the rest in time order) and
+/// the index of each one's cause.
+fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
+    let mut children = vec![Vec::new(); changes.len()];
+    for (i, p) in parent.iter().enumerate() {
+        if let Some(p) = p {
+            children[*p].push(i);
+        }
+    }
+    let missing_cause = match changes[0].role {
+        CascadeRole::Effect => changes[0].cause.clone(),
+        _ => None,
+    };
+    let completion = completion::completion(&changes);
+    let last = (0..changes.len())
+        .max_by_key(|&i| (changes[i].completed, std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    let mut critical_path = vec![last];
+    let mut cur = last;
+    while let Some(p) = parent[cur] {
+        critical_path.push(p);
+        cur = p;
+    }
+    critical_path.reverse();
+    Cascade {
+        changes,
+        parent,
+        children,
+        missing_cause,
+        completion,
+        critical_path,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,87 @@
+//! Change records for unit tests of the pure cascade logic (records from
+//! the real processor are tested in `tests/cascade.rs`).
+
+use std::time::{Duration, SystemTime};
+
+use crate::model::ObjectRef;
+use crate::pipeline::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
+
+pub fn at(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000) + Duration::from_millis(ms)
+}
+
+pub fn span(n: u8) -> SpanRef {
+    SpanRef {
+        trace_id: [n; 16],
+        span_id: [n; 8],
+    }
+}
+
+pub fn obj(resource: &str, name: &str) -> ObjectRef {
+    let group = if resource == "deployments" || resource == "replicasets" {
+        "apps"
+    } else {
+        ""
+    };
+    ObjectRef {
+        cluster: "c".into(),
+        group: group.into(),
+        resource: resource.into(),
+        namespace: "default".into(),
+        name: name.into(),
+    }
+}
+
+/// A successful write `n` of `object` from `received` to `completed` (ms),
+/// readiness `status` (None: none), a root until `caused_by`.
+pub fn change(
+    n: u8,
+    object: ObjectRef,
+    verb: &str,
+    received: u64,
+    completed: u64,
+    status: Option<(&str, &str)>,
+) -> ChangeRecord {
+    ChangeRecord {
+        object,
+        uid: String::new(),
+        source: ChangeSource::Audit,
+        user: "u".into(),
+        verb: verb.into(),
+        subresource: String::new(),
+        code: 200,
+        received: at(received),
+        completed: at(completed),
+        span: span(n),
+        readiness: status.map(|(s, m)| Readiness {
+            status: s.into(),
+            message: m.into(),
+        }),
+        deleted: false,
+        role: CascadeRole::Root,
+        cause: None,
+        root: span(n),
+        depth: 0,
+        old: None,
+        new: None,
+    }
+}
+
+/// Makes `effect` an effect of `cause` along `edge`.
+pub fn caused_by(mut effect: ChangeRecord, cause: &ChangeRecord, edge: &str) -> ChangeRecord {
+    effect.role = CascadeRole::Effect;
+    effect.root = cause.root;
+    effect.depth = cause.depth + 1;
+    effect.cause = Some(Cause {
+        span: cause.span,
+        object: cause.object.clone(),
+        name: super::change_name(cause),
+        edge: edge.into(),
+        rule: "test".into(),
+        hop: effect
+            .received
+            .duration_since(cause.completed)
+            .unwrap_or_default(),
+    });
+    effect
+}

@@ -1,0 +1,398 @@
+use std::sync::Arc;
+
+use super::testing::*;
+use super::*;
+use crate::metrics::CascadeMetrics;
+use crate::pipeline::ChangeSink;
+
+/// A rollout in miniature: patch → RS create → Pod create → binding →
+/// kubelet Running; the Deployment's status write settles it last.
+fn rollout() -> Vec<ChangeRecord> {
+    let patch = change(
+        1,
+        obj("deployments", "d"),
+        "patch",
+        0,
+        5,
+        Some(("InProgress", "0/1 updated")),
+    );
+    let rs = caused_by(
+        change(
+            2,
+            obj("replicasets", "d-1"),
+            "create",
+            10,
+            12,
+            Some(("InProgress", "0/1 ready")),
+        ),
+        &patch,
+        "deployments → replicasets create",
+    );
+    let pod = caused_by(
+        change(
+            3,
+            obj("pods", "d-1-a"),
+            "create",
+            20,
+            22,
+            Some(("InProgress", "Pending")),
+        ),
+        &rs,
+        "replicasets → pods create",
+    );
+    let mut bind = caused_by(
+        change(
+            4,
+            obj("pods", "d-1-a"),
+            "create",
+            30,
+            31,
+            Some(("InProgress", "Pending")),
+        ),
+        &pod,
+        "pods binding",
+    );
+    bind.subresource = "binding".into();
+    let running = caused_by(
+        change(
+            5,
+            obj("pods", "d-1-a"),
+            "patch",
+            100,
+            102,
+            Some(("Current", "Running, ready")),
+        ),
+        &bind,
+        "pods → Running",
+    );
+    let rs_status = caused_by(
+        change(
+            6,
+            obj("replicasets", "d-1"),
+            "update",
+            110,
+            111,
+            Some(("Current", "")),
+        ),
+        &running,
+        "pods → replicasets status",
+    );
+    let d_status = caused_by(
+        change(
+            7,
+            obj("deployments", "d"),
+            "update",
+            120,
+            125,
+            Some(("Current", "")),
+        ),
+        &rs_status,
+        "replicasets → deployments status",
+    );
+    // Given out of order: build sorts by time.
+    vec![d_status, running, patch, rs, pod, bind, rs_status]
+}
+
+#[test]
+fn a_rollout_is_one_tree_complete_when_the_last_object_settled() {
+    let cascades = build(rollout());
+    assert_eq!(cascades.len(), 1);
+    let c = &cascades[0];
+    assert_eq!(c.root().span, span(1));
+    assert_eq!(c.missing_cause, None);
+    let order: Vec<u8> = c
+        .walk()
+        .iter()
+        .map(|(i, _)| c.changes[*i].span.span_id[0])
+        .collect();
+    assert_eq!(order, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(c.completion, Completion::Complete { at: at(125) });
+    assert_eq!(c.duration(), Some(std::time::Duration::from_millis(125)));
+    let path: Vec<u8> = c
+        .critical_path
+        .iter()
+        .map(|i| c.changes[*i].span.span_id[0])
+        .collect();
+    assert_eq!(path, vec![1, 2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn children_are_ordered_by_time_and_the_critical_path_follows_the_last_end() {
+    let root = change(
+        1,
+        obj("deployments", "d"),
+        "patch",
+        0,
+        1,
+        Some(("Current", "")),
+    );
+    let late = caused_by(
+        change(2, obj("configmaps", "a"), "update", 50, 300, None),
+        &root,
+        "e",
+    );
+    let early = caused_by(
+        change(3, obj("configmaps", "b"), "update", 10, 20, None),
+        &root,
+        "e",
+    );
+    let under_early = caused_by(
+        change(4, obj("configmaps", "c"), "update", 30, 200, None),
+        &early,
+        "e",
+    );
+    let c = &build(vec![late, under_early, early, root])[0];
+    let kids: Vec<u8> = c.children[0]
+        .iter()
+        .map(|i| c.changes[*i].span.span_id[0])
+        .collect();
+    assert_eq!(kids, vec![3, 2]);
+    let path: Vec<u8> = c
+        .critical_path
+        .iter()
+        .map(|i| c.changes[*i].span.span_id[0])
+        .collect();
+    assert_eq!(path, vec![1, 2]);
+    assert_eq!(c.completion, Completion::Complete { at: at(300) });
+}
+
+#[test]
+fn an_object_that_stays_unready_is_waited_for_with_its_readiness() {
+    let mut changes = rollout();
+    // No kubelet: the Pod stays unschedulable; no status writes after it.
+    changes.retain(|c| ![5u8, 6, 7].contains(&c.span.span_id[0]));
+    let unsched = caused_by(
+        change(
+            8,
+            obj("pods", "d-1-a"),
+            "patch",
+            40,
+            41,
+            Some(("Failed", "Unschedulable: 0/1 nodes")),
+        ),
+        changes.iter().find(|c| c.span == span(3)).unwrap(),
+        "pods status",
+    );
+    changes.push(unsched);
+    let c = &build(changes)[0];
+    let Completion::Waiting(w) = &c.completion else {
+        panic!("complete: {:?}", c.completion)
+    };
+    let text: Vec<String> = w.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        vec![
+            "deployments default/d InProgress (0/1 updated)",
+            "replicasets default/d-1 InProgress (0/1 ready)",
+            "pods default/d-1-a Failed (Unschedulable: 0/1 nodes)",
+        ]
+    );
+    assert_eq!(c.duration(), None);
+    let out = render_text(&build(vec![c.changes[0].clone()]));
+    assert!(
+        out.contains("not complete: waiting for deployments default/d InProgress"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_pod_in_a_terminal_phase_and_a_removed_object_have_settled() {
+    let root = change(1, obj("jobs", "j"), "create", 0, 1, Some(("Current", "")));
+    let failed = caused_by(
+        change(
+            2,
+            obj("pods", "j-a"),
+            "patch",
+            10,
+            11,
+            Some(("Failed", "Failed: container c exited with code 1")),
+        ),
+        &root,
+        "pods → Failed",
+    );
+    let later = caused_by(
+        change(
+            3,
+            obj("pods", "j-a"),
+            "patch",
+            20,
+            21,
+            Some(("Failed", "Failed: container c exited with code 1")),
+        ),
+        &failed,
+        "pods status",
+    );
+    let mut gone = caused_by(
+        change(
+            4,
+            obj("pods", "k"),
+            "delete",
+            30,
+            31,
+            Some(("Terminating", "")),
+        ),
+        &root,
+        "e",
+    );
+    let mut removed = caused_by(
+        change(5, obj("pods", "k"), "delete", 40, 41, None),
+        &gone,
+        "e",
+    );
+    removed.deleted = true;
+    gone.deleted = false;
+    let c = &build(vec![root, failed, later, gone, removed])[0];
+    // j-a settled at its first terminal write (11), k when removed (41).
+    assert_eq!(c.completion, Completion::Complete { at: at(41) });
+
+    // Unschedulable is Failed too, but not terminal: waited for.
+    let root = change(1, obj("jobs", "j"), "create", 0, 1, Some(("Current", "")));
+    let unsched = caused_by(
+        change(
+            2,
+            obj("pods", "j-a"),
+            "patch",
+            10,
+            11,
+            Some(("Failed", "Unschedulable: no nodes")),
+        ),
+        &root,
+        "pods status",
+    );
+    assert!(!build(vec![root, unsched])[0].completion.is_complete());
+}
+
+#[test]
+fn a_change_whose_cause_is_missing_roots_a_partial_cascade() {
+    let all = rollout();
+    let without_root: Vec<ChangeRecord> = all.into_iter().filter(|c| c.span != span(1)).collect();
+    let cascades = build(without_root);
+    assert_eq!(cascades.len(), 1);
+    let c = &cascades[0];
+    assert_eq!(c.root().span, span(2));
+    let cause = c.missing_cause.as_ref().expect("partial");
+    assert_eq!(cause.span, span(1));
+    assert_eq!(cause.name, "u patch deployments default/d");
+    let out = render_text(&cascades);
+    assert!(
+        out.contains("partial: caused by u patch deployments default/d"),
+        "{out}"
+    );
+}
+
+#[test]
+fn duplicates_are_taken_once_and_a_cause_loop_is_cut() {
+    let mut v = rollout();
+    v.push(v[0].clone());
+    assert_eq!(build(v)[0].changes.len(), 7);
+    // a ⇄ b (inconsistent input): no hang, every change shown once.
+    let a = change(1, obj("configmaps", "a"), "update", 0, 1, None);
+    let b = caused_by(
+        change(2, obj("configmaps", "b"), "update", 2, 3, None),
+        &a,
+        "e",
+    );
+    let a = caused_by(a, &b, "e");
+    let cascades = build(vec![a, b]);
+    assert_eq!(cascades.iter().map(|c| c.changes.len()).sum::<usize>(), 2);
+}
+
+#[test]
+fn text_shows_hops_edges_completion_and_the_critical_path() {
+    let out = render_text(&build(rollout()));
+    let want = [
+        "cascade 1 of 1: u patch deployments default/d  at ",
+        "completed after 125.000ms (at ",
+        "+0.000s  u patch deployments default/d 200  → InProgress: 0/1 updated  ★",
+        "└─ +0.010s  u create replicasets default/d-1 200  [deployments → replicasets create, hop 5.000ms]  → InProgress: 0/1 ready  ★",
+        "   └─ +0.020s  u create pods default/d-1-a 200  [replicasets → pods create, hop 8.000ms]",
+        "★ critical path",
+    ];
+    for w in want {
+        assert!(out.contains(w), "missing {w:?} in\n{out}");
+    }
+}
+
+fn histogram_count(m: &CascadeMetrics, kind: &str) -> u64 {
+    let mut registry = prometheus_client::registry::Registry::default();
+    m.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let key = format!("kascade_cascade_completion_seconds_count{{kind=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[test]
+fn the_tracker_observes_a_complete_cascade_once_it_is_quiet() {
+    let m = Arc::new(CascadeMetrics::default());
+    let t = CascadeTracker::new(
+        TrackerConfig {
+            max_open: 10,
+            quiet: std::time::Duration::from_millis(1000),
+        },
+        m.clone(),
+    );
+    let mut v = rollout();
+    v.sort_by_key(|c| c.completed);
+    for c in v {
+        t.record(c);
+    }
+    assert_eq!(t.open(), 1, "complete, not yet quiet");
+    assert_eq!(histogram_count(&m, "deployments"), 0);
+    // Another cascade's change 2 s later moves the clock on.
+    t.record(change(
+        9,
+        obj("configmaps", "x"),
+        "update",
+        2000,
+        2001,
+        None,
+    ));
+    assert_eq!(histogram_count(&m, "deployments"), 1);
+    assert_eq!(t.open(), 1);
+    t.flush();
+    assert_eq!(histogram_count(&m, "configmaps"), 1);
+    assert_eq!(t.open(), 0);
+}
+
+#[test]
+fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
+    let m = Arc::new(CascadeMetrics::default());
+    let t = CascadeTracker::new(
+        TrackerConfig {
+            max_open: 2,
+            quiet: std::time::Duration::from_secs(60),
+        },
+        m.clone(),
+    );
+    for n in 1..=5u8 {
+        let c = change(
+            n,
+            obj("deployments", &format!("d{n}")),
+            "patch",
+            n.into(),
+            u64::from(n) + 1,
+            Some(("InProgress", "")),
+        );
+        t.record(c);
+    }
+    assert_eq!(t.open(), 2);
+    assert_eq!(m.evicted.get(), 3);
+    // A change of an evicted cascade is left out, not reopened.
+    let rs = caused_by(
+        change(
+            20,
+            obj("replicasets", "r"),
+            "create",
+            10,
+            11,
+            Some(("Current", "")),
+        ),
+        &change(1, obj("deployments", "d1"), "patch", 1, 2, None),
+        "e",
+    );
+    t.record(rs);
+    assert_eq!(t.open(), 2);
+}

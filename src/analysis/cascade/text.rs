@@ -1,0 +1,124 @@
+//! Cascades as text for the terminal (`kascade trace --mode cascade`).
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use super::{Cascade, Completion, change_name};
+
+/// `4.125ms` below a second, `1.204s` from a second on.
+pub fn format_duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{:.3}ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+fn offset(t: SystemTime, base: SystemTime) -> String {
+    format!(
+        "+{:.3}s",
+        t.duration_since(base).unwrap_or_default().as_secs_f64()
+    )
+}
+
+/// Each cascade: root write, completion (or what it waits for), then the
+/// tree of writes with their time after the root's request, response code,
+/// edge and hop latency; `★` marks the critical path.
+pub fn render_text(cascades: &[Cascade]) -> String {
+    let mut out = String::new();
+    for (n, c) in cascades.iter().enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        let root = c.root();
+        let _ = writeln!(
+            out,
+            "cascade {} of {}: {}  at {}",
+            n + 1,
+            cascades.len(),
+            change_name(root),
+            rfc3339(root.received)
+        );
+        if let Some(cause) = &c.missing_cause {
+            let _ = writeln!(
+                out,
+                "partial: caused by {} ({}), which is not in range",
+                cause.name, cause.edge
+            );
+        }
+        match &c.completion {
+            Completion::Complete { at } => {
+                let _ = writeln!(
+                    out,
+                    "completed after {} (at {}), {} writes",
+                    format_duration(at.duration_since(root.received).unwrap_or_default()),
+                    rfc3339(*at),
+                    c.changes.len()
+                );
+            }
+            Completion::Waiting(w) => {
+                let _ = writeln!(
+                    out,
+                    "not complete: waiting for {}",
+                    w.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+            }
+        }
+        let walk = c.walk();
+        let mut last_at_depth: Vec<bool> = Vec::new();
+        for (pos, &(i, depth)) in walk.iter().enumerate() {
+            let ch = &c.changes[i];
+            let is_last = !walk[pos + 1..]
+                .iter()
+                .take_while(|(_, d)| *d >= depth)
+                .any(|(_, d)| *d == depth);
+            last_at_depth.truncate(depth);
+            let mut line = String::new();
+            for &last in last_at_depth.iter().skip(1) {
+                line.push_str(if last { "   " } else { "│  " });
+            }
+            if depth > 0 {
+                line.push_str(if is_last { "└─ " } else { "├─ " });
+            }
+            last_at_depth.push(is_last);
+            let _ = write!(
+                line,
+                "{}  {} {}",
+                offset(ch.received, root.received),
+                change_name(ch),
+                ch.code
+            );
+            if i != 0
+                && let Some(k) = &ch.cause
+            {
+                let _ = write!(line, "  [{}, hop {}]", k.edge, format_duration(k.hop));
+            }
+            if let Some(r) = &ch.readiness {
+                let _ = write!(line, "  → {}", r.status);
+                if !r.message.is_empty() {
+                    let _ = write!(line, ": {}", r.message);
+                }
+            } else if ch.deleted {
+                line.push_str("  → removed");
+            }
+            if c.is_critical(i) && c.changes.len() > 1 {
+                line.push_str("  ★");
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        if c.changes.len() > 1 {
+            let _ = writeln!(out, "★ critical path: the chain of writes that ended last");
+        }
+    }
+    if cascades.is_empty() {
+        out.push_str("no cascade in range\n");
+    }
+    out
+}

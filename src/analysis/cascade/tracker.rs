@@ -1,0 +1,204 @@
+//! Cascades followed live: a [`ChangeSink`] that keeps, per open cascade,
+//! which objects have settled, and observes the completion time under the
+//! root's resource once the cascade is complete and has stayed quiet (no
+//! further change of it) for [`TrackerConfig::quiet`], measured on the
+//! changes' own clock. Open cascades are bounded: past the bound, the one
+//! quiet longest goes (observed when complete, else counted and logged).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::completion::{Settling, counts};
+use crate::metrics::CascadeMetrics;
+use crate::model::ObjectRef;
+use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
+
+#[derive(Clone, Debug)]
+pub struct TrackerConfig {
+    /// Open cascades kept at most.
+    pub max_open: usize,
+    /// A complete cascade is observed once no change of it came for this
+    /// long (a later write would have reopened it).
+    pub quiet: Duration,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        Self {
+            max_open: 10_000,
+            quiet: Duration::from_secs(30),
+        }
+    }
+}
+
+struct Open {
+    kind: String,
+    root_received: SystemTime,
+    objects: HashMap<ObjectRef, Settling>,
+    /// Latest change of it (completed).
+    last: SystemTime,
+    /// When every object had settled, if they all have.
+    done_at: Option<SystemTime>,
+}
+
+#[derive(Default)]
+struct State {
+    open: HashMap<SpanRef, Open>,
+    /// (last change, root) of every open cascade.
+    by_activity: BTreeSet<(SystemTime, SpanRef)>,
+    /// (last change, root) of the complete ones.
+    done: BTreeSet<(SystemTime, SpanRef)>,
+    /// Latest change seen of any cascade.
+    watermark: Option<SystemTime>,
+    last_warning: Option<Instant>,
+    unreported_evictions: u64,
+}
+
+pub struct CascadeTracker {
+    cfg: TrackerConfig,
+    metrics: Arc<CascadeMetrics>,
+    state: Mutex<State>,
+}
+
+impl CascadeTracker {
+    pub fn new(cfg: TrackerConfig, metrics: Arc<CascadeMetrics>) -> Self {
+        Self {
+            cfg,
+            metrics,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<CascadeMetrics> {
+        &self.metrics
+    }
+
+    /// Cascades open now.
+    pub fn open(&self) -> usize {
+        self.lock().open.len()
+    }
+
+    /// Observes every complete cascade now, quiet or not (end of input).
+    pub fn flush(&self) {
+        let mut st = self.lock();
+        let done: Vec<SpanRef> = st.done.iter().map(|(_, r)| *r).collect();
+        for root in done {
+            self.finish(&mut st, root);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn observe(&self, open: &Open) {
+        if let Some(at) = open.done_at {
+            let secs = at
+                .duration_since(open.root_received)
+                .unwrap_or_default()
+                .as_secs_f64();
+            self.metrics
+                .completion_seconds
+                .get_or_create(&self.metrics.kind(&open.kind))
+                .observe(secs);
+        }
+    }
+
+    /// Removes an open cascade, observing it when complete.
+    fn finish(&self, st: &mut State, root: SpanRef) {
+        if let Some(open) = st.open.remove(&root) {
+            st.by_activity.remove(&(open.last, root));
+            st.done.remove(&(open.last, root));
+            self.observe(&open);
+        }
+        self.metrics.open.set(st.open.len() as i64);
+    }
+
+    fn evict_oldest(&self, st: &mut State) {
+        let Some(&(_, root)) = st.by_activity.iter().next() else {
+            return;
+        };
+        let complete = st.open.get(&root).is_some_and(|o| o.done_at.is_some());
+        self.finish(st, root);
+        if complete {
+            return;
+        }
+        self.metrics.evicted.inc();
+        st.unreported_evictions += 1;
+        let now = Instant::now();
+        if st
+            .last_warning
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                evicted = st.unreported_evictions,
+                max_open = self.cfg.max_open,
+                "too many open cascades: {} dropped before they completed (kascade_cascades_evicted_total)",
+                st.unreported_evictions
+            );
+            st.last_warning = Some(now);
+            st.unreported_evictions = 0;
+        }
+    }
+}
+
+impl ChangeSink for CascadeTracker {
+    fn record(&self, change: ChangeRecord) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.watermark = st.watermark.max(Some(change.completed));
+        let root = change.root;
+        let open = match st.open.entry(root) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            // A change of a cascade not followed (evicted, observed already,
+            // or started before this process) is left out.
+            std::collections::hash_map::Entry::Vacant(_)
+                if change.role == CascadeRole::Effect || change.span != root =>
+            {
+                return;
+            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Open {
+                kind: change.object.resource.clone(),
+                root_received: change.received,
+                objects: HashMap::new(),
+                last: change.completed,
+                done_at: None,
+            }),
+        };
+        st.by_activity.remove(&(open.last, root));
+        st.done.remove(&(open.last, root));
+        open.last = open.last.max(change.completed);
+        if counts(&change) {
+            open.objects
+                .entry(change.object.clone())
+                .or_default()
+                .apply(&change);
+        }
+        open.done_at = open
+            .objects
+            .values()
+            .map(|o| o.settled_since)
+            .try_fold(None::<SystemTime>, |acc, s| s.map(|s| acc.max(Some(s))))
+            .map(|at| at.unwrap_or(open.last));
+        st.by_activity.insert((open.last, root));
+        if open.done_at.is_some() {
+            st.done.insert((open.last, root));
+        }
+        // Complete and quiet: observed.
+        let watermark = st.watermark.unwrap_or(SystemTime::UNIX_EPOCH);
+        let quiet: Vec<SpanRef> = st
+            .done
+            .iter()
+            .take_while(|(last, _)| *last + self.cfg.quiet <= watermark)
+            .map(|(_, r)| *r)
+            .collect();
+        for r in quiet {
+            self.finish(st, r);
+        }
+        while st.open.len() > self.cfg.max_open.max(1) {
+            self.evict_oldest(st);
+        }
+        self.metrics.open.set(st.open.len() as i64);
+    }
+}

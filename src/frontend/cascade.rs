@@ -1,0 +1,261 @@
+//! The cascades an assembled object took part in (display mode `cascade`):
+//! the cascade roots its scope's writes name (`cascade.root.span_id`), the
+//! raw traces holding each cascade's writes (a raw search by that tag), and
+//! those writes turned back into [`ChangeRecord`]s from their attributes.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+use super::assemble::{Assembler, Assembly, Clip};
+use super::merge::{ObjectHistory, Source, merge};
+use super::raw::{RawError, RawStore, TimeRange, from_nanos, int_attr, string_attr};
+use crate::analysis::cascade::{self, Cascade};
+use crate::model::ObjectRef;
+use crate::pipeline::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
+use crate::span_model::{CASCADE_ROLE_EFFECT, CASCADE_ROLE_UNEXPLAINED, attr};
+
+/// Cascades shown in one assembled trace at most (the latest ones).
+pub const MAX_CASCADES: usize = 20;
+
+fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn span_ref(trace_hex: &str, span_hex: &str) -> Option<SpanRef> {
+    Some(SpanRef {
+        trace_id: parse_hex(trace_hex)?,
+        span_id: parse_hex(span_hex)?,
+    })
+}
+
+/// The cascade root a raw audit or watch span names, if any.
+pub fn root_of(span: &Span) -> Option<SpanRef> {
+    let a = &span.attributes;
+    span_ref(
+        string_attr(a, attr::CASCADE_ROOT_TRACE_ID)?,
+        string_attr(a, attr::CASCADE_ROOT_SPAN_ID)?,
+    )
+}
+
+/// The change a raw audit or watch span of `object` shows, from its
+/// attributes; `None` for other spans and spans without `cascade.*`
+/// attributes (written before cause inference). The cause's object is not
+/// an attribute: it is left empty here ([`records_from_histories`] fills
+/// it in when the cause is among the records).
+pub fn record_from_span(
+    object: &ObjectRef,
+    uid: &str,
+    source: Source,
+    s: &Span,
+) -> Option<ChangeRecord> {
+    let a = &s.attributes;
+    let root = root_of(s)?;
+    let span = SpanRef {
+        trace_id: s.trace_id.as_slice().try_into().ok()?,
+        span_id: s.span_id.as_slice().try_into().ok()?,
+    };
+    let (source, user, verb) = match source {
+        Source::Audit => (
+            ChangeSource::Audit,
+            string_attr(a, attr::AUDIT_USER)
+                .unwrap_or_default()
+                .to_string(),
+            string_attr(a, attr::AUDIT_VERB)
+                .unwrap_or_default()
+                .to_string(),
+        ),
+        Source::Watch => (
+            ChangeSource::Watch,
+            String::new(),
+            string_attr(a, attr::WATCH_TYPE)
+                .unwrap_or_default()
+                .to_string(),
+        ),
+        _ => return None,
+    };
+    let code = int_attr(a, attr::AUDIT_CODE).unwrap_or(200) as i32;
+    let readiness = string_attr(a, attr::OBJECT_STATUS).map(|status| Readiness {
+        status: status.to_string(),
+        message: string_attr(a, attr::OBJECT_STATUS_MESSAGE)
+            .unwrap_or_default()
+            .to_string(),
+    });
+    // The processor leaves readiness out on writes that removed the object;
+    // a delete answered 404 found it gone.
+    let deleted = match source {
+        ChangeSource::Watch => verb == "deleted",
+        ChangeSource::Audit => {
+            verb == "delete" && readiness.is_none() && (code < 300 || code == 404)
+        }
+    };
+    let role = match string_attr(a, attr::CASCADE_ROLE) {
+        Some(CASCADE_ROLE_EFFECT) => CascadeRole::Effect,
+        Some(CASCADE_ROLE_UNEXPLAINED) => CascadeRole::Unexplained,
+        _ => CascadeRole::Root,
+    };
+    let cause = span_ref(
+        string_attr(a, attr::CASCADE_CAUSE_TRACE_ID).unwrap_or_default(),
+        string_attr(a, attr::CASCADE_CAUSE_SPAN_ID).unwrap_or_default(),
+    )
+    .map(|cause_span| Cause {
+        span: cause_span,
+        object: ObjectRef::new("", "", "", "", ""),
+        name: string_attr(a, attr::CASCADE_CAUSE_NAME)
+            .unwrap_or_default()
+            .to_string(),
+        edge: string_attr(a, attr::CASCADE_EDGE)
+            .unwrap_or_default()
+            .to_string(),
+        rule: string_attr(a, attr::CASCADE_RULE)
+            .unwrap_or_default()
+            .to_string(),
+        hop: Duration::from_micros(int_attr(a, attr::CASCADE_HOP_US).unwrap_or(0).max(0) as u64),
+    });
+    Some(ChangeRecord {
+        object: object.clone(),
+        uid: uid.to_string(),
+        source,
+        user,
+        verb,
+        subresource: string_attr(a, attr::AUDIT_SUBRESOURCE)
+            .unwrap_or_default()
+            .to_string(),
+        code,
+        received: from_nanos(s.start_time_unix_nano),
+        completed: from_nanos(s.end_time_unix_nano.max(s.start_time_unix_nano)),
+        span,
+        readiness,
+        deleted,
+        role,
+        cause,
+        root,
+        depth: int_attr(a, attr::CASCADE_DEPTH).unwrap_or(0).max(0) as u32,
+        old: None,
+        new: None,
+    })
+}
+
+/// The changes of cascades `roots` recorded in `histories` up to `until`
+/// (ns since the epoch), each once, causes' objects filled in.
+pub fn records_from_histories<'a>(
+    histories: impl IntoIterator<Item = &'a ObjectHistory>,
+    roots: &HashSet<SpanRef>,
+    until: u64,
+) -> Vec<ChangeRecord> {
+    let mut out: Vec<ChangeRecord> = Vec::new();
+    let mut seen = HashSet::new();
+    for h in histories {
+        for e in &h.entries {
+            if e.span.start_time_unix_nano > until {
+                continue;
+            }
+            if let Some(r) = record_from_span(&h.object, &h.uid, e.source, &e.span)
+                && roots.contains(&r.root)
+                && seen.insert(r.span)
+            {
+                out.push(r);
+            }
+        }
+    }
+    let objects: HashMap<SpanRef, ObjectRef> =
+        out.iter().map(|r| (r.span, r.object.clone())).collect();
+    for r in &mut out {
+        if let Some(c) = &mut r.cause
+            && let Some(o) = objects.get(&c.span)
+        {
+            c.object = o.clone();
+        }
+    }
+    out
+}
+
+/// The cascades the objects of `asm` (not the shared ones) took part in
+/// within `clip`: at most
+/// [`MAX_CASCADES`] (the latest roots; the rest counted in the notes).
+pub async fn cascades_of<S: RawStore>(
+    assembler: &Assembler<S>,
+    asm: &Assembly,
+    clip: &Clip,
+    raw_search_limit: usize,
+) -> Result<(Vec<Cascade>, Vec<String>), RawError> {
+    let mut notes = Vec::new();
+    // Roots by the time of the write that named them, latest last.
+    let mut named: Vec<(u64, SpanRef)> = asm
+        .nodes
+        .iter()
+        // The tree proper: a shared Node's or ConfigMap's own writes (node
+        // heartbeats) root cascades of their own, not the searched object's.
+        .filter(|n| !n.shared && n.copy_of.is_none())
+        .flat_map(|n| n.history.entries.iter())
+        .filter(|e| e.span.start_time_unix_nano <= clip.until)
+        .filter_map(|e| root_of(&e.span).map(|r| (e.span.start_time_unix_nano, r)))
+        .collect();
+    named.sort();
+    let mut roots: Vec<SpanRef> = Vec::new();
+    for (_, r) in named.iter().rev() {
+        if !roots.contains(r) {
+            roots.push(*r);
+        }
+    }
+    if roots.len() > MAX_CASCADES {
+        notes.push(format!(
+            "{} cascades in range: the latest {MAX_CASCADES} shown",
+            roots.len()
+        ));
+        roots.truncate(MAX_CASCADES);
+    }
+    let first = clip.windows.first().copied().unwrap_or(0);
+    let range = TimeRange::new(
+        from_nanos(first.saturating_mul(1_000_000_000)),
+        from_nanos(clip.until),
+    );
+    let mut raw_ids = BTreeSet::new();
+    for r in &roots {
+        let tags = [(attr::CASCADE_ROOT_SPAN_ID.to_string(), r.span_hex())];
+        let found = assembler
+            .store()
+            .find(&tags, range, raw_search_limit)
+            .await?;
+        if found.len() >= raw_search_limit {
+            notes.push(format!(
+                "cascade {}: more than {raw_search_limit} object windows (--raw-search-limit), some writes not shown",
+                r.span_hex()
+            ));
+        }
+        raw_ids.extend(found);
+    }
+    let mut histories = Vec::new();
+    for id in raw_ids {
+        if let Some(h) = merge(assembler.read(id).await?) {
+            histories.push(h);
+        }
+    }
+    let wanted: HashSet<SpanRef> = roots.iter().copied().collect();
+    let records = records_from_histories(&histories, &wanted, clip.until);
+    Ok((cascade::build(records), notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_ids_parse_back() {
+        let r = SpanRef {
+            trace_id: [0xab; 16],
+            span_id: [0x01; 8],
+        };
+        assert_eq!(span_ref(&r.trace_hex(), &r.span_hex()), Some(r));
+        assert_eq!(span_ref("zz", &r.span_hex()), None);
+        assert_eq!(parse_hex::<2>("abc"), None);
+    }
+}

@@ -1,0 +1,225 @@
+//! Display mode `cascade`: each cascade's root write is a root span, each
+//! write it caused a child of its cause's span, lasting from the cause's
+//! response to the effect's, so the timeline shows where the time went.
+//! Service = the written object's resource, as in the other modes.
+
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
+
+use super::{Out, span_id};
+use crate::analysis::cascade::{Cascade, Completion, change_name, format_duration};
+use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
+use crate::span_model::attr;
+
+/// Marks the critical path in span names.
+pub const CRITICAL_MARK: &str = "★ ";
+
+/// Whether a failed write is one its writer expects (conflicts are retried,
+/// a delete finding nothing is done).
+fn expected_failure(code: i32, verb: &str) -> bool {
+    code == 409 || (code == 404 && verb == "delete")
+}
+
+/// Each change's span (ns): from its cause's response completed (the
+/// root: its own request received) to its own response completed, widened
+/// to cover the spans it caused, and the root to the completion, so every
+/// span lies within its parent (Jaeger adjusts spans that do not, taking
+/// them for clock skew). The request and response are events on the span.
+fn span_times(c: &Cascade) -> Vec<(u64, u64)> {
+    let mut end: Vec<u64> = c.changes.iter().map(|ch| nanos(ch.completed)).collect();
+    if let Completion::Complete { at } = &c.completion {
+        end[0] = end[0].max(nanos(*at));
+    }
+    // The walk visits causes before their effects: widen bottom-up.
+    let walk = c.walk();
+    for &(i, _) in walk.iter().rev() {
+        if let Some(p) = c.parent[i] {
+            end[p] = end[p].max(end[i]);
+        }
+    }
+    let mut times = vec![(0u64, 0u64); c.changes.len()];
+    for &(i, _) in &walk {
+        times[i] = match c.parent[i] {
+            None => {
+                let s = nanos(c.changes[i].received).min(end[i]);
+                (s, end[i])
+            }
+            Some(p) => {
+                let (ps, _) = times[p];
+                let s = nanos(c.changes[p].completed).min(end[i]).max(ps);
+                (s, end[i].max(s))
+            }
+        };
+    }
+    times
+}
+
+pub fn render(
+    cascades: &[Cascade],
+    trace_id: &TraceIdBytes,
+    notes: &[String],
+) -> Vec<ResourceSpans> {
+    let mut out = Out::default();
+    for (n, c) in cascades.iter().enumerate() {
+        let root = c.root();
+        let ids: Vec<Vec<u8>> = c
+            .changes
+            .iter()
+            .map(|ch| span_id(&ch.span.span_hex(), 0x6361))
+            .collect();
+        let last_end = c
+            .changes
+            .iter()
+            .map(|ch| ch.completed)
+            .max()
+            .unwrap_or(root.completed);
+        let times = span_times(c);
+        for (i, ch) in c.changes.iter().enumerate() {
+            let critical = c.is_critical(i) && c.changes.len() > 1;
+            let o = &ch.object;
+            let mut attributes = vec![
+                kv(attr::CLUSTER, o.cluster.clone()),
+                kv(attr::GROUP, o.group.clone()),
+                kv(attr::RESOURCE, o.resource.clone()),
+                kv(attr::NAMESPACE, o.namespace.clone()),
+                kv(attr::NAME, o.name.clone()),
+                kv(
+                    if ch.user.is_empty() {
+                        attr::WATCH_TYPE
+                    } else {
+                        attr::AUDIT_USER
+                    },
+                    if ch.user.is_empty() {
+                        ch.verb.clone()
+                    } else {
+                        ch.user.clone()
+                    },
+                ),
+                kv(attr::AUDIT_VERB, ch.verb.clone()),
+                kv_int(attr::AUDIT_CODE, i64::from(ch.code)),
+                kv("cascade.depth", i64::from(ch.depth).to_string()),
+                kv("cascade.critical_path", critical.to_string()),
+                kv(
+                    "request.received",
+                    humantime::format_rfc3339_micros(ch.received).to_string(),
+                ),
+                kv(
+                    "response.completed",
+                    humantime::format_rfc3339_micros(ch.completed).to_string(),
+                ),
+            ];
+            if !ch.subresource.is_empty() {
+                attributes.push(kv(attr::AUDIT_SUBRESOURCE, ch.subresource.clone()));
+            }
+            if let Some(r) = &ch.readiness {
+                attributes.push(kv(attr::OBJECT_STATUS, r.status.clone()));
+                if !r.message.is_empty() {
+                    attributes.push(kv(attr::OBJECT_STATUS_MESSAGE, r.message.clone()));
+                }
+            }
+            if ch.deleted {
+                attributes.push(kv("object.removed", "true"));
+            }
+            let mut events = Vec::new();
+            let mut status =
+                (ch.code >= 400 && !expected_failure(ch.code, &ch.verb)).then(|| Status {
+                    message: format!("request failed with {}", ch.code),
+                    code: StatusCode::Error as i32,
+                });
+            let parent = c.parent[i].map(|p| ids[p].clone()).unwrap_or_default();
+            let (start, end) = times[i];
+            events.push(Event {
+                time_unix_nano: nanos(ch.completed),
+                name: format!("response completed ({})", ch.code),
+                ..Default::default()
+            });
+            if let Some(k) = &ch.cause {
+                attributes.push(kv("cascade.edge", k.edge.clone()));
+                attributes.push(kv("cascade.rule", k.rule.clone()));
+                attributes.push(kv_int("cascade.hop_us", k.hop.as_micros() as i64));
+                attributes.push(kv("cascade.hop", format_duration(k.hop)));
+                events.push(Event {
+                    time_unix_nano: nanos(ch.received),
+                    name: format!(
+                        "request received ({} after the cause)",
+                        format_duration(k.hop)
+                    ),
+                    ..Default::default()
+                });
+            }
+            if i == 0 {
+                attributes.push(kv("cascade.writes", c.changes.len().to_string()));
+                if let Some(k) = &c.missing_cause {
+                    attributes.push(kv(
+                        "cascade.partial",
+                        format!("caused by {} ({}), not in range", k.name, k.edge),
+                    ));
+                }
+                match &c.completion {
+                    Completion::Complete { at } => {
+                        let after = at.duration_since(root.received).unwrap_or_default();
+                        attributes.push(kv("cascade.complete", "true"));
+                        attributes.push(kv("cascade.completion", format_duration(after)));
+                        attributes.push(kv_int("cascade.completion_us", after.as_micros() as i64));
+                        attributes.push(kv(
+                            "cascade.completed_at",
+                            humantime::format_rfc3339_micros(*at).to_string(),
+                        ));
+                        events.push(Event {
+                            time_unix_nano: nanos(*at),
+                            name: format!(
+                                "complete: every object settled, {} after the root write",
+                                format_duration(after)
+                            ),
+                            ..Default::default()
+                        });
+                    }
+                    Completion::Waiting(w) => {
+                        let waiting: Vec<String> = w.iter().map(ToString::to_string).collect();
+                        attributes.push(kv("cascade.complete", "false"));
+                        attributes.push(kv("cascade.waiting_for", waiting.join("; ")));
+                        for x in &waiting {
+                            events.push(Event {
+                                time_unix_nano: nanos(last_end),
+                                name: format!("waiting for {x}"),
+                                ..Default::default()
+                            });
+                        }
+                        status = Some(Status {
+                            message: format!("not complete: waiting for {}", waiting.join("; ")),
+                            code: StatusCode::Error as i32,
+                        });
+                    }
+                }
+                if n == 0 {
+                    for note in notes {
+                        attributes.push(kv("note", note.clone()));
+                    }
+                }
+            }
+            let name = format!(
+                "{}{}",
+                if critical { CRITICAL_MARK } else { "" },
+                change_name(ch)
+            );
+            out.push(
+                &o.resource,
+                Span {
+                    trace_id: trace_id.to_vec(),
+                    span_id: ids[i].clone(),
+                    parent_span_id: parent,
+                    name,
+                    kind: 1,
+                    start_time_unix_nano: start,
+                    end_time_unix_nano: end,
+                    attributes,
+                    events,
+                    status,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    out.finish()
+}

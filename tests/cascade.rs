@@ -1,0 +1,535 @@
+//! Cascades over the fixtures captured from the real control plane: the
+//! changes the real processor records, assembled into trees with their
+//! completion (`analysis::cascade`), `kascade trace --mode cascade`, and
+//! display mode `cascade` of the frontend over the collector's spans.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::redact::Redactor;
+use kascade::analysis::cascade::{self, Cascade, Completion, change_name, format_duration};
+use kascade::app::load_rules;
+use kascade::frontend::assemble::Scope;
+use kascade::frontend::display::Mode;
+use kascade::frontend::offline::store_from_audit_lines;
+use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
+use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
+use kascade::offline::changes_from_audit_lines;
+use kascade::pipeline::{ChangeRecord, ChangeSink};
+use kascade::source::audit::AuditFilter;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use serde_json::Value;
+
+const CLUSTER: &str = "fixture";
+
+#[derive(Default)]
+struct Collect(Mutex<Vec<ChangeRecord>>);
+
+impl ChangeSink for Collect {
+    fn record(&self, change: ChangeRecord) {
+        self.0.lock().unwrap().push(change);
+    }
+}
+
+async fn cascades(scenario: &str) -> Vec<Cascade> {
+    let sink = Arc::new(Collect::default());
+    let errors = changes_from_audit_lines(
+        common::audit_lines(scenario),
+        CLUSTER,
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let changes = std::mem::take(&mut *sink.0.lock().unwrap());
+    cascade::build(changes)
+}
+
+/// The last cascade whose root write is named `root` (`<user> <verb>[
+/// <sub>] <resource> <ns>/<name>`): a scenario may start by deleting what
+/// an earlier run left.
+fn rooted_at<'a>(all: &'a [Cascade], root: &str) -> &'a Cascade {
+    all.iter()
+        .rev()
+        .find(|c| change_name(c.root()) == root)
+        .unwrap_or_else(|| {
+            panic!(
+                "no cascade rooted at {root:?} among {:?}",
+                all.iter()
+                    .map(|c| change_name(c.root()))
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+fn time(v: &Value) -> SystemTime {
+    humantime::parse_rfc3339_weak(v.as_str().unwrap()).unwrap()
+}
+
+/// The fixture's own timestamps of a write: (requestReceived,
+/// stageTimestamp) of its ResponseComplete event, found by user, verb,
+/// resource, subresource and received time.
+fn raw_times(raw: &[Value], c: &ChangeRecord) -> (SystemTime, SystemTime) {
+    let found: Vec<_> = raw
+        .iter()
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == c.user.as_str()
+                && e["verb"] == c.verb.as_str()
+                && e["objectRef"]["resource"] == c.object.resource.as_str()
+                && e["objectRef"]["subresource"].as_str().unwrap_or_default() == c.subresource
+                && time(&e["requestReceivedTimestamp"]) == c.received
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one audit event for {}", change_name(c));
+    (
+        time(&found[0]["requestReceivedTimestamp"]),
+        time(&found[0]["stageTimestamp"]),
+    )
+}
+
+fn waiting(c: &Cascade) -> Vec<String> {
+    match &c.completion {
+        Completion::Waiting(w) => w.iter().map(ToString::to_string).collect(),
+        Completion::Complete { at } => panic!("{} complete at {at:?}", change_name(c.root())),
+    }
+}
+
+const PATCH: &str = "kascade-e2e-admin patch deployments default/hello";
+
+#[tokio::test]
+async fn the_image_patch_roots_the_rollout_with_hops_from_the_audit_timestamps() {
+    let all = cascades("deployment").await;
+    let c = rooted_at(&all, PATCH);
+    assert_eq!(c.missing_cause, None);
+    let has = |user: &str, verb: &str, sub: &str, resource: &str| {
+        c.changes[1..].iter().any(|x| {
+            x.user.ends_with(user)
+                && x.verb == verb
+                && x.subresource == sub
+                && x.object.resource == resource
+                && x.code < 400
+        })
+    };
+    // The new ReplicaSet, its Pods, their bindings and the kubelet's reports.
+    assert!(has(":deployment-controller", "create", "", "replicasets"));
+    assert!(has(":replicaset-controller", "create", "", "pods"));
+    assert!(has("system:kube-scheduler", "create", "binding", "pods"));
+    assert!(has("kwok-kubelet", "patch", "status", "pods"));
+    // The old ReplicaSet scaled down and its Pods deleted.
+    assert!(has(":deployment-controller", "update", "", "replicasets"));
+    assert!(has(":replicaset-controller", "delete", "", "pods"));
+    // Every change is under its cause, and each hop is the effect's
+    // requestReceived minus the cause's stageTimestamp, both read from the
+    // fixture file.
+    let raw: Vec<Value> = common::audit_lines("deployment")
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut hops = 0;
+    for (i, x) in c.changes.iter().enumerate().skip(1) {
+        let p = c.parent[i].expect("every change but the root has its cause in the cascade");
+        let k = x.cause.as_ref().unwrap();
+        assert_eq!(k.span, c.changes[p].span);
+        let (received, _) = raw_times(&raw, x);
+        let (_, cause_completed) = raw_times(&raw, &c.changes[p]);
+        assert_eq!(
+            k.hop,
+            received.duration_since(cause_completed).unwrap_or_default(),
+            "{}",
+            change_name(x)
+        );
+        hops += 1;
+    }
+    assert!(hops > 40, "{hops} hops");
+    // The new ReplicaSet's create comes right under the patch.
+    let rs = c.children[0]
+        .iter()
+        .map(|&i| &c.changes[i])
+        .find(|x| x.verb == "create" && x.object.resource == "replicasets")
+        .expect("the new ReplicaSet's create under the patch");
+    assert_eq!(
+        rs.cause.as_ref().unwrap().edge,
+        "deployments → replicasets create"
+    );
+    // Complete when the last object settled (the Deployment available, the
+    // old ReplicaSet scaled to 0, the old Pods gone); the critical path ends
+    // with the write that ended last.
+    let Completion::Complete { at } = c.completion else {
+        panic!("{:?}", c.completion)
+    };
+    let last_end = c.changes.iter().map(|x| x.completed).max().unwrap();
+    assert!(at <= last_end && at > c.root().completed);
+    assert_eq!(c.critical_path[0], 0);
+    assert_eq!(
+        c.changes[*c.critical_path.last().unwrap()].completed,
+        last_end
+    );
+    for w in c.critical_path.windows(2) {
+        assert_eq!(c.parent[w[1]], Some(w[0]));
+    }
+    let text = cascade::render_text(std::slice::from_ref(c));
+    let (received, _) = raw_times(&raw, rs);
+    let (_, patched) = raw_times(&raw, c.root());
+    let rs_hop = format_duration(received.duration_since(patched).unwrap());
+    for want in [
+        format!("cascade 1 of 1: {PATCH}  at "),
+        format!(
+            "completed after {} (at ",
+            format_duration(at.duration_since(c.root().received).unwrap())
+        ),
+        format!("[deployments → replicasets create, hop {rs_hop}]"),
+        "★ critical path".to_string(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
+
+/// Per scenario with a fixture: the cascade of its main write, complete,
+/// or waiting for what the scenario makes it wait for.
+#[tokio::test]
+async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
+    let complete: &[(&str, &str)] = &[
+        (
+            "deployment",
+            "kascade-e2e-admin create deployments default/hello",
+        ),
+        (
+            "deployment",
+            "kascade-e2e-admin delete deployments default/hello",
+        ),
+        ("service", "kascade-e2e-admin create services svc-demo/web"),
+        (
+            "service",
+            "kascade-e2e-admin create deployments svc-demo/web",
+        ),
+        ("job", "kascade-e2e-admin create jobs job-demo/pi"),
+        (
+            "cronjob",
+            "kascade-e2e-admin create cronjobs cron-demo/tick",
+        ),
+        (
+            "config",
+            "kascade-e2e-admin create deployments config-demo/app",
+        ),
+        (
+            "config",
+            "kascade-e2e-admin create pods config-demo/config-pod",
+        ),
+        (
+            "statefulset",
+            "kascade-e2e-admin create statefulsets sts-demo/db",
+        ),
+        (
+            "statefulset",
+            "kascade-e2e-admin patch scale statefulsets sts-demo/db",
+        ),
+        (
+            "volumes",
+            "kascade-e2e-admin create statefulsets vol-demo/data",
+        ),
+    ];
+    let mut by_scenario: HashMap<&str, Vec<Cascade>> = HashMap::new();
+    for (scenario, root) in complete {
+        if !by_scenario.contains_key(scenario) {
+            by_scenario.insert(scenario, cascades(scenario).await);
+        }
+        let c = rooted_at(&by_scenario[scenario], root);
+        assert!(
+            c.completion.is_complete(),
+            "{scenario}: {root}: {:?}",
+            c.completion
+        );
+        assert!(c.changes.len() > 1, "{scenario}: {root} caused nothing");
+    }
+    // The Job's Pod ran to Succeeded: the Job is Complete after it.
+    let job = rooted_at(
+        &by_scenario["job"],
+        "kascade-e2e-admin create jobs job-demo/pi",
+    );
+    assert!(job.changes.iter().any(|x| x.object.resource == "pods"));
+    assert!(job.duration().unwrap() > Duration::from_secs(1));
+
+    let incomplete: &[(&str, &str, &[&str])] = &[
+        (
+            "unschedulable",
+            "kascade-e2e-admin create pods sched-demo/stuck",
+            &["pods sched-demo/stuck Failed (Unschedulable: 0/3 nodes are available"],
+        ),
+        (
+            "rollout-stuck",
+            "kascade-e2e-admin patch deployments rollout-demo/web",
+            &[
+                "deployments rollout-demo/web Failed (ProgressDeadlineExceeded: ",
+                "Failed (Unschedulable: ",
+            ],
+        ),
+        (
+            "quota",
+            "kascade-e2e-admin create deployments quota-demo/capped",
+            &[
+                "deployments quota-demo/capped Failed (FailedCreate: ",
+                "exceeded quota: pods",
+            ],
+        ),
+    ];
+    for (scenario, root, wants) in incomplete {
+        let all = cascades(scenario).await;
+        let c = rooted_at(&all, root);
+        let w = waiting(c).join("; ");
+        for want in *wants {
+            assert!(
+                w.contains(want),
+                "{scenario}: waiting for {w}, not {want:?}"
+            );
+        }
+        let text = cascade::render_text(std::slice::from_ref(c));
+        assert!(text.contains("not complete: waiting for "), "{text}");
+    }
+}
+
+async fn frontend(scenario: &str) -> (Frontend<MemoryStore>, TimeRange) {
+    let (store, errors) = store_from_audit_lines(
+        common::audit_lines(scenario),
+        CLUSTER,
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let (a, b) = store.time_span().unwrap();
+    (
+        Frontend::new(Arc::new(store), FrontendConfig::default()),
+        TimeRange::new(from_nanos(a), from_nanos(b)),
+    )
+}
+
+async fn search(
+    f: &Frontend<MemoryStore>,
+    range: TimeRange,
+    t: &[(&str, &str)],
+) -> Arc<AssembledTrace> {
+    let found = f
+        .search(&SearchQuery {
+            mode: Mode::Cascade,
+            scope: Scope::Full,
+            tags: t
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            range,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{t:?}");
+    found[0].clone()
+}
+
+fn spans(t: &AssembledTrace) -> Vec<(String, Span)> {
+    t.resource_spans
+        .iter()
+        .flat_map(|rs| {
+            let service = rs
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default()
+                .to_string();
+            rs.scope_spans
+                .iter()
+                .flat_map(|ss| ss.spans.clone())
+                .map(move |s| (service.clone(), s))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
+    let (f, range) = frontend("deployment").await;
+    let t = search(
+        &f,
+        range,
+        &[
+            ("resource", "deployments"),
+            ("namespace", "default"),
+            ("name", "hello"),
+        ],
+    )
+    .await;
+    let all = spans(&t);
+    let by_id: HashMap<Vec<u8>, &Span> = all.iter().map(|(_, s)| (s.span_id.clone(), s)).collect();
+    let root = all
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.parent_span_id.is_empty() && s.name.ends_with(PATCH))
+        .expect("the image patch is a root span");
+    assert_eq!(
+        string_attr(&root.attributes, "cascade.complete"),
+        Some("true")
+    );
+    let completion = string_attr(&root.attributes, "cascade.completion").unwrap();
+    // The same as offline: the frontend read the writes back from the
+    // collector's spans.
+    let offline = cascades("deployment").await;
+    let c = rooted_at(&offline, PATCH);
+    assert_eq!(completion, format_duration(c.duration().unwrap()));
+    // Every write of the cascade is a span below the root; each child
+    // starts when its cause's response completed and ends with its own.
+    let mut below = 0;
+    for (service, s) in &all {
+        let mut at = s;
+        let mut top = s;
+        while let Some(p) = by_id.get(&at.parent_span_id) {
+            top = p;
+            at = p;
+        }
+        if top.span_id != root.span_id || s.span_id == root.span_id {
+            continue;
+        }
+        below += 1;
+        let parent = by_id[&s.parent_span_id];
+        let cause_completed = humantime::parse_rfc3339_weak(
+            string_attr(&parent.attributes, "response.completed").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            from_nanos(s.start_time_unix_nano),
+            cause_completed
+                .min(from_nanos(s.end_time_unix_nano))
+                .max(from_nanos(parent.start_time_unix_nano))
+        );
+        assert!(s.end_time_unix_nano <= parent.end_time_unix_nano);
+        assert_eq!(
+            string_attr(&s.attributes, "resource"),
+            Some(service.as_str())
+        );
+        assert!(string_attr(&s.attributes, "cascade.edge").is_some());
+    }
+    assert_eq!(below, c.changes.len() - 1);
+    // The critical path is marked in the name and as an attribute.
+    let critical: Vec<_> = all
+        .iter()
+        .filter(|(_, s)| string_attr(&s.attributes, "cascade.critical_path") == Some("true"))
+        .collect();
+    assert!(critical.len() >= c.critical_path.len());
+    assert!(critical.iter().all(|(_, s)| s.name.starts_with("★ ")));
+
+    // Searching one of the new Pods finds the same cascade.
+    let pod = c
+        .changes
+        .iter()
+        .find(|x| x.object.resource == "pods" && x.verb == "create" && x.subresource.is_empty())
+        .unwrap();
+    let t = search(
+        &f,
+        range,
+        &[
+            ("resource", "pods"),
+            ("namespace", "default"),
+            ("name", &pod.object.name),
+        ],
+    )
+    .await;
+    assert!(
+        spans(&t)
+            .iter()
+            .any(|(_, s)| s.parent_span_id.is_empty() && s.name.ends_with(PATCH)),
+        "the Pod's trace holds the patch's cascade"
+    );
+    assert!(t.cascades.iter().any(|x| change_name(x.root()) == PATCH));
+}
+
+#[tokio::test]
+async fn an_incomplete_cascade_names_what_it_waits_for_on_its_root_span() {
+    let (f, range) = frontend("unschedulable").await;
+    let t = search(&f, range, &[("resource", "pods"), ("name", "stuck")]).await;
+    let root = spans(&t)
+        .into_iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name.ends_with("create pods sched-demo/stuck"))
+        .expect("root span");
+    assert_eq!(
+        string_attr(&root.attributes, "cascade.complete"),
+        Some("false")
+    );
+    let waiting = string_attr(&root.attributes, "cascade.waiting_for").unwrap();
+    assert!(
+        waiting.starts_with("pods sched-demo/stuck Failed (Unschedulable: "),
+        "{waiting}"
+    );
+    assert_eq!(root.status.as_ref().unwrap().code, 2);
+}
+
+#[test]
+fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .args([
+            "trace",
+            "--resource",
+            "deployments",
+            "--namespace",
+            "default",
+            "--name",
+            "hello",
+        ])
+        .args(["--mode", "cascade"])
+        .arg(common::fixture_path("deployment", "audit.log"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!(": {PATCH}  at ")), "{text}");
+    assert!(text.contains("completed after "), "{text}");
+    assert!(
+        text.contains("[deployments → replicasets create, hop "),
+        "{text}"
+    );
+    assert!(text.contains("[replicasets → pods create, hop "), "{text}");
+    assert!(text.contains("[pods binding, hop "), "{text}");
+    assert!(text.contains("[pods → Running, hop "), "{text}");
+    assert!(text.contains("[replicasets → pods delete, hop "), "{text}");
+    assert!(text.contains("★ critical path"), "{text}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .args([
+            "trace",
+            "--resource",
+            "deployments",
+            "--namespace",
+            "default",
+            "--name",
+            "hello",
+        ])
+        .args(["--mode", "cascade", "--format", "otlp-json"])
+        .arg(common::fixture_path("deployment", "audit.log"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = json["resourceSpans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rs| rs["scopeSpans"][0]["spans"].as_array().unwrap())
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(PATCH)), "{names:?}");
+}
