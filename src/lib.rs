@@ -5,6 +5,7 @@
 //! OTLP/JSON); what passes between them is defined in `pipeline`.
 
 pub mod aggregate;
+pub mod analysis;
 pub mod app;
 pub mod bounds;
 pub mod cli;

@@ -1,0 +1,11 @@
+//! Analysis of the changes the processor records (`pipeline::ChangeRecord`):
+//! propagation statistics (`stats`), their report and plots (`report`,
+//! `plot`), the change log (`changelog`) and the live propagation metric
+//! (`live`). Depends on `pipeline`, `model`, `span_model` constants and
+//! `metrics` only.
+
+pub mod changelog;
+pub mod live;
+pub mod plot;
+pub mod report;
+pub mod stats;
