@@ -79,3 +79,39 @@ impl PropagationMetrics {
             .observe(seconds);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(m: &PropagationMetrics) -> String {
+        let mut r = Registry::default();
+        m.register(&mut r);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
+        out
+    }
+
+    #[test]
+    fn edge_values_are_capped_and_the_rest_counted_as_other() {
+        let m = PropagationMetrics::default();
+        for i in 0..MAX_EDGES + 3 {
+            m.observe(&format!("edge {i}"), 0.01);
+        }
+        m.observe("edge 0", 0.02);
+        let text = exposition(&m);
+        assert!(
+            text.contains("kascade_propagation_seconds_count{edge=\"edge 0\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kascade_propagation_seconds_count{edge=\"other\"} 3"),
+            "{text}"
+        );
+        assert!(!text.contains(&format!("edge=\"edge {MAX_EDGES}\"")));
+        assert!(
+            text.contains("kascade_propagation_edges_folded_total 3"),
+            "{text}"
+        );
+    }
+}
