@@ -391,3 +391,83 @@ fn the_changelog_holds_redacted_objects_only() {
         assert!(!text.contains(secret), "secret value in the change log");
     }
 }
+
+/// `kascade collect` live: the propagation histogram on /metrics and the
+/// change log, from the deployment fixture posted to the audit webhook.
+#[tokio::test]
+async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
+    use kascade::app::collect::{self, CollectConfig, serve_webhook};
+    use kascade::export::OutputSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let changelog = dir.path().join("changes.jsonl");
+    let mut config = CollectConfig::default()
+        .cluster("fixture")
+        .spool_dir(dir.path().join("spool"));
+    config.export.outputs = vec![
+        OutputSpec::OtlpJson(dir.path().join("spans.jsonl")),
+        OutputSpec::Changelog(changelog.clone()),
+    ];
+    let (apps, pipeline) = collect::build(&config).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve_webhook(
+        listener,
+        None,
+        apps.audit.merge(apps.admin),
+        config.header_read_timeout,
+        std::future::pending(),
+    ));
+    let lines = common::audit_lines("deployment");
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{url}/audit"))
+        .body(common::event_list(&lines))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let raw = raw("deployment");
+    let pod_creates = raw_writes(&raw, RS, "create", "pods", "");
+    let series = "kascade_propagation_seconds_count{edge=\"replicasets → pods create\"}";
+    // Polled until every event is processed (no assumption about speed; the
+    // deadline only turns a hang into a failure).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let metrics = loop {
+        assert!(std::time::Instant::now() < deadline, "events not processed");
+        let m = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let processed = m
+            .lines()
+            .find(|l| l.starts_with("kascade_audit_events_processed_total "))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let accepted = m
+            .lines()
+            .filter(|l| l.starts_with("kascade_audit_events_accepted_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        if accepted > 0.0 && processed >= accepted {
+            break m;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let count = metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
+    assert_eq!(count, Some(pod_creates), "{metrics}");
+    assert!(
+        metrics.contains("kascade_changelog_dropped_total 0"),
+        "{metrics}"
+    );
+    pipeline.finish().await;
+    let written = std::fs::read_to_string(&changelog).unwrap();
+    let all = changes("deployment").await;
+    assert_eq!(written.lines().count(), all.len());
+}
