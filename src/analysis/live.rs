@@ -26,22 +26,3 @@ impl ChangeSink for PropagationSink {
         }
     }
 }
-
-/// Hands every change to each of several sinks (the collector may have a
-/// change log, the live metric and the cascade tracker at once).
-pub struct FanOut(pub Vec<Arc<dyn ChangeSink>>);
-
-impl ChangeSink for FanOut {
-    fn wants_objects(&self) -> bool {
-        self.0.iter().any(|s| s.wants_objects())
-    }
-
-    fn record(&self, change: ChangeRecord) {
-        if let Some((last, rest)) = self.0.split_last() {
-            for s in rest {
-                s.record(change.clone());
-            }
-            last.record(change);
-        }
-    }
-}

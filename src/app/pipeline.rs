@@ -13,7 +13,6 @@ use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use crate::aggregate::span_cache::{LocalSpanCache, SpanCache};
 use crate::aggregate::{self, Processor, ProcessorConfig};
 use crate::analysis::changelog::{ChangelogWriter, DEFAULT_QUEUE as CHANGELOG_QUEUE};
-use crate::analysis::live::FanOut;
 use crate::export::{self, OutputSpec, config::ExportSettings};
 use crate::metrics::Metrics;
 use crate::model::Windowing;
@@ -278,11 +277,9 @@ impl Pipeline {
             metrics.clone(),
         )
         .with_export_progress(export_progress.clone());
-        let processor = match sinks.len() {
-            0 => processor,
-            1 => processor.with_change_sink(sinks.remove(0)),
-            _ => processor.with_change_sink(Arc::new(FanOut(sinks))),
-        };
+        let processor = sinks
+            .into_iter()
+            .fold(processor, |p, sink| p.with_change_sink(sink));
         let processor = Arc::new(processor);
         let (intake, shutdown, aggregate_done) = aggregate::start(
             processor.clone(),
