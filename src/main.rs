@@ -17,6 +17,7 @@ async fn main() -> std::process::ExitCode {
         Command::Replay(args) => app::replay::run(args.into()).await,
         Command::Frontend(args) => app::frontend::run(args.into()).await,
         Command::Trace(args) => app::trace::run(args.into()).await,
+        Command::Analyze(args) => app::analyze::run(args.into()).await,
         Command::Rules {
             command: RulesCommand::Check { dir },
         } => app::run_rules_check(&dir),

@@ -79,6 +79,21 @@ pub async fn changes_from_audit_lines(
     .1
 }
 
+/// [`changes_from_audit_lines`] with several sinks, each handed every change.
+pub async fn changes_to_sinks(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sinks: Vec<Arc<dyn ChangeSink>>,
+) -> Vec<String> {
+    run_with(lines, cluster, rules, filter, cfg, redactor, sinks, false)
+        .await
+        .1
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     lines: impl IntoIterator<Item = String>,
@@ -88,6 +103,24 @@ async fn run(
     cfg: ProcessorConfig,
     redactor: Redactor,
     sink: Option<Arc<dyn ChangeSink>>,
+    keep_spans: bool,
+) -> (Vec<crate::span_model::Span>, Vec<String>) {
+    let sinks = sink.into_iter().collect();
+    run_with(
+        lines, cluster, rules, filter, cfg, redactor, sinks, keep_spans,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_with(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sinks: Vec<Arc<dyn ChangeSink>>,
     keep_spans: bool,
 ) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let metrics = Arc::new(Metrics::default());
@@ -101,7 +134,7 @@ async fn run(
         tx,
         metrics.clone(),
     );
-    if let Some(sink) = sink {
+    for sink in sinks {
         processor = processor.with_change_sink(sink);
     }
     let collector = tokio::spawn(async move {

@@ -30,8 +30,8 @@ const CLUSTER: &str = "fixture";
 struct Collect(Mutex<Vec<ChangeRecord>>);
 
 impl ChangeSink for Collect {
-    fn record(&self, change: ChangeRecord) {
-        self.0.lock().unwrap().push(change);
+    fn record(&self, change: &ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
     }
 }
 

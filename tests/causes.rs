@@ -18,8 +18,8 @@ use kascade::source::audit::AuditFilter;
 struct Collect(Mutex<Vec<ChangeRecord>>);
 
 impl ChangeSink for Collect {
-    fn record(&self, change: ChangeRecord) {
-        self.0.lock().unwrap().push(change);
+    fn record(&self, change: &ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
     }
 }
 

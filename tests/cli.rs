@@ -254,6 +254,7 @@ fn every_flag_in_help_is_documented_in_the_readme() {
         vec!["replay"],
         vec!["frontend"],
         vec!["trace"],
+        vec!["analyze"],
         vec!["rules"],
         vec!["rules", "check"],
     ] {
@@ -382,7 +383,7 @@ fn readme_flag_tables()
         let subcommands: Vec<&str> = if caption.starts_with("Global") {
             vec![""]
         } else {
-            ["collect", "replay", "frontend", "trace"]
+            ["collect", "replay", "frontend", "trace", "analyze"]
                 .into_iter()
                 .filter(|s| {
                     caption.contains(&format!("`{s}`"))
@@ -470,6 +471,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         (vec!["replay"], "replay"),
         (vec!["frontend"], "frontend"),
         (vec!["trace"], "trace"),
+        (vec!["analyze"], "analyze"),
         (vec!["rules", "check"], "rules check"),
     ] {
         let help = help_flags(&sub);

@@ -494,8 +494,8 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
     #[derive(Default)]
     struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
     impl kascade::pipeline::ChangeSink for Collect {
-        fn record(&self, change: kascade::pipeline::ChangeRecord) {
-            self.0.lock().unwrap().push(change);
+        fn record(&self, change: &kascade::pipeline::ChangeRecord) {
+            self.0.lock().unwrap().push(change.clone());
         }
     }
     let sink = std::sync::Arc::new(Collect::default());

@@ -242,6 +242,10 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    let propagation = Arc::new(crate::metrics::PropagationMetrics::default());
+    propagation.register(&mut registry);
+    let cascades = Arc::new(crate::metrics::CascadeMetrics::default());
+    cascades.register(&mut registry);
     let filter = pipeline_config.filter()?;
     let (spool, spooled) = match config.spool_config()? {
         None => {
@@ -259,8 +263,19 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         }
     };
     let spans = config.span_cache.build(&pipeline_config, metrics.clone())?;
-    let mut pipeline =
-        Pipeline::start_with(&pipeline_config, &config.export, spans, metrics.clone())?;
+    let mut pipeline = Pipeline::start_with_sinks(
+        &pipeline_config,
+        &config.export,
+        spans,
+        metrics.clone(),
+        vec![
+            Arc::new(crate::analysis::live::PropagationSink::new(propagation)),
+            Arc::new(crate::analysis::cascade::CascadeTracker::new(
+                crate::analysis::cascade::TrackerConfig::default(),
+                cascades,
+            )),
+        ],
+    )?;
     pipeline.spool = spool.clone();
     let state = Arc::new(webhook::WebhookState {
         intake: pipeline.intake.clone(),

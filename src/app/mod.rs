@@ -2,6 +2,7 @@
 //! them. Each config has a `Default` (the command line's defaults) and
 //! knows nothing of clap; `crate::cli` maps the flags onto them.
 
+pub mod analyze;
 pub mod collect;
 pub mod frontend;
 mod pipeline;

@@ -12,9 +12,11 @@ use regex::Regex;
 use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use crate::aggregate::span_cache::{LocalSpanCache, SpanCache};
 use crate::aggregate::{self, Processor, ProcessorConfig};
-use crate::export::{self, config::ExportSettings};
+use crate::analysis::changelog::{ChangelogWriter, DEFAULT_QUEUE as CHANGELOG_QUEUE};
+use crate::export::{self, OutputSpec, config::ExportSettings};
 use crate::metrics::Metrics;
 use crate::model::Windowing;
+use crate::pipeline::ChangeSink;
 use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
 use crate::source::spool::Spool;
 
@@ -200,6 +202,8 @@ pub struct Pipeline {
     pub export_progress: Arc<export::ExportProgress>,
     /// The durable intake, when `collect` runs with one.
     pub spool: Option<Arc<Spool>>,
+    /// `--output changelog=PATH`, finished after the processor.
+    changelog: Option<Arc<ChangelogWriter>>,
 }
 
 impl Pipeline {
@@ -220,6 +224,39 @@ impl Pipeline {
         spans: Arc<dyn SpanCache>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
+        Self::start_with_sinks(p, e, spans, metrics, Vec::new())
+    }
+
+    /// `start_with`, also handing every change record to `sinks` (and to
+    /// the change log when `--output changelog=PATH` is given).
+    pub fn start_with_sinks(
+        p: &PipelineConfig,
+        e: &ExportSettings,
+        spans: Arc<dyn SpanCache>,
+        metrics: Arc<Metrics>,
+        mut sinks: Vec<Arc<dyn ChangeSink>>,
+    ) -> anyhow::Result<Self> {
+        let mut changelog = None;
+        for spec in &e.outputs {
+            if let OutputSpec::Changelog(path) = spec {
+                if changelog.is_some() {
+                    anyhow::bail!("--output changelog= given twice");
+                }
+                let writer = Arc::new(ChangelogWriter::create(
+                    path,
+                    CHANGELOG_QUEUE,
+                    metrics.clone(),
+                )?);
+                sinks.push(writer.clone());
+                changelog = Some(writer);
+            }
+        }
+        let span_outputs: Vec<OutputSpec> = e
+            .outputs
+            .iter()
+            .filter(|o| o.takes_spans())
+            .cloned()
+            .collect();
         let rules = Arc::new(super::load_rules(p.rules.as_deref())?);
         tracing::info!(rules = rules.len(), "relation rules loaded");
         let redactor = p.redactor()?;
@@ -227,21 +264,23 @@ impl Pipeline {
         let export_progress = Arc::new(export::ExportProgress::default());
         let (span_tx, export_shutdown, export_done) = export::start(
             e.resolve()?,
-            &e.outputs,
+            &span_outputs,
             metrics.clone(),
             export_progress.clone(),
         )?;
-        let processor = Arc::new(
-            Processor::new(
-                cfg,
-                redactor,
-                rules,
-                spans.clone(),
-                span_tx,
-                metrics.clone(),
-            )
-            .with_export_progress(export_progress.clone()),
-        );
+        let processor = Processor::new(
+            cfg,
+            redactor,
+            rules,
+            spans.clone(),
+            span_tx,
+            metrics.clone(),
+        )
+        .with_export_progress(export_progress.clone());
+        let processor = sinks
+            .into_iter()
+            .fold(processor, |p, sink| p.with_change_sink(sink));
+        let processor = Arc::new(processor);
         let (intake, shutdown, aggregate_done) = aggregate::start(
             processor.clone(),
             p.queue_size.max(1),
@@ -255,6 +294,7 @@ impl Pipeline {
             metrics,
             export_progress,
             spool: None,
+            changelog,
             shutdown,
             export_shutdown,
             aggregate_done,
@@ -272,6 +312,7 @@ impl Pipeline {
             aggregate_done,
             export_done,
             spool,
+            changelog,
             ..
         } = self;
         shutdown.close();
@@ -279,6 +320,12 @@ impl Pipeline {
         let _ = aggregate_done.await;
         // Every worker has ended, so nothing more is sent to the exporter.
         drop(processor);
+        if let Some(changelog) = changelog {
+            match changelog.finish() {
+                Ok(lines) => tracing::info!(lines, "change log written"),
+                Err(e) => tracing::error!("{e:#}"),
+            }
+        }
         export_shutdown.close();
         let _ = export_done.await;
         // Everything accepted was exported (or dropped and counted).

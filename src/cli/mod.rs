@@ -2,6 +2,7 @@
 //! subcommand. Each maps onto its config in `crate::app` (which holds the
 //! defaults the help shows, and the wiring that runs it).
 
+pub mod analyze;
 pub mod collect;
 pub mod frontend;
 pub mod pipeline;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use analyze::AnalyzeArgs;
 pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
 pub use frontend::{AssemblyArgs, FrontendArgs};
 pub use pipeline::{ExportArgs, PipelineArgs};
@@ -50,6 +52,8 @@ pub enum Command {
     Frontend(FrontendArgs),
     /// Print the assembled trace of one object from audit log files, offline.
     Trace(TraceArgs),
+    /// Propagation statistics from audit log files: hop latency per edge class, histograms, plots.
+    Analyze(AnalyzeArgs),
     /// Work with relation rule files.
     Rules {
         #[command(subcommand)]
@@ -97,6 +101,7 @@ impl Command {
             ),
             Command::Frontend(a) => ("frontend", Some((a.raw_service.as_str(), "--raw-service"))),
             Command::Trace(_) => ("trace", None),
+            Command::Analyze(_) => ("analyze", None),
             Command::Rules { .. } => ("rules", None),
         };
         crate::telemetry::Role {

@@ -90,7 +90,7 @@ impl From<PipelineArgs> for PipelineConfig {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// Where spans go: `otlp`, `otlp-json=PATH`; repeat for several.
+    /// Where spans go: `otlp`, `otlp-json=PATH`; `changelog=PATH` writes one JSON line per change; repeat for several.
     #[arg(
         long = "output",
         default_values_t = export().outputs,

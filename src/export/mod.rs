@@ -58,11 +58,21 @@ pub enum OtlpProtocol {
     Http,
 }
 
-/// Where spans go: `otlp` (the configured OTLP endpoint) or `otlp-json=PATH`.
+/// Where spans go: `otlp` (the configured OTLP endpoint) or `otlp-json=PATH`;
+/// or `changelog=PATH`: not spans but one JSON line per change (see
+/// `analysis::changelog`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputSpec {
     Otlp,
     OtlpJson(PathBuf),
+    Changelog(PathBuf),
+}
+
+impl OutputSpec {
+    /// Whether spans are sent to it (a change log gets change records).
+    pub fn takes_spans(&self) -> bool {
+        !matches!(self, OutputSpec::Changelog(_))
+    }
 }
 
 impl std::str::FromStr for OutputSpec {
@@ -75,9 +85,14 @@ impl std::str::FromStr for OutputSpec {
                 return Err("otlp-json= needs a file path".into());
             }
             Ok(OutputSpec::OtlpJson(PathBuf::from(p)))
+        } else if let Some(p) = s.strip_prefix("changelog=") {
+            if p.is_empty() {
+                return Err("changelog= needs a file path".into());
+            }
+            Ok(OutputSpec::Changelog(PathBuf::from(p)))
         } else {
             Err(format!(
-                "unknown output {s:?}: expected `otlp` or `otlp-json=PATH`"
+                "unknown output {s:?}: expected `otlp`, `otlp-json=PATH` or `changelog=PATH`"
             ))
         }
     }

@@ -70,6 +70,8 @@ pub(super) fn build_outputs(
                     path.display().to_string(),
                 ));
             }
+            // Written by the pipeline's change sink, not the exporter.
+            OutputSpec::Changelog(_) => {}
         }
     }
     Ok(outputs)

@@ -4,6 +4,7 @@ mod cascade;
 mod evictions;
 mod frontend;
 pub mod labels;
+mod propagation;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +15,7 @@ pub use cascade::{CascadeKindLabel, CascadeMetrics, MAX_CASCADE_KINDS, OTHER_KIN
 pub use evictions::CacheEvictions;
 pub use frontend::FrontendMetrics;
 pub use labels::*;
+pub use propagation::{EdgeLabel, MAX_EDGES, OTHER_EDGE, PropagationMetrics};
 
 /// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
 /// `Metrics` can derive one.
@@ -75,6 +77,8 @@ pub struct Metrics {
     pub cascade_holders_dropped: Counter,
     pub cascade_candidates_dropped: Counter,
     pub cascade_objects: Gauge,
+    /// Change-log lines dropped because the writer fell behind.
+    pub changelog_dropped: Counter,
 }
 
 impl Metrics {
@@ -84,6 +88,11 @@ impl Metrics {
             "audit_events_received",
             "Audit events received, by source",
             self.events_received.clone(),
+        );
+        r.register(
+            "changelog_dropped",
+            "Changes not written to the change log (--output changelog=) because its writer fell behind",
+            self.changelog_dropped.clone(),
         );
         r.register(
             "spool_bytes",

@@ -123,5 +123,6 @@ pub trait ChangeSink: Send + Sync {
     fn wants_objects(&self) -> bool {
         false
     }
-    fn record(&self, change: ChangeRecord);
+    /// Called on the processor's shard: must not block (queue and return).
+    fn record(&self, change: &ChangeRecord);
 }

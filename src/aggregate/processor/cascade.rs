@@ -187,11 +187,9 @@ impl Processor {
                 old: old.filter(|_| objects).cloned(),
                 new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
             };
-            let (last, others) = self.change_sinks.split_last().expect("not empty");
-            for sink in others {
-                sink.record(record.clone());
+            for sink in &self.change_sinks {
+                sink.record(&record);
             }
-            last.record(record);
         }
         inference
     }

@@ -337,12 +337,12 @@ fn the_tracker_observes_a_complete_cascade_once_it_is_quiet() {
     let mut v = rollout();
     v.sort_by_key(|c| c.completed);
     for c in v {
-        t.record(c);
+        t.record(&c);
     }
     assert_eq!(t.open(), 1, "complete, not yet quiet");
     assert_eq!(histogram_count(&m, "deployments"), 0);
     // Another cascade's change 2 s later moves the clock on.
-    t.record(change(
+    t.record(&change(
         9,
         obj("configmaps", "x"),
         "update",
@@ -376,7 +376,7 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
             u64::from(n) + 1,
             Some(("InProgress", "")),
         );
-        t.record(c);
+        t.record(&c);
     }
     assert_eq!(t.open(), 2);
     assert_eq!(m.evicted.get(), 3);
@@ -393,6 +393,6 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
         &change(1, obj("deployments", "d1"), "patch", 1, 2, None),
         "e",
     );
-    t.record(rs);
+    t.record(&rs);
     assert_eq!(t.open(), 2);
 }

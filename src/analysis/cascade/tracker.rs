@@ -34,6 +34,8 @@ impl Default for TrackerConfig {
 
 struct Open {
     kind: String,
+    /// The root write's `verb[ subresource]`.
+    verb: String,
     root_received: SystemTime,
     objects: HashMap<ObjectRef, Settling>,
     /// Latest change of it (completed).
@@ -55,10 +57,15 @@ struct State {
     unreported_evictions: u64,
 }
 
+/// Told of each complete cascade: the root's resource and `verb[
+/// subresource]`, and how long it took.
+pub type CompletionListener = Arc<dyn Fn(&str, &str, Duration) + Send + Sync>;
+
 pub struct CascadeTracker {
     cfg: TrackerConfig,
     metrics: Arc<CascadeMetrics>,
     state: Mutex<State>,
+    listener: Option<CompletionListener>,
 }
 
 impl CascadeTracker {
@@ -67,7 +74,15 @@ impl CascadeTracker {
             cfg,
             metrics,
             state: Mutex::new(State::default()),
+            listener: None,
         }
+    }
+
+    /// Also tells `listener` of every complete cascade (`kascade analyze`
+    /// counts completion times by root kind and verb).
+    pub fn with_completion_listener(mut self, listener: CompletionListener) -> Self {
+        self.listener = Some(listener);
+        self
     }
 
     pub fn metrics(&self) -> &Arc<CascadeMetrics> {
@@ -94,14 +109,14 @@ impl CascadeTracker {
 
     fn observe(&self, open: &Open) {
         if let Some(at) = open.done_at {
-            let secs = at
-                .duration_since(open.root_received)
-                .unwrap_or_default()
-                .as_secs_f64();
+            let took = at.duration_since(open.root_received).unwrap_or_default();
             self.metrics
                 .completion_seconds
                 .get_or_create(&self.metrics.kind(&open.kind))
-                .observe(secs);
+                .observe(took.as_secs_f64());
+            if let Some(listener) = &self.listener {
+                listener(&open.kind, &open.verb, took);
+            }
         }
     }
 
@@ -144,7 +159,7 @@ impl CascadeTracker {
 }
 
 impl ChangeSink for CascadeTracker {
-    fn record(&self, change: ChangeRecord) {
+    fn record(&self, change: &ChangeRecord) {
         let mut st = self.lock();
         let st = &mut *st;
         st.watermark = st.watermark.max(Some(change.completed));
@@ -160,6 +175,11 @@ impl ChangeSink for CascadeTracker {
             }
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Open {
                 kind: change.object.resource.clone(),
+                verb: if change.subresource.is_empty() {
+                    change.verb.clone()
+                } else {
+                    format!("{} {}", change.verb, change.subresource)
+                },
                 root_received: change.received,
                 objects: HashMap::new(),
                 last: change.completed,
@@ -169,11 +189,11 @@ impl ChangeSink for CascadeTracker {
         st.by_activity.remove(&(open.last, root));
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
-        if counts(&change) {
+        if counts(change) {
             open.objects
                 .entry(change.object.clone())
                 .or_default()
-                .apply(&change);
+                .apply(change);
         }
         open.done_at = open
             .objects

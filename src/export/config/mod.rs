@@ -102,6 +102,7 @@ impl std::fmt::Display for OutputSpec {
         match self {
             OutputSpec::Otlp => f.write_str("otlp"),
             OutputSpec::OtlpJson(path) => write!(f, "otlp-json={}", path.display()),
+            OutputSpec::Changelog(path) => write!(f, "changelog={}", path.display()),
         }
     }
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `kascade analyze` over the 1-million-event bench log: the deployment
+# fixture (its Event writes left out, as the load generator sends it) copied
+# into BENCH_NAMESPACES namespaces (default 7700: 1,031,800 audit events, the
+# load of e2e/bench/collect.sh). Prints wall time and peak RSS from
+# /usr/bin/time -v, and the report's totals.
+#   KASCADE_BIN       the binary to measure (default: a release build of this tree)
+#   BENCH_NAMESPACES  copies of the fixture
+#   BENCH_LOG         where to write (and keep) the log; default: a temporary file
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+KASCADE_BIN="${KASCADE_BIN:-$TARGET/release/kascade}"
+[[ "$KASCADE_BIN" != "$TARGET/release/kascade" ]] || (cd "$ROOT" && cargo build --release --locked --bin kascade >&2)
+[[ -x /usr/bin/time ]] || { echo "/usr/bin/time is needed (apt-get install time)" >&2; exit 1; }
+RUN="$(mktemp -d)"
+trap 'rm -rf "$RUN"' EXIT
+LOG="${BENCH_LOG:-$RUN/load.log}"
+if [[ ! -s "$LOG" ]]; then
+  python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-7700}" >"$LOG" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+lines = [l for l in lines if (json.loads(l).get("objectRef") or {}).get("resource") != "events"]
+out = sys.stdout
+for i in range(int(sys.argv[2])):
+    ns = f"bench-{i}"
+    for l in lines:
+        l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
+        e = json.loads(l)
+        e["auditID"] = f'{e["auditID"]}-{i}'
+        out.write(json.dumps(e, separators=(",", ":")))
+        out.write("\n")
+PY
+fi
+events=$(wc -l <"$LOG")
+bytes=$(stat -c %s "$LOG")
+/usr/bin/time -v "$KASCADE_BIN" analyze --format json "$LOG" >"$RUN/report.json" 2>"$RUN/time.txt" \
+  || { cat "$RUN/time.txt" >&2; exit 1; }
+wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$RUN/time.txt")
+rss_kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$RUN/time.txt")
+cpu=$(awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$RUN/time.txt")
+totals=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f\"changes={r['changes']} hops={r['effects']} roots={r['roots']} unexplained={r['unexplained']} edges={len(r['edges'])}\")" "$RUN/report.json")
+echo "events=$events bytes=$bytes wall=$wall cpu_s=$cpu peak_rss_mib=$((rss_kib / 1024)) $totals"

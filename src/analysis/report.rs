@@ -1,0 +1,301 @@
+//! `kascade analyze`'s report: the [`Report`] (stable JSON field names, see
+//! README "kascade analyze"), as a text table with histogram bars, JSON or
+//! CSV.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::{Latencies, LatencySummary, Stats};
+
+/// One edge class's hops.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EdgeRow {
+    pub edge: String,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+}
+
+/// Completion times of the cascades started by one kind of root write.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRow {
+    /// The root's resource, e.g. `deployments`.
+    pub kind: String,
+    /// The root write's verb, e.g. `patch`.
+    pub verb: String,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+}
+
+/// Writes the inference found no cause for, by class.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnexplainedRow {
+    /// `<resource> <verb|subresource>`.
+    pub class: String,
+    pub count: u64,
+}
+
+/// A histogram bucket of hop latencies, `[from_us, to_us)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub label: String,
+    pub from_us: u64,
+    pub to_us: u64,
+    pub count: u64,
+}
+
+/// The whole report (`--format json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Audit lines read (non-empty).
+    pub lines: u64,
+    /// Lines that were not audit events (each reported with file:line).
+    pub malformed_lines: u64,
+    /// Change records (writes) seen, refused ones included.
+    pub changes: u64,
+    /// Refused writes (HTTP code ≥ 400), not counted as hops.
+    pub refused: u64,
+    /// Successful writes with no cause: cascade roots.
+    pub roots: u64,
+    /// Successful writes with an inferred cause (the hops below).
+    pub effects: u64,
+    /// Controller writes whose cause was not found (out-of-order or skewed
+    /// timestamps, a cause outside the input): skipped, counted by class.
+    pub unexplained: u64,
+    pub unexplained_by_class: Vec<UnexplainedRow>,
+    /// Per edge class, most hops first.
+    pub edges: Vec<EdgeRow>,
+    /// Whether completion times were tracked (needs the cascade tracker).
+    pub completions_tracked: bool,
+    pub completions: Vec<CompletionRow>,
+}
+
+/// The buckets of the terminal bars and the plots (microseconds).
+pub const BUCKET_BOUNDS_US: &[u64] = &[
+    0, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+    2_000_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+];
+
+/// The latencies in [`BUCKET_BOUNDS_US`] buckets (the last one open).
+pub fn buckets(l: &Latencies) -> Vec<Bucket> {
+    let mut out = Vec::new();
+    for (i, &from) in BUCKET_BOUNDS_US.iter().enumerate() {
+        let to = BUCKET_BOUNDS_US.get(i + 1).copied().unwrap_or(u64::MAX);
+        let label = if to == u64::MAX {
+            format!("≥ {}", short_duration(from))
+        } else {
+            format!("< {}", short_duration(to))
+        };
+        out.push(Bucket {
+            label,
+            from_us: from,
+            to_us: to,
+            count: l.count_between(from, to),
+        });
+    }
+    out
+}
+
+/// `850µs`, `12.3ms`, `4.05s`.
+pub fn short_duration(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}µs")
+    } else if us < 1_000_000 {
+        let ms = us as f64 / 1_000.0;
+        if us.is_multiple_of(1_000) {
+            format!("{ms:.0}ms")
+        } else {
+            format!("{ms:.1}ms")
+        }
+    } else {
+        let s = us as f64 / 1_000_000.0;
+        if us.is_multiple_of(1_000_000) {
+            format!("{s:.0}s")
+        } else {
+            format!("{s:.2}s")
+        }
+    }
+}
+
+impl Report {
+    pub fn new(
+        stats: &mut Stats,
+        lines: u64,
+        malformed_lines: u64,
+        completions_tracked: bool,
+    ) -> Self {
+        let mut edges: Vec<EdgeRow> = stats
+            .edges
+            .iter_mut()
+            .map(|(edge, l)| EdgeRow {
+                edge: edge.clone(),
+                latency: l.summary(),
+            })
+            .collect();
+        edges.sort_by(|a, b| {
+            b.latency
+                .count
+                .cmp(&a.latency.count)
+                .then(a.edge.cmp(&b.edge))
+        });
+        Report {
+            lines,
+            malformed_lines,
+            changes: stats.changes,
+            refused: stats.refused,
+            roots: stats.roots,
+            effects: stats.effects,
+            unexplained: stats.unexplained_total(),
+            unexplained_by_class: stats
+                .unexplained
+                .iter()
+                .map(|(class, &count)| UnexplainedRow {
+                    class: class.clone(),
+                    count,
+                })
+                .collect(),
+            edges,
+            completions_tracked,
+            completions: stats
+                .completions
+                .iter_mut()
+                .map(|((kind, verb), l)| CompletionRow {
+                    kind: kind.clone(),
+                    verb: verb.clone(),
+                    latency: l.summary(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serializes")
+    }
+
+    /// One row per edge class, completion class and unexplained class:
+    /// `table,class,count,p50_us,p90_us,p99_us,max_us` (`table` is `edge`,
+    /// `completion` or `unexplained`; the latencies of `unexplained` rows
+    /// are empty).
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from("table,class,count,p50_us,p90_us,p99_us,max_us\n");
+        let mut row = |table: &str, class: &str, l: Option<&LatencySummary>, count: u64| {
+            let _ = write!(out, "{table},{},{count}", csv_field(class));
+            match l {
+                Some(l) => {
+                    let _ = writeln!(out, ",{},{},{},{}", l.p50_us, l.p90_us, l.p99_us, l.max_us);
+                }
+                None => out.push_str(",,,,\n"),
+            }
+        };
+        for e in &self.edges {
+            row("edge", &e.edge, Some(&e.latency), e.latency.count);
+        }
+        for c in &self.completions {
+            let class = format!("{} {}", c.kind, c.verb);
+            row("completion", &class, Some(&c.latency), c.latency.count);
+        }
+        for u in &self.unexplained_by_class {
+            row("unexplained", &u.class, None, u.count);
+        }
+        out
+    }
+
+    /// A table for the terminal, then each edge class's histogram as bars.
+    pub fn to_text(&self, stats: &Stats, bar_width: usize) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} changes ({} refused), {} roots, {} hops, {} unexplained; {} lines, {} malformed",
+            self.changes,
+            self.refused,
+            self.roots,
+            self.effects,
+            self.unexplained,
+            self.lines,
+            self.malformed_lines
+        );
+        out.push('\n');
+        let width = self
+            .edges
+            .iter()
+            .map(|e| e.edge.chars().count())
+            .chain(std::iter::once(10))
+            .max()
+            .unwrap_or(10);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
+            "edge", "count", "p50", "p90", "p99", "max"
+        );
+        for e in &self.edges {
+            let l = &e.latency;
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
+                e.edge,
+                l.count,
+                short_duration(l.p50_us),
+                short_duration(l.p90_us),
+                short_duration(l.p99_us),
+                short_duration(l.max_us)
+            );
+        }
+        out.push('\n');
+        if self.completions_tracked {
+            let _ = writeln!(out, "cascade completion by root kind and verb:");
+            for c in &self.completions {
+                let l = &c.latency;
+                let _ = writeln!(
+                    out,
+                    "  {} {}: {} cascades, p50 {}, p90 {}, p99 {}, max {}",
+                    c.kind,
+                    c.verb,
+                    l.count,
+                    short_duration(l.p50_us),
+                    short_duration(l.p90_us),
+                    short_duration(l.p99_us),
+                    short_duration(l.max_us)
+                );
+            }
+        } else {
+            let _ = writeln!(out, "cascade completion: not tracked in this build");
+        }
+        if !self.unexplained_by_class.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nwrites whose cause was not found (skipped, not guessed):"
+            );
+            for u in &self.unexplained_by_class {
+                let _ = writeln!(out, "  {}: {}", u.class, u.count);
+            }
+        }
+        for e in &self.edges {
+            let Some(l) = stats.edges.get(&e.edge) else {
+                continue;
+            };
+            let _ = writeln!(out, "\n{} ({} hops)", e.edge, e.latency.count);
+            let bs = buckets(l);
+            let first = bs.iter().position(|b| b.count > 0).unwrap_or(0);
+            let last = bs.iter().rposition(|b| b.count > 0).unwrap_or(0);
+            let most = bs.iter().map(|b| b.count).max().unwrap_or(0).max(1);
+            for b in &bs[first..=last] {
+                let n = (b.count as f64 / most as f64 * bar_width as f64).round() as usize;
+                let bar = if b.count > 0 {
+                    "█".repeat(n.max(1))
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(out, "  {:>9} │{bar} {}", b.label, b.count);
+            }
+        }
+        out
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}

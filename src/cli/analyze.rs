@@ -1,0 +1,45 @@
+//! Flags of `kascade analyze`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::app::analyze::{AnalyzeConfig, AnalyzeFormat};
+
+super::value_enum_by_name!(AnalyzeFormat);
+
+fn analyze() -> AnalyzeConfig {
+    AnalyzeConfig::default()
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// Audit log files (JSON lines), as for `kascade trace`.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Cluster name given to the audit log's objects.
+    #[arg(long, default_value_t = analyze().cluster, env = "KASCADE_CLUSTER")]
+    pub cluster: String,
+    /// `text` (a table and histogram bars), `json` or `csv`.
+    #[arg(long, value_enum, default_value_t = analyze().format)]
+    pub format: AnalyzeFormat,
+    /// Write a PNG and an SVG histogram per edge class (and per completion class) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
+    #[arg(long, env = "KASCADE_RULES")]
+    pub rules: Option<PathBuf>,
+}
+
+impl From<AnalyzeArgs> for AnalyzeConfig {
+    fn from(a: AnalyzeArgs) -> Self {
+        AnalyzeConfig {
+            files: a.files,
+            cluster: a.cluster,
+            format: a.format,
+            plot: a.plot,
+            rules: a.rules,
+            ..AnalyzeConfig::default()
+        }
+    }
+}
