@@ -124,6 +124,11 @@ async fn run_with(
     keep_spans: bool,
 ) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let metrics = Arc::new(Metrics::default());
+    // Spans nobody keeps are not built.
+    let cfg = ProcessorConfig {
+        changes_only: !keep_spans,
+        ..cfg
+    };
     let (tx, mut rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);
     let mut processor = Processor::new(

@@ -168,6 +168,7 @@ impl PipelineConfig {
             has_watch: self.has_watch,
             ledger_entries: self.watch_ledger_entries,
             cause_objects: self.cascade_objects,
+            changes_only: false,
         })
     }
 

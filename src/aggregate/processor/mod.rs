@@ -65,6 +65,10 @@ pub struct ProcessorConfig {
     /// Objects whose recent changes are kept as candidate causes of later
     /// writes (`aggregate/causes/`).
     pub cause_objects: u64,
+    /// Only changes for the change sinks, no spans (`kascade analyze`): no
+    /// span is built, no diff computed, and objects are not redacted unless
+    /// a sink asks for them (nothing else of them leaves the process).
+    pub changes_only: bool,
 }
 
 /// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
@@ -82,6 +86,7 @@ impl Default for ProcessorConfig {
             has_watch: true,
             ledger_entries: DEFAULT_LEDGER_ENTRIES,
             cause_objects: DEFAULT_CAUSE_OBJECTS,
+            changes_only: false,
         }
     }
 }
@@ -187,8 +192,17 @@ impl Processor {
         self.ledger.pending()
     }
 
+    /// Whether objects are seen whole (redacted, diffed): unless only
+    /// changes are wanted by sinks that do not look at objects.
+    fn full_objects(&self) -> bool {
+        !self.cfg.changes_only || self.change_sinks.iter().any(|s| s.wants_objects())
+    }
+
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
+            if self.cfg.changes_only {
+                return Ok(());
+            }
             return self.process_event_write(item).await;
         }
         if let Some(attempt) = &item.failed_create {
@@ -205,7 +219,13 @@ impl Processor {
         };
         let key = obj.key();
         let old = self.states.get(&key);
-        let mut outcome = state::apply(ev, obj, old.as_deref(), &self.kinds, &self.redactor);
+        let mut outcome = state::apply(
+            ev,
+            obj,
+            old.as_deref(),
+            &self.kinds,
+            self.full_objects().then_some(&self.redactor),
+        );
 
         let uid = outcome
             .state
@@ -300,6 +320,18 @@ impl Processor {
                 outcome.state.as_ref().filter(|_| !deleted),
             )
             .await;
+        if self.cfg.changes_only {
+            if deleted {
+                self.states.remove(&key);
+                self.selectors.remove(obj);
+            } else if let Some(state) = outcome.state
+                && keeps_state
+            {
+                self.states.put(key, Arc::new(state))?;
+            }
+            self.metrics.events_processed.inc();
+            return Ok(());
+        }
         self.ensure_object_span(&ow, &uid, item.replayed).await?;
         // A write refused by optimistic concurrency is routine: its writer
         // reads the object again and retries. Shown, but not as an error.
@@ -416,6 +448,10 @@ impl Processor {
                 None,
             )
             .await;
+        if self.cfg.changes_only {
+            self.metrics.events_processed.inc();
+            return Ok(());
+        }
         self.ensure_object_span(&ow, holder_uid, item.replayed)
             .await?;
         let write = audit_write(ev, "", "", "", Some(failure_message(ev)));

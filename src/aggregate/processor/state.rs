@@ -37,13 +37,15 @@ fn set_path(state: &mut Value, path: &[&str], v: Value) {
 
 /// Applies the write to the last known state `old`, yielding the new state
 /// and what changed. Learns the object's kind on the way (for owner
-/// references to it).
+/// references to it). Without a `redactor` (only changes are wanted, and
+/// nothing of the objects leaves the process) nothing is redacted and no
+/// diff or snapshot is made.
 pub(super) fn apply(
     ev: &AuditEvent,
     obj: &ObjectRef,
     old: Option<&Value>,
     kinds: &KindRegistry,
-    redactor: &Redactor,
+    redactor: Option<&Redactor>,
 ) -> Outcome {
     let code = ev.code();
     if code >= 400 {
@@ -110,12 +112,18 @@ pub(super) fn apply(
             let mut r = response.unwrap_or_default();
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
             diff::strip_noise(&mut r);
-            redactor.redact(&obj.group, &obj.resource, &mut r);
+            if let Some(redactor) = redactor {
+                redactor.redact(&obj.group, &obj.resource, &mut r);
+            }
             Some(r)
         }
         _ => None,
     };
     let creates_object = ev.verb == "create" && subresource.is_empty();
+    if redactor.is_none() {
+        out.state = new_state;
+        return out;
+    }
     match ev.verb.as_str() {
         _ if creates_object => out.snapshot = new_state.clone(),
         "delete" | "deletecollection" => {
@@ -220,7 +228,7 @@ mod tests {
                 &item.object,
                 states.get(&key),
                 &kinds,
-                &redactor,
+                Some(&redactor),
             );
             if let Some(s) = &outcome.state {
                 states.insert(key, s.clone());
@@ -340,7 +348,7 @@ mod tests {
             &obj,
             outcome.state.as_ref(),
             &KindRegistry::default(),
-            &Redactor::new(None),
+            Some(&Redactor::new(None)),
         );
         assert!(out.state.is_none() && out.changes.is_empty() && out.snapshot.is_none());
     }
