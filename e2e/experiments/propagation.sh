@@ -41,14 +41,16 @@ now() { date +%s.%N; }
 # One chunk: `propagation.sh --chunk N REPS DIR`, run by the loop below under the lock.
 run_chunk() {
   local n="$1" reps="$2" out="$3"
-  local run_dir="$E2E_DIR/.run-$NAME" kpid="" sampler=""
+  local run_dir="$E2E_DIR/.run-$NAME"
+  # Globals, not locals: the EXIT trap runs after this function returned.
+  KPID=""; SAMPLER=""; CHUNK_OUT="$out"; CHUNK_N="$n"; CHUNK_RUN_DIR="$run_dir"
   cleanup_chunk() {
     local rc=$?
-    [[ -z "$sampler" ]] || kill "$sampler" 2>/dev/null || true
-    if [[ -n "$kpid" ]] && kill -0 "$kpid" 2>/dev/null; then
-      kill -TERM "$kpid" 2>/dev/null || true; wait "$kpid" 2>/dev/null || true
+    [[ -z "$SAMPLER" ]] || kill "$SAMPLER" 2>/dev/null || true
+    if [[ -n "$KPID" ]] && kill -0 "$KPID" 2>/dev/null; then
+      kill -TERM "$KPID" 2>/dev/null || true; wait "$KPID" 2>/dev/null || true
     fi
-    [[ ! -f "$run_dir/kascade.log" ]] || cp "$run_dir/kascade.log" "$out/kascade-n$n.log"
+    [[ ! -f "$CHUNK_RUN_DIR/kascade.log" ]] || cp "$CHUNK_RUN_DIR/kascade.log" "$CHUNK_OUT/kascade-n$CHUNK_N.log"
     "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || log "cluster $NAME did not go down cleanly"
     exit $rc
   }
@@ -77,15 +79,15 @@ run_chunk() {
       --watch-cluster "$NAME=$KASCADE_KUBECONFIG" \
       --otlp-endpoint "$JAEGER_OTLP_GRPC"
   ) >"$run_dir/kascade.log" 2>&1 &
-  kpid=$!
+  KPID=$!
   local deadline=$((SECONDS + 60))
   until curl -sf "http://$KASCADE_ADMIN/readyz" >/dev/null; do
-    kill -0 "$kpid" 2>/dev/null || die "kascade exited: see $run_dir/kascade.log"
+    kill -0 "$KPID" 2>/dev/null || die "kascade exited: see $run_dir/kascade.log"
     (( SECONDS < deadline )) || die "kascade not ready after 60s"
     sleep 0.2
   done
   local apid; apid="$(cat "$run_dir/pids/kube-apiserver.pid")"
-  log "n=$n: cluster up with $NODES nodes; kascade pid $kpid, kube-apiserver pid $apid"
+  log "n=$n: cluster up with $NODES nodes; kascade pid $KPID, kube-apiserver pid $apid"
   "${k[@]}" get namespace "$NS" >/dev/null 2>&1 || "${k[@]}" create namespace "$NS" >/dev/null
   mkdir -p "$out/n$n"
   # Pods take a while per Pod on 2 busy cores; generous, not tight, limits.
@@ -94,8 +96,8 @@ run_chunk() {
   for ((r = 1; r <= reps; r++)); do
     local dep; dep="$(printf 'prop-n%d-r%02d' "$n" "$r")"
     local offset; offset=$(stat -c %s "$AUDIT_LOG")
-    sample "$n" "$r" "$kpid" "$apid" >>"$out/resources.csv" &
-    sampler=$!
+    sample "$n" "$r" "$KPID" "$apid" >>"$out/resources.csv" &
+    SAMPLER=$!
     local t0 t1 t2 t3
     t0=$(now)
     "${k[@]}" create deployment "$dep" -n "$NS" --image=nginx:1.27 --replicas="$n" >/dev/null
@@ -117,7 +119,7 @@ run_chunk() {
       (( SECONDS < deadline )) || die "the audit log never showed the end marker of $dep"
       sleep 0.2
     done
-    kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; sampler=""
+    kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=""
     local lines
     lines=$(tail -c +"$((offset + 1))" "$AUDIT_LOG" \
       | python3 "$ROOT/e2e/experiments/slice.py" "$NS" "$marker" "$out/n$n/$(printf 'r%02d' "$r").audit.log.gz")
