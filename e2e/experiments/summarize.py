@@ -1,14 +1,21 @@
 """Summarises an e2e/experiments/propagation.sh output directory as Markdown:
-per N, how long adding (until every Pod is available) and deleting (until
-every Pod is gone) took, and kascade's CPU and memory beside the
-kube-apiserver's over the same runs (from the /proc samples).
+per N, how long adding and deleting took, read from the runs' audit logs
+(the Deployment's create to the last Pod's status write, the Deployment's
+delete to the last Pod delete) and from the script's clock (until kubectl
+saw every Pod available / gone), the rates at which the replicaset-controller
+created and the garbage collector deleted Pods, and kascade's CPU and memory
+beside the kube-apiserver's over the same runs (from the /proc samples).
 
     summarize.py DIR
 """
 import csv
+import gzip
+import json
+import os
 import statistics
 import sys
 from collections import defaultdict
+from datetime import datetime
 
 
 def read(path):
@@ -27,6 +34,53 @@ def fmt(values, digits=1):
     return f"{mean:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
+def when(stamp):
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_phases(path):
+    """Add and delete durations and Pod create/delete rates of one run's audit log."""
+    events = []
+    with gzip.open(path, "rt") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                sys.exit(f"{path}:{number}: not JSON: {err}")
+    ok = [e for e in events if e.get("responseStatus", {}).get("code", 0) < 400]
+
+    def times(verb, resource, subresource="", user="", stamp="requestReceivedTimestamp"):
+        return sorted(
+            when(e[stamp]) for e in ok
+            if e["verb"] == verb and e["objectRef"].get("resource") == resource
+            and e["objectRef"].get("subresource", "") == subresource and user in e["user"]["username"])
+
+    try:
+        created = times("create", "deployments")[0]
+        deleted = times("delete", "deployments")[0]
+    except IndexError:
+        sys.exit(f"{path}: no create or delete of the Deployment")
+    ready = [t for t in times("patch", "pods", "status", stamp="stageTimestamp") if t < deleted]
+    creates = times("create", "pods", user="replicaset-controller")
+    gc_deletes = times("delete", "pods", user="garbage-collector")
+    gone = times("delete", "pods", stamp="stageTimestamp")
+    if not (ready and creates and gc_deletes and gone):
+        sys.exit(f"{path}: Pod creates, status writes or deletes missing")
+    quarter = max(len(gc_deletes) // 4, 2)
+
+    def rate(ts):
+        return (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else float("nan")
+
+    return {
+        "audit_add": ready[-1] - created,
+        "audit_delete": gone[-1] - deleted,
+        "create_rate": rate(creates),
+        "delete_rate": rate(gc_deletes),
+        "delete_rate_first": rate(gc_deletes[:quarter]),
+        "delete_rate_last": rate(gc_deletes[-quarter:]),
+    }
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: summarize.py DIR")
@@ -34,12 +88,17 @@ def main():
     runs = read(f"{out}/runs.csv")
     samples = read(f"{out}/resources.csv")
 
-    phases = defaultdict(lambda: {"add": [], "delete": [], "lines": []})
+    phases = defaultdict(lambda: defaultdict(list))
     for run in runs:
-        p = phases[int(run["n"])]
+        n, rep = int(run["n"]), int(run["rep"])
+        p = phases[n]
         p["add"].append(float(run["available"]) - float(run["create_start"]))
         p["delete"].append(float(run["deleted"]) - float(run["delete_start"]))
         p["lines"].append(int(run["audit_lines"]))
+        log = os.path.join(out, f"n{n}", f"r{rep:02d}.audit.log.gz")
+        if os.path.exists(log):
+            for key, value in audit_phases(log).items():
+                p[key].append(value)
 
     by_run = defaultdict(list)
     for s in samples:
@@ -67,11 +126,14 @@ def main():
         u["rss_ratio"].append(100 * statistics.mean(k_rss) / statistics.mean(a_rss))
 
     print("Per N: mean (min–max) over the runs.\n")
-    print("| N | runs | add: all Pods available (s) | delete: all Pods gone (s) | audit writes per run |")
-    print("|---|---|---|---|---|")
+    print("| N | runs | add, audit log (s) | delete, audit log (s) | add, kubectl (s) | delete, kubectl (s) | "
+          "Pods created per s | Pods deleted per s | deleted per s, first / last quarter | audit writes per run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in sorted(phases):
         p = phases[n]
-        print(f"| {n} | {len(p['add'])} | {fmt(p['add'])} | {fmt(p['delete'])} | {fmt(p['lines'], 0)} |")
+        print(f"| {n} | {len(p['add'])} | {fmt(p['audit_add'])} | {fmt(p['audit_delete'])} | {fmt(p['add'])} | "
+              f"{fmt(p['delete'])} | {fmt(p['create_rate'])} | {fmt(p['delete_rate'])} | "
+              f"{fmt(p['delete_rate_first'])} / {fmt(p['delete_rate_last'])} | {fmt(p['lines'], 0)} |")
     print()
     print("| N | kascade CPU (s per run) | apiserver CPU (s per run) | kascade / apiserver CPU | "
           "kascade CPU (% of a core) | apiserver CPU (% of a core) | kascade RSS mean (MiB) | "
