@@ -67,6 +67,10 @@ def audit_phases(path):
     if not (ready and creates and gc_deletes and gone):
         sys.exit(f"{path}: Pod creates, status writes or deletes missing")
     quarter = max(len(gc_deletes) // 4, 2)
+    rs_created = times("create", "replicasets", stamp="stageTimestamp")
+    rs_deleted = times("delete", "replicasets", stamp="stageTimestamp")
+    if not (rs_created and rs_deleted):
+        sys.exit(f"{path}: no create or delete of the ReplicaSet")
 
     def rate(ts):
         return (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 and ts[-1] > ts[0] else float("nan")
@@ -78,7 +82,18 @@ def audit_phases(path):
         "delete_rate": rate(gc_deletes),
         "delete_rate_first": rate(gc_deletes[:quarter]),
         "delete_rate_last": rate(gc_deletes[-quarter:]),
+        # The paper's Figs. 5 and 6: Pod creates (deletes) by the second
+        # since the ReplicaSet's create (delete) completed.
+        "create_slots": slots(creates, rs_created[0]),
+        "delete_slots": slots(gc_deletes, rs_deleted[0]),
     }
+
+
+def slots(times, since):
+    counts = defaultdict(int)
+    for t in times:
+        counts[max(int(t - since), 0)] += 1
+    return counts
 
 
 def main():
@@ -134,6 +149,18 @@ def main():
         print(f"| {n} | {len(p['add'])} | {fmt(p['audit_add'])} | {fmt(p['audit_delete'])} | {fmt(p['add'])} | "
               f"{fmt(p['delete'])} | {fmt(p['create_rate'])} | {fmt(p['delete_rate'])} | "
               f"{fmt(p['delete_rate_first'])} / {fmt(p['delete_rate_last'])} | {fmt(p['lines'], 0)} |")
+    for key, what in (("create_slots", "Pods created by the replicaset-controller, by second since the ReplicaSet's create"),
+                      ("delete_slots", "Pods deleted by the garbage collector, by second since the ReplicaSet's delete")):
+        sizes = [n for n in sorted(phases) if phases[n][key]]
+        if not sizes:
+            continue
+        last = max(max(c) for n in sizes for c in phases[n][key] if c)
+        print(f"\n{what} (mean per run):\n")
+        print("| second | " + " | ".join(f"N={n}" for n in sizes) + " |")
+        print("|---|" + "---|" * len(sizes))
+        for second in range(last + 1):
+            cells = [f"{statistics.mean(c.get(second, 0) for c in phases[n][key]):.1f}" for n in sizes]
+            print(f"| {second}–{second + 1} | " + " | ".join(cells) + " |")
     print()
     print("| N | kascade CPU (s per run) | apiserver CPU (s per run) | kascade / apiserver CPU | "
           "kascade CPU (% of a core) | apiserver CPU (% of a core) | kascade RSS mean (MiB) | "
