@@ -6,9 +6,12 @@
 
 test: lint unit e2e faults
 
+# Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
+# for CI, so this is where a syntax error in it would show.
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
+	@for f in e2e/*.sh e2e/*/*.sh .ci/*.sh; do bash -n "$$f" || exit 1; done
 
 # The unit suite runs while two CPU-burning processes keep both cores busy
 # (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
