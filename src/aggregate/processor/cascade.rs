@@ -138,6 +138,7 @@ impl Processor {
         relations: &[(Relation, String)],
         old: Option<&Arc<Value>>,
         new: Option<&Value>,
+        readiness: Option<&status::ObjectStatus>,
     ) -> Inference {
         let new_phase = pod_phase_change(w, old, new);
         let op = if w.subresource.is_empty() {
@@ -159,13 +160,10 @@ impl Processor {
         self.causes.register_relations(w.object, relations);
         self.role_counters[inference.role as usize].inc();
         if !self.change_sinks.is_empty() {
-            let readiness = new
-                .filter(|_| !w.deleted)
-                .and_then(|s| status::object_status(&w.object.group, &w.object.resource, s))
-                .map(|st| Readiness {
-                    status: st.status.as_str().to_string(),
-                    message: st.message,
-                });
+            let readiness = readiness.filter(|_| !w.deleted).map(|st| Readiness {
+                status: st.status.as_str().to_string(),
+                message: st.message.clone(),
+            });
             let objects = self.change_sinks.iter().any(|s| s.wants_objects());
             let record = ChangeRecord {
                 object: w.object.clone(),

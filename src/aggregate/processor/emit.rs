@@ -233,14 +233,12 @@ pub(super) fn add_snapshot(span: &mut SpanBuf, snapshot: &Value, at: SystemTime)
     span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, &text)]);
 }
 
-/// The object's readiness in `state` (after the write) as `object.status` and
-/// `object.status.message`, when the state tells it.
-pub(super) fn add_object_status(span: &mut SpanBuf, obj: &ObjectRef, state: &Value) {
-    if let Some(st) = status::object_status(&obj.group, &obj.resource, state) {
-        span.attr(attr::OBJECT_STATUS, st.status.as_str());
-        if !st.message.is_empty() {
-            span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
-        }
+/// The object's readiness after the write (`status::object_status`) as
+/// `object.status` and `object.status.message`.
+pub(super) fn add_status(span: &mut SpanBuf, st: &status::ObjectStatus) {
+    span.attr(attr::OBJECT_STATUS, st.status.as_str());
+    if !st.message.is_empty() {
+        span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
     }
 }
 

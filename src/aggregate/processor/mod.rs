@@ -40,7 +40,7 @@ use crate::pipeline::{
     Accepted, ChangeSink, ChangeSource, ExportProgress, FailedCreate, Gauges, is_event_resource,
 };
 use crate::span_model::{self, EncodedSpan, attr};
-use emit::{add_object_status, add_snapshot, audit_write, failure_message, is_conflict};
+use emit::{add_snapshot, add_status, audit_write, failure_message, is_conflict};
 use state::{is_older, resource_version};
 
 #[derive(Clone, Debug)]
@@ -296,6 +296,11 @@ impl Processor {
                     (rel, String::new())
                 }),
         );
+        let object_status = outcome
+            .state
+            .as_ref()
+            .filter(|_| !deleted)
+            .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
         // Before anything that can fail: writes caused by this one wait for it.
         let own = self.arrival_entry(item);
         let inference = self
@@ -318,6 +323,7 @@ impl Processor {
                 &cause_relations,
                 old.as_ref(),
                 outcome.state.as_ref().filter(|_| !deleted),
+                object_status.as_ref(),
             )
             .await;
         if self.cfg.changes_only {
@@ -340,8 +346,8 @@ impl Processor {
         let write = audit_write(ev, ev.subresource(), &old_rv, &new_rv, error);
         let mut span = span_model::audit_span(&ow, &write);
         cascade::add_cascade(&mut span, &inference);
-        if !deleted && let Some(state) = &outcome.state {
-            add_object_status(&mut span, obj, state);
+        if let Some(st) = &object_status {
+            add_status(&mut span, st);
         }
         if let Some(msg) = &conflict {
             span.attr(attr::AUDIT_CONFLICT, msg);
@@ -444,6 +450,7 @@ impl Processor {
                 },
                 None,
                 &relations,
+                None,
                 None,
                 None,
             )

@@ -10,7 +10,7 @@ use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
 use super::cascade::{Write, add_cascade};
-use super::emit::{add_object_status, add_snapshot};
+use super::emit::{add_snapshot, add_status};
 use super::reconcile::{PendingWatch, ledger_key};
 use super::state::{is_older, prepare_watched, resource_version};
 use super::{ProcessError, Processor};
@@ -132,6 +132,15 @@ impl Processor {
                 .pointer("/metadata/uid")
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or("");
+            let readiness = (!deleted)
+                .then(|| {
+                    super::super::status::object_status(
+                        &p.ow.object.group,
+                        &p.ow.object.resource,
+                        &p.change.state,
+                    )
+                })
+                .flatten();
             let inference = self
                 .infer_cause(
                     &Write {
@@ -152,12 +161,13 @@ impl Processor {
                     &relations,
                     None,
                     (!deleted).then_some(&p.change.state),
+                    readiness.as_ref(),
                 )
                 .await;
             let mut span = span_model::watch_span(&p.ow, kind, &p.old_rv, &new_rv, at);
             add_cascade(&mut span, &inference);
-            if p.change.kind != WatchKind::Deleted {
-                add_object_status(&mut span, &p.ow.object, &p.change.state);
+            if let Some(st) = &readiness {
+                add_status(&mut span, st);
             }
             if let Some(snap) = &p.snapshot {
                 add_snapshot(&mut span, snap, at);

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::completion::{Settling, counts};
 use crate::metrics::CascadeMetrics;
-use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 
 #[derive(Clone, Debug)]
@@ -37,7 +36,10 @@ struct Open {
     /// The root write's `verb[ subresource]`.
     verb: String,
     root_received: SystemTime,
-    objects: HashMap<ObjectRef, Settling>,
+    /// By object hash (a key copy per change would cost more than the rest).
+    objects: HashMap<u64, Settling>,
+    /// Objects not settled now: completion is only looked at when none is.
+    unsettled: usize,
     /// Latest change of it (completed).
     last: SystemTime,
     /// When every object had settled, if they all have.
@@ -182,6 +184,7 @@ impl ChangeSink for CascadeTracker {
                 },
                 root_received: change.received,
                 objects: HashMap::new(),
+                unsettled: 0,
                 last: change.completed,
                 done_at: None,
             }),
@@ -190,17 +193,30 @@ impl ChangeSink for CascadeTracker {
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
         if counts(change) {
-            open.objects
-                .entry(change.object.clone())
-                .or_default()
-                .apply(change);
+            let settling = open.objects.entry(change.object.hash()).or_insert_with(|| {
+                open.unsettled += 1;
+                Settling::default()
+            });
+            let before = settling.settled_since.is_some();
+            settling.apply(change);
+            let after = settling.settled_since.is_some();
+            match (before, after) {
+                (false, true) => open.unsettled -= 1,
+                (true, false) => open.unsettled += 1,
+                _ => {}
+            }
         }
-        open.done_at = open
-            .objects
-            .values()
-            .map(|o| o.settled_since)
-            .try_fold(None::<SystemTime>, |acc, s| s.map(|s| acc.max(Some(s))))
-            .map(|at| at.unwrap_or(open.last));
+        open.done_at = if open.unsettled == 0 {
+            Some(
+                open.objects
+                    .values()
+                    .filter_map(|o| o.settled_since)
+                    .max()
+                    .unwrap_or(open.last),
+            )
+        } else {
+            None
+        };
         st.by_activity.insert((open.last, root));
         if open.done_at.is_some() {
             st.done.insert((open.last, root));
