@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use kascade::aggregate::ProcessorConfig;
@@ -16,7 +16,7 @@ use kascade::analysis::report::Report;
 use kascade::analysis::stats::PropagationStats;
 use kascade::app::load_rules;
 use kascade::offline::changes_from_audit_lines;
-use kascade::pipeline::{ChangeRecord, ChangeSink};
+use kascade::pipeline::ChangeRecord;
 use kascade::source::audit::AuditFilter;
 use serde_json::Value;
 
@@ -24,29 +24,8 @@ fn kascade() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kascade"))
 }
 
-#[derive(Default)]
-struct Collect(Mutex<Vec<ChangeRecord>>);
-
-impl ChangeSink for Collect {
-    fn record(&self, change: &ChangeRecord) {
-        self.0.lock().unwrap().push(change.clone());
-    }
-}
-
 async fn changes(scenario: &str) -> Vec<ChangeRecord> {
-    let sink = Arc::new(Collect::default());
-    let errors = changes_from_audit_lines(
-        common::audit_lines(scenario),
-        "fixture",
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    std::mem::take(&mut *sink.0.lock().unwrap())
+    common::changes_of_lines(common::audit_lines(scenario), "fixture").await
 }
 
 async fn report(scenario: &str) -> Report {

@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kascade::aggregate::ProcessorConfig;
@@ -18,38 +18,15 @@ use kascade::frontend::display::Mode;
 use kascade::frontend::offline::store_from_audit_lines;
 use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
 use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
-use kascade::offline::changes_from_audit_lines;
-use kascade::pipeline::{ChangeRecord, ChangeSink};
+use kascade::pipeline::ChangeRecord;
 use kascade::source::audit::AuditFilter;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
 
 const CLUSTER: &str = "fixture";
 
-#[derive(Default)]
-struct Collect(Mutex<Vec<ChangeRecord>>);
-
-impl ChangeSink for Collect {
-    fn record(&self, change: &ChangeRecord) {
-        self.0.lock().unwrap().push(change.clone());
-    }
-}
-
 async fn cascades(scenario: &str) -> Vec<Cascade> {
-    let sink = Arc::new(Collect::default());
-    let errors = changes_from_audit_lines(
-        common::audit_lines(scenario),
-        CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    let changes = std::mem::take(&mut *sink.0.lock().unwrap());
-    cascade::build(changes)
+    cascade::build(common::changes_of_lines(common::audit_lines(scenario), CLUSTER).await)
 }
 
 /// The last cascade whose root write is named `root` (`<user> <verb>[

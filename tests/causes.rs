@@ -4,55 +4,16 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::Redactor;
-use kascade::app::load_rules;
-use kascade::offline::changes_from_audit_lines;
-use kascade::pipeline::{CascadeRole, ChangeRecord, ChangeSink};
-use kascade::source::audit::AuditFilter;
-
-#[derive(Default)]
-struct Collect(Mutex<Vec<ChangeRecord>>);
-
-impl ChangeSink for Collect {
-    fn record(&self, change: &ChangeRecord) {
-        self.0.lock().unwrap().push(change.clone());
-    }
-}
+use kascade::pipeline::{CascadeRole, ChangeRecord};
 
 async fn changes(scenario: &str) -> Vec<ChangeRecord> {
-    let sink = Arc::new(Collect::default());
-    let errors = changes_from_audit_lines(
-        common::audit_lines(scenario),
-        "fixture",
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    std::mem::take(&mut *sink.0.lock().unwrap())
+    changes_of(common::audit_lines(scenario)).await
 }
 
 async fn changes_of(lines: Vec<String>) -> Vec<ChangeRecord> {
-    let sink = Arc::new(Collect::default());
-    let errors = changes_from_audit_lines(
-        lines,
-        "fixture",
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    std::mem::take(&mut *sink.0.lock().unwrap())
+    common::changes_of_lines(lines, "fixture").await
 }
 
 fn describe(c: &ChangeRecord) -> String {

@@ -491,29 +491,8 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
     let live = cascade_of_spans(&std::fs::read_to_string(&srv.out).unwrap());
 
     // The same lines through the processor alone, one at a time.
-    #[derive(Default)]
-    struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
-    impl kascade::pipeline::ChangeSink for Collect {
-        fn record(&self, change: &kascade::pipeline::ChangeRecord) {
-            self.0.lock().unwrap().push(change.clone());
-        }
-    }
-    let sink = std::sync::Arc::new(Collect::default());
-    let errors = kascade::offline::changes_from_audit_lines(
-        lines,
-        "test",
-        std::sync::Arc::new(kascade::app::load_rules(None).unwrap()),
-        &kascade::source::audit::AuditFilter::default(),
-        kascade::aggregate::ProcessorConfig::default(),
-        kascade::aggregate::redact::Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    let names: std::collections::HashMap<String, String> = sink
-        .0
-        .lock()
-        .unwrap()
+    let records = common::changes_of_lines(lines, "test").await;
+    let names: std::collections::HashMap<String, String> = records
         .iter()
         .map(|c| {
             (
@@ -525,10 +504,7 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
             )
         })
         .collect();
-    let in_order: std::collections::BTreeMap<String, (String, String)> = sink
-        .0
-        .lock()
-        .unwrap()
+    let in_order: std::collections::BTreeMap<String, (String, String)> = records
         .iter()
         .filter(|c| c.source == kascade::pipeline::ChangeSource::Audit)
         .map(|c| {

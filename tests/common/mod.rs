@@ -66,3 +66,35 @@ pub fn bindings(scenario: &str) -> std::collections::HashMap<String, String> {
         })
         .collect()
 }
+
+/// Collects every change the processor hands to its sinks.
+#[derive(Default)]
+pub struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
+
+impl kascade::pipeline::ChangeSink for Collect {
+    fn record(&self, change: &kascade::pipeline::ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
+    }
+}
+
+/// Every change (with its inferred cause) of audit log `lines`, through the
+/// offline processor with the shipped rules, objects named in `cluster`.
+pub async fn changes_of_lines(
+    lines: Vec<String>,
+    cluster: &str,
+) -> Vec<kascade::pipeline::ChangeRecord> {
+    use std::sync::Arc;
+    let sink = Arc::new(Collect::default());
+    let errors = kascade::offline::changes_from_audit_lines(
+        lines,
+        cluster,
+        Arc::new(kascade::app::load_rules(None).unwrap()),
+        &kascade::source::audit::AuditFilter::default(),
+        kascade::aggregate::ProcessorConfig::default(),
+        kascade::aggregate::redact::Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    std::mem::take(&mut *sink.0.lock().unwrap())
+}

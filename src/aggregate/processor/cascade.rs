@@ -38,6 +38,32 @@ pub(super) struct Write<'a> {
     pub deleted: bool,
 }
 
+impl<'a> Write<'a> {
+    /// An audit write of `object` shown by the span `span`.
+    pub fn audit(
+        ev: &'a crate::pipeline::AuditEvent,
+        object: &'a ObjectRef,
+        span: SpanRef,
+        uid: &'a str,
+        deleted: bool,
+    ) -> Self {
+        Write {
+            object,
+            span,
+            user: &ev.user.username,
+            verb: &ev.verb,
+            subresource: ev.subresource(),
+            class: ChangeClass::of(&ev.verb, ev.subresource()),
+            code: ev.code(),
+            received: ev.request_received_timestamp,
+            completed: ev.stage_timestamp,
+            source: ChangeSource::Audit,
+            uid,
+            deleted,
+        }
+    }
+}
+
 impl Processor {
     /// Notes an audit write as a candidate cause in arrival order (the
     /// dispatcher calls this before the write is sharded).

@@ -30,14 +30,14 @@ use super::diff;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::relations::all_relations;
-use super::rules::{ChangeClass, Relation, Role, RuleSet};
+use super::rules::{Relation, Role, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
 use crate::pipeline::{
-    Accepted, ChangeSink, ChangeSource, ExportProgress, FailedCreate, Gauges, is_event_resource,
+    Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, is_event_resource,
 };
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{add_snapshot, add_status, audit_write, failure_message, is_conflict};
@@ -282,20 +282,25 @@ impl Processor {
             Some(state) if keeps_state => self.selectors.update(&self.rules, obj, state),
             _ => Vec::new(),
         };
-        let mut cause_relations = relations.clone();
-        cause_relations.extend(
-            selector_links
-                .iter()
-                .filter(|l| l.relation.target == *obj)
-                .map(|l| {
-                    let rel = Relation {
-                        target: l.holder.clone(),
-                        role: l.relation.role.reverse(),
-                        class: l.relation.class.clone(),
-                    };
-                    (rel, String::new())
-                }),
-        );
+        // Only a write that joined a selector copies its relations.
+        let holders_by_selector: Vec<(Relation, String)> = selector_links
+            .iter()
+            .filter(|l| l.relation.target == *obj)
+            .map(|l| {
+                let rel = Relation {
+                    target: l.holder.clone(),
+                    role: l.relation.role.reverse(),
+                    class: l.relation.class.clone(),
+                };
+                (rel, String::new())
+            })
+            .collect();
+        let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
+            if holders_by_selector.is_empty() {
+                std::borrow::Cow::Borrowed(&relations)
+            } else {
+                std::borrow::Cow::Owned([relations.as_slice(), &holders_by_selector].concat())
+            };
         let object_status = outcome
             .state
             .as_ref()
@@ -303,22 +308,14 @@ impl Processor {
             .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
         // Before anything that can fail: writes caused by this one wait for it.
         let own = self.arrival_entry(item);
+        // The entry already names this write's span (a refused write has none).
+        let span = own
+            .as_ref()
+            .map(|e| e.span)
+            .unwrap_or_else(|| cascade::audit_span_ref(&ow, &ev.audit_id));
         let inference = self
             .infer_cause(
-                &cascade::Write {
-                    object: obj,
-                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
-                    user: &ev.user.username,
-                    verb: &ev.verb,
-                    subresource: ev.subresource(),
-                    class: ChangeClass::of(&ev.verb, ev.subresource()),
-                    code: ev.code(),
-                    received: ev.request_received_timestamp,
-                    completed: ev.stage_timestamp,
-                    source: ChangeSource::Audit,
-                    uid: &uid,
-                    deleted,
-                },
+                &cascade::Write::audit(ev, obj, span, &uid, deleted),
                 own.as_ref(),
                 &cause_relations,
                 old.as_ref(),
@@ -434,20 +431,13 @@ impl Processor {
             .collect();
         let inference = self
             .infer_cause(
-                &cascade::Write {
-                    object: tried,
-                    span: cascade::audit_span_ref(&ow, &ev.audit_id),
-                    user: &ev.user.username,
-                    verb: &ev.verb,
-                    subresource: ev.subresource(),
-                    class: ChangeClass::of(&ev.verb, ev.subresource()),
-                    code: ev.code(),
-                    received: ev.request_received_timestamp,
-                    completed: ev.stage_timestamp,
-                    source: ChangeSource::Audit,
-                    uid: "",
-                    deleted: false,
-                },
+                &cascade::Write::audit(
+                    ev,
+                    tried,
+                    cascade::audit_span_ref(&ow, &ev.audit_id),
+                    "",
+                    false,
+                ),
                 None,
                 &relations,
                 None,
