@@ -156,12 +156,21 @@ pub(super) fn prepare_watched(
 
 /// Whether this write removed the object (not only requested its deletion):
 /// then it has no readiness left to report, and no state to keep.
+/// A delete with no grace period left and no finalizer removes the object
+/// even though its response still carries `deletionTimestamp` (a kubelet's
+/// final delete of a Pod).
 pub(super) fn removes_object(ev: &AuditEvent, outcome: &Outcome) -> bool {
     matches!(ev.verb.as_str(), "delete" | "deletecollection")
-        && outcome
-            .state
-            .as_ref()
-            .is_none_or(|s| s.pointer("/metadata/deletionTimestamp").is_none())
+        && outcome.state.as_ref().is_none_or(|s| {
+            let meta = s.get("metadata");
+            let field = |k: &str| meta.and_then(|m| m.get(k));
+            field("deletionTimestamp").is_none()
+                || (field("deletionGracePeriodSeconds").and_then(serde_json::Value::as_i64)
+                    == Some(0)
+                    && field("finalizers")
+                        .and_then(serde_json::Value::as_array)
+                        .is_none_or(|f| f.is_empty()))
+        })
 }
 
 /// The version a write replaced, reported only when it is known to
