@@ -2,11 +2,12 @@
 //! cascades (which write caused which, completion, critical path:
 //! `cascade`), propagation statistics (`stats`), their report and plots
 //! (`report`, `plot`), the change log (`changelog`) and the live propagation
-//! metric (`live`). Depends on `pipeline`, `model`, `span_model` constants
-//! and `metrics` only.
+//! metric (`live`), and `explain` (findings: what went wrong, and why).
+//! Depends on `pipeline`, `model`, `span_model` constants and `metrics`.
 
 pub mod cascade;
 pub mod changelog;
+pub mod explain;
 pub mod live;
 pub mod plot;
 pub mod report;
