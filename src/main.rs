@@ -12,7 +12,11 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let mut findings = false;
     let result = match cli.command {
+        Command::Explain(args) => app::explain::run(args.into()).await.map(|f| {
+            findings = f;
+        }),
         Command::Collect(args) => app::collect::run((*args).into()).await,
         Command::Replay(args) => app::replay::run(args.into()).await,
         Command::Frontend(args) => app::frontend::run(args.into()).await,
@@ -24,6 +28,7 @@ async fn main() -> std::process::ExitCode {
     };
     telemetry.shutdown();
     match result {
+        Ok(()) if findings => std::process::ExitCode::from(app::explain::FINDINGS_EXIT_CODE),
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -4,7 +4,9 @@
 
 pub mod analyze;
 pub mod collect;
+pub mod explain;
 pub mod frontend;
+mod lines;
 mod pipeline;
 pub mod replay;
 mod span_cache;

@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod collect;
+pub mod explain;
 pub mod frontend;
 pub mod pipeline;
 pub mod replay;
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 
 pub use analyze::AnalyzeArgs;
 pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
+pub use explain::ExplainArgs;
 pub use frontend::{AssemblyArgs, FrontendArgs};
 pub use pipeline::{ExportArgs, PipelineArgs};
 pub use replay::ReplayArgs;
@@ -54,6 +56,8 @@ pub enum Command {
     Trace(TraceArgs),
     /// Propagation statistics from audit log files: hop latency per edge class, histograms, plots.
     Analyze(AnalyzeArgs),
+    /// What went wrong, from audit log files: failed writes, Warning Events, unfinished cascades, root cause first.
+    Explain(ExplainArgs),
     /// Work with relation rule files.
     Rules {
         #[command(subcommand)]
@@ -102,6 +106,7 @@ impl Command {
             Command::Frontend(a) => ("frontend", Some((a.raw_service.as_str(), "--raw-service"))),
             Command::Trace(_) => ("trace", None),
             Command::Analyze(_) => ("analyze", None),
+            Command::Explain(_) => ("explain", None),
             Command::Rules { .. } => ("rules", None),
         };
         crate::telemetry::Role {

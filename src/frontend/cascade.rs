@@ -139,8 +139,13 @@ pub fn record_from_span(
         cause,
         root,
         depth: int_attr(a, attr::CASCADE_DEPTH).unwrap_or(0).max(0) as u32,
+        failure: (code >= 400)
+            .then(|| s.status.as_ref().map(|st| st.message.clone()))
+            .flatten()
+            .filter(|m| !m.is_empty()),
         old: None,
         new: None,
+        related: Vec::new(),
     })
 }
 

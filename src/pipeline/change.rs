@@ -1,7 +1,8 @@
 //! One change to an object as the cascade analysis sees it: what was written,
 //! when, by whom, the object's readiness after it, and the write it was
 //! inferred to be caused by. The processor hands these to a [`ChangeSink`]
-//! (the change-log output, `kascade analyze`, the live propagation metrics).
+//! (the change-log output, `kascade analyze`, the live propagation metrics,
+//! `kascade explain`, which also takes the Events).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -110,10 +111,39 @@ pub struct ChangeRecord {
     pub root: SpanRef,
     /// Hops from the root.
     pub depth: u32,
+    /// The Status message of a refused write (`code` ≥ 400), e.g.
+    /// `pods "web-…" is forbidden: exceeded quota: …`.
+    pub failure: Option<String>,
     /// The object before and after (redacted), only for sinks that
     /// [`ChangeSink::wants_objects`].
     pub old: Option<Arc<Value>>,
     pub new: Option<Arc<Value>>,
+    /// The objects the object's state relates it to (owners, the Pod's
+    /// node and claims, …), only for sinks that [`ChangeSink::wants_objects`];
+    /// a refused create: the owner its request names.
+    pub related: Vec<RelatedObject>,
+}
+
+/// An object related to a changed one, as the relation rules found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelatedObject {
+    pub object: ObjectRef,
+    /// The link class (`owner`, `node`, `claim`, …).
+    pub class: String,
+    /// Whether the other object is the parent (an owner) rather than a
+    /// child (the Pod's node) in an assembled trace.
+    pub is_parent: bool,
+}
+
+/// One occurrence of a Kubernetes Event, for sinks that
+/// [`ChangeSink::wants_events`].
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    /// The object the Event is about.
+    pub involved: ObjectRef,
+    pub event: super::K8sEvent,
+    /// When it occurred (as the event span shows it).
+    pub at: SystemTime,
 }
 
 /// Where the processor sends change records. Implementations: the change-log
@@ -125,4 +155,10 @@ pub trait ChangeSink: Send + Sync {
     }
     /// Called on the processor's shard: must not block (queue and return).
     fn record(&self, change: &ChangeRecord);
+    /// Whether the sink wants the Events too ([`ChangeSink::event`]).
+    fn wants_events(&self) -> bool {
+        false
+    }
+    /// One Event occurrence (each once, however often it is seen).
+    fn event(&self, _event: &EventRecord) {}
 }

@@ -22,7 +22,10 @@ pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
     OwnerReference, ResponseStatus, StatusDetails, UserInfo,
 };
-pub use change::{CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, Readiness, SpanRef};
+pub use change::{
+    CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, EventRecord, Readiness,
+    RelatedObject, SpanRef,
+};
 pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
     EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,

@@ -16,8 +16,8 @@ use super::super::status;
 use super::Processor;
 use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, OwnerReference, Readiness, SpanRef,
-    is_event_resource,
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, OwnerReference, Readiness, RelatedObject,
+    SpanRef, is_event_resource,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -36,6 +36,8 @@ pub(super) struct Write<'a> {
     pub source: ChangeSource,
     pub uid: &'a str,
     pub deleted: bool,
+    /// The Status message of a refused write.
+    pub failure: Option<String>,
 }
 
 impl<'a> Write<'a> {
@@ -60,6 +62,7 @@ impl<'a> Write<'a> {
             source: ChangeSource::Audit,
             uid,
             deleted,
+            failure: (ev.code() >= 400).then(|| super::emit::failure_message(ev)),
         }
     }
 }
@@ -208,8 +211,21 @@ impl Processor {
                 cause: inference.cause.clone(),
                 root: inference.root,
                 depth: inference.depth,
+                failure: w.failure.clone(),
                 old: old.filter(|_| objects).cloned(),
                 new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
+                related: if objects {
+                    relations
+                        .iter()
+                        .map(|(r, _)| RelatedObject {
+                            object: r.target.clone(),
+                            class: r.class.clone(),
+                            is_parent: r.role == Role::Parent,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             };
             for sink in &self.change_sinks {
                 sink.record(&record);

@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::{ProcessError, Processor};
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow};
-use crate::pipeline::{Accepted, AuditEvent, FilterReason, K8sEvent, precise_occurrence};
+use crate::pipeline::{
+    Accepted, AuditEvent, EventRecord, FilterReason, K8sEvent, precise_occurrence,
+};
 use crate::span_model::{self, EventFields};
 
 /// Event occurrences remembered (window + 5 min) so each is shown once.
@@ -124,6 +126,20 @@ impl Processor {
             return Ok(());
         }
         self.seen_events.insert(occurrence, ());
+        if self.change_sinks.iter().any(|s| s.wants_events()) {
+            let record = EventRecord {
+                involved: ow.object.clone(),
+                event: e.clone(),
+                at,
+            };
+            for sink in self.change_sinks.iter().filter(|s| s.wants_events()) {
+                sink.event(&record);
+            }
+        }
+        if self.cfg.changes_only {
+            self.metrics.events_processed.inc();
+            return Ok(());
+        }
         self.ensure_object_span(&ow, &e.involved.uid, false).await?;
         let fields = EventFields {
             identity: &identity,

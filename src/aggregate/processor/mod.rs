@@ -200,7 +200,7 @@ impl Processor {
 
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
-            if self.cfg.changes_only {
+            if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
                 return Ok(());
             }
             return self.process_event_write(item).await;

@@ -156,6 +156,7 @@ impl Processor {
                         source: ChangeSource::Watch,
                         uid,
                         deleted,
+                        failure: None,
                     },
                     Some(&own),
                     &relations,

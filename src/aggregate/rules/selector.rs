@@ -41,6 +41,11 @@ impl LabelSelector {
         (!selector.selects_all()).then_some(Self(selector))
     }
 
+    /// A selector built elsewhere (e.g. parsed from a command line).
+    pub fn from_selector(selector: Selector) -> Self {
+        Self(selector)
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.matches(labels)
     }

@@ -74,7 +74,7 @@ pub(super) fn pod_terminal(c: &ChangeRecord) -> bool {
 
 /// Whether `c` tells about the object's state: a successful write, or a
 /// failed one that found the object gone.
-pub(super) fn counts(c: &ChangeRecord) -> bool {
+pub(crate) fn counts(c: &ChangeRecord) -> bool {
     c.code < 400 || c.deleted
 }
 
@@ -92,17 +92,17 @@ pub fn settles(c: &ChangeRecord, terminal_pod: bool) -> bool {
 
 /// How one object settles, change by change (in order of completion).
 #[derive(Default)]
-pub(super) struct Settling {
+pub(crate) struct Settling {
     terminal_pod: bool,
     /// A change removed it: a write that completed later (other than a
     /// create) was applied before the removal, its response just came late.
     removed: bool,
-    pub(super) settled_since: Option<SystemTime>,
+    pub(crate) settled_since: Option<SystemTime>,
 }
 
 impl Settling {
     /// Applies a change that [`counts`]; whether the object is settled after it.
-    pub(super) fn apply(&mut self, c: &ChangeRecord) -> bool {
+    pub(crate) fn apply(&mut self, c: &ChangeRecord) -> bool {
         if self.removed && c.verb != "create" && !c.deleted {
             return true;
         }

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
 pub use completion::{Completion, Waiting, settles};
+pub(crate) use completion::{Settling, counts};
 pub use text::{format_duration, render_text};
 pub use tracker::{CascadeTracker, TrackerConfig};
 

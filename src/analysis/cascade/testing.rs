@@ -62,8 +62,10 @@ pub fn change(
         cause: None,
         root: span(n),
         depth: 0,
+        failure: None,
         old: None,
         new: None,
+        related: Vec::new(),
     }
 }
 

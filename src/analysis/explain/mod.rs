@@ -1,10 +1,21 @@
 //! `kascade explain`: what went wrong in a run, from its audit log (and
 //! Events), root cause first. The collector ([`ExplainCollector`], a
-//! `ChangeSink`) keeps a compact account of every change and Warning Event;
-//! [`findings`] turns it into findings, folds symptoms under their causes
-//! and merges duplicates; renderers print the [`Report`] as text,
-//! Markdown, JSON or HTML.
+//! `ChangeSink` that also takes Events) keeps a compact account of every
+//! change; [`report`] turns it into findings (`findings`), merges
+//! duplicates and folds symptoms under their causes (`rank`), and adds the
+//! chains, triggers, cascade timelines and object tree (`build`). The
+//! [`Report`] prints as text or Markdown (`render`), JSON, or HTML.
 
+mod build;
+mod collect;
+mod findings;
+mod rank;
+mod render;
 pub mod report;
+mod scope;
 
+pub use build::report;
+pub use collect::ExplainCollector;
+pub use render::{render_markdown, render_text};
 pub use report::*;
+pub use scope::{ObjectFilter, Scope, parse_selector};

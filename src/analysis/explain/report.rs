@@ -136,6 +136,9 @@ pub struct Finding {
     /// One line a person understands: the message of the refusal, the
     /// Event, the reason the object is stuck.
     pub title: String,
+    /// The title with where it happened: `… — on replicasets ns/web-5d4f,
+    /// under deployments ns/web` (what the terminal and summaries lead with).
+    pub headline: String,
     /// Where it happened.
     pub object: ObjectName,
     /// From the object asked about (or the topmost object above it) down

@@ -1,0 +1,435 @@
+//! The report from what was collected: findings ranked, each with its chain
+//! from the object asked about, the trigger of its cascade, the cascades as
+//! timelines, and the scope's objects as a tree.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use super::collect::{ExplainCollector, Idx, Row, State};
+use super::findings::{Raw, raw_findings, rfc3339};
+use super::rank::{Ranked, rank};
+use super::report::*;
+use crate::analysis::cascade::{self, Completion, format_duration};
+use crate::model::ObjectRef;
+use crate::pipeline::{Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
+
+/// Cascade timelines in a report at most, and entries per timeline.
+const MAX_TIMELINES: usize = 5;
+const MAX_TIMELINE_ENTRIES: usize = 300;
+/// Objects shown in the tree at most.
+const MAX_TREE: usize = 400;
+/// Steps of a chain at most (a loop of relations ends it).
+const MAX_CHAIN: usize = 12;
+
+fn object_name(o: &ObjectRef) -> ObjectName {
+    ObjectName {
+        cluster: o.cluster.clone(),
+        group: o.group.clone(),
+        resource: o.resource.clone(),
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+        display: cascade::object_name(o),
+    }
+}
+
+struct Builder<'a> {
+    st: &'a State,
+    members: &'a HashSet<usize>,
+    /// The scope's named object, where chains start.
+    anchor: Option<Idx>,
+}
+
+impl Builder<'_> {
+    fn name(&self, i: Idx) -> ObjectName {
+        object_name(&self.st.objects[i as usize].object)
+    }
+
+    fn status(&self, i: Idx) -> (String, String) {
+        let o = &self.st.objects[i as usize];
+        if o.gone {
+            return ("Deleted".into(), String::new());
+        }
+        let (s, m) = o.last_status;
+        (
+            self.st.strings.get(s).to_string(),
+            self.st.strings.get(m).to_string(),
+        )
+    }
+
+    /// From the topmost object above `obj` (or the scope's object) down to it.
+    fn chain(&self, obj: Idx) -> Vec<ChainStep> {
+        let mut up: Vec<(Idx, u32)> = vec![(obj, 0)];
+        let mut seen = HashSet::from([obj]);
+        let mut cur = obj;
+        while up.len() < MAX_CHAIN && Some(cur) != self.anchor {
+            let Some(&(p, class)) = self.st.objects[cur as usize]
+                .parents
+                .iter()
+                .find(|(p, _)| !seen.contains(p))
+            else {
+                break;
+            };
+            up.last_mut().expect("not empty").1 = class;
+            seen.insert(p);
+            up.push((p, 0));
+            cur = p;
+        }
+        up.reverse();
+        // `via` is the link from the step above: shift the classes down.
+        let mut steps = Vec::with_capacity(up.len());
+        let mut via = 0;
+        for (i, class) in up {
+            let (status, status_message) = self.status(i);
+            steps.push(ChainStep {
+                object: self.name(i),
+                via: self.st.strings.get(via).to_string(),
+                status,
+                status_message,
+            });
+            via = class;
+        }
+        steps
+    }
+
+    fn trigger(&self, root: Option<SpanRef>) -> Option<Trigger> {
+        let info = self.st.roots.get(&root?)?;
+        Some(Trigger {
+            write: info.name.clone(),
+            time: rfc3339(info.received),
+            changes: info.changes.clone(),
+        })
+    }
+
+    fn symptom(&self, r: &Raw) -> Symptom {
+        Symptom {
+            kind: r.kind,
+            object: self.name(r.obj),
+            title: r.title.clone(),
+            first: rfc3339(r.first),
+        }
+    }
+
+    fn finding(&self, n: usize, ranked: &Ranked) -> Finding {
+        let r = &ranked.finding;
+        let chain = self.chain(r.obj);
+        let mut headline = format!(
+            "{} — on {}",
+            r.title,
+            cascade::object_name(&self.st.objects[r.obj as usize].object)
+        );
+        if chain.len() > 1 {
+            headline.push_str(&format!(", under {}", chain[0].object.display));
+        }
+        Finding {
+            id: format!("F{}", n + 1),
+            severity: r.severity,
+            kind: r.kind,
+            title: r.title.clone(),
+            headline,
+            object: self.name(r.obj),
+            chain,
+            first: rfc3339(r.first),
+            last: rfc3339(r.last),
+            count: r.count,
+            also: r.also.iter().map(|&o| self.name(o)).collect(),
+            also_total: r.also_total,
+            evidence: r.evidence.iter().map(|(_, e)| e.clone()).collect(),
+            trigger: self
+                .trigger(r.root)
+                .or_else(|| ranked.symptoms.iter().find_map(|s| self.trigger(s.root))),
+            symptoms: ranked.symptoms.iter().map(|s| self.symptom(s)).collect(),
+        }
+    }
+
+    fn record_of(&self, row: &Row, by_span: &HashMap<SpanRef, &Row>) -> ChangeRecord {
+        let strings = &self.st.strings;
+        let cause = row.cause.map(|span| {
+            let completed = by_span.get(&span).map(|c| c.completed);
+            Cause {
+                span,
+                object: by_span
+                    .get(&span)
+                    .map(|c| self.st.objects[c.obj as usize].object.clone())
+                    .unwrap_or_else(|| ObjectRef::new("", "", "", "", "")),
+                name: String::new(),
+                edge: strings.get(row.edge).to_string(),
+                rule: String::new(),
+                hop: completed
+                    .and_then(|c| row.received.duration_since(c).ok())
+                    .unwrap_or(Duration::ZERO),
+            }
+        });
+        ChangeRecord {
+            object: self.st.objects[row.obj as usize].object.clone(),
+            uid: String::new(),
+            source: if row.user == 0 {
+                ChangeSource::Watch
+            } else {
+                ChangeSource::Audit
+            },
+            user: strings.get(row.user).to_string(),
+            verb: strings.get(row.verb).to_string(),
+            subresource: strings.get(row.subresource).to_string(),
+            code: row.code,
+            received: row.received,
+            completed: row.completed,
+            span: row.span,
+            readiness: (row.status != 0).then(|| Readiness {
+                status: strings.get(row.status).to_string(),
+                message: strings.get(row.message).to_string(),
+            }),
+            deleted: row.deleted,
+            role: row.role,
+            cause,
+            root: row.span,
+            depth: row.depth,
+            failure: None,
+            old: None,
+            new: None,
+            related: Vec::new(),
+        }
+    }
+
+    fn timeline(&self, root: SpanRef, findings: Vec<String>) -> Option<CascadeTimeline> {
+        let rows: Vec<&Row> = self
+            .st
+            .rows_by_root
+            .get(&root)?
+            .iter()
+            .map(|&i| &self.st.rows[i as usize])
+            .collect();
+        let by_span: HashMap<SpanRef, &Row> = rows.iter().map(|r| (r.span, *r)).collect();
+        let records: Vec<ChangeRecord> = rows.iter().map(|r| self.record_of(r, &by_span)).collect();
+        let cascades = cascade::build(records);
+        let c = cascades.into_iter().find(|c| c.root().span == root)?;
+        let start = c.root().received;
+        let ms = |t: SystemTime| t.duration_since(start).unwrap_or_default().as_secs_f64() * 1000.0;
+        let order = c.walk();
+        let shown: Vec<(usize, usize)> = order.iter().copied().take(MAX_TIMELINE_ENTRIES).collect();
+        let position: HashMap<usize, usize> = shown
+            .iter()
+            .enumerate()
+            .map(|(p, (i, _))| (*i, p))
+            .collect();
+        let entries = shown
+            .iter()
+            .map(|&(i, depth)| {
+                let ch = &c.changes[i];
+                TimelineEntry {
+                    write: cascade::change_name(ch),
+                    object: object_name(&ch.object),
+                    start_ms: c.parent[i].map_or(ms(ch.received), |p| {
+                        ms(c.changes[p].completed).min(ms(ch.received))
+                    }),
+                    end_ms: ms(ch.completed),
+                    cause: c.parent[i].and_then(|p| position.get(&p).copied()),
+                    depth: depth as u32,
+                    code: ch.code,
+                    status: ch
+                        .readiness
+                        .as_ref()
+                        .map(|r| r.status.clone())
+                        .unwrap_or_default(),
+                    critical: c.is_critical(i),
+                }
+            })
+            .collect();
+        let outcome = match &c.completion {
+            Completion::Complete { at } => format!(
+                "complete after {}",
+                format_duration(at.duration_since(start).unwrap_or_default())
+            ),
+            Completion::Waiting(w) => {
+                let names: Vec<String> = w.iter().take(3).map(|w| w.to_string()).collect();
+                let more = if w.len() > 3 {
+                    format!(" and {} more", w.len() - 3)
+                } else {
+                    String::new()
+                };
+                format!("not complete: waiting for {}{more}", names.join("; "))
+            }
+        };
+        Some(CascadeTimeline {
+            root: cascade::change_name(c.root()),
+            start: rfc3339(start),
+            outcome,
+            findings,
+            entries,
+            omitted: order.len().saturating_sub(MAX_TIMELINE_ENTRIES) as u64,
+        })
+    }
+
+    fn tree(&self, findings: &[Finding], on: &HashMap<Idx, Vec<String>>) -> (Vec<TreeNode>, u64) {
+        let all = self.members.len();
+        // Small scopes show everything; large ones the findings' chains.
+        let shown: HashSet<usize> = if all <= MAX_TREE {
+            self.members.clone()
+        } else {
+            let mut s = HashSet::new();
+            for f in findings {
+                for step in &f.chain {
+                    if let Some(&i) = self.st.index.get(&to_ref(&step.object)) {
+                        s.insert(i as usize);
+                    }
+                }
+            }
+            s
+        };
+        let mut tops: Vec<usize> = shown
+            .iter()
+            .copied()
+            .filter(|&i| {
+                !self.st.objects[i]
+                    .parents
+                    .iter()
+                    .any(|(p, _)| shown.contains(&(*p as usize)))
+            })
+            .collect();
+        tops.sort_by_key(|&i| &self.st.objects[i].object);
+        let mut placed = HashSet::new();
+        let nodes: Vec<TreeNode> = tops
+            .into_iter()
+            .filter_map(|i| self.node(i as Idx, 0, &shown, on, &mut placed))
+            .collect();
+        (nodes, (all.saturating_sub(placed.len())) as u64)
+    }
+
+    fn node(
+        &self,
+        i: Idx,
+        via: u32,
+        shown: &HashSet<usize>,
+        on: &HashMap<Idx, Vec<String>>,
+        placed: &mut HashSet<Idx>,
+    ) -> Option<TreeNode> {
+        if placed.len() >= MAX_TREE || !placed.insert(i) {
+            return None;
+        }
+        let mut kids: Vec<(Idx, u32)> = self.st.objects[i as usize]
+            .children
+            .iter()
+            .copied()
+            .filter(|(c, _)| shown.contains(&(*c as usize)))
+            .collect();
+        kids.sort_by_key(|(c, _)| &self.st.objects[*c as usize].object);
+        let (status, status_message) = self.status(i);
+        Some(TreeNode {
+            object: self.name(i),
+            via: self.st.strings.get(via).to_string(),
+            status,
+            status_message,
+            findings: on.get(&i).cloned().unwrap_or_default(),
+            children: kids
+                .into_iter()
+                .filter_map(|(c, class)| self.node(c, class, shown, on, placed))
+                .collect(),
+        })
+    }
+}
+
+fn to_ref(o: &ObjectName) -> ObjectRef {
+    ObjectRef::new(
+        &o.cluster,
+        &o.group,
+        &o.resource,
+        &o.namespace,
+        o.name.clone(),
+    )
+}
+
+/// The report over everything `collector` saw; `inputs` says what was read.
+pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
+    let mut st = collector.into_state();
+    let members = {
+        let objects = st.objects.iter().map(|o| (&o.object, o.labels.as_ref()));
+        let children = |i: usize| -> Vec<usize> {
+            st.objects[i]
+                .children
+                .iter()
+                .map(|(c, _)| *c as usize)
+                .collect()
+        };
+        st.scope.members(objects, children)
+    };
+    let anchor = st
+        .scope
+        .object
+        .as_ref()
+        .and_then(|_| {
+            members
+                .iter()
+                .copied()
+                .min_by_key(|&i| st.objects[i].parents.len())
+        })
+        .filter(|&i| {
+            st.objects[i]
+                .parents
+                .iter()
+                .all(|(p, _)| !members.contains(&(*p as usize)))
+        })
+        .map(|i| i as Idx);
+    let raw = raw_findings(&mut st, &members);
+    let ranked = rank(raw, &st);
+    let b = Builder {
+        st: &st,
+        members: &members,
+        anchor,
+    };
+    let findings: Vec<Finding> = ranked
+        .iter()
+        .enumerate()
+        .map(|(n, r)| b.finding(n, r))
+        .collect();
+    // The cascades the top findings happened in, in finding order.
+    let mut roots: Vec<(SpanRef, Vec<String>)> = Vec::new();
+    for (r, f) in ranked.iter().zip(&findings) {
+        let Some(root) = r
+            .finding
+            .root
+            .or_else(|| r.symptoms.iter().find_map(|s| s.root))
+        else {
+            continue;
+        };
+        if let Some((_, ids)) = roots.iter_mut().find(|(s, _)| *s == root) {
+            ids.push(f.id.clone());
+        } else if roots.len() < MAX_TIMELINES {
+            roots.push((root, vec![f.id.clone()]));
+        }
+    }
+    let cascades = roots
+        .into_iter()
+        .filter_map(|(root, ids)| b.timeline(root, ids))
+        .collect();
+    let mut on: HashMap<Idx, Vec<String>> = HashMap::new();
+    for (r, f) in ranked.iter().zip(&findings) {
+        on.entry(r.finding.obj).or_default().push(f.id.clone());
+        for s in &r.symptoms {
+            on.entry(s.obj).or_default().push(f.id.clone());
+        }
+    }
+    let (tree, tree_omitted) = b.tree(&findings, &on);
+    let mut totals = Totals::default();
+    for f in &findings {
+        match f.severity {
+            Severity::Error => totals.error += 1,
+            Severity::Warning => totals.warning += 1,
+            Severity::Info => totals.info += 1,
+        }
+    }
+    inputs.events_in_scope = st.in_scope;
+    inputs.from = st.first.map(rfc3339).unwrap_or_default();
+    inputs.to = st.last.map(rfc3339).unwrap_or_default();
+    Report {
+        schema_version: SCHEMA_VERSION,
+        generator: format!("kascade {}", env!("CARGO_PKG_VERSION")),
+        scope: ScopeSummary {
+            description: st.scope.describe(),
+        },
+        inputs,
+        totals,
+        findings,
+        cascades,
+        tree,
+        tree_omitted,
+    }
+}

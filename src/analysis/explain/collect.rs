@@ -1,0 +1,580 @@
+//! The explain collector: a [`ChangeSink`] that keeps, in a compact form,
+//! what the findings need from a whole run: each object's relations and its
+//! state at the end, refused writes, Warning Events, the slowest hops per
+//! edge, the external writes that started cascades (with what they changed)
+//! and a compact row per change for the cascade timelines. Memory grows
+//! with objects and changes (about 150 bytes a change), never with their
+//! bodies.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::scope::Scope;
+use crate::aggregate::diff;
+use crate::analysis::cascade::{Settling, counts};
+use crate::analysis::stats::Latencies;
+use crate::model::ObjectRef;
+use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, EventRecord, SpanRef};
+
+/// Index of an object in [`State::objects`].
+pub(super) type Idx = u32;
+
+/// Changes kept for timelines at most (each about 150 bytes).
+const MAX_TIMELINE_ROWS: usize = 4_000_000;
+/// Refused writes kept at most (the rest are counted).
+const MAX_FAILED: usize = 100_000;
+/// Slowest hops kept per edge.
+const SLOWEST_PER_EDGE: usize = 3;
+/// Lines of a trigger's change list.
+const MAX_TRIGGER_LINES: usize = 8;
+/// A value in a change line is cut to this many characters.
+const MAX_VALUE_CHARS: usize = 160;
+
+/// Strings seen many times (users, verbs, readiness messages), stored once.
+#[derive(Default)]
+pub(super) struct Interner {
+    ids: HashMap<Arc<str>, u32>,
+    all: Vec<Arc<str>>,
+}
+
+impl Interner {
+    pub(super) fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.all.len() as u32;
+        let s: Arc<str> = Arc::from(s);
+        self.all.push(s.clone());
+        self.ids.insert(s, id);
+        id
+    }
+
+    pub(super) fn get(&self, id: u32) -> &str {
+        self.all.get(id as usize).map_or("", |s| s)
+    }
+}
+
+/// An object's readiness problem at the end (or when last seen).
+#[derive(Clone, Debug)]
+pub(super) struct Problem {
+    pub status: u32,
+    pub message: u32,
+    /// The write after which it had it.
+    pub since: SystemTime,
+}
+
+/// What is known of one object.
+pub(super) struct Obj {
+    pub object: ObjectRef,
+    /// (parent, link class); owners first.
+    pub parents: Vec<(Idx, u32)>,
+    pub children: Vec<(Idx, u32)>,
+    /// Kept only when the scope selects by label.
+    pub labels: Option<BTreeMap<String, String>>,
+    settling: Settling,
+    /// Not settled (or ended Failed) after its last counted write.
+    pub problem: Option<Problem>,
+    /// The last readiness it had (status, message ids; 0 = none).
+    pub last_status: (u32, u32),
+    pub gone: bool,
+    /// The cascade of its last write.
+    pub last_root: Option<SpanRef>,
+    /// When its deletion was requested, and the finalizers holding it.
+    pub deleting: Option<(SystemTime, Vec<String>)>,
+}
+
+/// A refused write.
+pub(super) struct Failed {
+    /// Where it shows: the object, or for a create refused before it had
+    /// a name, the owner its request names.
+    pub obj: Idx,
+    pub attempted: ObjectRef,
+    pub user: u32,
+    /// `verb[ subresource]`.
+    pub verb: u32,
+    pub code: i32,
+    pub message: String,
+    pub received: SystemTime,
+    pub root: SpanRef,
+    /// A 409 conflict that its writer retried successfully.
+    pub retried: bool,
+}
+
+/// Warning Events, merged by object, reason and message.
+pub(super) struct EventAgg {
+    pub obj: Idx,
+    pub reason: u32,
+    pub message: String,
+    pub component: u32,
+    pub first: SystemTime,
+    pub last: SystemTime,
+    pub count: u64,
+}
+
+/// A hop that was among the slowest of its edge.
+#[derive(Clone, Debug)]
+pub(super) struct SlowHop {
+    pub hop_us: u64,
+    pub obj: Idx,
+    pub write: String,
+    pub cause: String,
+    pub received: SystemTime,
+    pub root: SpanRef,
+}
+
+/// Hops of one edge class.
+#[derive(Default)]
+pub(super) struct Edge {
+    pub latencies: Latencies,
+    /// Slowest first.
+    pub slowest: Vec<SlowHop>,
+}
+
+/// An external write that started a cascade.
+pub(super) struct RootInfo {
+    pub name: String,
+    pub received: SystemTime,
+    pub changes: Vec<String>,
+}
+
+/// One change, for the cascade timelines.
+pub(super) struct Row {
+    pub obj: Idx,
+    pub user: u32,
+    pub verb: u32,
+    pub subresource: u32,
+    pub code: i32,
+    pub received: SystemTime,
+    pub completed: SystemTime,
+    pub span: SpanRef,
+    pub cause: Option<SpanRef>,
+    pub edge: u32,
+    pub role: CascadeRole,
+    pub depth: u32,
+    pub status: u32,
+    pub message: u32,
+    pub deleted: bool,
+}
+
+/// Everything collected.
+pub(super) struct State {
+    pub scope: Scope,
+    pub strings: Interner,
+    pub index: HashMap<ObjectRef, Idx>,
+    pub objects: Vec<Obj>,
+    pub failed: Vec<Failed>,
+    pub failed_dropped: u64,
+    /// Open 409 conflicts by (object, user): indices into `failed`.
+    conflicts: HashMap<(Idx, u32), Vec<usize>>,
+    pub events: HashMap<(Idx, u32, String), EventAgg>,
+    pub edges: BTreeMap<String, Edge>,
+    pub roots: HashMap<SpanRef, RootInfo>,
+    pub rows: Vec<Row>,
+    pub rows_by_root: HashMap<SpanRef, Vec<u32>>,
+    pub rows_dropped: u64,
+    /// Changes and Events in the scope.
+    pub in_scope: u64,
+    pub first: Option<SystemTime>,
+    pub last: Option<SystemTime>,
+}
+
+impl State {
+    fn new(scope: Scope) -> Self {
+        let mut strings = Interner::default();
+        // Id 0 is "nothing".
+        strings.id("");
+        State {
+            scope,
+            strings,
+            index: HashMap::new(),
+            objects: Vec::new(),
+            failed: Vec::new(),
+            failed_dropped: 0,
+            conflicts: HashMap::new(),
+            events: HashMap::new(),
+            edges: BTreeMap::new(),
+            roots: HashMap::new(),
+            rows: Vec::new(),
+            rows_by_root: HashMap::new(),
+            rows_dropped: 0,
+            in_scope: 0,
+            first: None,
+            last: None,
+        }
+    }
+
+    pub(super) fn obj(&mut self, o: &ObjectRef) -> Idx {
+        if let Some(&i) = self.index.get(o) {
+            return i;
+        }
+        let i = self.objects.len() as Idx;
+        self.objects.push(Obj {
+            object: o.clone(),
+            parents: Vec::new(),
+            children: Vec::new(),
+            labels: None,
+            settling: Settling::default(),
+            problem: None,
+            last_status: (0, 0),
+            gone: false,
+            last_root: None,
+            deleting: None,
+        });
+        self.index.insert(o.clone(), i);
+        i
+    }
+
+    fn relate(&mut self, parent: Idx, child: Idx, class: &str) {
+        if parent == child {
+            return;
+        }
+        let class = self.strings.id(class);
+        let owner = self.strings.id(crate::aggregate::relations::CLASS_OWNER);
+        let p = &mut self.objects[child as usize].parents;
+        if !p.iter().any(|(i, _)| *i == parent) {
+            // Controllers (owners) first: the chain climbs through them.
+            if class == owner {
+                p.insert(0, (parent, class));
+            } else {
+                p.push((parent, class));
+            }
+        }
+        let c = &mut self.objects[parent as usize].children;
+        if !c.iter().any(|(i, _)| *i == child) {
+            c.push((child, class));
+        }
+    }
+
+    fn seen(&mut self, from: SystemTime, to: SystemTime) {
+        self.in_scope += 1;
+        self.first = Some(self.first.map_or(from, |f| f.min(from)));
+        self.last = Some(self.last.map_or(to, |l| l.max(to)));
+    }
+
+    fn record(&mut self, c: &ChangeRecord) {
+        if !self.scope.admits_time(c.received) || !self.scope.may_concern(&c.object) {
+            return;
+        }
+        self.seen(c.received, c.completed);
+        let obj = self.obj(&c.object);
+        for r in &c.related {
+            let other = self.obj(&r.object);
+            if r.is_parent {
+                self.relate(other, obj, &r.class);
+            } else {
+                self.relate(obj, other, &r.class);
+            }
+        }
+        if self.scope.needs_labels()
+            && let Some(labels) = c.new.as_deref().and_then(labels_of)
+        {
+            self.objects[obj as usize].labels = Some(labels);
+        }
+        let user = self.strings.id(&c.user);
+        if c.code >= 400 {
+            self.record_failure(c, obj, user);
+        } else if let Some(open) = self.conflicts.remove(&(obj, user)) {
+            for i in open {
+                self.failed[i].retried = true;
+            }
+        }
+        if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) && c.code < 400 {
+            self.roots.insert(
+                c.span,
+                RootInfo {
+                    name: crate::analysis::cascade::change_name(c),
+                    received: c.received,
+                    changes: changed_lines(c.old.as_deref(), c.new.as_deref()),
+                },
+            );
+        }
+        if let Some(cause) = &c.cause
+            && c.role == CascadeRole::Effect
+        {
+            self.record_hop(c, obj, cause);
+        }
+        self.apply_state(c, obj);
+        self.keep_row(c, obj, user);
+    }
+
+    fn record_failure(&mut self, c: &ChangeRecord, obj: Idx, user: u32) {
+        // An idempotent delete of something already gone, or a write to an
+        // object already removed (a kubelet's late status update): nothing
+        // went wrong.
+        if c.code == 404 && (c.verb == "delete" || self.objects[obj as usize].gone) {
+            return;
+        }
+        if self.failed.len() >= MAX_FAILED {
+            self.failed_dropped += 1;
+            return;
+        }
+        // A create refused before it had a name shows on its owner.
+        let shown = if c.object.name.ends_with('-') || c.object.name.is_empty() {
+            c.related
+                .iter()
+                .find(|r| r.is_parent)
+                .and_then(|r| self.index.get(&r.object).copied())
+                .unwrap_or(obj)
+        } else {
+            obj
+        };
+        let verb = if c.subresource.is_empty() {
+            self.strings.id(&c.verb)
+        } else {
+            self.strings.id(&format!("{} {}", c.verb, c.subresource))
+        };
+        let conflict = c.code == 409 && matches!(c.verb.as_str(), "update" | "patch");
+        if conflict {
+            self.conflicts
+                .entry((obj, user))
+                .or_default()
+                .push(self.failed.len());
+        }
+        self.failed.push(Failed {
+            obj: shown,
+            attempted: c.object.clone(),
+            user,
+            verb,
+            code: c.code,
+            message: c.failure.clone().unwrap_or_default(),
+            received: c.received,
+            root: c.root,
+            retried: false,
+        });
+    }
+
+    fn record_hop(&mut self, c: &ChangeRecord, obj: Idx, cause: &crate::pipeline::Cause) {
+        let edge = self.edges.entry(cause.edge.clone()).or_default();
+        edge.latencies.record(cause.hop);
+        let hop_us = u64::try_from(cause.hop.as_micros()).unwrap_or(u64::MAX);
+        let slowest = &mut edge.slowest;
+        if slowest.len() < SLOWEST_PER_EDGE || slowest.last().is_some_and(|s| s.hop_us < hop_us) {
+            slowest.push(SlowHop {
+                hop_us,
+                obj,
+                write: crate::analysis::cascade::change_name(c),
+                cause: cause.name.clone(),
+                received: c.received,
+                root: c.root,
+            });
+            slowest.sort_by(|a, b| b.hop_us.cmp(&a.hop_us));
+            slowest.truncate(SLOWEST_PER_EDGE);
+        }
+    }
+
+    fn apply_state(&mut self, c: &ChangeRecord, obj: Idx) {
+        if !counts(c) {
+            return;
+        }
+        let (status, message) = match &c.readiness {
+            Some(r) => (self.strings.id(&r.status), self.strings.id(&r.message)),
+            None => (0, 0),
+        };
+        let deleting = c.new.as_deref().and_then(deletion_of);
+        let o = &mut self.objects[obj as usize];
+        o.last_root = Some(c.root);
+        if c.verb == "create" {
+            o.gone = false;
+        }
+        o.gone |= c.deleted;
+        if c.deleted {
+            o.deleting = None;
+        } else if let Some(d) = deleting {
+            let at = o.deleting.as_ref().map_or(c.completed, |(t, _)| *t);
+            o.deleting = Some((at, d));
+        }
+        let settled = o.settling.apply(c);
+        if c.readiness.is_some() || c.deleted {
+            o.last_status = (status, message);
+        }
+        let failed = c.readiness.as_ref().is_some_and(|r| r.status == "Failed");
+        o.problem = if o.gone || (settled && !failed) {
+            None
+        } else {
+            // Since when it has had this status (a later write that keeps it
+            // does not move the start).
+            let since = match &o.problem {
+                Some(p) if p.status == status => p.since,
+                _ => c.completed,
+            };
+            Some(Problem {
+                status,
+                message,
+                since,
+            })
+        };
+    }
+
+    fn keep_row(&mut self, c: &ChangeRecord, obj: Idx, user: u32) {
+        if self.rows.len() >= MAX_TIMELINE_ROWS {
+            self.rows_dropped += 1;
+            return;
+        }
+        let (status, message) = match &c.readiness {
+            Some(r) => (self.strings.id(&r.status), self.strings.id(&r.message)),
+            None => (0, 0),
+        };
+        let row = Row {
+            obj,
+            user,
+            verb: self.strings.id(&c.verb),
+            subresource: self.strings.id(&c.subresource),
+            code: c.code,
+            received: c.received,
+            completed: c.completed,
+            span: c.span,
+            cause: c.cause.as_ref().map(|k| k.span),
+            edge: c.cause.as_ref().map_or(0, |k| self.strings.id(&k.edge)),
+            role: c.role,
+            depth: c.depth,
+            status,
+            message,
+            deleted: c.deleted,
+        };
+        self.rows_by_root
+            .entry(c.root)
+            .or_default()
+            .push(self.rows.len() as u32);
+        self.rows.push(row);
+    }
+
+    fn record_event(&mut self, e: &EventRecord) {
+        if e.event.event_type != "Warning"
+            || !self.scope.admits_time(e.at)
+            || !self.scope.may_concern(&e.involved)
+        {
+            return;
+        }
+        self.seen(e.at, e.at);
+        let obj = self.obj(&e.involved);
+        let reason = self.strings.id(&e.event.reason);
+        let component = self.strings.id(&e.event.component);
+        let key = (obj, reason, super::rank::normalize(&e.event.message));
+        let agg = self.events.entry(key).or_insert_with(|| EventAgg {
+            obj,
+            reason,
+            message: e.event.message.clone(),
+            component,
+            first: e.at,
+            last: e.at,
+            count: 0,
+        });
+        agg.first = agg.first.min(e.at);
+        if e.at >= agg.last {
+            agg.last = e.at;
+            agg.message = e.event.message.clone();
+        }
+        agg.count = (agg.count + 1).max(e.event.count.max(1) as u64);
+    }
+}
+
+fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
+    let m = v.pointer("/metadata/labels")?.as_object()?;
+    Some(
+        m.iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+            .collect(),
+    )
+}
+
+/// The finalizers of an object whose deletion was requested.
+fn deletion_of(v: &Value) -> Option<Vec<String>> {
+    v.pointer("/metadata/deletionTimestamp")?.as_str()?;
+    Some(
+        v.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+/// What a write changed, as a person reads it: the object's spec, labels,
+/// annotations and finalizers (status and bookkeeping left out).
+pub(super) fn changed_lines(old: Option<&Value>, new: Option<&Value>) -> Vec<String> {
+    let (Some(old), Some(new)) = (old, new) else {
+        return Vec::new();
+    };
+    let interesting = |p: &str| {
+        !(p.starts_with("status")
+            || p.starts_with("metadata.generation")
+            || p.starts_with("metadata.uid")
+            || p.starts_with("metadata.creationTimestamp")
+            || diff::is_noise(p))
+    };
+    let changes: Vec<diff::Change> = diff::diff(old, new)
+        .into_iter()
+        .filter(|c| interesting(&c.path))
+        .collect();
+    let mut out: Vec<String> = changes
+        .iter()
+        .take(MAX_TRIGGER_LINES)
+        .map(|c| {
+            let cut = |s: &Option<Arc<str>>| cut(s.as_deref().unwrap_or(""));
+            match c.op() {
+                "add" => format!("+ {} = {}", c.path, cut(&c.new)),
+                "remove" => format!("- {} (was {})", c.path, cut(&c.old)),
+                _ => format!("~ {}: {} → {}", c.path, cut(&c.old), cut(&c.new)),
+            }
+        })
+        .collect();
+    if changes.len() > MAX_TRIGGER_LINES {
+        out.push(format!("… {} more", changes.len() - MAX_TRIGGER_LINES));
+    }
+    out
+}
+
+fn cut(s: &str) -> String {
+    if s.chars().count() <= MAX_VALUE_CHARS {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(MAX_VALUE_CHARS).collect();
+        format!("{head}…")
+    }
+}
+
+/// Collects what `kascade explain` needs from the processor's changes and
+/// Events (see the module docs).
+pub struct ExplainCollector {
+    state: Mutex<State>,
+}
+
+impl ExplainCollector {
+    pub fn new(scope: Scope) -> Self {
+        Self {
+            state: Mutex::new(State::new(scope)),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn into_state(self) -> State {
+        self.state.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ChangeSink for ExplainCollector {
+    fn wants_objects(&self) -> bool {
+        true
+    }
+
+    fn record(&self, change: &ChangeRecord) {
+        self.lock().record(change);
+    }
+
+    fn wants_events(&self) -> bool {
+        true
+    }
+
+    fn event(&self, event: &EventRecord) {
+        self.lock().record_event(event);
+    }
+}

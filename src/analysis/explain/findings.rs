@@ -1,0 +1,335 @@
+//! Raw findings from what the collector kept, one per refused write (by
+//! object and message), Warning Event (by object, reason and message),
+//! object not settled at the end, and hop far slower than its edge's
+//! usual. [`super::rank`] merges and folds them.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use super::collect::{Idx, State};
+use super::rank::normalize;
+use super::report::{Evidence, FindingKind, Severity};
+use crate::analysis::cascade::format_duration;
+use crate::pipeline::SpanRef;
+
+/// Event reasons that report a failure (an Error when the object did not
+/// recover); other Warning Events are Warnings.
+const FAILURE_REASONS: &[&str] = &[
+    "FailedScheduling",
+    "FailedCreate",
+    "FailedDelete",
+    "FailedMount",
+    "FailedAttachVolume",
+    "FailedMapVolume",
+    "ProvisioningFailed",
+    "BackOff",
+    "Failed",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InspectFailed",
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedKillPod",
+    "FailedCreatePodSandBox",
+    "Evicted",
+    "OOMKilling",
+    "FailedBinding",
+    "ExceededGracePeriod",
+];
+
+/// A hop counts as slow from this long…
+const SLOW_HOP_FLOOR: Duration = Duration::from_secs(1);
+/// …and this many times its edge's median (and above its p99).
+const SLOW_HOP_FACTOR: u64 = 10;
+/// Edges with fewer hops have no "usual" latency to compare with.
+const SLOW_HOP_MIN_SAMPLES: u64 = 20;
+
+/// One finding before merging and folding.
+#[derive(Clone, Debug)]
+pub(super) struct Raw {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    pub obj: Idx,
+    pub title: String,
+    /// The title normalized for comparison (generated names elided).
+    pub key: String,
+    pub first: SystemTime,
+    pub last: SystemTime,
+    pub count: u64,
+    pub evidence: Vec<(SystemTime, Evidence)>,
+    /// The cascade it happened in.
+    pub root: Option<SpanRef>,
+    pub also: Vec<Idx>,
+    pub also_total: u64,
+}
+
+pub(super) fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+/// The first line of a message, at most 400 characters.
+pub(super) fn one_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("").trim();
+    if line.chars().count() > 400 {
+        let head: String = line.chars().take(400).collect();
+        format!("{head}…")
+    } else {
+        line.to_string()
+    }
+}
+
+/// Whether a refused write was refused by a policy (quota, admission,
+/// RBAC, Pod Security), and which.
+pub(super) fn denial(code: i32, message: &str) -> Option<&'static str> {
+    if message.contains("exceeded quota") {
+        Some("quota")
+    } else if message.contains("admission webhook") || message.contains("denied the request") {
+        Some("admission")
+    } else if message.contains("violates PodSecurity") {
+        Some("Pod Security admission")
+    } else if code == 403 && message.contains(" cannot ") {
+        Some("RBAC")
+    } else if code == 403 {
+        Some("policy")
+    } else {
+        None
+    }
+}
+
+pub(super) fn raw_findings(st: &mut State, members: &HashSet<usize>) -> Vec<Raw> {
+    let mut out = Vec::new();
+    failed_writes(st, members, &mut out);
+    warning_events(st, members, &mut out);
+    unsettled(st, members, &mut out);
+    slow_hops(st, members, &mut out);
+    out
+}
+
+fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    let mut by_key: HashMap<(Idx, String), usize> = HashMap::new();
+    for f in &st.failed {
+        if f.retried || !members.contains(&(f.obj as usize)) || !st.scope.admits_finding(f.received)
+        {
+            continue;
+        }
+        let message = if f.message.is_empty() {
+            format!("HTTP {}", f.code)
+        } else {
+            one_line(&f.message)
+        };
+        let denied = denial(f.code, &message);
+        let kind = if denied.is_some() {
+            FindingKind::DeniedWrite
+        } else {
+            FindingKind::FailedWrite
+        };
+        let severity = match (kind, f.code) {
+            (FindingKind::DeniedWrite, _) => Severity::Error,
+            (_, 409) | (_, 404) => Severity::Warning,
+            _ => Severity::Error,
+        };
+        let attempted = crate::analysis::cascade::object_name(&f.attempted);
+        let summary = format!(
+            "{} {} {attempted} → {}{}",
+            st.strings.get(f.user),
+            st.strings.get(f.verb),
+            f.code,
+            denied
+                .map(|d| format!(" (denied by {d})"))
+                .unwrap_or_default()
+        );
+        let ev = Evidence {
+            kind: "write".into(),
+            time: rfc3339(f.received),
+            summary,
+            detail: message.clone(),
+        };
+        let key = normalize(&message);
+        match by_key.get(&(f.obj, key.clone())) {
+            Some(&i) => {
+                let r: &mut Raw = &mut out[i];
+                r.count += 1;
+                r.first = r.first.min(f.received);
+                if f.received >= r.last {
+                    r.last = f.received;
+                    if r.evidence.len() < 2 {
+                        r.evidence.push((f.received, ev));
+                    } else {
+                        r.evidence[1] = (f.received, ev);
+                    }
+                }
+            }
+            None => {
+                by_key.insert((f.obj, key.clone()), out.len());
+                out.push(Raw {
+                    kind,
+                    severity,
+                    obj: f.obj,
+                    title: message,
+                    key,
+                    first: f.received,
+                    last: f.received,
+                    count: 1,
+                    evidence: vec![(f.received, ev)],
+                    root: Some(f.root),
+                    also: Vec::new(),
+                    also_total: 0,
+                });
+            }
+        }
+    }
+}
+
+fn warning_events(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    for e in st.events.values() {
+        if !members.contains(&(e.obj as usize)) || !st.scope.admits_finding(e.last) {
+            continue;
+        }
+        let reason = st.strings.get(e.reason);
+        let o = &st.objects[e.obj as usize];
+        // An object that settled after the Event recovered: what it
+        // reported was passing.
+        let recovered = o.problem.is_none();
+        let severity = if FAILURE_REASONS.contains(&reason) && !recovered {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let message = one_line(&e.message);
+        let component = st.strings.get(e.component);
+        let times = if e.count > 1 {
+            format!(" (×{})", e.count)
+        } else {
+            String::new()
+        };
+        let by = if component.is_empty() {
+            String::new()
+        } else {
+            format!(" by {component}")
+        };
+        let recovered_note = if recovered { ", recovered later" } else { "" };
+        out.push(Raw {
+            kind: FindingKind::WarningEvent,
+            severity,
+            obj: e.obj,
+            title: format!("{reason}: {message}"),
+            key: normalize(&message),
+            first: e.first,
+            last: e.last,
+            count: e.count,
+            evidence: vec![(
+                e.last,
+                Evidence {
+                    kind: "event".into(),
+                    time: rfc3339(e.last),
+                    summary: format!("Warning {reason}{times}{by}{recovered_note}"),
+                    detail: message,
+                },
+            )],
+            root: o.last_root,
+            also: Vec::new(),
+            also_total: 0,
+        });
+    }
+}
+
+fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    let end = st.last.unwrap_or(SystemTime::UNIX_EPOCH);
+    for (i, o) in st.objects.iter().enumerate() {
+        let Some(p) = &o.problem else { continue };
+        if o.gone || !members.contains(&i) {
+            continue;
+        }
+        let status = st.strings.get(p.status);
+        let message = one_line(st.strings.get(p.message));
+        let held = o.deleting.as_ref().filter(|(_, f)| !f.is_empty());
+        let title = match held {
+            Some((at, finalizers)) => format!(
+                "deletion requested {} ago is held by finalizer{} {}",
+                format_duration(end.duration_since(*at).unwrap_or_default()),
+                if finalizers.len() == 1 { "" } else { "s" },
+                finalizers.join(", ")
+            ),
+            None if message.is_empty() => status.to_string(),
+            None => format!("{status}: {message}"),
+        };
+        let severity = if status == "Failed" {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let since = format_duration(end.duration_since(p.since).unwrap_or_default());
+        out.push(Raw {
+            kind: FindingKind::NotCompleted,
+            severity,
+            obj: i as Idx,
+            key: normalize(&message),
+            title,
+            first: p.since,
+            last: end,
+            count: 1,
+            evidence: vec![(
+                p.since,
+                Evidence {
+                    kind: "status".into(),
+                    time: rfc3339(p.since),
+                    summary: format!("{status} for {since}, until the log ends"),
+                    detail: message,
+                },
+            )],
+            root: o.last_root,
+            also: Vec::new(),
+            also_total: 0,
+        });
+    }
+}
+
+fn slow_hops(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    for (edge, e) in st.edges.iter_mut() {
+        if e.latencies.count() < SLOW_HOP_MIN_SAMPLES {
+            continue;
+        }
+        let p50 = e.latencies.quantile_us(0.5);
+        let p99 = e.latencies.quantile_us(0.99);
+        let floor = SLOW_HOP_FLOOR.as_micros() as u64;
+        for h in &e.slowest {
+            if h.hop_us < floor
+                || h.hop_us < p50.saturating_mul(SLOW_HOP_FACTOR)
+                || h.hop_us <= p99
+                || !members.contains(&(h.obj as usize))
+                || !st.scope.admits_finding(h.received)
+            {
+                continue;
+            }
+            let took = format_duration(Duration::from_micros(h.hop_us));
+            let usual = format!(
+                "usually {} (p50), {} (p99) over {} hops",
+                format_duration(Duration::from_micros(p50)),
+                format_duration(Duration::from_micros(p99)),
+                e.latencies.count()
+            );
+            out.push(Raw {
+                kind: FindingKind::SlowHop,
+                severity: Severity::Info,
+                obj: h.obj,
+                title: format!("slow hop {edge}: {took}, {usual}"),
+                key: format!("slow {edge} {}", h.write),
+                first: h.received,
+                last: h.received,
+                count: 1,
+                evidence: vec![(
+                    h.received,
+                    Evidence {
+                        kind: "write".into(),
+                        time: rfc3339(h.received),
+                        summary: format!("{} {took} after {}", h.write, h.cause),
+                        detail: usual,
+                    },
+                )],
+                root: Some(h.root),
+                also: Vec::new(),
+                also_total: 0,
+            });
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Root causes first: duplicates merged (the refused create and the
+//! FailedCreate Event that reports it; the same Event on every Pod of a
+//! ReplicaSet), symptoms folded under what explains them (a Deployment not
+//! Available because its Pod cannot be scheduled is one finding, not
+//! three), then ordered by severity, kind and time.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::collect::{Idx, State};
+use super::findings::Raw;
+use super::report::FindingKind;
+
+/// Objects looked at below one finding at most (bounds the fold on huge
+/// object trees).
+const MAX_SUBTREE: usize = 20_000;
+
+/// A top-level finding and the findings folded under it.
+pub(super) struct Ranked {
+    pub finding: Raw,
+    pub symptoms: Vec<Raw>,
+}
+
+/// Generated name suffixes (`-5d4f9c8b7`, `-x7k2p`: Kubernetes' random
+/// alphabet) become `-…`, so messages about sibling objects compare equal.
+static GENERATED: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"-[bcdfghjklmnpqrstvwxz2456789]{5,10}\b").expect("static regex"));
+
+/// A message made comparable: generated names elided, a leading
+/// `Error creating:` and reason word dropped, lower case.
+pub(super) fn normalize(message: &str) -> String {
+    let m = message.trim();
+    let m = m.strip_prefix("Error creating: ").unwrap_or(m);
+    GENERATED.replace_all(m, "-…").to_lowercase()
+}
+
+/// Whether two normalized messages say the same thing (one contains the
+/// start of the other, ignoring a `Reason: ` prefix).
+fn same_message(a: &str, b: &str) -> bool {
+    fn body(s: &str) -> &str {
+        match s.split_once(": ") {
+            Some((head, rest)) if !head.contains(' ') && !rest.is_empty() => rest,
+            _ => s,
+        }
+    }
+    fn head(s: &str) -> &str {
+        let end = s.char_indices().nth(60).map_or(s.len(), |(i, _)| i);
+        &s[..end]
+    }
+    let (a, b) = (body(a), body(b));
+    if a.is_empty() || b.is_empty() {
+        return false;
+    }
+    a.contains(head(b)) || b.contains(head(a))
+}
+
+/// Higher explains more: a refusal is closer to the cause than the Event
+/// that reports it, which is closer than the state it left.
+fn priority(k: FindingKind) -> u8 {
+    match k {
+        FindingKind::DeniedWrite => 5,
+        FindingKind::FailedWrite => 4,
+        FindingKind::WarningEvent => 3,
+        FindingKind::NotCompleted => 2,
+        FindingKind::SlowHop => 1,
+    }
+}
+
+fn absorb(into: &mut Raw, other: Raw) {
+    if priority(other.kind) > priority(into.kind) {
+        into.kind = other.kind;
+        into.title = other.title;
+        into.key = other.key;
+    }
+    into.severity = into.severity.max(other.severity);
+    into.first = into.first.min(other.first);
+    into.last = into.last.max(other.last);
+    into.count = into.count.max(other.count);
+    into.evidence.extend(other.evidence);
+    into.evidence.sort_by_key(|(t, _)| *t);
+    if into.root.is_none() {
+        into.root = other.root;
+    }
+}
+
+/// The objects under `obj` (not itself).
+fn subtree(st: &State, obj: Idx) -> HashSet<Idx> {
+    let mut seen = HashSet::new();
+    let mut stack: Vec<Idx> = st.objects[obj as usize]
+        .children
+        .iter()
+        .map(|(c, _)| *c)
+        .collect();
+    while let Some(i) = stack.pop() {
+        if i == obj || seen.len() >= MAX_SUBTREE || !seen.insert(i) {
+            continue;
+        }
+        stack.extend(st.objects[i as usize].children.iter().map(|(c, _)| *c));
+    }
+    seen
+}
+
+fn first_parent(st: &State, obj: Idx) -> Option<Idx> {
+    st.objects[obj as usize].parents.first().map(|(p, _)| *p)
+}
+
+pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
+    // 1. The same thing on the same object, said twice (a refusal and its
+    //    Event, an Event and the state it left).
+    let mut merged: Vec<Raw> = Vec::new();
+    let mut raw = raw;
+    raw.sort_by_key(|r| std::cmp::Reverse(priority(r.kind)));
+    for r in raw {
+        let twin = merged.iter_mut().find(|m| {
+            m.obj == r.obj
+                && m.kind != FindingKind::SlowHop
+                && r.kind != FindingKind::SlowHop
+                && same_message(&m.key, &r.key)
+        });
+        match twin {
+            Some(m) => absorb(m, r),
+            None => merged.push(r),
+        }
+    }
+    // 2. The same finding on siblings (every Pod of a ReplicaSet).
+    let mut grouped: Vec<Raw> = Vec::new();
+    for r in merged {
+        let parent = first_parent(st, r.obj);
+        let sibling = grouped.iter_mut().find(|g| {
+            g.kind == r.kind
+                && g.key == r.key
+                && g.obj != r.obj
+                && g.kind != FindingKind::SlowHop
+                && parent.is_some()
+                && first_parent(st, g.obj) == parent
+        });
+        match sibling {
+            Some(g) => {
+                g.also_total += 1;
+                if g.also.len() < 5 {
+                    g.also.push(r.obj);
+                }
+                g.count += r.count;
+                g.first = g.first.min(r.first);
+                g.last = g.last.max(r.last);
+                g.severity = g.severity.max(r.severity);
+            }
+            None => grouped.push(r),
+        }
+    }
+    // 3. Symptoms under their causes: a state or Event on an object is
+    //    explained by a finding further down its tree (or by a stronger
+    //    one on the object itself). Refused writes are causes, never
+    //    symptoms.
+    let n = grouped.len();
+    let below: Vec<HashSet<Idx>> = grouped.iter().map(|g| subtree(st, g.obj)).collect();
+    let mut explained_by: Vec<Option<usize>> = vec![None; n];
+    for x in 0..n {
+        let gx = &grouped[x];
+        if matches!(
+            gx.kind,
+            FindingKind::DeniedWrite | FindingKind::FailedWrite | FindingKind::SlowHop
+        ) {
+            continue;
+        }
+        let best = (0..n)
+            .filter(|&y| y != x && grouped[y].kind != FindingKind::SlowHop)
+            .filter(|&y| {
+                let gy = &grouped[y];
+                below[x].contains(&gy.obj)
+                    || gy.also.iter().any(|o| below[x].contains(o))
+                    || (gy.obj == gx.obj && priority(gy.kind) > priority(gx.kind))
+            })
+            .max_by_key(|&y| {
+                (
+                    grouped[y].severity,
+                    priority(grouped[y].kind),
+                    std::cmp::Reverse(grouped[y].first),
+                )
+            });
+        explained_by[x] = best;
+    }
+    let top = |mut i: usize| {
+        let mut steps = 0;
+        while let Some(p) = explained_by[i] {
+            i = p;
+            steps += 1;
+            if steps > n {
+                break;
+            }
+        }
+        i
+    };
+    let tops: Vec<usize> = (0..n).map(top).collect();
+    // A cycle (two findings each below the other) leaves both on top.
+    let mut slots: Vec<Option<Raw>> = grouped.into_iter().map(Some).collect();
+    let mut out: Vec<Ranked> = Vec::new();
+    let mut position = vec![usize::MAX; n];
+    for i in 0..n {
+        if tops[i] == i || explained_by[i].is_none() {
+            position[i] = out.len();
+            out.push(Ranked {
+                finding: slots[i].take().expect("each finding once"),
+                symptoms: Vec::new(),
+            });
+        }
+    }
+    for i in 0..n {
+        if let Some(s) = slots[i].take() {
+            let t = tops[i];
+            if position[t] != usize::MAX {
+                out[position[t]].symptoms.push(s);
+            } else {
+                out.push(Ranked {
+                    finding: s,
+                    symptoms: Vec::new(),
+                });
+            }
+        }
+    }
+    for r in &mut out {
+        r.symptoms.sort_by_key(|s| (s.first, s.obj));
+        // A folded Error makes the cause an Error too.
+        if let Some(worst) = r.symptoms.iter().map(|s| s.severity).max() {
+            r.finding.severity = r.finding.severity.max(worst);
+        }
+    }
+    out.sort_by(|a, b| {
+        let (a, b) = (&a.finding, &b.finding);
+        b.severity
+            .cmp(&a.severity)
+            .then(priority(b.kind).cmp(&priority(a.kind)))
+            .then(a.first.cmp(&b.first))
+            .then(a.obj.cmp(&b.obj))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_names_and_prefixes_do_not_tell_messages_apart() {
+        let event = normalize(
+            "Error creating: pods \"capped-7d4b9c6f5-x7k2p\" is forbidden: exceeded quota: pods",
+        );
+        let write = normalize("pods \"capped-7d4b9c6f5-qz9vw\" is forbidden: exceeded quota: pods");
+        assert_eq!(event, write);
+        assert!(same_message(&event, &write));
+        let state = normalize("Unschedulable: 0/1 nodes are available: 1 node(s) didn't match");
+        let scheduler = normalize("0/1 nodes are available: 1 node(s) didn't match Pod's node");
+        assert!(same_message(&state, &scheduler));
+        assert!(!same_message(
+            &normalize("Back-off restarting failed container"),
+            &scheduler
+        ));
+        // Words that only look generated stay.
+        assert_eq!(normalize("rollout-demo"), "rollout-demo");
+    }
+}

@@ -1,0 +1,296 @@
+//! `kascade explain`: findings over audit log files (and Event lists),
+//! streamed through the processor with the explain collector as its sink.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, bail};
+
+use super::lines::{Lines, LinesState, in_time_order, progress_bar, total_size};
+use super::{PipelineConfig, load_rules};
+use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, Severity};
+use crate::offline::changes_to_sinks;
+use crate::pipeline::{ChangeSink, EventRecord, K8sEvent};
+
+/// How a report is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExplainFormat {
+    Text,
+    Markdown,
+    Json,
+    Html,
+}
+
+impl ExplainFormat {
+    pub const ALL: [ExplainFormat; 4] = [
+        ExplainFormat::Text,
+        ExplainFormat::Markdown,
+        ExplainFormat::Json,
+        ExplainFormat::Html,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExplainFormat::Text => "text",
+            ExplainFormat::Markdown => "markdown",
+            ExplainFormat::Json => "json",
+            ExplainFormat::Html => "html",
+        }
+    }
+}
+
+impl std::str::FromStr for ExplainFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s || (s == "md" && *f == ExplainFormat::Markdown))
+            .ok_or_else(|| format!("unknown format {s:?} (text, markdown, json, html)"))
+    }
+}
+
+/// Which findings make `kascade explain` exit with [`FINDINGS_EXIT_CODE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOn {
+    Error,
+    Warning,
+    Info,
+    Never,
+}
+
+impl FailOn {
+    pub const ALL: [FailOn; 4] = [FailOn::Error, FailOn::Warning, FailOn::Info, FailOn::Never];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailOn::Error => "error",
+            FailOn::Warning => "warning",
+            FailOn::Info => "info",
+            FailOn::Never => "never",
+        }
+    }
+
+    fn threshold(self) -> Option<Severity> {
+        match self {
+            FailOn::Error => Some(Severity::Error),
+            FailOn::Warning => Some(Severity::Warning),
+            FailOn::Info => Some(Severity::Info),
+            FailOn::Never => None,
+        }
+    }
+}
+
+/// The exit code when findings at or above `--fail-on` exist (1 is kept
+/// for kascade's own failures, 2 for bad command lines).
+pub const FINDINGS_EXIT_CODE: u8 = 3;
+
+/// What `kascade explain` reads and writes.
+#[derive(Clone, Debug)]
+pub struct ExplainConfig {
+    /// Audit log files (JSON lines; `.gz` decompressed), oldest first
+    /// (they are put in time order when not).
+    pub files: Vec<PathBuf>,
+    /// Event lists (`kubectl get events -o json`) or JSON lines of Events.
+    pub events: Vec<PathBuf>,
+    pub cluster: String,
+    pub rules: Option<PathBuf>,
+    pub scope: Scope,
+    /// Written on stdout.
+    pub format: ExplainFormat,
+    /// Also written to files.
+    pub outputs: Vec<(ExplainFormat, PathBuf)>,
+    pub fail_on: FailOn,
+    /// Malformed lines listed at most (all are counted).
+    pub max_errors_shown: usize,
+}
+
+impl Default for ExplainConfig {
+    fn default() -> Self {
+        Self {
+            files: Vec::new(),
+            events: Vec::new(),
+            cluster: super::trace::TraceConfig::default().cluster,
+            rules: None,
+            scope: Scope::default(),
+            format: ExplainFormat::Text,
+            outputs: Vec::new(),
+            fail_on: FailOn::Never,
+            max_errors_shown: 5,
+        }
+    }
+}
+
+/// The Events of an Event list file (an EventList / List JSON document, or
+/// one Event per line), handed to the collector as the processor would.
+fn read_events(
+    path: &PathBuf,
+    cluster: &str,
+    collector: &ExplainCollector,
+) -> anyhow::Result<usize> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let objects: Vec<serde_json::Value> = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => match v.get("items").and_then(|i| i.as_array()) {
+            Some(items) => items.clone(),
+            None => vec![v],
+        },
+        Err(_) => text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).with_context(|| {
+                    format!(
+                        "{}:{}: not an Event list or JSON line",
+                        path.display(),
+                        i + 1
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    let kinds = crate::aggregate::relations::KindRegistry::default();
+    let mut n = 0;
+    for (i, obj) in objects.iter().enumerate() {
+        let Some(e) = K8sEvent::from_object(obj) else {
+            bail!(
+                "{}: item {} is not an Event (kind {:?})",
+                path.display(),
+                i + 1,
+                obj.get("kind").and_then(|k| k.as_str()).unwrap_or("none")
+            );
+        };
+        let Some(at) = e.occurred else { continue };
+        let involved = kinds.referenced_object(
+            cluster,
+            &e.involved.api_version,
+            &e.involved.kind,
+            &e.involved.namespace,
+            &e.involved.name,
+        );
+        collector.event(&EventRecord {
+            involved,
+            event: e,
+            at,
+        });
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Reads the inputs and builds the report; malformed lines are counted in
+/// it (with a few examples) and listed on stderr.
+pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
+    if config.files.is_empty() {
+        bail!("no audit log files given");
+    }
+    let total = total_size(&config.files)?;
+    let (files, note) = in_time_order(config.files.clone());
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    let bar = progress_bar(total);
+    let pipeline = PipelineConfig {
+        rules: config.rules.clone(),
+        ..PipelineConfig::default()
+    };
+    let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
+    let shared = Arc::new(Mutex::new(LinesState::default()));
+    let mut lines = Lines::new(files.clone(), bar.clone(), shared.clone());
+    // One namespace: lines that do not mention it are not parsed at all.
+    if let Some(ns) = &config.scope.namespace {
+        lines = lines.containing(&format!("\"{ns}\""));
+    }
+    let collector = Arc::new(ExplainCollector::new(config.scope.clone()));
+    let errors = changes_to_sinks(
+        lines,
+        &config.cluster,
+        rules,
+        &pipeline.filter()?,
+        pipeline.processor_config()?,
+        pipeline.redactor()?,
+        vec![collector.clone() as Arc<dyn ChangeSink>],
+    )
+    .await;
+    bar.finish_and_clear();
+    let mut st = shared.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = st.io_error.take() {
+        return Err(e);
+    }
+    let located = st.located(&errors);
+    let parsed = st.non_empty - st.skipped;
+    if parsed > 0 && errors.len() as u64 == parsed {
+        bail!(
+            "no audit events in {}: {}",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            located.first().map_or("", String::as_str)
+        );
+    }
+    for e in located.iter().take(config.max_errors_shown) {
+        eprintln!("{e} (skipped)");
+    }
+    if located.len() > config.max_errors_shown {
+        eprintln!(
+            "… and {} more malformed lines (skipped)",
+            located.len() - config.max_errors_shown
+        );
+    }
+    for path in &config.events {
+        read_events(path, &config.cluster, &collector)?;
+    }
+    let collector = Arc::try_unwrap(collector)
+        .map_err(|_| anyhow::anyhow!("the pipeline still holds the explain collector"))?;
+    let inputs = Inputs {
+        files: files
+            .iter()
+            .chain(&config.events)
+            .map(|f| f.display().to_string())
+            .collect(),
+        lines: st.non_empty,
+        malformed: errors.len() as u64,
+        malformed_examples: located.into_iter().take(config.max_errors_shown).collect(),
+        ..Inputs::default()
+    };
+    Ok(explain::report(collector, inputs))
+}
+
+/// The report in `format`; `color` for the terminal.
+pub fn render(report: &Report, format: ExplainFormat, color: bool) -> String {
+    match format {
+        ExplainFormat::Text => explain::render_text(report, color),
+        ExplainFormat::Markdown => explain::render_markdown(report),
+        ExplainFormat::Json => report.to_json() + "\n",
+        ExplainFormat::Html => String::from("HTML: not yet"),
+    }
+}
+
+/// Writes the report where asked; whether findings at or above
+/// `--fail-on` exist.
+pub async fn run(config: ExplainConfig) -> anyhow::Result<bool> {
+    let report = explain(&config).await?;
+    for (format, path) in &config.outputs {
+        std::fs::write(path, render(&report, *format, false)).with_context(|| {
+            format!(
+                "cannot write the {} report to {}",
+                format.name(),
+                path.display()
+            )
+        })?;
+    }
+    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && console::Term::stdout().is_term()
+        && console::colors_enabled();
+    use std::io::Write as _;
+    std::io::stdout()
+        .lock()
+        .write_all(render(&report, config.format, color).as_bytes())
+        .context("writing the report")?;
+    Ok(config
+        .fail_on
+        .threshold()
+        .is_some_and(|t| report.worst().is_some_and(|w| w >= t)))
+}

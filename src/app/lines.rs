@@ -1,0 +1,222 @@
+//! Audit log files read as one stream of lines for the offline commands
+//! (`analyze`, `explain`): a progress bar over the bytes, `.gz` files
+//! decompressed, each line's file:line kept for error messages, and an
+//! optional cheap filter that skips lines before they are parsed.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A progress bar over `total` bytes, drawn only when stderr is a terminal.
+pub fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}",
+        )
+        .expect("static template"),
+    );
+    bar
+}
+
+/// The total size of `files` (for the progress bar); fails naming the
+/// first file that cannot be read.
+pub fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for f in files {
+        total += std::fs::metadata(f)
+            .with_context(|| format!("cannot read {}", f.display()))?
+            .len();
+    }
+    Ok(total)
+}
+
+/// The files' lines, one after the other, remembering where each file
+/// starts so an error's line number can be given as file:line. A line the
+/// filter rejects is yielded empty (the pipeline skips empty lines), so
+/// line numbers stay right.
+pub struct Lines {
+    files: std::vec::IntoIter<PathBuf>,
+    current: Option<BufReader<Box<dyn Read>>>,
+    buf: Vec<u8>,
+    bar: ProgressBar,
+    shared: Arc<Mutex<LinesState>>,
+    keep: Option<memchr::memmem::Finder<'static>>,
+}
+
+/// What reading found, shared with the caller.
+#[derive(Default)]
+pub struct LinesState {
+    /// (file, global index of its first line).
+    starts: Vec<(PathBuf, u64)>,
+    yielded: u64,
+    /// Lines read that were not blank.
+    pub non_empty: u64,
+    /// Lines the filter skipped.
+    pub skipped: u64,
+    pub io_error: Option<anyhow::Error>,
+}
+
+impl LinesState {
+    /// `file:line` of a global line number (1-based).
+    pub fn locate(&self, global_line: u64) -> String {
+        match self
+            .starts
+            .iter()
+            .rev()
+            .find(|(_, start)| *start < global_line)
+        {
+            Some((f, start)) => format!("{}:{}", f.display(), global_line - start),
+            None => format!("line {global_line}"),
+        }
+    }
+
+    /// The pipeline's `<global line>: <message>` errors as
+    /// `file:line: message`.
+    pub fn located(&self, errors: &[String]) -> Vec<String> {
+        errors
+            .iter()
+            .map(|e| {
+                let (n, msg) = e.split_once(": ").unwrap_or(("0", e));
+                format!("{}: {msg}", self.locate(n.parse().unwrap_or(0)))
+            })
+            .collect()
+    }
+}
+
+impl Lines {
+    pub fn new(files: Vec<PathBuf>, bar: ProgressBar, shared: Arc<Mutex<LinesState>>) -> Self {
+        Lines {
+            files: files.into_iter(),
+            current: None,
+            buf: Vec::new(),
+            bar,
+            shared,
+            keep: None,
+        }
+    }
+
+    /// Only lines containing `needle` go through; the others are yielded empty.
+    pub fn containing(mut self, needle: &str) -> Self {
+        self.keep = Some(memchr::memmem::Finder::new(needle.as_bytes()).into_owned());
+        self
+    }
+
+    fn open(&mut self, path: PathBuf) -> Option<()> {
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                st.io_error = Some(anyhow::anyhow!("cannot open {}: {e}", path.display()));
+                return None;
+            }
+        };
+        let read = self.bar.wrap_read(file);
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(read))
+        } else {
+            Box::new(read)
+        };
+        self.current = Some(BufReader::with_capacity(1 << 20, reader));
+        let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let at = st.yielded;
+        st.starts.push((path, at));
+        Some(())
+    }
+}
+
+impl Iterator for Lines {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        loop {
+            if self.current.is_none() {
+                let path = self.files.next()?;
+                self.open(path)?;
+            }
+            let reader = self.current.as_mut()?;
+            self.buf.clear();
+            match reader.read_until(b'\n', &mut self.buf) {
+                Ok(0) => {
+                    self.current = None;
+                    continue;
+                }
+                Ok(_) => {
+                    let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                    st.yielded += 1;
+                    if self.buf.iter().all(u8::is_ascii_whitespace) {
+                        return Some(String::new());
+                    }
+                    st.non_empty += 1;
+                    if let Some(keep) = &self.keep
+                        && keep.find(&self.buf).is_none()
+                    {
+                        st.skipped += 1;
+                        return Some(String::new());
+                    }
+                    return Some(String::from_utf8_lossy(&self.buf).into_owned());
+                }
+                Err(e) => {
+                    let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                    let (f, _) = st.starts.last().cloned().unwrap_or_default();
+                    st.io_error = Some(anyhow::anyhow!("cannot read {}: {e}", f.display()));
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The audit time of a file's first event (`requestReceivedTimestamp`),
+/// when its first line has one.
+fn first_time(path: &PathBuf) -> Option<String> {
+    let file = File::open(path).ok()?;
+    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    let mut line = String::new();
+    BufReader::new(reader.take(1 << 24))
+        .read_line(&mut line)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+    v.get("requestReceivedTimestamp")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Rotated logs in time order (oldest first, by each file's first event),
+/// whatever order they were given in; says when it reordered them. RFC
+/// 3339 timestamps in UTC compare as text.
+pub fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
+    let mut keyed: Vec<(Option<String>, usize, PathBuf)> = files
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (first_time(&f), i, f))
+        .collect();
+    let given: Vec<PathBuf> = keyed.iter().map(|(_, _, f)| f.clone()).collect();
+    // Files without a readable first event keep their place at the end.
+    keyed.sort_by(|a, b| match (&a.0, &b.0) {
+        (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.1.cmp(&b.1),
+    });
+    let ordered: Vec<PathBuf> = keyed.into_iter().map(|(_, _, f)| f).collect();
+    let note = (ordered != given).then(|| {
+        format!(
+            "reading the logs oldest first: {}",
+            ordered
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    (ordered, note)
+}

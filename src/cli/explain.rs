@@ -1,0 +1,91 @@
+//! Flags of `kascade explain`.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use clap::Args;
+
+use crate::analysis::explain::{ObjectFilter, Scope, parse_selector};
+use crate::app::explain::{ExplainConfig, ExplainFormat, FailOn};
+
+super::value_enum_by_name!(ExplainFormat);
+super::value_enum_by_name!(FailOn);
+
+fn explain() -> ExplainConfig {
+    ExplainConfig::default()
+}
+
+fn parse_time(s: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("{s:?}: {e} (expected RFC 3339, e.g. 2026-11-23T10:00:00Z)"))
+}
+
+fn parse_output(s: &str) -> Result<(ExplainFormat, PathBuf), String> {
+    let (format, path) = s
+        .split_once('=')
+        .filter(|(_, p)| !p.is_empty())
+        .ok_or_else(|| format!("{s:?}: expected FORMAT=PATH, e.g. html=report.html"))?;
+    Ok((format.parse()?, PathBuf::from(path)))
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// Audit log files (JSON lines, `.gz` too), as for `kascade trace`; rotated logs in any order.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Event list (`kubectl get events -A -o json`, or one Event per line), when the audit log lacks them.
+    #[arg(long, value_name = "FILE")]
+    pub events: Vec<PathBuf>,
+    /// Only this namespace (and what its objects use: nodes, volumes).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Only objects with these labels and what they own (`app=web,tier!=db`).
+    #[arg(long, short = 'l', value_parser = |s: &str| parse_selector(s).map(|sel| (s.to_string(), sel)))]
+    pub selector: Option<(String, crate::aggregate::rules::LabelSelector)>,
+    /// Only this object and what it owns: RESOURCE/NAME (`deployments/web`; with --namespace).
+    #[arg(long)]
+    pub object: Option<ObjectFilter>,
+    /// Leave out what happened before this time (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    pub from: Option<SystemTime>,
+    /// Leave out what happened after this time (RFC 3339); the state then counts as the end.
+    #[arg(long, value_parser = parse_time)]
+    pub to: Option<SystemTime>,
+    /// What to print on stdout: `text` (coloured on a terminal; NO_COLOR respected), `markdown`, `json`, `html`.
+    #[arg(long, value_enum, default_value_t = explain().format)]
+    pub format: ExplainFormat,
+    /// Also write the report as FORMAT to PATH (repeatable): `--output html=report.html`.
+    #[arg(long, value_name = "FORMAT=PATH", value_parser = parse_output)]
+    pub output: Vec<(ExplainFormat, PathBuf)>,
+    /// Exit with code 3 when a finding of at least this severity exists.
+    #[arg(long, value_enum, default_value_t = explain().fail_on)]
+    pub fail_on: FailOn,
+    /// Cluster name given to the audit log's objects.
+    #[arg(long, default_value_t = explain().cluster, env = "KASCADE_CLUSTER")]
+    pub cluster: String,
+    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
+    #[arg(long, env = "KASCADE_RULES")]
+    pub rules: Option<PathBuf>,
+}
+
+impl From<ExplainArgs> for ExplainConfig {
+    fn from(a: ExplainArgs) -> Self {
+        ExplainConfig {
+            files: a.files,
+            events: a.events,
+            cluster: a.cluster,
+            rules: a.rules,
+            scope: Scope {
+                namespace: a.namespace,
+                selector: a.selector,
+                object: a.object,
+                from: a.from,
+                to: a.to,
+            },
+            format: a.format,
+            outputs: a.output,
+            fail_on: a.fail_on,
+            ..ExplainConfig::default()
+        }
+    }
+}
