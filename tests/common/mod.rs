@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures")
+}
+
 pub fn fixture_path(scenario: &str, file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("e2e/fixtures")

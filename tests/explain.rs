@@ -1,0 +1,336 @@
+//! `kascade explain` over the audit logs captured from the real control
+//! plane (`e2e/fixtures/`): the first finding names the true cause, the
+//! run that succeeded has no error, scopes narrow, bad input is named.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use kascade::analysis::explain::{FindingKind, Report, Scope, Severity};
+use kascade::app::explain::{ExplainConfig, explain};
+
+fn run(files: Vec<PathBuf>, scope: Scope) -> Report {
+    let config = ExplainConfig {
+        files,
+        scope,
+        ..ExplainConfig::default()
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&config))
+        .unwrap()
+}
+
+fn fixture(name: &str) -> Report {
+    run(
+        vec![common::fixture_path(name, "audit.log")],
+        Scope::default(),
+    )
+}
+
+fn kascade() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kascade"))
+}
+
+#[test]
+fn a_quota_refusal_is_the_first_finding_on_its_replicaset_under_the_deployment() {
+    let r = fixture("quota");
+    let f = &r.findings[0];
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.kind, FindingKind::DeniedWrite);
+    assert!(
+        f.title.contains("is forbidden: exceeded quota: pods"),
+        "{}",
+        f.title
+    );
+    assert_eq!(f.object.resource, "replicasets");
+    assert!(f.object.name.starts_with("capped-"), "{}", f.object.name);
+    assert_eq!(f.chain[0].object.display, "deployments quota-demo/capped");
+    assert!(
+        f.headline.contains("— on replicasets quota-demo/capped-")
+            && f.headline
+                .ends_with(", under deployments quota-demo/capped"),
+        "{}",
+        f.headline
+    );
+    // The refusals and the replicaset-controller's FailedCreate Event are
+    // one finding, and the Deployment left unfinished is its symptom.
+    assert!(f.count >= 2, "{}", f.count);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.kind == "event" && e.summary.contains("FailedCreate")),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.symptoms
+            .iter()
+            .any(|s| s.object.display == "deployments quota-demo/capped"),
+        "{:?}",
+        f.symptoms
+    );
+    assert_eq!(r.totals.error, 1, "{:#?}", r.findings);
+    let t = f.trigger.as_ref().expect("the cascade's external write");
+    assert_eq!(
+        t.write,
+        "kascade-e2e-admin create deployments quota-demo/capped"
+    );
+}
+
+#[test]
+fn an_unsatisfiable_node_selector_is_found_on_the_pod_with_the_patch_that_added_it() {
+    let r = fixture("rollout-stuck");
+    assert_eq!(r.findings.len(), 1, "{:#?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(f.severity, Severity::Error);
+    assert!(
+        f.title.starts_with("FailedScheduling: ") && f.title.contains("node affinity/selector"),
+        "{}",
+        f.title
+    );
+    assert_eq!(f.object.resource, "pods");
+    let chain: Vec<&str> = f.chain.iter().map(|s| s.object.resource.as_str()).collect();
+    assert_eq!(chain, ["deployments", "replicasets", "pods"]);
+    assert_eq!(f.chain[0].status, "Failed");
+    let t = f.trigger.as_ref().expect("the patch");
+    assert_eq!(
+        t.write,
+        "kascade-e2e-admin patch deployments rollout-demo/web"
+    );
+    assert!(
+        t.changes
+            .iter()
+            .any(|c| c.starts_with("+ spec.template.spec.nodeSelector")),
+        "{:?}",
+        t.changes
+    );
+    let symptoms: Vec<&str> = f
+        .symptoms
+        .iter()
+        .map(|s| s.object.resource.as_str())
+        .collect();
+    assert!(
+        symptoms.contains(&"deployments") && symptoms.contains(&"replicasets"),
+        "{symptoms:?}"
+    );
+    // The cascade's timeline starts at the patch and is not complete.
+    let c = &r.cascades[0];
+    assert_eq!(c.root, t.write);
+    assert!(c.outcome.starts_with("not complete"), "{}", c.outcome);
+    assert_eq!(c.findings, ["F1"]);
+    assert!(c.entries.iter().any(|e| e.critical));
+}
+
+#[test]
+fn an_unschedulable_pod_is_named_with_the_schedulers_reason() {
+    let r = fixture("unschedulable");
+    let f = &r.findings[0];
+    assert_eq!(f.object.display, "pods sched-demo/stuck");
+    assert!(
+        f.title
+            .contains("didn't match Pod's node affinity/selector"),
+        "{}",
+        f.title
+    );
+    assert_eq!(f.severity, Severity::Error);
+}
+
+#[test]
+fn the_deployment_that_succeeded_has_no_error_finding() {
+    let r = fixture("deployment");
+    assert!(
+        r.findings.iter().all(|f| f.severity < Severity::Error),
+        "{:#?}",
+        r.findings
+    );
+    assert!(r.inputs.lines > 100);
+}
+
+#[test]
+fn every_fixture_is_explained_and_serialises() {
+    for dir in std::fs::read_dir(common::fixtures_dir()).unwrap() {
+        let dir = dir.unwrap().path();
+        let log = dir.join("audit.log");
+        if !log.exists() {
+            continue;
+        }
+        let r = run(vec![log.clone()], Scope::default());
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["schema_version"], 1, "{}", log.display());
+        // Every finding's chain ends at the object it is about.
+        for f in &r.findings {
+            assert_eq!(
+                f.chain.last().unwrap().object,
+                f.object,
+                "{}",
+                log.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_namespace_scope_leaves_the_other_runs_out() {
+    let files = vec![
+        common::fixture_path("quota", "audit.log"),
+        common::fixture_path("rollout-stuck", "audit.log"),
+    ];
+    let both = run(files.clone(), Scope::default());
+    assert_eq!(both.totals.error, 2, "{:#?}", both.findings);
+    let only = run(
+        files,
+        Scope {
+            namespace: Some("rollout-demo".into()),
+            ..Scope::default()
+        },
+    );
+    assert_eq!(only.findings.len(), 1, "{:#?}", only.findings);
+    assert_eq!(only.findings[0].object.namespace, "rollout-demo");
+    assert_eq!(only.scope.description, "namespace rollout-demo");
+}
+
+#[test]
+fn an_object_scope_starts_the_chain_at_that_object() {
+    let scope = Scope {
+        namespace: Some("rollout-demo".into()),
+        object: Some("rs/web-f8bbf54d".parse().unwrap()),
+        ..Scope::default()
+    };
+    let r = run(
+        vec![common::fixture_path("rollout-stuck", "audit.log")],
+        scope,
+    );
+    let f = &r.findings[0];
+    let chain: Vec<&str> = f.chain.iter().map(|s| s.object.resource.as_str()).collect();
+    assert_eq!(chain, ["replicasets", "pods"], "{:#?}", f.chain);
+    // The Deployment above the asked object is not in the scope.
+    assert!(
+        f.symptoms
+            .iter()
+            .all(|s| s.object.resource != "deployments"),
+        "{:?}",
+        f.symptoms
+    );
+}
+
+#[test]
+fn a_time_range_before_the_patch_finds_nothing_wrong() {
+    let r = fixture("rollout-stuck");
+    let patch = humantime::parse_rfc3339(&r.findings[0].trigger.as_ref().unwrap().time).unwrap();
+    let before = run(
+        vec![common::fixture_path("rollout-stuck", "audit.log")],
+        Scope {
+            to: Some(patch - std::time::Duration::from_millis(1)),
+            ..Scope::default()
+        },
+    );
+    assert!(
+        before.findings.iter().all(|f| f.severity < Severity::Error),
+        "{:#?}",
+        before.findings
+    );
+}
+
+#[test]
+fn a_truncated_log_names_the_line_and_still_explains_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::fixture_path("rollout-stuck", "audit.log")).unwrap();
+    // Cut in the middle of the last line, as a log copied while written.
+    let cut = &text[..text.len() - 40];
+    let path = dir.path().join("audit.log");
+    std::fs::write(&path, cut).unwrap();
+    let r = run(vec![path.clone()], Scope::default());
+    assert_eq!(r.inputs.malformed, 1);
+    let n = cut.lines().count();
+    assert!(
+        r.inputs.malformed_examples[0].starts_with(&format!("{}:{n}: ", path.display())),
+        "{:?}",
+        r.inputs.malformed_examples
+    );
+    assert!(r.findings[0].title.starts_with("FailedScheduling"));
+}
+
+#[test]
+fn a_file_that_is_not_an_audit_log_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "hello\nworld\n").unwrap();
+    let out = kascade().arg("explain").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no audit events in") && stderr.contains(&format!("{}:1:", path.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn rotated_logs_given_newest_first_are_read_oldest_first() {
+    let text = std::fs::read_to_string(common::fixture_path("rollout-stuck", "audit.log")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (old, new) = lines.split_at(lines.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let older = dir.path().join("audit-1.log");
+    let newer = dir.path().join("audit.log");
+    std::fs::write(&older, old.join("\n") + "\n").unwrap();
+    std::fs::write(&newer, new.join("\n") + "\n").unwrap();
+    let out = kascade()
+        .args(["explain", "--format", "json"])
+        .arg(&newer)
+        .arg(&older)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("reading the logs oldest first"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        r["findings"][0]["trigger"]["write"],
+        "kascade-e2e-admin patch deployments rollout-demo/web"
+    );
+}
+
+#[test]
+fn fail_on_sets_the_exit_code_and_outputs_go_to_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = dir.path().join("summary.md");
+    let log = common::fixture_path("quota", "audit.log");
+    let out = kascade()
+        .args(["explain", "--fail-on", "error", "--output"])
+        .arg(format!("markdown={}", md.display()))
+        .arg(&log)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("kascade explain everything: 1 error"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "no colour when piped");
+    let summary = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        summary.starts_with("## ❌ kascade explain: 1 error"),
+        "{summary}"
+    );
+    assert!(summary.contains("exceeded quota"), "{summary}");
+    // The run that succeeded passes the same gate.
+    let ok = kascade()
+        .args(["explain", "--fail-on", "error"])
+        .arg(common::fixture_path("deployment", "audit.log"))
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+}
