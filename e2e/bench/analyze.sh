@@ -16,22 +16,9 @@ KASCADE_BIN="${KASCADE_BIN:-$TARGET/release/kascade}"
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT
 LOG="${BENCH_LOG:-$RUN/load.log}"
-if [[ ! -s "$LOG" ]]; then
-  python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-7700}" >"$LOG" <<'PY'
-import json, sys
-lines = [l for l in open(sys.argv[1]) if l.strip()]
-lines = [l for l in lines if (json.loads(l).get("objectRef") or {}).get("resource") != "events"]
-out = sys.stdout
-for i in range(int(sys.argv[2])):
-    ns = f"bench-{i}"
-    for l in lines:
-        l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
-        e = json.loads(l)
-        e["auditID"] = f'{e["auditID"]}-{i}'
-        out.write(json.dumps(e, separators=(",", ":")))
-        out.write("\n")
-PY
-fi
+# shellcheck source=/dev/null
+source "$ROOT/e2e/bench/load-log.sh"
+write_load_log "$LOG"
 events=$(wc -l <"$LOG")
 bytes=$(stat -c %s "$LOG")
 /usr/bin/time -v "$KASCADE_BIN" analyze --format json "$LOG" >"$RUN/report.json" 2>"$RUN/time.txt" \

@@ -264,7 +264,7 @@ pub fn render(report: &Report, format: ExplainFormat, color: bool) -> String {
         ExplainFormat::Text => explain::render_text(report, color),
         ExplainFormat::Markdown => explain::render_markdown(report),
         ExplainFormat::Json => report.to_json() + "\n",
-        ExplainFormat::Html => String::from("HTML: not yet"),
+        ExplainFormat::Html => explain::html::render_html(report),
     }
 }
 

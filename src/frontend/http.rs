@@ -1,5 +1,5 @@
 //! The frontend's HTTP side: `/redirect` for links from dashboards and CI
-//! logs, plus health and metrics.
+//! logs, `/explain` (findings over the stored spans), health and metrics.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
+use tracing::Instrument as _;
 
 use super::Frontend;
 use super::assemble::Scope;
@@ -37,6 +38,21 @@ pub struct RedirectParams {
     time: Option<String>,
     mode: Option<String>,
     scope: Option<String>,
+    /// `explain`: to the findings of the object's namespace around `time`
+    /// (`/explain`) instead of the trace.
+    view: Option<String>,
+}
+
+/// Query of `/explain`.
+#[derive(Deserialize)]
+pub struct ExplainParams {
+    cluster: Option<String>,
+    namespace: Option<String>,
+    /// RFC 3339 or seconds since the epoch; default: `to` − 1 h, `to` = now.
+    from: Option<String>,
+    to: Option<String>,
+    /// `json` (default) or `html`; an `Accept: text/html` asks for HTML too.
+    format: Option<String>,
 }
 
 fn bad(msg: String) -> Response {
@@ -111,6 +127,12 @@ async fn redirect<S: RawStore>(
 }
 
 fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Response {
+    if p.view.as_deref() == Some("explain") {
+        return redirect_to_explain(p);
+    }
+    if let Some(v) = p.view.as_deref().filter(|v| !v.is_empty() && *v != "trace") {
+        return bad(format!("view {}: expected trace or explain", quote(v)));
+    }
     let (Some(resource), Some(name)) = (
         p.resource.filter(|r| !r.is_empty()),
         p.name.filter(|n| !n.is_empty()),
@@ -171,6 +193,121 @@ fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Res
     (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
 }
 
+/// How far around a redirect's `time` its explanation looks.
+const EXPLAIN_BEFORE: Duration = Duration::from_secs(3600);
+const EXPLAIN_AFTER: Duration = Duration::from_secs(300);
+
+/// `/redirect?…&view=explain` → `/explain` of the object's namespace from an
+/// hour before `time` to five minutes after it.
+fn redirect_to_explain(p: RedirectParams) -> Response {
+    let at = match p.time.as_deref().map(parse_time).transpose() {
+        Ok(t) => t.unwrap_or_else(SystemTime::now),
+        Err(e) => return bad(e),
+    };
+    let secs = |t: SystemTime| {
+        t.duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+            .to_string()
+    };
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    if let Some(c) = p.cluster.as_deref().filter(|c| !c.is_empty()) {
+        q.append_pair("cluster", c);
+    }
+    if let Some(ns) = p.namespace.as_deref().filter(|n| !n.is_empty()) {
+        q.append_pair("namespace", ns);
+    }
+    q.append_pair(
+        "from",
+        &secs(at.checked_sub(EXPLAIN_BEFORE).unwrap_or(UNIX_EPOCH)),
+    );
+    q.append_pair("to", &secs(at + EXPLAIN_AFTER));
+    q.append_pair("format", "html");
+    let location = format!("/explain?{}", q.finish());
+    (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
+}
+
+/// `/explain`: findings over the stored spans (see `frontend::explain`).
+async fn explain<S: RawStore>(
+    State(st): State<Arc<RedirectState<S>>>,
+    headers: HeaderMap,
+    Query(p): Query<ExplainParams>,
+) -> Response {
+    let span = tracing::info_span!(target: crate::self_trace::TARGET, "explain",
+        otel.kind = "server", http.response.status_code = tracing::field::Empty);
+    crate::self_trace::continue_trace(&span, &headers);
+    let response = answer_explain(&st, &headers, p)
+        .instrument(span.clone())
+        .await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}
+
+async fn answer_explain<S: RawStore>(
+    st: &RedirectState<S>,
+    headers: &HeaderMap,
+    p: ExplainParams,
+) -> Response {
+    let time = |v: Option<&str>, field: &str| {
+        v.filter(|s| !s.is_empty())
+            .map(parse_time)
+            .transpose()
+            .map_err(|e| format!("{field}: {e}"))
+    };
+    let (from, to) = match (time(p.from.as_deref(), "from"), time(p.to.as_deref(), "to")) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(e), _) | (_, Err(e)) => return bad(e),
+    };
+    let range = super::explain::range_of(from, to);
+    if range.start > range.end {
+        return bad("from is after to".into());
+    }
+    let html = match p.format.as_deref() {
+        Some("html") => true,
+        Some("json") => false,
+        None => headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/html")),
+        Some(other) => return bad(format!("format {}: expected json or html", quote(other))),
+    };
+    let cluster = p
+        .cluster
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| st.default_cluster.clone());
+    if let Err(e) = crate::source::validate_cluster_name(&cluster) {
+        return bad(e);
+    }
+    let namespace = p.namespace.filter(|n| !n.is_empty());
+    if let Some(ns) = &namespace
+        && let Err(e) = check_object_fields(&[("namespace", ns)])
+    {
+        return bad(e);
+    }
+    let q = super::explain::ExplainQuery {
+        cluster,
+        namespace,
+        range,
+    };
+    match st.frontend.explain(&q).await {
+        Ok(report) if html => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            crate::analysis::explain::html::render_html(&report),
+        )
+            .into_response(),
+        Ok(report) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            report.to_json(),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            clip_message(format!("cannot read the stored spans: {e}")),
+        )
+            .into_response(),
+    }
+}
+
 async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Response {
     let mut registry = prometheus_client::registry::Registry::default();
     st.frontend.metrics().register(&mut registry);
@@ -192,10 +329,11 @@ async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Respon
     }
 }
 
-/// `/redirect`, `/metrics`, `/healthz`, `/readyz`.
+/// `/redirect`, `/explain`, `/metrics`, `/healthz`, `/readyz`.
 pub fn router<S: RawStore>(state: Arc<RedirectState<S>>) -> Router {
     Router::new()
         .route("/redirect", get(redirect::<S>))
+        .route("/explain", get(explain::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))

@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod cascade;
 pub mod display;
+pub mod explain;
 pub mod http;
 pub mod merge;
 pub mod offline;

@@ -360,7 +360,7 @@ impl State {
                 received: c.received,
                 root: c.root,
             });
-            slowest.sort_by(|a, b| b.hop_us.cmp(&a.hop_us));
+            slowest.sort_by_key(|s| std::cmp::Reverse(s.hop_us));
             slowest.truncate(SLOWEST_PER_EDGE);
         }
     }
@@ -501,6 +501,22 @@ pub(super) fn changed_lines(old: Option<&Value>, new: Option<&Value>) -> Vec<Str
     let (Some(old), Some(new)) = (old, new) else {
         return Vec::new();
     };
+    change_lines(diff::diff(old, new).iter().map(|c| {
+        (
+            c.op(),
+            &*c.path,
+            c.old.as_deref().unwrap_or(""),
+            c.new.as_deref().unwrap_or(""),
+        )
+    }))
+}
+
+/// Change lines from `(op, path, old, new)` (ops `add`, `remove`,
+/// `replace`, as diffs and `diff` span events have them), what a person
+/// reads only: status and bookkeeping left out, values cut, at most a few.
+pub fn change_lines<'a>(
+    changes: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
+) -> Vec<String> {
     let interesting = |p: &str| {
         !(p.starts_with("status")
             || p.starts_with("metadata.generation")
@@ -508,24 +524,21 @@ pub(super) fn changed_lines(old: Option<&Value>, new: Option<&Value>) -> Vec<Str
             || p.starts_with("metadata.creationTimestamp")
             || diff::is_noise(p))
     };
-    let changes: Vec<diff::Change> = diff::diff(old, new)
-        .into_iter()
-        .filter(|c| interesting(&c.path))
-        .collect();
-    let mut out: Vec<String> = changes
-        .iter()
-        .take(MAX_TRIGGER_LINES)
-        .map(|c| {
-            let cut = |s: &Option<Arc<str>>| cut(s.as_deref().unwrap_or(""));
-            match c.op() {
-                "add" => format!("+ {} = {}", c.path, cut(&c.new)),
-                "remove" => format!("- {} (was {})", c.path, cut(&c.old)),
-                _ => format!("~ {}: {} → {}", c.path, cut(&c.old), cut(&c.new)),
-            }
-        })
-        .collect();
-    if changes.len() > MAX_TRIGGER_LINES {
-        out.push(format!("… {} more", changes.len() - MAX_TRIGGER_LINES));
+    let mut out = Vec::new();
+    let mut more = 0;
+    for (op, path, old, new) in changes.filter(|c| interesting(c.1)) {
+        if out.len() == MAX_TRIGGER_LINES {
+            more += 1;
+            continue;
+        }
+        out.push(match op {
+            "add" => format!("+ {path} = {}", cut(new)),
+            "remove" => format!("- {path} (was {})", cut(old)),
+            _ => format!("~ {path}: {} → {}", cut(old), cut(new)),
+        });
+    }
+    if more > 0 {
+        out.push(format!("… {more} more"));
     }
     out
 }
@@ -554,6 +567,30 @@ impl ExplainCollector {
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Relates two objects (for inputs whose changes do not carry their
+    /// relations, e.g. the frontend's raw spans with their link spans).
+    pub fn relate(&self, object: &ObjectRef, other: &crate::pipeline::RelatedObject) {
+        let mut st = self.lock();
+        if !st.scope.may_concern(object) {
+            return;
+        }
+        let a = st.obj(object);
+        let b = st.obj(&other.object);
+        if other.is_parent {
+            st.relate(b, a, &other.class);
+        } else {
+            st.relate(a, b, &other.class);
+        }
+    }
+
+    /// What the external write `root` changed, when its change record had
+    /// no objects to compare (see [`change_lines`]).
+    pub fn set_root_changes(&self, root: crate::pipeline::SpanRef, changes: Vec<String>) {
+        if let Some(info) = self.lock().roots.get_mut(&root) {
+            info.changes = changes;
+        }
     }
 
     pub(super) fn into_state(self) -> State {

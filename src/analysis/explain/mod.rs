@@ -9,13 +9,14 @@
 mod build;
 mod collect;
 mod findings;
+pub mod html;
 mod rank;
 mod render;
 pub mod report;
 mod scope;
 
 pub use build::report;
-pub use collect::ExplainCollector;
+pub use collect::{ExplainCollector, change_lines};
 pub use render::{render_markdown, render_text};
 pub use report::*;
 pub use scope::{ObjectFilter, Scope, parse_selector};
