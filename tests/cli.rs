@@ -255,6 +255,7 @@ fn every_flag_in_help_is_documented_in_the_readme() {
         vec!["frontend"],
         vec!["trace"],
         vec!["analyze"],
+        vec!["explain"],
         vec!["rules"],
         vec!["rules", "check"],
     ] {
@@ -383,13 +384,14 @@ fn readme_flag_tables()
         let subcommands: Vec<&str> = if caption.starts_with("Global") {
             vec![""]
         } else {
-            ["collect", "replay", "frontend", "trace", "analyze"]
-                .into_iter()
-                .filter(|s| {
-                    caption.contains(&format!("`{s}`"))
-                        || caption.contains(&format!("`kascade {s}"))
-                })
-                .collect()
+            [
+                "collect", "replay", "frontend", "trace", "analyze", "explain",
+            ]
+            .into_iter()
+            .filter(|s| {
+                caption.contains(&format!("`{s}`")) || caption.contains(&format!("`kascade {s}"))
+            })
+            .collect()
         };
         assert!(
             !subcommands.is_empty(),
@@ -472,6 +474,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         (vec!["frontend"], "frontend"),
         (vec!["trace"], "trace"),
         (vec!["analyze"], "analyze"),
+        (vec!["explain"], "explain"),
         (vec!["rules", "check"], "rules check"),
     ] {
         let help = help_flags(&sub);

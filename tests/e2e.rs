@@ -1741,17 +1741,19 @@ async fn the_frontend_explains_the_stuck_rollout_from_the_stored_spans() {
     let f = &report["findings"][0];
     assert_eq!(f["severity"], "error");
     assert_eq!(f["object"]["resource"], "pods");
-    assert_eq!(f["chain"][0]["object"]["display"], "deployments rollout-demo/web");
+    assert_eq!(
+        f["chain"][0]["object"]["display"],
+        "deployments rollout-demo/web"
+    );
     assert_eq!(
         f["trigger"]["write"],
         "kascade-e2e-admin patch deployments rollout-demo/web"
     );
     assert!(
-        f["trigger"]["changes"]
-            .as_array()
+        f["trigger"]["changes"].as_array().unwrap().iter().any(|c| c
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|c| c.as_str().unwrap().starts_with("+ spec.template.spec.nodeSelector")),
+            .starts_with("+ spec.template.spec.nodeSelector")),
         "{f}"
     );
     // The quota scenario: the refusal first, on its ReplicaSet.

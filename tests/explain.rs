@@ -334,3 +334,87 @@ fn fail_on_sets_the_exit_code_and_outputs_go_to_files() {
         .unwrap();
     assert_eq!(ok.status.code(), Some(0));
 }
+
+#[test]
+fn an_event_list_gives_the_events_an_audit_log_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(common::fixture_path("unschedulable", "audit.log")).unwrap();
+    // An audit policy that drops Events: only the Pod's own writes remain.
+    let without: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"resource\":\"events\""))
+        .collect();
+    let log = dir.path().join("audit.log");
+    std::fs::write(&log, without.join("\n") + "\n").unwrap();
+    let bare = run(vec![log.clone()], Scope::default());
+    assert!(
+        bare.findings
+            .iter()
+            .all(|f| f.kind != FindingKind::WarningEvent),
+        "{:#?}",
+        bare.findings
+    );
+    let config = ExplainConfig {
+        files: vec![log],
+        events: vec![common::fixture_path("unschedulable", "events.json")],
+        ..ExplainConfig::default()
+    };
+    let with = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&config))
+        .unwrap();
+    let f = &with.findings[0];
+    assert_eq!(f.kind, FindingKind::WarningEvent, "{:#?}", with.findings);
+    assert!(f.title.starts_with("FailedScheduling: "), "{}", f.title);
+    assert_eq!(f.count, 1, "the same occurrence is not counted twice");
+    // Given both ways (audit log and list), an occurrence counts once.
+    let both = ExplainConfig {
+        files: vec![common::fixture_path("unschedulable", "audit.log")],
+        events: vec![common::fixture_path("unschedulable", "events.json")],
+        ..ExplainConfig::default()
+    };
+    let r = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&both))
+        .unwrap();
+    assert_eq!(r.findings[0].count, 1, "{:#?}", r.findings[0]);
+}
+
+#[test]
+fn logs_of_two_clusters_mixed_are_named_as_such() {
+    // A second cluster that ran the same scenario: the same names under
+    // other uids, resource versions and audit ids. Made from the captured
+    // log by changing just those (the e2e harness's second cluster has no
+    // fixture of this scenario).
+    let text = std::fs::read_to_string(common::fixture_path("deployment", "audit.log")).unwrap();
+    let uid = regex::Regex::new(r#""uid":"([0-9a-f]{8})-"#).unwrap();
+    let other = uid.replace_all(&text, r#""uid":"ffffffff-"#);
+    let rv = regex::Regex::new(r#"("resourceVersion":")(\d+)""#).unwrap();
+    let other = rv.replace_all(&other, r#"${1}9${2}""#);
+    let audit_id = regex::Regex::new(r#""auditID":"([0-9a-f]{8})-"#).unwrap();
+    let other = audit_id.replace_all(&other, r#""auditID":"eeeeeeee-"#);
+    // Their lines interleaved, as a log collector merging both would write them.
+    let mixed_text: String = text
+        .lines()
+        .zip(other.lines())
+        .flat_map(|(a, b)| [a, "\n", b, "\n"])
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, mixed_log) = (dir.path().join("a.log"), dir.path().join("mixed.log"));
+    std::fs::write(&a, &text).unwrap();
+    std::fs::write(&mixed_log, mixed_text).unwrap();
+    let mixed = run(vec![mixed_log], Scope::default());
+    let note = mixed
+        .inputs
+        .notes
+        .iter()
+        .find(|n| n.contains("mix several clusters' logs"))
+        .unwrap_or_else(|| panic!("{:?}", mixed.inputs.notes));
+    assert!(
+        note.contains("deployments default/hello") || note.contains(" default/"),
+        "{note}"
+    );
+    // One cluster's log alone has no such note.
+    let single = run(vec![a], Scope::default());
+    assert!(single.inputs.notes.is_empty(), "{:?}", single.inputs.notes);
+}

@@ -272,6 +272,11 @@ pub fn render(report: &Report, format: ExplainFormat, color: bool) -> String {
 /// `--fail-on` exist.
 pub async fn run(config: ExplainConfig) -> anyhow::Result<bool> {
     let report = explain(&config).await?;
+    if config.format != ExplainFormat::Text {
+        for n in &report.inputs.notes {
+            eprintln!("note: {n}");
+        }
+    }
     for (format, path) in &config.outputs {
         std::fs::write(path, render(&report, *format, false)).with_context(|| {
             format!(

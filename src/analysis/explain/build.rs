@@ -351,6 +351,7 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
         };
         st.scope.members(objects, children)
     };
+    // Chains start at the object the user named.
     let anchor = st
         .scope
         .object
@@ -359,13 +360,11 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
             members
                 .iter()
                 .copied()
-                .min_by_key(|&i| st.objects[i].parents.len())
-        })
-        .filter(|&i| {
-            st.objects[i]
-                .parents
-                .iter()
-                .all(|(p, _)| !members.contains(&(*p as usize)))
+                .filter(|&i| {
+                    st.scope
+                        .names(&st.objects[i].object, st.objects[i].labels.as_ref())
+                })
+                .min()
         })
         .map(|i| i as Idx);
     let raw = raw_findings(&mut st, &members);
@@ -415,6 +414,26 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
             Severity::Warning => totals.warning += 1,
             Severity::Info => totals.info += 1,
         }
+    }
+    if st.uid_conflicts > 0 {
+        inputs.notes.push(format!(
+            "{} changes name an object under another uid than the one that exists ({}): \
+             the input seems to mix several clusters' logs; explain each cluster's logs on their own",
+            st.uid_conflicts,
+            st.uid_conflict_example.clone().unwrap_or_default()
+        ));
+    }
+    if st.rows_dropped > 0 {
+        inputs.notes.push(format!(
+            "{} changes were left out of the cascade timelines (bound reached)",
+            st.rows_dropped
+        ));
+    }
+    if st.failed_dropped > 0 {
+        inputs.notes.push(format!(
+            "{} refused writes were not kept (bound reached)",
+            st.failed_dropped
+        ));
     }
     inputs.events_in_scope = st.in_scope;
     inputs.from = st.first.map(rfc3339).unwrap_or_default();

@@ -6,7 +6,7 @@
 //! with objects and changes (about 150 bytes a change), never with their
 //! bodies.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -84,6 +84,8 @@ pub(super) struct Obj {
     pub last_root: Option<SpanRef>,
     /// When its deletion was requested, and the finalizers holding it.
     pub deleting: Option<(SystemTime, Vec<String>)>,
+    /// The uid of the object that exists under this name now.
+    uid: Option<Arc<str>>,
 }
 
 /// A refused write.
@@ -170,11 +172,21 @@ pub(super) struct State {
     /// Open 409 conflicts by (object, user): indices into `failed`.
     conflicts: HashMap<(Idx, u32), Vec<usize>>,
     pub events: HashMap<(Idx, u32, String), EventAgg>,
+    /// Occurrences seen (namespace, Event name, count): the audit log and
+    /// an Event list report the same ones.
+    occurrences: HashSet<(String, String, i64)>,
     pub edges: BTreeMap<String, Edge>,
     pub roots: HashMap<SpanRef, RootInfo>,
     pub rows: Vec<Row>,
     pub rows_by_root: HashMap<SpanRef, Vec<u32>>,
     pub rows_dropped: u64,
+    /// Changes of an object under a uid other than the one that exists
+    /// (not removed in between): two clusters' logs mixed. The first one.
+    pub uid_conflicts: u64,
+    pub uid_conflict_example: Option<String>,
+    /// Namespaces deleted or emptied by a deletecollection: their objects
+    /// may be gone without a delete of their own.
+    wiped: HashSet<String>,
     /// Changes and Events in the scope.
     pub in_scope: u64,
     pub first: Option<SystemTime>,
@@ -195,11 +207,15 @@ impl State {
             failed_dropped: 0,
             conflicts: HashMap::new(),
             events: HashMap::new(),
+            occurrences: HashSet::new(),
             edges: BTreeMap::new(),
             roots: HashMap::new(),
             rows: Vec::new(),
             rows_by_root: HashMap::new(),
             rows_dropped: 0,
+            uid_conflicts: 0,
+            uid_conflict_example: None,
+            wiped: HashSet::new(),
             in_scope: 0,
             first: None,
             last: None,
@@ -222,6 +238,7 @@ impl State {
             gone: false,
             last_root: None,
             deleting: None,
+            uid: None,
         });
         self.index.insert(o.clone(), i);
         i
@@ -374,6 +391,7 @@ impl State {
             None => (0, 0),
         };
         let deleting = c.new.as_deref().and_then(deletion_of);
+        self.check_uid(c, obj);
         let o = &mut self.objects[obj as usize];
         o.last_root = Some(c.root);
         if c.verb == "create" {
@@ -406,6 +424,41 @@ impl State {
                 since,
             })
         };
+    }
+
+    fn check_uid(&mut self, c: &ChangeRecord, obj: Idx) {
+        if c.uid.is_empty() {
+            return;
+        }
+        if c.code < 400
+            && (c.verb == "deletecollection"
+                || c.object.resource == "namespaces" && c.verb == "delete")
+        {
+            // Objects removed without a write of their own each.
+            let ns = if c.object.resource == "namespaces" {
+                &c.object.name
+            } else {
+                &c.object.namespace
+            };
+            self.wiped.insert(ns.clone());
+        }
+        let wiped = self.wiped.contains(&c.object.namespace);
+        let o = &mut self.objects[obj as usize];
+        match &o.uid {
+            Some(u) if **u != *c.uid && !o.gone && !wiped => {
+                self.uid_conflicts += 1;
+                if self.uid_conflict_example.is_none() {
+                    self.uid_conflict_example = Some(format!(
+                        "{} changed as uid {} at {} while uid {u} exists",
+                        crate::analysis::cascade::object_name(&c.object),
+                        c.uid,
+                        humantime::format_rfc3339_micros(c.received)
+                    ));
+                }
+            }
+            Some(u) if **u == *c.uid => {}
+            _ => o.uid = Some(Arc::from(c.uid.as_str())),
+        }
     }
 
     fn keep_row(&mut self, c: &ChangeRecord, obj: Idx, user: u32) {
@@ -445,6 +498,15 @@ impl State {
         if e.event.event_type != "Warning"
             || !self.scope.admits_time(e.at)
             || !self.scope.may_concern(&e.involved)
+        {
+            return;
+        }
+        if !e.event.name.is_empty()
+            && !self.occurrences.insert((
+                e.involved.namespace.clone(),
+                e.event.name.clone(),
+                e.event.count,
+            ))
         {
             return;
         }

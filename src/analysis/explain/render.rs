@@ -113,6 +113,13 @@ pub fn render_text(r: &Report, color: bool) -> String {
     for m in &r.inputs.malformed_examples {
         let _ = writeln!(out, "{}", dim.apply_to(format!("  skipped {m}")));
     }
+    for n in &r.inputs.notes {
+        let _ = writeln!(
+            out,
+            "{}",
+            style(Style::new().yellow()).apply_to(format!("note: {n}"))
+        );
+    }
     for f in &r.findings {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -207,6 +214,9 @@ pub fn render_markdown(r: &Report) -> String {
         md_escape(&r.scope.description),
         md_escape(&inputs_line(r))
     );
+    for n in &r.inputs.notes {
+        let _ = writeln!(out, "> **Note:** {}\n", md_escape(n));
+    }
     for (n, f) in r.findings.iter().enumerate() {
         if n == MARKDOWN_FULL {
             let _ = writeln!(out, "#### More findings\n");

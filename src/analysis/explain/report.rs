@@ -221,6 +221,9 @@ pub struct Inputs {
     /// First and last audit time in the scope (RFC 3339; empty without any).
     pub from: String,
     pub to: String,
+    /// What may make the report less reliable (logs of several clusters
+    /// mixed, timelines cut by their bound), one line each.
+    pub notes: Vec<String>,
 }
 
 /// The scope the user asked for, in words (`namespace rollout-demo`,

@@ -103,7 +103,7 @@ impl Scope {
     }
 
     /// Whether the user named this object itself.
-    fn names(&self, o: &ObjectRef, labels: Option<&BTreeMap<String, String>>) -> bool {
+    pub(super) fn names(&self, o: &ObjectRef, labels: Option<&BTreeMap<String, String>>) -> bool {
         if let Some(ns) = &self.namespace
             && o.namespace != *ns
         {
