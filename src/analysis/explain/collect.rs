@@ -514,7 +514,7 @@ impl State {
         let obj = self.obj(&e.involved);
         let reason = self.strings.id(&e.event.reason);
         let component = self.strings.id(&e.event.component);
-        let key = (obj, reason, super::rank::normalize(&e.event.message));
+        let key = (obj, reason, super::message::normalize(&e.event.message));
         let agg = self.events.entry(key).or_insert_with(|| EventAgg {
             obj,
             reason,

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use super::collect::{Idx, State};
-use super::rank::normalize;
+use super::message::normalize;
 use super::report::{Evidence, FindingKind, Severity};
 use crate::analysis::cascade::format_duration;
 use crate::pipeline::SpanRef;

@@ -10,6 +10,7 @@ mod build;
 mod collect;
 mod findings;
 pub mod html;
+mod message;
 mod rank;
 mod render;
 pub mod report;
