@@ -63,6 +63,10 @@ pub struct CollectConfig {
     pub spool_bytes: u64,
     /// Keep accepted batches in memory only (wins over `spool_dir`).
     pub no_spool: bool,
+    /// No live cascade metrics (`kascade_propagation_seconds`,
+    /// `kascade_cascade_completion_seconds`): the collector then skips
+    /// building a change record per write (README, Benchmarks: what they cost).
+    pub no_cascade_metrics: bool,
     pub span_cache: SpanCacheConfig,
     pub watch: WatchersConfig,
     pub pipeline: PipelineConfig,
@@ -86,6 +90,7 @@ impl Default for CollectConfig {
             spool_dir: None,
             spool_bytes: 1 << 30,
             no_spool: false,
+            no_cascade_metrics: false,
             span_cache: SpanCacheConfig::default(),
             watch: WatchersConfig::default(),
             pipeline: PipelineConfig::default(),
@@ -156,6 +161,12 @@ impl CollectConfig {
     /// Keeps accepted batches in memory only.
     pub fn no_spool(mut self) -> Self {
         self.no_spool = true;
+        self
+    }
+
+    /// Turns the live cascade metrics off.
+    pub fn no_cascade_metrics(mut self) -> Self {
+        self.no_cascade_metrics = true;
         self
     }
 
@@ -268,13 +279,17 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         &config.export,
         spans,
         metrics.clone(),
-        vec![
-            Arc::new(crate::analysis::live::PropagationSink::new(propagation)),
-            Arc::new(crate::analysis::cascade::CascadeTracker::new(
-                crate::analysis::cascade::TrackerConfig::default(),
-                cascades,
-            )),
-        ],
+        if config.no_cascade_metrics {
+            Vec::new()
+        } else {
+            vec![
+                Arc::new(crate::analysis::live::PropagationSink::new(propagation)),
+                Arc::new(crate::analysis::cascade::CascadeTracker::new(
+                    crate::analysis::cascade::TrackerConfig::default(),
+                    cascades,
+                )),
+            ]
+        },
     )?;
     pipeline.spool = spool.clone();
     let state = Arc::new(webhook::WebhookState {

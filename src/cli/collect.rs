@@ -61,6 +61,10 @@ pub struct CollectArgs {
     /// (wins over --spool-dir, e.g. the image's KASCADE_SPOOL_DIR).
     #[arg(long, env = "KASCADE_NO_SPOOL")]
     pub no_spool: bool,
+    /// No live cascade metrics (kascade_propagation_seconds, kascade_cascade_completion_seconds):
+    /// saves the change record each write would build for them. Cause inference stays on.
+    #[arg(long, env = "KASCADE_NO_CASCADE_METRICS")]
+    pub no_cascade_metrics: bool,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -88,6 +92,7 @@ impl From<CollectArgs> for CollectConfig {
             spool_dir: a.spool_dir,
             spool_bytes: a.spool_bytes,
             no_spool: a.no_spool,
+            no_cascade_metrics: a.no_cascade_metrics,
             span_cache: (*a.span_cache).into(),
             watch: a.watch.into(),
             pipeline: a.pipeline.into(),
