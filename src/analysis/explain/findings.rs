@@ -39,7 +39,8 @@ const FAILURE_REASONS: &[&str] = &[
 
 /// A hop counts as slow from this long…
 const SLOW_HOP_FLOOR: Duration = Duration::from_secs(1);
-/// …and this many times its edge's median (and above its p99).
+/// …and this many times its edge's median (and above its p90: an
+/// outlier, not the tail).
 const SLOW_HOP_FACTOR: u64 = 10;
 /// Edges with fewer hops have no "usual" latency to compare with.
 const SLOW_HOP_MIN_SAMPLES: u64 = 20;
@@ -290,12 +291,13 @@ fn slow_hops(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
             continue;
         }
         let p50 = e.latencies.quantile_us(0.5);
+        let p90 = e.latencies.quantile_us(0.9);
         let p99 = e.latencies.quantile_us(0.99);
         let floor = SLOW_HOP_FLOOR.as_micros() as u64;
         for h in &e.slowest {
             if h.hop_us < floor
                 || h.hop_us < p50.saturating_mul(SLOW_HOP_FACTOR)
-                || h.hop_us <= p99
+                || h.hop_us <= p90
                 || !members.contains(&(h.obj as usize))
                 || !st.scope.admits_finding(h.received)
             {
@@ -331,5 +333,62 @@ fn slow_hops(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                 also_total: 0,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analysis::cascade::testing::{caused_by, change, obj};
+    use crate::analysis::explain::{
+        ExplainCollector, FindingKind, Inputs, Scope, Severity, report,
+    };
+    use crate::pipeline::ChangeSink;
+
+    /// A ReplicaSet creating 40 Pods, each 10 ms after it, except one that
+    /// came 5 s late.
+    fn hops(late_ms: u64) -> crate::analysis::explain::Report {
+        let c = ExplainCollector::new(Scope::default());
+        let rs = change(1, obj("replicasets", "web-1"), "create", 0, 5, None);
+        c.record(&rs);
+        for i in 0..40u8 {
+            let start = if i == 7 { 5 + late_ms } else { 15 };
+            let pod = change(
+                10 + i,
+                obj("pods", &format!("web-1-p{i}")),
+                "create",
+                start,
+                start + 2,
+                None,
+            );
+            c.record(&caused_by(pod, &rs, "replicasets → pods create"));
+        }
+        report(c, Inputs::default())
+    }
+
+    #[test]
+    fn a_hop_far_slower_than_its_edges_usual_is_a_note() {
+        let r = hops(5_000);
+        let slow: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::SlowHop)
+            .collect();
+        assert_eq!(slow.len(), 1, "{:#?}", r.findings);
+        assert_eq!(slow[0].severity, Severity::Info);
+        assert_eq!(slow[0].object.name, "web-1-p7");
+        assert!(
+            slow[0]
+                .title
+                .starts_with("slow hop replicasets → pods create: 5"),
+            "{}",
+            slow[0].title
+        );
+        // Twice the usual is not "far outside" it.
+        let r = hops(20);
+        assert!(
+            r.findings.iter().all(|f| f.kind != FindingKind::SlowHop),
+            "{:#?}",
+            r.findings
+        );
     }
 }
