@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use console::Style;
 
+use super::message::normalize;
 use super::report::{Finding, Report, Severity};
 
 /// Findings shown in full in Markdown; the rest are listed by headline.
@@ -144,15 +145,14 @@ pub fn render_text(r: &Report, color: bool) -> String {
         for e in &f.evidence {
             let _ = writeln!(
                 out,
-                "{pad}{}  {} {}",
+                "{pad}{:<6} {} {}",
                 e.kind,
                 dim.apply_to(&e.time),
                 e.summary
             );
-            if !e.detail.is_empty()
-                && !f.title.ends_with(&e.detail)
-                && !e.detail.ends_with(&f.title)
-            {
+            let repeats_title =
+                super::message::same_message(&normalize(&e.detail), &normalize(&f.title));
+            if !e.detail.is_empty() && !repeats_title {
                 let _ = writeln!(out, "{pad}         {}", e.detail);
             }
         }
@@ -171,10 +171,20 @@ pub fn render_text(r: &Report, color: bool) -> String {
             bold.apply_to("cascade"),
             c.root,
             c.findings.join(", "),
-            c.outcome
+            short(&c.outcome, 300)
         );
     }
     out
+}
+
+/// At most `max` characters, `…` when cut.
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(max).collect();
+        format!("{head}…")
+    }
 }
 
 fn md_escape(s: &str) -> String {
