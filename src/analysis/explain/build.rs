@@ -5,10 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use super::collect::{ExplainCollector, Idx, Row, State};
+use super::collect::{Idx, Row, State};
 use super::findings::{Raw, raw_findings, rfc3339};
 use super::rank::{Ranked, rank};
 use super::report::*;
+use super::sink::ExplainCollector;
 use crate::analysis::cascade::{self, Completion, format_duration};
 use crate::model::ObjectRef;
 use crate::pipeline::{Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};

@@ -1,4 +1,4 @@
-//! The explain collector: a [`ChangeSink`] that keeps, in a compact form,
+//! What the explain collector (`sink.rs`) keeps, in a compact form,
 //! what the findings need from a whole run: each object's relations and its
 //! state at the end, refused writes, Warning Events, the slowest hops per
 //! edge, the external writes that started cascades (with what they changed)
@@ -7,17 +7,16 @@
 //! bodies.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::scope::Scope;
-use crate::aggregate::diff;
 use crate::analysis::cascade::{Settling, counts};
 use crate::analysis::stats::Latencies;
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, EventRecord, SpanRef};
+use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 
 /// Index of an object in [`State::objects`].
 pub(super) type Idx = u32;
@@ -28,10 +27,6 @@ const MAX_TIMELINE_ROWS: usize = 4_000_000;
 const MAX_FAILED: usize = 100_000;
 /// Slowest hops kept per edge.
 const SLOWEST_PER_EDGE: usize = 3;
-/// Lines of a trigger's change list.
-const MAX_TRIGGER_LINES: usize = 8;
-/// A value in a change line is cut to this many characters.
-const MAX_VALUE_CHARS: usize = 160;
 
 /// Strings seen many times (users, verbs, readiness messages), stored once.
 #[derive(Default)]
@@ -194,7 +189,7 @@ pub(super) struct State {
 }
 
 impl State {
-    fn new(scope: Scope) -> Self {
+    pub(super) fn new(scope: Scope) -> Self {
         let mut strings = Interner::default();
         // Id 0 is "nothing".
         strings.id("");
@@ -244,7 +239,7 @@ impl State {
         i
     }
 
-    fn relate(&mut self, parent: Idx, child: Idx, class: &str) {
+    pub(super) fn relate(&mut self, parent: Idx, child: Idx, class: &str) {
         if parent == child {
             return;
         }
@@ -271,7 +266,7 @@ impl State {
         self.last = Some(self.last.map_or(to, |l| l.max(to)));
     }
 
-    fn record(&mut self, c: &ChangeRecord) {
+    pub(super) fn record(&mut self, c: &ChangeRecord) {
         if !self.scope.admits_time(c.received) || !self.scope.may_concern(&c.object) {
             return;
         }
@@ -304,7 +299,7 @@ impl State {
                 RootInfo {
                     name: crate::analysis::cascade::change_name(c),
                     received: c.received,
-                    changes: changed_lines(c.old.as_deref(), c.new.as_deref()),
+                    changes: super::changes::changed_lines(c.old.as_deref(), c.new.as_deref()),
                 },
             );
         }
@@ -494,7 +489,7 @@ impl State {
         self.rows.push(row);
     }
 
-    fn record_event(&mut self, e: &EventRecord) {
+    pub(super) fn record_event(&mut self, e: &EventRecord) {
         if e.event.event_type != "Warning"
             || !self.scope.admits_time(e.at)
             || !self.scope.may_concern(&e.involved)
@@ -555,125 +550,4 @@ fn deletion_of(v: &Value) -> Option<Vec<String>> {
             })
             .unwrap_or_default(),
     )
-}
-
-/// What a write changed, as a person reads it: the object's spec, labels,
-/// annotations and finalizers (status and bookkeeping left out).
-pub(super) fn changed_lines(old: Option<&Value>, new: Option<&Value>) -> Vec<String> {
-    let (Some(old), Some(new)) = (old, new) else {
-        return Vec::new();
-    };
-    change_lines(diff::diff(old, new).iter().map(|c| {
-        (
-            c.op(),
-            &*c.path,
-            c.old.as_deref().unwrap_or(""),
-            c.new.as_deref().unwrap_or(""),
-        )
-    }))
-}
-
-/// Change lines from `(op, path, old, new)` (ops `add`, `remove`,
-/// `replace`, as diffs and `diff` span events have them), what a person
-/// reads only: status and bookkeeping left out, values cut, at most a few.
-pub fn change_lines<'a>(
-    changes: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
-) -> Vec<String> {
-    let interesting = |p: &str| {
-        !(p.starts_with("status")
-            || p.starts_with("metadata.generation")
-            || p.starts_with("metadata.uid")
-            || p.starts_with("metadata.creationTimestamp")
-            || diff::is_noise(p))
-    };
-    let mut out = Vec::new();
-    let mut more = 0;
-    for (op, path, old, new) in changes.filter(|c| interesting(c.1)) {
-        if out.len() == MAX_TRIGGER_LINES {
-            more += 1;
-            continue;
-        }
-        out.push(match op {
-            "add" => format!("+ {path} = {}", cut(new)),
-            "remove" => format!("- {path} (was {})", cut(old)),
-            _ => format!("~ {path}: {} → {}", cut(old), cut(new)),
-        });
-    }
-    if more > 0 {
-        out.push(format!("… {more} more"));
-    }
-    out
-}
-
-fn cut(s: &str) -> String {
-    if s.chars().count() <= MAX_VALUE_CHARS {
-        s.to_string()
-    } else {
-        let head: String = s.chars().take(MAX_VALUE_CHARS).collect();
-        format!("{head}…")
-    }
-}
-
-/// Collects what `kascade explain` needs from the processor's changes and
-/// Events (see the module docs).
-pub struct ExplainCollector {
-    state: Mutex<State>,
-}
-
-impl ExplainCollector {
-    pub fn new(scope: Scope) -> Self {
-        Self {
-            state: Mutex::new(State::new(scope)),
-        }
-    }
-
-    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Relates two objects (for inputs whose changes do not carry their
-    /// relations, e.g. the frontend's raw spans with their link spans).
-    pub fn relate(&self, object: &ObjectRef, other: &crate::pipeline::RelatedObject) {
-        let mut st = self.lock();
-        if !st.scope.may_concern(object) {
-            return;
-        }
-        let a = st.obj(object);
-        let b = st.obj(&other.object);
-        if other.is_parent {
-            st.relate(b, a, &other.class);
-        } else {
-            st.relate(a, b, &other.class);
-        }
-    }
-
-    /// What the external write `root` changed, when its change record had
-    /// no objects to compare (see [`change_lines`]).
-    pub fn set_root_changes(&self, root: crate::pipeline::SpanRef, changes: Vec<String>) {
-        if let Some(info) = self.lock().roots.get_mut(&root) {
-            info.changes = changes;
-        }
-    }
-
-    pub(super) fn into_state(self) -> State {
-        self.state.into_inner().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl ChangeSink for ExplainCollector {
-    fn wants_objects(&self) -> bool {
-        true
-    }
-
-    fn record(&self, change: &ChangeRecord) {
-        self.lock().record(change);
-    }
-
-    fn wants_events(&self) -> bool {
-        true
-    }
-
-    fn event(&self, event: &EventRecord) {
-        self.lock().record_event(event);
-    }
 }

@@ -7,6 +7,7 @@
 //! [`Report`] prints as text or Markdown (`render`), JSON, or HTML.
 
 mod build;
+mod changes;
 mod collect;
 mod findings;
 pub mod html;
@@ -15,9 +16,11 @@ mod rank;
 mod render;
 pub mod report;
 mod scope;
+mod sink;
 
 pub use build::report;
-pub use collect::{ExplainCollector, change_lines};
+pub use changes::change_lines;
 pub use render::{render_markdown, render_text};
 pub use report::*;
 pub use scope::{ObjectFilter, Scope, parse_selector};
+pub use sink::ExplainCollector;
