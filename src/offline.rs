@@ -12,7 +12,7 @@ use crate::aggregate::rules::RuleSet;
 use crate::aggregate::span_cache::LocalSpanCache;
 use crate::aggregate::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
-use crate::pipeline::ChangeSink;
+use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
 use crate::source::audit::{AuditFilter, parse_event};
 
@@ -89,9 +89,40 @@ pub async fn changes_to_sinks(
     redactor: Redactor,
     sinks: Vec<Arc<dyn ChangeSink>>,
 ) -> Vec<String> {
-    run_with(lines, cluster, rules, filter, cfg, redactor, sinks, false)
-        .await
-        .1
+    run_with(
+        lines,
+        Vec::new(),
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        sinks,
+        false,
+    )
+    .await
+    .1
+}
+
+/// [`changes_to_sinks`], then the changes of captured watch streams
+/// (versions the audit log did not show: a Metadata-level policy, writes
+/// of other apiservers), as the list-watch would have brought them.
+#[allow(clippy::too_many_arguments)]
+pub async fn changes_with_watch_to_sinks(
+    lines: impl IntoIterator<Item = String>,
+    watch: Vec<WatchChange>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    sinks: Vec<Arc<dyn ChangeSink>>,
+) -> Vec<String> {
+    run_with(
+        lines, watch, cluster, rules, filter, cfg, redactor, sinks, false,
+    )
+    .await
+    .1
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -107,7 +138,15 @@ async fn run(
 ) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let sinks = sink.into_iter().collect();
     run_with(
-        lines, cluster, rules, filter, cfg, redactor, sinks, keep_spans,
+        lines,
+        Vec::new(),
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        sinks,
+        keep_spans,
     )
     .await
 }
@@ -115,6 +154,7 @@ async fn run(
 #[allow(clippy::too_many_arguments)]
 async fn run_with(
     lines: impl IntoIterator<Item = String>,
+    watch: Vec<WatchChange>,
     cluster: &str,
     rules: Arc<RuleSet>,
     filter: &AuditFilter,
@@ -165,6 +205,18 @@ async fn run_with(
                 }
             }
             Err(e) => errors.push(format!("{}: {e}", i + 1)),
+        }
+    }
+    if !watch.is_empty() {
+        for change in watch {
+            let what = change.object.to_string();
+            if let Err(e) = processor.process_watch(change).await {
+                errors.push(format!("0: watch {what}: {e}"));
+            }
+        }
+        // What no audit event claimed is a watch-only change.
+        if let Err(e) = processor.flush_watch(true).await {
+            errors.push(format!("0: watch: {e}"));
         }
     }
     drop(processor);

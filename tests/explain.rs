@@ -418,3 +418,72 @@ fn logs_of_two_clusters_mixed_are_named_as_such() {
     let single = run(vec![a], Scope::default());
     assert!(single.inputs.notes.is_empty(), "{:?}", single.inputs.notes);
 }
+
+#[test]
+fn watch_streams_give_the_states_a_metadata_level_log_lacks() {
+    // The same run under a Metadata-level audit policy: no bodies, so no
+    // readiness and no Event text; the captured watch streams have them.
+    let dir = tempfile::tempdir().unwrap();
+    let meta: Vec<String> =
+        std::fs::read_to_string(common::fixture_path("rollout-stuck", "audit.log"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut e: serde_json::Value = serde_json::from_str(l).unwrap();
+                e["level"] = "Metadata".into();
+                let o = e.as_object_mut().unwrap();
+                o.remove("requestObject");
+                o.remove("responseObject");
+                e.to_string()
+            })
+            .collect();
+    let log = dir.path().join("audit.log");
+    std::fs::write(&log, meta.join("\n") + "\n").unwrap();
+    let bare = run(vec![log.clone()], Scope::default());
+    assert!(bare.findings.is_empty(), "{:#?}", bare.findings);
+    let watch = ["core.pods", "apps.replicasets", "apps.deployments"]
+        .map(|s| common::fixture_path("rollout-stuck", &format!("watch/{s}.jsonl")))
+        .to_vec();
+    let config = ExplainConfig {
+        files: vec![log],
+        watch,
+        ..ExplainConfig::default()
+    };
+    let r = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&config))
+        .unwrap();
+    let f = &r.findings[0];
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.object.resource, "pods");
+    assert!(
+        f.title.starts_with("Failed: Unschedulable: ")
+            && f.title.contains("node affinity/selector"),
+        "{}",
+        f.title
+    );
+    assert_eq!(f.chain[0].object.display, "deployments rollout-demo/web");
+}
+
+#[test]
+fn a_watch_file_that_is_not_one_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("pods.jsonl");
+    std::fs::write(&bad, "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\"}}\n").unwrap();
+    let out = kascade()
+        .arg("explain")
+        .arg(common::fixture_path("unschedulable", "audit.log"))
+        .arg("--watch")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}:1: the object has no apiVersion",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+}

@@ -3,14 +3,15 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 
 use super::lines::{Lines, LinesState, in_time_order, progress_bar, total_size};
 use super::{PipelineConfig, load_rules};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, Severity};
-use crate::offline::changes_to_sinks;
-use crate::pipeline::{ChangeSink, EventRecord, K8sEvent};
+use crate::offline::changes_with_watch_to_sinks;
+use crate::pipeline::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind};
 
 /// How a report is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +93,8 @@ pub struct ExplainConfig {
     pub files: Vec<PathBuf>,
     /// Event lists (`kubectl get events -o json`) or JSON lines of Events.
     pub events: Vec<PathBuf>,
+    /// Captured watch streams (`{"type":…,"object":…}` per line).
+    pub watch: Vec<PathBuf>,
     pub cluster: String,
     pub rules: Option<PathBuf>,
     pub scope: Scope,
@@ -109,6 +112,7 @@ impl Default for ExplainConfig {
         Self {
             files: Vec::new(),
             events: Vec::new(),
+            watch: Vec::new(),
             cluster: super::trace::TraceConfig::default().cluster,
             rules: None,
             scope: Scope::default(),
@@ -178,6 +182,90 @@ fn read_events(
     Ok(n)
 }
 
+/// When a watch event's object last changed, as far as the object says
+/// (a captured stream has no delivery times): the latest of its creation,
+/// deletion, managed-fields and condition times.
+fn changed_at(obj: &serde_json::Value) -> Option<SystemTime> {
+    let mut times: Vec<&str> = Vec::new();
+    let meta = &obj["metadata"];
+    for key in ["creationTimestamp", "deletionTimestamp"] {
+        times.extend(meta[key].as_str());
+    }
+    for list in [&meta["managedFields"], &obj["status"]["conditions"]] {
+        for item in list.as_array().into_iter().flatten() {
+            for key in [
+                "time",
+                "lastTransitionTime",
+                "lastUpdateTime",
+                "lastProbeTime",
+            ] {
+                times.extend(item[key].as_str());
+            }
+        }
+    }
+    times
+        .into_iter()
+        .filter_map(|t| humantime::parse_rfc3339_weak(t).ok())
+        .max()
+}
+
+/// The changes of captured watch streams (`kubectl get -w -o json`, or the
+/// raw `?watch=1` stream the e2e harness keeps), in file order.
+fn read_watch(path: &PathBuf, cluster: &str) -> anyhow::Result<Vec<WatchChange>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let kinds = crate::aggregate::relations::KindRegistry::default();
+    let mut out = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let ev: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: not a watch event", at()))?;
+        let kind = match ev["type"].as_str() {
+            Some("ADDED") => WatchKind::Added,
+            Some("MODIFIED") => WatchKind::Modified,
+            Some("DELETED") => WatchKind::Deleted,
+            Some("BOOKMARK") | Some("ERROR") => continue,
+            other => bail!(
+                "{}: watch event type {other:?}, expected ADDED, MODIFIED or DELETED",
+                at()
+            ),
+        };
+        let state = ev["object"].clone();
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let (Some(api_version), Some(kind_name), Some(name)) = (
+            state["apiVersion"].as_str(),
+            state["kind"].as_str(),
+            state["metadata"]["name"].as_str(),
+        ) else {
+            bail!(
+                "{}: the object has no apiVersion, kind or metadata.name",
+                at()
+            );
+        };
+        let object = kinds.referenced_object(
+            cluster,
+            api_version,
+            kind_name,
+            &text(&state["metadata"]["namespace"]),
+            name,
+        );
+        let Some(observed) = changed_at(&state) else {
+            bail!("{}: the object carries no time (creationTimestamp)", at());
+        };
+        out.push(WatchChange {
+            object,
+            kind,
+            state,
+            observed,
+        });
+    }
+    Ok(out)
+}
+
 /// Reads the inputs and builds the report; malformed lines are counted in
 /// it (with a few examples) and listed on stderr.
 pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
@@ -202,8 +290,13 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         lines = lines.containing(&format!("\"{ns}\""));
     }
     let collector = Arc::new(ExplainCollector::new(config.scope.clone()));
-    let errors = changes_to_sinks(
+    let mut watch = Vec::new();
+    for path in &config.watch {
+        watch.extend(read_watch(path, &config.cluster)?);
+    }
+    let errors = changes_with_watch_to_sinks(
         lines,
+        watch,
         &config.cluster,
         rules,
         &pipeline.filter()?,
@@ -248,6 +341,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         files: files
             .iter()
             .chain(&config.events)
+            .chain(&config.watch)
             .map(|f| f.display().to_string())
             .collect(),
         lines: st.non_empty,

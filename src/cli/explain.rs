@@ -36,6 +36,9 @@ pub struct ExplainArgs {
     /// Event list (`kubectl get events -A -o json`, or one Event per line), when the audit log lacks them.
     #[arg(long, value_name = "FILE")]
     pub events: Vec<PathBuf>,
+    /// Captured watch stream (`{"type":…,"object":…}` per line), for states the audit log lacks.
+    #[arg(long, value_name = "FILE")]
+    pub watch: Vec<PathBuf>,
     /// Only this namespace (and what its objects use: nodes, volumes).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
@@ -73,6 +76,7 @@ impl From<ExplainArgs> for ExplainConfig {
         ExplainConfig {
             files: a.files,
             events: a.events,
+            watch: a.watch,
             cluster: a.cluster,
             rules: a.rules,
             scope: Scope {
