@@ -2,9 +2,9 @@
 # formatting and lints, unit tests over the real fixtures (on a machine kept
 # busy), then the e2e suite against a real control plane and a real Jaeger
 # built by e2e/build.sh, then the fault suite.
-.PHONY: test lint unit e2e faults fixtures
+.PHONY: test lint unit browser e2e faults fixtures
 
-test: lint unit e2e faults
+test: lint unit browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show.
@@ -12,6 +12,7 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
 	@for f in e2e/*.sh e2e/*/*.sh .ci/*.sh; do bash -n "$$f" || exit 1; done
+	node --check e2e/browser/report-test.mjs
 
 # The unit suite runs while two CPU-burning processes keep both cores busy
 # (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
@@ -20,6 +21,12 @@ lint:
 unit:
 	cargo test --locked --no-run
 	bash .ci/busy.sh cargo test --locked
+
+# The HTML report of `kascade explain` in Debian's headless Chromium, driven
+# by playwright-core (e2e/browser/: setup installs both when missing); the
+# screenshot stays in target/explain/report.png.
+browser:
+	bash e2e/browser/run.sh
 
 e2e:
 	bash e2e/suite.sh

@@ -93,6 +93,8 @@ fn an_unsatisfiable_node_selector_is_found_on_the_pod_with_the_patch_that_added_
     assert_eq!(f.object.resource, "pods");
     let chain: Vec<&str> = f.chain.iter().map(|s| s.object.resource.as_str()).collect();
     assert_eq!(chain, ["deployments", "replicasets", "pods"]);
+    let via: Vec<&str> = f.chain.iter().map(|s| s.via.as_str()).collect();
+    assert_eq!(via, ["", "owner", "owner"]);
     assert_eq!(f.chain[0].status, "Failed");
     let t = f.trigger.as_ref().expect("the patch");
     assert_eq!(

@@ -76,18 +76,16 @@ impl Builder<'_> {
             cur = p;
         }
         up.reverse();
-        // `via` is the link from the step above: shift the classes down.
+        // Each entry carries the class of its link to the step above.
         let mut steps = Vec::with_capacity(up.len());
-        let mut via = 0;
         for (i, class) in up {
             let (status, status_message) = self.status(i);
             steps.push(ChainStep {
                 object: self.name(i),
-                via: self.st.strings.get(via).to_string(),
+                via: self.st.strings.get(class).to_string(),
                 status,
                 status_message,
             });
-            via = class;
         }
         steps
     }

@@ -259,7 +259,12 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         } else {
             Severity::Warning
         };
-        let since = format_duration(end.duration_since(p.since).unwrap_or_default());
+        let held = end.duration_since(p.since).unwrap_or_default();
+        let lasted = if held < Duration::from_millis(1) {
+            "at the end of the log".to_string()
+        } else {
+            format!("for {}, until the log ends", format_duration(held))
+        };
         out.push(Raw {
             kind: FindingKind::NotCompleted,
             severity,
@@ -274,7 +279,7 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                 Evidence {
                     kind: "status".into(),
                     time: rfc3339(p.since),
-                    summary: format!("{status} for {since}, until the log ends"),
+                    summary: format!("{status} {lasted}"),
                     detail: message,
                 },
             )],

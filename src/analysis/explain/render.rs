@@ -15,7 +15,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn totals_line(r: &Report) -> String {
+pub(super) fn totals_line(r: &Report) -> String {
     if r.findings.is_empty() {
         return "no problems found".to_string();
     }
