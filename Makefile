@@ -1,6 +1,7 @@
 # `make test` is the project's test command (CI runs it through .ci/run):
 # formatting and lints, unit tests over the real fixtures (on a machine kept
-# busy), then the e2e suite against a real control plane and a real Jaeger
+# busy), the HTML report in a real browser (e2e/browser/), then the e2e
+# suite against a real control plane and a real Jaeger
 # built by e2e/build.sh, then the fault suite.
 .PHONY: test lint unit browser e2e faults fixtures
 
@@ -11,7 +12,8 @@ test: lint unit browser e2e faults
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
-	@for f in e2e/*.sh e2e/*/*.sh .ci/*.sh; do bash -n "$$f" || exit 1; done
+	@for f in e2e/*.sh e2e/*/*.sh .ci/*.sh examples/ci/*.sh; do bash -n "$$f" || exit 1; done
+	python3 -c 'import sys, yaml; [yaml.safe_load(open(f)) for f in sys.argv[1:]]' examples/ci/*.yaml
 	node --check e2e/browser/report-test.mjs
 
 # The unit suite runs while two CPU-burning processes keep both cores busy

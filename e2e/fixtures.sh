@@ -13,11 +13,12 @@ PORT_BASE=28000
 RUN_DIR="$E2E_DIR/.run-$NAME"
 OUT="$E2E_DIR/fixtures"
 SCENARIOS=("$@")
-[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota cronjob volumes)
+[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota cronjob volumes job-failed pvc-pending finalizer-blocked)
 
 # Namespace and watched resources (API path prefix + resource) of each scenario.
 declare -A NS=([deployment]=default [service]=svc-demo [config]=config-demo [statefulset]=sts-demo [job]=job-demo
-  [unschedulable]=sched-demo [rollout-stuck]=rollout-demo [quota]=quota-demo [cronjob]=cron-demo [volumes]=vol-demo)
+  [unschedulable]=sched-demo [rollout-stuck]=rollout-demo [quota]=quota-demo [cronjob]=cron-demo [volumes]=vol-demo
+  [job-failed]=jobfail-demo [pvc-pending]=pvc-demo [finalizer-blocked]=fin-demo)
 declare -A WATCH=(
   [deployment]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [service]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:services /apis/discovery.k8s.io/v1:endpointslices"
@@ -29,6 +30,9 @@ declare -A WATCH=(
   [quota]="/api/v1:resourcequotas /apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [cronjob]="/apis/batch/v1:cronjobs /apis/batch/v1:jobs /api/v1:pods"
   [volumes]="/apis/apps/v1:statefulsets /api/v1:pods /api/v1:persistentvolumeclaims"
+  [job-failed]="/apis/batch/v1:jobs /api/v1:pods"
+  [pvc-pending]="/api/v1:persistentvolumeclaims /api/v1:pods"
+  [finalizer-blocked]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
 )
 
 cleanup() { "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true; }
