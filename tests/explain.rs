@@ -489,3 +489,30 @@ fn a_watch_file_that_is_not_one_is_named_with_its_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_label_selector_scopes_to_the_labelled_objects_and_what_they_own() {
+    let log = vec![common::fixture_path("rollout-stuck", "audit.log")];
+    let selected = |text: &str| Scope {
+        selector: Some((
+            text.to_string(),
+            kascade::analysis::explain::parse_selector(text).unwrap(),
+        )),
+        ..Scope::default()
+    };
+    // The ReplicaSets and Pods carry app=web; the Deployment has no labels.
+    let r = run(log.clone(), selected("app=web"));
+    let f = &r.findings[0];
+    assert!(f.title.starts_with("FailedScheduling"), "{}", f.title);
+    assert!(
+        r.findings
+            .iter()
+            .flat_map(|f| f.symptoms.iter().map(|s| &s.object).chain([&f.object]))
+            .all(|o| o.resource != "deployments"),
+        "{:#?}",
+        r.findings
+    );
+    assert_eq!(r.scope.description, "objects labelled app=web");
+    let none = run(log, selected("app=other"));
+    assert!(none.findings.is_empty(), "{:#?}", none.findings);
+}
