@@ -256,6 +256,28 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
                 "exceeded quota: pods",
             ],
         ),
+        (
+            "job-failed",
+            "kascade-e2e-admin create jobs jobfail-demo/migrate",
+            &["jobs jobfail-demo/migrate Failed (BackoffLimitExceeded: "],
+        ),
+        (
+            "pvc-pending",
+            "kascade-e2e-admin create persistentvolumeclaims pvc-demo/data",
+            &["persistentvolumeclaims pvc-demo/data InProgress (Pending"],
+        ),
+        (
+            "pvc-pending",
+            "kascade-e2e-admin create pods pvc-demo/db",
+            &["pods pvc-demo/db Failed (Unschedulable: "],
+        ),
+        (
+            "finalizer-blocked",
+            "kascade-e2e-admin delete deployments fin-demo/held",
+            &[
+                "deployments fin-demo/held Terminating (deletion requested, waiting for finalizers: kascade.io/hold)",
+            ],
+        ),
     ];
     for (scenario, root, wants) in incomplete {
         let all = cascades(scenario).await;

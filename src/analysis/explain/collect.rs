@@ -79,6 +79,8 @@ pub(super) struct Obj {
     pub last_root: Option<SpanRef>,
     /// When its deletion was requested, and the finalizers holding it.
     pub deleting: Option<(SystemTime, Vec<String>)>,
+    /// The cascade of the write that requested its deletion.
+    pub delete_root: Option<SpanRef>,
     /// The uid of the object that exists under this name now.
     uid: Option<Arc<str>>,
 }
@@ -233,6 +235,7 @@ impl State {
             gone: false,
             last_root: None,
             deleting: None,
+            delete_root: None,
             uid: None,
         });
         self.index.insert(o.clone(), i);
@@ -396,6 +399,9 @@ impl State {
         if c.deleted {
             o.deleting = None;
         } else if let Some(d) = deleting {
+            if o.deleting.is_none() {
+                o.delete_root = Some(c.root);
+            }
             let at = o.deleting.as_ref().map_or(c.completed, |(t, _)| *t);
             o.deleting = Some((at, d));
         }

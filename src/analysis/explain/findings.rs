@@ -252,6 +252,8 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                 finalizers.join(", ")
             ),
             None if message.is_empty() => status.to_string(),
+            // `Failed: container app: Error (exit code 1)` says it already.
+            None if message.starts_with(&format!("{status}:")) => message.clone(),
             None => format!("{status}: {message}"),
         };
         let severity = if status == "Failed" {
@@ -259,11 +261,11 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         } else {
             Severity::Warning
         };
-        let held = end.duration_since(p.since).unwrap_or_default();
-        let lasted = if held < Duration::from_millis(1) {
+        let stuck_for = end.duration_since(p.since).unwrap_or_default();
+        let lasted = if stuck_for < Duration::from_millis(1) {
             "at the end of the log".to_string()
         } else {
-            format!("for {}, until the log ends", format_duration(held))
+            format!("for {}, until the log ends", format_duration(stuck_for))
         };
         out.push(Raw {
             kind: FindingKind::NotCompleted,
@@ -283,7 +285,8 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                     detail: message,
                 },
             )],
-            root: o.last_root,
+            // A held deletion: what requested it, not the last status write.
+            root: held.and(o.delete_root).or(o.last_root),
             also: Vec::new(),
             also_total: 0,
         });
