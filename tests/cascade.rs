@@ -212,6 +212,10 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
             "volumes",
             "kascade-e2e-admin create statefulsets vol-demo/data",
         ),
+        (
+            "crosscluster",
+            "kascade-e2e-admin create pods remote-demo/labeled",
+        ),
     ];
     let mut by_scenario: HashMap<&str, Vec<Cascade>> = HashMap::new();
     for (scenario, root) in complete {
@@ -233,6 +237,34 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
     );
     assert!(job.changes.iter().any(|x| x.object.resource == "pods"));
     assert!(job.duration().unwrap() > Duration::from_secs(1));
+
+    // No controller reacts to a ConfigMap: each write of the big one (a
+    // megabyte value, created then replaced three times) is a complete
+    // cascade of its own, and so is the relabel of the crosscluster Pod.
+    let big = cascades("bigobject").await;
+    let writes: Vec<&Cascade> = big
+        .iter()
+        .filter(|c| change_name(c.root()).ends_with(" configmaps big-demo/big"))
+        .collect();
+    assert_eq!(
+        writes.len(),
+        4,
+        "{:?}",
+        big.iter()
+            .map(|c| change_name(c.root()))
+            .collect::<Vec<_>>()
+    );
+    for c in writes {
+        assert_eq!(c.changes.len(), 1, "{}", change_name(c.root()));
+        assert!(c.completion.is_complete());
+    }
+    let relabel = rooted_at(
+        &cascades("crosscluster").await,
+        "kascade-e2e-admin patch pods remote-demo/labeled",
+    )
+    .completion
+    .clone();
+    assert!(relabel.is_complete(), "{relabel:?}");
 
     let incomplete: &[(&str, &str, &[&str])] = &[
         (
