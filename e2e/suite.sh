@@ -55,7 +55,12 @@ source "$E2E_DIR/.run/env"
 # spans go to --otlp-endpoint under KASCADE_SERVICE_NAME), as does the
 # frontend below: tests/e2e.rs kascade_traces_itself_into_jaeger.
 SELF_TRACING=(OTEL_TRACES_EXPORTER=otlp "OTEL_EXPORTER_OTLP_ENDPOINT=$JAEGER_OTLP_GRPC")
+# KASCADE_WATCH_AUDIT_WAIT: a write's audit event may trail its watch event
+# by more than the 5 s default on a loaded 2-core machine (the webhook's 1 s
+# batch wait, its 3 s backoff after a failed send); with_full_audit_no_write_is_shown_twice
+# must not depend on that.
 ( set -a; source "$ROOT/deploy/config/collect.env"; set +a
+  export KASCADE_WATCH_AUDIT_WAIT=30s
   exec env "${SELF_TRACING[@]}" "$KASCADE" collect --listen 127.0.0.1:8090 --admin-listen 127.0.0.1:8091 --cluster "$CLUSTER_NAME" \
     --spool-dir "$E2E_DIR/.run/spool" \
     --webhook-token-file "$AUDIT_WEBHOOK_TOKEN_FILE" \
@@ -113,6 +118,14 @@ until curl -sf http://127.0.0.1:8094/readyz >/dev/null && curl -sf http://127.0.
 done
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
+# Its server dry runs must have reached kascade before the crash below drops
+# whatever the apiserver's webhook batch still holds (tests/e2e.rs
+# server_dry_runs_leave_no_spans counts them as filtered).
+deadline=$((SECONDS + 30))
+until curl -sf http://127.0.0.1:8091/metrics | grep -q 'kascade_audit_events_filtered_total{reason="dry_run"}'; do
+  (( SECONDS < deadline )) || { log "the dry runs of validate-deploy.sh never reached kascade"; exit 1; }
+  sleep 0.2
+done
 
 # The watchers must survive an apiserver crash without losing or repeating
 # Events. SIGKILL, not a graceful stop: a stopping apiserver may end its
