@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use load::{BATCH, Part, audit_id, batch_body, env_or, split_template, templates};
+use load::{
+    BATCH, Part, age_of, audit_id, batch_body, env_or, shift_to_now, split_template, templates,
+};
 use serde_json::{Value, json};
 
 struct Poster {
@@ -158,7 +160,8 @@ async fn run_oversized(poster: Arc<Poster>) {
     let ns = format!("{ns}0");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/fixtures/config/audit.log");
     let text = std::fs::read_to_string(path).expect("config fixture");
-    let create: Value = text
+    let shift = age_of(&text);
+    let mut create: Value = text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|e| {
@@ -167,6 +170,7 @@ async fn run_oversized(poster: Arc<Poster>) {
                 && e["responseObject"]["data"].is_object()
         })
         .expect("a ConfigMap create in the config fixture");
+    shift_to_now(&mut create, shift);
     let set_ns = |e: &mut Value, name: &str, id: String| {
         e["auditID"] = json!(id);
         e["objectRef"]["namespace"] = json!(ns);

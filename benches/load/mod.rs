@@ -21,31 +21,10 @@ pub fn templates() -> (Vec<String>, usize) {
     let text = std::fs::read_to_string(path).expect("deployment fixture");
     let mut objects = std::collections::HashSet::new();
     let mut out = Vec::new();
-    // The events happen now, as a live apiserver's would: shifted by the
-    // fixture's age (its own spacing kept). With the capture's own times the
-    // spans would age out of the checks' Jaeger searches (the fault suite
-    // found nothing once the fixture was two days old).
-    let time = |ev: &Value, key: &str| {
-        ev[key]
-            .as_str()
-            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-    };
-    let first = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|ev| time(&ev, "requestReceivedTimestamp"))
-        .min()
-        .expect("the fixture has timed events");
-    let age = std::time::SystemTime::now()
-        .duration_since(first)
-        .unwrap_or_default();
+    let shift = age_of(&text);
     for line in text.lines() {
         let mut ev: Value = serde_json::from_str(line).unwrap();
-        for key in ["requestReceivedTimestamp", "stageTimestamp"] {
-            if let Some(t) = time(&ev, key) {
-                ev[key] = Value::String(humantime::format_rfc3339_micros(t + age).to_string());
-            }
-        }
+        shift_to_now(&mut ev, shift);
         let ns = ev["objectRef"]["namespace"]
             .as_str()
             .unwrap_or("")
@@ -79,6 +58,39 @@ pub fn templates() -> (Vec<String>, usize) {
         );
     }
     (out, objects.len())
+}
+
+// The events happen now, as a live apiserver's would: shifted by the
+// fixture's age (its own spacing kept). With the capture's own times the
+// spans would age out of the checks' Jaeger searches (the fault suite found
+// nothing once the fixture was two days old).
+
+fn event_time(ev: &Value, key: &str) -> Option<std::time::SystemTime> {
+    ev[key]
+        .as_str()
+        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+}
+
+/// How long ago the fixture's first request was received.
+pub fn age_of(fixture: &str) -> std::time::Duration {
+    let first = fixture
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|ev| event_time(&ev, "requestReceivedTimestamp"))
+        .min()
+        .expect("the fixture has timed events");
+    std::time::SystemTime::now()
+        .duration_since(first)
+        .unwrap_or_default()
+}
+
+/// Moves an event's timestamps forward by `shift`.
+pub fn shift_to_now(ev: &mut Value, shift: std::time::Duration) {
+    for key in ["requestReceivedTimestamp", "stageTimestamp"] {
+        if let Some(t) = event_time(ev, key) {
+            ev[key] = Value::String(humantime::format_rfc3339_micros(t + shift).to_string());
+        }
+    }
 }
 
 /// A template cut at its placeholders, so building a body is concatenation
