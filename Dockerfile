@@ -15,8 +15,10 @@ ARG DEBIAN_RELEASE=trixie
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS builder
 WORKDIR /src
 # Only what the build reads (build.rs compiles proto/ with protox, no protoc;
-# rules/ is built into the binary; Cargo.toml names the benches).
+# rules/ is built into the binary; Cargo.toml names the benches; cpid/ is the
+# workspace member kascade shares its CPID types with).
 COPY Cargo.toml Cargo.lock build.rs ./
+COPY cpid ./cpid
 COPY proto ./proto
 COPY rules ./rules
 COPY benches ./benches

@@ -11,7 +11,7 @@ test: lint unit browser e2e faults
 # for CI, so this is where a syntax error in it would show.
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --workspace --all-targets --locked -- -D warnings
 	@for f in e2e/*.sh e2e/*/*.sh .ci/*.sh examples/ci/*.sh; do bash -n "$$f" || exit 1; done
 	python3 -c 'import sys, yaml; [yaml.safe_load(open(f)) for f in sys.argv[1:]]' examples/ci/*.yaml
 	node --check e2e/browser/report-test.mjs
@@ -21,8 +21,8 @@ lint:
 # machine is. It is built first, without the burners, which would only make
 # the compiler slower.
 unit:
-	cargo test --locked --no-run
-	bash .ci/busy.sh cargo test --locked
+	cargo test --workspace --locked --no-run
+	bash .ci/busy.sh cargo test --workspace --locked
 
 # The HTML report of `kascade explain` in Debian's headless Chromium, driven
 # by playwright-core (e2e/browser/: setup installs both when missing); the
