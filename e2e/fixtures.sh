@@ -13,13 +13,13 @@ PORT_BASE=28000
 RUN_DIR="$E2E_DIR/.run-$NAME"
 OUT="$E2E_DIR/fixtures"
 SCENARIOS=("$@")
-[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota cronjob volumes job-failed pvc-pending finalizer-blocked bigobject crosscluster)
+[[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota cronjob volumes job-failed pvc-pending finalizer-blocked bigobject crosscluster cpid-annotated)
 
 # Namespace and watched resources (API path prefix + resource) of each scenario.
 declare -A NS=([deployment]=default [service]=svc-demo [config]=config-demo [statefulset]=sts-demo [job]=job-demo
   [unschedulable]=sched-demo [rollout-stuck]=rollout-demo [quota]=quota-demo [cronjob]=cron-demo [volumes]=vol-demo
   [job-failed]=jobfail-demo [pvc-pending]=pvc-demo [finalizer-blocked]=fin-demo
-  [bigobject]=big-demo [crosscluster]=remote-demo)
+  [bigobject]=big-demo [crosscluster]=remote-demo [cpid-annotated]=cpid-demo)
 declare -A WATCH=(
   [deployment]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [service]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:services /apis/discovery.k8s.io/v1:endpointslices"
@@ -36,6 +36,7 @@ declare -A WATCH=(
   [finalizer-blocked]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods"
   [bigobject]="/api/v1:configmaps"
   [crosscluster]="/api/v1:pods /api/v1:configmaps"
+  [cpid-annotated]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:configmaps"
 )
 
 cleanup() { "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true; }

@@ -1,6 +1,7 @@
 //! Bounds on what requests and audit events may carry, and how untrusted
 //! input is quoted in error messages (never echoed whole: a 1 MiB tag value
-//! in a gRPC status or a log line helps nobody and can break the answer).
+//! in a gRPC status or a log line helps nobody and can break the answer), and
+//! how often a repeated warning is logged.
 
 /// Object names (DNS subdomains), API groups, resources, cluster names.
 pub const MAX_NAME_BYTES: usize = 253;
@@ -67,6 +68,32 @@ pub fn clip_message(mut msg: String) -> String {
         msg.push_str(&format!("… ({total} bytes)"));
     }
     msg
+}
+
+/// Lets a repeated warning through at most once per interval (the rest are
+/// only counted, in a metric the caller keeps).
+pub struct LogEvery {
+    every: std::time::Duration,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl LogEvery {
+    pub fn new(every: std::time::Duration) -> Self {
+        LogEvery {
+            every,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// True for the first call, then for the first call after each interval.
+    pub fn should_log(&self) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= self.every);
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
+    }
 }
 
 #[cfg(test)]

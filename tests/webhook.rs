@@ -7,58 +7,9 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use kascade::app::collect::{self, CollectConfig, serve_webhook};
+use common::collector::{metric, serve, spawn_server};
+use kascade::app::collect::{self, CollectConfig};
 use kascade::export::OutputSpec;
-
-struct Server {
-    url: String,
-    _dir: tempfile::TempDir,
-    out: std::path::PathBuf,
-}
-
-/// Serves `collect` the way `kascade collect` does (same server settings).
-fn spawn_server(app: axum::Router, header_read_timeout: Duration) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(serve_webhook(
-        listener,
-        None,
-        app,
-        header_read_timeout,
-        std::future::pending(),
-    ));
-    url
-}
-
-async fn serve(configure: impl FnOnce(&mut CollectConfig)) -> (Server, kascade::app::Pipeline) {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("spans.jsonl");
-    let mut config = CollectConfig::default()
-        .cluster("test")
-        .spool_dir(dir.path().join("spool"));
-    config.export = config.export.output(OutputSpec::OtlpJson(out.clone()));
-    configure(&mut config);
-    let (apps, pipeline) = collect::build(&config).unwrap();
-    let app = apps.audit.merge(apps.admin);
-    let url = spawn_server(app, config.header_read_timeout);
-    (
-        Server {
-            url,
-            _dir: dir,
-            out,
-        },
-        pipeline,
-    )
-}
-
-fn metric(text: &str, name_and_labels: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(name_and_labels))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or(0)
-}
 
 #[tokio::test]
 async fn accepts_a_real_batch_plain_and_gzipped() {

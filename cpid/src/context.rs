@@ -56,11 +56,17 @@ impl ChangeContext {
     /// ancestors. A malformed CPID means no context (the object's change is
     /// unknown); malformed ancestors are dropped, the CPID kept.
     pub fn read(annotations: Option<&BTreeMap<String, String>>) -> Read {
+        match annotations {
+            Some(a) => Self::read_with(|name| a.get(name).map(String::as_str)),
+            None => Read::default(),
+        }
+    }
+
+    /// [`ChangeContext::read`] through a lookup of annotation values by name
+    /// (for annotations held in another map type, e.g. JSON).
+    pub fn read_with<'a>(annotation: impl Fn(&str) -> Option<&'a str>) -> Read {
         let mut read = Read::default();
-        let Some(annotations) = annotations else {
-            return read;
-        };
-        let (cpid, from_traceparent) = if let Some(v) = annotations.get(CPID_ANNOTATION) {
+        let (cpid, from_traceparent) = if let Some(v) = annotation(CPID_ANNOTATION) {
             match Cpid::parse(v.trim()) {
                 Ok(c) => (c, false),
                 Err(error) => {
@@ -73,7 +79,7 @@ impl ChangeContext {
             }
         } else if let Some((name, v)) = TRACEPARENT_ANNOTATIONS
             .iter()
-            .find_map(|n| annotations.get(*n).map(|v| (*n, v)))
+            .find_map(|n| annotation(n).map(|v| (*n, v)))
         {
             match Cpid::from_traceparent(v) {
                 Ok(c) => (c, true),
@@ -93,7 +99,7 @@ impl ChangeContext {
             ancestors: Vec::new(),
             from_traceparent,
         };
-        if let Some(list) = annotations.get(ANCESTORS_ANNOTATION) {
+        if let Some(list) = annotation(ANCESTORS_ANNOTATION) {
             match parse_ancestors(list, cpid) {
                 Ok(a) => context.ancestors = a,
                 Err(e) => read.problems.push(ContextError::Ancestors(e)),

@@ -75,6 +75,10 @@ pub fn start(
                         .process_k8s_event(&own, &uid, *event, at)
                         .await
                         .map_err(|e| (e, format!("{own} (event)"))),
+                    Work::Mergelog { cluster, mergelog } => p
+                        .process_mergelog(&cluster, &mergelog)
+                        .await
+                        .map_err(|e| (e, format!("mergelog {}", mergelog.cpid))),
                     Work::Barrier(b) => {
                         b.arrive();
                         Ok(())

@@ -13,8 +13,11 @@ use super::merge::{ObjectHistory, Source, merge};
 use super::raw::{RawError, RawStore, TimeRange, from_nanos, int_attr, string_attr};
 use crate::analysis::cascade::{self, Cascade};
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
+use crate::pipeline::{
+    CascadeRole, Cause, ChangeRecord, ChangeSource, CpidOrigin, Readiness, SpanRef, WriteCpid,
+};
 use crate::span_model::{CASCADE_ROLE_EFFECT, CASCADE_ROLE_UNEXPLAINED, attr};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 /// Cascades shown in one assembled trace at most (the latest ones).
 pub const MAX_CASCADES: usize = 20;
@@ -139,6 +142,7 @@ pub fn record_from_span(
         cause,
         root,
         depth: int_attr(a, attr::CASCADE_DEPTH).unwrap_or(0).max(0) as u32,
+        cpid: write_cpid(a),
         failure: (code >= 400)
             .then(|| s.status.as_ref().map(|st| st.message.clone()))
             .flatten()
@@ -147,6 +151,17 @@ pub fn record_from_span(
         new: None,
         related: Vec::new(),
     })
+}
+
+/// The `cpid` and `cpid.origin` attributes of a write's span.
+pub fn write_cpid(a: &[KeyValue]) -> Option<WriteCpid> {
+    let cpid = kascade_cpid::Cpid::parse(string_attr(a, attr::CPID)?).ok()?;
+    let origin = match string_attr(a, attr::CPID_ORIGIN) {
+        Some("inferred") => CpidOrigin::Inferred,
+        Some("traceparent") => CpidOrigin::Traceparent,
+        _ => CpidOrigin::Annotation,
+    };
+    Some(WriteCpid { cpid, origin })
 }
 
 /// The changes of cascades `roots` recorded in `histories` up to `until`

@@ -90,6 +90,8 @@ label_values! {
         SpanCache => "span_cache",
         /// Recent changes of objects, the candidate causes of later writes.
         Causes => "causes",
+        /// Mergelogs already shown (a sender's retry is shown once).
+        SeenMergelogs => "seen_mergelogs",
     }
 }
 
@@ -342,7 +344,14 @@ mod tests {
                 ));
             }
         }
-        for c in ["ledger", "seen_events", "states", "span_cache", "causes"] {
+        for c in [
+            "ledger",
+            "seen_events",
+            "states",
+            "span_cache",
+            "causes",
+            "seen_mergelogs",
+        ] {
             for cause in ["size", "expired"] {
                 expected.push(format!(
                     r#"kascade_cache_evictions_total{{cache="{c}",cause="{cause}"}} 1"#

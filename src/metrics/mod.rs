@@ -79,6 +79,11 @@ pub struct Metrics {
     pub cascade_objects: Gauge,
     /// Change-log lines dropped because the writer fell behind.
     pub changelog_dropped: Counter,
+    /// CPID annotations that are not a CPID (ignored).
+    pub cpid_malformed: Counter,
+    pub mergelogs_accepted: Counter,
+    pub mergelogs_rejected: Counter,
+    pub mergelogs_duplicate: Counter,
 }
 
 impl Metrics {
@@ -188,6 +193,26 @@ impl Metrics {
             "cascade_candidates_dropped",
             "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s",
             self.cascade_candidates_dropped.clone(),
+        );
+        r.register(
+            "mergelogs_accepted",
+            "Mergelogs accepted from instrumented controllers (POST /cpid/mergelogs)",
+            self.mergelogs_accepted.clone(),
+        );
+        r.register(
+            "mergelogs_rejected",
+            "Mergelogs refused for a full queue (429, the sender retries), plus requests refused as malformed or too large (4xx, one each, not retried)",
+            self.mergelogs_rejected.clone(),
+        );
+        r.register(
+            "mergelogs_duplicate",
+            "Mergelogs received again within an hour (a sender's retry): shown once",
+            self.mergelogs_duplicate.clone(),
+        );
+        r.register(
+            "cpid_annotations_malformed",
+            "kascade.io/cpid, cpid-ancestors or traceparent annotations on written objects that were malformed: ignored (the write is shown without that CPID)",
+            self.cpid_malformed.clone(),
         );
         r.register(
             "cascade_objects",

@@ -59,6 +59,36 @@ impl CascadeRole {
     }
 }
 
+/// How a write's change propagation ID (CPID) is known (`cpid.origin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CpidOrigin {
+    /// The object's `kascade.io/cpid` annotation (an instrumented
+    /// controller or the CPID webhook put it there).
+    Annotation,
+    /// The object's W3C `traceparent` annotation (its trace id).
+    Traceparent,
+    /// The object carries none: carried over from its inferred cause (an
+    /// uninstrumented controller acting on an object that has one).
+    Inferred,
+}
+
+impl CpidOrigin {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CpidOrigin::Annotation => "annotation",
+            CpidOrigin::Traceparent => "traceparent",
+            CpidOrigin::Inferred => "inferred",
+        }
+    }
+}
+
+/// The change a write belongs to, by CPID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WriteCpid {
+    pub cpid: kascade_cpid::Cpid,
+    pub origin: CpidOrigin,
+}
+
 /// The write a change was inferred to be caused by.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cause {
@@ -111,6 +141,9 @@ pub struct ChangeRecord {
     pub root: SpanRef,
     /// Hops from the root.
     pub depth: u32,
+    /// The change propagation ID the object carries after the write, or
+    /// carried over from the cause.
+    pub cpid: Option<WriteCpid>,
     /// The Status message of a refused write (`code` ≥ 400), e.g.
     /// `pods "web-…" is forbidden: exceeded quota: …`.
     pub failure: Option<String>,

@@ -48,6 +48,14 @@ impl Reserved<'_> {
         }
         self.intake.depth_gauge.set(self.intake.depth() as i64);
     }
+
+    /// Sends work other than audit events (mergelogs).
+    pub fn send_work(self, work: Vec<Work>) {
+        for (permit, item) in self.permits.zip(work) {
+            permit.send(item);
+        }
+        self.intake.depth_gauge.set(self.intake.depth() as i64);
+    }
 }
 
 /// Why a batch was not admitted.

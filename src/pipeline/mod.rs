@@ -23,8 +23,8 @@ pub use audit::{
     OwnerReference, ResponseStatus, StatusDetails, UserInfo,
 };
 pub use change::{
-    CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, EventRecord, Readiness,
-    RelatedObject, SpanRef,
+    CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
+    RelatedObject, SpanRef, WriteCpid,
 };
 pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
@@ -98,6 +98,11 @@ pub enum Work {
         event: Box<K8sEvent>,
         at: SystemTime,
     },
+    /// A mergelog from an instrumented controller (`POST /cpid/mergelogs`).
+    Mergelog {
+        cluster: Arc<str>,
+        mergelog: Box<kascade_cpid::Mergelog>,
+    },
     /// Passed once every shard has processed all work queued before it
     /// (durable intake: then the spans of that work are in the export queue).
     Barrier(Arc<Barrier>),
@@ -110,6 +115,9 @@ impl Work {
             Work::Audit(a) => a.object.hash(),
             Work::Watch(w) => w.object.hash(),
             Work::Event { own, .. } => own.hash(),
+            Work::Mergelog { mergelog, .. } => {
+                u64::from_be_bytes(mergelog.cpid.to_bytes()[..8].try_into().unwrap_or_default())
+            }
             Work::Barrier(_) => 0,
         }
     }

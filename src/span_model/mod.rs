@@ -114,6 +114,18 @@ pub mod attr {
     pub const CASCADE_ROOT_SPAN_ID: &str = "cascade.root.span_id";
     /// Hops from the root (a root is 0).
     pub const CASCADE_DEPTH: &str = "cascade.depth";
+
+    /// The change propagation ID of the change the write belongs to (on
+    /// audit and watch spans): users search `cpid=<id>`.
+    pub const CPID: &str = "cpid";
+    /// How it is known: `annotation`, `traceparent` or `inferred` (carried
+    /// over from the inferred cause: the writer is not instrumented).
+    pub const CPID_ORIGIN: &str = "cpid.origin";
+    /// Merge spans: the merged CPIDs, comma-separated, and who merged.
+    pub const CPID_SOURCES: &str = "cpid.sources";
+    pub const CPID_CONTROLLER: &str = "cpid.controller";
+    /// Merged-into spans: the CPID this one was merged into.
+    pub const CPID_MERGED_INTO: &str = "cpid.merged_into";
 }
 
 /// Values of [`attr::CASCADE_ROLE`].
@@ -126,6 +138,10 @@ pub const SPAN_KIND_AUDIT: &str = "audit";
 pub const SPAN_KIND_LINK: &str = "link";
 pub const SPAN_KIND_WATCH: &str = "watch";
 pub const SPAN_KIND_EVENT: &str = "event";
+/// A mergelog, in the trace of the CPID it minted (`merges.rs`).
+pub const SPAN_KIND_MERGE: &str = "merge";
+/// A mergelog, in the trace of each CPID it merged.
+pub const SPAN_KIND_MERGED_INTO: &str = "merged_into";
 pub const EVENT_DIFF: &str = "diff";
 pub const EVENT_SNAPSHOT: &str = "snapshot";
 
@@ -186,6 +202,8 @@ const SALT_AUDIT: u64 = 1;
 const SALT_LINK: u64 = 2;
 const SALT_EVENT: u64 = 3;
 const SALT_WATCH: u64 = 4;
+const SALT_MERGE: u64 = 5;
+const SALT_MERGED_INTO: u64 = 6;
 
 /// A string attribute.
 pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
@@ -214,9 +232,11 @@ pub fn nanos(t: SystemTime) -> u64 {
     u64::try_from(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()).unwrap_or(u64::MAX)
 }
 
+mod merges;
 mod spans;
 pub(crate) mod wire;
 mod writer;
 
+pub use merges::{merge_span_id, merge_spans, merged_into_span_id};
 pub use spans::*;
 pub use writer::{EncodedSpan, SpanBuf};

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod collector;
+
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures")
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectRef;
-use crate::pipeline::SpanRef;
+use crate::pipeline::{SpanRef, WriteCpid};
 
 use super::super::rules::{ChangeClass, Propagation, Role};
 
@@ -27,6 +27,8 @@ const MAX_HOLDERS: usize = 4096;
 pub struct Resolved {
     pub root: SpanRef,
     pub depth: u32,
+    /// The change's CPID (its object's, or carried over from its cause).
+    pub cpid: Option<WriteCpid>,
 }
 
 /// One successful write, as a candidate cause.
@@ -383,7 +385,14 @@ mod tests {
             trace_id: [2; 16],
             span_id: [3; 8],
         };
-        e.resolve(Resolved { root, depth: 4 }, &ready);
+        e.resolve(
+            Resolved {
+                root,
+                depth: 4,
+                cpid: None,
+            },
+            &ready,
+        );
         let r = waiter
             .await
             .unwrap()

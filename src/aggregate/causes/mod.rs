@@ -25,11 +25,30 @@ use std::time::{Duration, SystemTime};
 
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, SpanRef};
+use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
 use index::{Candidate, ObjectChanges};
 pub use index::{ChangeEntry, Resolved};
+
+/// The CPID of an effect: the one its write set on the object; else its
+/// cause's, carried over as an instrumented writer would have (an
+/// uninstrumented one keeps whatever CPID the object had, e.g. the
+/// deployment controller scaling down an old ReplicaSet that still carries
+/// the previous rollout's).
+fn effect_cpid(effect: &Effect<'_>, cause: Option<WriteCpid>) -> Option<WriteCpid> {
+    let inferred = cause.map(|c| WriteCpid {
+        cpid: c.cpid,
+        origin: CpidOrigin::Inferred,
+    });
+    match (effect.cpid, inferred) {
+        (Some(own), Some(inferred)) if effect.cpid_kept && own.cpid != inferred.cpid => {
+            Some(inferred)
+        }
+        (Some(own), _) => Some(own),
+        (None, inferred) => inferred,
+    }
+}
 
 /// Longest wait for a cause's cascade to be known before the effect is
 /// shown under the cause alone (counted).
@@ -54,6 +73,11 @@ pub struct Effect<'a> {
     pub completed: SystemTime,
     /// A Pod status write that changed `status.phase`: the new phase.
     pub new_phase: Option<&'a str>,
+    /// The CPID the object carries after the write (its annotation).
+    pub cpid: Option<WriteCpid>,
+    /// The object carried that same CPID before the write: the write kept
+    /// it rather than set it (an uninstrumented writer keeps a stale one).
+    pub cpid_kept: bool,
 }
 
 /// What was inferred for one write.
@@ -63,6 +87,8 @@ pub struct Inference {
     pub cause: Option<Cause>,
     pub root: SpanRef,
     pub depth: u32,
+    /// The object's own CPID, else its cause's (marked inferred).
+    pub cpid: Option<WriteCpid>,
 }
 
 pub struct CauseIndex {
@@ -170,6 +196,7 @@ impl CauseIndex {
                         Resolved {
                             root: c.entry.span,
                             depth: 0,
+                            cpid: None,
                         }
                     }
                 };
@@ -182,6 +209,7 @@ impl CauseIndex {
                     role: CascadeRole::Effect,
                     root: resolved.root,
                     depth: resolved.depth + 1,
+                    cpid: effect_cpid(effect, resolved.cpid),
                     cause: Some(Cause {
                         span: c.entry.span,
                         name: if c.entry.user.is_empty() {
@@ -230,6 +258,7 @@ impl CauseIndex {
                     cause: None,
                     root: effect.span,
                     depth: 0,
+                    cpid: effect.cpid,
                 }
             }
         };
@@ -238,6 +267,7 @@ impl CauseIndex {
                 Resolved {
                     root: inference.root,
                     depth: inference.depth,
+                    cpid: inference.cpid,
                 },
                 &self.ready,
             );

@@ -16,8 +16,8 @@ use super::super::status;
 use super::Processor;
 use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, OwnerReference, Readiness, RelatedObject,
-    SpanRef, is_event_resource,
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, OwnerReference, Readiness,
+    RelatedObject, SpanRef, WriteCpid, is_event_resource,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -175,7 +175,15 @@ impl Processor {
         } else {
             w.subresource
         };
+        // A malformed annotation is reported once, by the write that set it.
+        let before = old.and_then(|state| self.object_cpid(w.object, state, new.is_none()));
+        let cpid = match new {
+            Some(state) => self.object_cpid(w.object, state, true),
+            None => before,
+        };
         let effect = Effect {
+            cpid,
+            cpid_kept: before.is_some_and(|b| Some(b.cpid) == cpid.map(|c| c.cpid)),
             object: w.object,
             span: w.span,
             writer: (w.source == ChangeSource::Audit).then_some(w.user),
@@ -211,6 +219,7 @@ impl Processor {
                 cause: inference.cause.clone(),
                 root: inference.root,
                 depth: inference.depth,
+                cpid: inference.cpid,
                 failure: w.failure.clone(),
                 old: old.filter(|_| objects).cloned(),
                 new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
@@ -280,6 +289,36 @@ pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
         );
     }
     debug_assert!(inference.role != CascadeRole::Effect || inference.cause.is_some());
+    if let Some(c) = &inference.cpid {
+        span.attr(attr::CPID, &c.cpid.to_string());
+        span.attr(attr::CPID_ORIGIN, c.origin.as_str());
+    }
+}
+
+impl Processor {
+    /// The CPID `state` carries in its annotations; a malformed one is
+    /// counted and logged (at most every 10 s) if `report`, and the write
+    /// shown without.
+    fn object_cpid(&self, object: &ObjectRef, state: &Value, report: bool) -> Option<WriteCpid> {
+        let annotations = state.pointer("/metadata/annotations")?.as_object()?;
+        let read = kascade_cpid::ChangeContext::read_with(|name| {
+            annotations.get(name).and_then(Value::as_str)
+        });
+        for problem in read.problems.iter().filter(|_| report) {
+            self.metrics.cpid_malformed.inc();
+            if self.cpid_warned.should_log() {
+                tracing::warn!(%object, %problem, "ignored a malformed change-propagation annotation (further ones within 10 s are only counted)");
+            }
+        }
+        read.context.map(|c| WriteCpid {
+            cpid: c.cpid,
+            origin: if c.from_traceparent {
+                CpidOrigin::Traceparent
+            } else {
+                CpidOrigin::Annotation
+            },
+        })
+    }
 }
 
 /// A Pod status write that changed `status.phase`: the new phase.

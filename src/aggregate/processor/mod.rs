@@ -13,6 +13,7 @@
 mod cascade;
 mod emit;
 mod events;
+mod mergelog;
 mod reconcile;
 mod state;
 #[cfg(test)]
@@ -132,6 +133,10 @@ pub struct Processor {
     change_sinks: Vec<Arc<dyn ChangeSink>>,
     /// `kascade_cascade_writes_total` by role.
     role_counters: [prometheus_client::metrics::counter::Counter; 3],
+    /// Malformed CPID annotations are logged at most this often.
+    cpid_warned: crate::bounds::LogEvery,
+    /// Mergelogs already shown (by new CPID).
+    seen_mergelogs: moka::sync::Cache<[u8; 16], ()>,
 }
 
 impl Processor {
@@ -151,6 +156,8 @@ impl Processor {
             causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
             change_sinks: Vec::new(),
             role_counters: cascade::role_counters(&metrics),
+            cpid_warned: crate::bounds::LogEvery::new(Duration::from_secs(10)),
+            seen_mergelogs: mergelog::seen_mergelogs(&metrics),
             cfg,
             redactor,
             rules,

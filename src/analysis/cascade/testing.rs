@@ -62,6 +62,7 @@ pub fn change(
         cause: None,
         root: span(n),
         depth: 0,
+        cpid: None,
         failure: None,
         old: None,
         new: None,

@@ -182,6 +182,7 @@ impl Builder<'_> {
             cause,
             root: row.span,
             depth: row.depth,
+            cpid: None,
             failure: None,
             old: None,
             new: None,

@@ -1,5 +1,6 @@
 //! `kascade collect`'s HTTP server: the audit webhook (`POST /audit`,
-//! `POST /audit/{cluster}`), Prometheus `/metrics`, `/healthz` and `/readyz`.
+//! `POST /audit/{cluster}`), mergelogs of instrumented controllers
+//! (`POST /cpid/mergelogs[/{cluster}]`, same authentication), Prometheus `/metrics`, `/healthz` and `/readyz`.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -25,6 +26,7 @@ use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
 use crate::self_trace::TARGET;
 
 mod body;
+mod mergelogs;
 
 use body::*;
 
@@ -65,6 +67,11 @@ pub fn audit_router(state: Arc<WebhookState>) -> Router {
     Router::new()
         .route("/audit", post(audit_default))
         .route("/audit/{cluster}", post(audit_cluster))
+        .route("/cpid/mergelogs", post(mergelogs::mergelogs_default))
+        .route(
+            "/cpid/mergelogs/{cluster}",
+            post(mergelogs::mergelogs_cluster),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
