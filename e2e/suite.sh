@@ -136,7 +136,7 @@ done
 # which the checks of a scenario just before would miss.
 "$E2E_DIR/cluster.sh" restart kube-apiserver --crash
 
-for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done
@@ -145,6 +145,10 @@ KASCADE_E2E_ENV="$B_ENV" LINK_CLUSTER="$CLUSTER_NAME" "$E2E_DIR/scenarios/crossc
 
 KASCADE_BIN="$KASCADE" "$E2E_DIR/scale-out.sh"
 log "checking Jaeger"
+# tests/e2e.rs reports a mergelog as an instrumented controller would:
+# over the webhook's mutual TLS, with its bearer token.
+export KASCADE_WEBHOOK_BASE=https://127.0.0.1:8090 \
+  KASCADE_WEBHOOK_CLIENT_CERT="$E2E_DIR/.pki/apiserver-client.crt" KASCADE_WEBHOOK_CLIENT_KEY="$E2E_DIR/.pki/apiserver-client.key"
 export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics CLUSTER_B_NAME="$CLUSTER_B" \
   JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094
 cargo test --release --locked --test e2e -- --ignored --test-threads=1

@@ -1888,3 +1888,89 @@ async fn the_second_clusters_pod_is_a_cascade_of_scheduling_and_kubelet_writes()
             .collect::<Vec<_>>()
     );
 }
+
+// ---- Changes by CPID (the cpid-annotated scenario: a Deployment created
+// under one CPID, its image changed under a second), read through the UI
+// tier after an instrumented controller reported merging the two.
+
+const CPID_FIRST: &str = "6f1c2a4e-0b7d-4c1e-9a3f-5d2e8b7c6a01";
+const CPID_SECOND: &str = "0d9e8f7a-6b5c-4d3e-8f2a-1b0c9d8e7f02";
+
+#[tokio::test]
+#[ignore]
+async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
+    use kascade_cpid::{ChangeContext, Config, Cpid, Outcome, Tracer};
+    let read = |var: &str| std::fs::read(env(var)).unwrap();
+    let mut identity = read("KASCADE_WEBHOOK_CLIENT_CERT");
+    identity.extend(read("KASCADE_WEBHOOK_CLIENT_KEY"));
+    let token = String::from_utf8(read("AUDIT_WEBHOOK_TOKEN_FILE")).unwrap();
+    let tracer = Tracer::new(
+        Config::new(env("KASCADE_WEBHOOK_BASE"))
+            .token(token.trim())
+            .ca_pem(read("KASCADE_TLS_CLIENT_CA_FILE"))
+            .identity_pem(identity)
+            .controller("e2e-merger")
+            .flush_interval(Duration::from_millis(10)),
+    );
+    let (first, second) = (
+        Cpid::parse(CPID_FIRST).unwrap(),
+        Cpid::parse(CPID_SECOND).unwrap(),
+    );
+    let mut p = tracer.propagation();
+    p.observe_context(ChangeContext::new(first))
+        .observe_context(ChangeContext::new(second));
+    let decision = p.decide();
+    assert_eq!(decision.outcome, Outcome::Merged);
+    let merged = decision.cpid().unwrap();
+    tracer.flush().await;
+    assert_eq!(tracer.stats().sent, 1, "{:?}", tracer.stats());
+
+    let note = format!("change {merged} merged from {first}, {second} by e2e-merger");
+    let notes_of = |t: &Value| -> Vec<String> {
+        t["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["tags"].as_array().cloned().unwrap_or_default())
+            .filter(|t| t["key"] == "note")
+            .filter_map(|t| t["value"].as_str().map(str::to_string))
+            .collect()
+    };
+    let named = |traces: &[Value]| {
+        traces.len() == 1
+            && notes_of(&traces[0]).contains(&note)
+            && traces[0]["spans"].as_array().unwrap().iter().any(|s| {
+                s["operationName"]
+                    .as_str()
+                    .unwrap()
+                    .contains("system:kube-scheduler create binding pods cpid-demo/")
+            })
+    };
+    let traces = ui_search("cascade", serde_json::json!({ "cpid": CPID_FIRST }), named).await;
+    let spans = traces[0]["spans"].as_array().unwrap();
+    // Every write shown belongs to the first change: the user's create
+    // carries it in its annotation, the Pods' writes inherit it by inference.
+    for s in spans {
+        assert_eq!(
+            tag_str(s, "cpid"),
+            Some(CPID_FIRST),
+            "{}",
+            s["operationName"]
+        );
+    }
+    let origin_of = |op: &str| {
+        spans
+            .iter()
+            .filter(|s| s["operationName"].as_str().unwrap().contains(op))
+            .map(|s| tag_str(s, "cpid.origin").unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        origin_of("kascade-e2e-admin create deployments cpid-demo/web"),
+        ["annotation"]
+    );
+    let bindings = origin_of("system:kube-scheduler create binding pods cpid-demo/");
+    assert!(!bindings.is_empty() && bindings.iter().all(|o| *o == "inferred"));
+    // The trace's id is the CPID: the UI reloads it from any frontend.
+    assert_eq!(traces[0]["traceID"], CPID_FIRST.replace('-', ""));
+}

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::collector::{metric, serve};
+use common::collector::{metric, metrics_text, serve};
 use kascade_cpid::{ChangeContext, Config, Cpid, Outcome, Tracer};
 use serde_json::Value;
 
@@ -92,14 +92,7 @@ async fn a_controllers_merge_becomes_spans_in_each_cpids_trace() {
     assert_eq!(r.status(), 200);
     // Processed once the duplicate is counted (polled: no timing assumed).
     loop {
-        let m = client
-            .get(format!("{}/metrics", srv.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = metrics_text(&srv.url).await;
         if metric(&m, "kascade_mergelogs_duplicate_total") == 1 {
             assert_eq!(metric(&m, "kascade_mergelogs_accepted_total"), 2);
             break;
@@ -166,14 +159,7 @@ async fn bad_mergelogs_are_refused_naming_the_item_and_unauthenticated_ones_401(
     let r = post(None, cycle).await.unwrap();
     assert_eq!(r.status(), 401);
 
-    let m = client
-        .get(format!("{}/metrics", srv.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_text(&srv.url).await;
     assert_eq!(metric(&m, "kascade_mergelogs_rejected_total"), 2);
     assert_eq!(metric(&m, "kascade_mergelogs_accepted_total"), 0);
 }

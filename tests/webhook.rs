@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use common::collector::{metric, serve, spawn_server};
+use common::collector::{metric, metrics_text, serve, spawn_server};
 use kascade::app::collect::{self, CollectConfig};
 use kascade::export::OutputSpec;
 
@@ -37,14 +37,7 @@ async fn accepts_a_real_batch_plain_and_gzipped() {
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 
-    let m = client
-        .get(format!("{}/metrics", srv.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_text(&srv.url).await;
     assert_eq!(
         metric(
             &m,
@@ -56,14 +49,7 @@ async fn accepts_a_real_batch_plain_and_gzipped() {
     // released while kascade runs (polled: no assumption about speed).
     assert!(metric(&m, "kascade_spool_flushes_total") >= 1, "{m}");
     loop {
-        let m = client
-            .get(format!("{}/metrics", srv.url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = metrics_text(&srv.url).await;
         if m.lines().any(|l| l == "kascade_spool_bytes 0") {
             break;
         }
@@ -125,14 +111,7 @@ async fn bad_input_is_a_400_naming_the_problem_and_keeps_good_items() {
         .unwrap();
     assert_eq!(r.status(), 400);
 
-    let m = client
-        .get(format!("{}/metrics", srv.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics_text(&srv.url).await;
     assert_eq!(
         metric(
             &m,

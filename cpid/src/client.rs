@@ -28,6 +28,9 @@ pub struct Config {
     pub token: Option<String>,
     /// PEM CA bundle to trust for an `https` endpoint.
     pub ca_pem: Option<Vec<u8>>,
+    /// PEM client certificate and private key, for a collector that
+    /// requires mutual TLS (`--tls-client-ca-file`).
+    pub identity_pem: Option<Vec<u8>>,
     /// Recorded in each mergelog: who merged.
     pub controller: String,
     /// Ancestors stamped on each object.
@@ -50,6 +53,7 @@ impl Default for Config {
             endpoint: None,
             token: None,
             ca_pem: None,
+            identity_pem: None,
             controller: String::new(),
             max_ancestors: DEFAULT_MAX_ANCESTORS,
             buffer: 4096,
@@ -82,6 +86,12 @@ impl Config {
     /// Trusts this PEM CA bundle for `https`.
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem = Some(pem.into());
+        self
+    }
+    /// Presents this client certificate (PEM certificate followed by its
+    /// PEM private key) for mutual TLS.
+    pub fn identity_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.identity_pem = Some(pem.into());
         self
     }
     /// Ancestors stamped on each object (0 turns the optimisation off).
@@ -266,6 +276,12 @@ impl Delivery {
                     }
                 }
                 Err(e) => setup_error = Some(format!("CA bundle: {e}")),
+            }
+        }
+        if let Some(pem) = &config.identity_pem {
+            match reqwest::Identity::from_pem(pem) {
+                Ok(id) => builder = builder.identity(id),
+                Err(e) => setup_error = Some(format!("client certificate and key: {e}")),
             }
         }
         let client = match (setup_error, builder.build()) {

@@ -55,6 +55,9 @@ pub struct TraceConfig {
     pub resource: String,
     /// Name of the object.
     pub name: String,
+    /// A change instead of an object: its writes and those of the changes
+    /// merged from it, as cascades (`resource`/`name` unused).
+    pub cpid: Option<kascade_cpid::Cpid>,
     /// Namespace of the object (empty for cluster-scoped objects).
     pub namespace: String,
     /// API group of the object (empty for the core group); `None`: any.
@@ -82,6 +85,7 @@ impl Default for TraceConfig {
             files: Vec::new(),
             resource: String::new(),
             name: String::new(),
+            cpid: None,
             namespace: String::new(),
             group: None,
             cluster: "default".to_string(),
@@ -157,6 +161,13 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     };
     let store = Arc::new(store);
     let frontend = Frontend::new(store, config.assembly.frontend_config()?);
+    let range = TimeRange::new(from_nanos(first), from_nanos(last));
+    if let Some(cpid) = config.cpid {
+        let Some(trace) = frontend.change_trace(cpid, range).await? else {
+            bail!("no write of change {cpid} in the audit log");
+        };
+        return print_cascades(&trace, config.format);
+    }
     let mut tags = vec![
         ("cluster".to_string(), config.cluster.clone()),
         ("resource".to_string(), config.resource.clone()),
@@ -171,7 +182,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
             mode: config.mode,
             scope: config.scope.unwrap_or(config.assembly.default_scope),
             tags,
-            range: TimeRange::new(from_nanos(first), from_nanos(last)),
+            range,
             limit: 10,
         })
         .await?;
@@ -190,10 +201,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     };
     match config.format {
         TraceFormat::Text if config.mode == Mode::Cascade => {
-            for note in trace.assembly.notes.iter() {
-                println!("note: {note}");
-            }
-            print!("{}", render_cascades_text(&trace.cascades));
+            return print_cascades(trace, config.format);
         }
         TraceFormat::Text => print!(
             "{}",
@@ -205,6 +213,28 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 }
             )
         ),
+        TraceFormat::OtlpJson => {
+            let data = opentelemetry_proto::tonic::trace::v1::TracesData {
+                resource_spans: trace.resource_spans.clone(),
+            };
+            println!("{}", serde_json::to_string(&data)?);
+        }
+    }
+    Ok(())
+}
+
+/// A trace shown as cascades: notes and the cascades' text, or OTLP/JSON.
+fn print_cascades(
+    trace: &crate::frontend::AssembledTrace,
+    format: TraceFormat,
+) -> anyhow::Result<()> {
+    match format {
+        TraceFormat::Text => {
+            for note in trace.assembly.notes.iter() {
+                println!("note: {note}");
+            }
+            print!("{}", render_cascades_text(&trace.cascades));
+        }
         TraceFormat::OtlpJson => {
             let data = opentelemetry_proto::tonic::trace::v1::TracesData {
                 resource_spans: trace.resource_spans.clone(),

@@ -22,11 +22,15 @@ pub struct TraceArgs {
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Resource of the object, e.g. deployments.
-    #[arg(long)]
-    pub resource: String,
+    #[arg(long, required_unless_present = "cpid")]
+    pub resource: Option<String>,
     /// Name of the object.
-    #[arg(long)]
-    pub name: String,
+    #[arg(long, required_unless_present = "cpid")]
+    pub name: Option<String>,
+    /// Instead of an object: the writes of one change, by its change
+    /// propagation ID (the `kascade.io/cpid` annotation), as cascades.
+    #[arg(long, conflicts_with_all = ["resource", "name"], value_parser = parse_cpid)]
+    pub cpid: Option<kascade_cpid::Cpid>,
     /// Namespace of the object (omit for cluster-scoped objects).
     #[arg(long, default_value_t = trace().namespace)]
     pub namespace: String,
@@ -58,12 +62,17 @@ pub struct TraceArgs {
     pub assembly: AssemblyArgs,
 }
 
+fn parse_cpid(s: &str) -> Result<kascade_cpid::Cpid, String> {
+    kascade_cpid::Cpid::parse(s.trim()).map_err(|e| e.to_string())
+}
+
 impl From<TraceArgs> for TraceConfig {
     fn from(a: TraceArgs) -> Self {
         TraceConfig {
             files: a.files,
-            resource: a.resource,
-            name: a.name,
+            resource: a.resource.unwrap_or_default(),
+            name: a.name.unwrap_or_default(),
+            cpid: a.cpid,
             namespace: a.namespace,
             group: a.group,
             cluster: a.cluster,

@@ -6,6 +6,7 @@
 
 pub mod assemble;
 pub mod cascade;
+pub mod cpid;
 pub mod display;
 pub mod explain;
 pub mod http;
@@ -36,6 +37,9 @@ use trace_id::AssembledId;
 
 /// Search tags users can type (Kelemetry-compatible), plus `scope`.
 pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace", "name"];
+/// Searching by change (`cpid=<id>`) instead of by object: one trace with
+/// every write of that change and of the changes merged from it.
+pub const CPID_TAG: &str = "cpid";
 
 /// A search tag's value within Kubernetes' bounds (names and resources 253
 /// bytes, namespaces 63; cluster names as the collector accepts them).
@@ -66,6 +70,9 @@ pub struct FrontendConfig {
     pub cache_entries: u64,
     /// Clusters offered as operations before any search has seen them.
     pub clusters: Vec<String>,
+    /// How far back a change's trace looks when reloaded by id (its id is
+    /// the CPID and carries no time).
+    pub change_lookback: Duration,
 }
 
 impl Default for FrontendConfig {
@@ -79,6 +86,7 @@ impl Default for FrontendConfig {
             cache_ttl: Duration::from_secs(600),
             cache_entries: 1000,
             clusters: Vec::new(),
+            change_lookback: cpid::LOOKBACK,
         }
     }
 }
@@ -246,6 +254,13 @@ impl<S: RawStore> Frontend<S> {
         q: &SearchQuery,
         span: &tracing::Span,
     ) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
+        if let Some((_, v)) = q.tags.iter().find(|(k, _)| k == CPID_TAG) {
+            let cpid = kascade_cpid::Cpid::parse(v.trim())
+                .map_err(|e| FrontendError::InvalidArgument(format!("tag \"cpid\": {e}")))?;
+            let found = self.change_trace(cpid, q.range).await?;
+            span.record("found", usize::from(found.is_some()));
+            return Ok(found.into_iter().collect());
+        }
         for (k, v) in &q.tags {
             if !SEARCH_TAGS.contains(&k.as_str()) {
                 return Err(FrontendError::InvalidArgument(format!(
@@ -339,7 +354,7 @@ impl<S: RawStore> Frontend<S> {
         id: &TraceIdBytes,
     ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
         let Some(decoded) = AssembledId::decode(id, self.width()) else {
-            return Ok(None);
+            return self.change_trace_by_id(id).await;
         };
         let windows = decoded.window_starts(self.width());
         let clip = Clip {
@@ -359,7 +374,9 @@ impl<S: RawStore> Frontend<S> {
             }
         }
         let Some(object) = object else {
-            return Ok(None);
+            // A change's trace: its id is the CPID (an object id's check
+            // bits pass for one CPID in 16; then no object has that hash).
+            return self.change_trace_by_id(id).await;
         };
         let Some(searched) = self.assembler.load(&object, &clip).await? else {
             return Ok(None);
@@ -414,6 +431,59 @@ impl<S: RawStore> Frontend<S> {
             cascades,
             resource_spans,
         }))
+    }
+
+    /// The trace of a change: its writes and those of the changes merged
+    /// from it, as cascades; its id is the CPID. Not cached: a change goes
+    /// on after it was first shown.
+    pub async fn change_trace(
+        &self,
+        cpid: kascade_cpid::Cpid,
+        range: TimeRange,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        let span = tracing::info_span!(target: TARGET, "change", cpid = %cpid,
+            related = field::Empty, writes = field::Empty);
+        async {
+            let (related, cascades, mut notes) =
+                cpid::cascades_of_change(&**self.store(), cpid, range, self.cfg.raw_search_limit)
+                    .await?;
+            span.record("related", related.len());
+            let writes: usize = cascades.iter().map(|c| c.changes.len()).sum();
+            span.record("writes", writes);
+            if writes == 0 {
+                return Ok(None);
+            }
+            let mut all_notes = cpid::describe_related(&related);
+            all_notes.append(&mut notes);
+            let id = cpid.to_bytes();
+            let resource_spans = display::cascade::render(&cascades, &id, &all_notes);
+            self.metrics.traces_assembled.inc();
+            Ok(Some(Arc::new(AssembledTrace {
+                id,
+                assembly: Assembly {
+                    nodes: Vec::new(),
+                    searched: 0,
+                    notes: all_notes,
+                    range: None,
+                },
+                cascades,
+                resource_spans,
+            })))
+        }
+        .instrument(span.clone())
+        .await
+    }
+
+    async fn change_trace_by_id(
+        &self,
+        id: &TraceIdBytes,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        let Some(cpid) = kascade_cpid::Cpid::from_bytes(*id) else {
+            return Ok(None);
+        };
+        let now = SystemTime::now();
+        let range = TimeRange::new(now - self.cfg.change_lookback, now);
+        self.change_trace(cpid, range).await
     }
 
     /// The id of the trace of `object` around `at` (the window before, the

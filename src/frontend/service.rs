@@ -168,6 +168,11 @@ pub fn parse_query(
                     .parse()
                     .map_err(|e| invalid(format!("tag \"scope\": {e}")))?;
             }
+            super::CPID_TAG => {
+                kascade_cpid::Cpid::parse(value.trim())
+                    .map_err(|e| invalid(format!("tag \"cpid\": {e}")))?;
+                tags.push((super::CPID_TAG.to_string(), value));
+            }
             k if super::SEARCH_TAGS.contains(&k) => {
                 super::check_tag(k, &value).map_err(invalid)?;
                 // The core API group has no name; accept the usual spellings.
@@ -180,7 +185,7 @@ pub fn parse_query(
             }
             other => {
                 return Err(invalid(format!(
-                    "unknown tag {}: search by {} or scope",
+                    "unknown tag {}: search by {}, scope, or cpid",
                     quote(other),
                     super::SEARCH_TAGS.join(", ")
                 )));

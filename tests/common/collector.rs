@@ -56,3 +56,13 @@ pub fn metric(text: &str, name_and_labels: &str) -> u64 {
         .map(|v| v as u64)
         .unwrap_or(0)
 }
+
+/// The collector's `/metrics` text.
+pub async fn metrics_text(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}

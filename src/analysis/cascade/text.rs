@@ -108,6 +108,11 @@ pub fn render_text(cascades: &[Cascade]) -> String {
             } else if ch.deleted {
                 line.push_str("  → removed");
             }
+            if let Some(id) = &ch.cpid {
+                // The CPID's first group is enough to tell changes apart here.
+                let text = id.cpid.to_string();
+                let _ = write!(line, "  cpid {} ({})", &text[..8], id.origin.as_str());
+            }
             if c.is_critical(i) && c.changes.len() > 1 {
                 line.push_str("  ★");
             }

@@ -121,6 +121,10 @@ pub fn render(
             if ch.deleted {
                 attributes.push(kv("object.removed", "true"));
             }
+            if let Some(c) = &ch.cpid {
+                attributes.push(kv(attr::CPID, c.cpid.to_string()));
+                attributes.push(kv(attr::CPID_ORIGIN, c.origin.as_str()));
+            }
             let mut events = Vec::new();
             let mut status =
                 (ch.code >= 400 && !expected_failure(ch.code, &ch.verb)).then(|| Status {

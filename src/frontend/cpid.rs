@@ -1,0 +1,250 @@
+//! Search by change: every write that carried a change propagation ID or one
+//! merged from it, as cascades.
+//!
+//! The merge graph lives in the raw store (`span_model::merge_spans`: each
+//! CPID's trace id is the CPID), so any frontend replica walks it the same
+//! way: from the searched CPID through its `merged_into` spans, breadth
+//! first, each CPID once (a forged cycle ends there), at most
+//! [`MAX_RELATED`]. The writes come from a raw search by `cpid` for each;
+//! a write's cause is the inferred one when that cause belongs to the same
+//! or a merged-from change, else the latest earlier write of its own change
+//! or of one its CPID was merged from (explicit, `cascade.rule` `cpid`).
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use kascade_cpid::Cpid;
+
+use super::cascade::record_from_span;
+use super::merge::merge;
+use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, string_attr};
+use crate::analysis::cascade::{self, Cascade};
+use crate::pipeline::{CascadeRole, Cause, ChangeRecord};
+use crate::span_model::{SPAN_KIND_MERGE, SPAN_KIND_MERGED_INTO, attr};
+
+/// CPIDs one search follows at most (the searched one and its descendants).
+pub const MAX_RELATED: usize = 256;
+/// How far back a change's trace looks when reloaded by id, by default (the
+/// id is the CPID and carries no time).
+pub const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The rule named on a cause found through CPIDs.
+pub const EXPLICIT_RULE: &str = "cpid";
+
+/// One CPID of a search: the searched one (depth 0) or one merged from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Related {
+    pub cpid: Cpid,
+    /// Merges from the searched CPID.
+    pub depth: u32,
+    /// The CPIDs it was merged from (empty unless minted by a merge).
+    pub sources: Vec<Cpid>,
+    /// Who merged, when a merge says so.
+    pub controller: String,
+}
+
+/// The searched CPID and its descendants, breadth first.
+pub async fn related<S: RawStore>(
+    store: &S,
+    searched: Cpid,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Related>, RawError> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::from([searched]);
+    let mut queue = VecDeque::from([(searched, 0u32)]);
+    while let Some((cpid, depth)) = queue.pop_front() {
+        if out.len() >= MAX_RELATED {
+            notes.push(format!(
+                "more than {MAX_RELATED} CPIDs descend from {searched}: the first {MAX_RELATED} shown"
+            ));
+            break;
+        }
+        let mut r = Related {
+            cpid,
+            depth,
+            sources: Vec::new(),
+            controller: String::new(),
+        };
+        let mut merged_into = BTreeSet::new();
+        for s in store.get(cpid.to_bytes()).await? {
+            let a = &s.attributes;
+            match string_attr(a, attr::SPAN_KIND) {
+                Some(SPAN_KIND_MERGE) => {
+                    r.sources = string_attr(a, attr::CPID_SOURCES)
+                        .unwrap_or_default()
+                        .split(',')
+                        .filter_map(|c| Cpid::parse(c).ok())
+                        .collect();
+                    r.controller = string_attr(a, attr::CPID_CONTROLLER)
+                        .unwrap_or_default()
+                        .to_string();
+                }
+                Some(SPAN_KIND_MERGED_INTO) => {
+                    if let Some(n) =
+                        string_attr(a, attr::CPID_MERGED_INTO).and_then(|c| Cpid::parse(c).ok())
+                    {
+                        merged_into.insert(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(r);
+        for n in merged_into {
+            if seen.insert(n) {
+                queue.push_back((n, depth + 1));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The writes of the related CPIDs within `range`, arranged as cascades;
+/// notes for what was cut.
+pub async fn cascades_of_change<S: RawStore>(
+    store: &S,
+    searched: Cpid,
+    range: TimeRange,
+    raw_search_limit: usize,
+) -> Result<(Vec<Related>, Vec<Cascade>, Vec<String>), RawError> {
+    let mut notes = Vec::new();
+    let related = related(store, searched, &mut notes).await?;
+    let cpids: HashSet<Cpid> = related.iter().map(|r| r.cpid).collect();
+    let mut raw_ids: BTreeSet<TraceIdBytes> = BTreeSet::new();
+    for r in &related {
+        let tags = [(attr::CPID.to_string(), r.cpid.to_string())];
+        let found = store.find(&tags, range, raw_search_limit).await?;
+        if found.len() >= raw_search_limit {
+            notes.push(format!(
+                "change {}: more than {raw_search_limit} object windows (--raw-search-limit), some writes not shown",
+                r.cpid
+            ));
+        }
+        // A CPID's own trace holds its merges, not writes.
+        raw_ids.extend(
+            found
+                .into_iter()
+                .filter(|id| Cpid::from_bytes(*id).is_none_or(|c| !cpids.contains(&c))),
+        );
+    }
+    let mut records = Vec::new();
+    let mut seen = HashSet::new();
+    for id in raw_ids {
+        let Some(h) = merge(store.get(id).await?) else {
+            continue;
+        };
+        for e in &h.entries {
+            if let Some(r) = record_from_span(&h.object, &h.uid, e.source, &e.span)
+                && r.cpid.is_some_and(|c| cpids.contains(&c.cpid))
+                && seen.insert(r.span)
+            {
+                records.push(r);
+            }
+        }
+    }
+    let sources: HashMap<Cpid, Vec<Cpid>> = related
+        .iter()
+        .map(|r| (r.cpid, r.sources.clone()))
+        .collect();
+    explicit_causes(&mut records, &sources);
+    Ok((related, cascade::build(records), notes))
+}
+
+/// Gives each write a cause within the change: its inferred cause if that
+/// belongs to the same change or one it was merged from; else the latest
+/// write of such a change that completed before it was received; else it
+/// roots a cascade of its own.
+pub fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec<Cpid>>) {
+    records.sort_by_key(|r| (r.received, r.completed, r.span));
+    let by_span: HashMap<_, _> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.span, i))
+        .collect();
+    let feeds = |from: Option<Cpid>, to: Option<Cpid>| match (from, to) {
+        (Some(f), Some(t)) => f == t || sources.get(&t).is_some_and(|s| s.contains(&f)),
+        _ => false,
+    };
+    let cpid_of = |r: &ChangeRecord| r.cpid.map(|c| c.cpid);
+    let mut found: Vec<Option<Cause>> = Vec::with_capacity(records.len());
+    for (i, r) in records.iter().enumerate() {
+        let inferred = r
+            .cause
+            .as_ref()
+            .filter(|_| r.role == CascadeRole::Effect)
+            .and_then(|c| by_span.get(&c.span).map(|&k| (c, k)))
+            .filter(|&(_, k)| feeds(cpid_of(&records[k]), cpid_of(r)));
+        if let Some((c, k)) = inferred {
+            let mut c = c.clone();
+            c.object = records[k].object.clone();
+            found.push(Some(c));
+            continue;
+        }
+        let explicit = records[..i]
+            .iter()
+            .rev()
+            .find(|e| {
+                e.completed <= r.received && e.object != r.object && feeds(cpid_of(e), cpid_of(r))
+            })
+            .map(|e| Cause {
+                span: e.span,
+                object: e.object.clone(),
+                name: describe(e),
+                edge: if cpid_of(e) == cpid_of(r) {
+                    "cpid inherited".to_string()
+                } else {
+                    "cpid merged".to_string()
+                },
+                rule: EXPLICIT_RULE.to_string(),
+                hop: r.received.duration_since(e.completed).unwrap_or_default(),
+            });
+        found.push(explicit);
+    }
+    for (r, cause) in records.iter_mut().zip(found) {
+        r.role = if cause.is_some() {
+            CascadeRole::Effect
+        } else {
+            CascadeRole::Root
+        };
+        r.cause = cause;
+    }
+}
+
+fn describe(r: &ChangeRecord) -> String {
+    let mut s = if r.user.is_empty() {
+        r.verb.clone()
+    } else {
+        format!("{} {}", r.user, r.verb)
+    };
+    if !r.subresource.is_empty() {
+        s.push(' ');
+        s.push_str(&r.subresource);
+    }
+    let name = if r.object.namespace.is_empty() {
+        r.object.name.clone()
+    } else {
+        format!("{}/{}", r.object.namespace, r.object.name)
+    };
+    format!("{s} {} {name}", r.object.group_resource())
+}
+
+/// How the notes of a change's trace name its CPIDs.
+pub fn describe_related(related: &[Related]) -> Vec<String> {
+    related
+        .iter()
+        .map(|r| {
+            if r.depth == 0 && r.sources.is_empty() {
+                format!("change {}", r.cpid)
+            } else if r.sources.is_empty() {
+                format!("change {} (related)", r.cpid)
+            } else {
+                let from: Vec<String> = r.sources.iter().map(Cpid::to_string).collect();
+                let by = if r.controller.is_empty() {
+                    String::new()
+                } else {
+                    format!(" by {}", r.controller)
+                };
+                format!("change {} merged from {}{by}", r.cpid, from.join(", "))
+            }
+        })
+        .collect()
+}
