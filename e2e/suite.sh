@@ -15,10 +15,10 @@ log "building kascade (release)"
 cargo build --release --locked --bin kascade 2>&1 | tail -n 2 >&2
 KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
 
-KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""
+KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""; CPID_WEBHOOK_PID=""
 cleanup() {
   local rc=$?
-  for p in $FRONTEND_PID $JAEGER_QUERY_PID; do kill "$p" 2>/dev/null || true; done
+  for p in $FRONTEND_PID $JAEGER_QUERY_PID $CPID_WEBHOOK_PID; do kill "$p" 2>/dev/null || true; done
   if [[ -n "$KASCADE_PID" ]] && kill -0 "$KASCADE_PID" 2>/dev/null; then
     kill -TERM "$KASCADE_PID" 2>/dev/null || true
     wait "$KASCADE_PID" 2>/dev/null || true
@@ -116,6 +116,40 @@ until curl -sf http://127.0.0.1:8094/readyz >/dev/null && curl -sf http://127.0.
   (( SECONDS < deadline )) || { log "read side not ready after 60s"; exit 1; }
   sleep 0.2
 done
+
+# The CPID webhook (kascade cpid-webhook), registered in the apiserver for
+# Deployments and ConfigMaps in namespaces labeled kascade.io/cpid-webhook,
+# as the Helm chart does (failurePolicy Ignore: it never blocks a write).
+"$KASCADE" cpid-webhook --listen 127.0.0.1:8089 \
+  --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
+  >"$KASCADE_E2E_RUN_DIR/cpid-webhook.log" 2>&1 &
+CPID_WEBHOOK_PID=$!
+deadline=$((SECONDS + 30))
+until curl -sf --cacert "$KASCADE_TLS_CLIENT_CA_FILE" https://127.0.0.1:8089/healthz >/dev/null; do
+  kill -0 "$CPID_WEBHOOK_PID" 2>/dev/null || { log "kascade cpid-webhook exited"; tail -n 20 "$KASCADE_E2E_RUN_DIR/cpid-webhook.log" >&2; exit 1; }
+  (( SECONDS < deadline )) || { log "kascade cpid-webhook not ready after 30s"; exit 1; }
+  sleep 0.2
+done
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: kascade-cpid
+webhooks:
+- name: cpid.kascade.io
+  clientConfig:
+    url: https://127.0.0.1:8089/mutate
+    caBundle: $(base64 -w0 "$KASCADE_TLS_CLIENT_CA_FILE")
+  rules:
+  - {apiGroups: ["", "apps"], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["deployments", "configmaps"]}
+  namespaceSelector:
+    matchLabels: {kascade.io/cpid-webhook: enabled}
+  failurePolicy: Ignore
+  sideEffects: None
+  timeoutSeconds: 5
+  admissionReviewVersions: ["v1"]
+YAML
+log "kascade cpid-webhook registered"
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 # Its server dry runs must have reached kascade before the crash below drops
@@ -136,7 +170,7 @@ done
 # which the checks of a scenario just before would miss.
 "$E2E_DIR/cluster.sh" restart kube-apiserver --crash
 
-for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

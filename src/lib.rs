@@ -11,6 +11,7 @@ pub mod bounds;
 pub mod cli;
 pub mod client_tls;
 pub mod coordination;
+pub mod cpid_webhook;
 pub mod export;
 pub mod frontend;
 pub mod metrics;

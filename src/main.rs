@@ -22,6 +22,7 @@ async fn main() -> std::process::ExitCode {
         Command::Frontend(args) => app::frontend::run(args.into()).await,
         Command::Trace(args) => app::trace::run(args.into()).await,
         Command::Analyze(args) => app::analyze::run(args.into()).await,
+        Command::CpidWebhook(args) => app::cpid_webhook::run(args.into()).await,
         Command::Rules {
             command: RulesCommand::Check { dir },
         } => app::run_rules_check(&dir),

@@ -256,6 +256,7 @@ fn every_flag_in_help_is_documented_in_the_readme() {
         vec!["trace"],
         vec!["analyze"],
         vec!["explain"],
+        vec!["cpid-webhook"],
         vec!["rules"],
         vec!["rules", "check"],
     ] {
@@ -385,7 +386,13 @@ fn readme_flag_tables()
             vec![""]
         } else {
             [
-                "collect", "replay", "frontend", "trace", "analyze", "explain",
+                "collect",
+                "replay",
+                "frontend",
+                "trace",
+                "analyze",
+                "explain",
+                "cpid-webhook",
             ]
             .into_iter()
             .filter(|s| {
@@ -475,6 +482,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         (vec!["trace"], "trace"),
         (vec!["analyze"], "analyze"),
         (vec!["explain"], "explain"),
+        (vec!["cpid-webhook"], "cpid-webhook"),
         (vec!["rules", "check"], "rules check"),
     ] {
         let help = help_flags(&sub);

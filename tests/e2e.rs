@@ -839,7 +839,7 @@ fn has_error_tag(span: &Value) -> bool {
     tag(span, "error").is_some_and(|v| v == &Value::Bool(true) || v == "true")
 }
 
-fn kubectl(args: &[&str]) {
+fn kubectl(args: &[&str]) -> String {
     let out = std::process::Command::new(env("KUBECTL"))
         .args(args)
         .output()
@@ -849,6 +849,7 @@ fn kubectl(args: &[&str]) {
         "kubectl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test]
@@ -1973,4 +1974,72 @@ async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
     assert!(!bindings.is_empty() && bindings.iter().all(|o| *o == "inferred"));
     // The trace's id is the CPID: the UI reloads it from any frontend.
     assert_eq!(traces[0]["traceID"], CPID_FIRST.replace('-', ""));
+}
+
+/// The CPID `kubectl` printed as the webhook's warning, in a file the
+/// cpid-webhook scenario kept.
+fn warned_cpid(file: &str) -> String {
+    let path = format!("{}/{file}", env("KASCADE_E2E_RUN_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let re = regex::Regex::new(r"Warning: kascade\.io/cpid=([0-9a-f-]{36})").unwrap();
+    re.captures(&text)
+        .unwrap_or_else(|| panic!("{path}: no CPID warning in {text:?}"))[1]
+        .to_string()
+}
+
+#[tokio::test]
+#[ignore]
+async fn the_cpid_webhook_gives_each_user_change_its_own_cpid_and_kubectl_shows_it() {
+    let created = warned_cpid("cpid-webhook-create.err");
+    let changed = warned_cpid("cpid-webhook-set-image.err");
+    assert_ne!(created, changed, "two changes, two CPIDs");
+    let ns = "cpidhook-demo";
+    let annotation = "{.metadata.annotations.kascade\\.io/cpid}";
+    assert_eq!(
+        kubectl(&[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            ns,
+            "-o",
+            &format!("jsonpath={annotation}")
+        ]),
+        changed
+    );
+    // The deployment controller copied each rollout's CPID onto its ReplicaSet.
+    let rs = kubectl(&[
+        "get",
+        "replicasets",
+        "-n",
+        ns,
+        "-o",
+        &format!("jsonpath={{range .items[*]}}{annotation}{{\"\\n\"}}{{end}}"),
+    ]);
+    let rs: BTreeSet<&str> = rs.lines().collect();
+    assert_eq!(rs, BTreeSet::from([created.as_str(), changed.as_str()]));
+    // Searching the image change finds its rollout through the UI tier.
+    let rollout = |traces: &[Value]| {
+        let ops: Vec<&str> = traces
+            .iter()
+            .flat_map(|t| t["spans"].as_array().unwrap())
+            .map(|s| s["operationName"].as_str().unwrap())
+            .collect();
+        traces.len() == 1
+            && ops
+                .iter()
+                .any(|o| o.ends_with(" patch deployments cpidhook-demo/web"))
+            && ops
+                .iter()
+                .any(|o| o.contains("system:kube-scheduler create binding pods cpidhook-demo/"))
+    };
+    let traces = ui_search("cascade", serde_json::json!({ "cpid": changed }), rollout).await;
+    for s in traces[0]["spans"].as_array().unwrap() {
+        assert_eq!(
+            tag_str(s, "cpid"),
+            Some(changed.as_str()),
+            "{}",
+            s["operationName"]
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod collect;
+pub mod cpid_webhook;
 pub mod explain;
 pub mod frontend;
 mod lines;
@@ -15,6 +16,7 @@ pub mod trace;
 use std::path::Path;
 
 pub use collect::{CollectApps, CollectConfig, WatchersConfig};
+pub use cpid_webhook::CpidWebhookConfig;
 pub use frontend::{AssemblyConfig, FrontendServerConfig};
 pub use pipeline::{Pipeline, PipelineConfig};
 pub use replay::ReplayConfig;

@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod collect;
+pub mod cpid_webhook;
 pub mod explain;
 pub mod frontend;
 pub mod pipeline;
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 
 pub use analyze::AnalyzeArgs;
 pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
+pub use cpid_webhook::CpidWebhookArgs;
 pub use explain::ExplainArgs;
 pub use frontend::{AssemblyArgs, FrontendArgs};
 pub use pipeline::{ExportArgs, PipelineArgs};
@@ -58,6 +60,8 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// What went wrong, from audit log files: failed writes, Warning Events, unfinished cascades, root cause first.
     Explain(ExplainArgs),
+    /// Mutating admission webhook: a fresh change propagation ID (CPID) on each user write that carries none.
+    CpidWebhook(CpidWebhookArgs),
     /// Work with relation rule files.
     Rules {
         #[command(subcommand)]
@@ -107,6 +111,7 @@ impl Command {
             Command::Trace(_) => ("trace", None),
             Command::Analyze(_) => ("analyze", None),
             Command::Explain(_) => ("explain", None),
+            Command::CpidWebhook(_) => ("cpid-webhook", None),
             Command::Rules { .. } => ("rules", None),
         };
         crate::telemetry::Role {
