@@ -14,11 +14,13 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 log "building kascade (release)"
 cargo build --release --locked --bin kascade 2>&1 | tail -n 2 >&2
 KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
+cargo build --release --locked --example config_roller 2>&1 | tail -n 2 >&2
+CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/config_roller"
 
-KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""; CPID_WEBHOOK_PID=""
+KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""; CPID_WEBHOOK_PID=""; ROLLER_PID=""
 cleanup() {
   local rc=$?
-  for p in $FRONTEND_PID $JAEGER_QUERY_PID $CPID_WEBHOOK_PID; do kill "$p" 2>/dev/null || true; done
+  for p in $FRONTEND_PID $JAEGER_QUERY_PID $CPID_WEBHOOK_PID $ROLLER_PID; do kill "$p" 2>/dev/null || true; done
   if [[ -n "$KASCADE_PID" ]] && kill -0 "$KASCADE_PID" 2>/dev/null; then
     kill -TERM "$KASCADE_PID" 2>/dev/null || true
     wait "$KASCADE_PID" 2>/dev/null || true
@@ -150,6 +152,13 @@ webhooks:
   admissionReviewVersions: ["v1"]
 YAML
 log "kascade cpid-webhook registered"
+# The instrumented example controller, reporting its merges to the collector
+# over the webhook's mutual TLS with its bearer token.
+KUBECONFIG="$KUBECONFIG" "$CONFIG_ROLLER" --kascade-url https://127.0.0.1:8090 \
+  --token-file "$AUDIT_WEBHOOK_TOKEN_FILE" --ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \
+  --client-cert "$E2E_DIR/.pki/apiserver-client.crt" --client-key "$E2E_DIR/.pki/apiserver-client.key" \
+  >"$KASCADE_E2E_RUN_DIR/config-roller.log" 2>&1 &
+ROLLER_PID=$!
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 # Its server dry runs must have reached kascade before the crash below drops
@@ -170,7 +179,7 @@ done
 # which the checks of a scenario just before would miss.
 "$E2E_DIR/cluster.sh" restart kube-apiserver --crash
 
-for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook config-roller; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

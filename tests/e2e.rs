@@ -2043,3 +2043,102 @@ async fn the_cpid_webhook_gives_each_user_change_its_own_cpid_and_kubectl_shows_
         );
     }
 }
+
+/// The config-roller scenario's files (its kubectl warnings, the merged CPID).
+fn roller_file(name: &str) -> String {
+    format!("{}/config-roller/{name}", env("KASCADE_E2E_RUN_DIR"))
+}
+
+/// The ops and CPID tags of the one change trace the UI shows for `cpid`
+/// once it holds the controller's roll of `roller-demo/web` and a Pod
+/// binding.
+async fn roller_change(cpid: &str, extra: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let rolled = |traces: &[Value]| {
+        let ops: Vec<&str> = traces
+            .iter()
+            .flat_map(|t| t["spans"].as_array().unwrap())
+            .map(|s| s["operationName"].as_str().unwrap())
+            .collect();
+        traces.len() == 1
+            && ops
+                .iter()
+                .any(|o| o.ends_with(" patch deployments roller-demo/web"))
+            && ops
+                .iter()
+                .any(|o| o.contains("system:kube-scheduler create binding pods roller-demo/"))
+            && extra(traces)
+    };
+    ui_search("cascade", serde_json::json!({ "cpid": cpid }), rolled).await
+}
+
+#[tokio::test]
+#[ignore]
+async fn an_instrumented_controller_passes_a_configmap_edits_cpid_on_to_the_rollout() {
+    let edit = warned_cpid("config-roller/edit-configmap.err");
+    let traces = roller_change(&edit, |_| true).await;
+    let spans = traces[0]["spans"].as_array().unwrap();
+    let op = |s: &Value| s["operationName"].as_str().unwrap().to_string();
+    // One change from the user's edit to the Pods: every write carries it.
+    for s in spans {
+        assert_eq!(tag_str(s, "cpid"), Some(edit.as_str()), "{}", op(s));
+    }
+    let edit_span = spans
+        .iter()
+        .find(|s| op(s).ends_with(" patch configmaps roller-demo/app-config"))
+        .expect("the ConfigMap edit");
+    assert_eq!(tag_str(edit_span, "cpid.origin"), Some("annotation"));
+    let roll = spans
+        .iter()
+        .find(|s| op(s).ends_with(" patch deployments roller-demo/web"))
+        .unwrap();
+    assert_eq!(
+        tag_str(roll, "cpid.origin"),
+        Some("annotation"),
+        "the controller stamped it"
+    );
+    let pods: Vec<&Value> = spans
+        .iter()
+        .filter(|s| op(s).contains(" pods roller-demo/"))
+        .collect();
+    assert!(!pods.is_empty());
+    for p in pods {
+        assert_eq!(tag_str(p, "cpid.origin"), Some("inferred"), "{}", op(p));
+    }
+}
+
+#[tokio::test]
+#[ignore]
+async fn a_controllers_merge_of_two_changes_is_found_from_either() {
+    let deployment_edit = warned_cpid("config-roller/edit-deployment.err");
+    let configmap_edit = warned_cpid("config-roller/edit-configmap-again.err");
+    let merged = std::fs::read_to_string(roller_file("merged.cpid")).unwrap();
+    let merged = merged.trim();
+    assert_ne!(merged, configmap_edit);
+    assert_ne!(merged, deployment_edit);
+    let note =
+        format!("change {merged} merged from {configmap_edit}, {deployment_edit} by config-roller");
+    let has_note = |traces: &[Value]| {
+        traces[0]["spans"].as_array().unwrap().iter().any(|s| {
+            s["tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["key"] == "note" && t["value"] == note.as_str())
+        })
+    };
+    for searched in [&configmap_edit, &deployment_edit] {
+        let traces = roller_change(searched, has_note).await;
+        let cpids: BTreeSet<&str> = traces[0]["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| tag_str(s, "cpid"))
+            .collect();
+        // The searched change's own writes, and the merged rollout's.
+        assert!(
+            cpids.contains(searched.as_str()) && cpids.contains(merged),
+            "{cpids:?}"
+        );
+        assert!(cpids.len() == 2, "{cpids:?}");
+    }
+}
