@@ -315,3 +315,30 @@ async fn forged_merge_cycles_end_the_walk() {
     let ids: std::collections::BTreeSet<_> = both.iter().map(|c| c.cpid.unwrap().cpid).collect();
     assert_eq!(ids.len(), 2);
 }
+
+#[tokio::test]
+async fn the_related_cpid_query_walks_down_and_up_the_merges() {
+    // first ← (a merge of) nothing; m1 ← {first, x}; m2 ← {m1}.
+    let (first, x) = (cpid(FIRST), Cpid::new_random());
+    let (m1, m2) = (Cpid::new_random(), Cpid::new_random());
+    let at = second_change_received();
+    let log = |cpid, sources: Vec<Cpid>| Mergelog {
+        cpid,
+        sources,
+        time: at,
+        controller: "roller".into(),
+    };
+    let (f, _) = store_with(&[log(m1, vec![first, x]), log(m2, vec![m1])]).await;
+    let down = f.related_cpids(first).await.unwrap();
+    let cpids: Vec<(Cpid, u32)> = down.descendants.iter().map(|r| (r.cpid, r.depth)).collect();
+    assert_eq!(cpids, vec![(first, 0), (m1, 1), (m2, 2)]);
+    assert_eq!(down.descendants[1].sources, vec![first, x]);
+    assert_eq!(down.ancestors.len(), 1, "first was merged from nothing");
+    let up = f.related_cpids(m2).await.unwrap();
+    let cpids: Vec<Cpid> = up.ancestors.iter().map(|r| r.cpid).collect();
+    assert_eq!(cpids, vec![m2, m1, first, x]);
+    assert_eq!(up.descendants.len(), 1);
+    // The JSON the frontend serves on GET /cpid/related.
+    let json = serde_json::to_value(&up).unwrap();
+    assert_eq!(json["ancestors"][1]["sources"][0], FIRST);
+}

@@ -1895,24 +1895,31 @@ async fn the_second_clusters_pod_is_a_cascade_of_scheduling_and_kubelet_writes()
 // tier after an instrumented controller reported merging the two.
 
 const CPID_FIRST: &str = "6f1c2a4e-0b7d-4c1e-9a3f-5d2e8b7c6a01";
+
+/// A `kascade-cpid` tracer reporting to the suite's collector as an
+/// instrumented controller would: over the webhook's mutual TLS, with its
+/// bearer token.
+fn tracer_of_collector_a(controller: &str) -> kascade_cpid::Tracer {
+    let read = |var: &str| std::fs::read(env(var)).unwrap();
+    let mut identity = read("KASCADE_WEBHOOK_CLIENT_CERT");
+    identity.extend(read("KASCADE_WEBHOOK_CLIENT_KEY"));
+    let token = String::from_utf8(read("AUDIT_WEBHOOK_TOKEN_FILE")).unwrap();
+    kascade_cpid::Tracer::new(
+        kascade_cpid::Config::new(env("KASCADE_WEBHOOK_BASE"))
+            .token(token.trim())
+            .ca_pem(read("KASCADE_TLS_CLIENT_CA_FILE"))
+            .identity_pem(identity)
+            .controller(controller)
+            .flush_interval(Duration::from_millis(10)),
+    )
+}
 const CPID_SECOND: &str = "0d9e8f7a-6b5c-4d3e-8f2a-1b0c9d8e7f02";
 
 #[tokio::test]
 #[ignore]
 async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
-    use kascade_cpid::{ChangeContext, Config, Cpid, Outcome, Tracer};
-    let read = |var: &str| std::fs::read(env(var)).unwrap();
-    let mut identity = read("KASCADE_WEBHOOK_CLIENT_CERT");
-    identity.extend(read("KASCADE_WEBHOOK_CLIENT_KEY"));
-    let token = String::from_utf8(read("AUDIT_WEBHOOK_TOKEN_FILE")).unwrap();
-    let tracer = Tracer::new(
-        Config::new(env("KASCADE_WEBHOOK_BASE"))
-            .token(token.trim())
-            .ca_pem(read("KASCADE_TLS_CLIENT_CA_FILE"))
-            .identity_pem(identity)
-            .controller("e2e-merger")
-            .flush_interval(Duration::from_millis(10)),
-    );
+    use kascade_cpid::{ChangeContext, Cpid, Outcome};
+    let tracer = tracer_of_collector_a("e2e-merger");
     let (first, second) = (
         Cpid::parse(CPID_FIRST).unwrap(),
         Cpid::parse(CPID_SECOND).unwrap(),
@@ -2141,4 +2148,140 @@ async fn a_controllers_merge_of_two_changes_is_found_from_either() {
         );
         assert!(cpids.len() == 2, "{cpids:?}");
     }
+}
+
+/// A process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_ready(url: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !reqwest::get(url)
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(std::time::Instant::now() < deadline, "{url} not ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore]
+async fn two_collectors_and_two_frontends_answer_the_related_cpid_query_alike() {
+    use kascade_cpid::{ChangeContext, Config, Cpid, Tracer};
+    // A second collector and a second frontend on the same raw Jaeger.
+    let dir = tempfile::tempdir().unwrap();
+    let spawn = |args: &[&str]| {
+        Killed(
+            std::process::Command::new(env("KASCADE_BIN"))
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let spool = dir.path().join("spool");
+    let (cluster, otlp, raw) = (
+        env("CLUSTER_NAME"),
+        env("JAEGER_OTLP_GRPC"),
+        env("JAEGER_QUERY_URL"),
+    );
+    let _collector_b = spawn(&[
+        "collect",
+        "--listen",
+        "127.0.0.1:18090",
+        "--admin-listen",
+        "127.0.0.1:18091",
+        "--cluster",
+        &cluster,
+        "--otlp-endpoint",
+        &otlp,
+        "--export-batch-timeout",
+        "200ms",
+        "--spool-dir",
+        spool.to_str().unwrap(),
+    ]);
+    let _frontend_b = spawn(&[
+        "frontend",
+        "--grpc-listen",
+        "127.0.0.1:18093",
+        "--http-listen",
+        "127.0.0.1:18094",
+        "--jaeger-url",
+        &raw,
+        "--default-cluster",
+        &cluster,
+    ]);
+    wait_ready("http://127.0.0.1:18091/readyz").await;
+    wait_ready("http://127.0.0.1:18094/readyz").await;
+
+    // root ← nothing; m1 ← {root, x} reported to collector A; m2 ← {m1, y}
+    // reported to collector B.
+    let merge = |tracer: &Tracer, a: Cpid, b: Cpid| {
+        let mut p = tracer.propagation();
+        p.observe_context(ChangeContext::new(a))
+            .observe_context(ChangeContext::new(b));
+        p.decide().cpid().unwrap()
+    };
+    let a = tracer_of_collector_a("replica-a");
+    let b = Tracer::new(
+        Config::new("http://127.0.0.1:18090")
+            .controller("replica-b")
+            .flush_interval(Duration::from_millis(10)),
+    );
+    let root = Cpid::new_random();
+    let m1 = merge(&a, root, Cpid::new_random());
+    a.flush().await;
+    let m2 = merge(&b, m1, Cpid::new_random());
+    b.flush().await;
+    assert_eq!((a.stats().sent, b.stats().sent), (1, 1));
+
+    let related = |frontend: &'static str| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let v: Value = reqwest::get(format!("{frontend}/cpid/related?cpid={root}"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let got: Vec<&str> = v["descendants"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["cpid"].as_str().unwrap())
+                .collect();
+            if got == [root.to_string(), m1.to_string(), m2.to_string()] {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{frontend}: {v}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let from_a = related("http://127.0.0.1:8094").await;
+    let from_b = related("http://127.0.0.1:18094").await;
+    assert_eq!(from_a, from_b);
+    assert_eq!(from_a["descendants"][2]["controller"], "replica-b");
+    assert_eq!(from_a["descendants"][1]["controller"], "replica-a");
+    // Walking up from m2 reaches the root through both collectors' merges.
+    let up: Value = reqwest::get(format!("http://127.0.0.1:18094/cpid/related?cpid={m2}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ancestors: Vec<&str> = up["ancestors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cpid"].as_str().unwrap())
+        .collect();
+    assert!(ancestors.contains(&root.to_string().as_str()), "{up}");
 }

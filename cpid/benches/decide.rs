@@ -15,8 +15,14 @@ fn meta(cpid: Cpid, ancestors: &[Cpid]) -> ObjectMeta {
     let mut a = BTreeMap::from([
         (CPID_ANNOTATION.to_string(), cpid.to_string()),
         // The annotations a real object carries besides.
-        ("deployment.kubernetes.io/revision".to_string(), "3".to_string()),
-        ("kubectl.kubernetes.io/restartedAt".to_string(), "2026-11-24T04:00:00Z".to_string()),
+        (
+            "deployment.kubernetes.io/revision".to_string(),
+            "3".to_string(),
+        ),
+        (
+            "kubectl.kubernetes.io/restartedAt".to_string(),
+            "2026-11-24T04:00:00Z".to_string(),
+        ),
     ]);
     if !ancestors.is_empty() {
         let list: Vec<String> = ancestors.iter().map(Cpid::to_string).collect();

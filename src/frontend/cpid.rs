@@ -30,8 +30,9 @@ pub const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The rule named on a cause found through CPIDs.
 pub const EXPLICIT_RULE: &str = "cpid";
 
-/// One CPID of a search: the searched one (depth 0) or one merged from it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One CPID of a search: the searched one (depth 0) or one merged from it
+/// (or, walking up, one it was merged from).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Related {
     pub cpid: Cpid,
     /// Merges from the searched CPID.
@@ -48,13 +49,43 @@ pub async fn related<S: RawStore>(
     searched: Cpid,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Related>, RawError> {
+    walk(store, searched, Direction::Down, notes).await
+}
+
+/// The searched CPID and the CPIDs it was merged from, their sources, …
+/// ("where did this come from"), breadth first.
+pub async fn ancestors<S: RawStore>(
+    store: &S,
+    searched: Cpid,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Related>, RawError> {
+    walk(store, searched, Direction::Up, notes).await
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Down,
+    Up,
+}
+
+async fn walk<S: RawStore>(
+    store: &S,
+    searched: Cpid,
+    direction: Direction,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Related>, RawError> {
     let mut out = Vec::new();
     let mut seen = HashSet::from([searched]);
     let mut queue = VecDeque::from([(searched, 0u32)]);
     while let Some((cpid, depth)) = queue.pop_front() {
         if out.len() >= MAX_RELATED {
             notes.push(format!(
-                "more than {MAX_RELATED} CPIDs descend from {searched}: the first {MAX_RELATED} shown"
+                "more than {MAX_RELATED} CPIDs {} {searched}: the first {MAX_RELATED} shown",
+                if direction == Direction::Down {
+                    "descend from"
+                } else {
+                    "are ancestors of"
+                }
             ));
             break;
         }
@@ -88,8 +119,12 @@ pub async fn related<S: RawStore>(
                 _ => {}
             }
         }
+        let next: Vec<Cpid> = match direction {
+            Direction::Down => merged_into.into_iter().collect(),
+            Direction::Up => r.sources.clone(),
+        };
         out.push(r);
-        for n in merged_into {
+        for n in next {
             if seen.insert(n) {
                 queue.push_back((n, depth + 1));
             }

@@ -308,6 +308,36 @@ async fn answer_explain<S: RawStore>(
     }
 }
 
+#[derive(Deserialize)]
+pub struct RelatedParams {
+    cpid: Option<String>,
+}
+
+/// `GET /cpid/related?cpid=<id>`: the CPIDs merged from it and those it was
+/// merged from, as JSON.
+async fn related_cpids<S: RawStore>(
+    State(st): State<Arc<RedirectState<S>>>,
+    Query(p): Query<RelatedParams>,
+) -> Response {
+    let Some(raw) = p.cpid.filter(|c| !c.is_empty()) else {
+        return bad(
+            "cpid: required (a CPID, e.g. cpid=3f2b8c1e-7d4a-4e6f-9a1b-2c3d4e5f6a7b)".into(),
+        );
+    };
+    let cpid = match kascade_cpid::Cpid::parse(raw.trim()) {
+        Ok(c) => c,
+        Err(e) => return bad(format!("cpid: {e}")),
+    };
+    match st.frontend.related_cpids(cpid).await {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            clip_message(format!("cannot read the stored spans: {e}")),
+        )
+            .into_response(),
+    }
+}
+
 async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Response {
     let mut registry = prometheus_client::registry::Registry::default();
     st.frontend.metrics().register(&mut registry);
@@ -329,11 +359,12 @@ async fn metrics<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Respon
     }
 }
 
-/// `/redirect`, `/explain`, `/metrics`, `/healthz`, `/readyz`.
+/// `/redirect`, `/explain`, `/cpid/related`, `/metrics`, `/healthz`, `/readyz`.
 pub fn router<S: RawStore>(state: Arc<RedirectState<S>>) -> Router {
     Router::new()
         .route("/redirect", get(redirect::<S>))
         .route("/explain", get(explain::<S>))
+        .route("/cpid/related", get(related_cpids::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))

@@ -111,6 +111,17 @@ pub struct SearchQuery {
     pub limit: usize,
 }
 
+/// The answer to the related-CPID query (`GET /cpid/related`).
+#[derive(Debug, serde::Serialize)]
+pub struct RelatedCpids {
+    pub cpid: kascade_cpid::Cpid,
+    /// The searched CPID first, then what was merged from it, breadth first.
+    pub descendants: Vec<cpid::Related>,
+    /// The searched CPID first, then what it was merged from.
+    pub ancestors: Vec<cpid::Related>,
+    pub notes: Vec<String>,
+}
+
 /// One assembled trace, ready to stream.
 #[derive(Debug)]
 pub struct AssembledTrace {
@@ -472,6 +483,25 @@ impl<S: RawStore> Frontend<S> {
         }
         .instrument(span.clone())
         .await
+    }
+
+    /// The related-CPID query: the CPIDs merged from `cpid` (descendants)
+    /// and those it was merged from (ancestors), each with its sources, as
+    /// the raw store holds them (any replica answers the same).
+    pub async fn related_cpids(
+        &self,
+        cpid: kascade_cpid::Cpid,
+    ) -> Result<RelatedCpids, FrontendError> {
+        let mut notes = Vec::new();
+        let store = &**self.store();
+        let descendants = cpid::related(store, cpid, &mut notes).await?;
+        let ancestors = cpid::ancestors(store, cpid, &mut notes).await?;
+        Ok(RelatedCpids {
+            cpid,
+            descendants,
+            ancestors,
+            notes,
+        })
     }
 
     async fn change_trace_by_id(
