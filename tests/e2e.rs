@@ -2103,6 +2103,26 @@ async fn an_instrumented_controller_passes_a_configmap_edits_cpid_on_to_the_roll
         Some("annotation"),
         "the controller stamped it"
     );
+    // The chain: edit → roll (no relation says a Deployment reacts to a
+    // ConfigMap: the cause is the CPID's) → the new ReplicaSet → its Pods.
+    assert_eq!(
+        parent_of(roll),
+        edit_span["spanID"].as_str(),
+        "{}",
+        op(roll)
+    );
+    assert_eq!(tag_str(roll, "cascade.rule"), Some("cpid"));
+    let rs = spans
+        .iter()
+        .find(|s| op(s).contains(" create replicasets roller-demo/web-"))
+        .expect("the new ReplicaSet");
+    assert_eq!(parent_of(rs), roll["spanID"].as_str(), "{}", op(rs));
+    assert!(
+        spans
+            .iter()
+            .any(|s| op(s).contains(" create pods roller-demo/web-")
+                && parent_of(s) == rs["spanID"].as_str())
+    );
     let pods: Vec<&Value> = spans
         .iter()
         .filter(|s| op(s).contains(" pods roller-demo/"))
@@ -2181,6 +2201,9 @@ async fn two_collectors_and_two_frontends_answer_the_related_cpid_query_alike() 
         Killed(
             std::process::Command::new(env("KASCADE_BIN"))
                 .args(args)
+                // The suite's KASCADE_* settings (TLS, token) are collector
+                // A's: B is configured by its flags alone.
+                .env_clear()
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()
