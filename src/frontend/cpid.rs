@@ -15,11 +15,19 @@ use std::time::Duration;
 
 use kascade_cpid::Cpid;
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tracing::{Instrument as _, field};
+
+use super::assemble::Assembly;
 use super::cascade::record_from_span;
 use super::merge::merge;
 use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, string_attr};
+use super::{AssembledTrace, Frontend, FrontendError, display};
 use crate::analysis::cascade::{self, Cascade};
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord};
+use crate::self_trace::TARGET;
 use crate::span_model::{SPAN_KIND_MERGE, SPAN_KIND_MERGED_INTO, attr};
 
 /// CPIDs one search follows at most (the searched one and its descendants).
@@ -282,4 +290,88 @@ pub fn describe_related(related: &[Related]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The answer to the related-CPID query (`GET /cpid/related`).
+#[derive(Debug, serde::Serialize)]
+pub struct RelatedCpids {
+    pub cpid: kascade_cpid::Cpid,
+    /// The searched CPID first, then what was merged from it, breadth first.
+    pub descendants: Vec<Related>,
+    /// The searched CPID first, then what it was merged from.
+    pub ancestors: Vec<Related>,
+    pub notes: Vec<String>,
+}
+
+impl<S: RawStore> Frontend<S> {
+    /// The trace of a change: its writes and those of the changes merged
+    /// from it, as cascades; its id is the CPID. Not cached: a change goes
+    /// on after it was first shown.
+    pub async fn change_trace(
+        &self,
+        cpid: kascade_cpid::Cpid,
+        range: TimeRange,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        let span = tracing::info_span!(target: TARGET, "change", cpid = %cpid,
+            related = field::Empty, writes = field::Empty);
+        async {
+            let (related, cascades, mut notes) =
+                cascades_of_change(&**self.store(), cpid, range, self.cfg.raw_search_limit).await?;
+            span.record("related", related.len());
+            let writes: usize = cascades.iter().map(|c| c.changes.len()).sum();
+            span.record("writes", writes);
+            if writes == 0 {
+                return Ok(None);
+            }
+            let mut all_notes = describe_related(&related);
+            all_notes.append(&mut notes);
+            let id = cpid.to_bytes();
+            let resource_spans = display::cascade::render(&cascades, &id, &all_notes);
+            self.metrics.traces_assembled.inc();
+            Ok(Some(Arc::new(AssembledTrace {
+                id,
+                assembly: Assembly {
+                    nodes: Vec::new(),
+                    searched: 0,
+                    notes: all_notes,
+                    range: None,
+                },
+                cascades,
+                resource_spans,
+            })))
+        }
+        .instrument(span.clone())
+        .await
+    }
+
+    /// The related-CPID query: the CPIDs merged from `cpid` (descendants)
+    /// and those it was merged from (ancestors), each with its sources, as
+    /// the raw store holds them (any replica answers the same).
+    pub async fn related_cpids(
+        &self,
+        cpid: kascade_cpid::Cpid,
+    ) -> Result<RelatedCpids, FrontendError> {
+        let mut notes = Vec::new();
+        let store = &**self.store();
+        let descendants = related(store, cpid, &mut notes).await?;
+        let ancestors = ancestors(store, cpid, &mut notes).await?;
+        Ok(RelatedCpids {
+            cpid,
+            descendants,
+            ancestors,
+            notes,
+        })
+    }
+
+    pub(super) async fn change_trace_by_id(
+        &self,
+        id: &TraceIdBytes,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        let Some(cpid) = kascade_cpid::Cpid::from_bytes(*id) else {
+            return Ok(None);
+        };
+        let now = SystemTime::now();
+        let range = TimeRange::new(now - self.cfg.change_lookback, now);
+        self.change_trace(cpid, range).await
+    }
 }

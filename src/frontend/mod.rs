@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod cascade;
 pub mod cpid;
+pub use cpid::RelatedCpids;
 pub mod display;
 pub mod explain;
 pub mod http;
@@ -109,17 +110,6 @@ pub struct SearchQuery {
     pub range: TimeRange,
     /// Objects (= traces) returned at most.
     pub limit: usize,
-}
-
-/// The answer to the related-CPID query (`GET /cpid/related`).
-#[derive(Debug, serde::Serialize)]
-pub struct RelatedCpids {
-    pub cpid: kascade_cpid::Cpid,
-    /// The searched CPID first, then what was merged from it, breadth first.
-    pub descendants: Vec<cpid::Related>,
-    /// The searched CPID first, then what it was merged from.
-    pub ancestors: Vec<cpid::Related>,
-    pub notes: Vec<String>,
 }
 
 /// One assembled trace, ready to stream.
@@ -442,78 +432,6 @@ impl<S: RawStore> Frontend<S> {
             cascades,
             resource_spans,
         }))
-    }
-
-    /// The trace of a change: its writes and those of the changes merged
-    /// from it, as cascades; its id is the CPID. Not cached: a change goes
-    /// on after it was first shown.
-    pub async fn change_trace(
-        &self,
-        cpid: kascade_cpid::Cpid,
-        range: TimeRange,
-    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
-        let span = tracing::info_span!(target: TARGET, "change", cpid = %cpid,
-            related = field::Empty, writes = field::Empty);
-        async {
-            let (related, cascades, mut notes) =
-                cpid::cascades_of_change(&**self.store(), cpid, range, self.cfg.raw_search_limit)
-                    .await?;
-            span.record("related", related.len());
-            let writes: usize = cascades.iter().map(|c| c.changes.len()).sum();
-            span.record("writes", writes);
-            if writes == 0 {
-                return Ok(None);
-            }
-            let mut all_notes = cpid::describe_related(&related);
-            all_notes.append(&mut notes);
-            let id = cpid.to_bytes();
-            let resource_spans = display::cascade::render(&cascades, &id, &all_notes);
-            self.metrics.traces_assembled.inc();
-            Ok(Some(Arc::new(AssembledTrace {
-                id,
-                assembly: Assembly {
-                    nodes: Vec::new(),
-                    searched: 0,
-                    notes: all_notes,
-                    range: None,
-                },
-                cascades,
-                resource_spans,
-            })))
-        }
-        .instrument(span.clone())
-        .await
-    }
-
-    /// The related-CPID query: the CPIDs merged from `cpid` (descendants)
-    /// and those it was merged from (ancestors), each with its sources, as
-    /// the raw store holds them (any replica answers the same).
-    pub async fn related_cpids(
-        &self,
-        cpid: kascade_cpid::Cpid,
-    ) -> Result<RelatedCpids, FrontendError> {
-        let mut notes = Vec::new();
-        let store = &**self.store();
-        let descendants = cpid::related(store, cpid, &mut notes).await?;
-        let ancestors = cpid::ancestors(store, cpid, &mut notes).await?;
-        Ok(RelatedCpids {
-            cpid,
-            descendants,
-            ancestors,
-            notes,
-        })
-    }
-
-    async fn change_trace_by_id(
-        &self,
-        id: &TraceIdBytes,
-    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
-        let Some(cpid) = kascade_cpid::Cpid::from_bytes(*id) else {
-            return Ok(None);
-        };
-        let now = SystemTime::now();
-        let range = TimeRange::new(now - self.cfg.change_lookback, now);
-        self.change_trace(cpid, range).await
     }
 
     /// The id of the trace of `object` around `at` (the window before, the
