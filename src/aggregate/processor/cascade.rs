@@ -175,15 +175,21 @@ impl Processor {
         } else {
             w.subresource
         };
-        // A malformed annotation is reported once, by the write that set it.
-        let before = old.and_then(|state| self.object_cpid(w.object, state, new.is_none()));
-        let cpid = match new {
-            Some(state) => self.object_cpid(w.object, state, true),
-            None => before,
+        // The state before is read only when it matters (most objects carry
+        // no CPID); a malformed annotation is reported by the write that set it.
+        let (cpid, cpid_kept) = match new {
+            Some(state) => match self.object_cpid(w.object, state, true) {
+                Some(c) => {
+                    let before = old.and_then(|o| self.object_cpid(w.object, o, false));
+                    (Some(c), before.is_some_and(|b| b.cpid == c.cpid))
+                }
+                None => (None, false),
+            },
+            None => (old.and_then(|o| self.object_cpid(w.object, o, true)), true),
         };
         let effect = Effect {
             cpid,
-            cpid_kept: before.is_some_and(|b| Some(b.cpid) == cpid.map(|c| c.cpid)),
+            cpid_kept,
             object: w.object,
             span: w.span,
             writer: (w.source == ChangeSource::Audit).then_some(w.user),
