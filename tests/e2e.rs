@@ -2026,21 +2026,7 @@ async fn the_cpid_webhook_gives_each_user_change_its_own_cpid_and_kubectl_shows_
     let rs: BTreeSet<&str> = rs.lines().collect();
     assert_eq!(rs, BTreeSet::from([created.as_str(), changed.as_str()]));
     // Searching the image change finds its rollout through the UI tier.
-    let rollout = |traces: &[Value]| {
-        let ops: Vec<&str> = traces
-            .iter()
-            .flat_map(|t| t["spans"].as_array().unwrap())
-            .map(|s| s["operationName"].as_str().unwrap())
-            .collect();
-        traces.len() == 1
-            && ops
-                .iter()
-                .any(|o| o.ends_with(" patch deployments cpidhook-demo/web"))
-            && ops
-                .iter()
-                .any(|o| o.contains("system:kube-scheduler create binding pods cpidhook-demo/"))
-    };
-    let traces = ui_search("cascade", serde_json::json!({ "cpid": changed }), rollout).await;
+    let traces = rollout_change(&changed, "cpidhook-demo", |_| true).await;
     for s in traces[0]["spans"].as_array().unwrap() {
         assert_eq!(
             tag_str(s, "cpid"),
@@ -2056,10 +2042,16 @@ fn roller_file(name: &str) -> String {
     format!("{}/config-roller/{name}", env("KASCADE_E2E_RUN_DIR"))
 }
 
-/// The ops and CPID tags of the one change trace the UI shows for `cpid`
-/// once it holds the controller's roll of `roller-demo/web` and a Pod
-/// binding.
-async fn roller_change(cpid: &str, extra: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+/// The one change trace the UI shows for `cpid`, once it holds a patch of
+/// `<namespace>/web` (a user's or the controller's roll) and a Pod binding
+/// of its rollout, and `extra` holds.
+async fn rollout_change(
+    cpid: &str,
+    namespace: &str,
+    extra: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let patch = format!(" patch deployments {namespace}/web");
+    let binding = format!("system:kube-scheduler create binding pods {namespace}/");
     let rolled = |traces: &[Value]| {
         let ops: Vec<&str> = traces
             .iter()
@@ -2067,12 +2059,8 @@ async fn roller_change(cpid: &str, extra: impl Fn(&[Value]) -> bool) -> Vec<Valu
             .map(|s| s["operationName"].as_str().unwrap())
             .collect();
         traces.len() == 1
-            && ops
-                .iter()
-                .any(|o| o.ends_with(" patch deployments roller-demo/web"))
-            && ops
-                .iter()
-                .any(|o| o.contains("system:kube-scheduler create binding pods roller-demo/"))
+            && ops.iter().any(|o| o.ends_with(&patch))
+            && ops.iter().any(|o| o.contains(&binding))
             && extra(traces)
     };
     ui_search("cascade", serde_json::json!({ "cpid": cpid }), rolled).await
@@ -2082,7 +2070,7 @@ async fn roller_change(cpid: &str, extra: impl Fn(&[Value]) -> bool) -> Vec<Valu
 #[ignore]
 async fn an_instrumented_controller_passes_a_configmap_edits_cpid_on_to_the_rollout() {
     let edit = warned_cpid("config-roller/edit-configmap.err");
-    let traces = roller_change(&edit, |_| true).await;
+    let traces = rollout_change(&edit, "roller-demo", |_| true).await;
     let spans = traces[0]["spans"].as_array().unwrap();
     let op = |s: &Value| s["operationName"].as_str().unwrap().to_string();
     // One change from the user's edit to the Pods: every write carries it.
@@ -2154,7 +2142,7 @@ async fn a_controllers_merge_of_two_changes_is_found_from_either() {
         })
     };
     for searched in [&configmap_edit, &deployment_edit] {
-        let traces = roller_change(searched, has_note).await;
+        let traces = rollout_change(searched, "roller-demo", has_note).await;
         let cpids: BTreeSet<&str> = traces[0]["spans"]
             .as_array()
             .unwrap()

@@ -302,7 +302,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         admission_wait: config.admission_wait,
         decode_slots: Arc::new(tokio::sync::Semaphore::new(pipeline_config.workers.max(1))),
         spool: spool.clone(),
-        last_refusal_log: Default::default(),
+        refusal_log: crate::bounds::LogEvery::new(std::time::Duration::from_secs(10)),
         metrics,
         registry,
         processor: pipeline.processor.clone(),

@@ -231,7 +231,7 @@ pub fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec
             .map(|e| Cause {
                 span: e.span,
                 object: e.object.clone(),
-                name: describe(e),
+                name: cascade::change_name(e),
                 edge: if cpid_of(e) == cpid_of(r) {
                     "cpid inherited".to_string()
                 } else {
@@ -250,24 +250,6 @@ pub fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec
         };
         r.cause = cause;
     }
-}
-
-fn describe(r: &ChangeRecord) -> String {
-    let mut s = if r.user.is_empty() {
-        r.verb.clone()
-    } else {
-        format!("{} {}", r.user, r.verb)
-    };
-    if !r.subresource.is_empty() {
-        s.push(' ');
-        s.push_str(&r.subresource);
-    }
-    let name = if r.object.namespace.is_empty() {
-        r.object.name.clone()
-    } else {
-        format!("{}/{}", r.object.namespace, r.object.name)
-    };
-    format!("{s} {} {name}", r.object.group_resource())
 }
 
 /// How the notes of a change's trace name its CPIDs.

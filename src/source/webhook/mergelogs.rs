@@ -60,13 +60,8 @@ async fn handle(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: Bod
         let reserved = match st.intake.reserve(n, st.admission_wait).await {
             Ok(r) => r,
             Err(e) => {
-                let status = match e {
-                    AdmitError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
-                    AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                    AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
-                };
                 st.metrics.mergelogs_rejected.inc_by(n as u64);
-                let mut resp = error(status, e.to_string());
+                let mut resp = error(admit_status(&e), e.to_string());
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 return resp;

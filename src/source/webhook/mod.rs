@@ -47,14 +47,23 @@ pub struct WebhookState {
     pub decode_slots: Arc<Semaphore>,
     /// The durable intake: a batch is on disk before it is answered 200.
     pub spool: Option<Arc<Spool>>,
-    /// When a refusal was last logged: under sustained overload every
-    /// apiserver retry is refused, so refusals are logged at most every 10 s
-    /// (each is counted in kascade_audit_events_rejected_total).
-    pub last_refusal_log: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Refusals logged at most every 10 s: under sustained overload every
+    /// apiserver retry is refused (each is counted in
+    /// kascade_audit_events_rejected_total).
+    pub refusal_log: crate::bounds::LogEvery,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     /// The processor's gauges, refreshed on each scrape.
     pub processor: Arc<dyn Gauges>,
+}
+
+/// The answer to a batch the intake did not admit.
+fn admit_status(e: &AdmitError) -> StatusCode {
+    match e {
+        AdmitError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
+        AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
+    }
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -238,14 +247,7 @@ async fn admit(
 ) -> Result<(), Response> {
     let n = accepted.len();
     let refused = |status: StatusCode, msg: String| {
-        let log_now = st.last_refusal_log.lock().is_ok_and(|mut last| {
-            let due = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-            if due {
-                *last = Some(std::time::Instant::now());
-            }
-            due
-        });
-        if log_now {
+        if st.refusal_log.should_log() {
             tracing::warn!(cluster, events = n, error = %msg,
                 "refused an audit batch (further refusals within 10 s are only counted)");
         }
@@ -256,14 +258,7 @@ async fn admit(
     };
     let reserved = match st.intake.reserve(n, st.admission_wait).await {
         Ok(r) => r,
-        Err(e) => {
-            let status = match e {
-                AdmitError::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
-                AdmitError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                AdmitError::Closed => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            return Err(refused(status, e.to_string()));
-        }
+        Err(e) => return Err(refused(admit_status(&e), e.to_string())),
     };
     let seq = match &st.spool {
         None => None,
