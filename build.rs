@@ -1,6 +1,8 @@
 //! Compiles the protos under proto/ in pure Rust (protox: no `protoc`):
-//! * the Jaeger remote-storage v2 protos into tonic server code, the
-//!   OpenTelemetry messages mapped onto the opentelemetry-proto crate's types;
+//! * the Jaeger remote-storage v2 protos into tonic server code (the
+//!   frontend serves them to the query Jaeger) and client code (the frontend
+//!   reads the raw Jaeger's `remote_storage` with them), the OpenTelemetry
+//!   messages mapped onto the opentelemetry-proto crate's types;
 //! * etcd's v3 API (proto/etcd, vendored from etcd's own sources) into tonic
 //!   client code for the shared span cache and the watcher role election,
 //!   plus server traits (every method answering Unimplemented unless
@@ -16,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/opentelemetry");
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
-        .build_client(false)
+        .build_client(true)
         .extern_path(".opentelemetry.proto", "::opentelemetry_proto::tonic")
         .compile_fds(fds)?;
 

@@ -96,11 +96,13 @@ code=$(curl -s --http1.1 -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_C
 [[ "$code" == 401 ]] || { log "FAIL: a request without the bearer token got $code, not 401"; exit 1; }
 log "webhook refuses clients without certificate or token"
 
-# The read side: kascade frontend over the raw Jaeger, and a second Jaeger v2
+# The read side: kascade frontend over the raw Jaeger (its remote-storage gRPC
+# API; the second frontend in tests/e2e.rs reads the HTTP API), and a second Jaeger v2
 # (the UI/query tier) whose trace storage is the frontend.
 ( set -a; source "$ROOT/deploy/config/frontend.env"; set +a
   exec env "${SELF_TRACING[@]}" "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
-    --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME"
+    --jaeger-url "$JAEGER_QUERY_URL" --jaeger-grpc-url "$JAEGER_REMOTE_STORAGE_URL" \
+    --ui-url http://127.0.0.1:8096 --default-cluster "$CLUSTER_NAME"
 ) >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
 FRONTEND_PID=$!
 # The query tier traces itself into the raw Jaeger too, and so passes a

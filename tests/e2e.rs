@@ -778,6 +778,17 @@ async fn redirect_leads_to_a_trace_the_ui_can_open() {
     assert!(value("kascade_frontend_requests_total{rpc=\"GetTraces\"}") >= 1.0);
     assert!(value("kascade_frontend_traces_assembled_total") >= 1.0);
     assert!(value("kascade_frontend_raw_reads_total") >= 1.0);
+    // Over the raw Jaeger's remote-storage gRPC API (the suite gives this
+    // frontend --jaeger-grpc-url) a tree's raw traces are read many per
+    // request; over HTTP each would be a request of its own.
+    let (reads, requests) = (
+        value("kascade_frontend_raw_reads_total"),
+        value("kascade_frontend_raw_requests_total"),
+    );
+    assert!(
+        requests >= 1.0 && requests < reads,
+        "{requests} requests for {reads} raw traces"
+    );
 }
 
 // ---- Live sources: list-watch, Events, selectors, a second cluster.

@@ -1441,3 +1441,112 @@ async fn every_span_lies_within_its_parent_so_jaeger_sees_no_clock_skew() {
         }
     }
 }
+
+#[tokio::test]
+async fn concurrent_requests_for_one_trace_share_one_assembly() {
+    let s = Arc::new(store("deployment").await);
+    let range = whole_range(&s);
+    let searcher = Frontend::new(s.clone(), FrontendConfig::default());
+    let found = searcher
+        .search(&SearchQuery {
+            mode: Mode::Tree,
+            scope: Scope::Full,
+            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+            range,
+            limit: 5,
+        })
+        .await
+        .unwrap();
+    let id = found[0].id;
+    // One request alone: what one assembly reads.
+    let alone = Frontend::new(s.clone(), FrontendConfig::default());
+    alone.get(&id).await.unwrap().expect("assembled");
+    let reads_of_one = alone.metrics().raw_reads.get();
+    assert!(reads_of_one > 1, "{reads_of_one}");
+    // Four at once on a replica with an empty cache (the UI's search and
+    // reload, two users): one assembly, the same trace for all.
+    let shared = Arc::new(Frontend::new(s.clone(), FrontendConfig::default()));
+    let requests: Vec<_> = (0..4)
+        .map(|_| {
+            let f = shared.clone();
+            tokio::spawn(async move { f.get(&id).await.unwrap().expect("assembled") })
+        })
+        .collect();
+    let mut traces = Vec::new();
+    for r in requests {
+        traces.push(r.await.unwrap());
+    }
+    assert!(traces.iter().all(|t| Arc::ptr_eq(t, &traces[0])));
+    assert_eq!(shared.metrics().traces_assembled.get(), 1);
+    assert_eq!(shared.metrics().raw_reads.get(), reads_of_one);
+}
+
+#[tokio::test]
+async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
+    // A raw Jaeger that accepts connections and never answers (a real
+    // socket; its reads would time out only after a minute).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    // A real assembled id, as the UI would reload it.
+    let s = Arc::new(store("deployment").await);
+    let range = whole_range(&s);
+    let id = Frontend::new(s, FrontendConfig::default())
+        .search(&SearchQuery {
+            mode: Mode::Tree,
+            scope: Scope::Full,
+            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+            range,
+            limit: 5,
+        })
+        .await
+        .unwrap()[0]
+        .id;
+    let hanging = JaegerHttp::new(&url, "kascade", Duration::from_secs(60));
+    let f = Frontend::new(
+        Arc::new(hanging),
+        FrontendConfig {
+            assembly_timeout: Duration::from_millis(300),
+            ..FrontendConfig::default()
+        },
+    );
+    let err = f.get(&id).await.unwrap_err();
+    assert!(err.to_string().contains("--assembly-timeout"), "{err}");
+    assert_eq!(f.metrics().assembly_timeouts.get(), 1);
+    // Not cached: the next request tries again.
+    assert!(f.get(&id).await.is_err());
+    assert_eq!(f.metrics().assembly_timeouts.get(), 2);
+}
+
+#[tokio::test]
+async fn unreachable_remote_storage_is_an_error_naming_its_url() {
+    // Nothing listens on port 1 of the loopback: a real refused connection.
+    let store = kascade::frontend::raw::JaegerGrpc::connect(
+        "http://127.0.0.1:1",
+        "kascade",
+        Duration::from_secs(2),
+        &kascade::client_tls::ClientTls::default(),
+    )
+    .unwrap();
+    let err = store.get_many(&[[1; 16], [2; 16]], 4).await.unwrap_err();
+    assert!(
+        matches!(err, kascade::frontend::raw::RawError::Unreachable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("http://127.0.0.1:1"), "{err}");
+    // A URL that is not one fails when the frontend starts, naming it.
+    let err = kascade::frontend::raw::JaegerGrpc::connect(
+        "not a url",
+        "kascade",
+        Duration::from_secs(2),
+        &kascade::client_tls::ClientTls::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("not a url"), "{err}");
+}

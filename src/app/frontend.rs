@@ -14,9 +14,10 @@ use super::shutdown_signal;
 use crate::client_tls::{ClientTls, FileSetting};
 use crate::frontend::assemble::{DEFAULT_SHARED_CLASSES, Limits, Scope};
 use crate::frontend::http::{RedirectState, router};
-use crate::frontend::raw::JaegerHttp;
+use crate::frontend::raw::{JaegerGrpc, JaegerHttp, JaegerStore, RawStore as _};
 use crate::frontend::service::JaegerStorage;
 use crate::frontend::{Frontend, FrontendConfig};
+use crate::metrics::FrontendMetrics;
 
 /// How linked objects are followed and shown (shared by `frontend` and `trace`).
 ///
@@ -126,7 +127,12 @@ pub struct FrontendServerConfig {
     pub http_listen: SocketAddr,
     /// Query URL of the Jaeger that stores the collector's raw spans.
     pub jaeger_url: String,
-    /// CA certificates (PEM) trusted for an https:// `jaeger_url`.
+    /// Remote-storage gRPC endpoint of the same Jaeger: when set, raw
+    /// traces are read from it, many per request, instead of from
+    /// `jaeger_url` one GET each.
+    pub jaeger_grpc_url: Option<String>,
+    /// CA certificates (PEM) trusted for an https:// `jaeger_url` or
+    /// `jaeger_grpc_url`.
     pub jaeger_ca_file: Option<PathBuf>,
     /// Service name of the raw spans (the collector's service name).
     pub raw_service: String,
@@ -144,6 +150,8 @@ pub struct FrontendServerConfig {
     pub cache_ttl: Duration,
     /// Assembled traces kept in the cache.
     pub cache_entries: u64,
+    /// Longest one trace's assembly may take.
+    pub assembly_timeout: Duration,
     pub assembly: AssemblyConfig,
 }
 
@@ -153,6 +161,7 @@ impl Default for FrontendServerConfig {
             grpc_listen: SocketAddr::from(([0, 0, 0, 0], 17271)),
             http_listen: SocketAddr::from(([0, 0, 0, 0], 8092)),
             jaeger_url: "http://127.0.0.1:16686".to_string(),
+            jaeger_grpc_url: None,
             jaeger_ca_file: None,
             raw_service: "kascade".to_string(),
             raw_timeout: Duration::from_secs(10),
@@ -162,6 +171,7 @@ impl Default for FrontendServerConfig {
             clusters: Vec::new(),
             cache_ttl: Duration::from_secs(10 * 60),
             cache_entries: 1000,
+            assembly_timeout: Duration::from_secs(30),
             assembly: AssemblyConfig::default(),
         }
     }
@@ -171,6 +181,13 @@ impl FrontendServerConfig {
     /// Reads raw spans from the Jaeger query at `url`.
     pub fn jaeger_url(mut self, url: impl Into<String>) -> Self {
         self.jaeger_url = url.into();
+        self
+    }
+
+    /// Reads raw spans over the Jaeger remote-storage gRPC API at `url`
+    /// (Jaeger v2's `remote_storage` extension) instead of the query HTTP API.
+    pub fn jaeger_grpc_url(mut self, url: impl Into<String>) -> Self {
+        self.jaeger_grpc_url = Some(url.into());
         self
     }
 
@@ -196,6 +213,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     cfg.cache_ttl = config.cache_ttl;
     cfg.cache_entries = config.cache_entries;
     cfg.clusters = config.clusters.clone();
+    cfg.assembly_timeout = config.assembly_timeout;
     let tls = ClientTls {
         ca_file: config
             .jaeger_ca_file
@@ -203,16 +221,26 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
             .map(|p| FileSetting::new(p, "--jaeger-ca-file")),
         identity: None,
     };
-    let store = Arc::new(
-        JaegerHttp::with_tls(
-            &config.jaeger_url,
-            &config.raw_service,
-            config.raw_timeout,
-            &tls,
-        )
-        .with_context(|| format!("--jaeger-url {}", config.jaeger_url))?,
-    );
-    let frontend = Arc::new(Frontend::new(store, cfg));
+    let metrics = Arc::new(FrontendMetrics::default());
+    let store = Arc::new(match &config.jaeger_grpc_url {
+        Some(url) => JaegerStore::Grpc(
+            JaegerGrpc::connect(url, &config.raw_service, config.raw_timeout, &tls)
+                .with_context(|| format!("--jaeger-grpc-url {url}"))?
+                .counting(metrics.raw_requests.clone()),
+        ),
+        None => JaegerStore::Http(
+            JaegerHttp::with_tls(
+                &config.jaeger_url,
+                &config.raw_service,
+                config.raw_timeout,
+                &tls,
+            )
+            .with_context(|| format!("--jaeger-url {}", config.jaeger_url))?
+            .counting(metrics.raw_requests.clone()),
+        ),
+    });
+    let raw_store = store.describe();
+    let frontend = Arc::new(Frontend::with_metrics(store, cfg, metrics));
     let http = router(Arc::new(RedirectState {
         frontend: frontend.clone(),
         ui_url: config.ui_url.clone(),
@@ -223,7 +251,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on --http-listen {}", config.http_listen))?;
     let http_task = tokio::spawn(async move { axum::serve(listener, http).await });
     let (traces, deps) = JaegerStorage::new(frontend).servers();
-    tracing::info!(grpc_listen = %config.grpc_listen, http_listen = %config.http_listen, jaeger_url = %config.jaeger_url,
+    tracing::info!(grpc_listen = %config.grpc_listen, http_listen = %config.http_listen, raw_store = %raw_store,
         "kascade frontend is serving the Jaeger remote storage API");
     tonic::transport::Server::builder()
         .trace_fn(crate::self_trace::grpc_request_span)

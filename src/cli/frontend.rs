@@ -75,7 +75,12 @@ pub struct FrontendArgs {
     /// Query URL of the Jaeger that stores the collector's raw spans.
     #[arg(long, default_value_t = frontend().jaeger_url, env = "KASCADE_JAEGER_URL")]
     pub jaeger_url: String,
-    /// CA certificates (PEM) trusted for an https:// --jaeger-url instead of the system's.
+    /// Remote-storage gRPC endpoint of that Jaeger (its `remote_storage`
+    /// extension, e.g. http://jaeger-raw:17271): raw traces are then read
+    /// many per request instead of one HTTP GET each from --jaeger-url.
+    #[arg(long, env = "KASCADE_JAEGER_GRPC_URL")]
+    pub jaeger_grpc_url: Option<String>,
+    /// CA certificates (PEM) trusted for an https:// --jaeger-url or --jaeger-grpc-url instead of the system's.
     #[arg(long, env = "KASCADE_JAEGER_CA_FILE")]
     pub jaeger_ca_file: Option<PathBuf>,
     /// Service name of the raw spans (the collector's --service-name).
@@ -102,6 +107,10 @@ pub struct FrontendArgs {
     /// Assembled traces kept in the cache.
     #[arg(long, default_value_t = frontend().cache_entries, env = "KASCADE_CACHE_ENTRIES")]
     pub cache_entries: u64,
+    /// Longest the assembly of one trace (its raw reads included) may take
+    /// before the request fails with DeadlineExceeded.
+    #[arg(long, default_value_t = frontend().assembly_timeout.into(), env = "KASCADE_ASSEMBLY_TIMEOUT")]
+    pub assembly_timeout: Duration,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -112,6 +121,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             grpc_listen: a.grpc_listen,
             http_listen: a.http_listen,
             jaeger_url: a.jaeger_url,
+            jaeger_grpc_url: a.jaeger_grpc_url,
             jaeger_ca_file: a.jaeger_ca_file,
             raw_service: a.raw_service,
             raw_timeout: a.raw_timeout.into(),
@@ -121,6 +131,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             clusters: a.clusters,
             cache_ttl: a.cache_ttl.into(),
             cache_entries: a.cache_entries,
+            assembly_timeout: a.assembly_timeout.into(),
             assembly: a.assembly.into(),
         }
     }

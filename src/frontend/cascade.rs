@@ -253,12 +253,12 @@ pub async fn cascades_of<S: RawStore>(
         }
         raw_ids.extend(found);
     }
-    let mut histories = Vec::new();
-    for id in raw_ids {
-        if let Some(h) = merge(assembler.read(id).await?) {
-            histories.push(h);
-        }
-    }
+    let raw_ids: Vec<_> = raw_ids.into_iter().collect();
+    let mut traces = assembler.read_many(&raw_ids).await?;
+    let histories: Vec<_> = raw_ids
+        .iter()
+        .filter_map(|id| traces.remove(id).and_then(merge))
+        .collect();
     let wanted: HashSet<SpanRef> = roots.iter().copied().collect();
     let records = records_from_histories(&histories, &wanted, clip.until);
     Ok((cascade::build(records), notes))

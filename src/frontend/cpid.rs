@@ -37,6 +37,9 @@ pub const MAX_RELATED: usize = 256;
 pub const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The rule named on a cause found through CPIDs.
 pub const EXPLICIT_RULE: &str = "cpid";
+/// Raw reads in flight for a change's trace when the store reads one
+/// trace per request (the gRPC store batches them instead).
+const READ_CONCURRENCY: usize = 16;
 
 /// One CPID of a search: the searched one (depth 0) or one merged from it
 /// (or, walking up, one it was merged from).
@@ -171,8 +174,10 @@ pub async fn cascades_of_change<S: RawStore>(
     }
     let mut records = Vec::new();
     let mut seen = HashSet::new();
-    for id in raw_ids {
-        let Some(h) = merge(store.get(id).await?) else {
+    let raw_ids: Vec<_> = raw_ids.into_iter().collect();
+    let mut traces = store.get_many(&raw_ids, READ_CONCURRENCY).await?;
+    for id in &raw_ids {
+        let Some(h) = traces.remove(id).and_then(merge) else {
             continue;
         };
         for e in &h.entries {

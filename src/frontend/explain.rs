@@ -110,12 +110,11 @@ impl<S: RawStore> Frontend<S> {
         }
         let limit = self.cfg.raw_search_limit;
         let ids = self.assembler.store().find(&tags, q.range, limit).await?;
-        let mut histories = Vec::new();
-        for id in &ids {
-            if let Some(h) = merge(self.assembler.read(*id).await?) {
-                histories.push(h);
-            }
-        }
+        let mut traces = self.assembler.read_many(&ids).await?;
+        let histories: Vec<_> = ids
+            .iter()
+            .filter_map(|id| traces.remove(id).and_then(merge))
+            .collect();
         let scope = Scope {
             namespace: q.namespace.clone(),
             from: Some(q.range.start),

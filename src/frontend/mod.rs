@@ -74,6 +74,9 @@ pub struct FrontendConfig {
     /// How far back a change's trace looks when reloaded by id (its id is
     /// the CPID and carries no time).
     pub change_lookback: Duration,
+    /// Longest one trace's assembly (raw reads included) may take; the
+    /// request then fails with DeadlineExceeded instead of holding the UI.
+    pub assembly_timeout: Duration,
 }
 
 impl Default for FrontendConfig {
@@ -88,6 +91,7 @@ impl Default for FrontendConfig {
             cache_entries: 1000,
             clusters: Vec::new(),
             change_lookback: cpid::LOOKBACK,
+            assembly_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -98,6 +102,18 @@ pub enum FrontendError {
     Raw(#[from] RawError),
     #[error("{0}")]
     InvalidArgument(String),
+    #[error("assembling the trace took longer than --assembly-timeout ({0:?})")]
+    Timeout(Duration),
+    /// The failure of an assembly that concurrent requests for the same
+    /// trace waited for together.
+    #[error(transparent)]
+    Shared(Arc<FrontendError>),
+}
+
+/// Why a trace is not in the cache after loading it.
+enum Miss {
+    NotFound,
+    Failed(Arc<FrontendError>),
 }
 
 /// A search from the UI (or the redirect endpoint).
@@ -141,6 +157,12 @@ const CLUSTERS_LOOKBACK: Duration = Duration::from_secs(24 * 3600);
 
 impl<S: RawStore> Frontend<S> {
     pub fn new(store: Arc<S>, cfg: FrontendConfig) -> Self {
+        Self::with_metrics(store, cfg, Arc::new(FrontendMetrics::default()))
+    }
+
+    /// Like `new`, counting into `metrics` (which the store may share:
+    /// its round trips).
+    pub fn with_metrics(store: Arc<S>, cfg: FrontendConfig, metrics: Arc<FrontendMetrics>) -> Self {
         // Both caches least recently used first: moka's default (TinyLFU) may
         // refuse a newly assembled trace or a newly seen cluster outright
         // when full, and those are what the UI asks for next.
@@ -151,7 +173,6 @@ impl<S: RawStore> Frontend<S> {
         for c in &cfg.clusters {
             clusters.insert(c.clone(), ());
         }
-        let metrics = Arc::new(FrontendMetrics::default());
         Self {
             assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone()),
             metrics,
@@ -344,7 +365,30 @@ impl<S: RawStore> Frontend<S> {
                 return Ok(Some(t));
             }
             span.record("cached", false);
-            self.get_uncached(id).await
+            // Concurrent requests for the same trace (the UI's search, then
+            // its reload; two users) wait for one assembly.
+            let deadline = self.cfg.assembly_timeout;
+            let loaded = self
+                .cache
+                .try_get_with(*id, async {
+                    match tokio::time::timeout(deadline, self.get_uncached(id)).await {
+                        Ok(Ok(Some(t))) => Ok(t),
+                        Ok(Ok(None)) => Err(Miss::NotFound),
+                        Ok(Err(e)) => Err(Miss::Failed(Arc::new(e))),
+                        Err(_) => {
+                            self.metrics.assembly_timeouts.inc();
+                            Err(Miss::Failed(Arc::new(FrontendError::Timeout(deadline))))
+                        }
+                    }
+                })
+                .await;
+            match loaded {
+                Ok(t) => Ok(Some(t)),
+                Err(miss) => match &*miss {
+                    Miss::NotFound => Ok(None),
+                    Miss::Failed(e) => Err(FrontendError::Shared(e.clone())),
+                },
+            }
         }
         .instrument(span.clone())
         .await
@@ -362,28 +406,32 @@ impl<S: RawStore> Frontend<S> {
             windows: windows.clone(),
             until: decoded.clip_end.saturating_mul(1_000_000_000),
         };
-        // The first window where the object has a raw trace tells who it is.
-        let mut object: Option<ObjectRef> = None;
-        for &w in &windows {
-            let spans = self
-                .assembler
-                .read(raw_trace_id(decoded.object_hash, w).to_bytes())
-                .await?;
-            if let Some(h) = merge(spans) {
-                object = Some(h.object);
-                break;
-            }
-        }
+        // All windows in one batch of reads; the first window where the
+        // object has a raw trace tells who it is.
+        let ids: Vec<TraceIdBytes> = windows
+            .iter()
+            .map(|&w| raw_trace_id(decoded.object_hash, w).to_bytes())
+            .collect();
+        let mut traces = self.assembler.read_many(&ids).await?;
+        let object = ids
+            .iter()
+            .find_map(|id| traces.get(id).and_then(|spans| merge(spans.clone())))
+            .map(|h| h.object);
         let Some(object) = object else {
             // A change's trace: its id is the CPID (an object id's check
             // bits pass for one CPID in 16; then no object has that hash).
             return self.change_trace_by_id(id).await;
         };
-        let Some(searched) = self.assembler.load(&object, &clip).await? else {
+        let spans: Vec<_> = ids
+            .iter()
+            .filter_map(|id| traces.remove(id))
+            .flatten()
+            .collect();
+        let Some(searched) = merge::merge_until(spans, clip.until).filter(|h| h.object == object)
+        else {
             return Ok(None);
         };
         let trace = self.assemble(searched, decoded, &clip).await?;
-        self.cache.insert(*id, trace.clone()).await;
         Ok(Some(trace))
     }
 

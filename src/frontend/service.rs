@@ -86,12 +86,21 @@ fn invalid(msg: impl Into<String>) -> Status {
 }
 
 fn to_status(e: FrontendError) -> Status {
+    status_of(&e)
+}
+
+fn status_of(e: &FrontendError) -> Status {
     match e {
-        FrontendError::InvalidArgument(m) => invalid(m),
+        FrontendError::InvalidArgument(m) => invalid(m.clone()),
         FrontendError::Raw(r) => {
             tracing::warn!(error = %r, "raw read failed");
             Status::unavailable(clip_message(r.to_string()))
         }
+        FrontendError::Timeout(_) => {
+            tracing::warn!(error = %e, "assembly stopped");
+            Status::deadline_exceeded(e.to_string())
+        }
+        FrontendError::Shared(inner) => status_of(inner),
     }
 }
 

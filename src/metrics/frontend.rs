@@ -13,7 +13,12 @@ pub struct FrontendMetrics {
     pub traces_assembled: Counter,
     pub cache_hits: Counter,
     pub raw_reads: Counter,
+    /// Requests for raw traces (searches not counted): one per trace over
+    /// HTTP, one per batch of traces over gRPC.
+    pub raw_requests: Counter,
     pub raw_read_errors: Counter,
+    /// Assemblies that ran out of `--assembly-timeout`.
+    pub assembly_timeouts: Counter,
     pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
     pub objects_per_trace: prometheus_client::metrics::histogram::Histogram,
 }
@@ -27,6 +32,8 @@ impl Default for FrontendMetrics {
             traces_assembled: Counter::default(),
             cache_hits: Counter::default(),
             raw_reads: Counter::default(),
+            raw_requests: Counter::default(),
+            assembly_timeouts: Counter::default(),
             raw_read_errors: Counter::default(),
             assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
@@ -50,6 +57,16 @@ impl FrontendMetrics {
             self.cache_hits.clone(),
         );
         r.register("raw_reads", "Reads of raw traces", self.raw_reads.clone());
+        r.register(
+            "raw_requests",
+            "Requests for raw traces to the raw Jaeger (one per trace over HTTP, one per batch over gRPC)",
+            self.raw_requests.clone(),
+        );
+        r.register(
+            "assembly_timeouts",
+            "Trace assemblies stopped by --assembly-timeout",
+            self.assembly_timeouts.clone(),
+        );
         r.register(
             "raw_read_errors",
             "Failed reads of raw traces",

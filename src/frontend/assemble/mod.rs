@@ -6,8 +6,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::StreamExt;
-
 use super::merge::{Link, ObjectHistory, Role, merge_until};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -89,6 +87,29 @@ pub struct Clip {
     pub until: u64,
 }
 
+/// The raw trace ids of `object`'s windows in the clip.
+fn window_ids(object: &ObjectRef, clip: &Clip) -> Vec<TraceIdBytes> {
+    let hash = object.hash();
+    clip.windows
+        .iter()
+        .map(|&w| raw_trace_id(hash, w).to_bytes())
+        .collect()
+}
+
+/// `object`'s windows taken out of `traces` and merged.
+fn history_of(
+    object: &ObjectRef,
+    clip: &Clip,
+    traces: &mut HashMap<TraceIdBytes, Vec<Span>>,
+) -> Option<ObjectHistory> {
+    let spans: Vec<Span> = window_ids(object, clip)
+        .iter()
+        .filter_map(|id| traces.remove(id))
+        .flatten()
+        .collect();
+    merge_until(spans, clip.until).filter(|h| &h.object == object)
+}
+
 pub struct Assembler<S> {
     store: Arc<S>,
     limits: Limits,
@@ -106,8 +127,17 @@ impl<S: RawStore> Assembler<S> {
 
     /// One raw trace, counted.
     pub async fn read(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
-        self.metrics.raw_reads.inc();
-        let r = self.store.get(id).await;
+        Ok(self.read_many(&[id]).await?.remove(&id).unwrap_or_default())
+    }
+
+    /// Many raw traces (as few round trips as the store allows), counted;
+    /// ids the store does not have are absent.
+    pub async fn read_many(
+        &self,
+        ids: &[TraceIdBytes],
+    ) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError> {
+        self.metrics.raw_reads.inc_by(ids.len() as u64);
+        let r = self.store.get_many(ids, self.limits.concurrency).await;
         if r.is_err() {
             self.metrics.raw_read_errors.inc();
         }
@@ -124,40 +154,33 @@ impl<S: RawStore> Assembler<S> {
         object: &ObjectRef,
         clip: &Clip,
     ) -> Result<Option<ObjectHistory>, RawError> {
-        let hash = object.hash();
-        let ids: Vec<_> = clip
-            .windows
-            .iter()
-            .map(|&w| raw_trace_id(hash, w).to_bytes())
-            .collect();
-        let reads = futures::stream::iter(ids.into_iter().map(|id| self.read(id)))
-            .buffer_unordered(self.limits.concurrency.max(1))
-            .collect::<Vec<_>>()
-            .await;
-        let mut spans = Vec::new();
-        for r in reads {
-            spans.extend(r?);
-        }
-        Ok(merge_until(spans, clip.until).filter(|h| &h.object == object))
+        let mut traces = self.read_many(&window_ids(object, clip)).await?;
+        Ok(history_of(object, clip, &mut traces))
     }
 
+    /// Every window of every object in one batch of reads; an object with
+    /// nothing recorded becomes a placeholder.
     async fn load_many(
         &self,
         objects: Vec<ObjectRef>,
         clip: &Clip,
     ) -> Result<Vec<ObjectHistory>, RawError> {
-        // Each object's windows are read concurrently too; bound the objects
-        // in flight so the total stays near the configured concurrency.
-        let per_object = clip.windows.len().max(1);
-        let objects_in_flight = (self.limits.concurrency / per_object).max(1);
-        let loaded = futures::stream::iter(objects.into_iter().map(|o| async move {
-            let h = self.load(&o, clip).await?;
-            Ok::<_, RawError>(h.unwrap_or_else(|| ObjectHistory::placeholder(o)))
-        }))
-        .buffered(objects_in_flight)
-        .collect::<Vec<_>>()
-        .await;
-        loaded.into_iter().collect()
+        let unique: HashSet<&ObjectRef> = objects.iter().collect();
+        let ids: Vec<TraceIdBytes> = unique.iter().flat_map(|o| window_ids(o, clip)).collect();
+        let mut traces = self.read_many(&ids).await?;
+        let mut loaded: HashMap<ObjectRef, ObjectHistory> = HashMap::with_capacity(unique.len());
+        Ok(objects
+            .into_iter()
+            .map(|o| {
+                if let Some(h) = loaded.get(&o) {
+                    return h.clone();
+                }
+                let h = history_of(&o, clip, &mut traces)
+                    .unwrap_or_else(|| ObjectHistory::placeholder(o.clone()));
+                loaded.insert(o, h.clone());
+                h
+            })
+            .collect())
     }
 
     /// Builds the tree for `searched` (already loaded) in `scope`, reading

@@ -9,6 +9,7 @@ pub struct JaegerHttp {
     base: String,
     service: String,
     client: reqwest::Client,
+    round_trips: prometheus_client::metrics::counter::Counter,
 }
 
 #[derive(Deserialize)]
@@ -66,7 +67,14 @@ impl JaegerHttp {
                 .timeout(timeout)
                 .build()
                 .expect("reqwest client with default TLS settings"),
+            round_trips: Default::default(),
         }
+    }
+
+    /// Counts each request for raw traces (not searches) in `round_trips`.
+    pub fn counting(mut self, round_trips: prometheus_client::metrics::counter::Counter) -> Self {
+        self.round_trips = round_trips;
+        self
     }
 
     /// Like `new`; an `https://` base is verified against `tls` (the
@@ -94,6 +102,7 @@ impl JaegerHttp {
                 url: base.to_string(),
                 message: e.to_string(),
             })?,
+            round_trips: Default::default(),
         })
     }
 
@@ -257,6 +266,7 @@ impl RawStore for JaegerHttp {
 
     async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
         let url = format!("{}/api/v3/traces/{}", self.base, hex_trace_id(&id));
+        self.round_trips.inc();
         let Some(body) = self.fetch(&url).await? else {
             return Ok(Vec::new());
         };

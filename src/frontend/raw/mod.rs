@@ -1,9 +1,11 @@
 //! Raw reads: the per-object-window traces the collector exported.
 //!
-//! Two stores: Jaeger's query HTTP API (the frontend in production) and an
-//! in-memory store (offline `kascade trace`, tests and benchmarks). Both
-//! answer the same two questions: which raw traces have an object span
-//! matching these tags, and what are the spans of one raw trace.
+//! Three stores: the raw Jaeger's remote-storage gRPC API (many traces per
+//! round trip) or its query HTTP API (one GET per trace) in production
+//! ([`JaegerStore`] is either), and an in-memory store (offline `kascade
+//! trace`, tests and benchmarks). All answer the same two questions: which
+//! raw traces have an object span matching these tags, and what are the
+//! spans of these raw traces.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,9 +17,11 @@ use serde::Deserialize;
 
 use crate::span_model::{SPAN_KIND_OBJECT, attr};
 
+mod grpc;
 mod jaeger;
 mod memory;
 
+pub use grpc::JaegerGrpc;
 pub use jaeger::JaegerHttp;
 pub use memory::MemoryStore;
 
@@ -84,7 +88,14 @@ pub enum RawError {
         url: String,
         problem: Box<crate::client_tls::TlsError>,
     },
-    #[error("cannot build the HTTP client of {url}: {message}")]
+    #[error("raw Jaeger at {url} answered {method} with {code}: {message}")]
+    Grpc {
+        url: String,
+        method: String,
+        code: String,
+        message: String,
+    },
+    #[error("cannot build the client of {url}: {message}")]
     Client { url: String, message: String },
 }
 
@@ -102,6 +113,35 @@ pub trait RawStore: Send + Sync + 'static {
 
     /// The spans of one raw trace; empty when the store has no such trace.
     fn get(&self, id: TraceIdBytes) -> impl Future<Output = Result<Vec<Span>, RawError>> + Send;
+
+    /// The spans of many raw traces, by id (an id the store does not have
+    /// is absent), with at most `concurrency` requests in flight. One
+    /// `get` per id unless the store reads many in one round trip.
+    fn get_many(
+        &self,
+        ids: &[TraceIdBytes],
+        concurrency: usize,
+    ) -> impl Future<Output = Result<HashMap<TraceIdBytes, Vec<Span>>, RawError>> + Send {
+        use futures::StreamExt as _;
+        async move {
+            let reads: Vec<_> = ids
+                .iter()
+                .map(|&id| async move { self.get(id).await.map(|spans| (id, spans)) })
+                .collect();
+            let reads = futures::stream::iter(reads)
+                .buffer_unordered(concurrency.max(1))
+                .collect::<Vec<_>>()
+                .await;
+            let mut out = HashMap::with_capacity(ids.len());
+            for r in reads {
+                let (id, spans) = r?;
+                if !spans.is_empty() {
+                    out.insert(id, spans);
+                }
+            }
+            Ok(out)
+        }
+    }
 
     /// Relations recorded in up to `limit` raw traces of `range`, counted
     /// by (resource of the parent object, resource of the child object):
@@ -123,6 +163,74 @@ pub trait RawStore: Send + Sync + 'static {
 
     /// A short description for logs and errors.
     fn describe(&self) -> String;
+}
+
+/// The raw Jaeger, over whichever API the frontend was given
+/// (`--jaeger-grpc-url`, else `--jaeger-url`).
+pub enum JaegerStore {
+    Grpc(JaegerGrpc),
+    Http(JaegerHttp),
+}
+
+impl RawStore for JaegerStore {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        match self {
+            Self::Grpc(s) => s.find(tags, range, limit).await,
+            Self::Http(s) => s.find(tags, range, limit).await,
+        }
+    }
+
+    async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        match self {
+            Self::Grpc(s) => s.get(id).await,
+            Self::Http(s) => s.get(id).await,
+        }
+    }
+
+    async fn get_many(
+        &self,
+        ids: &[TraceIdBytes],
+        concurrency: usize,
+    ) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError> {
+        match self {
+            Self::Grpc(s) => s.get_many(ids, concurrency).await,
+            Self::Http(s) => s.get_many(ids, concurrency).await,
+        }
+    }
+
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<RelationCounts, RawError> {
+        match self {
+            Self::Grpc(s) => s.relation_counts(range, limit).await,
+            Self::Http(s) => s.relation_counts(range, limit).await,
+        }
+    }
+
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<std::collections::BTreeSet<String>, RawError> {
+        match self {
+            Self::Grpc(s) => s.clusters(range, limit).await,
+            Self::Http(s) => s.clusters(range, limit).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Grpc(s) => s.describe(),
+            Self::Http(s) => s.describe(),
+        }
+    }
 }
 
 pub fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {

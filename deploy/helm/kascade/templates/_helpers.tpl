@@ -101,6 +101,18 @@ rendered as YAML; call with (dict "ctx" $ "file" "files/collect.env").
 {{- end -}}
 {{- end -}}
 
+{{/* The raw Jaeger's remote-storage gRPC endpoint (e2e/jaeger/raw.yaml's
+remote_storage extension): raw reads many traces per request. Empty when the
+raw Jaeger is not the bundled one and no rawJaegerGrpcUrl is set: the
+frontend then reads over the query HTTP API. */}}
+{{- define "kascade.rawJaegerGrpcUrl" -}}
+{{- if .Values.frontend.rawJaegerGrpcUrl -}}
+{{- .Values.frontend.rawJaegerGrpcUrl -}}
+{{- else if and .Values.rawJaeger.enabled (not .Values.frontend.rawJaegerUrl) -}}
+{{- printf "http://%s:17271" (include "kascade.rawJaegerName" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "kascade.webhookTlsSecret" -}}
 {{- default (printf "%s-webhook-tls" (include "kascade.fullname" .)) .Values.collector.tls.secretName -}}
 {{- end -}}
