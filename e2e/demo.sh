@@ -44,7 +44,8 @@ source "$E2E_DIR/.run/env"
 pids+=($!)
 ( set -a; source "$ROOT/deploy/config/frontend.env"; set +a
   exec "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
-    --jaeger-url "$JAEGER_QUERY_URL" --ui-url http://127.0.0.1:16686 --default-cluster "$CLUSTER_NAME"
+    --jaeger-url "$JAEGER_QUERY_URL" --jaeger-grpc-url "$JAEGER_REMOTE_STORAGE_URL" \
+    --ui-url http://127.0.0.1:16686 --default-cluster "$CLUSTER_NAME"
 ) >"$KASCADE_E2E_RUN_DIR/kascade-frontend.log" 2>&1 &
 pids+=($!)
 JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=16686 JAEGER_QUERY_GRPC_PORT=16685 JAEGER_HEALTH_PORT=13134 \

@@ -57,12 +57,13 @@ for i in range(int(sys.argv[2])):
 PY
 "$KASCADE_BIN" replay --cluster bench --otlp-endpoint http://127.0.0.1:29417 --output otlp \
   "$RUN/audit.log" >"$RUN/replay.log" 2>&1 || { cat "$RUN/replay.log" >&2; exit 1; }
-# The search range: the fixture's own time, to the microsecond.
+# The search range: the fixture's time, from an hour before (object spans
+# start with their window, up to --window before the first write).
 read -r START END < <(python3 - "$RUN/audit.log" <<'PY'
 import datetime, json, sys
 ts = [json.loads(l)["stageTimestamp"] for l in open(sys.argv[1]) if l.strip()]
 us = lambda s: int(datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() * 1e6)
-print(min(map(us, ts)) - 60_000_000, max(map(us, ts)) + 60_000_000)
+print(min(map(us, ts)) - 3_600_000_000, max(map(us, ts)) + 60_000_000)
 PY
 )
 # Every raw span stored before timing (the exporter's last batch included).
@@ -88,7 +89,8 @@ measure() {
   local qpid=$!
   wait_for "kascade frontend" http://127.0.0.1:29494/readyz "$RUN/frontend.log"
   wait_for "query Jaeger" http://127.0.0.1:29496/api/services "$RUN/jaeger-query.log"
-  python3 - "$START" "$END" "$PODS" <<'PY'
+  local rc=0
+  python3 - "$START" "$END" "$PODS" <<'PY' || rc=$?
 import json, sys, time, urllib.parse, urllib.request
 start, end, pods = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ui = "http://127.0.0.1:29496"
@@ -112,6 +114,7 @@ print(f"{cold:.0f} {warm:.0f} {value('kascade_frontend_raw_reads_total')} {value
 PY
   kill "$qpid" "$fpid" 2>/dev/null || true
   wait "$qpid" "$fpid" 2>/dev/null || true
+  [[ $rc -eq 0 ]] || { tail -n 5 "$RUN/frontend.log" >&2; return "$rc"; }
 }
 
 for store in grpc http; do

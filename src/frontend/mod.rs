@@ -6,6 +6,8 @@
 
 pub mod assemble;
 pub mod cascade;
+mod config;
+pub use config::FrontendConfig;
 pub mod cpid;
 pub use cpid::RelatedCpids;
 pub mod display;
@@ -19,7 +21,7 @@ pub mod service;
 pub mod text;
 pub mod trace_id;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -29,7 +31,7 @@ use tracing::{Instrument as _, field};
 use crate::metrics::FrontendMetrics;
 use crate::model::{ObjectRef, Windowing, raw_trace_id};
 use crate::self_trace::TARGET;
-use assemble::{Assembler, Assembly, Clip, Limits, Scope};
+use assemble::{Assembler, Assembly, Clip, Scope};
 use display::Mode;
 use merge::{ObjectHistory, merge};
 use raw::nanos;
@@ -54,46 +56,6 @@ pub fn check_tag(key: &str, value: &str) -> Result<(), String> {
         value,
         crate::bounds::max_name_bytes(key),
     )
-}
-
-#[derive(Clone, Debug)]
-pub struct FrontendConfig {
-    /// Must equal the collector's `--window`.
-    pub window: Duration,
-    pub limits: Limits,
-    /// Link classes shown under a virtual span named by the class.
-    pub group_classes: HashSet<String>,
-    pub default_scope: Scope,
-    /// Raw traces read per search (each is one object window).
-    pub raw_search_limit: usize,
-    /// How long an assembled trace is kept for reloads.
-    pub cache_ttl: Duration,
-    pub cache_entries: u64,
-    /// Clusters offered as operations before any search has seen them.
-    pub clusters: Vec<String>,
-    /// How far back a change's trace looks when reloaded by id (its id is
-    /// the CPID and carries no time).
-    pub change_lookback: Duration,
-    /// Longest one trace's assembly (raw reads included) may take; the
-    /// request then fails with DeadlineExceeded instead of holding the UI.
-    pub assembly_timeout: Duration,
-}
-
-impl Default for FrontendConfig {
-    fn default() -> Self {
-        Self {
-            window: Duration::from_secs(1800),
-            limits: Limits::default(),
-            group_classes: HashSet::new(),
-            default_scope: Scope::Full,
-            raw_search_limit: 500,
-            cache_ttl: Duration::from_secs(600),
-            cache_entries: 1000,
-            clusters: Vec::new(),
-            change_lookback: cpid::LOOKBACK,
-            assembly_timeout: Duration::from_secs(30),
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

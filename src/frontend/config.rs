@@ -1,0 +1,49 @@
+//! What one frontend assembles with: window, limits, caching, deadlines.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::assemble::{Limits, Scope};
+use super::cpid;
+
+/// Settings of a [`super::Frontend`]; `kascade frontend` and `kascade
+/// trace` fill it from their flags.
+#[derive(Clone, Debug)]
+pub struct FrontendConfig {
+    /// Must equal the collector's `--window`.
+    pub window: Duration,
+    pub limits: Limits,
+    /// Link classes shown under a virtual span named by the class.
+    pub group_classes: HashSet<String>,
+    pub default_scope: Scope,
+    /// Raw traces read per search (each is one object window).
+    pub raw_search_limit: usize,
+    /// How long an assembled trace is kept for reloads.
+    pub cache_ttl: Duration,
+    pub cache_entries: u64,
+    /// Clusters offered as operations before any search has seen them.
+    pub clusters: Vec<String>,
+    /// How far back a change's trace looks when reloaded by id (its id is
+    /// the CPID and carries no time).
+    pub change_lookback: Duration,
+    /// Longest one trace's assembly (raw reads included) may take; the
+    /// request then fails with DeadlineExceeded instead of holding the UI.
+    pub assembly_timeout: Duration,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(1800),
+            limits: Limits::default(),
+            group_classes: HashSet::new(),
+            default_scope: Scope::Full,
+            raw_search_limit: 500,
+            cache_ttl: Duration::from_secs(600),
+            cache_entries: 1000,
+            clusters: Vec::new(),
+            change_lookback: cpid::LOOKBACK,
+            assembly_timeout: Duration::from_secs(30),
+        }
+    }
+}
