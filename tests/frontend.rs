@@ -1550,3 +1550,78 @@ async fn unreachable_remote_storage_is_an_error_naming_its_url() {
     .unwrap();
     assert!(err.to_string().contains("not a url"), "{err}");
 }
+
+#[tokio::test]
+async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
+    // The deployment fixture with one Pod's audit lines copied under 400
+    // fresh names (as benches/assemble.rs makes a big Deployment).
+    let template = "hello-54f9b65d48-dfv6w";
+    let mut lines = common::audit_lines("deployment");
+    let pod_lines: Vec<String> = lines
+        .iter()
+        .filter(|l| l.contains(template))
+        .cloned()
+        .collect();
+    for i in 0..400 {
+        let name = format!("hello-54f9b65d48-b{i:05}");
+        lines.extend(pod_lines.iter().map(|l| l.replace(template, &name)));
+    }
+    let (store, errors) = store_from_audit_lines(
+        lines,
+        CLUSTER,
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let range = whole_range(&store);
+    let f = Arc::new(Frontend::new(Arc::new(store), FrontendConfig::default()));
+    let assembled = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let spans_assembled: usize = assembled
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .map(|ss| ss.spans.len())
+        .sum();
+
+    let channel = grpc_frontend(f).await;
+    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel)
+        .max_decoding_message_size(64 << 20);
+    let mut stream = client
+        .get_traces(GetTracesRequest {
+            query: vec![GetTraceParams {
+                trace_id: assembled.id.to_vec(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (mut messages, mut spans) = (0, 0);
+    while let Some(m) = stream.message().await.unwrap() {
+        use prost::Message as _;
+        messages += 1;
+        // Under the 4 MiB a Go gRPC client takes by default.
+        assert!(m.encoded_len() < 4 << 20, "{} bytes", m.encoded_len());
+        // Each message starts with a span of this trace: how Jaeger joins them.
+        let first = &m.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(first.trace_id, assembled.id.to_vec());
+        for rs in &m.resource_spans {
+            for ss in &rs.scope_spans {
+                assert!(ss.spans.iter().all(|s| s.trace_id == assembled.id.to_vec()));
+                spans += ss.spans.len();
+            }
+        }
+    }
+    assert!(messages > 1, "{spans_assembled} spans in one message");
+    assert_eq!(spans, spans_assembled);
+}

@@ -75,18 +75,22 @@ until curl -sf "http://127.0.0.1:29486/api/traces?service=kascade&tags=%7B%22res
   sleep 0.5
 done
 
-# One frontend + query Jaeger per run; $1 = grpc|http. Prints "cold_ms warm_ms reads requests".
+# One frontend + query Jaeger per run, in a subshell; $1 = grpc|http. Prints
+# "cold_ms warm_ms reads requests assemble_ms" (assemble_ms: the frontend's
+# own time for the cold assembly, raw reads included).
 measure() {
   local store=$1 args=(--jaeger-url http://127.0.0.1:29486)
   [[ "$store" == http ]] || args+=(--jaeger-grpc-url http://127.0.0.1:29471)
   "$KASCADE_BIN" frontend --grpc-listen 127.0.0.1:29493 --http-listen 127.0.0.1:29494 "${args[@]}" \
     >"$RUN/frontend.log" 2>&1 &
-  local fpid=$!
+  fpid=$!
   JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=29496 JAEGER_QUERY_GRPC_PORT=29497 \
     JAEGER_HEALTH_PORT=29498 JAEGER_OTLP_GRPC_PORT=29499 JAEGER_OTLP_HTTP_PORT=29500 \
     KASCADE_FRONTEND_GRPC=127.0.0.1:29493 \
     "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/query.yaml" >"$RUN/jaeger-query.log" 2>&1 &
-  local qpid=$!
+  qpid=$!
+  # measure runs in a subshell of its own: its processes end with it.
+  trap 'kill "$qpid" "$fpid" 2>/dev/null || true' EXIT
   wait_for "kascade frontend" http://127.0.0.1:29494/readyz "$RUN/frontend.log"
   wait_for "query Jaeger" http://127.0.0.1:29496/api/services "$RUN/jaeger-query.log"
   local rc=0
@@ -110,7 +114,8 @@ cold = ui_calls()
 warm = sorted(ui_calls() for _ in range(5))[2]
 metrics = urllib.request.urlopen("http://127.0.0.1:29494/metrics").read().decode()
 value = lambda n: next(l.split()[-1] for l in metrics.splitlines() if l.startswith(n))
-print(f"{cold:.0f} {warm:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')}")
+assemble_ms = float(value('kascade_frontend_assemble_seconds_sum')) * 1000
+print(f"{cold:.0f} {warm:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
 PY
   kill "$qpid" "$fpid" 2>/dev/null || true
   wait "$qpid" "$fpid" 2>/dev/null || true
@@ -118,11 +123,12 @@ PY
 }
 
 for store in grpc http; do
-  colds=() warms=()
+  colds=() warms=() assembles=()
   for _ in $(seq "$RUNS"); do
-    read -r cold warm reads requests < <(measure "$store")
-    colds+=("$cold"); warms+=("$warm")
+    (measure "$store") >"$RUN/measured"
+    read -r cold warm reads requests assemble <"$RUN/measured"
+    colds+=("$cold"); warms+=("$warm"); assembles+=("$assemble")
   done
   median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  echo "store=$store pods=$PODS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) raw_reads=$reads raw_requests=$requests"
+  echo "store=$store pods=$PODS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
 done

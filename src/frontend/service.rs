@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::Stream;
-use opentelemetry_proto::tonic::trace::v1::TracesData;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
 
 use super::display::Mode;
@@ -229,19 +229,75 @@ pub fn parse_query(
     })
 }
 
-fn chunk(t: &AssembledTrace) -> TracesData {
-    TracesData {
-        resource_spans: t.resource_spans.clone(),
+/// Largest message of a trace stream, in encoded bytes of spans: a quarter
+/// of the 4 MiB a Go gRPC client (the query Jaeger) accepts by default.
+pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+
+/// One assembled trace as consecutive messages of at most
+/// [`MAX_CHUNK_BYTES`] of spans each (a Deployment with 1,000 Pods is ~18,000
+/// spans, more than one message may carry). Jaeger joins consecutive
+/// messages of the same trace (the chunking rule of its storage API); each
+/// message starts with a span, which is how Jaeger reads its trace id.
+pub fn chunks(t: &AssembledTrace) -> Vec<TracesData> {
+    use prost::Message as _;
+    let mut out = Vec::new();
+    let mut current: Vec<ResourceSpans> = Vec::new();
+    let mut bytes = 0;
+    for rs in &t.resource_spans {
+        for ss in &rs.scope_spans {
+            for span in &ss.spans {
+                let len = span.encoded_len();
+                if bytes + len > MAX_CHUNK_BYTES && bytes > 0 {
+                    out.push(TracesData {
+                        resource_spans: std::mem::take(&mut current),
+                    });
+                    bytes = 0;
+                }
+                bytes += len;
+                // Continue this resource's and scope's group, or open one.
+                let same_rs = current.last().is_some_and(|last| {
+                    last.resource == rs.resource && last.schema_url == rs.schema_url
+                });
+                if !same_rs {
+                    current.push(ResourceSpans {
+                        resource: rs.resource.clone(),
+                        scope_spans: Vec::new(),
+                        schema_url: rs.schema_url.clone(),
+                    });
+                }
+                let group = current.last_mut().expect("pushed above");
+                let same_ss = group
+                    .scope_spans
+                    .last()
+                    .is_some_and(|last| last.scope == ss.scope && last.schema_url == ss.schema_url);
+                if !same_ss {
+                    group.scope_spans.push(ScopeSpans {
+                        scope: ss.scope.clone(),
+                        spans: Vec::new(),
+                        schema_url: ss.schema_url.clone(),
+                    });
+                }
+                group
+                    .scope_spans
+                    .last_mut()
+                    .expect("pushed above")
+                    .spans
+                    .push(span.clone());
+            }
+        }
     }
+    if !current.is_empty() {
+        out.push(TracesData {
+            resource_spans: current,
+        });
+    }
+    out
 }
 
 fn stream_of(traces: Vec<Arc<AssembledTrace>>) -> TraceStream {
-    // One TracesData per trace: chunks never mix traces.
+    // Each trace's messages in a row: chunks never mix traces.
     Box::pin(futures::stream::iter(
-        traces
-            .into_iter()
-            .filter(|t| !t.resource_spans.is_empty())
-            .map(|t| Ok(chunk(&t))),
+        traces.into_iter().flat_map(|t| chunks(&t)).map(Ok),
     ))
 }
 
