@@ -6,8 +6,8 @@
 # sender posts the deployment fixture's real audit events (Event writes left
 # out), copied into fresh namespaces with their timestamps set to the moment
 # of sending, as audit webhook batches of 400 at RATES events/s (default
-# "1000 10000") for SECONDS each (default 60). For one sampled write per
-# batch (the create of the copy's Deployment) it polls, every 100 ms, until
+# "1000 10000") for SECONDS_PER_RATE each (default 60). For one sampled write
+# a second (the create of a copy's Deployment) it polls, every 200 ms, until
 # (a) the raw Jaeger's query API returns that write's span and (b) the query
 # Jaeger (the UI's API) returns the assembled trace with it, and prints
 # p50/p99/max of stageTimestamp → found for both, and the rate reached.
@@ -24,7 +24,9 @@ RATES="${RATES:-1000 10000}"
 DURATION="${SECONDS_PER_RATE:-60}"
 RUN="$(mktemp -d)"
 pids=()
+# kascade first: on SIGTERM it exports what it accepted, which needs Jaeger.
 cleanup() {
+  if [[ -n "${KPID:-}" ]]; then kill "$KPID" 2>/dev/null || true; wait "$KPID" 2>/dev/null || true; fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$RUN"
@@ -46,7 +48,7 @@ pids+=($!)
 wait_for "raw Jaeger" http://127.0.0.1:29786/api/services "$RUN/jaeger-raw.log"
 "$KASCADE_BIN" collect --listen 127.0.0.1:29790 --admin-listen 127.0.0.1:29791 \
   --otlp-endpoint http://127.0.0.1:29717 --spool-dir "$RUN/spool" >"$RUN/collect.log" 2>&1 &
-pids+=($!)
+KPID=$!
 "$KASCADE_BIN" frontend --grpc-listen 127.0.0.1:29793 --http-listen 127.0.0.1:29794 \
   --jaeger-url http://127.0.0.1:29786 --jaeger-grpc-url http://127.0.0.1:29771 \
   --default-cluster bench >"$RUN/frontend.log" 2>&1 &
@@ -61,7 +63,7 @@ wait_for "kascade frontend" http://127.0.0.1:29794/readyz "$RUN/frontend.log"
 wait_for "query Jaeger" http://127.0.0.1:29796/api/services "$RUN/jaeger-query.log"
 
 python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "$DURATION" $RATES <<'PY'
-import datetime, http.client, json, queue, sys, threading, time, urllib.parse, urllib.request
+import datetime, http.client, json, queue, re, sys, threading, time, urllib.parse, urllib.request
 
 fixture, duration, rates = sys.argv[1], float(sys.argv[2]), [int(r) for r in sys.argv[3:]]
 events = [json.loads(l) for l in open(fixture) if l.strip()]
@@ -71,18 +73,36 @@ events.sort(key=lambda e: e["stageTimestamp"])
 sample_at = next(i for i, e in enumerate(events)
                  if e["verb"] == "create" and e["objectRef"]["resource"] == "deployments")
 BATCH = 400
-TS = "2000-01-01T00:00:00.000000Z"
+# Each event keeps its time relative to the sampled create (microseconds,
+# written as a placeholder); the placeholders become times when the batch is
+# sent, so the sampled write's stageTimestamp is the moment it is sent.
+def us(s):
+    return int(datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() * 1e6)
+origin = us(events[sample_at]["stageTimestamp"])
+PLACEHOLDER = re.compile(r'"@(-?[0-9]+)@"')
 
-def copy_lines(ns):
+def template_lines():
     out = []
     for e in events:
         line = json.dumps(e, separators=(",", ":"))
-        line = line.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
+        line = line.replace('"namespace":"default"', '"namespace":"@NS@"').replace("/namespaces/default/", "/namespaces/@NS@/")
         c = json.loads(line)
-        c["auditID"] = f'{c["auditID"]}-{ns}'
-        c["requestReceivedTimestamp"] = c["stageTimestamp"] = TS
+        c["auditID"] = f'{c["auditID"]}-@NS@'
+        for k in ("requestReceivedTimestamp", "stageTimestamp"):
+            c[k] = f"@{us(c[k]) - origin}@"
         out.append(json.dumps(c, separators=(",", ":")))
     return out
+
+TEMPLATE = template_lines()
+
+def copy_lines(ns):
+    return [l.replace("@NS@", ns) for l in TEMPLATE]
+
+def stamped(body, sent):
+    def at(m):
+        t = datetime.datetime.fromtimestamp(sent + int(m.group(1)) / 1e6, datetime.timezone.utc)
+        return '"' + t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") + '"'
+    return PLACEHOLDER.sub(at, body)
 
 def pct(xs, p):
     xs = sorted(xs)
@@ -126,7 +146,7 @@ def poller(samples, results, stop):
                 continue
             still.append((ns, sent, raw_at))
         pending = still
-        time.sleep(0.1)
+        time.sleep(0.2)
 
 copy_no = 0
 for rate in rates:
@@ -136,7 +156,7 @@ for rate in rates:
     conn = http.client.HTTPConnection("127.0.0.1", 29790, timeout=60)
     sent_events, start, buf, retries = 0, time.time(), [], 0
     interval = BATCH / rate
-    next_at = start
+    next_at = next_sample_at = start
     while time.time() - start < duration:
         while len(buf) < BATCH:
             ns = f"lat-{copy_no}"; copy_no += 1
@@ -148,9 +168,8 @@ for rate in rates:
             time.sleep(next_at - now)
         next_at += interval
         sent = time.time()
-        stamp = datetime.datetime.fromtimestamp(sent, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = ('{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[' +
-                ",".join(l for _, l in batch) + "]}").replace(TS, stamp).encode()
+        body = stamped('{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[' +
+                       ",".join(l for _, l in batch) + "]}", sent).encode()
         while True:
             conn.request("POST", "/audit/bench", body, {"Content-Type": "application/json"})
             r = conn.getresponse(); r.read()
@@ -160,9 +179,12 @@ for rate in rates:
         if r.status != 200:
             sys.exit(f"webhook answered {r.status}")
         sent_events += len(batch)
+        # One sampled write a second: each poll is a search the raw Jaeger
+        # answers by scanning its traces, so polling must stay light.
         sample = next((ns for ns, _ in batch if ns), None)
-        if sample:
+        if sample and sent >= next_sample_at:
             samples.put((sample, sent, None))
+            next_sample_at = sent + 1.0
     elapsed = time.time() - start
     stop.set(); t.join()
     raw = [a for a, _ in results]; ui = [b for _, b in results]
