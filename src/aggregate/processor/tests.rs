@@ -1,0 +1,72 @@
+use super::test_support::{attr, audit_values, drain, parse, processor};
+use super::*;
+use crate::model::ObjectRef;
+use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+#[tokio::test]
+async fn a_create_refused_before_naming_is_shown_on_its_owner() {
+    let refused = audit_values("quota")
+        .into_iter()
+        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+        .expect("the quota scenario's refused Pod");
+    let event = parse(&refused);
+    let attempt = event
+        .failed_create()
+        .unwrap()
+        .expect("a generateName create");
+    let r = event.object_ref.as_ref().unwrap();
+    let item = Accepted {
+        object: ObjectRef::new(
+            "c",
+            &r.api_group,
+            &r.resource,
+            &r.namespace,
+            attempt.generate_name.clone(),
+        ),
+        event,
+        uid: String::new(),
+        replayed: false,
+        failed_create: Some(Box::new(attempt.clone())),
+        batch_span: tracing::Span::none(),
+    };
+    let (p, mut rx, _) = processor(ProcessorConfig::default());
+    p.process(&item).await.unwrap();
+    let spans = drain(&mut rx);
+    let owner = attempt.owner.as_ref().expect("a ReplicaSet's Pod");
+    let object = spans
+        .iter()
+        .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_OBJECT))
+        .unwrap();
+    assert_eq!(
+        attr(object, attr::NAME).as_deref(),
+        Some(owner.name.as_str())
+    );
+    assert_eq!(attr(object, attr::RESOURCE).as_deref(), Some("replicasets"));
+    let audit = spans
+        .iter()
+        .find(|s| attr(s, attr::SPAN_KIND).as_deref() == Some(SPAN_KIND_AUDIT))
+        .unwrap();
+    assert_eq!(audit.parent_span_id, object.span_id);
+    assert!(
+        audit.name.ends_with(&format!(
+            "create pods (generateName {})",
+            attempt.generate_name
+        )),
+        "{}",
+        audit.name
+    );
+    assert_eq!(
+        audit
+            .status
+            .as_ref()
+            .map(|st| st.code())
+            .unwrap_or_default(),
+        StatusCode::Error
+    );
+    assert_eq!(
+        attr(audit, attr::AUDIT_ATTEMPT_GENERATE_NAME).as_deref(),
+        Some(attempt.generate_name.as_str())
+    );
+    assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
+}
