@@ -40,4 +40,7 @@ else
   KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID \
     cargo bench --locked --bench collect_load
 fi
+# With --etcd-endpoints in KASCADE_BENCH_ARGS: the shared span cache's etcd
+# round trips, by op (divide by the events above for requests per event).
+curl -sf http://127.0.0.1:29091/metrics | grep -E '^kascade_span_cache_etcd_(requests|errors)_total' || true
 grep -E "WARN|ERROR" "$RUN/kascade.log" | head -5 >&2 || true
