@@ -36,8 +36,12 @@ use tower::ServiceExt;
 const CLUSTER: &str = "fixture";
 
 async fn store(scenario: &str) -> MemoryStore {
+    store_of_lines(common::audit_lines(scenario)).await
+}
+
+async fn store_of_lines(lines: Vec<String>) -> MemoryStore {
     let (store, errors) = store_from_audit_lines(
-        common::audit_lines(scenario),
+        lines,
         CLUSTER,
         Arc::new(load_rules(None).unwrap()),
         &AuditFilter::default(),
@@ -50,6 +54,23 @@ async fn store(scenario: &str) -> MemoryStore {
     .await;
     assert!(errors.is_empty(), "{errors:?}");
     store
+}
+
+/// The id of the deployment `hello`'s full tree (tree mode), as the UI
+/// would reload it on any replica.
+async fn hello_tree_id(store: &Arc<MemoryStore>) -> [u8; 16] {
+    let range = whole_range(store);
+    Frontend::new(store.clone(), FrontendConfig::default())
+        .search(&SearchQuery {
+            mode: Mode::Tree,
+            scope: Scope::Full,
+            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+            range,
+            limit: 5,
+        })
+        .await
+        .unwrap()[0]
+        .id
 }
 
 fn whole_range(store: &MemoryStore) -> TimeRange {
@@ -1445,19 +1466,7 @@ async fn every_span_lies_within_its_parent_so_jaeger_sees_no_clock_skew() {
 #[tokio::test]
 async fn concurrent_requests_for_one_trace_share_one_assembly() {
     let s = Arc::new(store("deployment").await);
-    let range = whole_range(&s);
-    let searcher = Frontend::new(s.clone(), FrontendConfig::default());
-    let found = searcher
-        .search(&SearchQuery {
-            mode: Mode::Tree,
-            scope: Scope::Full,
-            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
-            range,
-            limit: 5,
-        })
-        .await
-        .unwrap();
-    let id = found[0].id;
+    let id = hello_tree_id(&s).await;
     // One request alone: what one assembly reads.
     let alone = Frontend::new(s.clone(), FrontendConfig::default());
     alone.get(&id).await.unwrap().expect("assembled");
@@ -1494,19 +1503,7 @@ async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
         }
     });
     // A real assembled id, as the UI would reload it.
-    let s = Arc::new(store("deployment").await);
-    let range = whole_range(&s);
-    let id = Frontend::new(s, FrontendConfig::default())
-        .search(&SearchQuery {
-            mode: Mode::Tree,
-            scope: Scope::Full,
-            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
-            range,
-            limit: 5,
-        })
-        .await
-        .unwrap()[0]
-        .id;
+    let id = hello_tree_id(&Arc::new(store("deployment").await)).await;
     let hanging = JaegerHttp::new(&url, "kascade", Duration::from_secs(60));
     let f = Frontend::new(
         Arc::new(hanging),
@@ -1566,16 +1563,7 @@ async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
         let name = format!("hello-54f9b65d48-b{i:05}");
         lines.extend(pod_lines.iter().map(|l| l.replace(template, &name)));
     }
-    let (store, errors) = store_from_audit_lines(
-        lines,
-        CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
+    let store = store_of_lines(lines).await;
     let range = whole_range(&store);
     let f = Arc::new(Frontend::new(Arc::new(store), FrontendConfig::default()));
     let assembled = search_one(

@@ -76,7 +76,8 @@ impl JaegerGrpc {
             plain.connect_lazy()
         };
         Ok(Self {
-            url: url.trim_end_matches('/').to_string(),
+            // Shown in errors, logs and self-traces: never with credentials.
+            url: super::jaeger::without_credentials(url.trim_end_matches('/')),
             service: service.to_string(),
             client: TraceReaderClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -244,21 +245,11 @@ impl RawStore for JaegerGrpc {
         ids: &[TraceIdBytes],
         concurrency: usize,
     ) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError> {
-        // Collected first: a stream of futures made by a closure over
-        // borrowed chunks would not be `Send` (rust-lang/rust#102211).
         let calls: Vec<_> = ids
             .chunks(IDS_PER_CALL)
             .map(|c| self.get_batch(c))
             .collect();
-        let batches = futures::stream::iter(calls)
-            .buffer_unordered(concurrency.max(1))
-            .collect::<Vec<_>>()
-            .await;
-        let mut out = HashMap::with_capacity(ids.len());
-        for b in batches {
-            out.extend(b?);
-        }
-        Ok(out)
+        gather(calls, concurrency, ids.len()).await
     }
 
     async fn relation_counts(
@@ -266,12 +257,8 @@ impl RawStore for JaegerGrpc {
         range: TimeRange,
         limit: usize,
     ) -> Result<RelationCounts, RawError> {
-        let tags = [
-            (attr::SPAN_KIND.to_string(), "link".to_string()),
-            (attr::LINK_ROLE.to_string(), "child".to_string()),
-        ];
         let mut counts = RelationCounts::new();
-        for spans in self.find_traces(&tags, range, limit).await? {
+        for spans in self.find_traces(&child_link_tags(), range, limit).await? {
             count_child_links(
                 &spans,
                 |s, k| string_attr(&s.attributes, k).map(str::to_string),
@@ -286,14 +273,9 @@ impl RawStore for JaegerGrpc {
         range: TimeRange,
         limit: usize,
     ) -> Result<std::collections::BTreeSet<String>, RawError> {
-        let tags = [(attr::SPAN_KIND.to_string(), SPAN_KIND_OBJECT.to_string())];
         let mut out = std::collections::BTreeSet::new();
-        for spans in self.find_traces(&tags, range, limit).await? {
-            out.extend(spans.iter().filter_map(|s| {
-                (string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
-                    .then(|| string_attr(&s.attributes, attr::CLUSTER).map(str::to_string))
-                    .flatten()
-            }));
+        for spans in self.find_traces(&object_span_tags(), range, limit).await? {
+            out.extend(object_clusters(&spans));
         }
         Ok(out)
     }

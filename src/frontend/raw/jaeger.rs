@@ -218,7 +218,7 @@ impl JaegerHttp {
 
 /// `url` as self-traces show it: a password or user name in it (a
 /// `--jaeger-url` with credentials) never leaves the process.
-fn without_credentials(url: &str) -> String {
+pub(super) fn without_credentials(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
             let _ = u.set_password(None);
@@ -282,12 +282,8 @@ impl RawStore for JaegerHttp {
         range: TimeRange,
         limit: usize,
     ) -> Result<RelationCounts, RawError> {
-        let tags = [
-            (attr::SPAN_KIND.to_string(), "link".to_string()),
-            (attr::LINK_ROLE.to_string(), "child".to_string()),
-        ];
         let mut counts = RelationCounts::new();
-        for spans in self.search_spans(&tags, range, limit).await? {
+        for spans in self.search_spans(&child_link_tags(), range, limit).await? {
             count_child_links(
                 &spans,
                 |s, k| {
@@ -307,9 +303,8 @@ impl RawStore for JaegerHttp {
         range: TimeRange,
         limit: usize,
     ) -> Result<std::collections::BTreeSet<String>, RawError> {
-        let tags = [(attr::SPAN_KIND.to_string(), SPAN_KIND_OBJECT.to_string())];
         let mut out = std::collections::BTreeSet::new();
-        for spans in self.search_spans(&tags, range, limit).await? {
+        for spans in self.search_spans(&object_span_tags(), range, limit).await? {
             out.extend(spans.iter().filter_map(|s| {
                 let tag = |k: &str| {
                     s.tags

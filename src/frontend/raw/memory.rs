@@ -102,15 +102,7 @@ impl RawStore for MemoryStore {
     ) -> Result<std::collections::BTreeSet<String>, RawError> {
         let mut out = std::collections::BTreeSet::new();
         for id in self.find(&[], range, limit).await? {
-            out.extend(
-                self.traces[&id]
-                    .iter()
-                    .filter(|s| {
-                        string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
-                    })
-                    .filter_map(|s| string_attr(&s.attributes, attr::CLUSTER))
-                    .map(str::to_string),
-            );
+            out.extend(object_clusters(&self.traces[&id]));
         }
         Ok(out)
     }

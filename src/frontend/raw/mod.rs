@@ -56,6 +56,53 @@ fn count_child_links<T>(
     }
 }
 
+/// Tags of the spans that record a child link (the service graph's input).
+fn child_link_tags() -> [(String, String); 2] {
+    [
+        (
+            attr::SPAN_KIND.to_string(),
+            crate::span_model::SPAN_KIND_LINK.to_string(),
+        ),
+        (attr::LINK_ROLE.to_string(), "child".to_string()),
+    ]
+}
+
+/// Tags of object spans (which name the cluster).
+fn object_span_tags() -> [(String, String); 1] {
+    [(attr::SPAN_KIND.to_string(), SPAN_KIND_OBJECT.to_string())]
+}
+
+/// The clusters named by the object spans among `spans` (OTLP spans).
+fn object_clusters(spans: &[Span]) -> impl Iterator<Item = String> + '_ {
+    spans
+        .iter()
+        .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+        .filter_map(|s| string_attr(&s.attributes, attr::CLUSTER))
+        .map(str::to_string)
+}
+
+/// Runs `reads` (each a map of raw traces) at most `concurrency` at a time
+/// and joins their answers; the first failure fails all.
+async fn gather<F>(
+    reads: Vec<F>,
+    concurrency: usize,
+    capacity: usize,
+) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError>
+where
+    F: Future<Output = Result<HashMap<TraceIdBytes, Vec<Span>>, RawError>>,
+{
+    use futures::StreamExt as _;
+    let answers = futures::stream::iter(reads)
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    let mut out = HashMap::with_capacity(capacity);
+    for a in answers {
+        out.extend(a?);
+    }
+    Ok(out)
+}
+
 /// A closed time interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimeRange {
@@ -122,25 +169,18 @@ pub trait RawStore: Send + Sync + 'static {
         ids: &[TraceIdBytes],
         concurrency: usize,
     ) -> impl Future<Output = Result<HashMap<TraceIdBytes, Vec<Span>>, RawError>> + Send {
-        use futures::StreamExt as _;
-        async move {
-            let reads: Vec<_> = ids
-                .iter()
-                .map(|&id| async move { self.get(id).await.map(|spans| (id, spans)) })
-                .collect();
-            let reads = futures::stream::iter(reads)
-                .buffer_unordered(concurrency.max(1))
-                .collect::<Vec<_>>()
-                .await;
-            let mut out = HashMap::with_capacity(ids.len());
-            for r in reads {
-                let (id, spans) = r?;
-                if !spans.is_empty() {
-                    out.insert(id, spans);
-                }
-            }
-            Ok(out)
-        }
+        // Collected first: a stream of futures made by a closure over
+        // borrowed ids would not be `Send` (rust-lang/rust#102211).
+        let reads: Vec<_> = ids
+            .iter()
+            .map(|&id| async move {
+                let spans = self.get(id).await?;
+                Ok(HashMap::from_iter(
+                    (!spans.is_empty()).then_some((id, spans)),
+                ))
+            })
+            .collect();
+        gather(reads, concurrency, ids.len())
     }
 
     /// Relations recorded in up to `limit` raw traces of `range`, counted
