@@ -6,6 +6,11 @@
 # does). Prints one line: instructions, events, instructions per event.
 #   KASCADE_BIN   the binary to measure (default: a release build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture
+#   BENCH_OUTPUT  otlp-json (default: spans written as OTLP/JSON to a file) or
+#                 otlp (the collector's protobuf writer, exported over gRPC to
+#                 the harness's Jaeger with a discarding pipeline; spans are
+#                 then not counted)
+#   CALLGRIND_OUT keep callgrind's profile there (for callgrind_annotate)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
@@ -28,9 +33,24 @@ for i in range(int(sys.argv[2])):
         print(json.dumps(e, separators=(",", ":")))
 PY
 events=$(wc -l <"$RUN/load.log")
+output=(--output "otlp-json=$RUN/out.json")
+if [[ "${BENCH_OUTPUT:-otlp-json}" == otlp ]]; then
+  BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
+  JAEGER_OTLP_GRPC_PORT=29417 JAEGER_HEALTH_PORT=29433 \
+    "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
+  JPID=$!
+  trap 'kill $JPID 2>/dev/null || true; wait $JPID 2>/dev/null || true; rm -rf "$RUN"' EXIT
+  deadline=$((SECONDS + 30))
+  until curl -sf http://127.0.0.1:29433/status >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || { echo "Jaeger sink not ready" >&2; cat "$RUN/jaeger.log" >&2; exit 1; }; sleep 0.2
+  done
+  output=(--output otlp --otlp-endpoint http://127.0.0.1:29417)
+fi
 valgrind --tool=callgrind --callgrind-out-file="$RUN/callgrind.out" \
-  "$KASCADE_BIN" replay --workers 1 --output "otlp-json=$RUN/out.json" "$RUN/load.log" \
+  "$KASCADE_BIN" replay --workers 1 "${output[@]}" "$RUN/load.log" \
   >"$RUN/replay.log" 2>"$RUN/valgrind.log" || { cat "$RUN/valgrind.log" "$RUN/replay.log" >&2; exit 1; }
+[[ -z "${CALLGRIND_OUT:-}" ]] || cp "$RUN/callgrind.out" "$CALLGRIND_OUT"
 instructions=$(sed -n 's/^summary: //p' "$RUN/callgrind.out")
-spans=$(python3 -c "import json,sys; print(sum(len(ss['spans']) for l in open(sys.argv[1]) if l.strip() for rs in json.loads(l)['resourceSpans'] for ss in rs['scopeSpans']))" "$RUN/out.json")
+spans=-
+[[ ! -f "$RUN/out.json" ]] || spans=$(python3 -c "import json,sys; print(sum(len(ss['spans']) for l in open(sys.argv[1]) if l.strip() for rs in json.loads(l)['resourceSpans'] for ss in rs['scopeSpans']))" "$RUN/out.json")
 echo "instructions=$instructions events=$events spans=$spans per_event=$((instructions / events))"

@@ -3,6 +3,7 @@
 //! changes per class, holders per object).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -96,76 +97,155 @@ pub(super) struct Candidate<'p> {
     pub rule: &'p str,
 }
 
+/// The changes of one object, and the objects holding relations towards it.
+/// Kept small: one is kept for every object written in the last
+/// [`CAUSE_IDLE`](super::CAUSE_IDLE), so at 100,000 objects each byte here
+/// is 100 kB.
 #[derive(Default)]
 pub(super) struct ObjectChanges {
-    by_class: [Vec<Arc<ChangeEntry>>; ChangeClass::ALL.len()],
+    /// All classes in one list (an object has a handful of changes).
+    changes: Vec<Arc<ChangeEntry>>,
     /// (object hash, object, the role it plays for this one, relation class).
     holders: Vec<(u64, Arc<ObjectRef>, Role, Arc<str>)>,
-    /// Hashes of (holder, role, class), to register each once.
-    holder_keys: HashSet<u64>,
+    /// Hashes of (holder, role, class), to register each once, built only
+    /// once there are more holders than a scan of the list is cheap for.
+    #[allow(clippy::box_collection)] // 8 bytes in every object, not 48
+    holder_keys: Option<Box<HashSet<u64>>>,
+    /// When a change was last kept ([`Objects`]' clock, seconds), or
+    /// [`COMPACTED`] once [`compact`](Self::compact) has run since.
+    touched: u32,
 }
 
+/// Holders found by scanning the list, below this count.
+const HOLDER_SCAN: usize = 32;
+const COMPACTED: u32 = u32::MAX;
+
 impl ObjectChanges {
+    fn of_class(&self, class: ChangeClass) -> impl Iterator<Item = &Arc<ChangeEntry>> {
+        self.changes.iter().filter(move |e| e.class == class)
+    }
+
     pub fn find(&self, class: ChangeClass, span: SpanRef) -> Option<Arc<ChangeEntry>> {
-        self.by_class[class.index()]
-            .iter()
-            .find(|e| e.span == span)
-            .cloned()
+        self.of_class(class).find(|e| e.span == span).cloned()
     }
 
     /// Keeps `entry`; false when the class was at its cap and a change was
     /// forgotten early (the oldest by completion; input may be out of order).
-    pub fn push(&mut self, entry: Arc<ChangeEntry>) -> bool {
-        let ring = &mut self.by_class[entry.class.index()];
-        let newest = ring
-            .iter()
+    pub fn push(&mut self, entry: Arc<ChangeEntry>, now: u32) -> bool {
+        self.touched = now.min(COMPACTED - 1);
+        let class = entry.class;
+        let newest = self
+            .of_class(class)
             .map(|e| e.completed)
             .chain([entry.completed])
             .max()
             .unwrap_or(entry.completed);
-        if ring.len() >= MIN_PER_CLASS {
+        if self.of_class(class).count() >= MIN_PER_CLASS {
             // Newest first; keep the last few, and whatever is recent.
             let horizon = newest.checked_sub(KEEP_FOR).unwrap_or(newest);
-            ring.sort_by_key(|e| std::cmp::Reverse(e.completed));
+            self.changes
+                .sort_by_key(|e| (e.class.index(), std::cmp::Reverse(e.completed)));
             let mut index = 0;
-            ring.retain(|e| {
+            self.changes.retain(|e| {
+                if e.class != class {
+                    return true;
+                }
                 index += 1;
                 index < MIN_PER_CLASS || e.completed >= horizon
             });
         }
         let mut complete = true;
-        if ring.len() >= MAX_PER_CLASS {
-            let (oldest, _) = ring
+        if self.of_class(class).count() >= MAX_PER_CLASS {
+            let (oldest, _) = self
+                .changes
                 .iter()
                 .enumerate()
+                .filter(|(_, e)| e.class == class)
                 .min_by_key(|(_, e)| e.completed)
-                .expect("full ring");
-            if ring[oldest].completed > entry.completed {
+                .expect("full class");
+            if self.changes[oldest].completed > entry.completed {
                 return false;
             }
-            ring.swap_remove(oldest);
+            self.changes.swap_remove(oldest);
             complete = false;
         }
-        ring.push(entry);
+        self.changes.push(entry);
         complete
+    }
+
+    /// Forgets what an object left alone since `idle_since` (its last
+    /// change kept before then) can no longer need: every change but the
+    /// newest of each class — a later effect reacts to the object's latest
+    /// state, and effects of earlier changes arrive within [`KEEP_FOR`] —
+    /// and, once its newest change is a delete, everything but that delete
+    /// (the garbage collector's deletes of its dependents follow it) and its
+    /// holders (nothing writes a deleted object). False when it was touched
+    /// since, or compacted already.
+    pub fn compact(&mut self, idle_since: u32) -> bool {
+        if self.touched == COMPACTED || self.touched > idle_since {
+            return false;
+        }
+        self.touched = COMPACTED;
+        let newest = |e: &Arc<ChangeEntry>| (e.completed, e.span);
+        let deleted = self
+            .changes
+            .iter()
+            .max_by_key(|e| newest(e))
+            .is_some_and(|e| e.class == ChangeClass::Delete);
+        let mut kept: Vec<Arc<ChangeEntry>> = Vec::with_capacity(ChangeClass::ALL.len());
+        for class in ChangeClass::ALL {
+            if deleted && class != ChangeClass::Delete {
+                continue;
+            }
+            if let Some(e) = self.of_class(class).max_by_key(|e| newest(e)) {
+                kept.push(e.clone());
+            }
+        }
+        kept.shrink_to_fit();
+        self.changes = kept;
+        if deleted {
+            self.holders = Vec::new();
+            self.holder_keys = None;
+        } else {
+            self.holders.shrink_to_fit();
+        }
+        true
     }
 
     /// False when the holder list is full (the relation is not registered).
     pub fn add_holder(&mut self, holder: &ObjectRef, role: Role, class: &str) -> bool {
         let hash = holder.hash();
-        let key = xxhash_rust::xxh3::xxh3_64_with_seed(
-            class.as_bytes(),
-            hash ^ (role == Role::Parent) as u64,
-        );
-        if self.holder_keys.contains(&key) {
+        let key = |hash: u64, role: Role, class: &str| {
+            xxhash_rust::xxh3::xxh3_64_with_seed(
+                class.as_bytes(),
+                hash ^ (role == Role::Parent) as u64,
+            )
+        };
+        let known = match &self.holder_keys {
+            Some(keys) => keys.contains(&key(hash, role, class)),
+            None => self
+                .holders
+                .iter()
+                .any(|(h, _, r, c)| *h == hash && *r == role && c.as_ref() == class),
+        };
+        if known {
             return true;
         }
         if self.holders.len() >= MAX_HOLDERS {
             return false;
         }
-        self.holder_keys.insert(key);
         self.holders
             .push((hash, Arc::new(holder.clone()), role, class.into()));
+        if let Some(keys) = &mut self.holder_keys {
+            keys.insert(key(hash, role, class));
+        } else if self.holders.len() > HOLDER_SCAN {
+            self.holder_keys = Some(Box::new(
+                self.holders
+                    .iter()
+                    .map(|(h, _, r, c)| key(*h, *r, c))
+                    .collect(),
+            ));
+        }
         true
     }
 
@@ -197,8 +277,7 @@ impl ObjectChanges {
             e.span != effect && e.received <= received && e.completed <= completed
         };
         let floor = if same_object {
-            self.by_class[ChangeClass::Create.index()]
-                .iter()
+            self.of_class(ChangeClass::Create)
                 .filter(|e| seen(e))
                 .map(|e| e.completed)
                 .max()
@@ -211,7 +290,7 @@ impl ObjectChanges {
             if !p.triggered_by(class) {
                 continue;
             }
-            for e in &self.by_class[class.index()] {
+            for e in self.of_class(class) {
                 if e.span == effect {
                     continue;
                 }
@@ -242,7 +321,16 @@ pub(super) struct Objects {
     per_shard: usize,
     half_idle: Duration,
     evictions: CacheEvictions,
+    /// The clock of [`ObjectChanges::touched`].
+    started: std::time::Instant,
+    /// When (ms on that clock) the next shard is due for compaction, and
+    /// which one: each shard once per [`KEEP_FOR`].
+    next_sweep_ms: AtomicU64,
+    sweep_cursor: AtomicUsize,
 }
+
+/// How often one shard is compacted: all of them once per [`KEEP_FOR`].
+const SWEEP_EVERY: Duration = Duration::from_millis(KEEP_FOR.as_millis() as u64 / SHARDS as u64);
 
 const SHARDS: usize = 64;
 
@@ -275,7 +363,53 @@ impl Objects {
             per_shard: ((max_objects as usize) / SHARDS / 2).max(1),
             half_idle: idle / 2,
             evictions,
+            started: std::time::Instant::now(),
+            next_sweep_ms: AtomicU64::new(SWEEP_EVERY.as_millis() as u64),
+            sweep_cursor: AtomicUsize::new(0),
         }
+    }
+
+    /// Seconds on the clock of [`ObjectChanges::touched`].
+    pub fn now_secs(&self) -> u32 {
+        self.started
+            .elapsed()
+            .as_secs()
+            .min(u64::from(COMPACTED - 1)) as u32
+    }
+
+    /// Compacts the next shard when one is due (called as writes arrive, so
+    /// an idle collector does no work and a busy one a little at a time).
+    pub fn maintain(&self) {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let due = self.next_sweep_ms.load(Ordering::Relaxed);
+        if now_ms < due
+            || self
+                .next_sweep_ms
+                .compare_exchange(
+                    due,
+                    now_ms + SWEEP_EVERY.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let shard = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        let idle_since = (now_ms / 1000).saturating_sub(KEEP_FOR.as_secs()) as u32;
+        self.compact_shard(shard, idle_since);
+    }
+
+    /// Compacts the objects of one shard left alone since `idle_since`;
+    /// returns how many were compacted. An object another thread holds is
+    /// left for the next round.
+    pub fn compact_shard(&self, shard: usize, idle_since: u32) -> usize {
+        let g = self.shards[shard].lock().unwrap_or_else(|p| p.into_inner());
+        g.current
+            .values()
+            .chain(g.previous.values())
+            .filter(|c| c.try_lock().is_ok_and(|mut c| c.compact(idle_since)))
+            .count()
     }
 
     fn shard(&self, object_hash: u64) -> std::sync::MutexGuard<'_, Generations> {
@@ -338,6 +472,10 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
+        entry_of(ChangeClass::Status, i, at_ms)
+    }
+
+    fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
         let t = UNIX_EPOCH + Duration::from_millis(at_ms);
         let span = SpanRef {
             trace_id: [1; 16],
@@ -345,7 +483,7 @@ mod tests {
         };
         Arc::new(ChangeEntry::new(
             span,
-            ChangeClass::Status,
+            class,
             "u".into(),
             "update status",
             t,
@@ -358,18 +496,137 @@ mod tests {
         let mut c = ObjectChanges::default();
         // Ten changes a minute apart: only the last few stay.
         for i in 0..10 {
-            assert!(c.push(entry(i, i * 60_000)));
+            assert!(c.push(entry(i, i * 60_000), 0));
         }
-        assert_eq!(c.by_class[ChangeClass::Status.index()].len(), MIN_PER_CLASS);
+        assert_eq!(c.of_class(ChangeClass::Status).count(), MIN_PER_CLASS);
         // A burst within 10 s: all kept up to the cap, then the oldest goes.
         for i in 0..MAX_PER_CLASS as u64 {
-            assert!(c.push(entry(100 + i, 600_000 + i)));
+            assert!(c.push(entry(100 + i, 600_000 + i), 0));
         }
-        assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64)));
-        let ring = &c.by_class[ChangeClass::Status.index()];
+        assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64), 0));
+        let ring: Vec<_> = c.of_class(ChangeClass::Status).collect();
         assert_eq!(ring.len(), MAX_PER_CLASS);
         assert!(ring.iter().any(|e| e.span.span_id == 999u64.to_be_bytes()));
         assert!(ring.iter().all(|e| e.span.span_id != 100u64.to_be_bytes()));
+    }
+
+    fn spans(c: &ObjectChanges) -> Vec<(ChangeClass, u64)> {
+        let mut v: Vec<_> = c
+            .changes
+            .iter()
+            .map(|e| (e.class, u64::from_be_bytes(e.span.span_id)))
+            .collect();
+        v.sort_by_key(|(class, i)| (class.index(), *i));
+        v
+    }
+
+    fn holder(name: &str) -> ObjectRef {
+        ObjectRef::new("c", "", "pods", "ns", name.to_string())
+    }
+
+    #[test]
+    fn an_idle_object_keeps_its_newest_change_of_each_class_and_its_holders() {
+        let mut c = ObjectChanges::default();
+        c.push(entry_of(ChangeClass::Create, 1, 1_000), 5);
+        for i in 2..6 {
+            c.push(entry_of(ChangeClass::Status, i, i * 1_000), 5);
+        }
+        c.push(entry_of(ChangeClass::Update, 6, 3_500), 5);
+        assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
+        // Written at second 5: not idle since second 4.
+        assert!(!c.compact(4));
+        assert_eq!(c.changes.len(), 6);
+        assert!(c.compact(5));
+        assert_eq!(
+            spans(&c),
+            [
+                (ChangeClass::Create, 1),
+                (ChangeClass::Update, 6),
+                (ChangeClass::Status, 5)
+            ]
+        );
+        assert_eq!(c.holders.len(), 1);
+        // Once is enough until it is written again.
+        assert!(!c.compact(100));
+        c.push(entry_of(ChangeClass::Status, 7, 9_000), 50);
+        assert!(!c.compact(49));
+        assert!(c.compact(50));
+        assert_eq!(spans(&c).last(), Some(&(ChangeClass::Status, 7)));
+    }
+
+    #[test]
+    fn a_deleted_idle_object_keeps_only_its_delete() {
+        let mut c = ObjectChanges::default();
+        c.push(entry_of(ChangeClass::Create, 1, 1_000), 0);
+        c.push(entry_of(ChangeClass::Status, 2, 2_000), 0);
+        c.push(entry_of(ChangeClass::Delete, 3, 3_000), 0);
+        c.push(entry_of(ChangeClass::Status, 4, 3_500), 0);
+        c.push(entry_of(ChangeClass::Delete, 5, 4_000), 0);
+        assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
+        assert!(c.compact(0));
+        assert_eq!(spans(&c), [(ChangeClass::Delete, 5)]);
+        assert!(c.holders.is_empty());
+        // Deleted, then created again under the same name: not deleted.
+        let mut c = ObjectChanges::default();
+        c.push(entry_of(ChangeClass::Delete, 1, 1_000), 0);
+        c.push(entry_of(ChangeClass::Create, 2, 2_000), 0);
+        assert!(c.compact(0));
+        assert_eq!(
+            spans(&c),
+            [(ChangeClass::Create, 2), (ChangeClass::Delete, 1)]
+        );
+    }
+
+    #[test]
+    fn holders_are_registered_once_whether_scanned_or_hashed() {
+        let mut c = ObjectChanges::default();
+        for round in 0..2 {
+            for i in 0..100 {
+                assert!(c.add_holder(&holder(&format!("p{i}")), Role::Child, "owner"));
+            }
+            assert_eq!(c.holders.len(), 100, "round {round}");
+        }
+        assert!(c.holder_keys.is_some());
+        assert!(c.add_holder(&holder("p1"), Role::Parent, "owner"));
+        assert!(c.add_holder(&holder("p1"), Role::Child, "other"));
+        assert_eq!(c.holders.len(), 102);
+        assert_eq!(c.holders("owner", Role::Child).len(), 100);
+    }
+
+    #[test]
+    fn a_sweep_compacts_idle_objects_of_its_shard() {
+        let metrics = Arc::new(Metrics::default());
+        let objects = Objects::new(1 << 16, Duration::from_secs(900), &metrics);
+        let hashes: Vec<u64> = (0..4u64).map(|i| i << 58).collect();
+        for h in &hashes {
+            let c = objects.get_or_insert(*h);
+            let mut c = c.lock().unwrap();
+            c.push(entry_of(ChangeClass::Status, 1, 1_000), 3);
+            c.push(entry_of(ChangeClass::Status, 2, 2_000), 3);
+        }
+        // Shard 1 holds only the second object.
+        assert_eq!(objects.compact_shard(1, 2), 0, "written since");
+        assert_eq!(objects.compact_shard(1, 3), 1);
+        assert_eq!(
+            objects
+                .get(hashes[1])
+                .unwrap()
+                .lock()
+                .unwrap()
+                .changes
+                .len(),
+            1
+        );
+        assert_eq!(
+            objects
+                .get(hashes[2])
+                .unwrap()
+                .lock()
+                .unwrap()
+                .changes
+                .len(),
+            2
+        );
     }
 
     #[tokio::test]

@@ -127,15 +127,19 @@ impl CauseIndex {
         completed: SystemTime,
     ) -> (Arc<ChangeEntry>, bool) {
         let changes = self.objects.get_or_insert(object.hash());
-        let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = c.find(class, span) {
-            return (e, false);
-        }
-        let user = self.intern(user);
-        let entry = Arc::new(ChangeEntry::new(span, class, user, op, received, completed));
-        if !c.push(entry.clone()) {
-            self.metrics.cascade_candidates_dropped.inc();
-        }
+        let entry = {
+            let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(e) = c.find(class, span) {
+                return (e, false);
+            }
+            let user = self.intern(user);
+            let entry = Arc::new(ChangeEntry::new(span, class, user, op, received, completed));
+            if !c.push(entry.clone(), self.objects.now_secs()) {
+                self.metrics.cascade_candidates_dropped.inc();
+            }
+            entry
+        };
+        self.objects.maintain();
         (entry, true)
     }
 
