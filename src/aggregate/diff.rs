@@ -41,10 +41,12 @@ impl Change {
 /// Appends `key` to `path` as a field segment, quoting keys that are not
 /// plain identifiers (label and annotation keys contain dots and slashes).
 pub fn push_field(path: &mut String, key: &str) {
+    // Bytes, not chars: every allowed character is ASCII, and no byte of a
+    // multi-byte character is (no UTF-8 decoding for a million keys).
     let plain = !key.is_empty()
         && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '$');
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'$');
     if plain {
         if !path.is_empty() {
             path.push('.');

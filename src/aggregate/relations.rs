@@ -226,15 +226,23 @@ pub fn all_relations(
     let mut by_rules = Vec::new();
     rules.relations(obj, state, &mut by_rules);
     out.extend(by_rules.into_iter().map(|r| (r, String::new())));
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|(r, _)| {
-        if !crate::bounds::object_within_bounds(&r.target) {
-            // Named in a forged object: no span is made up for it.
-            tracing::debug!(object = %crate::bounds::quote(&obj.key()), "relation to a name beyond Kubernetes' bounds ignored");
-            return false;
-        }
-        r.target != *obj && seen.insert(r.clone())
-    });
+    // The first of each relation, judged by reference: most objects have
+    // one or two, and cloning each into a set cost more than the rest.
+    let keep: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(out.len());
+        out.iter()
+            .map(|(r, _)| {
+                if !crate::bounds::object_within_bounds(&r.target) {
+                    // Named in a forged object: no span is made up for it.
+                    tracing::debug!(object = %crate::bounds::quote(&obj.key()), "relation to a name beyond Kubernetes' bounds ignored");
+                    return false;
+                }
+                r.target != *obj && seen.insert(r)
+            })
+            .collect()
+    };
+    let mut keep = keep.into_iter();
+    out.retain(|_| keep.next().unwrap_or(false));
     out
 }
 

@@ -147,7 +147,7 @@ async fn next_line<R: AsyncBufRead + Unpin>(
         if available.is_empty() {
             break;
         }
-        let newline = available.iter().position(|&b| b == b'\n');
+        let newline = memchr::memchr(b'\n', available);
         let content = &available[..newline.unwrap_or(available.len())];
         let room = max - buf.len();
         if content.len() > room {
