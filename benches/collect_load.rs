@@ -10,6 +10,10 @@
 //!
 //! Environment: KASCADE_URL (webhook base), KASCADE_ADMIN_URL, KASCADE_PID,
 //! BENCH_COPIES (default 4000 ≈ 100k objects), BENCH_SENDERS (default 4).
+//! With several replicas, the first three are comma-separated lists in the
+//! same order: batches go round-robin to the replicas, as a load balancer in
+//! front of them would send the apiserver's (one object's writes reach
+//! several), and CPU time is summed over them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,20 +42,34 @@ fn peak_rss_kib(pid: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-async fn metric(client: &reqwest::Client, admin: &str, name: &str) -> f64 {
-    let text = client
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    // Summed over the series `name` starts (e.g. every drop reason).
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// Summed over the series `name` starts (e.g. every drop reason) and over
+/// the replicas.
+async fn metric(client: &reqwest::Client, admins: &[String], name: &str) -> f64 {
+    let mut sum = 0.0;
+    for admin in admins {
+        let text = client
+            .get(format!("{admin}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        sum += text
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    sum
+}
+
+fn list(var: &str) -> Vec<String> {
+    env_or(var, "")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[tokio::main]
@@ -63,9 +81,18 @@ async fn main() {
         );
         return;
     }
-    let url = format!("{}/audit/bench", env_or("KASCADE_URL", ""));
-    let admin = env_or("KASCADE_ADMIN_URL", "");
-    let pid = env_or("KASCADE_PID", "");
+    let urls: Arc<Vec<String>> = Arc::new(
+        list("KASCADE_URL")
+            .iter()
+            .map(|u| format!("{u}/audit/bench"))
+            .collect(),
+    );
+    let admin = list("KASCADE_ADMIN_URL");
+    let pids = list("KASCADE_PID");
+    assert!(
+        !urls.is_empty() && urls.len() == admin.len(),
+        "one KASCADE_ADMIN_URL per KASCADE_URL"
+    );
     let copies: usize = env_or("BENCH_COPIES", "4000").parse().unwrap();
     let senders: usize = env_or("BENCH_SENDERS", "4").parse().unwrap();
     let (tpl, objects_per_copy) = templates();
@@ -87,18 +114,19 @@ async fn main() {
     )
     .await;
     let tpl: Arc<Vec<Vec<Part>>> = Arc::new(tpl.iter().map(|t| split_template(t)).collect());
-    let cpu_before = cpu_seconds(&pid);
+    let cpu_of = |pids: &[String]| pids.iter().map(|p| cpu_seconds(p)).sum::<Option<f64>>();
+    let cpu_before = cpu_of(&pids);
     let next = Arc::new(AtomicUsize::new(0));
     let retries = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..senders {
-        let (tpl, next, retries, client, url) = (
+        let (tpl, next, retries, client, urls) = (
             tpl.clone(),
             next.clone(),
             retries.clone(),
             client.clone(),
-            url.clone(),
+            urls.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
@@ -111,10 +139,11 @@ async fn main() {
                 }
                 let last = (first + BATCH).min(per_copy * copies);
                 let body = batch_body(&tpl, first..last, "bench-");
+                let url = &urls[(first / BATCH) % urls.len()];
                 loop {
                     let t = Instant::now();
                     let r = client
-                        .post(&url)
+                        .post(url)
                         .body(body.clone())
                         .send()
                         .await
@@ -164,7 +193,7 @@ async fn main() {
     }
     let processed = start.elapsed();
     let cpu = cpu_before
-        .zip(cpu_seconds(&pid))
+        .zip(cpu_of(&pids))
         .map(|(before, after)| after - before);
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize];
@@ -205,7 +234,9 @@ async fn main() {
             total_events as f64 / cpu
         );
     }
-    if let Some(kib) = peak_rss_kib(&pid) {
-        println!("kascade peak RSS:  {:.0} MiB", kib as f64 / 1024.0);
+    for pid in &pids {
+        if let Some(kib) = peak_rss_kib(pid) {
+            println!("kascade peak RSS:  {:.0} MiB", kib as f64 / 1024.0);
+        }
     }
 }

@@ -5,7 +5,10 @@
 # README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load; KASCADE_BIN
 # runs another kascade binary (paired runs of two builds on the same load);
 # LOAD_BIN runs an already built load generator (`cargo bench --no-run`'s
-# benches/collect_load) instead of building it.
+# benches/collect_load) instead of building it. BENCH_ETCD=1 starts the
+# harness's etcd and gives every replica the shared span cache on it;
+# BENCH_REPLICAS=N (default 1) runs N replicas, the load spread over them
+# batch by batch as a load balancer would.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -16,31 +19,52 @@ KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 RUN="$(mktemp -d)"
 pids=()
 # kascade first: on SIGTERM it exports what it accepted, which needs the receiver.
+KPIDS=()
 cleanup() {
-  if [[ -n "${KPID:-}" ]]; then kill "$KPID" 2>/dev/null || true; wait "$KPID" 2>/dev/null || true; fi
+  for k in "${KPIDS[@]}"; do kill "$k" 2>/dev/null || true; wait "$k" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$RUN"
 }
 trap cleanup EXIT
 JAEGER_OTLP_GRPC_PORT=29317 JAEGER_HEALTH_PORT=29133 \
   "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
 pids+=($!)
-"$KASCADE_BIN" collect --listen 127.0.0.1:29090 --admin-listen 127.0.0.1:29091 \
-  --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool" ${KASCADE_BENCH_ARGS:-} >"$RUN/kascade.log" 2>&1 &
-KPID=$!; pids+=($KPID)
+etcd_args=()
+if [[ "${BENCH_ETCD:-0}" == 1 ]]; then
+  "$BIN/etcd" --name bench --data-dir "$RUN/etcd" --listen-client-urls http://127.0.0.1:29379 \
+    --advertise-client-urls http://127.0.0.1:29379 --listen-peer-urls http://127.0.0.1:29380 \
+    --initial-advertise-peer-urls http://127.0.0.1:29380 --initial-cluster bench=http://127.0.0.1:29380 \
+    >"$RUN/etcd.log" 2>&1 &
+  pids+=($!)
+  etcd_args=(--etcd-endpoints http://127.0.0.1:29379)
+fi
+urls=(); admins=()
+for ((r = 0; r < ${BENCH_REPLICAS:-1}; r++)); do
+  port=$((29090 + 10 * r))
+  "$KASCADE_BIN" collect --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" \
+    --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool-$r" "${etcd_args[@]}" ${KASCADE_BENCH_ARGS:-} \
+    >"$RUN/kascade-$r.log" 2>&1 &
+  KPIDS+=($!); pids+=($!)
+  urls+=("http://127.0.0.1:$port"); admins+=("http://127.0.0.1:$((port + 1))")
+done
 deadline=$((SECONDS + 30))
 until curl -sf http://127.0.0.1:29133/status >/dev/null 2>&1 || curl -sf http://127.0.0.1:29133/ >/dev/null 2>&1; do
   (( SECONDS < deadline )) || { echo "Jaeger sink not ready" >&2; cat "$RUN/jaeger.log" >&2; exit 1; }; sleep 0.2
 done
-until curl -sf http://127.0.0.1:29091/readyz >/dev/null; do
-  (( SECONDS < deadline )) || { echo "kascade not ready" >&2; cat "$RUN/kascade.log" >&2; exit 1; }; sleep 0.2
+for r in "${!admins[@]}"; do
+  until curl -sf "${admins[$r]}/readyz" >/dev/null; do
+    (( SECONDS < deadline )) || { echo "kascade $r not ready" >&2; cat "$RUN"/etcd.log "$RUN/kascade-$r.log" >&2 2>/dev/null; exit 1; }; sleep 0.2
+  done
 done
+join() { local IFS=,; echo "$*"; }
+export KASCADE_URL="$(join "${urls[@]}")" KASCADE_ADMIN_URL="$(join "${admins[@]}")" KASCADE_PID="$(join "${KPIDS[@]}")"
 if [[ -n "${LOAD_BIN:-}" ]]; then
-  KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID "$LOAD_BIN" --bench
+  "$LOAD_BIN" --bench
 else
-  KASCADE_URL=http://127.0.0.1:29090 KASCADE_ADMIN_URL=http://127.0.0.1:29091 KASCADE_PID=$KPID \
-    cargo bench --locked --bench collect_load
+  cargo bench --locked --bench collect_load
 fi
-# With --etcd-endpoints in KASCADE_BENCH_ARGS: the shared span cache's etcd
-# round trips, by op (divide by the events above for requests per event).
-curl -sf http://127.0.0.1:29091/metrics | grep -E '^kascade_span_cache_etcd_(requests|errors)_total' || true
-grep -E "WARN|ERROR" "$RUN/kascade.log" | head -5 >&2 || true
+# With etcd: the shared span cache's etcd round trips, by op and replica
+# (divide by the events above for requests per event).
+for r in "${!admins[@]}"; do
+  curl -sf "${admins[$r]}/metrics" | grep -E '^kascade_span_cache_etcd_(requests|errors)_total' | sed "s/^/replica $r: /" || true
+  grep -E "WARN|ERROR" "$RUN/kascade-$r.log" | head -5 >&2 || true
+done
