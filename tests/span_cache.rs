@@ -134,12 +134,48 @@ impl FakeEtcd {
     }
 }
 
-/// The put of a create-if-absent transaction.
+/// The put of a create-if-absent transaction (of the first one, for a
+/// batch of them nested in one transaction).
 fn put_of(txn: &TxnRequest) -> (Vec<u8>, Vec<u8>, i64) {
     match txn.success.first().and_then(|op| op.request.as_ref()) {
         Some(request_op::Request::RequestPut(p)) => (p.key.clone(), p.value.clone(), p.lease),
+        Some(request_op::Request::RequestTxn(nested)) => put_of(nested),
         other => panic!("not a create-if-absent transaction: {other:?}"),
     }
+}
+
+/// A create-if-absent transaction, or a batch of them nested in one
+/// transaction (as etcd does: all or none when a lease is unknown).
+fn apply_request(f: &FakeEtcd, txn: &TxnRequest) -> Result<TxnResponse, Status> {
+    let nested: Vec<&TxnRequest> = txn
+        .success
+        .iter()
+        .filter_map(|op| match &op.request {
+            Some(request_op::Request::RequestTxn(t)) => Some(t),
+            _ => None,
+        })
+        .collect();
+    if nested.is_empty() {
+        return apply_txn(f, txn);
+    }
+    assert!(txn.compare.is_empty() && nested.len() == txn.success.len());
+    let leases = f.leases.lock().unwrap().clone();
+    if nested.iter().any(|t| !leases.contains(&put_of(t).2)) {
+        return Err(Status::not_found("etcdserver: requested lease not found"));
+    }
+    let responses = nested
+        .into_iter()
+        .map(|t| {
+            apply_txn(f, t).map(|r| ResponseOp {
+                response: Some(response_op::Response::ResponseTxn(r)),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(TxnResponse {
+        succeeded: true,
+        responses,
+        ..Default::default()
+    })
 }
 
 /// The create-if-absent transaction, applied.
@@ -209,7 +245,7 @@ impl kv_server::Kv for Fake {
             *n
         };
         f.attempt_seen.notify_waiters();
-        let reply = apply_txn(f, &txn);
+        let reply = apply_request(f, &txn);
         f.deliver(id, attempt, reply).await.map(Response::new)
     }
 }

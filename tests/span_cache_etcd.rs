@@ -395,6 +395,63 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
     assert_eq!(c.fetch_or_reserve(&ow(700)).await.unwrap(), Slot::Existing);
 }
 
+/// Reservations asked for at once go to etcd together (one transaction of
+/// nested create-if-absent transactions), each with its own answer: a batch
+/// mixing windows another replica holds with new ones decides each alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the etcd binary (KASCADE_E2E_BIN); run by e2e/scale-out.sh"]
+async fn concurrent_reservations_share_a_request_and_keep_their_own_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(dir.path(), None);
+    let prefix = "/kascade-batch/spans/";
+    let cfg = || {
+        let mut c = EtcdConfig::new(vec![etcd.url()], Duration::from_secs(35 * 60));
+        c.prefix = prefix.to_string();
+        c.timeout = Duration::from_secs(30);
+        c.retry_for = Duration::from_secs(3600);
+        c
+    };
+    let (a, ma) = replica(cfg());
+    let (b, mb) = replica(cfg());
+    let reserves = |m: &Metrics| {
+        m.span_cache_etcd_requests
+            .get_or_create(&Metrics::op(etcd_op("reserve")))
+            .get()
+    };
+    // `a` takes the even windows first, one at a time.
+    for i in (0..200).step_by(2) {
+        assert_eq!(a.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Created);
+    }
+    assert_eq!(reserves(&ma), 100, "one request each when asked one by one");
+    // `b` asks for all 200 at once: the odd ones are its own, the even `a`'s.
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { (i, b.fetch_or_reserve(&ow(i)).await.unwrap()) })
+        })
+        .collect();
+    for t in tasks {
+        let (i, slot) = t.await.unwrap();
+        let want = if i % 2 == 0 {
+            Slot::Existing
+        } else {
+            Slot::Created
+        };
+        assert_eq!(slot, want, "window {i}");
+    }
+    let requests = reserves(&mb);
+    assert!(
+        requests < 200,
+        "200 concurrent reservations took {requests} requests"
+    );
+    assert_eq!(keys(&etcd, prefix).len(), 200);
+    // And a third ask of both is answered from the local caches.
+    for i in 0..200 {
+        assert_eq!(b.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Existing);
+    }
+    assert_eq!(reserves(&mb), requests);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the etcd binary (KASCADE_E2E_BIN) and openssl; run by e2e/scale-out.sh"]
 async fn tls_client_certificate_and_password_authentication() {

@@ -19,7 +19,7 @@ pub enum EtcdConfigError {
 }
 
 /// A request to etcd that failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EtcdError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),

@@ -227,6 +227,8 @@ struct Inner {
     seq: AtomicU64,
     /// Keys reserved alone while falling back, republished on recovery.
     pending: Mutex<Vec<String>>,
+    /// Reservations on their way to the batching loop (started on first use).
+    batches: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<reserve::Queued>>,
     me: Weak<Inner>,
 }
 
@@ -269,6 +271,7 @@ impl EtcdSpanCache {
             instance: instance_id(),
             seq: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),
+            batches: std::sync::OnceLock::new(),
             me: me.clone(),
         });
         Ok(Self { inner })

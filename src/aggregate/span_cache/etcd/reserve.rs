@@ -2,6 +2,7 @@
 //! (rotating) lease, retried with the same value while etcd is away or slow.
 
 use crate::metrics::EtcdOp;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -10,7 +11,8 @@ use serde_json::{Value, json};
 use super::Inner;
 use crate::coordination::etcd::EtcdError;
 use crate::coordination::etcd::proto::etcdserverpb::{
-    Compare, PutRequest, RangeRequest, RequestOp, TxnRequest, compare, request_op, response_op,
+    Compare, PutRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest, compare, request_op,
+    response_op,
 };
 use crate::metrics::Metrics;
 
@@ -137,10 +139,22 @@ impl Inner {
             }],
         };
         let r = self.client.txn(op, key.as_bytes(), txn, timeout).await?;
-        if r.succeeded {
+        self.claim_of(key, value, r.succeeded, r.responses)
+    }
+
+    /// Who holds `key` after its create-if-absent transaction answered
+    /// `succeeded` with `responses` (the failure branch's range).
+    fn claim_of(
+        &self,
+        key: &str,
+        value: &[u8],
+        succeeded: bool,
+        responses: Vec<ResponseOp>,
+    ) -> Result<Claim, EtcdError> {
+        if succeeded {
             return Ok(Claim::Created);
         }
-        let stored = match r.responses.into_iter().next().and_then(|op| op.response) {
+        let stored = match responses.into_iter().next().and_then(|op| op.response) {
             Some(response_op::Response::ResponseRange(range)) => {
                 range.kvs.into_iter().next().map(|kv| kv.value)
             }
@@ -159,6 +173,72 @@ impl Inner {
         })
     }
 
+    /// Creates each key holding its value unless it exists, in one request:
+    /// a transaction of one nested create-if-absent transaction per key
+    /// (etcd ≥ 3.3), each with its own outcome. Keys must be distinct.
+    async fn create_many_if_absent(
+        &self,
+        op: EtcdOp,
+        items: &[(String, Vec<u8>)],
+        lease: i64,
+        timeout: Duration,
+    ) -> Result<Vec<Claim>, EtcdError> {
+        let nested = |key: &str, value: &[u8]| {
+            let k = key.as_bytes().to_vec();
+            RequestOp {
+                request: Some(request_op::Request::RequestTxn(TxnRequest {
+                    compare: vec![Compare {
+                        key: k.clone(),
+                        target: compare::CompareTarget::Create as i32,
+                        result: compare::CompareResult::Equal as i32,
+                        target_union: Some(compare::TargetUnion::CreateRevision(0)),
+                        ..Default::default()
+                    }],
+                    success: vec![RequestOp {
+                        request: Some(request_op::Request::RequestPut(PutRequest {
+                            key: k.clone(),
+                            value: value.to_vec(),
+                            lease,
+                            ..Default::default()
+                        })),
+                    }],
+                    failure: vec![RequestOp {
+                        request: Some(request_op::Request::RequestRange(RangeRequest {
+                            key: k,
+                            ..Default::default()
+                        })),
+                    }],
+                })),
+            }
+        };
+        let txn = TxnRequest {
+            compare: Vec::new(),
+            success: items.iter().map(|(k, v)| nested(k, v)).collect(),
+            failure: Vec::new(),
+        };
+        let first = items.first().map(|(k, _)| k.as_str()).unwrap_or_default();
+        let r = self.client.txn(op, first.as_bytes(), txn, timeout).await?;
+        if r.responses.len() != items.len() {
+            return Err(EtcdError::Decode(format!(
+                "{} answers to a transaction of {} reservations",
+                r.responses.len(),
+                items.len()
+            )));
+        }
+        items
+            .iter()
+            .zip(r.responses)
+            .map(|((key, value), answer)| match answer.response {
+                Some(response_op::Response::ResponseTxn(t)) => {
+                    self.claim_of(key, value, t.succeeded, t.responses)
+                }
+                _ => Err(EtcdError::Decode(format!(
+                    "no nested transaction answer for {key}"
+                ))),
+            })
+            .collect()
+    }
+
     /// One attempt at reserving `key` with `value` under the current lease
     /// (replacing a lease etcd lost: that transaction was not applied).
     async fn reserve_once(
@@ -174,6 +254,25 @@ impl Inner {
                 self.forget_lease(lease);
                 let lease = self.lease(timeout).await?;
                 self.create_if_absent(op, key, value, lease, timeout).await
+            }
+            r => r,
+        }
+    }
+
+    /// One attempt at reserving several keys in one request (see
+    /// [`Inner::reserve_once`]).
+    async fn reserve_many_once(
+        &self,
+        op: EtcdOp,
+        items: &[(String, Vec<u8>)],
+        timeout: Duration,
+    ) -> Result<Vec<Claim>, EtcdError> {
+        let lease = self.lease(timeout).await?;
+        match self.create_many_if_absent(op, items, lease, timeout).await {
+            Err(e) if e.lease_not_found() => {
+                self.forget_lease(lease);
+                let lease = self.lease(timeout).await?;
+                self.create_many_if_absent(op, items, lease, timeout).await
             }
             r => r,
         }
@@ -223,9 +322,134 @@ impl Inner {
 
     /// Reserves `key` (see [`Inner::retrying`]): every attempt carries the
     /// same value, so a retry recognises a first attempt that was applied.
+    ///
+    /// Reservations asked for while [`MAX_IN_FLIGHT`] requests are on their
+    /// way wait and then go together in one request (at most [`MAX_BATCH`]):
+    /// a worker waits for its reservation before going on, so concurrent
+    /// ones come from different workers (or republishing), and one etcd
+    /// commit serves them all. The wait is bounded by those callers: each
+    /// has one reservation queued at most.
     pub(super) async fn reserve_key(&self, op: EtcdOp, key: &str) -> Result<Claim, EtcdError> {
         let value = self.next_value();
-        self.retrying(op, |timeout| self.reserve_once(op, key, &value, timeout))
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let queued = Queued {
+            op,
+            key: key.to_string(),
+            value,
+            done,
+        };
+        let batches = self.batches.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(batch_loop(self.me.clone(), rx));
+            tx
+        });
+        if let Err(tokio::sync::mpsc::error::SendError(q)) = batches.send(queued) {
+            // The loop is gone (only while this cache is being dropped).
+            return self
+                .retrying(op, |timeout| {
+                    self.reserve_once(op, &q.key, &q.value, timeout)
+                })
+                .await;
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(EtcdError::Decode(format!(
+                "reservation of {key} dropped before etcd answered"
+            )))
+        })
+    }
+
+    /// Sends one batch (see [`Inner::reserve_key`]), retried as one request,
+    /// and answers each reservation in it.
+    async fn reserve_batch(&self, batch: Vec<Queued>) {
+        let op = batch[0].op;
+        if let [one] = &batch[..] {
+            let r = self
+                .retrying(op, |timeout| {
+                    self.reserve_once(op, &one.key, &one.value, timeout)
+                })
+                .await;
+            let one = batch.into_iter().next().expect("one");
+            let _ = one.done.send(r);
+            return;
+        }
+        let items: Vec<(String, Vec<u8>)> = batch
+            .iter()
+            .map(|q| (q.key.clone(), q.value.clone()))
+            .collect();
+        match self
+            .retrying(op, |timeout| self.reserve_many_once(op, &items, timeout))
             .await
+        {
+            Ok(claims) => {
+                for (q, claim) in batch.into_iter().zip(claims) {
+                    let _ = q.done.send(Ok(claim));
+                }
+            }
+            Err(e) => {
+                for q in batch {
+                    let _ = q.done.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Most reservations sent in one request (etcd's default limit on the
+/// operations of one transaction is 128).
+pub(super) const MAX_BATCH: usize = 64;
+
+/// A reservation waiting for its batch.
+pub(super) struct Queued {
+    op: EtcdOp,
+    key: String,
+    value: Vec<u8>,
+    done: tokio::sync::oneshot::Sender<Result<Claim, EtcdError>>,
+}
+
+/// Requests on their way to etcd at once; reservations asked for beyond
+/// that wait and go together in the next one.
+const MAX_IN_FLIGHT: usize = 4;
+
+/// Takes what is waiting (same op, distinct keys, at most [`MAX_BATCH`]) and
+/// sends it as one request, at most [`MAX_IN_FLIGHT`] at a time (so a few
+/// workers' reservations go out as soon as they are asked for, as they did
+/// alone, and many are gathered); ends with the cache.
+async fn batch_loop(
+    inner: std::sync::Weak<Inner>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Queued>,
+) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let mut held: Option<Queued> = None;
+    loop {
+        let first = match held.take() {
+            Some(q) => q,
+            None => match rx.recv().await {
+                Some(q) => q,
+                None => return,
+            },
+        };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(q) if q.op == batch[0].op && batch.iter().all(|b| b.key != q.key) => {
+                    batch.push(q)
+                }
+                Ok(q) => {
+                    held = Some(q);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            inner.reserve_batch(batch).await;
+            drop(permit);
+        });
     }
 }
