@@ -1,0 +1,188 @@
+use super::*;
+use std::time::UNIX_EPOCH;
+
+fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
+    entry_of(ChangeClass::Status, i, at_ms)
+}
+
+fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
+    let t = UNIX_EPOCH + Duration::from_millis(at_ms);
+    let span = SpanRef {
+        trace_id: [1; 16],
+        span_id: i.to_be_bytes(),
+    };
+    Arc::new(ChangeEntry::new(
+        span,
+        class,
+        "u".into(),
+        "update status",
+        t,
+        t,
+    ))
+}
+
+#[test]
+fn changes_of_the_last_seconds_are_kept_up_to_a_cap_and_the_last_few_always() {
+    let mut c = ObjectChanges::default();
+    // Ten changes a minute apart: only the last few stay.
+    for i in 0..10 {
+        assert!(c.push(entry(i, i * 60_000), 0));
+    }
+    assert_eq!(c.of_class(ChangeClass::Status).count(), MIN_PER_CLASS);
+    // A burst within 10 s: all kept up to the cap, then the oldest goes.
+    for i in 0..MAX_PER_CLASS as u64 {
+        assert!(c.push(entry(100 + i, 600_000 + i), 0));
+    }
+    assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64), 0));
+    let ring: Vec<_> = c.of_class(ChangeClass::Status).collect();
+    assert_eq!(ring.len(), MAX_PER_CLASS);
+    assert!(ring.iter().any(|e| e.span.span_id == 999u64.to_be_bytes()));
+    assert!(ring.iter().all(|e| e.span.span_id != 100u64.to_be_bytes()));
+}
+
+fn spans(c: &ObjectChanges) -> Vec<(ChangeClass, u64)> {
+    let mut v: Vec<_> = c
+        .changes
+        .iter()
+        .map(|e| (e.class, u64::from_be_bytes(e.span.span_id)))
+        .collect();
+    v.sort_by_key(|(class, i)| (class.index(), *i));
+    v
+}
+
+fn holder(name: &str) -> ObjectRef {
+    ObjectRef::new("c", "", "pods", "ns", name.to_string())
+}
+
+#[test]
+fn an_idle_object_keeps_its_newest_change_of_each_class_and_its_holders() {
+    let mut c = ObjectChanges::default();
+    c.push(entry_of(ChangeClass::Create, 1, 1_000), 5);
+    for i in 2..6 {
+        c.push(entry_of(ChangeClass::Status, i, i * 1_000), 5);
+    }
+    c.push(entry_of(ChangeClass::Update, 6, 3_500), 5);
+    assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
+    // Written at second 5: not idle since second 4.
+    assert!(!c.compact(4));
+    assert_eq!(c.changes.len(), 6);
+    assert!(c.compact(5));
+    assert_eq!(
+        spans(&c),
+        [
+            (ChangeClass::Create, 1),
+            (ChangeClass::Update, 6),
+            (ChangeClass::Status, 5)
+        ]
+    );
+    assert_eq!(c.holders.len(), 1);
+    // Once is enough until it is written again.
+    assert!(!c.compact(100));
+    c.push(entry_of(ChangeClass::Status, 7, 9_000), 50);
+    assert!(!c.compact(49));
+    assert!(c.compact(50));
+    assert_eq!(spans(&c).last(), Some(&(ChangeClass::Status, 7)));
+}
+
+#[test]
+fn a_deleted_idle_object_keeps_only_its_delete() {
+    let mut c = ObjectChanges::default();
+    c.push(entry_of(ChangeClass::Create, 1, 1_000), 0);
+    c.push(entry_of(ChangeClass::Status, 2, 2_000), 0);
+    c.push(entry_of(ChangeClass::Delete, 3, 3_000), 0);
+    c.push(entry_of(ChangeClass::Status, 4, 3_500), 0);
+    c.push(entry_of(ChangeClass::Delete, 5, 4_000), 0);
+    assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
+    assert!(c.compact(0));
+    assert_eq!(spans(&c), [(ChangeClass::Delete, 5)]);
+    assert!(c.holders.is_empty());
+    // Deleted, then created again under the same name: not deleted.
+    let mut c = ObjectChanges::default();
+    c.push(entry_of(ChangeClass::Delete, 1, 1_000), 0);
+    c.push(entry_of(ChangeClass::Create, 2, 2_000), 0);
+    assert!(c.compact(0));
+    assert_eq!(
+        spans(&c),
+        [(ChangeClass::Create, 2), (ChangeClass::Delete, 1)]
+    );
+}
+
+#[test]
+fn holders_are_registered_once_whether_scanned_or_hashed() {
+    let mut c = ObjectChanges::default();
+    for round in 0..2 {
+        for i in 0..100 {
+            assert!(c.add_holder(&holder(&format!("p{i}")), Role::Child, "owner"));
+        }
+        assert_eq!(c.holders.len(), 100, "round {round}");
+    }
+    assert!(c.holder_keys.is_some());
+    assert!(c.add_holder(&holder("p1"), Role::Parent, "owner"));
+    assert!(c.add_holder(&holder("p1"), Role::Child, "other"));
+    assert_eq!(c.holders.len(), 102);
+    assert_eq!(c.holders("owner", Role::Child).len(), 100);
+}
+
+#[test]
+fn a_sweep_compacts_idle_objects_of_its_shard() {
+    let metrics = Arc::new(Metrics::default());
+    let objects = Objects::new(1 << 16, Duration::from_secs(900), &metrics);
+    let hashes: Vec<u64> = (0..4u64).map(|i| i << 58).collect();
+    for h in &hashes {
+        let c = objects.get_or_insert(*h);
+        let mut c = c.lock().unwrap();
+        c.push(entry_of(ChangeClass::Status, 1, 1_000), 3);
+        c.push(entry_of(ChangeClass::Status, 2, 2_000), 3);
+    }
+    // Shard 1 holds only the second object.
+    assert_eq!(objects.compact_shard(1, 2), 0, "written since");
+    assert_eq!(objects.compact_shard(1, 3), 1);
+    assert_eq!(
+        objects
+            .get(hashes[1])
+            .unwrap()
+            .lock()
+            .unwrap()
+            .changes
+            .len(),
+        1
+    );
+    assert_eq!(
+        objects
+            .get(hashes[2])
+            .unwrap()
+            .lock()
+            .unwrap()
+            .changes
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
+    let e = entry(1, 0);
+    let ready = Arc::new(tokio::sync::Notify::new());
+    let waiter = {
+        let (e, ready) = (e.clone(), ready.clone());
+        tokio::spawn(async move { e.resolved(Duration::from_secs(60), &ready).await })
+    };
+    tokio::task::yield_now().await;
+    let root = SpanRef {
+        trace_id: [2; 16],
+        span_id: [3; 8],
+    };
+    e.resolve(
+        Resolved {
+            root,
+            depth: 4,
+            cpid: None,
+        },
+        &ready,
+    );
+    let r = waiter
+        .await
+        .unwrap()
+        .expect("resolved before the wait ended");
+    assert_eq!((r.root, r.depth), (root, 4));
+}
