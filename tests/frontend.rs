@@ -56,20 +56,26 @@ async fn store_of_lines(lines: Vec<String>) -> MemoryStore {
     store
 }
 
-/// The id of the deployment `hello`'s full tree (tree mode), as the UI
-/// would reload it on any replica.
+/// The deployment `hello`'s full tree (tree mode), as `f` finds it.
+async fn hello_tree(f: &Frontend<MemoryStore>) -> Arc<AssembledTrace> {
+    let range = whole_range(f.store());
+    f.search(&SearchQuery {
+        mode: Mode::Tree,
+        scope: Scope::Full,
+        tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+        range,
+        limit: 5,
+    })
+    .await
+    .unwrap()
+    .remove(0)
+}
+
+/// The id of the deployment `hello`'s full tree, as the UI would reload it
+/// on any replica.
 async fn hello_tree_id(store: &Arc<MemoryStore>) -> [u8; 16] {
-    let range = whole_range(store);
-    Frontend::new(store.clone(), FrontendConfig::default())
-        .search(&SearchQuery {
-            mode: Mode::Tree,
-            scope: Scope::Full,
-            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
-            range,
-            limit: 5,
-        })
+    hello_tree(&Frontend::new(store.clone(), FrontendConfig::default()))
         .await
-        .unwrap()[0]
         .id
 }
 
@@ -410,20 +416,9 @@ async fn classes_can_be_grouped_under_a_virtual_span() {
 #[tokio::test]
 async fn a_trace_id_reloads_on_a_replica_without_the_cache() {
     let s = Arc::new(store("deployment").await);
-    let range = whole_range(&s);
     let a = Frontend::new(s.clone(), FrontendConfig::default());
     let b = Frontend::new(s.clone(), FrontendConfig::default());
-    let found = a
-        .search(&SearchQuery {
-            mode: Mode::Tree,
-            scope: Scope::Full,
-            tags: tags(&[("resource", "deployments"), ("name", "hello")]),
-            range,
-            limit: 5,
-        })
-        .await
-        .unwrap();
-    let original = &found[0];
+    let original = hello_tree(&a).await;
     let reloaded = b
         .get(&original.id)
         .await

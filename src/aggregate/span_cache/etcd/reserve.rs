@@ -114,30 +114,7 @@ impl Inner {
         lease: i64,
         timeout: Duration,
     ) -> Result<Claim, EtcdError> {
-        let k = key.as_bytes().to_vec();
-        let txn = TxnRequest {
-            compare: vec![Compare {
-                key: k.clone(),
-                target: compare::CompareTarget::Create as i32,
-                result: compare::CompareResult::Equal as i32,
-                target_union: Some(compare::TargetUnion::CreateRevision(0)),
-                ..Default::default()
-            }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: k.clone(),
-                    value: value.to_vec(),
-                    lease,
-                    ..Default::default()
-                })),
-            }],
-            failure: vec![RequestOp {
-                request: Some(request_op::Request::RequestRange(RangeRequest {
-                    key: k,
-                    ..Default::default()
-                })),
-            }],
-        };
+        let txn = create_if_absent_txn(key, value, lease);
         let r = self.client.txn(op, key.as_bytes(), txn, timeout).await?;
         self.claim_of(key, value, r.succeeded, r.responses)
     }
@@ -183,37 +160,16 @@ impl Inner {
         lease: i64,
         timeout: Duration,
     ) -> Result<Vec<Claim>, EtcdError> {
-        let nested = |key: &str, value: &[u8]| {
-            let k = key.as_bytes().to_vec();
-            RequestOp {
-                request: Some(request_op::Request::RequestTxn(TxnRequest {
-                    compare: vec![Compare {
-                        key: k.clone(),
-                        target: compare::CompareTarget::Create as i32,
-                        result: compare::CompareResult::Equal as i32,
-                        target_union: Some(compare::TargetUnion::CreateRevision(0)),
-                        ..Default::default()
-                    }],
-                    success: vec![RequestOp {
-                        request: Some(request_op::Request::RequestPut(PutRequest {
-                            key: k.clone(),
-                            value: value.to_vec(),
-                            lease,
-                            ..Default::default()
-                        })),
-                    }],
-                    failure: vec![RequestOp {
-                        request: Some(request_op::Request::RequestRange(RangeRequest {
-                            key: k,
-                            ..Default::default()
-                        })),
-                    }],
-                })),
-            }
-        };
         let txn = TxnRequest {
             compare: Vec::new(),
-            success: items.iter().map(|(k, v)| nested(k, v)).collect(),
+            success: items
+                .iter()
+                .map(|(k, v)| RequestOp {
+                    request: Some(request_op::Request::RequestTxn(create_if_absent_txn(
+                        k, v, lease,
+                    ))),
+                })
+                .collect(),
             failure: Vec::new(),
         };
         let first = items.first().map(|(k, _)| k.as_str()).unwrap_or_default();
@@ -391,6 +347,35 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+/// Puts `key` holding `value` under `lease` if it does not exist; else
+/// reads it (who holds it).
+fn create_if_absent_txn(key: &str, value: &[u8], lease: i64) -> TxnRequest {
+    let k = key.as_bytes().to_vec();
+    TxnRequest {
+        compare: vec![Compare {
+            key: k.clone(),
+            target: compare::CompareTarget::Create as i32,
+            result: compare::CompareResult::Equal as i32,
+            target_union: Some(compare::TargetUnion::CreateRevision(0)),
+            ..Default::default()
+        }],
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: k.clone(),
+                value: value.to_vec(),
+                lease,
+                ..Default::default()
+            })),
+        }],
+        failure: vec![RequestOp {
+            request: Some(request_op::Request::RequestRange(RangeRequest {
+                key: k,
+                ..Default::default()
+            })),
+        }],
     }
 }
 
