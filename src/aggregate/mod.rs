@@ -115,7 +115,7 @@ pub fn start(
                     continue;
                 }
             };
-            let Some(item) = item else { break };
+            let Some(mut item) = item else { break };
             m.queue_depth.set(rx.len() as i64);
             if let Work::Barrier(b) = &item {
                 b.expect(shards);
@@ -128,8 +128,8 @@ pub fn start(
             }
             // In arrival order, before any shard runs it: a write another
             // shard processes first still finds this one as its cause.
-            if let Work::Audit(a) = &item {
-                processor.note_arrival(a);
+            if let Work::Audit(a) = &mut item {
+                a.arrival = processor.note_arrival(a);
             }
             let shard = (item.routing_hash() % shards as u64) as usize;
             if shard_txs[shard].send(item).await.is_err() {

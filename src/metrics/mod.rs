@@ -74,6 +74,7 @@ pub struct Metrics {
     pub cascade_unexplained: Counter,
     pub cascade_causes_after_effect: Counter,
     pub cascade_resolve_timeouts: Counter,
+    pub cascade_causes_arrived_later: Counter,
     pub cascade_holders_dropped: Counter,
     pub cascade_candidates_dropped: Counter,
     pub cascade_objects: Gauge,
@@ -183,6 +184,11 @@ impl Metrics {
             "cascade_resolve_timeouts",
             "Effects whose cause's cascade was not known within 10 s (the cause's shard lagged): shown under the cause alone",
             self.cascade_resolve_timeouts.clone(),
+        );
+        r.register(
+            "cascade_causes_arrived_later",
+            "Effects whose cause arrived after them (out-of-order input) and was not yet placed in its cascade: shown under the cause alone, without waiting for it",
+            self.cascade_causes_arrived_later.clone(),
         );
         r.register(
             "cascade_holders_dropped",

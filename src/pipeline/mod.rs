@@ -47,6 +47,9 @@ pub struct Accepted {
     /// by the `generateName` prefix, and the write is shown on the owner's
     /// span when the request names an owner.
     pub failed_create: Option<Box<FailedCreate>>,
+    /// Its place in arrival order, given by the dispatcher before sharding
+    /// (0 until then): causes that arrived after it are not waited for.
+    pub arrival: u64,
     /// Self-tracing (crate::telemetry): the `process` span of the webhook
     /// batch this event came in, shared by its events and ended when the
     /// last is processed; disabled when self-tracing is off.

@@ -83,6 +83,7 @@ pub fn accept(
         object,
         uid,
         replayed: false,
+        arrival: 0,
         failed_create,
         batch_span: tracing::Span::none(),
     })

@@ -35,6 +35,8 @@ pub struct Resolved {
 /// One successful write, as a candidate cause.
 pub struct ChangeEntry {
     pub span: SpanRef,
+    /// Its place in arrival order ([`CauseIndex::next_arrival`](super::CauseIndex::next_arrival)).
+    pub arrival: u64,
     pub class: ChangeClass,
     /// The writer (interned: few distinct users write most changes).
     pub user: Arc<str>,
@@ -46,8 +48,10 @@ pub struct ChangeEntry {
 }
 
 impl ChangeEntry {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         span: SpanRef,
+        arrival: u64,
         class: ChangeClass,
         user: Arc<str>,
         op: &'static str,
@@ -56,6 +60,7 @@ impl ChangeEntry {
     ) -> Self {
         Self {
             span,
+            arrival,
             class,
             user,
             op,
@@ -71,6 +76,11 @@ impl ChangeEntry {
         if self.resolved.set(r).is_ok() {
             ready.notify_waiters();
         }
+    }
+
+    /// The cascade of this change if its shard has inferred it.
+    pub fn resolved_now(&self) -> Option<Resolved> {
+        self.resolved.get().copied()
     }
 
     /// The cascade of this change, waiting up to `wait` for its shard.
@@ -89,6 +99,14 @@ impl ChangeEntry {
             }
         }
     }
+}
+
+/// What [`ObjectChanges::latest_before`] needs of an effect.
+pub(super) struct EffectTimes {
+    pub span: SpanRef,
+    pub arrival: u64,
+    pub received: SystemTime,
+    pub completed: SystemTime,
 }
 
 pub(super) struct Candidate<'p> {
@@ -263,18 +281,23 @@ impl ObjectChanges {
     /// have seen: received no later than the effect was, and completed no
     /// later than the effect did (a controller sees a change in its watch
     /// once it is stored, which may be before the apiserver finished the
-    /// response), not `effect` itself; with `same_object`, not before the
-    /// object's latest create (an earlier object of the same name). Also
-    /// whether a triggering change was received only after the effect.
+    /// response), not `effect` itself; received at the same instant, only if
+    /// it arrived first (identical timestamps say nothing of order, arrival
+    /// does; so no two changes are each other's cause); with `same_object`,
+    /// not before the object's latest create (an earlier object of the same
+    /// name). Also whether a triggering change was received only after the
+    /// effect.
     pub fn latest_before(
         &self,
         p: &Propagation,
-        effect: (SpanRef, SystemTime, SystemTime),
+        effect: &EffectTimes,
         same_object: bool,
     ) -> (Option<Arc<ChangeEntry>>, bool) {
-        let (effect, received, completed) = effect;
         let seen = |e: &ChangeEntry| {
-            e.span != effect && e.received <= received && e.completed <= completed
+            e.span != effect.span
+                && e.received <= effect.received
+                && e.completed <= effect.completed
+                && (e.received < effect.received || e.arrival < effect.arrival)
         };
         let floor = if same_object {
             self.of_class(ChangeClass::Create)
@@ -291,11 +314,11 @@ impl ObjectChanges {
                 continue;
             }
             for e in self.of_class(class) {
-                if e.span == effect {
+                if e.span == effect.span {
                     continue;
                 }
                 if !seen(e) {
-                    later |= e.received > received;
+                    later |= e.received > effect.received;
                     continue;
                 }
                 if floor.is_some_and(|f| e.completed < f) {

@@ -15,8 +15,11 @@
 //!
 //! The cascade an effect belongs to (its root and depth) comes from its
 //! cause, which another shard may still be processing: the effect waits for
-//! it (shards process in arrival order and causes arrive first, so the wait
-//! is short and cannot form a cycle), at most [`RESOLVE_WAIT`].
+//! it, at most [`RESOLVE_WAIT`], but only for a cause that arrived before it
+//! (shards process in arrival order, so every wait points to an earlier
+//! arrival: it cannot form a cycle, nor wait for a write queued behind the
+//! effect in its own shard). A cause that arrived later (out-of-order input)
+//! is used if its cascade is known already, else it stands for its cascade.
 
 mod index;
 
@@ -28,7 +31,7 @@ use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
-use index::{Candidate, ObjectChanges};
+use index::{Candidate, EffectTimes, ObjectChanges};
 pub use index::{ChangeEntry, Resolved};
 
 /// The CPID of an effect: the one its write set on the object; else its
@@ -63,6 +66,9 @@ pub const CAUSE_IDLE: Duration = Duration::from_secs(15 * 60);
 pub struct Effect<'a> {
     pub object: &'a ObjectRef,
     pub span: SpanRef,
+    /// Its place in arrival order ([`CauseIndex::next_arrival`]): its own
+    /// entry's, or the one the dispatcher gave it.
+    pub arrival: u64,
     /// The audit user; `None` for a change only the list-watch saw.
     pub writer: Option<&'a str>,
     /// `None` for a write no propagation covers (never has a cause).
@@ -93,6 +99,8 @@ pub struct Inference {
 
 pub struct CauseIndex {
     objects: index::Objects,
+    /// The last place in arrival order given out.
+    arrivals: std::sync::atomic::AtomicU64,
     /// Woken whenever a change's cascade becomes known.
     ready: tokio::sync::Notify,
     /// Writers' names, shared by their changes (bounded).
@@ -105,11 +113,21 @@ impl CauseIndex {
     pub fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
         Self {
             objects: index::Objects::new(max_objects, CAUSE_IDLE, metrics),
+            arrivals: Default::default(),
             users: Default::default(),
             ready: tokio::sync::Notify::new(),
             propagations: rules.propagations().to_vec(),
             metrics: metrics.clone(),
         }
+    }
+
+    /// The next place in arrival order (from 1), for a write that is not
+    /// recorded as a candidate cause but has a cause of its own (a refused
+    /// write).
+    pub fn next_arrival(&self) -> u64 {
+        self.arrivals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     /// Records a successful write as a candidate cause, once (the shard calls
@@ -133,7 +151,15 @@ impl CauseIndex {
                 return (e, false);
             }
             let user = self.intern(user);
-            let entry = Arc::new(ChangeEntry::new(span, class, user, op, received, completed));
+            let entry = Arc::new(ChangeEntry::new(
+                span,
+                self.next_arrival(),
+                class,
+                user,
+                op,
+                received,
+                completed,
+            ));
             if !c.push(entry.clone(), self.objects.now_secs()) {
                 self.metrics.cascade_candidates_dropped.inc();
             }
@@ -190,13 +216,25 @@ impl CauseIndex {
         let (found, later_only) = self.best_candidate(effect, relations);
         let inference = match found {
             Some(c) => {
-                let resolved = match c.entry.resolved(RESOLVE_WAIT, &self.ready).await {
+                let resolved = if c.entry.arrival < effect.arrival {
+                    c.entry.resolved(RESOLVE_WAIT, &self.ready).await
+                } else {
+                    // Arrived after the effect: perhaps queued behind it.
+                    let known = c.entry.resolved_now();
+                    if known.is_none() {
+                        self.metrics.cascade_causes_arrived_later.inc();
+                    }
+                    known
+                };
+                let resolved = match resolved {
                     Some(r) => r,
                     None => {
                         // The cause's shard did not finish it in time: the
                         // cause itself stands for its cascade.
-                        self.metrics.cascade_resolve_timeouts.inc();
-                        tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                        if c.entry.arrival < effect.arrival {
+                            self.metrics.cascade_resolve_timeouts.inc();
+                            tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                        }
                         Resolved {
                             root: c.entry.span,
                             depth: 0,
@@ -293,16 +331,18 @@ impl CauseIndex {
         let mut best: Option<Candidate<'p>> = None;
         let mut later = false;
         let own = self.objects.get(effect.object.hash());
+        let times = EffectTimes {
+            span: effect.span,
+            arrival: effect.arrival,
+            received: effect.received,
+            completed: effect.completed,
+        };
         for p in &self.propagations {
             if !p.explains(effect.object, effect.writer, class) {
                 continue;
             }
             let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
-                let (found, after) = changes.latest_before(
-                    p,
-                    (effect.span, effect.received, effect.completed),
-                    same,
-                );
+                let (found, after) = changes.latest_before(p, &times, same);
                 later |= after;
                 if let Some(entry) = found
                     && best.as_ref().is_none_or(|b| {

@@ -25,6 +25,8 @@ use crate::span_model::{self, SpanBuf, attr};
 pub(super) struct Write<'a> {
     pub object: &'a ObjectRef,
     pub span: SpanRef,
+    /// Its place in arrival order (see [`Effect::arrival`]).
+    pub arrival: u64,
     /// Empty for a change only the list-watch saw.
     pub user: &'a str,
     pub verb: &'a str,
@@ -46,12 +48,14 @@ impl<'a> Write<'a> {
         ev: &'a crate::pipeline::AuditEvent,
         object: &'a ObjectRef,
         span: SpanRef,
+        arrival: u64,
         uid: &'a str,
         deleted: bool,
     ) -> Self {
         Write {
             object,
             span,
+            arrival,
             user: &ev.user.username,
             verb: &ev.verb,
             subresource: ev.subresource(),
@@ -69,9 +73,23 @@ impl<'a> Write<'a> {
 
 impl Processor {
     /// Notes an audit write as a candidate cause in arrival order (the
-    /// dispatcher calls this before the write is sharded).
-    pub fn note_arrival(&self, item: &Accepted) {
-        let _ = self.arrival_entry(item);
+    /// dispatcher calls this before the write is sharded); returns its place
+    /// in that order.
+    pub fn note_arrival(&self, item: &Accepted) -> u64 {
+        match self.arrival_entry(item) {
+            Some(entry) => entry.arrival,
+            None => self.causes.next_arrival(),
+        }
+    }
+
+    /// The place in arrival order of a write with no entry of its own: the
+    /// dispatcher's, else (processed without one) now.
+    pub(super) fn arrival_of(&self, item: &Accepted) -> u64 {
+        if item.arrival != 0 {
+            item.arrival
+        } else {
+            self.causes.next_arrival()
+        }
     }
 
     pub(super) fn arrival_entry(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
@@ -192,6 +210,7 @@ impl Processor {
             cpid_kept,
             object: w.object,
             span: w.span,
+            arrival: w.arrival,
             writer: (w.source == ChangeSource::Audit).then_some(w.user),
             class: w.class,
             op,

@@ -316,13 +316,16 @@ impl Processor {
         // Before anything that can fail: writes caused by this one wait for it.
         let own = self.arrival_entry(item);
         // The entry already names this write's span (a refused write has none).
-        let span = own
-            .as_ref()
-            .map(|e| e.span)
-            .unwrap_or_else(|| cascade::audit_span_ref(&ow, &ev.audit_id));
+        let (span, arrival) = match &own {
+            Some(e) => (e.span, e.arrival),
+            None => (
+                cascade::audit_span_ref(&ow, &ev.audit_id),
+                self.arrival_of(item),
+            ),
+        };
         let inference = self
             .infer_cause(
-                &cascade::Write::audit(ev, obj, span, &uid, deleted),
+                &cascade::Write::audit(ev, obj, span, arrival, &uid, deleted),
                 own.as_ref(),
                 &cause_relations,
                 old.as_ref(),
@@ -442,6 +445,7 @@ impl Processor {
                     ev,
                     tried,
                     cascade::audit_span_ref(&ow, &ev.audit_id),
+                    self.arrival_of(item),
                     "",
                     false,
                 ),

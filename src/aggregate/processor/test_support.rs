@@ -48,6 +48,7 @@ pub fn accepted(v: &Value) -> Option<Accepted> {
         object,
         uid,
         replayed: false,
+        arrival: 0,
         failed_create: None,
         batch_span: tracing::Span::none(),
     })

@@ -27,6 +27,7 @@ async fn a_create_refused_before_naming_is_shown_on_its_owner() {
         event,
         uid: String::new(),
         replayed: false,
+        arrival: 0,
         failed_create: Some(Box::new(attempt.clone())),
         batch_span: tracing::Span::none(),
     };

@@ -146,6 +146,7 @@ impl Processor {
                     &Write {
                         object: &p.ow.object,
                         span: span_ref,
+                        arrival: own.arrival,
                         user: "",
                         verb: kind,
                         subresource: "",

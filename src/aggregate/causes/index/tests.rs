@@ -13,6 +13,7 @@ fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
     };
     Arc::new(ChangeEntry::new(
         span,
+        i,
         class,
         "u".into(),
         "update status",
@@ -185,4 +186,42 @@ async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
         .unwrap()
         .expect("resolved before the wait ended");
     assert_eq!((r.root, r.depth), (root, 4));
+}
+
+#[test]
+fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
+    let rules = crate::aggregate::rules::RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .unwrap();
+    let p = rules
+        .propagations()
+        .iter()
+        .find(|p| p.triggered_by(ChangeClass::Status))
+        .expect("a propagation reacting to status writes");
+    let effect = |arrival: u64, at_ms: u64| EffectTimes {
+        span: SpanRef {
+            trace_id: [9; 16],
+            span_id: [9; 8],
+        },
+        arrival,
+        received: UNIX_EPOCH + Duration::from_millis(at_ms),
+        completed: UNIX_EPOCH + Duration::from_millis(at_ms),
+    };
+    let found = |c: &ObjectChanges, e: &EffectTimes| {
+        let (found, later) = c.latest_before(p, e, false);
+        (found.map(|f| f.arrival), later)
+    };
+    let mut c = ObjectChanges::default();
+    // Arrivals 5 and 7, both stamped at 1 s.
+    c.push(entry(5, 1_000), 0);
+    c.push(entry(7, 1_000), 0);
+    assert_eq!(found(&c, &effect(6, 1_000)), (Some(5), false));
+    assert_eq!(found(&c, &effect(4, 1_000)), (None, false));
+    assert_eq!(found(&c, &effect(8, 1_000)), (Some(7), false));
+    // Stamped strictly earlier, a later arrival is still a cause (input out
+    // of order); stamped later, none is.
+    assert_eq!(found(&c, &effect(1, 2_000)), (Some(7), false));
+    assert_eq!(found(&c, &effect(9, 500)), (None, true));
 }
