@@ -2,8 +2,21 @@ use clap::Parser;
 use kascade::app;
 use kascade::cli::{Cli, Command, RulesCommand};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    kascade::disable_transparent_huge_pages();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let cli = Cli::parse();
     let telemetry = match kascade::telemetry::init(cli.log_format, cli.command.telemetry_role()) {
         Ok(t) => t,
