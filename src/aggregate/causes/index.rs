@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectRef;
@@ -32,19 +32,94 @@ pub struct Resolved {
     pub cpid: Option<WriteCpid>,
 }
 
-/// One successful write, as a candidate cause.
+/// A time as nanoseconds since the Unix epoch (earlier ones as the epoch):
+/// 8 bytes where `SystemTime` takes 16, in every entry of the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Nanos(u64);
+
+impl Nanos {
+    pub fn of(t: SystemTime) -> Self {
+        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        Nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub fn time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_nanos(self.0)
+    }
+
+    fn minus(self, d: Duration) -> Self {
+        Nanos(
+            self.0
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+/// One successful write, as a candidate cause. 112 bytes (an `Arc` of it
+/// fills a 128-byte allocation): the index holds one for every write of the
+/// last seconds and the newest of each kind for every object written in the
+/// last 15 minutes.
 pub struct ChangeEntry {
     pub span: SpanRef,
     /// Its place in arrival order ([`CauseIndex::next_arrival`](super::CauseIndex::next_arrival)).
     pub arrival: u64,
     pub class: ChangeClass,
-    /// The writer (interned: few distinct users write most changes).
-    pub user: Arc<str>,
-    /// `<verb>[ <subresource>]`.
-    pub op: &'static str,
-    pub received: SystemTime,
-    pub completed: SystemTime,
+    /// The writer, interned: few distinct users write most changes (a
+    /// `String` behind the `Arc` to keep the pointer thin).
+    #[allow(clippy::rc_buffer)]
+    pub user: Arc<String>,
+    pub op: Op,
+    pub received: Nanos,
+    pub completed: Nanos,
     resolved: OnceLock<Resolved>,
+}
+
+/// `<verb>[ <subresource>]` of a write, as an index into [`Op::NAMES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op(u8);
+
+impl Op {
+    const NAMES: [&'static str; 14] = [
+        "create binding",
+        "create",
+        "update scale",
+        "patch scale",
+        "update status",
+        "patch status",
+        "update",
+        "patch",
+        "deletecollection",
+        "delete",
+        "watch added",
+        "watch deleted",
+        "watch modified",
+        "write",
+    ];
+
+    /// The op of a write [`ChangeClass::of`] classifies, or of a watch
+    /// change (`added`, `modified`, `deleted`).
+    pub fn of(verb: &str, subresource: &str) -> Self {
+        Op(match (verb, subresource) {
+            ("create", "binding") => 0,
+            ("create", _) => 1,
+            ("update", "scale") => 2,
+            ("patch", "scale") => 3,
+            ("update", "status") => 4,
+            ("patch", "status") => 5,
+            ("update", _) => 6,
+            ("patch", _) => 7,
+            ("deletecollection", _) => 8,
+            ("delete", _) => 9,
+            ("added", _) => 10,
+            ("deleted", _) => 11,
+            ("modified", _) => 12,
+            _ => 13,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self.0 as usize]
+    }
 }
 
 impl ChangeEntry {
@@ -53,8 +128,8 @@ impl ChangeEntry {
         span: SpanRef,
         arrival: u64,
         class: ChangeClass,
-        user: Arc<str>,
-        op: &'static str,
+        #[allow(clippy::rc_buffer)] user: Arc<String>,
+        op: Op,
         received: SystemTime,
         completed: SystemTime,
     ) -> Self {
@@ -64,8 +139,8 @@ impl ChangeEntry {
             class,
             user,
             op,
-            received,
-            completed,
+            received: Nanos::of(received),
+            completed: Nanos::of(completed),
             resolved: OnceLock::new(),
         }
     }
@@ -105,8 +180,8 @@ impl ChangeEntry {
 pub(super) struct EffectTimes {
     pub span: SpanRef,
     pub arrival: u64,
-    pub received: SystemTime,
-    pub completed: SystemTime,
+    pub received: Nanos,
+    pub completed: Nanos,
 }
 
 pub(super) struct Candidate<'p> {
@@ -160,7 +235,7 @@ impl ObjectChanges {
             .unwrap_or(entry.completed);
         if self.of_class(class).count() >= MIN_PER_CLASS {
             // Newest first; keep the last few, and whatever is recent.
-            let horizon = newest.checked_sub(KEEP_FOR).unwrap_or(newest);
+            let horizon = newest.minus(KEEP_FOR);
             self.changes
                 .sort_by_key(|e| (e.class.index(), std::cmp::Reverse(e.completed)));
             let mut index = 0;

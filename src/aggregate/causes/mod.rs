@@ -32,7 +32,7 @@ use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
 use index::{Candidate, EffectTimes, ObjectChanges};
-pub use index::{ChangeEntry, Resolved};
+pub use index::{ChangeEntry, Op, Resolved};
 
 /// The CPID of an effect: the one its write set on the object; else its
 /// cause's, carried over as an instrumented writer would have (an
@@ -104,7 +104,8 @@ pub struct CauseIndex {
     /// Woken whenever a change's cascade becomes known.
     ready: tokio::sync::Notify,
     /// Writers' names, shared by their changes (bounded).
-    users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<str>>>,
+    #[allow(clippy::rc_buffer)]
+    users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
     metrics: Arc<Metrics>,
 }
@@ -140,7 +141,7 @@ impl CauseIndex {
         span: SpanRef,
         class: ChangeClass,
         user: &str,
-        op: &'static str,
+        op: Op,
         received: SystemTime,
         completed: SystemTime,
     ) -> (Arc<ChangeEntry>, bool) {
@@ -169,14 +170,15 @@ impl CauseIndex {
         (entry, true)
     }
 
-    fn intern(&self, user: &str) -> Arc<str> {
+    #[allow(clippy::rc_buffer)]
+    fn intern(&self, user: &str) -> Arc<String> {
         /// Distinct writers kept; beyond, each change holds its own copy.
         const MAX_USERS: usize = 4096;
         let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(u) = users.get(user) {
             return u.clone();
         }
-        let u: Arc<str> = user.into();
+        let u = Arc::new(user.to_string());
         if users.len() < MAX_USERS {
             users.insert(user.into(), u.clone());
         }
@@ -244,7 +246,7 @@ impl CauseIndex {
                 };
                 let hop = effect
                     .received
-                    .duration_since(c.entry.completed)
+                    .duration_since(c.entry.completed.time())
                     .unwrap_or_default();
                 let same = c.object == *effect.object;
                 Inference {
@@ -257,7 +259,7 @@ impl CauseIndex {
                         name: if c.entry.user.is_empty() {
                             format!(
                                 "{} {} {}",
-                                c.entry.op,
+                                c.entry.op.as_str(),
                                 c.object.group_resource(),
                                 object_name(&c.object)
                             )
@@ -265,7 +267,7 @@ impl CauseIndex {
                             format!(
                                 "{} {} {} {}",
                                 c.entry.user,
-                                c.entry.op,
+                                c.entry.op.as_str(),
                                 c.object.group_resource(),
                                 object_name(&c.object)
                             )
@@ -334,8 +336,8 @@ impl CauseIndex {
         let times = EffectTimes {
             span: effect.span,
             arrival: effect.arrival,
-            received: effect.received,
-            completed: effect.completed,
+            received: index::Nanos::of(effect.received),
+            completed: index::Nanos::of(effect.completed),
         };
         for p in &self.propagations {
             if !p.explains(effect.object, effect.writer, class) {
@@ -418,27 +420,6 @@ fn object_name(o: &ObjectRef) -> String {
         o.name.clone()
     } else {
         format!("{}/{}", o.namespace, o.name)
-    }
-}
-
-/// `<verb>[ <subresource>]` of a write [`ChangeClass::of`] classifies (a
-/// shared string, not one per change).
-pub fn op_of(verb: &str, subresource: &str) -> &'static str {
-    match (verb, subresource) {
-        ("create", "binding") => "create binding",
-        ("create", _) => "create",
-        ("update", "scale") => "update scale",
-        ("patch", "scale") => "patch scale",
-        ("update", "status") => "update status",
-        ("patch", "status") => "patch status",
-        ("update", _) => "update",
-        ("patch", _) => "patch",
-        ("deletecollection", _) => "deletecollection",
-        ("delete", _) => "delete",
-        ("added", _) => "watch added",
-        ("deleted", _) => "watch deleted",
-        ("modified", _) => "watch modified",
-        _ => "write",
     }
 }
 

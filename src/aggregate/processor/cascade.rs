@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::super::causes::{ChangeEntry, Effect, Inference, op_of};
+use super::super::causes::{ChangeEntry, Effect, Inference, Op};
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
 use super::super::rules::{ChangeClass, Relation, Role};
 use super::super::status;
@@ -115,7 +115,7 @@ impl Processor {
             span,
             class,
             &ev.user.username,
-            op_of(&ev.verb, ev.subresource()),
+            Op::of(&ev.verb, ev.subresource()),
             ev.request_received_timestamp,
             ev.stage_timestamp,
         );

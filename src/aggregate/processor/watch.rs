@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::causes::op_of;
+use super::super::causes::Op;
 use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
@@ -122,7 +122,7 @@ impl Processor {
                 span_ref,
                 class,
                 "",
-                op_of(kind, ""),
+                Op::of(kind, ""),
                 at,
                 at,
             );

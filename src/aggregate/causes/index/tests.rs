@@ -1,5 +1,4 @@
 use super::*;
-use std::time::UNIX_EPOCH;
 
 fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
     entry_of(ChangeClass::Status, i, at_ms)
@@ -15,8 +14,8 @@ fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
         span,
         i,
         class,
-        "u".into(),
-        "update status",
+        Arc::new("u".to_string()),
+        Op::of("update", "status"),
         t,
         t,
     ))
@@ -206,8 +205,8 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
             span_id: [9; 8],
         },
         arrival,
-        received: UNIX_EPOCH + Duration::from_millis(at_ms),
-        completed: UNIX_EPOCH + Duration::from_millis(at_ms),
+        received: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
+        completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
     };
     let found = |c: &ObjectChanges, e: &EffectTimes| {
         let (found, later) = c.latest_before(p, e, false);
@@ -224,4 +223,25 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
     // of order); stamped later, none is.
     assert_eq!(found(&c, &effect(1, 2_000)), (Some(7), false));
     assert_eq!(found(&c, &effect(9, 500)), (None, true));
+}
+
+#[test]
+fn an_entry_fills_one_128_byte_allocation_and_keeps_its_times_to_the_nanosecond() {
+    // Arc counts (16 bytes) plus the entry.
+    assert!(std::mem::size_of::<ChangeEntry>() + 16 <= 128);
+    let t = UNIX_EPOCH + Duration::new(1_795_000_000, 123_456_789);
+    assert_eq!(Nanos::of(t).time(), t);
+    assert_eq!(
+        Nanos::of(UNIX_EPOCH - Duration::from_secs(1)),
+        Nanos::of(UNIX_EPOCH)
+    );
+    for (verb, sub, name) in [
+        ("create", "binding", "create binding"),
+        ("patch", "status", "patch status"),
+        ("update", "", "update"),
+        ("modified", "", "watch modified"),
+        ("get", "", "write"),
+    ] {
+        assert_eq!(Op::of(verb, sub).as_str(), name);
+    }
 }
