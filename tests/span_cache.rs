@@ -628,10 +628,21 @@ async fn run_replica(
     dir: &std::path::Path,
     name: &str,
 ) -> std::path::PathBuf {
+    run_replica_with(span_cache, body, dir, name, |_| {}).await
+}
+
+async fn run_replica_with(
+    span_cache: SpanCacheConfig,
+    body: String,
+    dir: &std::path::Path,
+    name: &str,
+    configure: impl FnOnce(&mut CollectConfig),
+) -> std::path::PathBuf {
     let out = dir.join(format!("{name}.jsonl"));
     let mut config = CollectConfig::default().spool_dir(dir.join(format!("{name}-spool")));
     config.export = config.export.output(OutputSpec::OtlpJson(out.clone()));
     config.span_cache = span_cache;
+    configure(&mut config);
     let (apps, pipeline) = collect::build(&config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -687,4 +698,33 @@ async fn two_collect_replicas_fed_the_same_batch_emit_each_span_once() {
             "the replicas together emit every {kind} span one replica alone does"
         );
     }
+}
+
+#[tokio::test]
+async fn a_writes_relations_are_reserved_together() {
+    // One shard, so writes are processed one at a time: requests share a
+    // transaction only when one write asks for several keys at once (its
+    // links, then their objects' spans).
+    let (fake, url) = start_fake(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = common::event_list(&common::audit_lines("deployment"));
+    let etcd = SpanCacheConfig {
+        etcd_timeout: Duration::from_secs(60),
+        etcd_retry_for: Duration::from_secs(3600),
+        ..SpanCacheConfig::default().etcd_endpoints([url])
+    };
+    let out = run_replica_with(etcd, body.clone(), dir.path(), "one", |c| {
+        c.pipeline = c.pipeline.clone().workers(1)
+    })
+    .await;
+    let keys = fake.kv.lock().unwrap().len() as u64;
+    let txns = fake.txns.load(Ordering::SeqCst);
+    assert!(
+        txns < keys,
+        "{keys} keys reserved in {txns} transactions: one per key"
+    );
+    // The same spans as the local cache gives.
+    let alone = run_replica(SpanCacheConfig::default(), body, dir.path(), "alone").await;
+    let set = |p: &std::path::Path| spans_by_kind(p).into_iter().collect::<HashSet<_>>();
+    assert_eq!(set(&out), set(&alone));
 }

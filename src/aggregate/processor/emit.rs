@@ -71,7 +71,11 @@ impl Processor {
         self.record_relation_list(ow, &relations, at, force).await
     }
 
-    /// Records `relations` (computed by the caller), in `ow`'s window.
+    /// Records `relations` (computed by the caller), in `ow`'s window: all
+    /// at once, so that a shared span cache asks for their links (and then
+    /// their objects' spans) in one round trip, not one per relation. With
+    /// the local cache every step is ready at once and the spans come out in
+    /// the order of `relations`.
     pub(super) async fn record_relation_list(
         &self,
         ow: &ObjectWindow,
@@ -79,10 +83,17 @@ impl Processor {
         at: SystemTime,
         force: bool,
     ) -> Result<(), ProcessError> {
-        for (rel, uid) in relations {
-            self.record_relation(ow, rel, uid, at, force).await?;
+        match relations {
+            [] => Ok(()),
+            [(rel, uid)] => self.record_relation(ow, rel, uid, at, force).await,
+            _ => futures::future::try_join_all(
+                relations
+                    .iter()
+                    .map(|(rel, uid)| self.record_relation(ow, rel, uid, at, force)),
+            )
+            .await
+            .map(drop),
         }
-        Ok(())
     }
 
     /// A link span on each side of `rel`, unless the window has it already
@@ -166,16 +177,19 @@ impl Processor {
         links: Vec<super::super::selectors::SelectorLink>,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        for link in links {
+        // All at once, as in `record_relation_list`.
+        let window_start = self.cfg.windowing.window_start(at);
+        futures::future::try_join_all(links.into_iter().map(|link| async move {
             let ow = ObjectWindow {
                 object: link.holder,
-                window_start: self.cfg.windowing.window_start(at),
+                window_start,
             };
             self.ensure_object_span(&ow, "", false).await?;
             self.record_relation(&ow, &link.relation, "", at, false)
-                .await?;
-        }
-        Ok(())
+                .await
+        }))
+        .await
+        .map(drop)
     }
 
     /// The diff as span events, one per changed path, at most
