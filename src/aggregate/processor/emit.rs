@@ -71,11 +71,10 @@ impl Processor {
         self.record_relation_list(ow, &relations, at, force).await
     }
 
-    /// Records `relations` (computed by the caller), in `ow`'s window: all
-    /// at once, so that a shared span cache asks for their links (and then
-    /// their objects' spans) in one round trip, not one per relation. With
-    /// the local cache every step is ready at once and the spans come out in
-    /// the order of `relations`.
+    /// Records `relations` (computed by the caller), in `ow`'s window; with a
+    /// shared span cache all at once, so that it asks for their links (and
+    /// then their objects' spans) in one round trip, not one per relation.
+    /// (The local cache answers at once: one after the other costs less.)
     pub(super) async fn record_relation_list(
         &self,
         ow: &ObjectWindow,
@@ -83,17 +82,19 @@ impl Processor {
         at: SystemTime,
         force: bool,
     ) -> Result<(), ProcessError> {
-        match relations {
-            [] => Ok(()),
-            [(rel, uid)] => self.record_relation(ow, rel, uid, at, force).await,
-            _ => futures::future::try_join_all(
-                relations
-                    .iter()
-                    .map(|(rel, uid)| self.record_relation(ow, rel, uid, at, force)),
-            )
-            .await
-            .map(drop),
+        if relations.len() < 2 || !self.spans.is_remote() {
+            for (rel, uid) in relations {
+                self.record_relation(ow, rel, uid, at, force).await?;
+            }
+            return Ok(());
         }
+        futures::future::try_join_all(
+            relations
+                .iter()
+                .map(|(rel, uid)| self.record_relation(ow, rel, uid, at, force)),
+        )
+        .await
+        .map(drop)
     }
 
     /// A link span on each side of `rel`, unless the window has it already
@@ -177,9 +178,9 @@ impl Processor {
         links: Vec<super::super::selectors::SelectorLink>,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        // All at once, as in `record_relation_list`.
+        // All at once with a shared cache, as in `record_relation_list`.
         let window_start = self.cfg.windowing.window_start(at);
-        futures::future::try_join_all(links.into_iter().map(|link| async move {
+        let record = |link: super::super::selectors::SelectorLink| async move {
             let ow = ObjectWindow {
                 object: link.holder,
                 window_start,
@@ -187,9 +188,16 @@ impl Processor {
             self.ensure_object_span(&ow, "", false).await?;
             self.record_relation(&ow, &link.relation, "", at, false)
                 .await
-        }))
-        .await
-        .map(drop)
+        };
+        if links.len() < 2 || !self.spans.is_remote() {
+            for link in links {
+                record(link).await?;
+            }
+            return Ok(());
+        }
+        futures::future::try_join_all(links.into_iter().map(record))
+            .await
+            .map(drop)
     }
 
     /// The diff as span events, one per changed path, at most

@@ -55,4 +55,10 @@ pub trait SpanCache: Send + Sync {
 
     /// Number of object windows tracked (for metrics).
     fn entry_count(&self) -> u64;
+
+    /// Whether answers take a round trip (a cache shared with other
+    /// replicas): then callers ask for several keys at once.
+    fn is_remote(&self) -> bool {
+        false
+    }
 }

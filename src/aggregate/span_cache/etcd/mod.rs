@@ -380,6 +380,10 @@ impl SpanCache for EtcdSpanCache {
     fn entry_count(&self) -> u64 {
         self.inner.front.len()
     }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
