@@ -562,3 +562,56 @@ fn a_bad_value_of_a_choice_flag_names_the_flag_and_the_choices() {
         );
     }
 }
+
+/// `THP_enabled` of a running `kascade collect` started with `env`, read
+/// once it has logged its first line (so `main` has run); `None` on a
+/// kernel that does not report it.
+#[cfg(target_os = "linux")]
+fn thp_enabled_of_collect(env: &[(&str, &str)]) -> Option<String> {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = kascade()
+        .args([
+            "collect",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--output")
+        .arg(format!(
+            "otlp-json={}",
+            dir.path().join("out.json").display()
+        ))
+        .arg("--no-spool")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!first.is_empty(), "collect logged nothing");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn transparent_huge_pages_are_off_unless_mimalloc_is_told_otherwise() {
+    let Some(default) = thp_enabled_of_collect(&[]) else {
+        return; // the kernel does not report it
+    };
+    assert_eq!(default, "0", "huge pages left on");
+    assert_eq!(
+        thp_enabled_of_collect(&[("MIMALLOC_ALLOW_THP", "1")]).as_deref(),
+        Some("1")
+    );
+}
