@@ -620,6 +620,17 @@ fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String)> {
     out
 }
 
+/// The fake etcd at `url`, its answers never given up on however loaded
+/// the machine: a replica that fell back would count local reservations
+/// (asserted 0 by [`run_replica`]).
+fn patient_etcd(url: String) -> SpanCacheConfig {
+    SpanCacheConfig {
+        etcd_timeout: Duration::from_secs(60),
+        etcd_retry_for: Duration::from_secs(3600),
+        ..SpanCacheConfig::default().etcd_endpoints([url])
+    }
+}
+
 /// Serves one `collect` replica on an ephemeral port; posts `body` to
 /// `/audit/{cluster}`, then flushes it.
 async fn run_replica(
@@ -669,13 +680,7 @@ async fn two_collect_replicas_fed_the_same_batch_emit_each_span_once() {
     let (_fake, url) = start_fake(None).await;
     let dir = tempfile::tempdir().unwrap();
     let body = common::event_list(&common::audit_lines("deployment"));
-    // Answers are never given up on, however loaded the machine: a replica
-    // that fell back would count local reservations (asserted 0).
-    let etcd = SpanCacheConfig {
-        etcd_timeout: Duration::from_secs(60),
-        etcd_retry_for: Duration::from_secs(3600),
-        ..SpanCacheConfig::default().etcd_endpoints([url])
-    };
+    let etcd = patient_etcd(url);
     // Both replicas at once, as behind one webhook address.
     let (a, b) = tokio::join!(
         run_replica(etcd.clone(), body.clone(), dir.path(), "a"),
@@ -708,11 +713,7 @@ async fn a_writes_relations_are_reserved_together() {
     let (fake, url) = start_fake(None).await;
     let dir = tempfile::tempdir().unwrap();
     let body = common::event_list(&common::audit_lines("deployment"));
-    let etcd = SpanCacheConfig {
-        etcd_timeout: Duration::from_secs(60),
-        etcd_retry_for: Duration::from_secs(3600),
-        ..SpanCacheConfig::default().etcd_endpoints([url])
-    };
+    let etcd = patient_etcd(url);
     let out = run_replica_with(etcd, body.clone(), dir.path(), "one", |c| {
         c.pipeline = c.pipeline.clone().workers(1)
     })

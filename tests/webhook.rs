@@ -370,6 +370,20 @@ async fn http2_clients_get_the_refusal_not_a_stream_reset() {
     }
 }
 
+/// Posts `lines` to the webhook in batches of `size`, each answered 200.
+async fn post_in_batches(url: &str, lines: &[String], size: usize) {
+    let client = reqwest::Client::new();
+    for chunk in lines.chunks(size) {
+        let r = client
+            .post(format!("{url}/audit"))
+            .body(common::event_list(chunk))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+}
+
 /// (span id, cause span id or "", role) of every audit span in an OTLP/JSON file.
 fn cascade_of_spans(otlp_json_lines: &str) -> std::collections::BTreeMap<String, (String, String)> {
     let mut out = std::collections::BTreeMap::new();
@@ -407,16 +421,7 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
     // in parallel; each write was noted as a candidate cause on arrival.
     let (srv, pipeline) = serve(|c| c.pipeline = c.pipeline.clone().workers(4)).await;
     let lines = common::audit_lines("deployment");
-    let client = reqwest::Client::new();
-    for chunk in lines.chunks(25) {
-        let r = client
-            .post(format!("{}/audit", srv.url))
-            .body(common::event_list(chunk))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    }
+    post_in_batches(&srv.url, &lines, 25).await;
     pipeline.finish().await;
     let live = cascade_of_spans(&std::fs::read_to_string(&srv.out).unwrap());
 
@@ -487,16 +492,7 @@ async fn writes_stamped_at_the_same_instant_take_causes_only_from_earlier_arriva
             v.to_string()
         })
         .collect();
-    let client = reqwest::Client::new();
-    for chunk in lines.chunks(50) {
-        let r = client
-            .post(format!("{}/audit", srv.url))
-            .body(common::event_list(chunk))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    }
+    post_in_batches(&srv.url, &lines, 50).await;
     pipeline.finish().await;
     let metrics = metrics_text(&srv.url).await;
     let live = cascade_of_spans(&std::fs::read_to_string(&srv.out).unwrap());
