@@ -4,14 +4,15 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectRef;
-use crate::pipeline::{SpanRef, WriteCpid};
+use crate::pipeline::SpanRef;
 
 use super::super::rules::{ChangeClass, Propagation, Role};
+use super::entry::{ChangeEntry, Nanos};
 
 /// Changes kept per object and class: at least the last few, and all of the
 /// last [`KEEP_FOR`] — the dispatcher notes writes before the shards process
@@ -22,159 +23,6 @@ const KEEP_FOR: Duration = Duration::from_secs(10);
 pub(super) const MAX_PER_CLASS: usize = 256;
 /// Objects holding a relation towards one object (a ReplicaSet's Pods).
 const MAX_HOLDERS: usize = 4096;
-
-/// The cascade a change belongs to, once its shard has inferred its cause.
-#[derive(Clone, Copy, Debug)]
-pub struct Resolved {
-    pub root: SpanRef,
-    pub depth: u32,
-    /// The change's CPID (its object's, or carried over from its cause).
-    pub cpid: Option<WriteCpid>,
-}
-
-/// A time as nanoseconds since the Unix epoch (earlier ones as the epoch):
-/// 8 bytes where `SystemTime` takes 16, in every entry of the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Nanos(u64);
-
-impl Nanos {
-    pub fn of(t: SystemTime) -> Self {
-        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-        Nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    pub fn time(self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_nanos(self.0)
-    }
-
-    fn minus(self, d: Duration) -> Self {
-        Nanos(
-            self.0
-                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-        )
-    }
-}
-
-/// One successful write, as a candidate cause. 112 bytes (an `Arc` of it
-/// fills a 128-byte allocation): the index holds one for every write of the
-/// last seconds and the newest of each kind for every object written in the
-/// last 15 minutes.
-pub struct ChangeEntry {
-    pub span: SpanRef,
-    /// Its place in arrival order ([`CauseIndex::next_arrival`](super::CauseIndex::next_arrival)).
-    pub arrival: u64,
-    pub class: ChangeClass,
-    /// The writer, interned: few distinct users write most changes (a
-    /// `String` behind the `Arc` to keep the pointer thin).
-    #[allow(clippy::rc_buffer)]
-    pub user: Arc<String>,
-    pub op: Op,
-    pub received: Nanos,
-    pub completed: Nanos,
-    resolved: OnceLock<Resolved>,
-}
-
-/// `<verb>[ <subresource>]` of a write, as an index into [`Op::NAMES`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Op(u8);
-
-impl Op {
-    const NAMES: [&'static str; 14] = [
-        "create binding",
-        "create",
-        "update scale",
-        "patch scale",
-        "update status",
-        "patch status",
-        "update",
-        "patch",
-        "deletecollection",
-        "delete",
-        "watch added",
-        "watch deleted",
-        "watch modified",
-        "write",
-    ];
-
-    /// The op of a write [`ChangeClass::of`] classifies, or of a watch
-    /// change (`added`, `modified`, `deleted`).
-    pub fn of(verb: &str, subresource: &str) -> Self {
-        Op(match (verb, subresource) {
-            ("create", "binding") => 0,
-            ("create", _) => 1,
-            ("update", "scale") => 2,
-            ("patch", "scale") => 3,
-            ("update", "status") => 4,
-            ("patch", "status") => 5,
-            ("update", _) => 6,
-            ("patch", _) => 7,
-            ("deletecollection", _) => 8,
-            ("delete", _) => 9,
-            ("added", _) => 10,
-            ("deleted", _) => 11,
-            ("modified", _) => 12,
-            _ => 13,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self.0 as usize]
-    }
-}
-
-impl ChangeEntry {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        span: SpanRef,
-        arrival: u64,
-        class: ChangeClass,
-        #[allow(clippy::rc_buffer)] user: Arc<String>,
-        op: Op,
-        received: SystemTime,
-        completed: SystemTime,
-    ) -> Self {
-        Self {
-            span,
-            arrival,
-            class,
-            user,
-            op,
-            received: Nanos::of(received),
-            completed: Nanos::of(completed),
-            resolved: OnceLock::new(),
-        }
-    }
-
-    /// Sets the cascade of this change and wakes whoever waits for one
-    /// (`ready` is shared by all changes: waits are rare and short).
-    pub fn resolve(&self, r: Resolved, ready: &tokio::sync::Notify) {
-        if self.resolved.set(r).is_ok() {
-            ready.notify_waiters();
-        }
-    }
-
-    /// The cascade of this change if its shard has inferred it.
-    pub fn resolved_now(&self) -> Option<Resolved> {
-        self.resolved.get().copied()
-    }
-
-    /// The cascade of this change, waiting up to `wait` for its shard.
-    pub async fn resolved(&self, wait: Duration, ready: &tokio::sync::Notify) -> Option<Resolved> {
-        if let Some(r) = self.resolved.get() {
-            return Some(*r);
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let notified = ready.notified();
-            if let Some(r) = self.resolved.get() {
-                return Some(*r);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.resolved.get().copied();
-            }
-        }
-    }
-}
 
 /// What [`ObjectChanges::latest_before`] needs of an effect.
 pub(super) struct EffectTimes {

@@ -21,6 +21,7 @@
 //! effect in its own shard). A cause that arrived later (out-of-order input)
 //! is used if its cascade is known already, else it stands for its cascade.
 
+mod entry;
 mod index;
 
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
+pub use entry::{ChangeEntry, Op, Resolved};
 use index::{Candidate, EffectTimes, ObjectChanges};
-pub use index::{ChangeEntry, Op, Resolved};
 
 /// The CPID of an effect: the one its write set on the object; else its
 /// cause's, carried over as an instrumented writer would have (an
@@ -336,8 +337,8 @@ impl CauseIndex {
         let times = EffectTimes {
             span: effect.span,
             arrival: effect.arrival,
-            received: index::Nanos::of(effect.received),
-            completed: index::Nanos::of(effect.completed),
+            received: entry::Nanos::of(effect.received),
+            completed: entry::Nanos::of(effect.completed),
         };
         for p in &self.propagations {
             if !p.explains(effect.object, effect.writer, class) {

@@ -1,4 +1,6 @@
+use super::super::entry::{Op, Resolved};
 use super::*;
+use std::time::UNIX_EPOCH;
 
 fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
     entry_of(ChangeClass::Status, i, at_ms)
