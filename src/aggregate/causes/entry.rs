@@ -52,7 +52,6 @@ pub struct ChangeEntry {
     pub class: ChangeClass,
     /// The writer, interned: few distinct users write most changes (a
     /// `String` behind the `Arc` to keep the pointer thin).
-    #[allow(clippy::rc_buffer)]
     pub user: Arc<String>,
     pub op: Op,
     pub received: Nanos,
@@ -114,7 +113,7 @@ impl ChangeEntry {
         span: SpanRef,
         arrival: u64,
         class: ChangeClass,
-        #[allow(clippy::rc_buffer)] user: Arc<String>,
+        user: Arc<String>,
         op: Op,
         received: SystemTime,
         completed: SystemTime,

@@ -105,7 +105,6 @@ pub struct CauseIndex {
     /// Woken whenever a change's cascade becomes known.
     ready: tokio::sync::Notify,
     /// Writers' names, shared by their changes (bounded).
-    #[allow(clippy::rc_buffer)]
     users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
     metrics: Arc<Metrics>,
@@ -171,7 +170,6 @@ impl CauseIndex {
         (entry, true)
     }
 
-    #[allow(clippy::rc_buffer)]
     fn intern(&self, user: &str) -> Arc<String> {
         /// Distinct writers kept; beyond, each change holds its own copy.
         const MAX_USERS: usize = 4096;
@@ -219,32 +217,29 @@ impl CauseIndex {
         let (found, later_only) = self.best_candidate(effect, relations);
         let inference = match found {
             Some(c) => {
-                let resolved = if c.entry.arrival < effect.arrival {
+                // Only a cause that arrived first is waited for: a later
+                // one may be queued behind this effect.
+                let earlier = c.entry.arrival < effect.arrival;
+                let known = if earlier {
                     c.entry.resolved(RESOLVE_WAIT, &self.ready).await
                 } else {
-                    // Arrived after the effect: perhaps queued behind it.
-                    let known = c.entry.resolved_now();
-                    if known.is_none() {
+                    c.entry.resolved_now()
+                };
+                let resolved = known.unwrap_or_else(|| {
+                    // Not known in time: the cause itself stands for its
+                    // cascade.
+                    if earlier {
+                        self.metrics.cascade_resolve_timeouts.inc();
+                        tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                    } else {
                         self.metrics.cascade_causes_arrived_later.inc();
                     }
-                    known
-                };
-                let resolved = match resolved {
-                    Some(r) => r,
-                    None => {
-                        // The cause's shard did not finish it in time: the
-                        // cause itself stands for its cascade.
-                        if c.entry.arrival < effect.arrival {
-                            self.metrics.cascade_resolve_timeouts.inc();
-                            tracing::debug!(object = %effect.object, "cause's cascade not known in time");
-                        }
-                        Resolved {
-                            root: c.entry.span,
-                            depth: 0,
-                            cpid: None,
-                        }
+                    Resolved {
+                        root: c.entry.span,
+                        depth: 0,
+                        cpid: None,
                     }
-                };
+                });
                 let hop = effect
                     .received
                     .duration_since(c.entry.completed.time())

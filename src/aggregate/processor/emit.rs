@@ -82,19 +82,33 @@ impl Processor {
         at: SystemTime,
         force: bool,
     ) -> Result<(), ProcessError> {
-        if relations.len() < 2 || !self.spans.is_remote() {
-            for (rel, uid) in relations {
-                self.record_relation(ow, rel, uid, at, force).await?;
+        self.record_each(relations.iter(), |(rel, uid)| {
+            self.record_relation(ow, rel, uid, at, force)
+        })
+        .await
+    }
+
+    /// Runs `record` for each item: one after the other with the local span
+    /// cache (it answers at once; that costs less), all at once with a
+    /// shared one (so that their reservations go to it together).
+    async fn record_each<T, F, Fut>(
+        &self,
+        items: impl ExactSizeIterator<Item = T>,
+        record: F,
+    ) -> Result<(), ProcessError>
+    where
+        F: Fn(T) -> Fut,
+        Fut: std::future::Future<Output = Result<(), ProcessError>>,
+    {
+        if items.len() < 2 || !self.spans.is_remote() {
+            for item in items {
+                record(item).await?;
             }
             return Ok(());
         }
-        futures::future::try_join_all(
-            relations
-                .iter()
-                .map(|(rel, uid)| self.record_relation(ow, rel, uid, at, force)),
-        )
-        .await
-        .map(drop)
+        futures::future::try_join_all(items.map(record))
+            .await
+            .map(drop)
     }
 
     /// A link span on each side of `rel`, unless the window has it already
@@ -178,9 +192,8 @@ impl Processor {
         links: Vec<super::super::selectors::SelectorLink>,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        // All at once with a shared cache, as in `record_relation_list`.
         let window_start = self.cfg.windowing.window_start(at);
-        let record = |link: super::super::selectors::SelectorLink| async move {
+        self.record_each(links.into_iter(), |link| async move {
             let ow = ObjectWindow {
                 object: link.holder,
                 window_start,
@@ -188,16 +201,8 @@ impl Processor {
             self.ensure_object_span(&ow, "", false).await?;
             self.record_relation(&ow, &link.relation, "", at, false)
                 .await
-        };
-        if links.len() < 2 || !self.spans.is_remote() {
-            for link in links {
-                record(link).await?;
-            }
-            return Ok(());
-        }
-        futures::future::try_join_all(links.into_iter().map(record))
-            .await
-            .map(drop)
+        })
+        .await
     }
 
     /// The diff as span events, one per changed path, at most
