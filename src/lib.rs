@@ -14,6 +14,7 @@ pub mod coordination;
 pub mod cpid_webhook;
 pub mod export;
 pub mod frontend;
+pub mod json;
 pub mod metrics;
 pub mod model;
 pub mod offline;

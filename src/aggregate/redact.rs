@@ -130,9 +130,8 @@ impl Redactor {
 
     /// Redacts the annotations that hold a copy of the object.
     fn redact_copies(&self, secret: bool, obj: &mut Value, depth: u32) -> bool {
-        let Some(annotations) = obj
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
+        let Some(annotations) =
+            crate::json::pointer_mut(obj, "/metadata/annotations").and_then(Value::as_object_mut)
         else {
             return false;
         };

@@ -169,9 +169,8 @@ pub fn owner_relations(
     kinds: &KindRegistry,
     out: &mut Vec<(Relation, String)>,
 ) {
-    let Some(refs) = state
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
+    let Some(refs) =
+        crate::json::pointer(state, "/metadata/ownerReferences").and_then(Value::as_array)
     else {
         return;
     };

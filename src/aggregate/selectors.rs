@@ -34,8 +34,7 @@ pub struct SelectorLink {
 }
 
 fn labels_of(state: &Value) -> BTreeMap<String, String> {
-    state
-        .pointer("/metadata/labels")
+    crate::json::pointer(state, "/metadata/labels")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()

@@ -49,7 +49,7 @@ pub struct K8sEvent {
 }
 
 fn text(v: &Value, path: &str) -> Option<String> {
-    v.pointer(path)
+    crate::json::pointer(v, path)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .map(str::to_string)
@@ -104,7 +104,11 @@ impl K8sEvent {
         }
         let count = ["/count", "/series/count", "/deprecatedCount"]
             .iter()
-            .find_map(|p| obj.pointer(p).and_then(Value::as_i64).filter(|c| *c > 0))
+            .find_map(|p| {
+                crate::json::pointer(obj, p)
+                    .and_then(Value::as_i64)
+                    .filter(|c| *c > 0)
+            })
             .unwrap_or(1);
         // events.k8s.io: the series' last observation, else the event time;
         // core/v1: lastTimestamp, else the event time, else firstTimestamp.

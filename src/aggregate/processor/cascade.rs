@@ -325,7 +325,7 @@ impl Processor {
     /// counted and logged (at most every 10 s) if `report`, and the write
     /// shown without.
     fn object_cpid(&self, object: &ObjectRef, state: &Value, report: bool) -> Option<WriteCpid> {
-        let annotations = state.pointer("/metadata/annotations")?.as_object()?;
+        let annotations = crate::json::pointer(state, "/metadata/annotations")?.as_object()?;
         let read = kascade_cpid::ChangeContext::read_with(|name| {
             annotations.get(name).and_then(Value::as_str)
         });
@@ -356,7 +356,7 @@ fn pod_phase_change<'a>(
         return None;
     }
     fn phase(v: &Value) -> Option<&str> {
-        v.pointer("/status/phase").and_then(Value::as_str)
+        crate::json::pointer(v, "/status/phase").and_then(Value::as_str)
     }
     let after = phase(new?)?;
     (old.and_then(|o| phase(o)) != Some(after)).then_some(after)

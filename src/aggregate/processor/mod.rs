@@ -237,7 +237,7 @@ impl Processor {
         let uid = outcome
             .state
             .as_ref()
-            .and_then(|s| s.pointer("/metadata/uid"))
+            .and_then(|s| crate::json::pointer(s, "/metadata/uid"))
             .and_then(Value::as_str)
             .unwrap_or(&item.uid)
             .to_string();

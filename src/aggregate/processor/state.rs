@@ -69,7 +69,7 @@ pub(super) fn apply(
         ("Scale", _) => {
             let replicas = response
                 .as_ref()
-                .and_then(|r| r.pointer("/spec/replicas"))
+                .and_then(|r| crate::json::pointer(r, "/spec/replicas"))
                 .cloned()
                 .unwrap_or(Value::Null);
             let mut s = old
@@ -80,7 +80,7 @@ pub(super) fn apply(
             // watch's copy of this write is matched by it.
             if let Some(rv) = response
                 .as_ref()
-                .and_then(|r| r.pointer("/metadata/resourceVersion"))
+                .and_then(|r| crate::json::pointer(r, "/metadata/resourceVersion"))
             {
                 set_path(&mut s, &["metadata", "resourceVersion"], rv.clone());
             }
@@ -92,7 +92,7 @@ pub(super) fn apply(
                 .request_object
                 .as_ref()
                 .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-                .and_then(|b| b.pointer("/target/name").cloned());
+                .and_then(|b| crate::json::pointer(&b, "/target/name").cloned());
             node.map(|n| {
                 let mut s = old
                     .cloned()
@@ -202,8 +202,7 @@ pub(super) fn old_resource_version(
 }
 
 pub(super) fn resource_version(state: &Value) -> &str {
-    state
-        .pointer("/metadata/resourceVersion")
+    crate::json::pointer(state, "/metadata/resourceVersion")
         .and_then(Value::as_str)
         .unwrap_or("")
 }

@@ -126,10 +126,7 @@ impl Processor {
                 at,
                 at,
             );
-            let uid = p
-                .change
-                .state
-                .pointer("/metadata/uid")
+            let uid = crate::json::pointer(&p.change.state, "/metadata/uid")
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or("");
             let readiness = (!deleted)

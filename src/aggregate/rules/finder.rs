@@ -106,8 +106,7 @@ impl Rule {
             return false;
         }
         self.labels.iter().all(|(k, re)| {
-            state
-                .pointer("/metadata/labels")
+            crate::json::pointer(state, "/metadata/labels")
                 .and_then(|l| l.get(k))
                 .and_then(Value::as_str)
                 .is_some_and(|v| re.is_match(v))
@@ -175,8 +174,7 @@ impl Rule {
                 }
             }
             Finder::Annotation(key) => {
-                let Some(text) = state
-                    .pointer("/metadata/annotations")
+                let Some(text) = crate::json::pointer(state, "/metadata/annotations")
                     .and_then(|a| a.get(key))
                     .and_then(Value::as_str)
                 else {

@@ -236,8 +236,8 @@ mod tests {
         // Current exactly when the controller reports the spec met.
         for (state, status) in states.iter().zip(&statuses) {
             let spec = int(state, "/spec/replicas");
-            let settled = state.pointer("/status/observedGeneration")
-                == state.pointer("/metadata/generation")
+            let settled = crate::json::pointer(state, "/status/observedGeneration")
+                == crate::json::pointer(state, "/metadata/generation")
                 && [
                     "/status/replicas",
                     "/status/updatedReplicas",

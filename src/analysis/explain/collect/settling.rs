@@ -96,7 +96,7 @@ impl State {
 }
 
 pub(super) fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
-    let m = v.pointer("/metadata/labels")?.as_object()?;
+    let m = crate::json::pointer(v, "/metadata/labels")?.as_object()?;
     Some(
         m.iter()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
@@ -106,9 +106,9 @@ pub(super) fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
 
 /// The finalizers of an object whose deletion was requested.
 fn deletion_of(v: &Value) -> Option<Vec<String>> {
-    v.pointer("/metadata/deletionTimestamp")?.as_str()?;
+    crate::json::pointer(v, "/metadata/deletionTimestamp")?.as_str()?;
     Some(
-        v.pointer("/metadata/finalizers")
+        crate::json::pointer(v, "/metadata/finalizers")
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
