@@ -47,7 +47,9 @@ fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRa
         Arc::new(load_rules(None).unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
-        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+        Redactor::new(Some(
+            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
+        )),
     ));
     assert!(errors.is_empty(), "{errors:?}");
     let (a, b) = store.time_span().unwrap();

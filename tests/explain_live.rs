@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::analysis::explain::{Report, Scope};
 use kascade::app::explain::{ExplainConfig, explain};
 use kascade::app::load_rules;
@@ -37,7 +37,7 @@ async fn frontend() -> Arc<Frontend<MemoryStore>> {
             windowing: Windowing::new(Duration::from_secs(1800)),
             ..ProcessorConfig::default()
         },
-        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+        Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap())),
     )
     .await;
     assert!(errors.is_empty(), "{errors:?}");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::app::load_rules;
 use kascade::model::Windowing;
 use kascade::offline::spans_from_audit_lines;
@@ -65,7 +65,7 @@ async fn build(scenario: &str, window: Duration) -> Vec<Span> {
 
 async fn build_with(scenario: &str, cfg: ProcessorConfig) -> Vec<Span> {
     let rules = Arc::new(load_rules(None).unwrap());
-    let redactor = Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap()));
+    let redactor = Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()));
     let (spans, errors) = spans_from_audit_lines(
         common::audit_lines(scenario),
         "fixture",

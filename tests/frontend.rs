@@ -49,7 +49,9 @@ async fn store_of_lines(lines: Vec<String>) -> MemoryStore {
             windowing: Windowing::new(Duration::from_secs(1800)),
             ..ProcessorConfig::default()
         },
-        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+        Redactor::new(Some(
+            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
+        )),
     )
     .await;
     assert!(errors.is_empty(), "{errors:?}");

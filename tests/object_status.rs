@@ -35,7 +35,9 @@ async fn build(scenario: &str) -> Vec<Span> {
         Arc::new(load_rules(None).unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
-        Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap())),
+        Redactor::new(Some(
+            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
+        )),
     )
     .await;
     assert!(errors.is_empty(), "{errors:?}");

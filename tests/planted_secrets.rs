@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::aggregate::span_cache::LocalSpanCache;
 use kascade::aggregate::{Processor, ProcessorConfig};
 use kascade::app::load_rules;
@@ -181,7 +181,7 @@ fn config() -> ProcessorConfig {
 }
 
 fn redactor() -> Redactor {
-    Redactor::new(Some(regex::Regex::new(DEFAULT_REDACT_PATHS).unwrap()))
+    Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()))
 }
 
 /// The scenario's audit log with markers planted in every request and

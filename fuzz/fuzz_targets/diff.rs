@@ -7,13 +7,14 @@
 use std::sync::LazyLock;
 
 use kascade::aggregate::diff::{diff, is_noise, parse_object, walk_leaves};
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, MARKER_PREFIX, Redactor};
+use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, MARKER_PREFIX, PathPattern, Redactor};
 use libfuzzer_sys::fuzz_target;
 use regex::Regex;
 use serde_json::Value;
 
 static PATHS: LazyLock<Regex> = LazyLock::new(|| Regex::new(DEFAULT_REDACT_PATHS).unwrap());
-static REDACTOR: LazyLock<Redactor> = LazyLock::new(|| Redactor::new(Some(PATHS.clone())));
+static REDACTOR: LazyLock<Redactor> =
+    LazyLock::new(|| Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap())));
 
 fn is_marker(v: &Value) -> bool {
     v.as_str().is_some_and(|s| s.starts_with(MARKER_PREFIX))

@@ -38,20 +38,50 @@ impl Change {
     }
 }
 
+/// Whether `key` is written as `.key` in a path (else `["key"]`).
+pub fn is_plain_key(key: &str) -> bool {
+    // A table over bytes, not chars: every allowed character is ASCII, and
+    // no byte of a multi-byte character is (keys are checked a million
+    // times a second).
+    const PLAIN: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            let c = b as u8;
+            t[b] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'$';
+            b += 1;
+        }
+        t
+    };
+    !key.is_empty() && key.bytes().all(|b| PLAIN[usize::from(b)])
+}
+
+/// Whether JSON writes `key` as it is between its quotes (serde_json
+/// escapes only quotes, backslashes and control characters).
+pub fn needs_no_escape(key: &str) -> bool {
+    !key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
 /// Appends `key` to `path` as a field segment, quoting keys that are not
 /// plain identifiers (label and annotation keys contain dots and slashes).
 pub fn push_field(path: &mut String, key: &str) {
-    // Bytes, not chars: every allowed character is ASCII, and no byte of a
-    // multi-byte character is (no UTF-8 decoding for a million keys).
-    let plain = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'$');
-    if plain {
-        if !path.is_empty() {
+    let first = path.is_empty();
+    push_field_segment(path, key, first);
+}
+
+/// Appends `key` as a field segment to `path`; `first`: it begins the path
+/// (no dot before it).
+pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
+    if is_plain_key(key) {
+        if !first {
             path.push('.');
         }
         path.push_str(key);
+    } else if needs_no_escape(key) {
+        // What JSON would write, without a formatter: `["app.kubernetes.io/name"]`.
+        path.push_str("[\"");
+        path.push_str(key);
+        path.push_str("\"]");
     } else {
         let _ = write!(path, "[{}]", Value::String(key.to_string()));
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use regex::Regex;
 
-use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use crate::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use crate::aggregate::span_cache::{LocalSpanCache, SpanCache};
 use crate::aggregate::{self, Processor, ProcessorConfig};
 use crate::analysis::changelog::{ChangelogWriter, DEFAULT_QUEUE as CHANGELOG_QUEUE};
@@ -174,8 +174,8 @@ impl PipelineConfig {
 
     /// The redactor of diff values.
     pub fn redactor(&self) -> anyhow::Result<Redactor> {
-        let redact =
-            Regex::new(&self.redact_paths).context("--redact-paths is not a valid regex")?;
+        let redact = PathPattern::new(&self.redact_paths)
+            .map_err(|e| anyhow::anyhow!("--redact-paths {:?}: {e}", self.redact_paths))?;
         Ok(Redactor::new(Some(redact)))
     }
 

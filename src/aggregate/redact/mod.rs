@@ -24,11 +24,14 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use regex::Regex;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::diff::{list_item_key, push_field, push_item_label};
+mod paths;
+
+pub use paths::{PathCursor, PathPattern};
+
+use super::diff::{list_item_key, push_item_label};
 
 pub const MARKER_PREFIX: &str = "<redacted:";
 
@@ -55,7 +58,7 @@ pub const DEFAULT_REDACT_PATHS: &str =
 
 #[derive(Clone)]
 pub struct Redactor {
-    paths: Option<Regex>,
+    paths: Option<std::sync::Arc<PathPattern>>,
     seed: u64,
 }
 
@@ -71,11 +74,14 @@ enum Copy {
 }
 
 impl Redactor {
-    pub fn new(paths: Option<Regex>) -> Self {
+    pub fn new(paths: Option<PathPattern>) -> Self {
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish();
-        Self { paths, seed }
+        Self {
+            paths: paths.map(std::sync::Arc::new),
+            seed,
+        }
     }
 
     pub fn marker(&self, v: &Value) -> Value {
@@ -101,8 +107,8 @@ impl Redactor {
             changed |= self.redact_secret(obj);
         }
         changed |= self.redact_copies(secret, obj, depth);
-        if let Some(re) = &self.paths {
-            changed |= self.redact_paths(re, obj, &mut String::new(), None);
+        if let Some(pattern) = &self.paths {
+            changed |= self.redact_paths(pattern, obj, pattern.root(), None, &mut String::new());
         }
         changed
     }
@@ -200,62 +206,43 @@ impl Redactor {
     /// own name whatever its list looks like.
     fn redact_paths(
         &self,
-        re: &Regex,
+        pattern: &PathPattern,
         v: &mut Value,
-        path: &mut String,
-        mut by_name: Option<&mut String>,
+        at: PathCursor,
+        by_name: Option<PathCursor>,
+        segment: &mut String,
     ) -> bool {
         let mut changed = false;
         match v {
             Value::Object(map) => {
                 for (k, child) in map.iter_mut() {
-                    let len = path.len();
-                    push_field(path, k);
-                    match by_name.as_deref_mut() {
-                        Some(alt) => {
-                            let alt_len = alt.len();
-                            push_field(alt, k);
-                            changed |= self.redact_paths(re, child, path, Some(&mut *alt));
-                            alt.truncate(alt_len);
-                        }
-                        None => changed |= self.redact_paths(re, child, path, None),
-                    }
-                    path.truncate(len);
+                    let next = pattern.feed_field(at, k, segment);
+                    let alt = by_name.map(|alt| pattern.feed_field(alt, k, segment));
+                    changed |= self.redact_paths(pattern, child, next, alt, segment);
                 }
             }
             Value::Array(items) => {
-                // Same item naming as diffs, so patterns match diff paths.
                 let key = list_item_key(items);
                 for (i, child) in items.iter_mut().enumerate() {
+                    // Items the diff labels by another key or by index are
+                    // also matched by their name (duplicate env names).
                     let named =
                         key != Some("name") && matches!(child.get("name"), Some(Value::String(_)));
-                    let name_key = if named { Some("name") } else { key };
-                    let len = path.len();
-                    match by_name.as_deref_mut() {
-                        Some(alt) => {
-                            let alt_len = alt.len();
-                            push_item_label(alt, child, name_key, i);
-                            push_item_label(path, child, key, i);
-                            changed |= self.redact_paths(re, child, path, Some(&mut *alt));
-                            alt.truncate(alt_len);
-                        }
-                        None if named => {
-                            let mut alt = path.clone();
-                            push_item_label(&mut alt, child, name_key, i);
-                            push_item_label(path, child, key, i);
-                            changed |= self.redact_paths(re, child, path, Some(&mut alt));
-                        }
-                        None => {
-                            push_item_label(path, child, key, i);
-                            changed |= self.redact_paths(re, child, path, None);
-                        }
-                    }
-                    path.truncate(len);
+                    segment.clear();
+                    push_item_label(segment, child, key, i);
+                    let next = pattern.feed(at, segment);
+                    let alt = (named || by_name.is_some()).then(|| {
+                        let name_key = if named { Some("name") } else { key };
+                        segment.clear();
+                        push_item_label(segment, child, name_key, i);
+                        pattern.feed(by_name.unwrap_or(at), segment)
+                    });
+                    changed |= self.redact_paths(pattern, child, next, alt, segment);
                 }
             }
             Value::Null => {}
             leaf => {
-                if re.is_match(path) || by_name.is_some_and(|alt| re.is_match(alt)) {
+                if pattern.is_match(at) || by_name.is_some_and(|alt| pattern.is_match(alt)) {
                     *leaf = self.marker(leaf);
                     changed = true;
                 }
@@ -300,7 +287,7 @@ mod tests {
 
     #[test]
     fn path_pattern_redacts_credential_env_values_only() {
-        let r = Redactor::new(Some(Regex::new(DEFAULT_REDACT_PATHS).unwrap()));
+        let r = Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()));
         let mut pod = json!({"spec": {"containers": [{"name": "app", "env": [
             {"name": "DB_PASSWORD", "value": "pw"}, {"name": "MODE", "value": "fast"}]}]}});
         r.redact("", "pods", &mut pod);
@@ -314,7 +301,7 @@ mod tests {
     }
 
     fn default_redactor() -> Redactor {
-        Redactor::new(Some(Regex::new(DEFAULT_REDACT_PATHS).unwrap()))
+        Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()))
     }
 
     fn is_marker(v: &Value) -> bool {
@@ -342,7 +329,7 @@ mod tests {
     #[test]
     fn patterns_written_against_diff_paths_still_match() {
         // A user pattern naming an index label (items without names).
-        let r = Redactor::new(Some(Regex::new(r"^spec\.args\[1\]$").unwrap()));
+        let r = Redactor::new(Some(PathPattern::new(r"^spec\.args\[1\]$").unwrap()));
         let mut obj = json!({"spec": {"args": ["--user=a", "--password=b"]}});
         r.redact("example.com", "things", &mut obj);
         assert_eq!(obj["spec"]["args"][0], "--user=a");
