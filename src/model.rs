@@ -74,7 +74,7 @@ impl ObjectRef {
         if self.group.is_empty() {
             self.resource.clone()
         } else {
-            format!("{}/{}", self.resource, self.group)
+            [self.resource.as_str(), &self.group].join("/")
         }
     }
 }

@@ -20,11 +20,23 @@ pub struct SpanRef {
 
 impl SpanRef {
     pub fn trace_hex(&self) -> String {
-        format!("{:032x}", u128::from_be_bytes(self.trace_id))
+        lower_hex(&self.trace_id)
     }
     pub fn span_hex(&self) -> String {
-        format!("{:016x}", u64::from_be_bytes(self.span_id))
+        lower_hex(&self.span_id)
     }
+}
+
+/// Bytes as lowercase hex, as OTLP/JSON and Jaeger write ids (a formatter
+/// with padding cost several times more, for several ids per write).
+pub fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
 }
 
 /// Where the change was seen.
@@ -194,4 +206,26 @@ pub trait ChangeSink: Send + Sync {
     }
     /// One Event occurrence (each once, however often it is seen).
     fn event(&self, _event: &EventRecord) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_in_hex_as_a_padded_formatter_writes_them() {
+        for (trace, span) in [
+            (0u128, 0u64),
+            (1, 0xff),
+            (u128::MAX, u64::MAX),
+            (0x0a << 120, 0xabc),
+        ] {
+            let r = SpanRef {
+                trace_id: trace.to_be_bytes(),
+                span_id: span.to_be_bytes(),
+            };
+            assert_eq!(r.trace_hex(), format!("{trace:032x}"));
+            assert_eq!(r.span_hex(), format!("{span:016x}"));
+        }
+    }
 }

@@ -252,22 +252,14 @@ impl CauseIndex {
                     cpid: effect_cpid(effect, resolved.cpid),
                     cause: Some(Cause {
                         span: c.entry.span,
-                        name: if c.entry.user.is_empty() {
-                            format!(
-                                "{} {} {}",
-                                c.entry.op.as_str(),
-                                c.object.group_resource(),
-                                object_name(&c.object)
-                            )
-                        } else {
-                            format!(
-                                "{} {} {} {}",
-                                c.entry.user,
-                                c.entry.op.as_str(),
-                                c.object.group_resource(),
-                                object_name(&c.object)
-                            )
-                        },
+                        // Joined, not formatted: one per write.
+                        name: [
+                            c.entry.user.as_str(),
+                            c.entry.op.as_str(),
+                            &c.object.group_resource(),
+                            &object_name(&c.object),
+                        ][usize::from(c.entry.user.is_empty())..]
+                            .join(" "),
                         edge: edge(&c.object, effect, same),
                         rule: c.rule.to_string(),
                         hop,
@@ -415,7 +407,7 @@ fn object_name(o: &ObjectRef) -> String {
     if o.namespace.is_empty() {
         o.name.clone()
     } else {
-        format!("{}/{}", o.namespace, o.name)
+        [o.namespace.as_str(), &o.name].join("/")
     }
 }
 
