@@ -20,7 +20,7 @@ use serde_json::Value;
 
 pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
-    OwnerReference, ResponseStatus, StatusDetails, UserInfo,
+    OwnerReference, ResponseStatus, StatusDetails, UserInfo, owner_references_of,
 };
 pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,

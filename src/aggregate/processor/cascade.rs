@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::causes::{ChangeEntry, Effect, Inference, Op};
@@ -16,8 +15,8 @@ use super::super::status;
 use super::Processor;
 use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, OwnerReference, Readiness,
-    RelatedObject, SpanRef, WriteCpid, is_event_resource,
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, Readiness, RelatedObject,
+    SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -128,28 +127,12 @@ impl Processor {
     }
 
     fn register_owners_on_arrival(&self, item: &Accepted) {
-        #[derive(Deserialize)]
-        struct Head {
-            #[serde(default)]
-            metadata: Meta,
-        }
-        #[derive(Default, Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Meta {
-            #[serde(default)]
-            owner_references: Vec<OwnerReference>,
-        }
         let ev = &item.event;
         let Some(raw) = ev.response_object.as_ref().or(ev.request_object.as_ref()) else {
             return;
         };
-        let Ok(head) = serde_json::from_str::<Head>(raw.get()) else {
-            return;
-        };
         let obj = &item.object;
-        let relations: Vec<(Relation, String)> = head
-            .metadata
-            .owner_references
+        let relations: Vec<(Relation, String)> = owner_references_of(raw.get())
             .into_iter()
             .map(|o| {
                 let target = self.kinds.referenced_object(
