@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::model::KeyHasher;
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3;
 
 use super::super::diff::Change;
 use super::super::rules::Relation;
@@ -123,7 +123,7 @@ impl Processor {
     ) -> Result<(), ProcessError> {
         // The hash of `<role>|<class>|<other object's key>`.
         let link_key = |role: &str, class: &str, other: &ObjectRef| {
-            let mut h = Xxh3::new();
+            let mut h = KeyHasher::new();
             h.update(role.as_bytes());
             h.update(b"|");
             h.update(class.as_bytes());

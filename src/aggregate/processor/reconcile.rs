@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::model::KeyHasher;
 use moka::policy::EvictionPolicy;
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3;
 
 use super::super::diff::Change;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
@@ -298,7 +298,7 @@ fn watch_aliases(kind: WatchKind, changes: &[Change]) -> Vec<&'static str> {
 
 /// The ledger's key of an object's version (`deleted` for its deletion).
 pub(super) fn ledger_key(object_key: &str, version: &str) -> u128 {
-    let mut h = Xxh3::new();
+    let mut h = KeyHasher::new();
     for part in [object_key, "@", version] {
         h.update(part.as_bytes());
     }
