@@ -229,7 +229,7 @@ impl Processor {
         let mut outcome = state::apply(
             ev,
             obj,
-            old.as_deref(),
+            old.as_ref(),
             &self.kinds,
             self.full_objects().then_some(&self.redactor),
         );
@@ -276,7 +276,7 @@ impl Processor {
             .state
             .as_ref()
             .or(outcome.snapshot.as_ref())
-            .or(old.as_deref())
+            .or(old.as_ref())
             .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
             .unwrap_or_default();
         // The label index learns the new labels and selectors now, so that a
@@ -329,7 +329,7 @@ impl Processor {
                 own.as_ref(),
                 &cause_relations,
                 old.as_ref(),
-                outcome.state.as_ref().filter(|_| !deleted),
+                outcome.state.as_deref().filter(|_| !deleted),
                 object_status.as_ref(),
             )
             .await;
@@ -340,7 +340,7 @@ impl Processor {
             } else if let Some(state) = outcome.state
                 && keeps_state
             {
-                self.states.put(key, Arc::new(state))?;
+                self.states.put(key, state)?;
             }
             self.metrics.events_processed.inc();
             return Ok(());
@@ -387,7 +387,7 @@ impl Processor {
         {
             self.record_selector_link_list(selector_links, ev.request_received_timestamp)
                 .await?;
-            self.states.put(key, Arc::new(state))?;
+            self.states.put(key, state)?;
         }
         self.metrics.events_processed.inc();
         Ok(())

@@ -2,6 +2,8 @@
 //! known (redacted, without noise), the changed paths or a snapshot, and the
 //! resource versions around it.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::super::diff::{self, Change};
@@ -13,11 +15,12 @@ use crate::pipeline::AuditEvent;
 /// What one write did to the object.
 #[derive(Default, Debug)]
 pub(super) struct Outcome {
-    /// The object after the write, when the response tells it.
-    pub state: Option<Value>,
+    /// The object after the write, when the response tells it (shared with
+    /// the state store, and with `snapshot` for a create).
+    pub state: Option<Arc<Value>>,
     pub changes: Vec<Change>,
     /// The whole object, for a create or a delete.
-    pub snapshot: Option<Value>,
+    pub snapshot: Option<Arc<Value>>,
 }
 
 fn set_path(state: &mut Value, path: &[&str], v: Value) {
@@ -43,7 +46,7 @@ fn set_path(state: &mut Value, path: &[&str], v: Value) {
 pub(super) fn apply(
     ev: &AuditEvent,
     obj: &ObjectRef,
-    old: Option<&Value>,
+    old: Option<&Arc<Value>>,
     kinds: &KindRegistry,
     redactor: Option<&Redactor>,
 ) -> Outcome {
@@ -73,7 +76,7 @@ pub(super) fn apply(
                 .cloned()
                 .unwrap_or(Value::Null);
             let mut s = old
-                .cloned()
+                .map(|o| Value::clone(o))
                 .unwrap_or_else(|| Value::Object(Default::default()));
             set_path(&mut s, &["spec", "replicas"], replicas);
             // The Scale's resourceVersion is the object's new one: the
@@ -95,7 +98,7 @@ pub(super) fn apply(
                 .and_then(|b| crate::json::pointer(&b, "/target/name").cloned());
             node.map(|n| {
                 let mut s = old
-                    .cloned()
+                    .map(|o| Value::clone(o))
                     .unwrap_or_else(|| Value::Object(Default::default()));
                 set_path(&mut s, &["spec", "nodeName"], n);
                 s
@@ -119,6 +122,7 @@ pub(super) fn apply(
         }
         _ => None,
     };
+    let new_state = new_state.map(Arc::new);
     let creates_object = ev.verb == "create" && subresource.is_empty();
     if redactor.is_none() {
         out.state = new_state;
@@ -226,7 +230,7 @@ mod tests {
     fn replay(scenario: &str) -> Vec<(Value, AuditEvent, Outcome)> {
         let kinds = KindRegistry::default();
         let redactor = Redactor::new(None);
-        let mut states: std::collections::HashMap<String, Value> = Default::default();
+        let mut states: std::collections::HashMap<String, Arc<Value>> = Default::default();
         let mut out = Vec::new();
         for raw in audit_values(scenario) {
             let Some(item) = accepted(&raw) else { continue };
