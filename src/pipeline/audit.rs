@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
+use super::object_json::ObjectText;
 use crate::model::ObjectRef;
 
 pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
@@ -38,10 +38,17 @@ pub struct AuditEvent {
     pub object_ref: Option<AuditObjectRef>,
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
-    #[serde(default)]
-    pub request_object: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub response_object: Option<Box<RawValue>>,
+    // Without `metadata.managedFields` (see `object_json`).
+    #[serde(
+        default,
+        deserialize_with = "super::object_json::without_managed_fields"
+    )]
+    pub request_object: Option<ObjectText>,
+    #[serde(
+        default,
+        deserialize_with = "super::object_json::without_managed_fields"
+    )]
+    pub response_object: Option<ObjectText>,
     #[serde(with = "rfc3339")]
     pub request_received_timestamp: SystemTime,
     #[serde(with = "rfc3339")]
@@ -123,63 +130,6 @@ pub struct OwnerReference {
     pub uid: String,
     #[serde(default)]
     pub controller: Option<bool>,
-}
-
-/// An object's `metadata.ownerReferences`, read without going past them:
-/// the parse stops once they are read or the metadata ends, so the object's
-/// `managedFields`, spec and status are not scanned (an owner learns of a new
-/// object as it arrives). Empty when there are none, or they do not parse.
-pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
-    use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-    /// Ends the parse early: the error carries no news.
-    const DONE: &str = "read what was wanted";
-    struct Top<'s>(&'s mut Vec<OwnerReference>);
-    struct Meta<'s>(&'s mut Vec<OwnerReference>);
-    impl<'de> Visitor<'de> for Top<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<String>()? {
-                if key == "metadata" {
-                    return map.next_value_seed(Meta(self.0));
-                }
-                map.next_value::<IgnoredAny>()?;
-            }
-            Ok(())
-        }
-    }
-    impl<'de> DeserializeSeed<'de> for Meta<'_> {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Meta<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("object metadata")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<String>()? {
-                if key == "ownerReferences" {
-                    *self.0 = map.next_value()?;
-                    break;
-                }
-                map.next_value::<IgnoredAny>()?;
-            }
-            Err(de::Error::custom(DONE))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-            Err(de::Error::custom(DONE))
-        }
-    }
-    let mut owners = Vec::new();
-    let mut de = serde_json::Deserializer::from_str(object_json);
-    // Err(DONE) is the normal end; any other error leaves `owners` empty.
-    let _ = de.deserialize_map(Top(&mut owners));
-    owners
 }
 
 /// What [`AuditEvent::failed_create`] reads of the request object.
@@ -460,51 +410,6 @@ mod tests {
                 && e["responseObject"]["metadata"]["generateName"].is_string()
         })
         .expect("the fixture has generateName creates")
-    }
-
-    #[test]
-    fn owner_references_are_read_as_a_full_parse_reads_them() {
-        let mut with_owners = 0;
-        for scenario in ["deployment", "statefulset", "job", "cronjob"] {
-            let log = std::fs::read_to_string(format!(
-                "{}/e2e/fixtures/{scenario}/audit.log",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
-            for line in log.lines() {
-                let ev: Value = serde_json::from_str(line).unwrap();
-                for field in ["requestObject", "responseObject"] {
-                    let Some(obj) = ev.get(field) else { continue };
-                    let full: Vec<OwnerReference> = obj
-                        .pointer("/metadata/ownerReferences")
-                        .map(|o| serde_json::from_value(o.clone()).unwrap())
-                        .unwrap_or_default();
-                    with_owners += usize::from(!full.is_empty());
-                    // As the apiserver writes it, and with the keys reordered.
-                    assert_eq!(owner_references_of(&obj.to_string()), full, "{line}");
-                    assert_eq!(
-                        owner_references_of(&serde_json::to_string_pretty(obj).unwrap()),
-                        full
-                    );
-                }
-            }
-        }
-        assert!(with_owners > 20, "{with_owners}");
-        let owner = r#"{"apiVersion":"v1","kind":"X","name":"o","uid":"u"}"#;
-        let late =
-            format!(r#"{{"metadata":{{"managedFields":[{{}}],"ownerReferences":[{owner}]}}}}"#);
-        assert_eq!(owner_references_of(&late)[0].name, "o");
-        for none in [
-            "null",
-            "[]",
-            r#"{"metadata":null}"#,
-            r#"{"metadata":{}}"#,
-            "{",
-        ] {
-            assert!(owner_references_of(none).is_empty(), "{none}");
-        }
-        let bad = r#"{"metadata":{"ownerReferences":[{"name":7}]}}"#;
-        assert!(owner_references_of(bad).is_empty());
     }
 
     fn parse(ev: &Value) -> AuditEvent {

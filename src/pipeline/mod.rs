@@ -11,6 +11,7 @@ mod audit;
 mod change;
 mod intake;
 mod k8s_event;
+mod object_json;
 mod progress;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use serde_json::Value;
 
 pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
-    OwnerReference, ResponseStatus, StatusDetails, UserInfo, owner_references_of,
+    OwnerReference, ResponseStatus, StatusDetails, UserInfo,
 };
 pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
@@ -30,6 +31,7 @@ pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
     EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,
 };
+pub use object_json::{ObjectText, owner_references_of};
 pub use progress::{ExportProgress, Gauges};
 
 use crate::model::ObjectRef;

@@ -39,7 +39,7 @@ pub(super) fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Ca
 /// patch's request is partial), else from the request of a create (when
 /// the audit policy logs no responses).
 fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
-    let parse = |raw: &Option<Box<serde_json::value::RawValue>>| {
+    let parse = |raw: &Option<crate::pipeline::ObjectText>| {
         raw.as_ref()
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|v| K8sEvent::from_object(&v))

@@ -1,0 +1,376 @@
+//! The objects an audit event carries (`requestObject`, `responseObject`),
+//! as kascade reads them: kept as JSON text without `metadata.managedFields`
+//! (often the larger half of an object, and never shown), and read in part
+//! where only a part is needed.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::audit::OwnerReference;
+
+/// `#[serde(deserialize_with)]` for an audit event's object: its JSON text
+/// without `metadata.managedFields`, cut out in the same pass that finds
+/// where the object ends (the fields kept are copied as written, the object
+/// written compact). `null` is no object; anything else but an object is
+/// kept whole.
+pub fn without_managed_fields<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ObjectText>, D::Error> {
+    let text = match d.deserialize_any(PieceVisitor { trim: Trim::Top })? {
+        Piece::Null => return Ok(None),
+        Piece::Raw(raw) => raw.get().to_string(),
+        Piece::Fields(fields) => {
+            let mut out = String::with_capacity(fields_len(&fields));
+            write_fields(&mut out, &fields);
+            out
+        }
+        Piece::Owned(text) => text,
+    };
+    Ok(Some(ObjectText(text.into_boxed_str())))
+}
+
+/// The JSON text of an object an audit event carries, as
+/// [`without_managed_fields`] left it: well-formed (it was parsed to be
+/// cut), so it is not checked again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectText(Box<str>);
+
+impl ObjectText {
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A key, borrowed from the input when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One value of the object being trimmed.
+enum Piece<'de> {
+    Null,
+    /// As written in the input.
+    Raw(&'de RawValue),
+    /// An object level whose fields are written out again.
+    Fields(Vec<(Key<'de>, Piece<'de>)>),
+    /// Not an object where one was expected: written out again whole.
+    Owned(String),
+}
+
+/// Which level is read: the object, whose `metadata` is read as a level of
+/// its own, or that `metadata`, whose `managedFields` are left out.
+#[derive(Clone, Copy)]
+enum Trim {
+    Top,
+    Metadata,
+}
+
+struct PieceVisitor {
+    trim: Trim,
+}
+
+impl<'de> DeserializeSeed<'de> for PieceVisitor {
+    type Value = Piece<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Piece<'de>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl PieceVisitor {
+    fn owned<E: de::Error>(v: Value) -> Result<Piece<'static>, E> {
+        serde_json::to_string(&v)
+            .map(Piece::Owned)
+            .map_err(E::custom)
+    }
+}
+
+impl<'de> Visitor<'de> for PieceVisitor {
+    type Value = Piece<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Piece<'de>, A::Error> {
+        let mut fields = Vec::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match (self.trim, &*key.0) {
+                (Trim::Metadata, "managedFields") => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                (Trim::Top, "metadata") => {
+                    let piece = map.next_value_seed(PieceVisitor {
+                        trim: Trim::Metadata,
+                    })?;
+                    fields.push((key, piece));
+                }
+                _ => fields.push((key, Piece::Raw(map.next_value()?))),
+            }
+        }
+        Ok(Piece::Fields(fields))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Piece<'de>, E> {
+        Ok(Piece::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Piece<'de>, A::Error> {
+        Self::owned(Value::deserialize(de::value::SeqAccessDeserializer::new(
+            seq,
+        ))?)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Piece<'de>, E> {
+        Self::owned(v.into())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Piece<'de>, E> {
+        Self::owned(v.into())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Piece<'de>, E> {
+        Self::owned(v.into())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Piece<'de>, E> {
+        Self::owned(v.into())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Piece<'de>, E> {
+        Self::owned(v.into())
+    }
+}
+
+fn quoted_key(key: &str) -> Cow<'_, str> {
+    if crate::aggregate::diff::needs_no_escape(key) {
+        Cow::Borrowed(key)
+    } else {
+        // Escapes may differ from the input's; the key they stand for does not.
+        let q = serde_json::to_string(key).unwrap_or_default();
+        Cow::Owned(q[1..q.len() - 1].to_string())
+    }
+}
+
+fn piece_len(p: &Piece<'_>) -> usize {
+    match p {
+        Piece::Null => 4,
+        Piece::Raw(raw) => raw.get().len(),
+        Piece::Fields(fields) => fields_len(fields),
+        Piece::Owned(text) => text.len(),
+    }
+}
+
+fn fields_len(fields: &[(Key<'_>, Piece<'_>)]) -> usize {
+    2 + fields
+        .iter()
+        .map(|(k, v)| k.0.len() + 4 + piece_len(v))
+        .sum::<usize>()
+}
+
+fn write_fields(out: &mut String, fields: &[(Key<'_>, Piece<'_>)]) {
+    out.push('{');
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(&quoted_key(&key.0));
+        out.push_str("\":");
+        match value {
+            Piece::Null => out.push_str("null"),
+            Piece::Raw(raw) => out.push_str(raw.get()),
+            Piece::Fields(inner) => write_fields(out, inner),
+            Piece::Owned(text) => out.push_str(text),
+        }
+    }
+    out.push('}');
+}
+
+/// An object's `metadata.ownerReferences`, read without going past them:
+/// the parse stops once they are read or the metadata ends, so the object's
+/// `managedFields`, spec and status are not scanned (an owner learns of a new
+/// object as it arrives). Empty when there are none, or they do not parse.
+pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
+    /// Ends the parse early: the error carries no news.
+    const DONE: &str = "read what was wanted";
+    struct Top<'s>(&'s mut Vec<OwnerReference>);
+    struct Meta<'s>(&'s mut Vec<OwnerReference>);
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "metadata" {
+                    return map.next_value_seed(Meta(self.0));
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Meta<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Meta<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("object metadata")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "ownerReferences" {
+                    *self.0 = map.next_value()?;
+                    break;
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Err(de::Error::custom(DONE))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            Err(de::Error::custom(DONE))
+        }
+    }
+    let mut owners = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(object_json);
+    // Err(DONE) is the normal end; any other error leaves `owners` empty.
+    let _ = de.deserialize_map(Top(&mut owners));
+    owners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trimmed(object: &str) -> Option<String> {
+        let mut de = serde_json::Deserializer::from_str(object);
+        let out = without_managed_fields(&mut de).unwrap();
+        de.end().unwrap();
+        out.map(|t| t.get().to_string())
+    }
+
+    #[test]
+    fn objects_are_kept_whole_but_for_their_managed_fields() {
+        let mut cut = 0;
+        for scenario in ["deployment", "statefulset", "bigobject", "service"] {
+            let log = std::fs::read_to_string(format!(
+                "{}/e2e/fixtures/{scenario}/audit.log",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            for line in log.lines() {
+                let ev: Value = serde_json::from_str(line).unwrap();
+                for field in ["requestObject", "responseObject"] {
+                    let Some(obj) = ev.get(field) else { continue };
+                    let mut expected = obj.clone();
+                    if let Some(meta) = expected.get_mut("metadata").and_then(Value::as_object_mut)
+                    {
+                        cut += usize::from(meta.remove("managedFields").is_some());
+                    }
+                    let text = trimmed(&obj.to_string()).unwrap();
+                    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), expected);
+                    assert!(!text.contains("\"managedFields\""), "{text}");
+                }
+            }
+        }
+        assert!(cut > 100, "{cut}");
+        // Kept as written: field order, numbers, escapes inside values.
+        let text =
+            r#"{"z":1.50,"metadata":{"b":"\u00e9","managedFields":[{"a":{}}],"a":[]},"a":null}"#;
+        assert_eq!(
+            trimmed(text).unwrap(),
+            r#"{"z":1.50,"metadata":{"b":"\u00e9","a":[]},"a":null}"#
+        );
+        // A key that needs escaping, written back escaped.
+        assert_eq!(trimmed(r#"{"a\"b":1}"#).unwrap(), r#"{"a\"b":1}"#);
+        // Only metadata's managedFields go.
+        assert_eq!(
+            trimmed(r#"{"managedFields":1,"spec":{"managedFields":2}}"#).unwrap(),
+            r#"{"managedFields":1,"spec":{"managedFields":2}}"#
+        );
+        // What is not an object is kept whole; null is no object.
+        assert_eq!(trimmed("null"), None);
+        assert_eq!(
+            trimmed(r#"{"metadata":null}"#).unwrap(),
+            r#"{"metadata":null}"#
+        );
+        assert_eq!(
+            trimmed(r#"{"metadata":["x",{"managedFields":1}]}"#).unwrap(),
+            r#"{"metadata":["x",{"managedFields":1}]}"#
+        );
+        assert_eq!(trimmed(r#"[1,"a"]"#).unwrap(), r#"[1,"a"]"#);
+        assert_eq!(trimmed(r#""text""#).unwrap(), r#""text""#);
+        assert_eq!(trimmed("-7").unwrap(), "-7");
+    }
+
+    #[test]
+    fn owner_references_are_read_as_a_full_parse_reads_them() {
+        let mut with_owners = 0;
+        for scenario in ["deployment", "statefulset", "job", "cronjob"] {
+            let log = std::fs::read_to_string(format!(
+                "{}/e2e/fixtures/{scenario}/audit.log",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            for line in log.lines() {
+                let ev: Value = serde_json::from_str(line).unwrap();
+                for field in ["requestObject", "responseObject"] {
+                    let Some(obj) = ev.get(field) else { continue };
+                    let full: Vec<OwnerReference> = obj
+                        .pointer("/metadata/ownerReferences")
+                        .map(|o| serde_json::from_value(o.clone()).unwrap())
+                        .unwrap_or_default();
+                    with_owners += usize::from(!full.is_empty());
+                    // As the apiserver writes it, and with the keys reordered.
+                    assert_eq!(owner_references_of(&obj.to_string()), full, "{line}");
+                    assert_eq!(
+                        owner_references_of(&serde_json::to_string_pretty(obj).unwrap()),
+                        full
+                    );
+                }
+            }
+        }
+        assert!(with_owners > 20, "{with_owners}");
+        let owner = r#"{"apiVersion":"v1","kind":"X","name":"o","uid":"u"}"#;
+        let late =
+            format!(r#"{{"metadata":{{"managedFields":[{{}}],"ownerReferences":[{owner}]}}}}"#);
+        assert_eq!(owner_references_of(&late)[0].name, "o");
+        for none in [
+            "null",
+            "[]",
+            r#"{"metadata":null}"#,
+            r#"{"metadata":{}}"#,
+            "{",
+        ] {
+            assert!(owner_references_of(none).is_empty(), "{none}");
+        }
+        let bad = r#"{"metadata":{"ownerReferences":[{"name":7}]}}"#;
+        assert!(owner_references_of(bad).is_empty());
+    }
+}
