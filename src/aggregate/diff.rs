@@ -190,7 +190,7 @@ pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
 
 fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>) {
     walk(v, path, &mut |p, leaf| {
-        let text: Option<Arc<str>> = Some(leaf.to_string().into());
+        let text = Some(json_text(leaf));
         out.push(Change {
             path: p.into(),
             old: if removed { text.clone() } else { None },
@@ -274,8 +274,8 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
         }
         (a, b) if is_leaf(a) && is_leaf(b) => out.push(Change {
             path: path.as_str().into(),
-            old: Some(a.to_string().into()),
-            new: Some(b.to_string().into()),
+            old: Some(json_text(a)),
+            new: Some(json_text(b)),
         }),
         (a, b) => {
             // An empty container that fills up (or empties) is just the adds (removes).
@@ -288,6 +288,12 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
             }
         }
     }
+}
+
+/// A leaf as JSON text, written straight into a buffer (`to_string` goes
+/// through a `fmt::Formatter`, several times the cost for short values).
+fn json_text(v: &Value) -> Arc<str> {
+    serde_json::to_string(v).unwrap_or_default().into()
 }
 
 /// Scalars and empty containers: what `walk_leaves` reports as leaves.
