@@ -87,10 +87,15 @@ impl ObjectRef {
 
     /// Canonical key used for hashing and cache lookups.
     pub fn key(&self) -> String {
-        format!(
-            "{}/{}/{}/{}/{}",
-            self.cluster, self.group, self.resource, self.namespace, self.name
-        )
+        // Joined, not formatted: several per write.
+        [
+            self.cluster.as_str(),
+            &self.group,
+            &self.resource,
+            &self.namespace,
+            &self.name,
+        ]
+        .join("/")
     }
 
     /// Feeds the bytes of [`Self::key`] to `h`, without building the string

@@ -102,7 +102,7 @@ fn child_span(
 
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
 pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
-    let mut name = format!("{} {}", w.user, w.verb);
+    let mut name = [w.user, w.verb].join(" ");
     if !w.subresource.is_empty() {
         name.push(' ');
         name.push_str(w.subresource);
@@ -182,7 +182,7 @@ pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBu
         h.update(&link_key.to_be_bytes());
     });
     let t = &l.target.object;
-    let name = format!("link {} {} {}", l.role, l.class, t.group_resource());
+    let name = ["link", l.role, l.class, &t.group_resource()].join(" ");
     let mut s = child_span(ow, id, &name, l.at, l.at);
     s.attr(attr::SPAN_KIND, SPAN_KIND_LINK);
     s.attr(attr::LINK_ROLE, l.role);
