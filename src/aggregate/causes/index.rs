@@ -278,7 +278,7 @@ pub(super) struct Objects {
 /// How often one shard is compacted: all of them once per [`KEEP_FOR`].
 const SWEEP_EVERY: Duration = Duration::from_millis(KEEP_FOR.as_millis() as u64 / SHARDS as u64);
 
-const SHARDS: usize = 64;
+pub(super) const SHARDS: usize = 64;
 
 type Changes = Arc<Mutex<ObjectChanges>>;
 

@@ -108,6 +108,13 @@ pub struct CauseIndex {
     users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
     metrics: Arc<Metrics>,
+    /// Entries the dispatcher noted, by place in arrival order, until their
+    /// shard takes them: the shard then completes the very entry effects
+    /// may already wait on, even when the index compacted or evicted it
+    /// meanwhile (a shard more than [`CAUSE_IDLE`] behind). Holds only work
+    /// in flight between the dispatcher and the shards (bounded by their
+    /// queues).
+    in_flight: std::sync::Mutex<std::collections::HashMap<u64, Arc<ChangeEntry>>>,
 }
 
 impl CauseIndex {
@@ -119,7 +126,33 @@ impl CauseIndex {
             ready: tokio::sync::Notify::new(),
             propagations: rules.propagations().to_vec(),
             metrics: metrics.clone(),
+            in_flight: Default::default(),
         }
+    }
+
+    /// Keeps the dispatcher's entry of a write for the shard that processes
+    /// it ([`Self::take_noted`]).
+    pub fn hand_to_shard(&self, entry: &Arc<ChangeEntry>) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(entry.arrival, entry.clone());
+    }
+
+    /// The entry the dispatcher noted for the write that arrived `arrival`-th.
+    pub fn take_noted(&self, arrival: u64) -> Option<Arc<ChangeEntry>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&arrival)
+    }
+
+    /// Compacts every object of the index as if it had been idle long enough.
+    #[cfg(test)]
+    pub fn compact_all_now(&self) -> usize {
+        (0..index::SHARDS)
+            .map(|shard| self.objects.compact_shard(shard, u32::MAX - 1))
+            .sum()
     }
 
     /// The next place in arrival order (from 1), for a write that is not

@@ -75,8 +75,11 @@ impl Processor {
     /// dispatcher calls this before the write is sharded); returns its place
     /// in that order.
     pub fn note_arrival(&self, item: &Accepted) -> u64 {
-        match self.arrival_entry(item) {
-            Some(entry) => entry.arrival,
+        match self.record_arrival(item) {
+            Some(entry) => {
+                self.causes.hand_to_shard(&entry);
+                entry.arrival
+            }
             None => self.causes.next_arrival(),
         }
     }
@@ -91,7 +94,18 @@ impl Processor {
         }
     }
 
+    /// A write's own entry as a candidate cause: the one the dispatcher
+    /// noted, else (processed without the dispatcher) recorded now.
     pub(super) fn arrival_entry(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
+        if item.arrival != 0
+            && let Some(entry) = self.causes.take_noted(item.arrival)
+        {
+            return Some(entry);
+        }
+        self.record_arrival(item)
+    }
+
+    fn record_arrival(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
         let ev = &item.event;
         if item.failed_create.is_some()
             || ev.code() >= 400

@@ -71,3 +71,39 @@ async fn a_create_refused_before_naming_is_shown_on_its_owner() {
     );
     assert!(audit.events.iter().any(|e| e.name == EVENT_SNAPSHOT));
 }
+
+/// A write whose entry the index compacted away between the dispatcher
+/// noting it and its shard processing it (a shard lagging more than the
+/// index's idle time): the shard completes the dispatcher's entry, the one
+/// an effect elsewhere may already wait on, instead of recording a new one.
+#[tokio::test]
+async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacted() {
+    let (p, _rx, _) = processor(ProcessorConfig::default());
+    let mut writes: Vec<Accepted> = audit_values("deployment")
+        .iter()
+        .filter_map(super::test_support::accepted)
+        .filter(|a| {
+            a.object.resource == "replicasets"
+                && a.event.subresource() == "status"
+                && a.event.code() < 300
+        })
+        .collect();
+    assert!(
+        writes.len() >= 2,
+        "the fixture updates its ReplicaSet's status"
+    );
+    writes.truncate(2);
+    for w in &mut writes {
+        w.arrival = p.note_arrival(w);
+    }
+    let first = p.causes.take_noted(writes[0].arrival).expect("noted");
+    p.causes.hand_to_shard(&first);
+    // Idle: only the newest status write of the object stays in the index.
+    assert!(p.causes.compact_all_now() >= 1);
+    assert!(first.resolved_now().is_none());
+    p.process(&writes[0]).await.unwrap();
+    assert!(
+        first.resolved_now().is_some(),
+        "the entry noted on arrival knows its cascade"
+    );
+}
