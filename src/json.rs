@@ -1,4 +1,4 @@
-//! Lookups in parsed objects. `serde_json::Value::pointer` allocates two
+//! Lookups in parsed objects, and what JSON escapes. `serde_json::Value::pointer` allocates two
 //! strings per segment (it unescapes `~0`/`~1`), and ran on every write's
 //! state several times (≈ 5 % of the collector's instructions, README,
 //! Benchmarks); these walk the segments as they are.
@@ -31,6 +31,12 @@ pub fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
     })
 }
 
+/// Whether JSON writes `text` as it is between its quotes (serde_json
+/// escapes only quotes, backslashes and control characters).
+pub fn needs_no_escape(text: &str) -> bool {
+    !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
+}
+
 fn segments(path: &str) -> Option<impl Iterator<Item = &str>> {
     debug_assert!(!path.contains('~'), "escaped pointer {path:?}");
     match path {
@@ -56,5 +62,25 @@ mod tests {
         *pointer_mut(&mut v, "/a/c/d").unwrap() = json!(3);
         assert_eq!(v.pointer("/a/c/d"), Some(&json!(3)));
         assert!(pointer_mut(&mut v, "/a/b/9").is_none());
+    }
+
+    #[test]
+    fn text_needs_no_escape_when_json_writes_it_as_it_is() {
+        for text in [
+            "",
+            "app.kubernetes.io/name",
+            "é ~ /",
+            "a\"b",
+            "a\\b",
+            "a\nb",
+            "\u{1f}",
+        ] {
+            let quoted = serde_json::to_string(text).unwrap();
+            assert_eq!(
+                needs_no_escape(text),
+                quoted[1..quoted.len() - 1] == *text,
+                "{text:?}"
+            );
+        }
     }
 }

@@ -56,12 +56,6 @@ pub fn is_plain_key(key: &str) -> bool {
     !key.is_empty() && key.bytes().all(|b| PLAIN[usize::from(b)])
 }
 
-/// Whether JSON writes `key` as it is between its quotes (serde_json
-/// escapes only quotes, backslashes and control characters).
-pub fn needs_no_escape(key: &str) -> bool {
-    !key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
-}
-
 /// Appends `key` to `path` as a field segment, quoting keys that are not
 /// plain identifiers (label and annotation keys contain dots and slashes).
 pub fn push_field(path: &mut String, key: &str) {
@@ -77,7 +71,7 @@ pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
             path.push('.');
         }
         path.push_str(key);
-    } else if needs_no_escape(key) {
+    } else if crate::json::needs_no_escape(key) {
         // What JSON would write, without a formatter: `["app.kubernetes.io/name"]`.
         path.push_str("[\"");
         path.push_str(key);

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use super::object_json::ObjectText;
+use super::object_json::{ObjectText, OwnerReference};
 use crate::model::ObjectRef;
 
 pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
@@ -115,21 +115,6 @@ pub struct FailedCreate {
     pub attempted_name: String,
     /// The requested object's controlling owner reference, else its first.
     pub owner: Option<OwnerReference>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReference {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub uid: String,
-    #[serde(default)]
-    pub controller: Option<bool>,
 }
 
 /// What [`AuditEvent::failed_create`] reads of the request object.

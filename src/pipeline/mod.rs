@@ -21,7 +21,7 @@ use serde_json::Value;
 
 pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
-    OwnerReference, ResponseStatus, StatusDetails, UserInfo,
+    ResponseStatus, StatusDetails, UserInfo,
 };
 pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
@@ -31,7 +31,7 @@ pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
     EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,
 };
-pub use object_json::{ObjectText, owner_references_of};
+pub use object_json::{ObjectText, OwnerReference, owner_references_of};
 pub use progress::{ExportProgress, Gauges};
 
 use crate::model::ObjectRef;

@@ -11,7 +11,21 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::audit::OwnerReference;
+/// An entry of an object's `metadata.ownerReferences`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
 
 /// `#[serde(deserialize_with)]` for an audit event's object: its JSON text
 /// without `metadata.managedFields`, cut out in the same pass that finds
@@ -164,7 +178,7 @@ impl<'de> Visitor<'de> for PieceVisitor {
 }
 
 fn quoted_key(key: &str) -> Cow<'_, str> {
-    if crate::aggregate::diff::needs_no_escape(key) {
+    if crate::json::needs_no_escape(key) {
         Cow::Borrowed(key)
     } else {
         // Escapes may differ from the input's; the key they stand for does not.

@@ -9,7 +9,8 @@ use regex_automata::dfa::{Automaton, StartKind, dense};
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 
-use crate::aggregate::diff::{is_plain_key, needs_no_escape, push_field_segment};
+use crate::aggregate::diff::{is_plain_key, push_field_segment};
+use crate::json::needs_no_escape;
 
 /// Bound on the compiled pattern (and on the work of compiling it).
 const DFA_SIZE_LIMIT: usize = 16 << 20;
