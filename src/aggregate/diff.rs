@@ -84,10 +84,15 @@ pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
 /// The key that names the items of `items`, if every item is an object
 /// carrying it with a distinct scalar value.
 pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
-    if items.is_empty() {
+    // Lists of scalars (args, finalizers) have no key: said before any
+    // label is gathered.
+    if !items.first().is_some_and(Value::is_object) {
         return None;
     }
     'keys: for key in LIST_ITEM_KEYS {
+        if !matches!(items[0].get(key), Some(Value::String(_) | Value::Number(_))) {
+            continue;
+        }
         let mut labels: Vec<Cow<'_, str>> = Vec::with_capacity(items.len());
         for item in items {
             labels.push(match item.get(key) {
