@@ -303,9 +303,10 @@ impl CauseIndex {
             None => {
                 let controller = effect.writer.is_some()
                     && effect.class.is_some_and(|class| {
-                        self.propagations
-                            .iter()
-                            .any(|p| p.explains(effect.object, effect.writer, class))
+                        let mut writer = WriterMatches::new(effect.writer);
+                        self.propagations.iter().any(|p| {
+                            p.explains_given(effect.object, class, |re| writer.matches(re))
+                        })
                     });
                 let role = if controller {
                     self.metrics.cascade_unexplained.inc();
@@ -360,8 +361,9 @@ impl CauseIndex {
             received: entry::Nanos::of(effect.received),
             completed: entry::Nanos::of(effect.completed),
         };
+        let mut writer = WriterMatches::new(effect.writer);
         for p in &self.propagations {
-            if !p.explains(effect.object, effect.writer, class) {
+            if !p.explains_given(effect.object, class, |re| writer.matches(re)) {
                 continue;
             }
             let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
@@ -433,6 +435,43 @@ impl CauseIndex {
 
     pub fn entry_count(&self) -> u64 {
         self.objects.entry_count()
+    }
+}
+
+/// An effect's writer matched once against each `writers:` regex, however
+/// many propagations share it (`Propagation::share_writers`; the built-in
+/// rules give all of theirs the same pattern).
+struct WriterMatches<'a> {
+    writer: Option<&'a str>,
+    /// Regexes already asked, by address, and their answers.
+    seen: [(*const regex::Regex, bool); 4],
+    len: usize,
+}
+
+impl<'a> WriterMatches<'a> {
+    fn new(writer: Option<&'a str>) -> Self {
+        Self {
+            writer,
+            seen: [(std::ptr::null(), false); 4],
+            len: 0,
+        }
+    }
+
+    /// Whether the writer matches `re`; true when the writer is not known.
+    fn matches(&mut self, re: &regex::Regex) -> bool {
+        let Some(w) = self.writer else {
+            return true;
+        };
+        let at: *const regex::Regex = re;
+        if let Some((_, m)) = self.seen[..self.len].iter().find(|(p, _)| *p == at) {
+            return *m;
+        }
+        let m = re.is_match(w);
+        if self.len < self.seen.len() {
+            self.seen[self.len] = (at, m);
+            self.len += 1;
+        }
+        m
     }
 }
 

@@ -170,7 +170,10 @@ impl RuleSet {
                 continue;
             }
             match spec.compile(source) {
-                Ok(p) => self.propagations.push(p),
+                Ok(mut p) => {
+                    p.share_writers(&self.propagations);
+                    self.propagations.push(p)
+                }
                 Err(e) => errors.push(e),
             }
         }

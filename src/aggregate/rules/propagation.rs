@@ -86,7 +86,9 @@ pub struct Propagation {
     on: u8,
     /// Writes of the effect it explains.
     writes: u8,
-    writers: Option<Regex>,
+    /// Shared by the propagations that give the same pattern (see
+    /// [`Self::share_writers`]).
+    writers: Option<std::sync::Arc<Regex>>,
     group: Option<String>,
     resource: Option<String>,
 }
@@ -99,16 +101,39 @@ impl Propagation {
     /// Whether this propagation can explain a write of `class` by `writer`
     /// (`None`: not known, e.g. seen only by the list-watch) to `obj`.
     pub fn explains(&self, obj: &ObjectRef, writer: Option<&str>, class: ChangeClass) -> bool {
+        self.explains_given(obj, class, |re| writer.is_none_or(|w| re.is_match(w)))
+    }
+
+    /// Takes the compiled `writers:` regex of an earlier propagation with the
+    /// same pattern, so that one match per writer serves both.
+    pub fn share_writers(&mut self, earlier: &[Propagation]) {
+        let Some(mine) = &self.writers else { return };
+        if let Some(same) = earlier
+            .iter()
+            .filter_map(|p| p.writers.as_ref())
+            .find(|re| re.as_str() == mine.as_str())
+        {
+            self.writers = Some(same.clone());
+        }
+    }
+
+    /// [`Self::explains`], whether the writer matches the `writers:` regex
+    /// told by `writer_matches` (asked only when there is one): a caller
+    /// checking every propagation against one writer asks each distinct
+    /// pattern once (the built-in rules share one).
+    pub fn explains_given(
+        &self,
+        obj: &ObjectRef,
+        class: ChangeClass,
+        writer_matches: impl FnOnce(&Regex) -> bool,
+    ) -> bool {
         self.writes & (1 << class.index()) != 0
             && self.group.as_ref().is_none_or(|g| *g == obj.group)
             && self
                 .resource
                 .as_ref()
                 .is_none_or(|r| r == "*" || *r == obj.resource)
-            && match (&self.writers, writer) {
-                (Some(re), Some(w)) => re.is_match(w),
-                _ => true,
-            }
+            && self.writers.as_deref().is_none_or(writer_matches)
     }
 }
 
@@ -187,7 +212,8 @@ impl PropagationSpec {
             .as_deref()
             .map(Regex::new)
             .transpose()
-            .map_err(|e| err("writers", &e.to_string()))?;
+            .map_err(|e| err("writers", &e.to_string()))?
+            .map(std::sync::Arc::new);
         let (group, resource) = match self.matcher {
             Some(m) => (m.group, m.resource),
             None => (None, None),
@@ -203,5 +229,38 @@ impl PropagationSpec {
             group,
             resource,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RuleSet;
+    use super::*;
+
+    #[test]
+    fn propagations_with_the_same_writers_pattern_share_one_regex() {
+        let mut set = RuleSet::default();
+        set.add_yaml(
+            "p.yaml",
+            r#"
+propagations:
+  - {name: a, relation: owner, cause: parent, on: [create], writes: [create], writers: '^system:'}
+  - {name: b, relation: owner, cause: parent, on: [update], writes: [update], writers: '^other:'}
+  - {name: c, relation: owner, cause: parent, on: [delete], writes: [delete], writers: '^system:'}
+  - {name: d, relation: owner, cause: parent, on: [delete], writes: [delete]}
+"#,
+        )
+        .unwrap();
+        let [a, b, c, d] = set.propagations() else {
+            panic!("four propagations")
+        };
+        let (a, b, c) = (
+            a.writers.as_ref().unwrap(),
+            b.writers.as_ref().unwrap(),
+            c.writers.as_ref().unwrap(),
+        );
+        assert!(std::sync::Arc::ptr_eq(a, c));
+        assert!(!std::sync::Arc::ptr_eq(a, b));
+        assert!(d.writers.is_none());
     }
 }
