@@ -235,7 +235,6 @@ impl PropagationSpec {
 #[cfg(test)]
 mod tests {
     use super::super::RuleSet;
-    use super::*;
 
     #[test]
     fn propagations_with_the_same_writers_pattern_share_one_regex() {
