@@ -31,6 +31,8 @@ pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
     EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,
 };
+#[cfg(test)]
+pub(crate) use object_json::fixture_objects;
 pub use object_json::{ObjectText, OwnerReference, owner_references_of};
 pub use progress::{ExportProgress, Gauges};
 

@@ -278,6 +278,29 @@ pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
     owners
 }
 
+/// The request and response objects of the audit logs the real control
+/// plane wrote for `scenarios` (e2e/fixtures), in log order.
+#[cfg(test)]
+pub(crate) fn fixture_objects(scenarios: &[&str]) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for scenario in scenarios {
+        let log = std::fs::read_to_string(format!(
+            "{}/e2e/fixtures/{scenario}/audit.log",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        for line in log.lines() {
+            let mut ev: Value = serde_json::from_str(line).unwrap();
+            for field in ["requestObject", "responseObject"] {
+                if let Some(obj) = ev.get_mut(field) {
+                    objects.push(obj.take());
+                }
+            }
+        }
+    }
+    objects
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,26 +315,14 @@ mod tests {
     #[test]
     fn objects_are_kept_whole_but_for_their_managed_fields() {
         let mut cut = 0;
-        for scenario in ["deployment", "statefulset", "bigobject", "service"] {
-            let log = std::fs::read_to_string(format!(
-                "{}/e2e/fixtures/{scenario}/audit.log",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
-            for line in log.lines() {
-                let ev: Value = serde_json::from_str(line).unwrap();
-                for field in ["requestObject", "responseObject"] {
-                    let Some(obj) = ev.get(field) else { continue };
-                    let mut expected = obj.clone();
-                    if let Some(meta) = expected.get_mut("metadata").and_then(Value::as_object_mut)
-                    {
-                        cut += usize::from(meta.remove("managedFields").is_some());
-                    }
-                    let text = trimmed(&obj.to_string()).unwrap();
-                    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), expected);
-                    assert!(!text.contains("\"managedFields\""), "{text}");
-                }
+        for obj in fixture_objects(&["deployment", "statefulset", "bigobject", "service"]) {
+            let mut expected = obj.clone();
+            if let Some(meta) = expected.get_mut("metadata").and_then(Value::as_object_mut) {
+                cut += usize::from(meta.remove("managedFields").is_some());
             }
+            let text = trimmed(&obj.to_string()).unwrap();
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), expected);
+            assert!(!text.contains("\"managedFields\""), "{text}");
         }
         assert!(cut > 100, "{cut}");
         // Kept as written: field order, numbers, escapes inside values.
@@ -346,29 +357,18 @@ mod tests {
     #[test]
     fn owner_references_are_read_as_a_full_parse_reads_them() {
         let mut with_owners = 0;
-        for scenario in ["deployment", "statefulset", "job", "cronjob"] {
-            let log = std::fs::read_to_string(format!(
-                "{}/e2e/fixtures/{scenario}/audit.log",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
-            for line in log.lines() {
-                let ev: Value = serde_json::from_str(line).unwrap();
-                for field in ["requestObject", "responseObject"] {
-                    let Some(obj) = ev.get(field) else { continue };
-                    let full: Vec<OwnerReference> = obj
-                        .pointer("/metadata/ownerReferences")
-                        .map(|o| serde_json::from_value(o.clone()).unwrap())
-                        .unwrap_or_default();
-                    with_owners += usize::from(!full.is_empty());
-                    // As the apiserver writes it, and with the keys reordered.
-                    assert_eq!(owner_references_of(&obj.to_string()), full, "{line}");
-                    assert_eq!(
-                        owner_references_of(&serde_json::to_string_pretty(obj).unwrap()),
-                        full
-                    );
-                }
-            }
+        for obj in fixture_objects(&["deployment", "statefulset", "job", "cronjob"]) {
+            let full: Vec<OwnerReference> = obj
+                .pointer("/metadata/ownerReferences")
+                .map(|o| serde_json::from_value(o.clone()).unwrap())
+                .unwrap_or_default();
+            with_owners += usize::from(!full.is_empty());
+            // As the apiserver writes it, and with the keys reordered.
+            assert_eq!(owner_references_of(&obj.to_string()), full, "{obj}");
+            assert_eq!(
+                owner_references_of(&serde_json::to_string_pretty(&obj).unwrap()),
+                full
+            );
         }
         assert!(with_owners > 20, "{with_owners}");
         let owner = r#"{"apiVersion":"v1","kind":"X","name":"o","uid":"u"}"#;

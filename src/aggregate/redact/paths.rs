@@ -117,25 +117,14 @@ mod tests {
     use crate::aggregate::diff::walk_leaves;
     use crate::aggregate::redact::DEFAULT_REDACT_PATHS;
     use regex::Regex;
-    use serde_json::Value;
 
     /// Every path of the fixture's objects, as the diff writes them.
     fn fixture_paths() -> Vec<String> {
         let mut paths = Vec::new();
-        for scenario in ["deployment", "statefulset", "bigobject", "service"] {
-            let log = std::fs::read_to_string(format!(
-                "{}/e2e/fixtures/{scenario}/audit.log",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
-            for line in log.lines() {
-                let ev: Value = serde_json::from_str(line).unwrap();
-                for obj in ["requestObject", "responseObject"] {
-                    if let Some(o) = ev.get(obj) {
-                        walk_leaves(o, &mut |p, _| paths.push(p.to_string()));
-                    }
-                }
-            }
+        for o in
+            crate::pipeline::fixture_objects(&["deployment", "statefulset", "bigobject", "service"])
+        {
+            walk_leaves(&o, &mut |p, _| paths.push(p.to_string()));
         }
         paths.extend(
             [
