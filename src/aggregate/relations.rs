@@ -1,6 +1,6 @@
 //! Relations of an object: owner references, then the declarative rules.
 
-use std::collections::HashMap;
+use crate::model::FastHashMap;
 use std::sync::RwLock;
 
 use serde_json::Value;
@@ -14,7 +14,7 @@ pub const CLASS_NON_CONTROLLER_OWNER: &str = "owner-ref";
 /// Maps an owner reference's kind to its resource and scope. Seeded with the
 /// built-in kinds, and taught by every audit event that names both.
 pub struct KindRegistry {
-    map: RwLock<HashMap<(String, String), (String, bool)>>,
+    map: RwLock<FastHashMap<(String, String), (String, bool)>>,
 }
 
 /// (group, kind, resource, namespaced) of the built-in kinds that own things
@@ -228,7 +228,8 @@ pub fn all_relations(
     // The first of each relation, judged by reference: most objects have
     // one or two, and cloning each into a set cost more than the rest.
     let keep: Vec<bool> = {
-        let mut seen = std::collections::HashSet::with_capacity(out.len());
+        let mut seen =
+            crate::model::FastHashSet::with_capacity_and_hasher(out.len(), Default::default());
         out.iter()
             .map(|(r, _)| {
                 if !crate::bounds::object_within_bounds(&r.target) {

@@ -24,6 +24,8 @@ struct Inner {
 
 pub struct SelectorIndex {
     targets: HashSet<(String, String)>,
+    /// What selector rules match, as a list: a handful, compared in place.
+    holders: Vec<(String, String)>,
     inner: Mutex<Inner>,
 }
 
@@ -48,6 +50,7 @@ impl SelectorIndex {
     pub fn new(rules: &RuleSet) -> Self {
         Self {
             targets: rules.selector_targets(),
+            holders: rules.selector_holders().into_iter().collect(),
             inner: Mutex::default(),
         }
     }
@@ -100,9 +103,7 @@ impl SelectorIndex {
         }
         let selectors = rules.selectors(obj, state);
         // Forget this object's old selectors (they may have changed).
-        for holders in inner.selectors.values_mut() {
-            holders.remove(obj);
-        }
+        self.forget_selectors(&mut inner, obj);
         for (rule, sel) in selectors {
             let scope = (
                 obj.cluster.clone(),
@@ -156,8 +157,33 @@ impl SelectorIndex {
         if let Some(m) = inner.labels.get_mut(&scope) {
             m.remove(&obj.name);
         }
-        for holders in inner.selectors.values_mut() {
-            holders.remove(obj);
+        self.forget_selectors(&mut inner, obj);
+    }
+
+    /// Drops `obj`'s selectors. A selector picks objects of its own cluster
+    /// and namespace, of a target resource: only those scopes are looked
+    /// at, not every namespace's (one lookup per target resource per write,
+    /// however many namespaces hold selectors).
+    fn forget_selectors(&self, inner: &mut Inner, obj: &ObjectRef) {
+        let holds = |(group, resource): &(String, String)| {
+            resource == "*" || (*group == obj.group && *resource == obj.resource)
+        };
+        if !self.holders.iter().any(holds) {
+            // Not a kind selector rules match (a Pod, a ReplicaSet): it holds none.
+            return;
+        }
+        let mut scope = (
+            obj.cluster.clone(),
+            obj.namespace.clone(),
+            String::new(),
+            String::new(),
+        );
+        for (group, resource) in &self.targets {
+            group.clone_into(&mut scope.2);
+            resource.clone_into(&mut scope.3);
+            if let Some(holders) = inner.selectors.get_mut(&scope) {
+                holders.remove(obj);
+            }
         }
     }
 
@@ -232,6 +258,42 @@ mod tests {
             &json!({"metadata": {"labels": {"app": "web"}}}),
         );
         assert!(links.is_empty());
+    }
+
+    #[test]
+    fn a_changed_selector_replaces_the_old_one_in_its_namespace_only() {
+        let r = rules();
+        let idx = SelectorIndex::new(&r);
+        let svc = ObjectRef::new("c", "", "services", "ns", "web");
+        let twin = ObjectRef::new("c", "", "services", "other", "web");
+        let web = json!({"spec": {"selector": {"app": "web"}}});
+        idx.update(&r, &svc, &web);
+        idx.update(&r, &twin, &web);
+        // The Service now selects `api`: `web` Pods are not its any more.
+        idx.update(&r, &svc, &json!({"spec": {"selector": {"app": "api"}}}));
+        let pod = |ns: &str, name: &str| ObjectRef::new("c", "", "pods", ns, name);
+        let labels = |app: &str| json!({"metadata": {"labels": {"app": app}}});
+        assert!(
+            idx.update(&r, &pod("ns", "web-1"), &labels("web"))
+                .is_empty()
+        );
+        let links = idx.update(&r, &pod("ns", "api-1"), &labels("api"));
+        assert_eq!(links.len(), 1);
+        assert_eq!(links[0].holder, svc);
+        // The Service of the same name in another namespace kept its own.
+        let links = idx.update(&r, &pod("other", "web-1"), &labels("web"));
+        assert_eq!(links.len(), 1);
+        assert_eq!(links[0].holder, twin);
+        // Removing one leaves the other.
+        idx.remove(&svc);
+        assert!(
+            idx.update(&r, &pod("ns", "api-2"), &labels("api"))
+                .is_empty()
+        );
+        assert_eq!(
+            idx.update(&r, &pod("other", "web-2"), &labels("web")).len(),
+            1
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! routes all work about an object to one worker); different objects may be
 //! used concurrently.
 
-use std::collections::HashMap;
+use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;

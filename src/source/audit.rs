@@ -2,7 +2,7 @@
 //! an audit log decoded into [`AuditEvent`]s, and the filter that decides
 //! which of them become spans.
 
-use std::collections::HashSet;
+use crate::model::FastHashSet as HashSet;
 
 use regex::Regex;
 use serde::Deserialize;

@@ -2,7 +2,6 @@
 //! hold a relation towards it: bounded (objects by count and idle time,
 //! changes per class, holders per object).
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,7 +50,7 @@ pub(super) struct ObjectChanges {
     /// Hashes of (holder, role, class), to register each once, built only
     /// once there are more holders than a scan of the list is cheap for.
     #[allow(clippy::box_collection)] // 8 bytes in every object, not 48
-    holder_keys: Option<Box<HashSet<u64>>>,
+    holder_keys: Option<Box<crate::model::FastHashSet<u64>>>,
     /// When a change was last kept ([`Objects`]' clock, seconds), or
     /// [`COMPACTED`] once [`compact`](Self::compact) has run since.
     touched: u32,
@@ -283,8 +282,8 @@ pub(super) const SHARDS: usize = 64;
 type Changes = Arc<Mutex<ObjectChanges>>;
 
 struct Generations {
-    current: std::collections::HashMap<u64, Changes>,
-    previous: std::collections::HashMap<u64, Changes>,
+    current: crate::model::FastHashMap<u64, Changes>,
+    previous: crate::model::FastHashMap<u64, Changes>,
     since: std::time::Instant,
 }
 

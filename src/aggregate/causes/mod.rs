@@ -105,7 +105,7 @@ pub struct CauseIndex {
     /// Woken whenever a change's cascade becomes known.
     ready: tokio::sync::Notify,
     /// Writers' names, shared by their changes (bounded).
-    users: std::sync::Mutex<std::collections::HashMap<Box<str>, Arc<String>>>,
+    users: std::sync::Mutex<crate::model::FastHashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
     metrics: Arc<Metrics>,
     /// Entries the dispatcher noted, by place in arrival order, until their
@@ -114,7 +114,7 @@ pub struct CauseIndex {
     /// meanwhile (a shard more than [`CAUSE_IDLE`] behind). Holds only work
     /// in flight between the dispatcher and the shards (bounded by their
     /// queues).
-    in_flight: std::sync::Mutex<std::collections::HashMap<u64, Arc<ChangeEntry>>>,
+    in_flight: std::sync::Mutex<crate::model::FastHashMap<u64, Arc<ChangeEntry>>>,
 }
 
 impl CauseIndex {

@@ -1,7 +1,7 @@
 //! Declarative relation rules (`rules/*.yaml`): which objects an object points
 //! at, found by a field path, a regex over its name, or a link annotation.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -98,7 +98,10 @@ pub struct RuleError {
 
 #[derive(Debug, Clone, Default)]
 pub struct RuleSet {
-    by_resource: HashMap<(String, String), Vec<Rule>>,
+    /// Rules by the group and resource they match (looked up per write
+    /// without building a key), and those matching any resource.
+    by_resource: crate::model::FastHashMap<String, crate::model::FastHashMap<String, Vec<Rule>>>,
+    any_resource: Vec<Rule>,
     count: usize,
     propagations: Vec<Propagation>,
 }
@@ -113,7 +116,20 @@ impl RuleSet {
     }
 
     pub fn rules(&self) -> impl Iterator<Item = &Rule> {
-        self.by_resource.values().flatten()
+        self.by_resource
+            .values()
+            .flat_map(|by_name| by_name.values().flatten())
+            .chain(&self.any_resource)
+    }
+
+    /// The rules that may match `obj`: its resource's, then any resource's.
+    fn rules_for<'s>(&'s self, obj: &ObjectRef) -> impl Iterator<Item = &'s Rule> {
+        self.by_resource
+            .get(obj.group.as_str())
+            .and_then(|by_name| by_name.get(obj.resource.as_str()))
+            .into_iter()
+            .flatten()
+            .chain(&self.any_resource)
     }
 
     /// The declared propagations, in file order.
@@ -149,12 +165,16 @@ impl RuleSet {
             match Rule::compile(spec, source) {
                 Ok(rule) => {
                     self.count += 1;
-                    let key = if rule.resource == "*" {
-                        ("*".to_string(), "*".to_string())
+                    if rule.resource == "*" {
+                        self.any_resource.push(rule);
                     } else {
-                        (rule.group.clone(), rule.resource.clone())
-                    };
-                    self.by_resource.entry(key).or_default().push(rule);
+                        self.by_resource
+                            .entry(rule.group.clone())
+                            .or_default()
+                            .entry(rule.resource.clone())
+                            .or_default()
+                            .push(rule);
+                    }
                 }
                 Err(e) => errors.push(e),
             }
@@ -222,12 +242,8 @@ impl RuleSet {
 
     /// Selector rules that apply to `obj`: (rule, the selector in `state`).
     pub fn selectors(&self, obj: &ObjectRef, state: &Value) -> Vec<(SelectorRule, LabelSelector)> {
-        let specific = self
-            .by_resource
-            .get(&(obj.group.clone(), obj.resource.clone()));
-        let any = self.by_resource.get(&("*".to_string(), "*".to_string()));
         let mut out = Vec::new();
-        for r in specific.into_iter().chain(any).flatten() {
+        for r in self.rules_for(obj) {
             if let Finder::Selector(steps) = &r.finder
                 && r.matches(obj, state)
                 && let Some(sel) = LabelSelector::at(state, steps)
@@ -250,21 +266,27 @@ impl RuleSet {
     /// `(group, resource)` of every selector rule's targets: what the label
     /// index must hold.
     pub fn selector_targets(&self) -> HashSet<(String, String)> {
-        self.by_resource
-            .values()
-            .flatten()
+        self.rules()
             .filter(|r| matches!(r.finder, Finder::Selector(_)))
             .map(|r| (r.target_group.clone(), r.target_resource.clone()))
             .collect()
     }
 
+    /// `(group, resource)` of the objects selector rules match (the holders
+    /// of selectors; `("*", "*")` for a rule matching any resource).
+    pub fn selector_holders(&self) -> HashSet<(String, String)> {
+        self.rules()
+            .filter(|r| matches!(r.finder, Finder::Selector(_)))
+            .map(|r| match r.resource.as_str() {
+                "*" => ("*".to_string(), "*".to_string()),
+                _ => (r.group.clone(), r.resource.clone()),
+            })
+            .collect()
+    }
+
     /// Relations of `obj` (whose latest known state is `state`) found by rules.
     pub fn relations(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
-        let specific = self
-            .by_resource
-            .get(&(obj.group.clone(), obj.resource.clone()));
-        let any = self.by_resource.get(&("*".to_string(), "*".to_string()));
-        for r in specific.into_iter().chain(any).flatten() {
+        for r in self.rules_for(obj) {
             r.apply(obj, state, out);
         }
     }

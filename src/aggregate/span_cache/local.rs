@@ -1,6 +1,6 @@
 //! The in-process span cache (also the front and the fallback of the etcd one).
 
-use std::collections::HashMap;
+use crate::model::FastHashMap as HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -66,7 +66,7 @@ impl Shard {
             .windows
             .entry(ow.window_start)
             .or_insert_with(|| Window {
-                objects: HashMap::new(),
+                objects: HashMap::default(),
                 touched: now,
             });
         window.touched = now;
@@ -137,7 +137,7 @@ impl LocalSpanCache {
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        windows: HashMap::new(),
+                        windows: HashMap::default(),
                         len: 0,
                         capacity,
                         last_sweep: now,

@@ -5,7 +5,9 @@
 //! changes' own clock. Open cascades are bounded: past the bound, the one
 //! quiet longest goes (observed when complete, else counted and logged).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -183,7 +185,7 @@ impl ChangeSink for CascadeTracker {
                     format!("{} {}", change.verb, change.subresource)
                 },
                 root_received: change.received,
-                objects: HashMap::new(),
+                objects: HashMap::default(),
                 unsettled: 0,
                 last: change.completed,
                 done_at: None,
