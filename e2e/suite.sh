@@ -32,10 +32,32 @@ cleanup() {
     echo "----- tail of kascade-frontend.log -----" >&2; tail -n 20 "$E2E_DIR/.run/kascade-frontend.log" >&2
     echo "----- tail of jaeger-query.log -----" >&2; tail -n 20 "$E2E_DIR/.run/jaeger-query.log" >&2
   fi
+  [[ $rc -ne 0 ]] && keep_failed_run
   "$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
   "$E2E_DIR/cluster.sh" down --name "$CLUSTER_B" >/dev/null 2>&1 || true
   log "finished in $((SECONDS - started))s (exit $rc)"
   exit $rc
+}
+# A failed run's logs, audit log and the raw Jaeger's spans of the CPID
+# scenarios outlive the teardown (the raw Jaeger keeps them in memory) in
+# KASCADE_E2E_KEEP_DIR, outside the clone CI deletes; the newest 3 are kept.
+keep_failed_run() {
+  local keep="${KASCADE_E2E_KEEP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kascade-e2e/failed-runs}"
+  local run="$E2E_DIR/.run" dest
+  [[ -d "$run" ]] || return 0
+  dest="$keep/$(date -u +%Y%m%dT%H%M%SZ)"
+  mkdir -p "$dest" || return 0
+  tar -C "$run" --exclude=./etcd --exclude=./spool -cf - . 2>/dev/null | tar -C "$dest" -xf - 2>/dev/null || true
+  if [[ -n "${JAEGER_QUERY_URL:-}" ]]; then
+    local ns
+    for ns in roller-demo cpidhook-demo cpid-demo; do
+      curl -s --max-time 20 -G "$JAEGER_QUERY_URL/api/traces" --data-urlencode service=kascade \
+        --data-urlencode "tags={\"namespace\":\"$ns\"}" --data-urlencode limit=500 \
+        --data-urlencode lookback=2h >"$dest/raw-$ns.json" 2>/dev/null || true
+    done
+  fi
+  ls -1dt "$keep"/*/ 2>/dev/null | tail -n +4 | xargs -r rm -rf || true
+  log "kept the failed run in $dest"
 }
 CLUSTER_B=remote
 trap cleanup EXIT

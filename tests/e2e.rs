@@ -342,6 +342,21 @@ async fn kascade_metrics_count_what_it_did() {
 /// The Jaeger UI's own search (`/api/traces` of the query tier, whose trace
 /// storage is the kascade frontend), polled until `ok` holds.
 async fn ui_search(service: &str, tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    ui_search_until(service, tags, |traces| {
+        ok(traces)
+            .then_some(())
+            .ok_or_else(|| "the check failed".to_string())
+    })
+    .await
+}
+
+/// Like [`ui_search`], with a check that says what is missing: the panic
+/// after 90 s names it, and lists the last answer's spans.
+async fn ui_search_until(
+    service: &str,
+    tags: Value,
+    check: impl Fn(&[Value]) -> Result<(), String>,
+) -> Vec<Value> {
     let url = format!("{}/api/traces", env("JAEGER_UI_URL"));
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -366,18 +381,28 @@ async fn ui_search(service: &str, tags: Value, ok: impl Fn(&[Value]) -> bool) ->
             resp["errors"]
         );
         let traces = resp["data"].as_array().cloned().unwrap_or_default();
-        if ok(&traces) {
-            return traces;
+        let why = match check(&traces) {
+            Ok(()) => return traces,
+            Err(why) => why,
+        };
+        if std::time::Instant::now() >= deadline {
+            let mut listing = String::new();
+            for (i, t) in traces.iter().enumerate() {
+                let spans = t["spans"].as_array().map(Vec::as_slice).unwrap_or_default();
+                listing += &format!("\ntrace {i} ({} spans):", spans.len());
+                for s in spans.iter().take(200) {
+                    listing += &format!(
+                        "\n  {} [cpid {}]",
+                        s["operationName"].as_str().unwrap_or("?"),
+                        tag_str(s, "cpid").unwrap_or("-")
+                    );
+                }
+            }
+            panic!(
+                "the UI never showed a trace for {tags} that passes the check: {why}; last answer: {} traces{listing}",
+                traces.len()
+            );
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the UI never showed a trace for {tags} that passes the check; last: {}",
-            serde_json::to_string(&traces)
-                .unwrap()
-                .chars()
-                .take(2000)
-                .collect::<String>()
-        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -2037,7 +2062,7 @@ async fn the_cpid_webhook_gives_each_user_change_its_own_cpid_and_kubectl_shows_
     let rs: BTreeSet<&str> = rs.lines().collect();
     assert_eq!(rs, BTreeSet::from([created.as_str(), changed.as_str()]));
     // Searching the image change finds its rollout through the UI tier.
-    let traces = rollout_change(&changed, "cpidhook-demo", |_| true).await;
+    let traces = rollout_change(&changed, "cpidhook-demo", |_| Ok(())).await;
     for s in traces[0]["spans"].as_array().unwrap() {
         assert_eq!(
             tag_str(s, "cpid"),
@@ -2059,7 +2084,7 @@ fn roller_file(name: &str) -> String {
 async fn rollout_change(
     cpid: &str,
     namespace: &str,
-    extra: impl Fn(&[Value]) -> bool,
+    extra: impl Fn(&[Value]) -> Result<(), String>,
 ) -> Vec<Value> {
     let patch = format!(" patch deployments {namespace}/web");
     let binding = format!("system:kube-scheduler create binding pods {namespace}/");
@@ -2069,19 +2094,25 @@ async fn rollout_change(
             .flat_map(|t| t["spans"].as_array().unwrap())
             .map(|s| s["operationName"].as_str().unwrap())
             .collect();
-        traces.len() == 1
-            && ops.iter().any(|o| o.ends_with(&patch))
-            && ops.iter().any(|o| o.contains(&binding))
-            && extra(traces)
+        if traces.len() != 1 {
+            return Err(format!("{} traces, not one", traces.len()));
+        }
+        if !ops.iter().any(|o| o.ends_with(&patch)) {
+            return Err(format!("no span ends with {patch:?}"));
+        }
+        if !ops.iter().any(|o| o.contains(&binding)) {
+            return Err(format!("no span contains {binding:?}"));
+        }
+        extra(traces)
     };
-    ui_search("cascade", serde_json::json!({ "cpid": cpid }), rolled).await
+    ui_search_until("cascade", serde_json::json!({ "cpid": cpid }), rolled).await
 }
 
 #[tokio::test]
 #[ignore]
 async fn an_instrumented_controller_passes_a_configmap_edits_cpid_on_to_the_rollout() {
     let edit = warned_cpid("config-roller/edit-configmap.err");
-    let traces = rollout_change(&edit, "roller-demo", |_| true).await;
+    let traces = rollout_change(&edit, "roller-demo", |_| Ok(())).await;
     let spans = traces[0]["spans"].as_array().unwrap();
     let op = |s: &Value| s["operationName"].as_str().unwrap().to_string();
     // One change from the user's edit to the Pods: every write carries it.
@@ -2144,13 +2175,19 @@ async fn a_controllers_merge_of_two_changes_is_found_from_either() {
     let note =
         format!("change {merged} merged from {configmap_edit}, {deployment_edit} by config-roller");
     let has_note = |traces: &[Value]| {
-        traces[0]["spans"].as_array().unwrap().iter().any(|s| {
-            s["tags"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|t| t["key"] == "note" && t["value"] == note.as_str())
-        })
+        let notes: Vec<&str> = traces[0]["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["tags"].as_array().into_iter().flatten())
+            .filter(|t| t["key"] == "note")
+            .filter_map(|t| t["value"].as_str())
+            .collect();
+        if notes.contains(&note.as_str()) {
+            Ok(())
+        } else {
+            Err(format!("no note {note:?} among {notes:?}"))
+        }
     };
     for searched in [&configmap_edit, &deployment_edit] {
         let traces = rollout_change(searched, "roller-demo", has_note).await;

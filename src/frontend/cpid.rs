@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use kascade_cpid::Cpid;
+use prometheus_client::metrics::counter::Counter;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -59,8 +60,9 @@ pub async fn related<S: RawStore>(
     store: &S,
     searched: Cpid,
     notes: &mut Vec<String>,
+    reads: &Counter,
 ) -> Result<Vec<Related>, RawError> {
-    walk(store, searched, Direction::Down, notes).await
+    walk(store, searched, Direction::Down, notes, reads).await
 }
 
 /// The searched CPID and the CPIDs it was merged from, their sources, …
@@ -69,8 +71,9 @@ pub async fn ancestors<S: RawStore>(
     store: &S,
     searched: Cpid,
     notes: &mut Vec<String>,
+    reads: &Counter,
 ) -> Result<Vec<Related>, RawError> {
-    walk(store, searched, Direction::Up, notes).await
+    walk(store, searched, Direction::Up, notes, reads).await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,7 @@ async fn walk<S: RawStore>(
     searched: Cpid,
     direction: Direction,
     notes: &mut Vec<String>,
+    reads: &Counter,
 ) -> Result<Vec<Related>, RawError> {
     let mut out = Vec::new();
     let mut seen = HashSet::from([searched]);
@@ -107,6 +111,7 @@ async fn walk<S: RawStore>(
             controller: String::new(),
         };
         let mut merged_into = BTreeSet::new();
+        reads.inc();
         for s in store.get(cpid.to_bytes()).await? {
             let a = &s.attributes;
             match string_attr(a, attr::SPAN_KIND) {
@@ -145,15 +150,16 @@ async fn walk<S: RawStore>(
 }
 
 /// The writes of the related CPIDs within `range`, arranged as cascades;
-/// notes for what was cut.
+/// notes for what was cut. Raw traces read are counted in `reads`.
 pub async fn cascades_of_change<S: RawStore>(
     store: &S,
     searched: Cpid,
     range: TimeRange,
     raw_search_limit: usize,
+    reads: &Counter,
 ) -> Result<(Vec<Related>, Vec<Cascade>, Vec<String>), RawError> {
     let mut notes = Vec::new();
-    let related = related(store, searched, &mut notes).await?;
+    let related = related(store, searched, &mut notes, reads).await?;
     let cpids: HashSet<Cpid> = related.iter().map(|r| r.cpid).collect();
     let mut raw_ids: BTreeSet<TraceIdBytes> = BTreeSet::new();
     for r in &related {
@@ -175,6 +181,7 @@ pub async fn cascades_of_change<S: RawStore>(
     let mut records = Vec::new();
     let mut seen = HashSet::new();
     let raw_ids: Vec<_> = raw_ids.into_iter().collect();
+    reads.inc_by(raw_ids.len() as u64);
     let mut traces = store.get_many(&raw_ids, READ_CONCURRENCY).await?;
     for id in &raw_ids {
         let Some(h) = traces.remove(id).and_then(merge) else {
@@ -302,8 +309,14 @@ impl<S: RawStore> Frontend<S> {
         let span = tracing::info_span!(target: TARGET, "change", cpid = %cpid,
             related = field::Empty, writes = field::Empty);
         async {
-            let (related, cascades, mut notes) =
-                cascades_of_change(&**self.store(), cpid, range, self.cfg.raw_search_limit).await?;
+            let (related, cascades, mut notes) = cascades_of_change(
+                &**self.store(),
+                cpid,
+                range,
+                self.cfg.raw_search_limit,
+                &self.metrics.raw_reads,
+            )
+            .await?;
             span.record("related", related.len());
             let writes: usize = cascades.iter().map(|c| c.changes.len()).sum();
             span.record("writes", writes);
@@ -340,8 +353,9 @@ impl<S: RawStore> Frontend<S> {
     ) -> Result<RelatedCpids, FrontendError> {
         let mut notes = Vec::new();
         let store = &**self.store();
-        let descendants = related(store, cpid, &mut notes).await?;
-        let ancestors = ancestors(store, cpid, &mut notes).await?;
+        let reads = &self.metrics.raw_reads;
+        let descendants = related(store, cpid, &mut notes, reads).await?;
+        let ancestors = ancestors(store, cpid, &mut notes, reads).await?;
         Ok(RelatedCpids {
             cpid,
             descendants,

@@ -325,7 +325,18 @@ impl Objects {
     /// Compacts the next shard when one is due (called as writes arrive, so
     /// an idle collector does no work and a busy one a little at a time).
     pub fn maintain(&self) {
-        let now_ms = self.started.elapsed().as_millis() as u64;
+        self.maintain_at(self.started.elapsed().as_millis() as u64);
+    }
+
+    /// [`Self::maintain`] at `now_ms` on its clock.
+    fn maintain_at(&self, now_ms: u64) {
+        // In the first seconds nothing can have been idle long enough (a
+        // saturated "since second 0" would take every object written in the
+        // first second as idle: a replay, done in under a second, lost
+        // candidates depending on how fast it ran).
+        let Some(idle_since) = (now_ms / 1000).checked_sub(KEEP_FOR.as_secs()) else {
+            return;
+        };
         let due = self.next_sweep_ms.load(Ordering::Relaxed);
         if now_ms < due
             || self
@@ -341,8 +352,7 @@ impl Objects {
             return;
         }
         let shard = self.sweep_cursor.fetch_add(1, Ordering::Relaxed) % SHARDS;
-        let idle_since = (now_ms / 1000).saturating_sub(KEEP_FOR.as_secs()) as u32;
-        self.compact_shard(shard, idle_since);
+        self.compact_shard(shard, idle_since.min(u64::from(COMPACTED - 1)) as u32);
     }
 
     /// Compacts the objects of one shard left alone since `idle_since`;

@@ -161,6 +161,41 @@ fn a_sweep_compacts_idle_objects_of_its_shard() {
     );
 }
 
+#[test]
+fn sweeps_in_the_first_seconds_compact_nothing_and_later_ones_what_is_idle() {
+    let metrics = Arc::new(Metrics::default());
+    let objects = Objects::new(1 << 16, Duration::from_secs(900), &metrics);
+    let hashes: Vec<u64> = (0..SHARDS as u64).map(|i| i << 58).collect();
+    for h in &hashes {
+        let c = objects.get_or_insert(*h);
+        let mut c = c.lock().unwrap();
+        // Written in the collector's first second.
+        c.push(entry_of(ChangeClass::Status, 1, 1_000), 0);
+        c.push(entry_of(ChangeClass::Status, 2, 2_000), 0);
+    }
+    let kept = |objects: &Objects| {
+        hashes
+            .iter()
+            .map(|h| objects.get(*h).unwrap().lock().unwrap().changes.len())
+            .sum::<usize>()
+    };
+    let every = SWEEP_EVERY.as_millis() as u64;
+    // Every shard swept more than once before 10 s: not idle yet.
+    let mut at = every;
+    while at < KEEP_FOR.as_millis() as u64 {
+        objects.maintain_at(at);
+        at += every;
+    }
+    assert_eq!(kept(&objects), 2 * SHARDS);
+    // From 11 s on, one shard per sweep: all compacted after a round.
+    let mut at = 11_000;
+    for _ in 0..SHARDS {
+        objects.maintain_at(at);
+        at += every;
+    }
+    assert_eq!(kept(&objects), SHARDS);
+}
+
 #[tokio::test]
 async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
     let e = entry(1, 0);
