@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use crate::aggregate::redact::Redactor;
 use crate::aggregate::rules::RuleSet;
 use crate::aggregate::span_cache::LocalSpanCache;
-use crate::aggregate::{Processor, ProcessorConfig};
+use crate::aggregate::{NOTE_AHEAD, Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
@@ -192,19 +192,35 @@ async fn run_with(
         out
     });
     let mut errors = Vec::new();
-    for (i, line) in lines.into_iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_event(&line) {
-            Ok(ev) => {
-                if let Some(item) = accept(ev, cluster, filter, &metrics)
-                    && let Err(e) = processor.process(&item).await
-                {
-                    errors.push(format!("{}: {e}", i + 1));
-                }
+    // As the collector's dispatcher does: the next lines are noted as
+    // candidate causes before the first of them is processed, so a write
+    // logged after its effect (its response finished later) is found.
+    let mut ahead: Vec<(usize, crate::pipeline::Accepted)> = Vec::with_capacity(NOTE_AHEAD);
+    let mut lines = lines.into_iter().enumerate().peekable();
+    while lines.peek().is_some() {
+        for (i, line) in lines.by_ref() {
+            if line.trim().is_empty() {
+                continue;
             }
-            Err(e) => errors.push(format!("{}: {e}", i + 1)),
+            match parse_event(&line) {
+                Ok(ev) => {
+                    if let Some(item) = accept(ev, cluster, filter, &metrics) {
+                        ahead.push((i, item));
+                    }
+                }
+                Err(e) => errors.push(format!("{}: {e}", i + 1)),
+            }
+            if ahead.len() == NOTE_AHEAD {
+                break;
+            }
+        }
+        for (_, item) in &mut ahead {
+            item.arrival = processor.note_arrival(item);
+        }
+        for (i, item) in ahead.drain(..) {
+            if let Err(e) = processor.process(&item).await {
+                errors.push(format!("{}: {e}", i + 1));
+            }
         }
     }
     if !watch.is_empty() {

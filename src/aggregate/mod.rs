@@ -29,6 +29,10 @@ pub use processor::{Processor, ProcessorConfig};
 /// Starts the dispatcher and `shards` workers. The returned handle finishes
 /// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
 /// and all queued events are processed.
+/// Queued items the dispatcher notes together before handing them to the
+/// shards (and offline runs, lines).
+pub const NOTE_AHEAD: usize = 64;
+
 pub fn start(
     processor: Arc<Processor>,
     queue_capacity: usize,
@@ -106,7 +110,8 @@ pub fn start(
         })
     };
     let handle = tokio::spawn(async move {
-        loop {
+        let mut items: Vec<Work> = Vec::with_capacity(NOTE_AHEAD);
+        'dispatch: loop {
             let item = tokio::select! {
                 item = rx.recv() => item,
                 _ = &mut stop_rx, if !stop_rx.is_terminated() => {
@@ -115,25 +120,39 @@ pub fn start(
                     continue;
                 }
             };
-            let Some(mut item) = item else { break };
-            m.queue_depth.set(rx.len() as i64);
-            if let Work::Barrier(b) = &item {
-                b.expect(shards);
-                for tx in &shard_txs {
-                    if tx.send(Work::Barrier(b.clone())).await.is_err() {
-                        break;
-                    }
+            let Some(item) = item else { break };
+            items.push(item);
+            // What else is queued is noted with it, up to a barrier: a write
+            // logged after its effect (its response finished later) is then
+            // a candidate cause when the effect is processed.
+            while items.len() < NOTE_AHEAD && !matches!(items.last(), Some(Work::Barrier(_))) {
+                match rx.try_recv() {
+                    Ok(item) => items.push(item),
+                    Err(_) => break,
                 }
-                continue;
             }
+            m.queue_depth.set(rx.len() as i64);
             // In arrival order, before any shard runs it: a write another
             // shard processes first still finds this one as its cause.
-            if let Work::Audit(a) = &mut item {
-                a.arrival = processor.note_arrival(a);
+            for item in &mut items {
+                if let Work::Audit(a) = item {
+                    a.arrival = processor.note_arrival(a);
+                }
             }
-            let shard = (item.routing_hash() % shards as u64) as usize;
-            if shard_txs[shard].send(item).await.is_err() {
-                break;
+            for item in items.drain(..) {
+                if let Work::Barrier(b) = &item {
+                    b.expect(shards);
+                    for tx in &shard_txs {
+                        if tx.send(Work::Barrier(b.clone())).await.is_err() {
+                            break 'dispatch;
+                        }
+                    }
+                    continue;
+                }
+                let shard = (item.routing_hash() % shards as u64) as usize;
+                if shard_txs[shard].send(item).await.is_err() {
+                    break 'dispatch;
+                }
             }
         }
         drop(shard_txs);

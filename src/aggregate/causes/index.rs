@@ -209,18 +209,13 @@ impl ObjectChanges {
     /// not before the object's latest create (an earlier object of the same
     /// name). Also whether a triggering change was received only after the
     /// effect.
-    pub fn latest_before(
-        &self,
-        p: &Propagation,
-        effect: &EffectTimes,
-        same_object: bool,
-    ) -> (Option<Arc<ChangeEntry>>, bool) {
-        let seen = |e: &ChangeEntry| {
+    pub fn latest_before(&self, p: &Propagation, effect: &EffectTimes, same_object: bool) -> Found {
+        let received_first = |e: &ChangeEntry| {
             e.span != effect.span
                 && e.received <= effect.received
-                && e.completed <= effect.completed
                 && (e.received < effect.received || e.arrival < effect.arrival)
         };
+        let seen = |e: &ChangeEntry| received_first(e) && e.completed <= effect.completed;
         let floor = if same_object {
             self.of_class(ChangeClass::Create)
                 .filter(|e| seen(e))
@@ -229,8 +224,7 @@ impl ObjectChanges {
         } else {
             None
         };
-        let mut best: Option<&Arc<ChangeEntry>> = None;
-        let mut later = false;
+        let mut found = Found::default();
         for class in ChangeClass::ALL {
             if !p.triggered_by(class) {
                 continue;
@@ -240,19 +234,49 @@ impl ObjectChanges {
                     continue;
                 }
                 if !seen(e) {
-                    later |= e.received > effect.received;
+                    if received_first(e) {
+                        // Stored before the effect was received, its response
+                        // finished after the effect's: a cause when nothing
+                        // else is (a loaded apiserver can take tens of ms to
+                        // finish the response of a write watchers already saw).
+                        if found
+                            .late
+                            .as_ref()
+                            .is_none_or(|b| (e.received, e.span) > (b.received, b.span))
+                        {
+                            found.late = Some(e.clone());
+                        }
+                    } else {
+                        found.later |= e.received > effect.received;
+                    }
                     continue;
                 }
                 if floor.is_some_and(|f| e.completed < f) {
                     continue;
                 }
-                if best.is_none_or(|b| (e.completed, e.span) > (b.completed, b.span)) {
-                    best = Some(e);
+                if found
+                    .seen
+                    .as_ref()
+                    .is_none_or(|b| (e.completed, e.span) > (b.completed, b.span))
+                {
+                    found.seen = Some(e.clone());
                 }
             }
         }
-        (best.cloned(), later)
+        found
     }
+}
+
+/// The candidates [`ObjectChanges::latest_before`] found for an effect.
+#[derive(Default)]
+pub(super) struct Found {
+    /// The latest change completed before the effect did.
+    pub seen: Option<Arc<ChangeEntry>>,
+    /// The latest change received before the effect whose response
+    /// completed only after the effect's.
+    pub late: Option<Arc<ChangeEntry>>,
+    /// A triggering change was received after the effect.
+    pub later: bool,
 }
 
 /// Objects by hash, bounded without a per-access cost: each of 64 shards

@@ -115,7 +115,15 @@ pub struct CauseIndex {
     /// in flight between the dispatcher and the shards (bounded by their
     /// queues).
     in_flight: std::sync::Mutex<crate::model::FastHashMap<u64, Arc<ChangeEntry>>>,
+    /// The CPIDs creates gave their objects, by place in arrival order, from
+    /// arrival until the create is resolved: an effect that finds the create
+    /// not resolved yet (it arrived later) carries this one on. Bounded.
+    created_cpids: std::sync::Mutex<std::collections::BTreeMap<u64, WriteCpid>>,
 }
+
+/// Creates' CPIDs kept until resolved, at most (work in flight between the
+/// dispatcher and the shards holds far fewer).
+const MAX_CREATED_CPIDS: usize = 1 << 14;
 
 impl CauseIndex {
     pub fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
@@ -127,7 +135,47 @@ impl CauseIndex {
             propagations: rules.propagations().to_vec(),
             metrics: metrics.clone(),
             in_flight: Default::default(),
+            created_cpids: Default::default(),
         }
+    }
+
+    /// Keeps the CPID a create gave its object until the create is resolved.
+    pub fn note_own_cpid(&self, entry: &ChangeEntry, cpid: WriteCpid) {
+        let mut m = self.created_cpids.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(entry.arrival, cpid);
+        if m.len() > MAX_CREATED_CPIDS {
+            // The oldest: a create whose processing failed, never resolved.
+            m.pop_first();
+            self.metrics.cascade_candidates_dropped.inc();
+        }
+    }
+
+    fn resolve_own(&self, own: &ChangeEntry, r: Resolved) {
+        own.resolve(r, &self.ready);
+        self.created_cpids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&own.arrival);
+    }
+
+    /// A cause's cascade when it is not known: the cause stands for it, with
+    /// the CPID it gave its object if it is a create.
+    fn unresolved(&self, cause: &ChangeEntry) -> Option<Resolved> {
+        let cpid = self
+            .created_cpids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cause.arrival)
+            .copied();
+        // Resolved meanwhile (and forgotten here): the cascade is known.
+        if let Some(r) = cause.resolved_now() {
+            return Some(r);
+        }
+        cpid.map(|cpid| Resolved {
+            root: cause.span,
+            depth: 0,
+            cpid: Some(cpid),
+        })
     }
 
     /// Keeps the dispatcher's entry of a write for the shard that processes
@@ -267,11 +315,11 @@ impl CauseIndex {
                     } else {
                         self.metrics.cascade_causes_arrived_later.inc();
                     }
-                    Resolved {
+                    self.unresolved(&c.entry).unwrap_or(Resolved {
                         root: c.entry.span,
                         depth: 0,
                         cpid: None,
-                    }
+                    })
                 });
                 let hop = effect
                     .received
@@ -329,13 +377,13 @@ impl CauseIndex {
             }
         };
         if let Some(own) = own {
-            own.resolve(
+            self.resolve_own(
+                own,
                 Resolved {
                     root: inference.root,
                     depth: inference.depth,
                     cpid: inference.cpid,
                 },
-                &self.ready,
             );
         }
         inference
@@ -353,6 +401,8 @@ impl CauseIndex {
             return (None, false);
         };
         let mut best: Option<Candidate<'p>> = None;
+        // Only when no change completed before the effect did.
+        let mut best_late: Option<Candidate<'p>> = None;
         let mut later = false;
         let own = self.objects.get(effect.object.hash());
         let times = EffectTimes {
@@ -367,14 +417,25 @@ impl CauseIndex {
                 continue;
             }
             let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
-                let (found, after) = changes.latest_before(p, &times, same);
-                later |= after;
-                if let Some(entry) = found
+                let found = changes.latest_before(p, &times, same);
+                later |= found.later;
+                if let Some(entry) = found.seen
                     && best.as_ref().is_none_or(|b| {
                         (entry.completed, entry.span) > (b.entry.completed, b.entry.span)
                     })
                 {
                     best = Some(Candidate {
+                        entry,
+                        object: object.clone(),
+                        rule: &p.name,
+                    });
+                }
+                if let Some(entry) = found.late
+                    && best_late.as_ref().is_none_or(|b| {
+                        (entry.received, entry.span) > (b.entry.received, b.entry.span)
+                    })
+                {
+                    best_late = Some(Candidate {
                         entry,
                         object: object.clone(),
                         rule: &p.name,
@@ -429,6 +490,7 @@ impl CauseIndex {
                 }
             }
         }
+        let best = best.or(best_late);
         let later_only = best.is_none() && later;
         (best, later_only)
     }

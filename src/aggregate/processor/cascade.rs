@@ -136,8 +136,33 @@ impl Processor {
             // Its owners learn of it now, not when its shard gets to it: an
             // owner's status write may be processed first, elsewhere.
             self.register_owners_on_arrival(item);
+            self.note_created_cpid(item, &entry);
         }
         Some(entry)
+    }
+
+    /// The CPID a create gave its object, known from its arrival: an effect
+    /// processed before the create (logged after it) still carries it on.
+    /// Only creates: an update may keep a stale CPID its cascade replaces.
+    fn note_created_cpid(&self, item: &Accepted, entry: &Arc<ChangeEntry>) {
+        let Some(raw) = item.event.response_object.as_ref() else {
+            return;
+        };
+        // Most objects carry none: a byte search, the parse only when found.
+        if memchr::memmem::find(
+            raw.get().as_bytes(),
+            kascade_cpid::CPID_ANNOTATION.as_bytes(),
+        )
+        .is_none()
+        {
+            return;
+        }
+        let Ok(state) = serde_json::from_str::<Value>(raw.get()) else {
+            return;
+        };
+        if let Some(cpid) = self.object_cpid(&item.object, &state, false) {
+            self.causes.note_own_cpid(entry, cpid);
+        }
     }
 
     fn register_owners_on_arrival(&self, item: &Accepted) {

@@ -8,11 +8,13 @@
 //! `reconcile` (the audit↔watch ledger: each write shown once), `emit`
 //! (object and link spans through the span cache, span parts), `events`
 //! (Kubernetes Events). This file holds the processor and the audit path
-//! that uses them all; `watch` the list-watch's path.
+//! that uses them all; `watch` the list-watch's path, `failed_create` the
+//! creates refused before their object was named.
 
 mod cascade;
 mod emit;
 mod events;
+mod failed_create;
 mod mergelog;
 mod reconcile;
 mod state;
@@ -27,19 +29,16 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::causes::{CauseIndex, DEFAULT_CAUSE_OBJECTS};
-use super::diff;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::relations::all_relations;
-use super::rules::{Relation, Role, RuleSet};
+use super::rules::{Relation, RuleSet};
 use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
-use crate::pipeline::{
-    Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, is_event_resource,
-};
+use crate::pipeline::{Accepted, ChangeSink, ExportProgress, Gauges, is_event_resource};
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{add_snapshot, add_status, audit_write, failure_message, is_conflict};
 use state::{is_older, resource_version};
@@ -107,6 +106,21 @@ impl ProcessError {
     fn span_cache(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         ProcessError::SpanCache(e.into())
     }
+}
+
+/// What an audited write did to its object ([`Processor::apply_audit`]).
+struct AppliedWrite {
+    ow: ObjectWindow,
+    key: String,
+    old: Option<Arc<Value>>,
+    outcome: state::Outcome,
+    uid: String,
+    new_rv: String,
+    old_rv: String,
+    deleted: bool,
+    /// The new state is kept (not a delete, not older than the one kept).
+    keeps_state: bool,
+    relations: Vec<(Relation, String)>,
 }
 
 pub struct Processor {
@@ -217,6 +231,93 @@ impl Processor {
         }
         let ev = &item.event;
         let obj = &item.object;
+        let w = self.apply_audit(item);
+        // The label index learns the new labels and selectors now, so that a
+        // selector's holder is a relation of this very write (a
+        // StatefulSet's new claim); the links are recorded further down.
+        let selector_links = match &w.outcome.state {
+            Some(state) if w.keeps_state => self.selectors.update(&self.rules, obj, state),
+            _ => Vec::new(),
+        };
+        // Only a write that joined a selector copies its relations.
+        let holders_by_selector: Vec<(Relation, String)> = selector_links
+            .iter()
+            .filter(|l| l.relation.target == *obj)
+            .map(|l| {
+                let rel = Relation {
+                    target: l.holder.clone(),
+                    role: l.relation.role.reverse(),
+                    class: l.relation.class.clone(),
+                };
+                (rel, String::new())
+            })
+            .collect();
+        let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
+            if holders_by_selector.is_empty() {
+                std::borrow::Cow::Borrowed(&w.relations)
+            } else {
+                std::borrow::Cow::Owned([w.relations.as_slice(), &holders_by_selector].concat())
+            };
+        let object_status = w
+            .outcome
+            .state
+            .as_ref()
+            .filter(|_| !w.deleted)
+            .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
+        // Before anything that can fail: writes caused by this one wait for it.
+        let own = self.arrival_entry(item);
+        // The entry already names this write's span (a refused write has none).
+        let (span, arrival) = match &own {
+            Some(e) => (e.span, e.arrival),
+            None => (
+                cascade::audit_span_ref(&w.ow, &ev.audit_id),
+                self.arrival_of(item),
+            ),
+        };
+        let inference = self
+            .infer_cause(
+                &cascade::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
+                own.as_ref(),
+                &cause_relations,
+                w.old.as_ref(),
+                w.outcome.state.as_deref().filter(|_| !w.deleted),
+                object_status.as_ref(),
+            )
+            .await;
+        if self.cfg.changes_only {
+            self.keep_state(w)?;
+            self.metrics.events_processed.inc();
+            return Ok(());
+        }
+        self.ensure_object_span(&w.ow, &w.uid, item.replayed)
+            .await?;
+        let mut span = self.audit_span(item, &w);
+        cascade::add_cascade(&mut span, &inference);
+        if let Some(st) = &object_status {
+            add_status(&mut span, st);
+        }
+        self.emit(span).await?;
+        self.record_relation_list(
+            &w.ow,
+            &w.relations,
+            ev.request_received_timestamp,
+            item.replayed,
+        )
+        .await?;
+        if w.keeps_state && !w.deleted {
+            self.record_selector_link_list(selector_links, ev.request_received_timestamp)
+                .await?;
+        }
+        self.keep_state(w)?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+
+    /// What an audited write did to its object: the new state and diff
+    /// (redacted), the versions before and after, the relations it shows.
+    fn apply_audit(&self, item: &Accepted) -> AppliedWrite {
+        let ev = &item.event;
+        let obj = &item.object;
         let ow = ObjectWindow {
             object: obj.clone(),
             window_start: self
@@ -279,222 +380,60 @@ impl Processor {
             .or(old.as_ref())
             .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
             .unwrap_or_default();
-        // The label index learns the new labels and selectors now, so that a
-        // selector's holder is a relation of this very write (a
-        // StatefulSet's new claim); the links are recorded further down.
         let keeps_state = !deleted
             && outcome.state.is_some()
             && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""));
-        let selector_links = match &outcome.state {
-            Some(state) if keeps_state => self.selectors.update(&self.rules, obj, state),
-            _ => Vec::new(),
-        };
-        // Only a write that joined a selector copies its relations.
-        let holders_by_selector: Vec<(Relation, String)> = selector_links
-            .iter()
-            .filter(|l| l.relation.target == *obj)
-            .map(|l| {
-                let rel = Relation {
-                    target: l.holder.clone(),
-                    role: l.relation.role.reverse(),
-                    class: l.relation.class.clone(),
-                };
-                (rel, String::new())
-            })
-            .collect();
-        let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
-            if holders_by_selector.is_empty() {
-                std::borrow::Cow::Borrowed(&relations)
-            } else {
-                std::borrow::Cow::Owned([relations.as_slice(), &holders_by_selector].concat())
-            };
-        let object_status = outcome
-            .state
-            .as_ref()
-            .filter(|_| !deleted)
-            .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
-        // Before anything that can fail: writes caused by this one wait for it.
-        let own = self.arrival_entry(item);
-        // The entry already names this write's span (a refused write has none).
-        let (span, arrival) = match &own {
-            Some(e) => (e.span, e.arrival),
-            None => (
-                cascade::audit_span_ref(&ow, &ev.audit_id),
-                self.arrival_of(item),
-            ),
-        };
-        let inference = self
-            .infer_cause(
-                &cascade::Write::audit(ev, obj, span, arrival, &uid, deleted),
-                own.as_ref(),
-                &cause_relations,
-                old.as_ref(),
-                outcome.state.as_deref().filter(|_| !deleted),
-                object_status.as_ref(),
-            )
-            .await;
-        if self.cfg.changes_only {
-            if deleted {
-                self.states.remove(&key);
-                self.selectors.remove(obj);
-            } else if let Some(state) = outcome.state
-                && keeps_state
-            {
-                self.states.put(key, state)?;
-            }
-            self.metrics.events_processed.inc();
-            return Ok(());
+        AppliedWrite {
+            ow,
+            key,
+            old,
+            outcome,
+            uid,
+            new_rv,
+            old_rv,
+            deleted,
+            keeps_state,
+            relations,
         }
-        self.ensure_object_span(&ow, &uid, item.replayed).await?;
+    }
+
+    /// The audit span of an applied write, without its cascade and status.
+    fn audit_span(&self, item: &Accepted, w: &AppliedWrite) -> span_model::SpanBuf {
+        let ev = &item.event;
         // A write refused by optimistic concurrency is routine: its writer
         // reads the object again and retries. Shown, but not as an error.
         let conflict = is_conflict(ev).then(|| failure_message(ev));
         let error = (ev.code() >= 400 && conflict.is_none()).then(|| failure_message(ev));
-        let write = audit_write(ev, ev.subresource(), &old_rv, &new_rv, error);
-        let mut span = span_model::audit_span(&ow, &write);
-        cascade::add_cascade(&mut span, &inference);
-        if let Some(st) = &object_status {
-            add_status(&mut span, st);
-        }
+        let write = audit_write(ev, ev.subresource(), &w.old_rv, &w.new_rv, error);
+        let mut span = span_model::audit_span(&w.ow, &write);
         if let Some(msg) = &conflict {
             span.attr(attr::AUDIT_CONFLICT, msg);
         }
         let at = ev.stage_timestamp;
-        if let Some(snap) = &outcome.snapshot {
+        if let Some(snap) = &w.outcome.snapshot {
             add_snapshot(&mut span, snap, at);
         }
-        self.add_changes(&mut span, &outcome.changes, at);
-        if outcome.changes.len() > self.cfg.max_diff_changes {
+        self.add_changes(&mut span, &w.outcome.changes, at);
+        if w.outcome.changes.len() > self.cfg.max_diff_changes {
             span.attr_int(
                 attr::DIFF_TRUNCATED,
-                (outcome.changes.len() - self.cfg.max_diff_changes) as i64,
+                (w.outcome.changes.len() - self.cfg.max_diff_changes) as i64,
             );
         }
-        self.emit(span).await?;
-        self.record_relation_list(
-            &ow,
-            &relations,
-            ev.request_received_timestamp,
-            item.replayed,
-        )
-        .await?;
-
-        if deleted {
-            self.states.remove(&key);
-            self.selectors.remove(obj);
-        } else if let Some(state) = outcome.state
-            && keeps_state
-        {
-            self.record_selector_link_list(selector_links, ev.request_received_timestamp)
-                .await?;
-            self.states.put(key, state)?;
-        }
-        self.metrics.events_processed.inc();
-        Ok(())
+        span
     }
 
-    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
-    /// denied by a quota): an audit span in error on the span of the owner
-    /// the request names, else of an object named by the `generateName`
-    /// prefix, saying what it tried to create, with the request object as
-    /// its snapshot. Nothing was written, so no state or relation changes.
-    pub(super) async fn process_failed_create(
-        &self,
-        item: &Accepted,
-        attempt: &FailedCreate,
-    ) -> Result<(), ProcessError> {
-        let ev = &item.event;
-        let tried = &item.object;
-        let (holder, holder_uid) = match &attempt.owner {
-            Some(o) => (
-                self.kinds.referenced_object(
-                    &tried.cluster,
-                    &o.api_version,
-                    &o.kind,
-                    &tried.namespace,
-                    &o.name,
-                ),
-                o.uid.as_str(),
-            ),
-            None => (tried.clone(), ""),
-        };
-        let ow = ObjectWindow {
-            object: holder,
-            window_start: self
-                .cfg
-                .windowing
-                .window_start(ev.request_received_timestamp),
-        };
-        // Its cause is the owner's change the controller acted on.
-        let relations: Vec<(Relation, String)> = attempt
-            .owner
-            .as_ref()
-            .map(|_| {
-                let rel = Relation {
-                    target: ow.object.clone(),
-                    role: Role::Parent,
-                    class: super::relations::CLASS_OWNER.to_string(),
-                };
-                (rel, holder_uid.to_string())
-            })
-            .into_iter()
-            .collect();
-        let inference = self
-            .infer_cause(
-                &cascade::Write::audit(
-                    ev,
-                    tried,
-                    cascade::audit_span_ref(&ow, &ev.audit_id),
-                    self.arrival_of(item),
-                    "",
-                    false,
-                ),
-                None,
-                &relations,
-                None,
-                None,
-                None,
-            )
-            .await;
-        if self.cfg.changes_only {
-            self.metrics.events_processed.inc();
-            return Ok(());
-        }
-        self.ensure_object_span(&ow, holder_uid, item.replayed)
-            .await?;
-        let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
-        let name = format!(
-            "{} {} {} (generateName {})",
-            ev.user.username,
-            ev.verb,
-            tried.group_resource(),
-            attempt.generate_name
-        );
-        let mut span = span_model::audit_span_named(&ow, &write, &name);
-        cascade::add_cascade(&mut span, &inference);
-        if !tried.group.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
-        }
-        span.attr(attr::AUDIT_ATTEMPT_RESOURCE, &tried.resource);
-        if !tried.namespace.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_NAMESPACE, &tried.namespace);
-        }
-        span.attr(attr::AUDIT_ATTEMPT_GENERATE_NAME, &attempt.generate_name);
-        if !attempt.attempted_name.is_empty() {
-            span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
-        }
-        if let Some(mut requested) = ev
-            .request_object
-            .as_ref()
-            .and_then(|r| diff::parse_object(r.get()).ok())
+    /// The object's state after the write, for the next write's diff; a
+    /// deleted object is forgotten.
+    fn keep_state(&self, w: AppliedWrite) -> Result<(), ProcessError> {
+        if w.deleted {
+            self.states.remove(&w.key);
+            self.selectors.remove(&w.ow.object);
+        } else if let Some(state) = w.outcome.state
+            && w.keeps_state
         {
-            diff::strip_noise(&mut requested);
-            self.redactor
-                .redact(&tried.group, &tried.resource, &mut requested);
-            add_snapshot(&mut span, &requested, ev.stage_timestamp);
+            self.states.put(w.key, state)?;
         }
-        self.emit(span).await?;
-        self.metrics.events_processed.inc();
         Ok(())
     }
 }

@@ -246,8 +246,8 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
         completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
     };
     let found = |c: &ObjectChanges, e: &EffectTimes| {
-        let (found, later) = c.latest_before(p, e, false);
-        (found.map(|f| f.arrival), later)
+        let found = c.latest_before(p, e, false);
+        (found.seen.map(|f| f.arrival), found.later)
     };
     let mut c = ObjectChanges::default();
     // Arrivals 5 and 7, both stamped at 1 s.
@@ -260,6 +260,66 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
     // of order); stamped later, none is.
     assert_eq!(found(&c, &effect(1, 2_000)), (Some(7), false));
     assert_eq!(found(&c, &effect(9, 500)), (None, true));
+}
+
+#[test]
+fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
+    let rules = crate::aggregate::rules::RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .unwrap();
+    let p = rules
+        .propagations()
+        .iter()
+        .find(|p| p.triggered_by(ChangeClass::Create))
+        .expect("a propagation reacting to creates");
+    let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+    let create = |i: u64, received_ms: u64, completed_ms: u64| {
+        Arc::new(ChangeEntry::new(
+            SpanRef {
+                trace_id: [1; 16],
+                span_id: i.to_be_bytes(),
+            },
+            i,
+            ChangeClass::Create,
+            Arc::new("u".to_string()),
+            Op::of("create", ""),
+            at(received_ms),
+            at(completed_ms),
+        ))
+    };
+    // As a loaded apiserver logged it: a ReplicaSet's create received at
+    // 259 ms, its response done at 338 ms and logged after the Pod create
+    // its controller made meanwhile (received 274 ms, done 288 ms).
+    let effect = EffectTimes {
+        span: SpanRef {
+            trace_id: [9; 16],
+            span_id: [9; 8],
+        },
+        arrival: 951,
+        received: Nanos::of(at(274)),
+        completed: Nanos::of(at(288)),
+    };
+    let mut c = ObjectChanges::default();
+    c.push(create(955, 259, 338), 0);
+    let found = c.latest_before(p, &effect, false);
+    assert!(found.seen.is_none());
+    assert_eq!(found.late.map(|e| e.arrival), Some(955));
+    assert!(!found.later);
+    // Received after the effect: not a cause at all.
+    let mut c = ObjectChanges::default();
+    c.push(create(960, 280, 338), 0);
+    let found = c.latest_before(p, &effect, false);
+    assert!(found.seen.is_none() && found.late.is_none() && found.later);
+    // A change completed before the effect is offered as seen, the late
+    // one beside it (the index prefers the seen one).
+    let mut c = ObjectChanges::default();
+    c.push(create(955, 259, 338), 0);
+    c.push(create(900, 100, 120), 0);
+    let found = c.latest_before(p, &effect, false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(900));
+    assert_eq!(found.late.map(|e| e.arrival), Some(955));
 }
 
 #[test]
