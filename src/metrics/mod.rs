@@ -197,7 +197,7 @@ impl Metrics {
         );
         r.register(
             "cascade_candidates_dropped",
-            "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s",
+            "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s; or creates' CPIDs forgotten before the creates were resolved (more than 16384 waiting)",
             self.cascade_candidates_dropped.clone(),
         );
         r.register(

@@ -119,6 +119,7 @@ pub struct CauseIndex {
     /// arrival until the create is resolved: an effect that finds the create
     /// not resolved yet (it arrived later) carries this one on. Bounded.
     created_cpids: std::sync::Mutex<std::collections::BTreeMap<u64, WriteCpid>>,
+    cpid_drop_warned: crate::bounds::LogEvery,
 }
 
 /// Creates' CPIDs kept until resolved, at most (work in flight between the
@@ -136,6 +137,7 @@ impl CauseIndex {
             metrics: metrics.clone(),
             in_flight: Default::default(),
             created_cpids: Default::default(),
+            cpid_drop_warned: crate::bounds::LogEvery::new(std::time::Duration::from_secs(10)),
         }
     }
 
@@ -147,6 +149,12 @@ impl CauseIndex {
             // The oldest: a create whose processing failed, never resolved.
             m.pop_first();
             self.metrics.cascade_candidates_dropped.inc();
+            if self.cpid_drop_warned.should_log() {
+                tracing::warn!(
+                    kept = MAX_CREATED_CPIDS,
+                    "forgot the CPID of a create not resolved yet: effects processed before it carry none (further ones within 10 s are only counted)"
+                );
+            }
         }
     }
 
