@@ -224,18 +224,24 @@ async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
     assert_eq!((r.root, r.depth), (root, 4));
 }
 
-#[test]
-fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
+/// A propagation of the built-in rules triggered by `class`.
+fn builtin_propagation(class: ChangeClass) -> Propagation {
     let rules = crate::aggregate::rules::RuleSet::load_dir(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/rules"
     )))
     .unwrap();
-    let p = rules
+    rules
         .propagations()
         .iter()
-        .find(|p| p.triggered_by(ChangeClass::Status))
-        .expect("a propagation reacting to status writes");
+        .find(|p| p.triggered_by(class))
+        .unwrap_or_else(|| panic!("no built-in propagation reacts to {class:?}"))
+        .clone()
+}
+
+#[test]
+fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
+    let p = &builtin_propagation(ChangeClass::Status);
     let effect = |arrival: u64, at_ms: u64| EffectTimes {
         span: SpanRef {
             trace_id: [9; 16],
@@ -264,16 +270,7 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
 
 #[test]
 fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
-    let rules = crate::aggregate::rules::RuleSet::load_dir(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/rules"
-    )))
-    .unwrap();
-    let p = rules
-        .propagations()
-        .iter()
-        .find(|p| p.triggered_by(ChangeClass::Create))
-        .expect("a propagation reacting to creates");
+    let p = &builtin_propagation(ChangeClass::Create);
     let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
     let create = |i: u64, received_ms: u64, completed_ms: u64| {
         Arc::new(ChangeEntry::new(
