@@ -26,13 +26,13 @@ use crate::metrics::Metrics;
 use crate::pipeline::{Intake, Shutdown, Work};
 pub use processor::{Processor, ProcessorConfig};
 
-/// Starts the dispatcher and `shards` workers. The returned handle finishes
-/// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
-/// and all queued events are processed.
 /// Queued items the dispatcher notes together before handing them to the
 /// shards (and offline runs, lines).
 pub const NOTE_AHEAD: usize = 64;
 
+/// Starts the dispatcher and `shards` workers. The returned handle finishes
+/// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
+/// and all queued events are processed.
 pub fn start(
     processor: Arc<Processor>,
     queue_capacity: usize,

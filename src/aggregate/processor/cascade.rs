@@ -148,13 +148,11 @@ impl Processor {
         let Some(raw) = item.event.response_object.as_ref() else {
             return;
         };
-        // Most objects carry none: a byte search, the parse only when found.
-        if memchr::memmem::find(
-            raw.get().as_bytes(),
-            kascade_cpid::CPID_ANNOTATION.as_bytes(),
-        )
-        .is_none()
-        {
+        // Most objects carry none: a byte search (its searcher built once),
+        // the parse only when found.
+        static ANNOTATION: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(kascade_cpid::CPID_ANNOTATION));
+        if ANNOTATION.find(raw.get().as_bytes()).is_none() {
             return;
         }
         let Ok(state) = serde_json::from_str::<Value>(raw.get()) else {
