@@ -227,40 +227,57 @@ fn write_fields(out: &mut String, fields: &[(Key<'_>, Piece<'_>)]) {
 /// `managedFields`, spec and status are not scanned (an owner learns of a new
 /// object as it arrives). Empty when there are none, or they do not parse.
 pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
+    metadata_field(object_json, "ownerReferences").unwrap_or_default()
+}
+
+/// An object's `metadata.resourceVersion` as the number etcd gives it (its
+/// revision when the object was stored), read without going past it; `None`
+/// when absent or not a number (another storage's opaque version).
+pub fn resource_version_of(object_json: &str) -> Option<u64> {
+    metadata_field::<&str>(object_json, "resourceVersion")?
+        .parse()
+        .ok()
+}
+
+/// One field of an object's `metadata`, read without going past it (the
+/// apiserver writes `metadata` first and its own fields before `labels`,
+/// `annotations` and `managedFields`). `None` when absent or it does not
+/// parse as `T`.
+fn metadata_field<'a, T: Deserialize<'a>>(object_json: &'a str, field: &str) -> Option<T> {
     /// Ends the parse early: the error carries no news.
     const DONE: &str = "read what was wanted";
-    struct Top<'s>(&'s mut Vec<OwnerReference>);
-    struct Meta<'s>(&'s mut Vec<OwnerReference>);
-    impl<'de> Visitor<'de> for Top<'_> {
+    struct Top<'s, T>(&'s mut Option<T>, &'s str);
+    struct Meta<'s, T>(&'s mut Option<T>, &'s str);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Top<'_, T> {
         type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("an object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<String>()? {
-                if key == "metadata" {
-                    return map.next_value_seed(Meta(self.0));
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                if key.0 == "metadata" {
+                    return map.next_value_seed(Meta(self.0, self.1));
                 }
                 map.next_value::<IgnoredAny>()?;
             }
             Ok(())
         }
     }
-    impl<'de> DeserializeSeed<'de> for Meta<'_> {
+    impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Meta<'_, T> {
         type Value = ();
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
             d.deserialize_any(self)
         }
     }
-    impl<'de> Visitor<'de> for Meta<'_> {
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Meta<'_, T> {
         type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("object metadata")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<String>()? {
-                if key == "ownerReferences" {
-                    *self.0 = map.next_value()?;
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                if key.0 == self.1 {
+                    *self.0 = Some(map.next_value()?);
                     break;
                 }
                 map.next_value::<IgnoredAny>()?;
@@ -271,11 +288,12 @@ pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
             Err(de::Error::custom(DONE))
         }
     }
-    let mut owners = Vec::new();
+    let mut value = None;
     let mut de = serde_json::Deserializer::from_str(object_json);
-    // Err(DONE) is the normal end; any other error leaves `owners` empty.
-    let _ = de.deserialize_map(Top(&mut owners));
-    owners
+    // Err(DONE) is the normal end; any other error before the field is read
+    // leaves `value` empty.
+    let _ = de.deserialize_map(Top(&mut value, field));
+    value
 }
 
 /// The request and response objects of the audit logs the real control
@@ -386,5 +404,34 @@ mod tests {
         }
         let bad = r#"{"metadata":{"ownerReferences":[{"name":7}]}}"#;
         assert!(owner_references_of(bad).is_empty());
+    }
+
+    #[test]
+    fn resource_versions_are_read_as_a_full_parse_reads_them() {
+        let mut with_version = 0;
+        for obj in fixture_objects(&["deployment", "service", "late-response"]) {
+            let full = obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(|v| v.parse::<u64>().unwrap());
+            with_version += usize::from(full.is_some());
+            assert_eq!(resource_version_of(&obj.to_string()), full, "{obj}");
+        }
+        assert!(with_version > 50, "{with_version}");
+        for (text, want) in [
+            (
+                r#"{"metadata":{"name":"a","resourceVersion":"17"}}"#,
+                Some(17),
+            ),
+            // Another storage's opaque version, or none.
+            (r#"{"metadata":{"resourceVersion":"v1-abc"}}"#, None),
+            (r#"{"metadata":{"resourceVersion":17}}"#, None),
+            (r#"{"metadata":{"name":"a"}}"#, None),
+            (r#"{"kind":"Status","status":"Success"}"#, None),
+            ("null", None),
+            ("{", None),
+        ] {
+            assert_eq!(resource_version_of(text), want, "{text}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::model::ObjectRef;
 use crate::pipeline::SpanRef;
 
 use super::super::rules::{ChangeClass, Propagation, Role};
-use super::entry::{ChangeEntry, Nanos};
+use super::entry::{ChangeEntry, Nanos, Revision};
 
 /// Changes kept per object and class: at least the last few, and all of the
 /// last [`KEEP_FOR`] — the dispatcher notes writes before the shards process
@@ -29,6 +29,7 @@ pub(super) struct EffectTimes {
     pub arrival: u64,
     pub received: Nanos,
     pub completed: Nanos,
+    pub revision: Revision,
 }
 
 pub(super) struct Candidate<'p> {
@@ -76,22 +77,22 @@ impl ObjectChanges {
         let class = entry.class;
         let newest = self
             .of_class(class)
-            .map(|e| e.completed)
-            .chain([entry.completed])
+            .map(|e| e.completed())
+            .chain([entry.completed()])
             .max()
-            .unwrap_or(entry.completed);
+            .unwrap_or(entry.completed());
         if self.of_class(class).count() >= MIN_PER_CLASS {
             // Newest first; keep the last few, and whatever is recent.
             let horizon = newest.minus(KEEP_FOR);
             self.changes
-                .sort_by_key(|e| (e.class.index(), std::cmp::Reverse(e.completed)));
+                .sort_by_key(|e| (e.class.index(), std::cmp::Reverse(e.completed())));
             let mut index = 0;
             self.changes.retain(|e| {
                 if e.class != class {
                     return true;
                 }
                 index += 1;
-                index < MIN_PER_CLASS || e.completed >= horizon
+                index < MIN_PER_CLASS || e.completed() >= horizon
             });
         }
         let mut complete = true;
@@ -101,9 +102,9 @@ impl ObjectChanges {
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| e.class == class)
-                .min_by_key(|(_, e)| e.completed)
+                .min_by_key(|(_, e)| e.completed())
                 .expect("full class");
-            if self.changes[oldest].completed > entry.completed {
+            if self.changes[oldest].completed() > entry.completed() {
                 return false;
             }
             self.changes.swap_remove(oldest);
@@ -126,7 +127,7 @@ impl ObjectChanges {
             return false;
         }
         self.touched = COMPACTED;
-        let newest = |e: &Arc<ChangeEntry>| (e.completed, e.span);
+        let newest = |e: &Arc<ChangeEntry>| (e.completed(), e.span);
         let deleted = self
             .changes
             .iter()
@@ -200,26 +201,34 @@ impl ObjectChanges {
     }
 
     /// The latest change `p` is triggered by that the effect's writer could
-    /// have seen: received no later than the effect was, and completed no
-    /// later than the effect did (a controller sees a change in its watch
-    /// once it is stored, which may be before the apiserver finished the
-    /// response), not `effect` itself; received at the same instant, only if
-    /// it arrived first (identical timestamps say nothing of order, arrival
-    /// does; so no two changes are each other's cause); with `same_object`,
-    /// not before the object's latest create (an earlier object of the same
-    /// name). Also whether a triggering change was received only after the
-    /// effect.
+    /// have seen: received no later than the effect was, and stored before
+    /// it — completed no later than the effect did, or, while both were in
+    /// flight, given an earlier revision by etcd (a controller sees a change
+    /// in its watch once it is stored, which may be before the apiserver
+    /// finished the response). Not `effect` itself; received at the same instant,
+    /// only if it arrived first (identical timestamps say nothing of order,
+    /// arrival does; so no two changes are each other's cause); with
+    /// `same_object`, not before the object's latest create (an earlier
+    /// object of the same name). "Latest" is [`ChangeEntry::stored_after`].
+    /// Also whether a triggering change was received only after the effect.
     pub fn latest_before(&self, p: &Propagation, effect: &EffectTimes, same_object: bool) -> Found {
         let received_first = |e: &ChangeEntry| {
             e.span != effect.span
                 && e.received <= effect.received
                 && (e.received < effect.received || e.arrival < effect.arrival)
         };
-        let seen = |e: &ChangeEntry| received_first(e) && e.completed <= effect.completed;
+        // A response finished after the effect's was stored first if etcd
+        // gave it an earlier revision. Only ever a yes: a write that changed
+        // nothing answers with the object's old revision.
+        let seen = |e: &ChangeEntry| {
+            received_first(e)
+                && (e.completed() <= effect.completed
+                    || effect.revision.after(e.revision) == Some(true))
+        };
         let floor = if same_object {
             self.of_class(ChangeClass::Create)
                 .filter(|e| seen(e))
-                .map(|e| e.completed)
+                .map(|e| e.completed())
                 .max()
         } else {
             None
@@ -251,14 +260,10 @@ impl ObjectChanges {
                     }
                     continue;
                 }
-                if floor.is_some_and(|f| e.completed < f) {
+                if floor.is_some_and(|f| e.completed() < f) {
                     continue;
                 }
-                if found
-                    .seen
-                    .as_ref()
-                    .is_none_or(|b| (e.completed, e.span) > (b.completed, b.span))
-                {
+                if found.seen.as_ref().is_none_or(|b| e.stored_after(b)) {
                     found.seen = Some(e.clone());
                 }
             }
@@ -270,10 +275,11 @@ impl ObjectChanges {
 /// The candidates [`ObjectChanges::latest_before`] found for an effect.
 #[derive(Default)]
 pub(super) struct Found {
-    /// The latest change completed before the effect did.
+    /// The latest change stored before the effect.
     pub seen: Option<Arc<ChangeEntry>>,
     /// The latest change received before the effect whose response
-    /// completed only after the effect's.
+    /// completed only after the effect's, with no earlier revision to say
+    /// it was stored first.
     pub late: Option<Arc<ChangeEntry>>,
     /// A triggering change was received after the effect.
     pub later: bool,

@@ -32,7 +32,7 @@ use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
-pub use entry::{ChangeEntry, Op, Resolved};
+pub use entry::{ChangeEntry, Op, Resolved, Revision};
 use index::{Candidate, EffectTimes, ObjectChanges};
 
 /// The CPID of an effect: the one its write set on the object; else its
@@ -78,6 +78,8 @@ pub struct Effect<'a> {
     pub op: &'a str,
     pub received: SystemTime,
     pub completed: SystemTime,
+    /// The revision the write stored (its own entry's), if known.
+    pub revision: Revision,
     /// A Pod status write that changed `status.phase`: the new phase.
     pub new_phase: Option<&'a str>,
     /// The CPID the object carries after the write (its annotation).
@@ -233,6 +235,7 @@ impl CauseIndex {
         op: Op,
         received: SystemTime,
         completed: SystemTime,
+        revision: Revision,
     ) -> (Arc<ChangeEntry>, bool) {
         let changes = self.objects.get_or_insert(object.hash());
         let entry = {
@@ -249,6 +252,7 @@ impl CauseIndex {
                 op,
                 received,
                 completed,
+                revision,
             ));
             if !c.push(entry.clone(), self.objects.now_secs()) {
                 self.metrics.cascade_candidates_dropped.inc();
@@ -331,7 +335,7 @@ impl CauseIndex {
                 });
                 let hop = effect
                     .received
-                    .duration_since(c.entry.completed.time())
+                    .duration_since(c.entry.completed().time())
                     .unwrap_or_default();
                 let same = c.object == *effect.object;
                 Inference {
@@ -418,6 +422,7 @@ impl CauseIndex {
             arrival: effect.arrival,
             received: entry::Nanos::of(effect.received),
             completed: entry::Nanos::of(effect.completed),
+            revision: effect.revision,
         };
         let mut writer = WriterMatches::new(effect.writer);
         for p in &self.propagations {
@@ -428,9 +433,7 @@ impl CauseIndex {
                 let found = changes.latest_before(p, &times, same);
                 later |= found.later;
                 if let Some(entry) = found.seen
-                    && best.as_ref().is_none_or(|b| {
-                        (entry.completed, entry.span) > (b.entry.completed, b.entry.span)
-                    })
+                    && best.as_ref().is_none_or(|b| entry.stored_after(&b.entry))
                 {
                     best = Some(Candidate {
                         entry,

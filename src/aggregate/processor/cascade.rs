@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::super::causes::{ChangeEntry, Effect, Inference, Op};
+use super::super::causes::{ChangeEntry, Effect, Inference, Op, Revision};
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
 use super::super::rules::{ChangeClass, Relation, Role};
 use super::super::status;
@@ -16,7 +16,7 @@ use super::Processor;
 use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
     Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, Readiness, RelatedObject,
-    SpanRef, WriteCpid, is_event_resource, owner_references_of,
+    SpanRef, WriteCpid, is_event_resource, owner_references_of, resource_version_of,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -131,6 +131,11 @@ impl Processor {
             Op::of(&ev.verb, ev.subresource()),
             ev.request_received_timestamp,
             ev.stage_timestamp,
+            Revision::of(
+                ev.response_object
+                    .as_ref()
+                    .and_then(|o| resource_version_of(o.get())),
+            ),
         );
         if new && class == ChangeClass::Create {
             // Its owners learn of it now, not when its shard gets to it: an
@@ -236,6 +241,7 @@ impl Processor {
             op,
             received: w.received,
             completed: w.completed,
+            revision: own.map_or_else(Revision::default, |o| o.revision),
             new_phase,
         };
         let inference = self.causes.infer(&effect, relations, own).await;

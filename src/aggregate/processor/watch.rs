@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::causes::Op;
+use super::super::causes::{Op, Revision};
 use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
@@ -125,6 +125,7 @@ impl Processor {
                 Op::of(kind, ""),
                 at,
                 at,
+                Revision::of(new_rv.parse().ok()),
             );
             let uid = crate::json::pointer(&p.change.state, "/metadata/uid")
                 .and_then(serde_json::Value::as_str)

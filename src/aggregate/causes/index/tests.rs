@@ -20,6 +20,7 @@ fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
         Op::of("update", "status"),
         t,
         t,
+        Revision::default(),
     ))
 }
 
@@ -250,6 +251,7 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
         arrival,
         received: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
         completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
+        revision: Revision::default(),
     };
     let found = |c: &ObjectChanges, e: &EffectTimes| {
         let found = c.latest_before(p, e, false);
@@ -284,6 +286,7 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
             Op::of("create", ""),
             at(received_ms),
             at(completed_ms),
+            Revision::default(),
         ))
     };
     // As a loaded apiserver logged it: a ReplicaSet's create received at
@@ -297,6 +300,7 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
         arrival: 951,
         received: Nanos::of(at(274)),
         completed: Nanos::of(at(288)),
+        revision: Revision::default(),
     };
     let mut c = ObjectChanges::default();
     c.push(create(955, 259, 338), 0);
@@ -317,6 +321,95 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
     let found = c.latest_before(p, &effect, false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(900));
     assert_eq!(found.late.map(|e| e.arrival), Some(955));
+}
+
+/// A change of `class` received and completed at those microseconds, with
+/// the revision etcd gave it (0: not known).
+fn stored(
+    i: u64,
+    class: ChangeClass,
+    received_us: u64,
+    completed_us: u64,
+    rv: u64,
+) -> Arc<ChangeEntry> {
+    let at = |us: u64| UNIX_EPOCH + Duration::from_micros(us);
+    Arc::new(ChangeEntry::new(
+        SpanRef {
+            trace_id: [1; 16],
+            span_id: i.to_be_bytes(),
+        },
+        i,
+        class,
+        Arc::new("u".to_string()),
+        Op::of("update", ""),
+        at(received_us),
+        at(completed_us),
+        Revision::of((rv != 0).then_some(rv)),
+    ))
+}
+
+#[test]
+fn writes_in_flight_together_are_ordered_by_their_revisions() {
+    // From e2e/fixtures/overlapping-writes: the deployment controller's
+    // ReplicaSet update (stored as revision 447, its response done at
+    // 250.068 ms) and the ReplicaSet controller's graceful delete of a Pod
+    // it caused (received at 242.484 ms, stored as 448, done at 245.069).
+    let update = stored(1, ChangeClass::Update, 238_251, 250_068, 447);
+    let delete = stored(2, ChangeClass::Delete, 242_484, 245_069, 448);
+    assert!(delete.stored_after(&update) && !update.stored_after(&delete));
+    // Without revisions, the completions decide.
+    let update_unknown = stored(1, ChangeClass::Update, 238_251, 250_068, 0);
+    assert!(update_unknown.stored_after(&delete) && !delete.stored_after(&update_unknown));
+    // Apart in time, the times decide whatever the revisions say (another
+    // storage's numbers, e.g. an aggregated API).
+    let earlier = stored(3, ChangeClass::Update, 100_000, 101_000, 900);
+    assert!(delete.stored_after(&earlier) && !earlier.stored_after(&delete));
+    // Revisions compare modulo 2³² across the wrap of their low 32 bits.
+    let before_wrap = Revision::of(Some(u64::from(u32::MAX) - 2));
+    let after_wrap = Revision::of(Some(u64::from(u32::MAX) + 3));
+    assert_eq!(after_wrap.after(before_wrap), Some(true));
+    assert_eq!(before_wrap.after(after_wrap), Some(false));
+    assert_eq!(after_wrap.after(Revision::default()), None);
+    assert_eq!(after_wrap.after(after_wrap), None);
+}
+
+#[test]
+fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_is_earlier() {
+    let p = &builtin_propagation(ChangeClass::Update);
+    // The graceful delete above as the effect of the ReplicaSet's updates:
+    // one 1.1 s before, and the one in flight with it (stored first).
+    let effect = |rv: u64| EffectTimes {
+        span: SpanRef {
+            trace_id: [9; 16],
+            span_id: [9; 8],
+        },
+        arrival: 20,
+        received: Nanos::of(UNIX_EPOCH + Duration::from_micros(242_484)),
+        completed: Nanos::of(UNIX_EPOCH + Duration::from_micros(245_069)),
+        revision: Revision::of((rv != 0).then_some(rv)),
+    };
+    let mut c = ObjectChanges::default();
+    c.push(stored(10, ChangeClass::Update, 100_000, 121_000, 435), 0);
+    c.push(stored(11, ChangeClass::Update, 238_251, 250_068, 447), 0);
+    let found = c.latest_before(p, &effect(448), false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(11));
+    assert!(found.late.is_none());
+    // The effect's revision not known: the earlier update is seen, the one
+    // in flight offered apart.
+    let found = c.latest_before(p, &effect(0), false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(10));
+    assert_eq!(found.late.map(|e| e.arrival), Some(11));
+    // A later revision than the effect's says nothing (a write that changed
+    // nothing answers with the object's old one): as without revisions.
+    let found = c.latest_before(p, &effect(446), false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(10));
+    assert_eq!(found.late.map(|e| e.arrival), Some(11));
+    // Completed before the effect was received, a change is seen whatever
+    // its revision says.
+    let mut c = ObjectChanges::default();
+    c.push(stored(12, ChangeClass::Update, 200_000, 240_000, 9_999), 0);
+    let found = c.latest_before(p, &effect(448), false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(12));
 }
 
 #[test]
