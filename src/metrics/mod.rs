@@ -77,6 +77,7 @@ pub struct Metrics {
     pub cascade_causes_arrived_later: Counter,
     pub cascade_holders_dropped: Counter,
     pub cascade_candidates_dropped: Counter,
+    pub cascade_cpids_forgotten: Counter,
     pub cascade_objects: Gauge,
     /// Change-log lines dropped because the writer fell behind.
     pub changelog_dropped: Counter,
@@ -197,8 +198,13 @@ impl Metrics {
         );
         r.register(
             "cascade_candidates_dropped",
-            "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s; or creates' CPIDs forgotten before the creates were resolved (more than 16384 waiting)",
+            "Changes forgotten as candidate causes before 10 s had passed, because an object had 256 of one change class within 10 s",
             self.cascade_candidates_dropped.clone(),
+        );
+        r.register(
+            "cascade_cpids_forgotten",
+            "Creates' CPIDs forgotten before their creates were processed (more than 16384 waiting): an effect processed before such a create carries no CPID",
+            self.cascade_cpids_forgotten.clone(),
         );
         r.register(
             "mergelogs_accepted",

@@ -150,7 +150,7 @@ impl CauseIndex {
         if m.len() > MAX_CREATED_CPIDS {
             // The oldest: a create whose processing failed, never resolved.
             m.pop_first();
-            self.metrics.cascade_candidates_dropped.inc();
+            self.metrics.cascade_cpids_forgotten.inc();
             if self.cpid_drop_warned.should_log() {
                 tracing::warn!(
                     kept = MAX_CREATED_CPIDS,
@@ -162,10 +162,13 @@ impl CauseIndex {
 
     fn resolve_own(&self, own: &ChangeEntry, r: Resolved) {
         own.resolve(r, &self.ready);
-        self.created_cpids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&own.arrival);
+        // Only creates' CPIDs are kept (most writes are not creates).
+        if own.class == ChangeClass::Create {
+            self.created_cpids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&own.arrival);
+        }
     }
 
     /// A cause's cascade when it is not known: the cause stands for it, with
@@ -568,5 +571,68 @@ fn edge(cause: &ObjectRef, effect: &Effect<'_>, same: bool) -> String {
             "{} → {} {}",
             cause.resource, effect.object.resource, effect.op
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_cpids_beyond_the_bound_are_forgotten_oldest_first_and_counted() {
+        let rules = RuleSet::load_dir(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/rules"
+        )))
+        .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let index = CauseIndex::new(&rules, 1_000, &metrics);
+        let create = |i: u64| {
+            let t = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+            ChangeEntry::new(
+                SpanRef {
+                    trace_id: [1; 16],
+                    span_id: i.to_be_bytes(),
+                },
+                i,
+                ChangeClass::Create,
+                Arc::new("u".to_string()),
+                Op::of("create", ""),
+                t,
+                t,
+                Revision::default(),
+            )
+        };
+        let creates: Vec<ChangeEntry> = (1..=MAX_CREATED_CPIDS as u64 + 1).map(create).collect();
+        let cpid = WriteCpid {
+            cpid: kascade_cpid::Cpid::new_random(),
+            origin: CpidOrigin::Annotation,
+        };
+        for c in &creates {
+            index.note_own_cpid(c, cpid);
+        }
+        assert_eq!(metrics.cascade_cpids_forgotten.get(), 1);
+        assert_eq!(metrics.cascade_candidates_dropped.get(), 0);
+        // The first create's CPID went; the others' are kept until resolved.
+        assert!(index.unresolved(&creates[0]).is_none());
+        let last = creates.last().unwrap();
+        assert_eq!(
+            index.unresolved(last).and_then(|r| r.cpid).map(|c| c.cpid),
+            Some(cpid.cpid)
+        );
+        let resolved = Resolved {
+            root: last.span,
+            depth: 3,
+            cpid: None,
+        };
+        index.resolve_own(last, resolved);
+        assert_eq!(index.unresolved(last).map(|r| r.depth), Some(3));
+        assert!(
+            !index
+                .created_cpids
+                .lock()
+                .unwrap()
+                .contains_key(&last.arrival)
+        );
     }
 }
