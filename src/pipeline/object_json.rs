@@ -4,7 +4,9 @@
 //! where only a part is needed.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
+use std::num::NonZeroU64;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -35,7 +37,12 @@ pub struct OwnerReference {
 pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ObjectText>, D::Error> {
-    let text = match d.deserialize_any(PieceVisitor { trim: Trim::Top })? {
+    let version = Cell::new(None);
+    let visitor = PieceVisitor {
+        trim: Trim::Top,
+        version: &version,
+    };
+    let text = match d.deserialize_any(visitor)? {
         Piece::Null => return Ok(None),
         Piece::Raw(raw) => raw.get().to_string(),
         Piece::Fields(fields) => {
@@ -45,18 +52,31 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
         }
         Piece::Owned(text) => text,
     };
-    Ok(Some(ObjectText(text.into_boxed_str())))
+    Ok(Some(ObjectText {
+        text: text.into_boxed_str(),
+        resource_version: version.get(),
+    }))
 }
 
 /// The JSON text of an object an audit event carries, as
 /// [`without_managed_fields`] left it: well-formed (it was parsed to be
 /// cut), so it is not checked again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectText(Box<str>);
+pub struct ObjectText {
+    text: Box<str>,
+    resource_version: Option<NonZeroU64>,
+}
 
 impl ObjectText {
     pub fn get(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// `metadata.resourceVersion` as the number etcd gives it (its revision
+    /// when the object was stored), read in the same pass; `None` when
+    /// absent or not a number (another storage's opaque version).
+    pub fn resource_version(&self) -> Option<u64> {
+        self.resource_version.map(NonZeroU64::get)
     }
 }
 
@@ -101,18 +121,20 @@ enum Trim {
     Metadata,
 }
 
-struct PieceVisitor {
+struct PieceVisitor<'v> {
     trim: Trim,
+    /// Where `metadata.resourceVersion` goes when it is a number.
+    version: &'v Cell<Option<NonZeroU64>>,
 }
 
-impl<'de> DeserializeSeed<'de> for PieceVisitor {
+impl<'de> DeserializeSeed<'de> for PieceVisitor<'_> {
     type Value = Piece<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Piece<'de>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl PieceVisitor {
+impl PieceVisitor<'_> {
     fn owned<E: de::Error>(v: Value) -> Result<Piece<'static>, E> {
         serde_json::to_string(&v)
             .map(Piece::Owned)
@@ -120,7 +142,7 @@ impl PieceVisitor {
     }
 }
 
-impl<'de> Visitor<'de> for PieceVisitor {
+impl<'de> Visitor<'de> for PieceVisitor<'_> {
     type Value = Piece<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -137,8 +159,22 @@ impl<'de> Visitor<'de> for PieceVisitor {
                 (Trim::Top, "metadata") => {
                     let piece = map.next_value_seed(PieceVisitor {
                         trim: Trim::Metadata,
+                        version: self.version,
                     })?;
                     fields.push((key, piece));
+                }
+                (Trim::Metadata, "resourceVersion") => {
+                    let raw: &RawValue = map.next_value()?;
+                    let number = raw
+                        .get()
+                        .strip_prefix('"')
+                        .and_then(|v| v.strip_suffix('"'));
+                    self.version.set(
+                        number
+                            .and_then(|v| v.parse().ok())
+                            .and_then(NonZeroU64::new),
+                    );
+                    fields.push((key, Piece::Raw(raw)));
                 }
                 _ => fields.push((key, Piece::Raw(map.next_value()?))),
             }
@@ -230,19 +266,8 @@ pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
     metadata_field(object_json, "ownerReferences").unwrap_or_default()
 }
 
-/// An object's `metadata.resourceVersion` as the number etcd gives it (its
-/// revision when the object was stored), read without going past it; `None`
-/// when absent or not a number (another storage's opaque version).
-pub fn resource_version_of(object_json: &str) -> Option<u64> {
-    metadata_field::<&str>(object_json, "resourceVersion")?
-        .parse()
-        .ok()
-}
-
-/// One field of an object's `metadata`, read without going past it (the
-/// apiserver writes `metadata` first and its own fields before `labels`,
-/// `annotations` and `managedFields`). `None` when absent or it does not
-/// parse as `T`.
+/// One field of an object's `metadata`, read without going past it.
+/// `None` when absent or it does not parse as `T`.
 fn metadata_field<'a, T: Deserialize<'a>>(object_json: &'a str, field: &str) -> Option<T> {
     /// Ends the parse early: the error carries no news.
     const DONE: &str = "read what was wanted";
@@ -408,6 +433,12 @@ mod tests {
 
     #[test]
     fn resource_versions_are_read_as_a_full_parse_reads_them() {
+        let version = |text: &str| {
+            let mut de = serde_json::Deserializer::from_str(text);
+            without_managed_fields(&mut de)
+                .unwrap()
+                .and_then(|t| t.resource_version())
+        };
         let mut with_version = 0;
         for obj in fixture_objects(&["deployment", "service", "late-response"]) {
             let full = obj
@@ -415,7 +446,7 @@ mod tests {
                 .and_then(Value::as_str)
                 .map(|v| v.parse::<u64>().unwrap());
             with_version += usize::from(full.is_some());
-            assert_eq!(resource_version_of(&obj.to_string()), full, "{obj}");
+            assert_eq!(version(&obj.to_string()), full, "{obj}");
         }
         assert!(with_version > 50, "{with_version}");
         for (text, want) in [
@@ -426,12 +457,13 @@ mod tests {
             // Another storage's opaque version, or none.
             (r#"{"metadata":{"resourceVersion":"v1-abc"}}"#, None),
             (r#"{"metadata":{"resourceVersion":17}}"#, None),
+            (r#"{"metadata":{"resourceVersion":"0"}}"#, None),
             (r#"{"metadata":{"name":"a"}}"#, None),
+            (r#"{"spec":{"resourceVersion":"5"}}"#, None),
             (r#"{"kind":"Status","status":"Success"}"#, None),
             ("null", None),
-            ("{", None),
         ] {
-            assert_eq!(resource_version_of(text), want, "{text}");
+            assert_eq!(version(text), want, "{text}");
         }
     }
 }

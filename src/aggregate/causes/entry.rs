@@ -169,14 +169,18 @@ impl ChangeEntry {
     }
 
     /// Whether this change was stored after `other`. Their completions order
-    /// them, unless both were in flight together and both revisions are
-    /// known: then the revisions do (a loaded apiserver finishes a response
-    /// tens of ms after the write was stored and watchers saw it; a write
-    /// that changed nothing keeps its object's old revision, but it stored
-    /// nothing for a watcher to see). Among equals, the larger span id.
-    pub fn stored_after(&self, other: &ChangeEntry) -> bool {
+    /// them, unless both were in flight together in one cluster (one etcd's
+    /// revisions) and both revisions are known: then the revisions do (a
+    /// loaded apiserver finishes a response tens of ms after the write was
+    /// stored and watchers saw it; a write that changed nothing keeps its
+    /// object's old revision, but it stored nothing for a watcher to see).
+    /// Among equals, the larger span id.
+    pub fn stored_after(&self, other: &ChangeEntry, same_cluster: bool) -> bool {
         let together = self.received <= other.completed() && other.received <= self.completed();
-        if together && let Some(after) = self.revision.after(other.revision) {
+        if same_cluster
+            && together
+            && let Some(after) = self.revision.after(other.revision)
+        {
             return after;
         }
         (self.completed(), self.span) > (other.completed(), other.span)

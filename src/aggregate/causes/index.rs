@@ -24,11 +24,13 @@ pub(super) const MAX_PER_CLASS: usize = 256;
 const MAX_HOLDERS: usize = 4096;
 
 /// What [`ObjectChanges::latest_before`] needs of an effect.
+#[derive(Clone, Copy)]
 pub(super) struct EffectTimes {
     pub span: SpanRef,
     pub arrival: u64,
     pub received: Nanos,
     pub completed: Nanos,
+    /// Unknown when asking about another cluster's object (another etcd).
     pub revision: Revision,
 }
 
@@ -263,7 +265,7 @@ impl ObjectChanges {
                 if floor.is_some_and(|f| e.completed() < f) {
                     continue;
                 }
-                if found.seen.as_ref().is_none_or(|b| e.stored_after(b)) {
+                if found.seen.as_ref().is_none_or(|b| e.stored_after(b, true)) {
                     found.seen = Some(e.clone());
                 }
             }

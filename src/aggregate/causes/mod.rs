@@ -433,10 +433,21 @@ impl CauseIndex {
                 continue;
             }
             let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
-                let found = changes.latest_before(p, &times, same);
+                // Revisions order writes within one cluster only.
+                let found = if object.cluster == effect.object.cluster {
+                    changes.latest_before(p, &times, same)
+                } else {
+                    let times = EffectTimes {
+                        revision: Revision::default(),
+                        ..times
+                    };
+                    changes.latest_before(p, &times, same)
+                };
                 later |= found.later;
                 if let Some(entry) = found.seen
-                    && best.as_ref().is_none_or(|b| entry.stored_after(&b.entry))
+                    && best.as_ref().is_none_or(|b| {
+                        entry.stored_after(&b.entry, object.cluster == b.object.cluster)
+                    })
                 {
                     best = Some(Candidate {
                         entry,

@@ -15,8 +15,8 @@ use super::super::status;
 use super::Processor;
 use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, Readiness, RelatedObject,
-    SpanRef, WriteCpid, is_event_resource, owner_references_of, resource_version_of,
+    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, ObjectText, Readiness,
+    RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
 use crate::span_model::{self, SpanBuf, attr};
 
@@ -134,7 +134,7 @@ impl Processor {
             Revision::of(
                 ev.response_object
                     .as_ref()
-                    .and_then(|o| resource_version_of(o.get())),
+                    .and_then(ObjectText::resource_version),
             ),
         );
         if new && class == ChangeClass::Create {

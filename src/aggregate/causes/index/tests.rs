@@ -356,14 +356,18 @@ fn writes_in_flight_together_are_ordered_by_their_revisions() {
     // it caused (received at 242.484 ms, stored as 448, done at 245.069).
     let update = stored(1, ChangeClass::Update, 238_251, 250_068, 447);
     let delete = stored(2, ChangeClass::Delete, 242_484, 245_069, 448);
-    assert!(delete.stored_after(&update) && !update.stored_after(&delete));
+    assert!(delete.stored_after(&update, true) && !update.stored_after(&delete, true));
+    // Another cluster's revisions are another etcd's: the times decide.
+    assert!(update.stored_after(&delete, false) && !delete.stored_after(&update, false));
     // Without revisions, the completions decide.
     let update_unknown = stored(1, ChangeClass::Update, 238_251, 250_068, 0);
-    assert!(update_unknown.stored_after(&delete) && !delete.stored_after(&update_unknown));
+    assert!(
+        update_unknown.stored_after(&delete, true) && !delete.stored_after(&update_unknown, true)
+    );
     // Apart in time, the times decide whatever the revisions say (another
     // storage's numbers, e.g. an aggregated API).
     let earlier = stored(3, ChangeClass::Update, 100_000, 101_000, 900);
-    assert!(delete.stored_after(&earlier) && !earlier.stored_after(&delete));
+    assert!(delete.stored_after(&earlier, true) && !earlier.stored_after(&delete, true));
     // Revisions compare modulo 2³² across the wrap of their low 32 bits.
     let before_wrap = Revision::of(Some(u64::from(u32::MAX) - 2));
     let after_wrap = Revision::of(Some(u64::from(u32::MAX) + 3));
