@@ -85,6 +85,33 @@ impl Revision {
     }
 }
 
+/// A change for tests: `class` by user `u`, received and completed at those
+/// microseconds since the epoch, its span id and arrival `i`, stored as
+/// revision `rv` (0: not known).
+#[cfg(test)]
+pub fn test_entry(
+    i: u64,
+    class: ChangeClass,
+    received_us: u64,
+    completed_us: u64,
+    rv: u64,
+) -> Arc<ChangeEntry> {
+    let at = |us: u64| UNIX_EPOCH + Duration::from_micros(us);
+    Arc::new(ChangeEntry::new(
+        SpanRef {
+            trace_id: [1; 16],
+            span_id: i.to_be_bytes(),
+        },
+        i,
+        class,
+        Arc::new("u".to_string()),
+        Op::of("update", ""),
+        at(received_us),
+        at(completed_us),
+        Revision::of((rv != 0).then_some(rv)),
+    ))
+}
+
 /// `<verb>[ <subresource>]` of a write, as an index into [`Op::NAMES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Op(u8);

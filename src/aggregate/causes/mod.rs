@@ -598,23 +598,9 @@ mod tests {
         .unwrap();
         let metrics = Arc::new(Metrics::default());
         let index = CauseIndex::new(&rules, 1_000, &metrics);
-        let create = |i: u64| {
-            let t = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-            ChangeEntry::new(
-                SpanRef {
-                    trace_id: [1; 16],
-                    span_id: i.to_be_bytes(),
-                },
-                i,
-                ChangeClass::Create,
-                Arc::new("u".to_string()),
-                Op::of("create", ""),
-                t,
-                t,
-                Revision::default(),
-            )
-        };
-        let creates: Vec<ChangeEntry> = (1..=MAX_CREATED_CPIDS as u64 + 1).map(create).collect();
+        let create = |i: u64| entry::test_entry(i, ChangeClass::Create, 1_000, 1_000, 0);
+        let creates: Vec<Arc<ChangeEntry>> =
+            (1..=MAX_CREATED_CPIDS as u64 + 1).map(create).collect();
         let cpid = WriteCpid {
             cpid: kascade_cpid::Cpid::new_random(),
             origin: CpidOrigin::Annotation,

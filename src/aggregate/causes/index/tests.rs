@@ -1,4 +1,4 @@
-use super::super::entry::{Op, Resolved};
+use super::super::entry::{Op, Resolved, test_entry};
 use super::*;
 use std::time::UNIX_EPOCH;
 
@@ -7,21 +7,7 @@ fn entry(i: u64, at_ms: u64) -> Arc<ChangeEntry> {
 }
 
 fn entry_of(class: ChangeClass, i: u64, at_ms: u64) -> Arc<ChangeEntry> {
-    let t = UNIX_EPOCH + Duration::from_millis(at_ms);
-    let span = SpanRef {
-        trace_id: [1; 16],
-        span_id: i.to_be_bytes(),
-    };
-    Arc::new(ChangeEntry::new(
-        span,
-        i,
-        class,
-        Arc::new("u".to_string()),
-        Op::of("update", "status"),
-        t,
-        t,
-        Revision::default(),
-    ))
+    test_entry(i, class, at_ms * 1_000, at_ms * 1_000, 0)
 }
 
 #[test]
@@ -275,19 +261,13 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
     let p = &builtin_propagation(ChangeClass::Create);
     let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
     let create = |i: u64, received_ms: u64, completed_ms: u64| {
-        Arc::new(ChangeEntry::new(
-            SpanRef {
-                trace_id: [1; 16],
-                span_id: i.to_be_bytes(),
-            },
+        test_entry(
             i,
             ChangeClass::Create,
-            Arc::new("u".to_string()),
-            Op::of("create", ""),
-            at(received_ms),
-            at(completed_ms),
-            Revision::default(),
-        ))
+            received_ms * 1_000,
+            completed_ms * 1_000,
+            0,
+        )
     };
     // As a loaded apiserver logged it: a ReplicaSet's create received at
     // 259 ms, its response done at 338 ms and logged after the Pod create
@@ -323,50 +303,25 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
     assert_eq!(found.late.map(|e| e.arrival), Some(955));
 }
 
-/// A change of `class` received and completed at those microseconds, with
-/// the revision etcd gave it (0: not known).
-fn stored(
-    i: u64,
-    class: ChangeClass,
-    received_us: u64,
-    completed_us: u64,
-    rv: u64,
-) -> Arc<ChangeEntry> {
-    let at = |us: u64| UNIX_EPOCH + Duration::from_micros(us);
-    Arc::new(ChangeEntry::new(
-        SpanRef {
-            trace_id: [1; 16],
-            span_id: i.to_be_bytes(),
-        },
-        i,
-        class,
-        Arc::new("u".to_string()),
-        Op::of("update", ""),
-        at(received_us),
-        at(completed_us),
-        Revision::of((rv != 0).then_some(rv)),
-    ))
-}
-
 #[test]
 fn writes_in_flight_together_are_ordered_by_their_revisions() {
     // From e2e/fixtures/overlapping-writes: the deployment controller's
     // ReplicaSet update (stored as revision 447, its response done at
     // 250.068 ms) and the ReplicaSet controller's graceful delete of a Pod
     // it caused (received at 242.484 ms, stored as 448, done at 245.069).
-    let update = stored(1, ChangeClass::Update, 238_251, 250_068, 447);
-    let delete = stored(2, ChangeClass::Delete, 242_484, 245_069, 448);
+    let update = test_entry(1, ChangeClass::Update, 238_251, 250_068, 447);
+    let delete = test_entry(2, ChangeClass::Delete, 242_484, 245_069, 448);
     assert!(delete.stored_after(&update, true) && !update.stored_after(&delete, true));
     // Another cluster's revisions are another etcd's: the times decide.
     assert!(update.stored_after(&delete, false) && !delete.stored_after(&update, false));
     // Without revisions, the completions decide.
-    let update_unknown = stored(1, ChangeClass::Update, 238_251, 250_068, 0);
+    let update_unknown = test_entry(1, ChangeClass::Update, 238_251, 250_068, 0);
     assert!(
         update_unknown.stored_after(&delete, true) && !delete.stored_after(&update_unknown, true)
     );
     // Apart in time, the times decide whatever the revisions say (another
     // storage's numbers, e.g. an aggregated API).
-    let earlier = stored(3, ChangeClass::Update, 100_000, 101_000, 900);
+    let earlier = test_entry(3, ChangeClass::Update, 100_000, 101_000, 900);
     assert!(delete.stored_after(&earlier, true) && !earlier.stored_after(&delete, true));
     // Revisions compare modulo 2³² across the wrap of their low 32 bits.
     let before_wrap = Revision::of(Some(u64::from(u32::MAX) - 2));
@@ -393,8 +348,14 @@ fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_i
         revision: Revision::of((rv != 0).then_some(rv)),
     };
     let mut c = ObjectChanges::default();
-    c.push(stored(10, ChangeClass::Update, 100_000, 121_000, 435), 0);
-    c.push(stored(11, ChangeClass::Update, 238_251, 250_068, 447), 0);
+    c.push(
+        test_entry(10, ChangeClass::Update, 100_000, 121_000, 435),
+        0,
+    );
+    c.push(
+        test_entry(11, ChangeClass::Update, 238_251, 250_068, 447),
+        0,
+    );
     let found = c.latest_before(p, &effect(448), false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(11));
     assert!(found.late.is_none());
@@ -411,7 +372,10 @@ fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_i
     // Completed before the effect was received, a change is seen whatever
     // its revision says.
     let mut c = ObjectChanges::default();
-    c.push(stored(12, ChangeClass::Update, 200_000, 240_000, 9_999), 0);
+    c.push(
+        test_entry(12, ChangeClass::Update, 200_000, 240_000, 9_999),
+        0,
+    );
     let found = c.latest_before(p, &effect(448), false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(12));
 }
