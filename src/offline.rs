@@ -2,6 +2,7 @@
 //! filter and the processor, spans out, in memory. Used by tests and by
 //! offline tools that render traces in the terminal.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -192,35 +193,35 @@ async fn run_with(
         out
     });
     let mut errors = Vec::new();
-    // As the collector's dispatcher does: the next lines are noted as
-    // candidate causes before the first of them is processed, so a write
-    // logged after its effect (its response finished later) is found.
-    let mut ahead: Vec<(usize, crate::pipeline::Accepted)> = Vec::with_capacity(NOTE_AHEAD);
-    let mut lines = lines.into_iter().enumerate().peekable();
-    while lines.peek().is_some() {
-        for (i, line) in lines.by_ref() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match parse_event(&line) {
-                Ok(ev) => {
-                    if let Some(item) = accept(ev, cluster, filter, &metrics) {
-                        ahead.push((i, item));
-                    }
+    // As the collector's dispatcher does: lines are noted as candidate
+    // causes before they are processed, each line once the next
+    // `NOTE_AHEAD` are noted, so a write logged after its effect (its
+    // response finished later) is found, wherever it falls in the file.
+    let mut ahead: VecDeque<(usize, crate::pipeline::Accepted)> =
+        VecDeque::with_capacity(NOTE_AHEAD + 1);
+    for (i, line) in lines.into_iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse_event(&line) {
+            Ok(ev) => {
+                if let Some(mut item) = accept(ev, cluster, filter, &metrics) {
+                    item.arrival = processor.note_arrival(&item);
+                    ahead.push_back((i, item));
                 }
-                Err(e) => errors.push(format!("{}: {e}", i + 1)),
             }
-            if ahead.len() == NOTE_AHEAD {
-                break;
-            }
+            Err(e) => errors.push(format!("{}: {e}", i + 1)),
         }
-        for (_, item) in &mut ahead {
-            item.arrival = processor.note_arrival(item);
+        if ahead.len() > NOTE_AHEAD
+            && let Some((i, item)) = ahead.pop_front()
+            && let Err(e) = processor.process(&item).await
+        {
+            errors.push(format!("{}: {e}", i + 1));
         }
-        for (i, item) in ahead.drain(..) {
-            if let Err(e) = processor.process(&item).await {
-                errors.push(format!("{}: {e}", i + 1));
-            }
+    }
+    for (i, item) in ahead {
+        if let Err(e) = processor.process(&item).await {
+            errors.push(format!("{}: {e}", i + 1));
         }
     }
     if !watch.is_empty() {
