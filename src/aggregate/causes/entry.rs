@@ -203,10 +203,10 @@ impl ChangeEntry {
     /// object's old revision, but it stored nothing for a watcher to see).
     /// Among equals, the larger span id.
     pub fn stored_after(&self, other: &ChangeEntry, same_cluster: bool) -> bool {
-        let together = self.received <= other.completed() && other.received <= self.completed();
         if same_cluster
-            && together
             && let Some(after) = self.revision.after(other.revision)
+            && self.received <= other.completed()
+            && other.received <= self.completed()
         {
             return after;
         }

@@ -434,15 +434,15 @@ impl CauseIndex {
             }
             let mut consider = |changes: &ObjectChanges, object: &ObjectRef, same: bool| {
                 // Revisions order writes within one cluster only.
-                let found = if object.cluster == effect.object.cluster {
-                    changes.latest_before(p, &times, same)
+                let times = if object.cluster == effect.object.cluster {
+                    times
                 } else {
-                    let times = EffectTimes {
+                    EffectTimes {
                         revision: Revision::default(),
                         ..times
-                    };
-                    changes.latest_before(p, &times, same)
+                    }
                 };
+                let found = changes.latest_before(p, &times, same);
                 later |= found.later;
                 if let Some(entry) = found.seen
                     && best.as_ref().is_none_or(|b| {
