@@ -279,29 +279,22 @@ async fn out_of_order_and_skewed_input_never_gives_a_cause_from_the_future() {
 /// `e2e/fixtures.sh`: the race cannot be ordered.
 const OVERLAPPING_WRITES: &str = "overlapping-writes";
 
-#[tokio::test]
-async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
-    let lines = common::audit_lines(OVERLAPPING_WRITES);
-    let raw: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+/// The fixture's own record of the race it was captured for: a graceful
+/// delete received while its ReplicaSet's update was in flight, stored after
+/// that update (whose response finished later), and the kubelet's final
+/// delete received before the update's response was done. Returns (update,
+/// graceful delete, final delete).
+fn overlapping_race(
+    raw: &[serde_json::Value],
+) -> (&serde_json::Value, &serde_json::Value, &serde_json::Value) {
     let revision = |e: &serde_json::Value| {
         e["responseObject"]["metadata"]["resourceVersion"]
             .as_str()
             .map(|v| v.parse::<u64>().unwrap())
     };
-    fn name(e: &serde_json::Value) -> &str {
-        e["objectRef"]["name"].as_str().unwrap_or_default()
-    }
     let received = |e: &serde_json::Value| time(&e["requestReceivedTimestamp"]);
     let completed = |e: &serde_json::Value| time(&e["stageTimestamp"]);
-    // The fixture's own record of the race: a graceful delete received while
-    // its ReplicaSet's update was in flight, stored after that update, and
-    // the kubelet's final delete received before the update's response was
-    // done.
-    let (update, graceful, last) = raw
-        .iter()
+    raw.iter()
         .filter(|u| {
             u["verb"] == "update"
                 && u["objectRef"]["resource"] == "replicasets"
@@ -314,7 +307,8 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
                         .as_str()
                         .unwrap()
                         .ends_with(":replicaset-controller")
-                    && d["responseObject"]["metadata"]["ownerReferences"][0]["name"] == name(u)
+                    && d["responseObject"]["metadata"]["ownerReferences"][0]["name"]
+                        == event_name(u)
                     && received(u) < received(d)
                     && completed(d) < completed(u)
                     && revision(u) < revision(d)
@@ -323,22 +317,29 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
                 k["verb"] == "delete"
                     && k["user"]["username"] == "kwok-kubelet"
                     && k["responseStatus"]["code"] == 200
-                    && name(k) == name(graceful)
+                    && event_name(k) == event_name(graceful)
                     && received(k) < completed(u)
             })?;
             Some((u, graceful, last))
         })
-        .expect("the race the fixture was captured for");
+        .expect("the race the fixture was captured for")
+}
 
-    let all = changes_of(lines).await;
+fn event_name(e: &serde_json::Value) -> &str {
+    e["objectRef"]["name"].as_str().unwrap_or_default()
+}
+
+/// Asserts the causes of [`overlapping_race`]'s writes among `all`.
+fn assert_race_resolved_by_revisions(raw: &[serde_json::Value], all: &[ChangeRecord]) {
+    let (update, graceful, last) = overlapping_race(raw);
     let record = |e: &serde_json::Value| {
         all.iter()
             .find(|c| {
                 c.source == kascade::pipeline::ChangeSource::Audit
                     && c.verb == e["verb"].as_str().unwrap()
                     && c.subresource.is_empty()
-                    && c.object.name == name(e)
-                    && c.received == received(e)
+                    && c.object.name == event_name(e)
+                    && c.received == time(&e["requestReceivedTimestamp"])
             })
             .unwrap_or_else(|| panic!("the change of {e}"))
     };
@@ -363,5 +364,69 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
         record(graceful).span,
         "the final delete's cause"
     );
-    no_cause_points_forward(&all);
+    no_cause_points_forward(all);
+}
+
+#[tokio::test]
+async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
+    let lines = common::audit_lines(OVERLAPPING_WRITES);
+    let raw: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let all = changes_of(lines).await;
+    assert_race_resolved_by_revisions(&raw, &all);
+}
+
+/// `kascade replay`'s look-ahead: each line waits for the lines logged after
+/// it, so a cause logged after its effect is found however slowly the file
+/// is read. Here the slowest reader: a line is submitted only once the
+/// dispatcher has taken the one before off the queue. (With
+/// `LookAhead::Queued`, the collector's, nothing is queued behind each line
+/// then, and the graceful delete's cause, logged after it, is missed.)
+#[tokio::test]
+async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
+    use kascade::aggregate::LookAhead;
+    use kascade::app::{Pipeline, PipelineConfig};
+    use kascade::export::{OutputSpec, config::ExportSettings};
+    use kascade::metrics::Metrics;
+    use std::sync::Arc;
+
+    let lines = common::audit_lines(OVERLAPPING_WRITES);
+    let raw: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = PipelineConfig {
+        look_ahead: LookAhead::Full,
+        workers: 2,
+        ..PipelineConfig::default()
+    };
+    let export =
+        ExportSettings::default().output(OutputSpec::OtlpJson(dir.path().join("spans.jsonl")));
+    let metrics = Arc::new(Metrics::default());
+    let sink = Arc::new(common::Collect::default());
+    let pipeline = Pipeline::start_with_sinks(
+        &config,
+        &export,
+        Arc::new(config.local_span_cache(&metrics)),
+        metrics.clone(),
+        vec![sink.clone()],
+    )
+    .unwrap();
+    let filter = kascade::source::audit::AuditFilter::default();
+    for line in &lines {
+        let event = kascade::source::audit::parse_event(line).unwrap();
+        let Some(item) = kascade::source::accept(event, "fixture", &filter, &metrics) else {
+            continue;
+        };
+        pipeline.intake.submit(item).await.unwrap();
+        while pipeline.intake.depth() > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    pipeline.finish().await;
+    let all = sink.take();
+    assert_race_resolved_by_revisions(&raw, &all);
 }

@@ -17,6 +17,7 @@ pub mod span_cache;
 pub mod states;
 pub mod status;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
@@ -30,6 +31,21 @@ pub use processor::{Processor, ProcessorConfig};
 /// shards (and offline runs, lines).
 pub const NOTE_AHEAD: usize = 64;
 
+/// What the dispatcher notes in the cause index before it hands a write to
+/// its shard. A write logged after its effect (its response finished later)
+/// is a candidate cause only once it is noted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LookAhead {
+    /// What is already queued, up to [`NOTE_AHEAD`] items after each: a live
+    /// source never waits for lines that have not arrived.
+    #[default]
+    Queued,
+    /// The [`NOTE_AHEAD`] items after each (fewer only at the end of the
+    /// input or before a barrier), waiting for them: replaying a file gives
+    /// the same causes however fast it is read.
+    Full,
+}
+
 /// Starts the dispatcher and `shards` workers. The returned handle finishes
 /// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
 /// and all queued events are processed.
@@ -37,6 +53,7 @@ pub fn start(
     processor: Arc<Processor>,
     queue_capacity: usize,
     shards: usize,
+    look_ahead: LookAhead,
     metrics: Arc<Metrics>,
 ) -> (Intake, Shutdown, JoinHandle<()>) {
     let (intake, mut rx) = Intake::new(queue_capacity, metrics.queue_depth.clone());
@@ -110,48 +127,68 @@ pub fn start(
         })
     };
     let handle = tokio::spawn(async move {
-        let mut items: Vec<Work> = Vec::with_capacity(NOTE_AHEAD);
-        'dispatch: loop {
-            let item = tokio::select! {
-                item = rx.recv() => item,
-                _ = &mut stop_rx, if !stop_rx.is_terminated() => {
-                    // Refuse new events; the loop drains what is queued.
-                    rx.close();
-                    continue;
-                }
-            };
-            let Some(item) = item else { break };
-            items.push(item);
-            // What else is queued is noted with it, up to a barrier: a write
-            // logged after its effect (its response finished later) is then
-            // a candidate cause when the effect is processed.
-            while items.len() < NOTE_AHEAD && !matches!(items.last(), Some(Work::Barrier(_))) {
+        // A sliding window: each item is handed to its shard once what
+        // follows it (up to NOTE_AHEAD items) is noted, in arrival order,
+        // before any shard runs it — a write another shard processes first
+        // still finds this one as its cause.
+        let mut window: VecDeque<Work> = VecDeque::with_capacity(NOTE_AHEAD + 1);
+        let mut closed = false;
+        let ends_in_barrier = |w: &VecDeque<Work>| matches!(w.back(), Some(Work::Barrier(_)));
+        let note = |window: &mut VecDeque<Work>, mut item: Work| {
+            if let Work::Audit(a) = &mut item {
+                a.arrival = processor.note_arrival(a);
+            }
+            window.push_back(item);
+        };
+        loop {
+            // Whoever waits for a barrier sends nothing after it: nothing is
+            // noted past one.
+            while window.len() <= NOTE_AHEAD && !ends_in_barrier(&window) {
                 match rx.try_recv() {
-                    Ok(item) => items.push(item),
-                    Err(_) => break,
+                    Ok(item) => note(&mut window, item),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
                 }
             }
             m.queue_depth.set(rx.len() as i64);
-            // In arrival order, before any shard runs it: a write another
-            // shard processes first still finds this one as its cause.
-            for item in &mut items {
-                if let Work::Audit(a) = item {
-                    a.arrival = processor.note_arrival(a);
-                }
-            }
-            for item in items.drain(..) {
+            let ready = !window.is_empty()
+                && (look_ahead == LookAhead::Queued
+                    || window.len() > NOTE_AHEAD
+                    || closed
+                    || ends_in_barrier(&window));
+            if ready {
+                let item = window.pop_front().expect("the window is not empty");
                 if let Work::Barrier(b) = &item {
                     b.expect(shards);
+                    let mut sent = true;
                     for tx in &shard_txs {
-                        if tx.send(Work::Barrier(b.clone())).await.is_err() {
-                            break 'dispatch;
-                        }
+                        sent &= tx.send(Work::Barrier(b.clone())).await.is_ok();
+                    }
+                    if !sent {
+                        break;
                     }
                     continue;
                 }
                 let shard = (item.routing_hash() % shards as u64) as usize;
                 if shard_txs[shard].send(item).await.is_err() {
-                    break 'dispatch;
+                    break;
+                }
+                continue;
+            }
+            if closed {
+                break;
+            }
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => note(&mut window, item),
+                    None => closed = true,
+                },
+                _ = &mut stop_rx, if !stop_rx.is_terminated() => {
+                    // Refuse new events; what is queued is still processed.
+                    rx.close();
                 }
             }
         }

@@ -72,6 +72,10 @@ pub struct PipelineConfig {
     pub has_watch: bool,
     /// Entries of the audit/watch ledger.
     pub watch_ledger_entries: u64,
+    /// What the dispatcher notes before a write is processed: what is
+    /// queued (a live source), or the writes logged after it, waiting for
+    /// them (`replay`, so that a file gives one answer).
+    pub look_ahead: aggregate::LookAhead,
 }
 
 /// The number of cores (2 when it cannot be known).
@@ -104,6 +108,7 @@ impl Default for PipelineConfig {
             watch_audit_wait: Duration::from_secs(5),
             has_watch: false,
             watch_ledger_entries: aggregate::processor::DEFAULT_LEDGER_ENTRIES,
+            look_ahead: aggregate::LookAhead::Queued,
         }
     }
 }
@@ -286,6 +291,7 @@ impl Pipeline {
             processor.clone(),
             p.queue_size.max(1),
             p.workers,
+            p.look_ahead,
             metrics.clone(),
         );
         Ok(Self {

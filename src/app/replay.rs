@@ -78,7 +78,14 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
     validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     let metrics = Arc::new(Metrics::default());
     let filter = config.pipeline.filter()?;
-    let pipeline = Pipeline::start(&config.pipeline, &config.export, metrics.clone())?;
+    // A file has no latency to protect: each line waits for the lines
+    // logged after it, so the causes found do not depend on how fast the
+    // file is read.
+    let pipeline_config = PipelineConfig {
+        look_ahead: crate::aggregate::LookAhead::Full,
+        ..config.pipeline.clone()
+    };
+    let pipeline = Pipeline::start(&pipeline_config, &config.export, metrics.clone())?;
     let result = replay::replay_files(
         &config.files,
         &config.cluster,

@@ -77,6 +77,13 @@ pub fn bindings(scenario: &str) -> std::collections::HashMap<String, String> {
 #[derive(Default)]
 pub struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
 
+impl Collect {
+    /// The changes recorded so far, in the order they were recorded.
+    pub fn take(&self) -> Vec<kascade::pipeline::ChangeRecord> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
 impl kascade::pipeline::ChangeSink for Collect {
     fn record(&self, change: &kascade::pipeline::ChangeRecord) {
         self.0.lock().unwrap().push(change.clone());
@@ -102,5 +109,5 @@ pub async fn changes_of_lines(
     )
     .await;
     assert!(errors.is_empty(), "{errors:?}");
-    std::mem::take(&mut *sink.0.lock().unwrap())
+    sink.take()
 }
