@@ -176,7 +176,8 @@ expected() {
 }
 
 # check MODE EXPECTED.jsonl: reads every expected raw trace from Jaeger (no
-# query-side deduplication) and counts object and link spans by span id.
+# query-side deduplication) and counts object and link spans by span id (and
+# whether an object span carries the uid).
 #   once     every expected object/link span is stored exactly once
 #   dupes    every one is stored, and every object span twice (the control)
 #   present  every one is stored at least once
@@ -190,6 +191,12 @@ def kind_of(span):
         if a["key"] == "kascade.span":
             return a["value"].get("stringValue")
 
+# An object span sent before the object's uid was known (its window's first
+# write had none) is sent again with it: the two are told apart by the uid.
+def key_of(kind, span):
+    has_uid = any(a["key"] == "uid" for a in span.get("attributes", []))
+    return (kind, span["traceId"].lower(), span["spanId"].lower(), has_uid)
+
 expected, traces = set(), set()
 for line in open(expected_path):
     for rs in json.loads(line)["resourceSpans"]:
@@ -197,7 +204,7 @@ for line in open(expected_path):
             for s in ss["spans"]:
                 k = kind_of(s)
                 if k in ("object", "link"):
-                    expected.add((k, s["traceId"].lower(), s["spanId"].lower()))
+                    expected.add(key_of(k, s))
                     traces.add(s["traceId"].lower())
 
 def stored():
@@ -215,7 +222,7 @@ def stored():
                 for s in ss.get("spans", []):
                     k = kind_of(s)
                     if k in ("object", "link"):
-                        key = (k, s["traceId"].lower(), s["spanId"].lower())
+                        key = key_of(k, s)
                         counts[key] = counts.get(key, 0) + 1
     return counts
 

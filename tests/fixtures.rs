@@ -172,12 +172,33 @@ async fn deployment_scenario_gives_object_spans_for_every_object() {
             "no object span for Pod {name}"
         );
     }
-    // Exactly one object span per object (one window here).
-    let object_spans = spans
+    // One object span per object (one window here); two when the first
+    // went out before the object's uid was known, and then the second
+    // carries it.
+    let mut uids: HashMap<(String, String), Vec<Option<String>>> = HashMap::new();
+    for s in spans
         .iter()
         .filter(|s| attr(s, "kascade.span").as_deref() == Some("object"))
-        .count();
-    assert_eq!(object_spans, objs.len());
+    {
+        uids.entry((attr(s, "resource").unwrap(), attr(s, "name").unwrap()))
+            .or_default()
+            .push(attr(s, "uid"));
+    }
+    for (object, uids) in &uids {
+        assert!(
+            matches!(uids.as_slice(), [_] | [None, Some(_)]),
+            "object spans of {object:?}: {uids:?}"
+        );
+    }
+    // hello's first write, a refused delete, names no uid.
+    assert!(
+        matches!(
+            uids[&(s("deployments"), s("hello"))].as_slice(),
+            [None, Some(_)]
+        ),
+        "{:?}",
+        uids[&(s("deployments"), s("hello"))]
+    );
 }
 
 #[tokio::test]

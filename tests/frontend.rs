@@ -219,6 +219,27 @@ async fn full_tree_of_the_deployment_has_both_replicasets_and_their_pods() {
         .map(|(_, s)| s)
         .expect("root span");
     assert_eq!(root_span.name, "default/hello");
+    // The fixture's first write of hello is a refused delete, which names no
+    // uid; the span shows the uid its create gave it.
+    let created_uid = common::audit_lines("deployment")
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "deployments"
+                && e["objectRef"]["name"] == "hello"
+        })
+        .expect("hello's create")["responseObject"]["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for key in ["uid", "k8s.deployment.uid"] {
+        assert_eq!(
+            string_attr(&root_span.attributes, key),
+            Some(created_uid.as_str()),
+            "{key}"
+        );
+    }
     let log = |pred: &dyn Fn(&opentelemetry_proto::tonic::trace::v1::span::Event) -> bool| {
         root_span.events.iter().any(pred)
     };

@@ -388,7 +388,7 @@ async fn two_replicas_reserve_each_window_and_link_once() {
         for c in [a.clone(), b.clone(), a.clone()] {
             tasks.push(tokio::spawn(async move {
                 let o = ow(i);
-                let slot = c.fetch_or_reserve(&o).await.unwrap();
+                let slot = c.fetch_or_reserve(&o, true).await.unwrap();
                 let link = c.record_link(&o, 42).await.unwrap();
                 (slot == Slot::Created, link)
             }));
@@ -418,7 +418,10 @@ async fn two_replicas_reserve_each_window_and_link_once() {
     );
     // Known windows and links cost no round trip.
     let before = fake.requests.load(Ordering::SeqCst);
-    assert_eq!(a.fetch_or_reserve(&ow(7)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(7), true).await.unwrap(),
+        Slot::Existing
+    );
     assert!(!b.record_link(&ow(7), 42).await.unwrap());
     assert_eq!(fake.requests.load(Ordering::SeqCst), before);
 }
@@ -438,14 +441,26 @@ async fn a_reservation_answered_after_the_timeout_is_not_reserved_twice() {
 
     // Written, answer late: still ours, and only ours.
     fake.hold_next.store(1, Ordering::SeqCst);
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(count(&ma, "timeout") >= 1, "the first answer came too late");
-    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Existing
+    );
 
     // Reserved by `b`; `a`'s answer late: `a` must not emit it too.
-    assert_eq!(b.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Created
+    );
     fake.hold_next.store(1, Ordering::SeqCst);
-    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Existing
+    );
     assert!(b.record_link(&ow(2), 7).await.unwrap());
     fake.hold_next.store(1, Ordering::SeqCst);
     assert!(!a.record_link(&ow(2), 7).await.unwrap());
@@ -463,7 +478,7 @@ async fn a_reservation_answered_after_the_timeout_is_not_reserved_twice() {
     let mut created = 0;
     for i in 3..20 {
         for c in [&a, &b] {
-            created += (c.fetch_or_reserve(&ow(i)).await.unwrap() == Slot::Created) as usize;
+            created += (c.fetch_or_reserve(&ow(i), true).await.unwrap() == Slot::Created) as usize;
         }
     }
     assert_eq!(created, 17);
@@ -474,12 +489,18 @@ async fn a_reservation_answered_after_the_timeout_is_not_reserved_twice() {
 async fn a_dead_endpoint_is_skipped() {
     let (_fake, url) = start_fake(None).await;
     let (a, m) = replica(config(vec![dead_endpoint(), url]));
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(!a.falling_back());
     assert_eq!(m.span_cache_fallback.get(), 0);
     assert_eq!(count(&m, "connect"), 1);
     // The endpoint that answered goes first from now on.
-    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Created
+    );
     assert_eq!(count(&m, "connect"), 1);
 }
 
@@ -492,10 +513,16 @@ async fn an_outage_falls_back_then_recovers_and_republishes() {
     cfg.retry_for = Duration::from_millis(200);
     let (a, ma) = replica(cfg);
     let (b, _) = replica(config(vec![url]));
-    assert_eq!(a.fetch_or_reserve(&ow(0)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(0), true).await.unwrap(),
+        Slot::Created
+    );
 
     fake.down.store(true, Ordering::SeqCst);
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(a.falling_back());
     assert_eq!(ma.span_cache_fallback.get(), 1);
     assert!(
@@ -507,7 +534,10 @@ async fn an_outage_falls_back_then_recovers_and_republishes() {
     );
     assert!(a.record_link(&ow(1), 9).await.unwrap());
     // Known before the outage: still known.
-    assert_eq!(a.fetch_or_reserve(&ow(0)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(0), true).await.unwrap(),
+        Slot::Existing
+    );
     assert_eq!(a.pending_republish(), 2);
     assert_eq!(ma.span_cache_local_reservations.get(), 2);
 
@@ -520,11 +550,20 @@ async fn an_outage_falls_back_then_recovers_and_republishes() {
     .await;
     assert!(!a.falling_back());
     // What `a` emitted alone is not emitted again by `b`.
-    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Existing
+    );
     assert!(!b.record_link(&ow(1), 9).await.unwrap());
     // And `a` shares new windows again.
-    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
-    assert_eq!(b.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Created
+    );
+    assert_eq!(
+        b.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Existing
+    );
 }
 
 /// etcd answers nothing in time, ever: after retrying for `retry_for` the
@@ -539,12 +578,15 @@ async fn a_silent_etcd_is_retried_then_costs_nothing() {
     cfg.retry_for = Duration::from_millis(500);
     cfg.probe_interval = Duration::from_secs(3600);
     let (a, m) = replica(cfg);
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(a.falling_back());
     assert!(count(&m, "timeout") >= 2, "retried before falling back");
     let requests = fake.requests.load(Ordering::SeqCst);
     for i in 2..100 {
-        a.fetch_or_reserve(&ow(i)).await.unwrap();
+        a.fetch_or_reserve(&ow(i), true).await.unwrap();
         a.record_link(&ow(i), 1).await.unwrap();
     }
     assert_eq!(fake.requests.load(Ordering::SeqCst), requests);
@@ -555,9 +597,15 @@ async fn a_silent_etcd_is_retried_then_costs_nothing() {
 async fn a_lost_lease_is_replaced_without_falling_back() {
     let (fake, url) = start_fake(None).await;
     let (a, m) = replica(config(vec![url]));
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     fake.leases.lock().unwrap().clear();
-    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(!a.falling_back());
     assert_eq!(
         m.span_cache_etcd_requests
@@ -573,9 +621,15 @@ async fn authenticates_and_renews_a_rejected_token() {
     let mut cfg = config(vec![url.clone()]);
     cfg.auth = Some(("kascade".into(), "s3cret".into()));
     let (a, m) = replica(cfg);
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     fake.tokens.lock().unwrap().clear();
-    assert_eq!(a.fetch_or_reserve(&ow(2)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(2), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(!a.falling_back());
     assert_eq!(
         m.span_cache_etcd_requests
@@ -587,12 +641,17 @@ async fn authenticates_and_renews_a_rejected_token() {
     let mut cfg = config(vec![url]);
     cfg.auth = Some(("kascade".into(), "wrong".into()));
     let (b, _) = replica(cfg);
-    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(b.falling_back());
 }
 
 /// Object and link spans in an OTLP/JSON output: (kind, trace id, span id).
-fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String)> {
+/// (kind, trace id, span id, uid) of every span written to `path`: an
+/// object span sent before its uid was known is sent again with it.
+fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String, String)> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = Vec::new();
     for line in text.lines() {
@@ -600,18 +659,21 @@ fn spans_by_kind(path: &std::path::Path) -> Vec<(String, String, String)> {
         for rs in req["resourceSpans"].as_array().unwrap() {
             for ss in rs["scopeSpans"].as_array().unwrap() {
                 for s in ss["spans"].as_array().unwrap() {
-                    let kind = s["attributes"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .find(|a| a["key"] == "kascade.span")
-                        .and_then(|a| a["value"]["stringValue"].as_str())
-                        .unwrap_or("")
-                        .to_string();
+                    let attr = |key: &str| {
+                        s["attributes"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|a| a["key"] == key)
+                            .and_then(|a| a["value"]["stringValue"].as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    };
                     out.push((
-                        kind,
+                        attr("kascade.span"),
                         s["traceId"].as_str().unwrap().to_string(),
                         s["spanId"].as_str().unwrap().to_string(),
+                        attr("uid"),
                     ));
                 }
             }

@@ -323,7 +323,7 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
         for c in [a.clone(), b.clone()] {
             tasks.push(tokio::spawn(async move {
                 let o = ow(i);
-                let s = c.fetch_or_reserve(&o).await.unwrap();
+                let s = c.fetch_or_reserve(&o, true).await.unwrap();
                 let l = c.record_link(&o, 7).await.unwrap();
                 (s == Slot::Created) as usize + 1000 * l as usize
             }));
@@ -354,11 +354,17 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
 
     // A third replica, which gives etcd one second, knows one window.
     let (c, mc) = replica(cfg(Duration::from_secs(1)));
-    assert_eq!(c.fetch_or_reserve(&ow(3)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        c.fetch_or_reserve(&ow(3), true).await.unwrap(),
+        Slot::Existing
+    );
     // etcd dies: the next new window is retried, then the replica falls
     // back; later ones never ask etcd.
     etcd.kill();
-    assert_eq!(c.fetch_or_reserve(&ow(500)).await.unwrap(), Slot::Created);
+    assert_eq!(
+        c.fetch_or_reserve(&ow(500), true).await.unwrap(),
+        Slot::Created
+    );
     assert!(c.falling_back());
     assert_eq!(mc.span_cache_fallback.get(), 1);
     assert!(
@@ -379,20 +385,35 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
     };
     let requests = asked(&mc);
     for i in 501..600 {
-        assert_eq!(c.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Created);
+        assert_eq!(
+            c.fetch_or_reserve(&ow(i), true).await.unwrap(),
+            Slot::Created
+        );
     }
     assert!(c.record_link(&ow(500), 7).await.unwrap());
-    assert_eq!(c.fetch_or_reserve(&ow(3)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        c.fetch_or_reserve(&ow(3), true).await.unwrap(),
+        Slot::Existing
+    );
     assert_eq!(asked(&mc), requests, "asked etcd while falling back");
 
     // etcd returns: the replica notices, and publishes what it reserved alone.
     etcd.spawn(None);
     wait_until("recovery", || mc.span_cache_fallback.get() == 0).await;
     wait_until("republishing", || keys(&etcd, prefix).len() == 301).await;
-    assert_eq!(b.fetch_or_reserve(&ow(500)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(500), true).await.unwrap(),
+        Slot::Existing
+    );
     assert!(!b.record_link(&ow(500), 7).await.unwrap());
-    assert_eq!(b.fetch_or_reserve(&ow(700)).await.unwrap(), Slot::Created);
-    assert_eq!(c.fetch_or_reserve(&ow(700)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        b.fetch_or_reserve(&ow(700), true).await.unwrap(),
+        Slot::Created
+    );
+    assert_eq!(
+        c.fetch_or_reserve(&ow(700), true).await.unwrap(),
+        Slot::Existing
+    );
 }
 
 /// Reservations asked for at once go to etcd together (one transaction of
@@ -420,14 +441,17 @@ async fn concurrent_reservations_share_a_request_and_keep_their_own_answers() {
     };
     // `a` takes the even windows first, one at a time.
     for i in (0..200).step_by(2) {
-        assert_eq!(a.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Created);
+        assert_eq!(
+            a.fetch_or_reserve(&ow(i), true).await.unwrap(),
+            Slot::Created
+        );
     }
     assert_eq!(reserves(&ma), 100, "one request each when asked one by one");
     // `b` asks for all 200 at once: the odd ones are its own, the even `a`'s.
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let b = b.clone();
-            tokio::spawn(async move { (i, b.fetch_or_reserve(&ow(i)).await.unwrap()) })
+            tokio::spawn(async move { (i, b.fetch_or_reserve(&ow(i), true).await.unwrap()) })
         })
         .collect();
     for t in tasks {
@@ -447,7 +471,10 @@ async fn concurrent_reservations_share_a_request_and_keep_their_own_answers() {
     assert_eq!(keys(&etcd, prefix).len(), 200);
     // And a third ask of both is answered from the local caches.
     for i in 0..200 {
-        assert_eq!(b.fetch_or_reserve(&ow(i)).await.unwrap(), Slot::Existing);
+        assert_eq!(
+            b.fetch_or_reserve(&ow(i), true).await.unwrap(),
+            Slot::Existing
+        );
     }
     assert_eq!(reserves(&mb), requests);
 }
@@ -489,8 +516,14 @@ async fn tls_client_certificate_and_password_authentication() {
     cfg.auth = Some(("root".into(), "rootpw".into()));
     let (a, m) = replica(cfg.clone());
     let (b, _) = replica(cfg.clone());
-    assert_eq!(a.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Created);
-    assert_eq!(b.fetch_or_reserve(&ow(1)).await.unwrap(), Slot::Existing);
+    assert_eq!(
+        a.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Created
+    );
+    assert_eq!(
+        b.fetch_or_reserve(&ow(1), true).await.unwrap(),
+        Slot::Existing
+    );
     assert!(a.record_link(&ow(1), 1).await.unwrap());
     assert!(!b.record_link(&ow(1), 1).await.unwrap());
     assert!(!a.falling_back());
@@ -529,7 +562,7 @@ async fn tls_client_certificate_and_password_authentication() {
     // A wrong password is refused: that replica falls back.
     cfg.auth = Some(("root".into(), "wrong".into()));
     let (c, _) = replica(cfg.clone());
-    c.fetch_or_reserve(&ow(2)).await.unwrap();
+    c.fetch_or_reserve(&ow(2), true).await.unwrap();
     assert!(c.falling_back());
     // So is a client without a certificate (mutual TLS).
     cfg.auth = Some(("root".into(), "rootpw".into()));
@@ -538,7 +571,7 @@ async fn tls_client_certificate_and_password_authentication() {
         ..tls
     });
     let (d, _) = replica(cfg);
-    d.fetch_or_reserve(&ow(3)).await.unwrap();
+    d.fetch_or_reserve(&ow(3), true).await.unwrap();
     assert!(d.falling_back());
 }
 

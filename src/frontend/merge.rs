@@ -144,10 +144,13 @@ pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<
                     links: Vec::new(),
                     hidden_entries: 0,
                 });
+                // The first object span with the uid describes the object
+                // (one sent before the uid was known lacks its `*.uid`s).
                 if h.uid.is_empty()
                     && let Some(uid) = string_attr(&span.attributes, attr::UID)
                 {
                     h.uid = uid.to_string();
+                    h.attributes = span.attributes.clone();
                 }
                 h.windows.push(span.start_time_unix_nano);
             }

@@ -46,10 +46,12 @@ impl Processor {
     ) -> Result<(), ProcessError> {
         let slot = self
             .spans
-            .fetch_or_reserve(ow)
+            .fetch_or_reserve(ow, !uid.is_empty())
             .await
             .map_err(ProcessError::span_cache)?;
-        if slot == Slot::Created || force {
+        // Sent again when it went out without the uid this write has: the
+        // frontend's merge takes the uid from any of the object's spans.
+        if slot != Slot::Existing || force {
             let (_, end) = self.cfg.windowing.bounds(ow.window_start);
             self.metrics.object_spans.inc();
             self.emit(span_model::object_span(ow, uid, end)).await?;
@@ -324,6 +326,47 @@ mod tests {
             })
             .and_then(accepted)
             .expect("the scenario creates it")
+    }
+
+    /// The deployment scenario deletes `hello` before creating it: the
+    /// refused delete (404) names no uid, and it is the window's first
+    /// write. The create that follows sends the object span again, with the
+    /// uid; later writes do not.
+    #[tokio::test]
+    async fn an_object_span_sent_without_the_uid_is_sent_again_by_the_first_write_with_it() {
+        let events: Vec<Value> = audit_values("deployment")
+            .into_iter()
+            .filter(|e| {
+                e["objectRef"]["resource"] == "deployments" && e["objectRef"]["name"] == "hello"
+            })
+            .collect();
+        assert_eq!(
+            (&events[0]["verb"], &events[0]["responseStatus"]["code"]),
+            (&Value::from("delete"), &Value::from(404)),
+            "the scenario's first write of hello"
+        );
+        let uid = events[1]["responseObject"]["metadata"]["uid"]
+            .as_str()
+            .expect("the create's uid")
+            .to_string();
+        let writes: Vec<Accepted> = events.iter().filter_map(accepted).collect();
+        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        for w in &writes {
+            p.process(w).await.unwrap();
+        }
+        let objects: Vec<Option<String>> = drain(&mut rx)
+            .iter()
+            .filter(|s| {
+                kind(s) == SPAN_KIND_OBJECT && attr(s, attr::NAME).as_deref() == Some("hello")
+            })
+            .map(|s| attr(s, attr::UID))
+            .collect();
+        assert_eq!(
+            objects,
+            vec![None, Some(uid.clone())],
+            "hello's object spans, in order"
+        );
+        assert!(writes.len() > 10, "later writes, which have the uid too");
     }
 
     #[tokio::test]

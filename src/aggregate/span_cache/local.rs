@@ -42,14 +42,28 @@ struct Shard {
 }
 
 struct Window {
-    /// Link keys recorded on each object window's span, by object digest.
-    objects: HashMap<u128, Vec<u64>>,
+    /// What is known of each object window's span, by object digest.
+    objects: HashMap<u128, ObjectEntry>,
     touched: Instant,
 }
 
+#[derive(Default)]
+struct ObjectEntry {
+    /// Link keys recorded on the span.
+    links: Vec<u64>,
+    /// This process emitted the span without the object's uid: the first
+    /// write of the window that has it emits the span again.
+    uid_missing: bool,
+}
+
 impl Shard {
-    /// The object window's links, creating the entry (`true`) if it was not known.
-    fn entry(&mut self, ow: &ObjectWindow, now: Instant, ttl: Duration) -> (&mut Vec<u64>, bool) {
+    /// The object window's entry, creating it (`true`) if it was not known.
+    fn entry(
+        &mut self,
+        ow: &ObjectWindow,
+        now: Instant,
+        ttl: Duration,
+    ) -> (&mut ObjectEntry, bool) {
         self.sweep(now, ttl);
         let digest = ow.cache_digest();
         let known = self
@@ -73,11 +87,18 @@ impl Shard {
         (window.objects.entry(digest).or_default(), !known)
     }
 
-    fn get(&self, ow: &ObjectWindow) -> Option<&Vec<u64>> {
+    fn get(&self, ow: &ObjectWindow) -> Option<&ObjectEntry> {
         self.windows
             .get(&ow.window_start)?
             .objects
             .get(&ow.cache_digest())
+    }
+
+    fn get_mut(&mut self, ow: &ObjectWindow) -> Option<&mut ObjectEntry> {
+        self.windows
+            .get_mut(&ow.window_start)?
+            .objects
+            .get_mut(&ow.cache_digest())
     }
 
     /// Forgets windows untouched for `ttl` (checked at most once a second).
@@ -178,20 +199,30 @@ impl LocalSpanCache {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reserves the object window here alone: `Created` the first time.
-    pub fn reserve(&self, ow: &ObjectWindow) -> Slot {
-        self.reserve_at(ow, Instant::now())
+    /// Reserves the object window here alone: `Created` the first time;
+    /// `has_uid`: the caller knows the object's uid (see [`Slot::UidMissing`]).
+    pub fn reserve(&self, ow: &ObjectWindow, has_uid: bool) -> Slot {
+        self.reserve_at(ow, Instant::now(), has_uid)
     }
 
-    fn reserve_at(&self, ow: &ObjectWindow, now: Instant) -> Slot {
+    fn reserve_at(&self, ow: &ObjectWindow, now: Instant, has_uid: bool) -> Slot {
         let mut shard = self.shard(ow);
-        let (_, created) = shard.entry(ow, now, self.ttl);
-        self.report_evictions(&mut shard);
-        if created {
+        let (entry, created) = shard.entry(ow, now, self.ttl);
+        let slot = if created {
+            entry.uid_missing = !has_uid;
             Slot::Created
         } else {
-            Slot::Existing
-        }
+            existing_slot(entry, has_uid)
+        };
+        self.report_evictions(&mut shard);
+        slot
+    }
+
+    /// The slot of an object window known here (`None` if it is not).
+    pub fn existing(&self, ow: &ObjectWindow, has_uid: bool) -> Option<Slot> {
+        self.shard(ow)
+            .get_mut(ow)
+            .map(|entry| existing_slot(entry, has_uid))
     }
 
     /// Whether the object window is known to have its span.
@@ -199,25 +230,31 @@ impl LocalSpanCache {
         self.shard(ow).get(ow).is_some()
     }
 
-    /// Remembers that the object window has its span (somebody else's or ours).
-    pub fn mark(&self, ow: &ObjectWindow) {
-        self.reserve(ow);
+    /// Remembers that the object window has its span (somebody else's or
+    /// ours; ours sent `without_uid`).
+    pub fn mark(&self, ow: &ObjectWindow, without_uid: bool) {
+        let mut shard = self.shard(ow);
+        let (entry, created) = shard.entry(ow, Instant::now(), self.ttl);
+        if created {
+            entry.uid_missing = without_uid;
+        }
+        self.report_evictions(&mut shard);
     }
 
     /// Whether the link is known to be recorded on the object window's span.
     pub fn has_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         self.shard(ow)
             .get(ow)
-            .is_some_and(|links| links.contains(&link_key))
+            .is_some_and(|entry| entry.links.contains(&link_key))
     }
 
     /// Records the link here alone; true if it was not recorded before.
     pub fn add_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         let mut shard = self.shard(ow);
-        let (links, _) = shard.entry(ow, Instant::now(), self.ttl);
-        let new = !links.contains(&link_key);
+        let (entry, _) = shard.entry(ow, Instant::now(), self.ttl);
+        let new = !entry.links.contains(&link_key);
         if new {
-            links.push(link_key);
+            entry.links.push(link_key);
         }
         self.report_evictions(&mut shard);
         new
@@ -235,12 +272,24 @@ impl LocalSpanCache {
     }
 }
 
+/// The slot of a known object window: `UidMissing` once, for the first
+/// caller with the uid of a span this process sent without it.
+fn existing_slot(entry: &mut ObjectEntry, has_uid: bool) -> Slot {
+    if has_uid && entry.uid_missing {
+        entry.uid_missing = false;
+        Slot::UidMissing
+    } else {
+        Slot::Existing
+    }
+}
+
 impl SpanCache for LocalSpanCache {
     fn fetch_or_reserve<'a>(
         &'a self,
         ow: &'a ObjectWindow,
+        has_uid: bool,
     ) -> BoxFuture<'a, Result<Slot, SpanCacheError>> {
-        Box::pin(std::future::ready(Ok(self.reserve(ow))))
+        Box::pin(std::future::ready(Ok(self.reserve(ow, has_uid))))
     }
 
     fn record_link<'a>(
@@ -268,16 +317,42 @@ mod tests {
             object: ObjectRef::new("c", "", "pods", "ns", "p"),
             window_start: 0,
         };
-        assert_eq!(c.fetch_or_reserve(&ow).await.unwrap(), Slot::Created);
-        assert_eq!(c.fetch_or_reserve(&ow).await.unwrap(), Slot::Existing);
+        assert_eq!(c.fetch_or_reserve(&ow, true).await.unwrap(), Slot::Created);
+        assert_eq!(c.fetch_or_reserve(&ow, true).await.unwrap(), Slot::Existing);
         let next = ObjectWindow {
             window_start: 1800,
             ..ow.clone()
         };
-        assert_eq!(c.fetch_or_reserve(&next).await.unwrap(), Slot::Created);
+        assert_eq!(
+            c.fetch_or_reserve(&next, true).await.unwrap(),
+            Slot::Created
+        );
         assert!(c.record_link(&ow, 7).await.unwrap());
         assert!(!c.record_link(&ow, 7).await.unwrap());
         assert!(c.record_link(&next, 7).await.unwrap());
+    }
+
+    #[test]
+    fn a_span_sent_without_the_uid_is_asked_for_once_by_a_caller_with_it() {
+        let c = LocalSpanCache::new(100, Duration::from_secs(60));
+        let t = Instant::now();
+        let (without, with) = (window("a", 0), window("b", 0));
+        assert_eq!(c.reserve_at(&without, t, false), Slot::Created);
+        assert_eq!(c.reserve_at(&without, t, false), Slot::Existing);
+        assert_eq!(c.reserve_at(&without, t, true), Slot::UidMissing);
+        assert_eq!(c.reserve_at(&without, t, true), Slot::Existing);
+        assert_eq!(c.reserve_at(&with, t, true), Slot::Created);
+        assert_eq!(c.existing(&with, true), Some(Slot::Existing));
+        // Known from another replica (etcd): never asked for again here.
+        let theirs = window("c", 0);
+        assert_eq!(c.existing(&theirs, true), None);
+        c.mark(&theirs, false);
+        assert_eq!(c.existing(&theirs, true), Some(Slot::Existing));
+        // Ours, sent without it.
+        let ours = window("d", 0);
+        c.mark(&ours, true);
+        assert_eq!(c.existing(&ours, false), Some(Slot::Existing));
+        assert_eq!(c.existing(&ours, true), Some(Slot::UidMissing));
     }
 
     fn window(name: &str, window_start: u64) -> ObjectWindow {
@@ -293,18 +368,18 @@ mod tests {
         let t0 = Instant::now();
         let old = window("a", 0);
         let current = window("b", 1800);
-        assert_eq!(c.reserve_at(&old, t0), Slot::Created);
-        assert_eq!(c.reserve_at(&current, t0), Slot::Created);
+        assert_eq!(c.reserve_at(&old, t0, true), Slot::Created);
+        assert_eq!(c.reserve_at(&current, t0, true), Slot::Created);
         // Writes to the current window keep it; the old one ages out.
         let later = t0 + Duration::from_secs(45);
-        assert_eq!(c.reserve_at(&current, later), Slot::Existing);
+        assert_eq!(c.reserve_at(&current, later, true), Slot::Existing);
         let t = t0 + Duration::from_secs(61);
         for i in 0..SHARDS * 4 {
-            c.reserve_at(&window(&format!("x{i}"), 1800), t);
+            c.reserve_at(&window(&format!("x{i}"), 1800), t, true);
         }
         assert!(!c.contains(&old), "the old window outlived its ttl");
         assert!(c.contains(&current));
-        assert_eq!(c.reserve_at(&old, t), Slot::Created);
+        assert_eq!(c.reserve_at(&old, t, true), Slot::Created);
         assert_eq!(c.len(), 2 + SHARDS as u64 * 4);
     }
 
@@ -315,11 +390,11 @@ mod tests {
         let c = LocalSpanCache::new(max, Duration::from_secs(3600)).count_evictions(&metrics);
         let t = Instant::now();
         for i in 0..100 {
-            c.reserve_at(&window(&format!("old{i}"), 0), t);
+            c.reserve_at(&window(&format!("old{i}"), 0), t, true);
         }
         let t = t + Duration::from_secs(1);
         for i in 0..1000 {
-            c.reserve_at(&window(&format!("new{i}"), 1800), t);
+            c.reserve_at(&window(&format!("new{i}"), 1800), t, true);
             assert!(c.len() <= max, "{} entries after {i}", c.len());
         }
         assert!((0..100).all(|i| !c.contains(&window(&format!("old{i}"), 0))));
@@ -345,9 +420,9 @@ mod tests {
         };
         assert!(!c.contains(&ow));
         assert!(!c.has_link(&ow, 1));
-        c.mark(&ow);
+        c.mark(&ow, false);
         assert!(c.contains(&ow));
-        assert_eq!(c.reserve(&ow), Slot::Existing);
+        assert_eq!(c.reserve(&ow, true), Slot::Existing);
         assert!(c.add_link(&ow, 1));
         assert!(c.has_link(&ow, 1));
         assert!(!c.add_link(&ow, 1));

@@ -27,6 +27,11 @@ pub enum Slot {
     Created,
     /// Somebody already emitted it.
     Existing,
+    /// This process emitted it without the object's uid (the window's first
+    /// write had none, e.g. a refused delete, or a relation named the
+    /// object without it), and the caller has the uid: the caller emits it
+    /// again, with the uid. Answered once per object window.
+    UidMissing,
 }
 
 /// A span cache that cannot answer. Neither cache here ever does: the local
@@ -39,10 +44,12 @@ pub enum SpanCacheError {
 }
 
 pub trait SpanCache: Send + Sync {
-    /// Looks up the object window's span, reserving it if nobody has.
+    /// Looks up the object window's span, reserving it if nobody has;
+    /// `has_uid`: the caller knows the object's uid.
     fn fetch_or_reserve<'a>(
         &'a self,
         ow: &'a ObjectWindow,
+        has_uid: bool,
     ) -> BoxFuture<'a, Result<Slot, SpanCacheError>>;
 
     /// Records that the object window's span carries the link identified by

@@ -100,8 +100,8 @@ impl Inner {
         }
     }
 
-    pub(super) fn reserve_alone(&self, ow: &ObjectWindow) -> Slot {
-        let slot = self.front.reserve(ow);
+    pub(super) fn reserve_alone(&self, ow: &ObjectWindow, has_uid: bool) -> Slot {
+        let slot = self.front.reserve(ow, has_uid);
         if slot == Slot::Created {
             self.remember(etcd_key(&self.prefix, ow, None));
         }
@@ -170,7 +170,7 @@ mod tests {
         let c = EtcdSpanCache::new(cfg, 100, metrics.clone()).unwrap();
         let a = ow("ns", "a", 0);
         let started = tokio::time::Instant::now();
-        assert_eq!(c.fetch_or_reserve(&a).await.unwrap(), Slot::Created);
+        assert_eq!(c.fetch_or_reserve(&a, true).await.unwrap(), Slot::Created);
         assert!(c.falling_back());
         assert!(
             started.elapsed() + RETRY_BACKOFF_MAX >= Duration::from_secs(10),
@@ -195,9 +195,9 @@ mod tests {
         };
         let errors_after_first = errors(&metrics);
         assert_eq!(errors_after_first, retries + 1);
-        assert_eq!(c.fetch_or_reserve(&a).await.unwrap(), Slot::Existing);
+        assert_eq!(c.fetch_or_reserve(&a, true).await.unwrap(), Slot::Existing);
         assert_eq!(
-            c.fetch_or_reserve(&ow("ns", "b", 0)).await.unwrap(),
+            c.fetch_or_reserve(&ow("ns", "b", 0), true).await.unwrap(),
             Slot::Created
         );
         assert!(c.record_link(&a, 1).await.unwrap());

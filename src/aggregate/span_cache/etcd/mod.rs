@@ -312,20 +312,24 @@ impl Inner {
         self.fallback.load(Ordering::SeqCst)
     }
 
-    async fn fetch_or_reserve(&self, ow: &ObjectWindow) -> Slot {
-        if self.front.contains(ow) {
-            return Slot::Existing;
+    async fn fetch_or_reserve(&self, ow: &ObjectWindow, has_uid: bool) -> Slot {
+        if let Some(slot) = self.front.existing(ow, has_uid) {
+            return slot;
         }
         if self.falling_back() {
-            return self.reserve_alone(ow);
+            return self.reserve_alone(ow, has_uid);
         }
         match self
             .reserve_key(EtcdOp::Reserve, &etcd_key(&self.prefix, ow, None))
             .await
         {
             Ok(claim) => {
-                self.front.mark(ow);
-                if claim == Claim::Created {
+                // Whether another replica's span carries the uid is not
+                // known here: only the replica that sent it without the uid
+                // sends it again.
+                let created = claim == Claim::Created;
+                self.front.mark(ow, created && !has_uid);
+                if created {
                     Slot::Created
                 } else {
                     Slot::Existing
@@ -333,7 +337,7 @@ impl Inner {
             }
             Err(e) => {
                 self.enter_fallback(&e);
-                self.reserve_alone(ow)
+                self.reserve_alone(ow, has_uid)
             }
         }
     }
@@ -365,8 +369,9 @@ impl SpanCache for EtcdSpanCache {
     fn fetch_or_reserve<'a>(
         &'a self,
         ow: &'a ObjectWindow,
+        has_uid: bool,
     ) -> BoxFuture<'a, Result<Slot, SpanCacheError>> {
-        Box::pin(async move { Ok(self.inner.fetch_or_reserve(ow).await) })
+        Box::pin(async move { Ok(self.inner.fetch_or_reserve(ow, has_uid).await) })
     }
 
     fn record_link<'a>(
