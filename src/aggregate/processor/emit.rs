@@ -53,7 +53,9 @@ impl Processor {
         // frontend's merge takes the uid from any of the object's spans.
         if slot != Slot::Existing || force {
             let (_, end) = self.cfg.windowing.bounds(ow.window_start);
-            self.metrics.object_spans.inc();
+            if slot != Slot::UidMissing {
+                self.metrics.object_spans.inc();
+            }
             self.emit(span_model::object_span(ow, uid, end)).await?;
         }
         Ok(())
@@ -350,11 +352,19 @@ mod tests {
             .expect("the create's uid")
             .to_string();
         let writes: Vec<Accepted> = events.iter().filter_map(accepted).collect();
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let (p, mut rx, metrics) = processor(ProcessorConfig::default());
         for w in &writes {
             p.process(w).await.unwrap();
         }
-        let objects: Vec<Option<String>> = drain(&mut rx)
+        let spans = drain(&mut rx);
+        // Counted once per object window, not per send.
+        let windows: std::collections::HashSet<_> = spans
+            .iter()
+            .filter(|s| kind(s) == SPAN_KIND_OBJECT)
+            .map(|s| s.trace_id.clone())
+            .collect();
+        assert_eq!(metrics.object_spans.get(), windows.len() as u64);
+        let objects: Vec<Option<String>> = spans
             .iter()
             .filter(|s| {
                 kind(s) == SPAN_KIND_OBJECT && attr(s, attr::NAME).as_deref() == Some("hello")
