@@ -329,9 +329,14 @@ fn event_name(e: &serde_json::Value) -> &str {
     e["objectRef"]["name"].as_str().unwrap_or_default()
 }
 
-/// Asserts the causes of [`overlapping_race`]'s writes among `all`.
-fn assert_race_resolved_by_revisions(raw: &[serde_json::Value], all: &[ChangeRecord]) {
-    let (update, graceful, last) = overlapping_race(raw);
+/// Asserts the causes of [`overlapping_race`]'s writes (in audit log
+/// `lines`) among `all`.
+fn assert_race_resolved_by_revisions(lines: &[String], all: &[ChangeRecord]) {
+    let raw: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (update, graceful, last) = overlapping_race(&raw);
     let record = |e: &serde_json::Value| {
         all.iter()
             .find(|c| {
@@ -370,12 +375,8 @@ fn assert_race_resolved_by_revisions(raw: &[serde_json::Value], all: &[ChangeRec
 #[tokio::test]
 async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
     let lines = common::audit_lines(OVERLAPPING_WRITES);
-    let raw: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let all = changes_of(lines).await;
-    assert_race_resolved_by_revisions(&raw, &all);
+    let all = changes_of(lines.clone()).await;
+    assert_race_resolved_by_revisions(&lines, &all);
 }
 
 /// `kascade replay`'s look-ahead: each line waits for the lines logged after
@@ -393,10 +394,6 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
     use std::sync::Arc;
 
     let lines = common::audit_lines(OVERLAPPING_WRITES);
-    let raw: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let dir = tempfile::tempdir().unwrap();
     let config = PipelineConfig {
         look_ahead: LookAhead::Full,
@@ -428,5 +425,5 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
     }
     pipeline.finish().await;
     let all = sink.take();
-    assert_race_resolved_by_revisions(&raw, &all);
+    assert_race_resolved_by_revisions(&lines, &all);
 }

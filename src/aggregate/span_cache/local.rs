@@ -226,7 +226,8 @@ impl LocalSpanCache {
     }
 
     /// Whether the object window is known to have its span.
-    pub fn contains(&self, ow: &ObjectWindow) -> bool {
+    #[cfg(test)]
+    fn contains(&self, ow: &ObjectWindow) -> bool {
         self.shard(ow).get(ow).is_some()
     }
 
