@@ -426,6 +426,50 @@ async fn two_replicas_reserve_each_window_and_link_once() {
     assert_eq!(fake.requests.load(Ordering::SeqCst), before);
 }
 
+/// A replica sends an object window's span without the object's uid (its
+/// first write there had none, e.g. a refused delete): whichever replica
+/// first has the uid sends the span again, once between them — the other
+/// replica too, not only the one that sent it without (before, only that
+/// one did). A window first sent with the uid is never sent again.
+#[tokio::test]
+async fn a_span_sent_without_the_uid_is_sent_again_once_by_whichever_replica_has_it() {
+    let (fake, url) = start_fake(None).await;
+    let (a, _) = replica(config(vec![url.clone()]));
+    let (b, _) = replica(config(vec![url]));
+    let fetch = |c: &Arc<EtcdSpanCache>, i: usize, has_uid: bool| {
+        let c = c.clone();
+        async move { c.fetch_or_reserve(&ow(i), has_uid).await.unwrap() }
+    };
+    // Sent without the uid by a; b has it first.
+    assert_eq!(fetch(&a, 1, false).await, Slot::Created);
+    let v = fake
+        .get(&etcd_key("/kascade/spans/", &ow(1), None))
+        .unwrap();
+    assert_eq!(v["without_uid"], true, "{v}");
+    assert_eq!(fetch(&b, 1, false).await, Slot::Existing);
+    assert_eq!(fetch(&b, 1, true).await, Slot::UidMissing);
+    assert_eq!(fetch(&b, 1, true).await, Slot::Existing);
+    assert_eq!(fetch(&a, 1, true).await, Slot::Existing);
+    // Sent without the uid by a; a has it first.
+    assert_eq!(fetch(&a, 2, false).await, Slot::Created);
+    assert_eq!(fetch(&a, 2, true).await, Slot::UidMissing);
+    assert_eq!(fetch(&b, 2, true).await, Slot::Existing);
+    // Both have it at once: one of them sends it again.
+    assert_eq!(fetch(&b, 3, false).await, Slot::Created);
+    let (x, y) = tokio::join!(fetch(&a, 3, true), fetch(&b, 3, true));
+    let mut both = [x, y];
+    both.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(both, [Slot::Existing, Slot::UidMissing]);
+    // Sent with the uid: never again, and the value says nothing of it.
+    assert_eq!(fetch(&a, 4, true).await, Slot::Created);
+    let v = fake
+        .get(&etcd_key("/kascade/spans/", &ow(4), None))
+        .unwrap();
+    assert!(v.get("without_uid").is_none(), "{v}");
+    assert_eq!(fetch(&b, 4, true).await, Slot::Existing);
+    assert_eq!(fetch(&a, 4, true).await, Slot::Existing);
+}
+
 /// etcd applies a reservation but its answer comes after the client's
 /// timeout (outcome unknown): the retry finds the key holding this call's
 /// value, so it is this replica's; a window another replica reserved while

@@ -352,6 +352,22 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
             .any(|(k, _)| *k == etcd_key(prefix, &ow(3), None))
     );
 
+    // A window sent without the uid by a is sent again with it once, by
+    // the first replica with the uid (b here).
+    assert_eq!(
+        a.fetch_or_reserve(&ow(200), false).await.unwrap(),
+        Slot::Created
+    );
+    assert_eq!(
+        b.fetch_or_reserve(&ow(200), true).await.unwrap(),
+        Slot::UidMissing
+    );
+    assert_eq!(
+        a.fetch_or_reserve(&ow(200), true).await.unwrap(),
+        Slot::Existing
+    );
+    assert_eq!(keys(&etcd, prefix).len(), 202, "the window and its resend");
+
     // A third replica, which gives etcd one second, knows one window.
     let (c, mc) = replica(cfg(Duration::from_secs(1)));
     assert_eq!(
@@ -400,7 +416,7 @@ async fn two_replicas_on_real_etcd_then_an_outage_and_recovery() {
     // etcd returns: the replica notices, and publishes what it reserved alone.
     etcd.spawn(None);
     wait_until("recovery", || mc.span_cache_fallback.get() == 0).await;
-    wait_until("republishing", || keys(&etcd, prefix).len() == 301).await;
+    wait_until("republishing", || keys(&etcd, prefix).len() == 303).await;
     assert_eq!(
         b.fetch_or_reserve(&ow(500), true).await.unwrap(),
         Slot::Existing

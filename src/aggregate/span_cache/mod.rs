@@ -27,10 +27,11 @@ pub enum Slot {
     Created,
     /// Somebody already emitted it.
     Existing,
-    /// This process emitted it without the object's uid (the window's first
-    /// write had none, e.g. a refused delete, or a relation named the
-    /// object without it), and the caller has the uid: the caller emits it
-    /// again, with the uid. Answered once per object window.
+    /// It was emitted without the object's uid (the window's first write
+    /// had none, e.g. a refused delete, or a relation named the object
+    /// without it), and the caller has the uid: the caller emits it again,
+    /// with the uid. Answered once per object window (across replicas when
+    /// the cache is shared).
     UidMissing,
 }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use super::reserve::Claim;
-use super::{Inner, etcd_key};
+use super::{Inner, Pending, UID_SENT_LINK, etcd_key};
 use crate::aggregate::span_cache::Slot;
 use crate::coordination::etcd::EtcdError;
 use crate::model::ObjectWindow;
@@ -52,10 +52,12 @@ impl Inner {
             republishing = pending.len(),
             "etcd span cache is reachable again: spans are deduplicated across replicas again"
         );
-        let results: Vec<(String, Result<Claim, EtcdError>)> = futures::stream::iter(pending)
-            .map(|key| async move {
-                let r = self.reserve_key(EtcdOp::Republish, &key).await;
-                (key, r)
+        let results: Vec<(Pending, Result<Claim, EtcdError>)> = futures::stream::iter(pending)
+            .map(|p| async move {
+                let r = self
+                    .reserve_key(EtcdOp::Republish, &p.key, p.without_uid)
+                    .await;
+                (p, r)
             })
             .buffer_unordered(8)
             .collect()
@@ -63,18 +65,19 @@ impl Inner {
         let mut conflicts = 0usize;
         let mut failed = Vec::new();
         let mut error = None;
-        for (key, r) in results {
+        for (pending, r) in results {
             match r {
                 // Ours: an attempt whose answer was lost when etcd went away.
                 Ok(
                     Claim::Created
                     | Claim::Taken {
                         by_this_instance: true,
+                        ..
                     },
                 ) => {}
                 Ok(Claim::Taken { .. }) => conflicts += 1,
                 Err(e) => {
-                    failed.push(key);
+                    failed.push(pending);
                     error = Some(e);
                 }
             }
@@ -92,26 +95,30 @@ impl Inner {
     }
 
     /// Remembers a key reserved alone, to republish it after the outage.
-    fn remember(&self, key: String) {
+    fn remember(&self, key: String, without_uid: bool) {
         self.metrics.span_cache_local_reservations.inc();
         let mut p = self.pending.lock().unwrap();
         if p.len() < self.max_republish {
-            p.push(key);
+            p.push(Pending { key, without_uid });
         }
     }
 
     pub(super) fn reserve_alone(&self, ow: &ObjectWindow, has_uid: bool) -> Slot {
-        let slot = self.front.reserve(ow, has_uid);
-        if slot == Slot::Created {
-            self.remember(etcd_key(&self.prefix, ow, None));
+        match self.front.reserve(ow, has_uid) {
+            Slot::Created => {
+                self.remember(etcd_key(&self.prefix, ow, None), !has_uid);
+                Slot::Created
+            }
+            // Sent again with the uid only by whoever claims that first.
+            Slot::UidMissing if self.link_alone(ow, UID_SENT_LINK) => Slot::UidMissing,
+            Slot::UidMissing | Slot::Existing => Slot::Existing,
         }
-        slot
     }
 
     pub(super) fn link_alone(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         let new = self.front.add_link(ow, link_key);
         if new {
-            self.remember(etcd_key(&self.prefix, ow, Some(link_key)));
+            self.remember(etcd_key(&self.prefix, ow, Some(link_key)), false);
         }
         new
     }

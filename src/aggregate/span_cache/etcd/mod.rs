@@ -195,6 +195,19 @@ fn instance_id() -> u64 {
 }
 
 /// The etcd key of an object window (`link: None`) or of one of its links.
+/// The link key an object window's resend with the uid is reserved under
+/// (see [`Slot::UidMissing`]): whoever records it sends the span again, so
+/// replicas send it once between them. Real link keys are hashes of the
+/// link; this one is out of their way by convention.
+pub const UID_SENT_LINK: u64 = u64::MAX;
+
+/// A key reserved alone while etcd was away, to republish.
+struct Pending {
+    key: String,
+    /// See [`reserve::Claim::Taken`].
+    without_uid: bool,
+}
+
 pub fn etcd_key(prefix: &str, ow: &ObjectWindow, link: Option<u64>) -> String {
     match link {
         None => format!("{prefix}o/{}/{}", ow.window_start, ow.object.key()),
@@ -226,7 +239,7 @@ struct Inner {
     instance: u64,
     seq: AtomicU64,
     /// Keys reserved alone while falling back, republished on recovery.
-    pending: Mutex<Vec<String>>,
+    pending: Mutex<Vec<Pending>>,
     /// Reservations on their way to the batching loop (started on first use).
     batches: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<reserve::Queued>>,
     me: Weak<Inner>,
@@ -314,23 +327,28 @@ impl Inner {
 
     async fn fetch_or_reserve(&self, ow: &ObjectWindow, has_uid: bool) -> Slot {
         if let Some(slot) = self.front.existing(ow, has_uid) {
-            return slot;
+            return match slot {
+                Slot::UidMissing => self.claim_uid_resend(ow).await,
+                slot => slot,
+            };
         }
         if self.falling_back() {
             return self.reserve_alone(ow, has_uid);
         }
         match self
-            .reserve_key(EtcdOp::Reserve, &etcd_key(&self.prefix, ow, None))
+            .reserve_key(EtcdOp::Reserve, &etcd_key(&self.prefix, ow, None), !has_uid)
             .await
         {
-            Ok(claim) => {
-                // Whether another replica's span carries the uid is not
-                // known here: only the replica that sent it without the uid
-                // sends it again.
-                let created = claim == Claim::Created;
-                self.front.mark(ow, created && !has_uid);
-                if created {
-                    Slot::Created
+            Ok(Claim::Created) => {
+                self.front.mark(ow, !has_uid);
+                Slot::Created
+            }
+            Ok(Claim::Taken { without_uid, .. }) => {
+                // Sent without the uid (by any replica): the first replica
+                // with it to claim the resend sends the span again.
+                self.front.mark(ow, without_uid && !has_uid);
+                if without_uid && has_uid {
+                    self.claim_uid_resend(ow).await
                 } else {
                     Slot::Existing
                 }
@@ -342,6 +360,17 @@ impl Inner {
         }
     }
 
+    /// The object window's span went out without the uid, and the caller
+    /// has it: `UidMissing` (send it again) for the one replica that
+    /// records the window's [`UID_SENT_LINK`], `Existing` for the others.
+    async fn claim_uid_resend(&self, ow: &ObjectWindow) -> Slot {
+        if self.record_link(ow, UID_SENT_LINK).await {
+            Slot::UidMissing
+        } else {
+            Slot::Existing
+        }
+    }
+
     async fn record_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
         if self.front.has_link(ow, link_key) {
             return false;
@@ -350,7 +379,11 @@ impl Inner {
             return self.link_alone(ow, link_key);
         }
         match self
-            .reserve_key(EtcdOp::Link, &etcd_key(&self.prefix, ow, Some(link_key)))
+            .reserve_key(
+                EtcdOp::Link,
+                &etcd_key(&self.prefix, ow, Some(link_key)),
+                false,
+            )
             .await
         {
             Ok(claim) => {

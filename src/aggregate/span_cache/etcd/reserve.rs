@@ -23,7 +23,12 @@ pub(super) enum Claim {
     Created,
     /// Another reservation did: another replica's, or this cache instance's
     /// own (a concurrent call, or an attempt given up on before a fallback).
-    Taken { by_this_instance: bool },
+    Taken {
+        by_this_instance: bool,
+        /// The holder published that it sent the object window's span
+        /// without the object's uid (see [`Inner::next_value`]).
+        without_uid: bool,
+    },
 }
 
 /// First pause between retries of a failed etcd request; doubled each time.
@@ -40,17 +45,23 @@ pub(super) struct Lease {
 }
 
 impl Inner {
-    /// The value a reservation publishes; unique per call.
-    fn next_value(&self) -> Vec<u8> {
+    /// The value a reservation publishes; unique per call. `without_uid`:
+    /// the reserving replica sends the object window's span without the
+    /// object's uid, so a replica that knows it sends the span again
+    /// (after winning the window's [`super::UID_SENT_LINK`]). Values
+    /// without the field (older builds) read as sent with the uid.
+    fn next_value(&self, without_uid: bool) -> Vec<u8> {
         let at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        json!({
+        let mut v = json!({
             "replica": self.replica,
             "token": format!("{}{seq}", self.token_prefix()),
             "at": at,
-        })
-        .to_string()
-        .into_bytes()
+        });
+        if without_uid {
+            v["without_uid"] = Value::Bool(true);
+        }
+        v.to_string().into_bytes()
     }
 
     /// The start of every token this cache instance writes.
@@ -141,12 +152,14 @@ impl Inner {
         if stored == value {
             return Ok(Claim::Created);
         }
-        let token = serde_json::from_slice::<Value>(&stored)
-            .ok()
-            .and_then(|v| v.get("token")?.as_str().map(str::to_string))
+        let stored = serde_json::from_slice::<Value>(&stored).unwrap_or_default();
+        let token = stored
+            .get("token")
+            .and_then(Value::as_str)
             .unwrap_or_default();
         Ok(Claim::Taken {
             by_this_instance: token.starts_with(&self.token_prefix()),
+            without_uid: stored.get("without_uid") == Some(&Value::Bool(true)),
         })
     }
 
@@ -285,8 +298,14 @@ impl Inner {
     /// ones come from different workers (or republishing), and one etcd
     /// commit serves them all. The wait is bounded by those callers: each
     /// has one reservation queued at most.
-    pub(super) async fn reserve_key(&self, op: EtcdOp, key: &str) -> Result<Claim, EtcdError> {
-        let value = self.next_value();
+    /// `without_uid`: see [`Inner::next_value`].
+    pub(super) async fn reserve_key(
+        &self,
+        op: EtcdOp,
+        key: &str,
+        without_uid: bool,
+    ) -> Result<Claim, EtcdError> {
+        let value = self.next_value(without_uid);
         let (done, answer) = tokio::sync::oneshot::channel();
         let queued = Queued {
             op,
