@@ -81,6 +81,15 @@ fn replay(args: &[&str]) {
     );
 }
 
+/// A Kubernetes uid: a UUID in its 8-4-4-4-12 hex form.
+fn is_uid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 fn spans_of(traces: &[Value]) -> Vec<Value> {
     traces
         .iter()
@@ -108,6 +117,17 @@ async fn jaeger_finds_the_deployment_span_with_its_audit_spans() {
         .expect("the Deployment's object span");
     assert_eq!(tag_str(object, "k8s.deployment.name"), Some("hello"));
     assert_eq!(tag_str(object, "cluster"), Some(cluster.as_str()));
+    // The object's uid reaches Jaeger, even in windows whose first write
+    // knew none (the span is sent again with it).
+    let with_uid = spans
+        .iter()
+        .filter(|s| {
+            tag_str(s, "kascade.span") == Some("object") && tag_str(s, "name") == Some("hello")
+        })
+        .find_map(|s| Some((tag_str(s, "uid")?, tag_str(s, "k8s.deployment.uid"))))
+        .expect("an object span of hello with the uid");
+    assert!(is_uid(with_uid.0), "{with_uid:?}");
+    assert_eq!(with_uid.1, Some(with_uid.0));
     let ops: BTreeSet<&str> = spans
         .iter()
         .map(|s| s["operationName"].as_str().unwrap())
@@ -479,6 +499,9 @@ async fn the_jaeger_ui_shows_one_assembled_trace_for_the_deployment() {
     let root = roots[0];
     assert_eq!(service_of(trace, root), "deployments");
     assert_eq!(root["operationName"], "default/hello");
+    let uid = tag_str(root, "uid").expect("the root span shows the Deployment's uid");
+    assert!(is_uid(uid), "{uid}");
+    assert_eq!(tag_str(root, "k8s.deployment.uid"), Some(uid));
     let root_id = root["spanID"].as_str().unwrap();
     let replicasets: Vec<&Value> = spans
         .iter()
