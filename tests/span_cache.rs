@@ -70,6 +70,9 @@ struct FakeEtcd {
     /// timed out, retries it. The transaction itself is applied at once.
     attempts: Mutex<HashMap<TxnId, u64>>,
     attempt_seen: tokio::sync::Notify,
+    /// Transactions are applied but not answered until this is false again.
+    answers_paused: AtomicBool,
+    answers_resumed: tokio::sync::Notify,
 }
 
 /// The gRPC services over one shared state.
@@ -246,6 +249,15 @@ impl kv_server::Kv for Fake {
         };
         f.attempt_seen.notify_waiters();
         let reply = apply_request(f, &txn);
+        loop {
+            let resumed = f.answers_resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !f.answers_paused.load(Ordering::SeqCst) {
+                break;
+            }
+            resumed.await;
+        }
         f.deliver(id, attempt, reply).await.map(Response::new)
     }
 }
@@ -821,11 +833,61 @@ async fn two_collect_replicas_fed_the_same_batch_emit_each_span_once() {
     }
 }
 
+/// With a shared span cache a shard goes on with the next writes while a
+/// write's reservations wait for etcd: with one shard and etcd answering
+/// nothing, the reservations of several writes' objects still reach it. Once etcd answers, the spans are
+/// those the local cache gives, each once.
+#[tokio::test]
+async fn a_shard_goes_on_while_etcd_has_not_answered() {
+    let (fake, url) = start_fake(None).await;
+    fake.answers_paused.store(true, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let body = common::event_list(&common::audit_lines("deployment"));
+    let etcd = patient_etcd(url);
+    let path = dir.path().to_path_buf();
+    let run = tokio::spawn({
+        let body = body.clone();
+        async move {
+            run_replica_with(etcd, body, &path, "one", |c| {
+                c.pipeline = c.pipeline.clone().workers(1)
+            })
+            .await
+        }
+    });
+    let object_keys = || {
+        fake.kv
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.starts_with(b"/kascade/spans/o/"))
+            .count()
+    };
+    // A shard that waited would have sent one object window; four is what
+    // the batching lets through unanswered (at most four requests on their
+    // way, each with at least one window), however the writes are batched.
+    wait_until("reservations of 4 objects' windows", || object_keys() >= 4).await;
+    assert!(!run.is_finished());
+    fake.answers_paused.store(false, Ordering::SeqCst);
+    fake.answers_resumed.notify_waiters();
+    let out = run.await.unwrap();
+    let alone = run_replica(SpanCacheConfig::default(), body, dir.path(), "alone").await;
+    let sent = spans_by_kind(&out);
+    let distinct: HashSet<_> = sent.iter().collect();
+    assert_eq!(sent.len(), distinct.len(), "a span emitted twice");
+    let set = |spans: Vec<(String, String, String, String)>| {
+        spans
+            .into_iter()
+            .map(|(kind, trace, span, _uid)| (kind, trace, span))
+            .collect::<HashSet<_>>()
+    };
+    assert_eq!(set(sent), set(spans_by_kind(&alone)));
+}
+
 #[tokio::test]
 async fn a_writes_relations_are_reserved_together() {
-    // One shard, so writes are processed one at a time: requests share a
-    // transaction only when one write asks for several keys at once (its
-    // links, then their objects' spans).
+    // One shard: requests share a transaction when one write asks for
+    // several keys at once (its links, then their objects' spans), or
+    // writes whose spans are still being sent ask at the same time.
     let (fake, url) = start_fake(None).await;
     let dir = tempfile::tempdir().unwrap();
     let body = common::event_list(&common::audit_lines("deployment"));

@@ -24,12 +24,18 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use crate::metrics::Metrics;
-use crate::pipeline::{Intake, Shutdown, Work};
+use crate::pipeline::{Accepted, Intake, Shutdown, Work};
 pub use processor::{Processor, ProcessorConfig};
 
 /// Queued items the dispatcher notes together before handing them to the
 /// shards (and offline runs, lines).
 pub const NOTE_AHEAD: usize = 64;
+
+/// Writes whose spans a shard may still be sending while it processes the
+/// next ones, with a shared span cache (see
+/// [`Processor::pipelines_emission`]): their reservations reach etcd
+/// together. Bounds what a shard holds beyond its queue.
+const EMISSIONS_IN_FLIGHT: u32 = 128;
 
 /// What the dispatcher notes in the cause index before it hands a write to
 /// its shard. A write logged after its effect (its response finished later)
@@ -68,21 +74,47 @@ pub fn start(
             tokio::sync::mpsc::channel::<Work>((queue_capacity / shards).clamp(1, 256));
         shard_txs.push(stx);
         let p = processor.clone();
+        let pipelined = processor.pipelines_emission();
+        let sending = Arc::new(tokio::sync::Semaphore::new(EMISSIONS_IN_FLIGHT as usize));
         workers.push(tokio::spawn(async move {
+            // Described only on failure: formatting a description of every
+            // event cost more than some of the processing.
+            let audit_what =
+                |item: &Accepted| format!("{} (audit {})", item.object, item.event.audit_id);
             while let Some(work) = srx.recv().await {
-                // Described only on failure: formatting a description of
-                // every event cost more than some of the processing.
                 let result = match work {
+                    Work::Audit(item) if pipelined => {
+                        let batch_span = item.batch_span.clone();
+                        match p
+                            .process_until_emission(&item)
+                            .instrument(batch_span.clone())
+                            .await
+                        {
+                            Ok(None) => Ok(()),
+                            Ok(Some(rest)) => {
+                                let permit = sending
+                                    .clone()
+                                    .acquire_owned()
+                                    .await
+                                    .expect("the semaphore is never closed");
+                                let p = p.clone();
+                                tokio::spawn(async move {
+                                    if let Err(e) = p.send_emission(rest).instrument(batch_span).await
+                                    {
+                                        tracing::error!(what = %audit_what(&item), error = %e, "processing failed");
+                                    }
+                                    drop(permit);
+                                });
+                                Ok(())
+                            }
+                            Err(e) => Err((e, audit_what(&item))),
+                        }
+                    }
                     Work::Audit(item) => p
                         .process(&item)
                         .instrument(item.batch_span.clone())
                         .await
-                        .map_err(|e| {
-                            (
-                                e,
-                                format!("{} (audit {})", item.object, item.event.audit_id),
-                            )
-                        }),
+                        .map_err(|e| (e, audit_what(&item))),
                     Work::Watch(change) => {
                         let what = format!("{} (watch {})", change.object, change.kind.as_str());
                         p.process_watch(change).await.map_err(|e| (e, what))
@@ -101,6 +133,8 @@ pub fn start(
                         .await
                         .map_err(|e| (e, format!("mergelog {}", mergelog.cpid))),
                     Work::Barrier(b) => {
+                        // Spans still being sent were made before it.
+                        drop(sending.acquire_many(EMISSIONS_IN_FLIGHT).await);
                         b.arrive();
                         Ok(())
                     }
@@ -109,6 +143,7 @@ pub fn start(
                     tracing::error!(%what, error = %e, "processing failed");
                 }
             }
+            drop(sending.acquire_many(EMISSIONS_IN_FLIGHT).await);
         }));
     }
     let m = metrics;

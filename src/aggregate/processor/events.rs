@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use moka::policy::EvictionPolicy;
 use serde_json::Value;
 
-use super::{ProcessError, Processor};
+use super::{Emission, Pending, ProcessError, Processor};
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::{
@@ -64,22 +64,23 @@ impl Processor {
     /// A write of a Kubernetes Event: an event span on the object the Event
     /// is about (whose object span is created if the window has none yet).
     /// The Event object itself gets no span, no diff, no cached state.
-    pub(super) async fn process_event_write(&self, item: &Accepted) -> Result<(), ProcessError> {
+    /// Returns the span to send ([`Processor::send_emission`]), if any.
+    pub(super) fn process_event_write(&self, item: &Accepted) -> Option<Emission> {
         let ev = &item.event;
         if !matches!(ev.verb.as_str(), "create" | "update" | "patch") {
             self.count_filtered(FilterReason::EventDelete);
-            return Ok(());
+            return None;
         }
         if ev.code() >= 400 {
             self.count_filtered(FilterReason::EventWriteFailed);
-            return Ok(());
+            return None;
         }
         let Some(e) = written_event(ev) else {
             self.count_filtered(FilterReason::EventWithoutObject);
-            return Ok(());
+            return None;
         };
         let at = precise_occurrence(e.occurred, ev.stage_timestamp);
-        self.process_k8s_event(&item.object, &item.uid, e, at).await
+        self.k8s_event_until_emission(&item.object, &item.uid, e, at)
     }
 
     /// One occurrence of a Kubernetes Event (from an audited write or from the
@@ -92,6 +93,20 @@ impl Processor {
         e: K8sEvent,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
+        match self.k8s_event_until_emission(own, own_uid, e, at) {
+            Some(rest) => self.send_emission(rest).await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`Processor::process_k8s_event`] up to the span to send.
+    fn k8s_event_until_emission(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Option<Emission> {
         let involved = self.kinds.referenced_object(
             &own.cluster,
             &e.involved.api_version,
@@ -123,7 +138,7 @@ impl Processor {
         let occurrence = format!("{}|{identity}|{}", own.cluster, e.count);
         if self.seen_events.contains_key(&occurrence) {
             self.count_filtered(FilterReason::EventSeen);
-            return Ok(());
+            return None;
         }
         self.seen_events.insert(occurrence, ());
         if self.change_sinks.iter().any(|s| s.wants_events()) {
@@ -138,9 +153,8 @@ impl Processor {
         }
         if self.cfg.changes_only {
             self.metrics.events_processed.inc();
-            return Ok(());
+            return None;
         }
-        self.ensure_object_span(&ow, &e.involved.uid, false).await?;
         let fields = EventFields {
             identity: &identity,
             name,
@@ -153,10 +167,12 @@ impl Processor {
             count: e.count,
             at,
         };
-        self.metrics.event_spans.inc();
-        self.emit(span_model::event_span(&ow, &fields)).await?;
-        self.metrics.events_processed.inc();
-        Ok(())
+        let span = span_model::event_span(&ow, &fields);
+        Some(Emission(Pending::Event {
+            involved_uid: e.involved.uid.clone(),
+            ow,
+            span,
+        }))
     }
 }
 

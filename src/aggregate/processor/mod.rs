@@ -123,6 +123,31 @@ struct AppliedWrite {
     relations: Vec<(Relation, String)>,
 }
 
+/// The spans of a processed write that wait on the span cache: see
+/// [`Processor::process_until_emission`].
+pub struct Emission(Pending);
+
+enum Pending {
+    /// An audited write's object span (once per window), audit span and
+    /// link spans.
+    Write {
+        ow: ObjectWindow,
+        uid: String,
+        replayed: bool,
+        span: span_model::SpanBuf,
+        relations: Vec<(Relation, String)>,
+        selector_links: Vec<super::selectors::SelectorLink>,
+        at: std::time::SystemTime,
+    },
+    /// A Kubernetes Event's span on the object it is about (whose object
+    /// span is created if the window has none yet).
+    Event {
+        ow: ObjectWindow,
+        involved_uid: String,
+        span: span_model::SpanBuf,
+    },
+}
+
 pub struct Processor {
     cfg: ProcessorConfig,
     redactor: Redactor,
@@ -220,18 +245,44 @@ impl Processor {
     }
 
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
+        match self.process_until_emission(item).await? {
+            Some(rest) => self.send_emission(rest).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a shard should send a write's spans ([`Processor::send_emission`])
+    /// while it goes on with the next writes: with a shared span cache, whose
+    /// answers take a round trip, so that many writes' reservations reach it
+    /// together instead of one write's at a time.
+    pub fn pipelines_emission(&self) -> bool {
+        self.spans.is_remote()
+    }
+
+    /// Processes `item` up to the spans that wait on the span cache, which
+    /// are returned to be sent by [`Processor::send_emission`] (`None`: all
+    /// done). Everything order matters for (the object's state, its cause,
+    /// the label index) is done here, so the next write of the same object
+    /// can be processed before the returned spans are sent.
+    pub async fn process_until_emission(
+        &self,
+        item: &Accepted,
+    ) -> Result<Option<Emission>, ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
             if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
-                return Ok(());
+                return Ok(None);
             }
-            return self.process_event_write(item).await;
+            return Ok(self.process_event_write(item));
         }
         if let Some(attempt) = &item.failed_create {
-            return self.process_failed_create(item, attempt).await;
+            return self
+                .process_failed_create(item, attempt)
+                .await
+                .map(|()| None);
         }
         let ev = &item.event;
         let obj = &item.object;
-        let w = self.apply_audit(item);
+        let mut w = self.apply_audit(item);
         // The label index learns the new labels and selectors now, so that a
         // selector's holder is a relation of this very write (a
         // StatefulSet's new claim); the links are recorded further down.
@@ -287,28 +338,60 @@ impl Processor {
         if self.cfg.changes_only {
             self.keep_state(w)?;
             self.metrics.events_processed.inc();
-            return Ok(());
+            return Ok(None);
         }
-        self.ensure_object_span(&w.ow, &w.uid, item.replayed)
-            .await?;
         let mut span = self.audit_span(item, &w);
         cascade::add_cascade(&mut span, &inference);
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }
-        self.emit(span).await?;
-        self.record_relation_list(
-            &w.ow,
-            &w.relations,
-            ev.request_received_timestamp,
-            item.replayed,
-        )
-        .await?;
-        if w.keeps_state && !w.deleted {
-            self.record_selector_link_list(selector_links, ev.request_received_timestamp)
-                .await?;
+        let selector_links = if w.keeps_state && !w.deleted {
+            selector_links
+        } else {
+            Vec::new()
+        };
+        let relations = std::mem::take(&mut w.relations);
+        let uid = std::mem::take(&mut w.uid);
+        let ow = self.keep_state(w)?;
+        Ok(Some(Emission(Pending::Write {
+            ow,
+            uid,
+            replayed: item.replayed,
+            span,
+            relations,
+            selector_links,
+            at: ev.request_received_timestamp,
+        })))
+    }
+
+    /// Sends what [`Processor::process_until_emission`] left.
+    pub async fn send_emission(&self, e: Emission) -> Result<(), ProcessError> {
+        match e.0 {
+            Pending::Write {
+                ow,
+                uid,
+                replayed,
+                span,
+                relations,
+                selector_links,
+                at,
+            } => {
+                self.ensure_object_span(&ow, &uid, replayed).await?;
+                self.emit(span).await?;
+                self.record_relation_list(&ow, &relations, at, replayed)
+                    .await?;
+                self.record_selector_link_list(selector_links, at).await?;
+            }
+            Pending::Event {
+                ow,
+                involved_uid,
+                span,
+            } => {
+                self.ensure_object_span(&ow, &involved_uid, false).await?;
+                self.metrics.event_spans.inc();
+                self.emit(span).await?;
+            }
         }
-        self.keep_state(w)?;
         self.metrics.events_processed.inc();
         Ok(())
     }
@@ -424,8 +507,8 @@ impl Processor {
     }
 
     /// The object's state after the write, for the next write's diff; a
-    /// deleted object is forgotten.
-    fn keep_state(&self, w: AppliedWrite) -> Result<(), ProcessError> {
+    /// deleted object is forgotten. Gives back the write's object window.
+    fn keep_state(&self, w: AppliedWrite) -> Result<ObjectWindow, ProcessError> {
         if w.deleted {
             self.states.remove(&w.key);
             self.selectors.remove(&w.ow.object);
@@ -434,7 +517,7 @@ impl Processor {
         {
             self.states.put(w.key, state)?;
         }
-        Ok(())
+        Ok(w.ow)
     }
 }
 

@@ -242,6 +242,9 @@ struct Inner {
     pending: Mutex<Vec<Pending>>,
     /// Reservations on their way to the batching loop (started on first use).
     batches: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<reserve::Queued>>,
+    /// Keys being reserved, with the callers that asked for the same key
+    /// meanwhile (see [`Inner::reserve_key`]).
+    asking: Mutex<std::collections::HashMap<String, Vec<reserve::Follower>>>,
     me: Weak<Inner>,
 }
 
@@ -285,6 +288,7 @@ impl EtcdSpanCache {
             seq: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),
             batches: std::sync::OnceLock::new(),
+            asking: Mutex::new(std::collections::HashMap::new()),
             me: me.clone(),
         });
         Ok(Self { inner })

@@ -299,7 +299,56 @@ impl Inner {
     /// commit serves them all. The wait is bounded by those callers: each
     /// has one reservation queued at most.
     /// `without_uid`: see [`Inner::next_value`].
+    ///
+    /// A key this replica is already reserving is not asked for again: the
+    /// caller waits for that reservation and gets its answer as one that
+    /// came second (`Taken` by this instance). Writes whose spans are sent
+    /// concurrently ask for the same windows and links.
     pub(super) async fn reserve_key(
+        &self,
+        op: EtcdOp,
+        key: &str,
+        without_uid: bool,
+    ) -> Result<Claim, EtcdError> {
+        let waiting = {
+            let mut asking = self.asking.lock().unwrap();
+            match asking.get_mut(key) {
+                Some(followers) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    followers.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    asking.insert(key.to_string(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(answer) = waiting {
+            // The first caller gave up without an answer (dropped): ask.
+            return match answer.await {
+                Ok(r) => r,
+                Err(_) => self.send_reservation(op, key, without_uid).await,
+            };
+        }
+        let leading = Leading { inner: self, key };
+        let r = self.send_reservation(op, key, without_uid).await;
+        let followers = leading.finish();
+        let second = r.clone().map(|claim| match claim {
+            Claim::Created => Claim::Taken {
+                by_this_instance: true,
+                without_uid,
+            },
+            taken => taken,
+        });
+        for f in followers {
+            let _ = f.send(second.clone());
+        }
+        r
+    }
+
+    /// Sends one reservation to the batching loop and waits for its answer.
+    async fn send_reservation(
         &self,
         op: EtcdOp,
         key: &str,
@@ -401,6 +450,40 @@ fn create_if_absent_txn(key: &str, value: &[u8], lease: i64) -> TxnRequest {
 /// Most reservations sent in one request (etcd's default limit on the
 /// operations of one transaction is 128).
 pub(super) const MAX_BATCH: usize = 64;
+
+/// A caller waiting for another caller's reservation of the same key.
+pub(super) type Follower = tokio::sync::oneshot::Sender<Result<Claim, EtcdError>>;
+
+/// The first caller reserving a key: takes the key out of
+/// [`Inner::reserve_key`]'s map when done, or when dropped unanswered (its
+/// followers then ask themselves).
+struct Leading<'a> {
+    inner: &'a Inner,
+    key: &'a str,
+}
+
+impl Leading<'_> {
+    fn finish(self) -> Vec<Follower> {
+        let followers = self.take();
+        std::mem::forget(self);
+        followers
+    }
+
+    fn take(&self) -> Vec<Follower> {
+        self.inner
+            .asking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(self.key)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
 
 /// A reservation waiting for its batch.
 pub(super) struct Queued {
