@@ -757,15 +757,18 @@ async fn run_replica(
     dir: &std::path::Path,
     name: &str,
 ) -> std::path::PathBuf {
-    run_replica_with(span_cache, body, dir, name, |_| {}).await
+    run_replica_with(span_cache, body, dir, name, |_| {}, |_| {}).await
 }
 
+/// [`run_replica`], its configuration changed by `configure`; `started`
+/// gets its metrics before the batch is posted.
 async fn run_replica_with(
     span_cache: SpanCacheConfig,
     body: String,
     dir: &std::path::Path,
     name: &str,
     configure: impl FnOnce(&mut CollectConfig),
+    started: impl FnOnce(Arc<Metrics>),
 ) -> std::path::PathBuf {
     let out = dir.join(format!("{name}.jsonl"));
     let mut config = CollectConfig::default().spool_dir(dir.join(format!("{name}-spool")));
@@ -776,6 +779,7 @@ async fn run_replica_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, apps.audit).await.unwrap() });
+    started(pipeline.metrics.clone());
     let r = reqwest::Client::new()
         .post(format!("{url}/audit/replicas"))
         .body(body)
@@ -845,12 +849,19 @@ async fn a_shard_goes_on_while_etcd_has_not_answered() {
     let body = common::event_list(&common::audit_lines("deployment"));
     let etcd = patient_etcd(url);
     let path = dir.path().to_path_buf();
+    let metrics = Arc::new(std::sync::OnceLock::new());
     let run = tokio::spawn({
         let body = body.clone();
+        let metrics = metrics.clone();
         async move {
-            run_replica_with(etcd, body, &path, "one", |c| {
-                c.pipeline = c.pipeline.clone().workers(1)
-            })
+            run_replica_with(
+                etcd,
+                body,
+                &path,
+                "one",
+                |c| c.pipeline = c.pipeline.clone().workers(1),
+                move |m| drop(metrics.set(m)),
+            )
             .await
         }
     });
@@ -867,9 +878,12 @@ async fn a_shard_goes_on_while_etcd_has_not_answered() {
     // way, each with at least one window), however the writes are batched.
     wait_until("reservations of 4 objects' windows", || object_keys() >= 4).await;
     assert!(!run.is_finished());
+    let waiting = || metrics.get().unwrap().emissions_waiting.get();
+    assert!(waiting() >= 4, "{} writes waiting", waiting());
     fake.answers_paused.store(false, Ordering::SeqCst);
     fake.answers_resumed.notify_waiters();
     let out = run.await.unwrap();
+    assert_eq!(waiting(), 0);
     let alone = run_replica(SpanCacheConfig::default(), body, dir.path(), "alone").await;
     let sent = spans_by_kind(&out);
     let distinct: HashSet<_> = sent.iter().collect();
@@ -892,9 +906,14 @@ async fn a_writes_relations_are_reserved_together() {
     let dir = tempfile::tempdir().unwrap();
     let body = common::event_list(&common::audit_lines("deployment"));
     let etcd = patient_etcd(url);
-    let out = run_replica_with(etcd, body.clone(), dir.path(), "one", |c| {
-        c.pipeline = c.pipeline.clone().workers(1)
-    })
+    let out = run_replica_with(
+        etcd,
+        body.clone(),
+        dir.path(),
+        "one",
+        |c| c.pipeline = c.pipeline.clone().workers(1),
+        |_| {},
+    )
     .await;
     let keys = fake.kv.lock().unwrap().len() as u64;
     let txns = fake.txns.load(Ordering::SeqCst);

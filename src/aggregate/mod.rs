@@ -76,6 +76,7 @@ pub fn start(
         let p = processor.clone();
         let pipelined = processor.pipelines_emission();
         let sending = Arc::new(tokio::sync::Semaphore::new(EMISSIONS_IN_FLIGHT as usize));
+        let waiting_gauge = metrics.emissions_waiting.clone();
         workers.push(tokio::spawn(async move {
             // Described only on failure: formatting a description of every
             // event cost more than some of the processing.
@@ -98,11 +99,14 @@ pub fn start(
                                     .await
                                     .expect("the semaphore is never closed");
                                 let p = p.clone();
+                                let waiting = waiting_gauge.clone();
+                                waiting.inc();
                                 tokio::spawn(async move {
                                     if let Err(e) = p.send_emission(rest).instrument(batch_span).await
                                     {
                                         tracing::error!(what = %audit_what(&item), error = %e, "processing failed");
                                     }
+                                    waiting.dec();
                                     drop(permit);
                                 });
                                 Ok(())

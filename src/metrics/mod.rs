@@ -48,6 +48,9 @@ pub struct Metrics {
     pub export_errors: Family<OutputLabel, Counter>,
     pub queue_depth: Gauge,
     pub queue_capacity: Gauge,
+    /// Writes whose spans wait on the shared span cache (see
+    /// `aggregate::EMISSIONS_IN_FLIGHT`).
+    pub emissions_waiting: Gauge,
     pub export_queue_depth: Gauge,
     pub span_cache_entries: Gauge,
     pub span_cache_fallback: Gauge,
@@ -265,6 +268,11 @@ impl Metrics {
             "queue_capacity",
             "Capacity of the audit event queue",
             self.queue_capacity.clone(),
+        );
+        r.register(
+            "span_cache_writes_waiting",
+            "Processed writes whose spans wait for the shared span cache (etcd) before they are sent",
+            self.emissions_waiting.clone(),
         );
         r.register(
             "export_queue_depth",
