@@ -345,11 +345,6 @@ impl Processor {
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }
-        let selector_links = if w.keeps_state && !w.deleted {
-            selector_links
-        } else {
-            Vec::new()
-        };
         let relations = std::mem::take(&mut w.relations);
         let uid = std::mem::take(&mut w.uid);
         let ow = self.keep_state(w)?;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use super::reserve::Claim;
-use super::{Inner, Pending, UID_SENT_LINK, etcd_key};
+use super::{Inner, ReservedAlone, UID_SENT_LINK, etcd_key};
 use crate::aggregate::span_cache::Slot;
 use crate::coordination::etcd::EtcdError;
 use crate::model::ObjectWindow;
@@ -52,16 +52,17 @@ impl Inner {
             republishing = pending.len(),
             "etcd span cache is reachable again: spans are deduplicated across replicas again"
         );
-        let results: Vec<(Pending, Result<Claim, EtcdError>)> = futures::stream::iter(pending)
-            .map(|p| async move {
-                let r = self
-                    .reserve_key(EtcdOp::Republish, &p.key, p.without_uid)
-                    .await;
-                (p, r)
-            })
-            .buffer_unordered(8)
-            .collect()
-            .await;
+        let results: Vec<(ReservedAlone, Result<Claim, EtcdError>)> =
+            futures::stream::iter(pending)
+                .map(|p| async move {
+                    let r = self
+                        .reserve_key(EtcdOp::Republish, &p.key, p.without_uid)
+                        .await;
+                    (p, r)
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
         let mut conflicts = 0usize;
         let mut failed = Vec::new();
         let mut error = None;
@@ -99,7 +100,7 @@ impl Inner {
         self.metrics.span_cache_local_reservations.inc();
         let mut p = self.pending.lock().unwrap();
         if p.len() < self.max_republish {
-            p.push(Pending { key, without_uid });
+            p.push(ReservedAlone { key, without_uid });
         }
     }
 

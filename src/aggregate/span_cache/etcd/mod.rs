@@ -194,7 +194,6 @@ fn instance_id() -> u64 {
     xxhash_rust::xxh3::xxh3_64(format!("{now}/{}/{n}", std::process::id()).as_bytes())
 }
 
-/// The etcd key of an object window (`link: None`) or of one of its links.
 /// The link key an object window's resend with the uid is reserved under
 /// (see [`Slot::UidMissing`]): whoever records it sends the span again, so
 /// replicas send it once between them. Real link keys are hashes of the
@@ -202,12 +201,13 @@ fn instance_id() -> u64 {
 pub const UID_SENT_LINK: u64 = u64::MAX;
 
 /// A key reserved alone while etcd was away, to republish.
-struct Pending {
+struct ReservedAlone {
     key: String,
     /// See [`reserve::Claim::Taken`].
     without_uid: bool,
 }
 
+/// The etcd key of an object window (`link: None`) or of one of its links.
 pub fn etcd_key(prefix: &str, ow: &ObjectWindow, link: Option<u64>) -> String {
     match link {
         None => format!("{prefix}o/{}/{}", ow.window_start, ow.object.key()),
@@ -239,7 +239,7 @@ struct Inner {
     instance: u64,
     seq: AtomicU64,
     /// Keys reserved alone while falling back, republished on recovery.
-    pending: Mutex<Vec<Pending>>,
+    pending: Mutex<Vec<ReservedAlone>>,
     /// Reservations on their way to the batching loop (started on first use).
     batches: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<reserve::Queued>>,
     /// Keys being reserved, with the callers that asked for the same key
