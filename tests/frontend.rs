@@ -1099,6 +1099,18 @@ async fn full_scope_shows_the_searched_objects_own_subtree() {
             n.history.object.name
         );
     }
+    // Copies are leaves: each carries the shared object's entries but not
+    // its links (one per user: a Node under 1,000 Pods was copied with its
+    // 1,000 links each time, and assembly grew with the square of the Pods).
+    let mut copies = 0;
+    for n in asm.nodes.iter() {
+        let Some(original) = n.copy_of else { continue };
+        copies += 1;
+        let original = &asm.nodes[original].history;
+        assert!(n.history.links.is_empty(), "{} copied with its links", n.history.object);
+        assert!(!original.links.is_empty(), "{} has no links", original.object);
+    }
+    assert!(copies > 0, "no shared object was shown twice");
     let spans = all_spans(&t);
     let ids: HashSet<Vec<u8>> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();
     assert_eq!(ids.len(), spans.len(), "span ids are unique");

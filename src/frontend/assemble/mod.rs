@@ -263,7 +263,7 @@ impl<S: RawStore> Assembler<S> {
         self.clip_shared(&mut asm);
         for (parent, class, original) in copies {
             let i = asm.nodes.len();
-            let history = asm.nodes[original].history.clone();
+            let history = asm.nodes[original].history.leaf_copy();
             asm.nodes.push(Node {
                 history,
                 parent: Some(parent),
