@@ -1107,8 +1107,16 @@ async fn full_scope_shows_the_searched_objects_own_subtree() {
         let Some(original) = n.copy_of else { continue };
         copies += 1;
         let original = &asm.nodes[original].history;
-        assert!(n.history.links.is_empty(), "{} copied with its links", n.history.object);
-        assert!(!original.links.is_empty(), "{} has no links", original.object);
+        assert!(
+            n.history.links.is_empty(),
+            "{} copied with its links",
+            n.history.object
+        );
+        assert!(
+            !original.links.is_empty(),
+            "{} has no links",
+            original.object
+        );
     }
     assert!(copies > 0, "no shared object was shown twice");
     let spans = all_spans(&t);
