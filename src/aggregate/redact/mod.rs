@@ -29,9 +29,11 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 mod paths;
 
-pub use paths::{PathCursor, PathPattern};
+pub use paths::{Backwards, PathCursor, PathPattern};
 
-use super::diff::{list_item_key, push_item_label};
+use std::ops::Range;
+
+use super::diff::{is_plain_key, list_item_key, push_field_segment, push_item_label};
 
 pub const MARKER_PREFIX: &str = "<redacted:";
 
@@ -108,7 +110,11 @@ impl Redactor {
         }
         changed |= self.redact_copies(secret, obj, depth);
         if let Some(pattern) = &self.paths {
-            changed |= self.redact_paths(pattern, obj, pattern.root(), None, &mut String::new());
+            changed |= if pattern.matches_backwards() {
+                self.redact_places(pattern, obj, None, &mut String::new())
+            } else {
+                self.redact_paths(pattern, obj, pattern.root(), None, &mut String::new())
+            };
         }
         changed
     }
@@ -252,6 +258,148 @@ impl Redactor {
     }
 }
 
+/// Where a value sits in the object being walked by
+/// [`Redactor::redact_places`]: its own path segment, then its parent's
+/// place, up to the object. Leaves read their paths backwards from here.
+struct Place<'a> {
+    step: Step<'a>,
+    up: Option<&'a Place<'a>>,
+    /// This place or one above it is a named list item that diffs label
+    /// otherwise: its path by name (`by_name` of [`Redactor::redact_paths`])
+    /// differs from its path.
+    by_name_differs: bool,
+}
+
+enum Step<'a> {
+    Field(&'a str),
+    /// A list item's labels, in the walk's label buffer: as diffs label
+    /// it, and by its `name`.
+    Item {
+        label: Range<usize>,
+        by_name: Range<usize>,
+    },
+}
+
+impl Redactor {
+    /// [`Self::redact_paths`] for a pattern whose matches end where the
+    /// path ends: the same leaves are redacted, but no inner level feeds a
+    /// DFA; each leaf reads its path backwards, from its own segment up,
+    /// and most are ruled out by their last byte or two. `labels` holds the
+    /// list item labels of the places above.
+    fn redact_places(
+        &self,
+        pattern: &PathPattern,
+        v: &mut Value,
+        place: Option<&Place<'_>>,
+        labels: &mut String,
+    ) -> bool {
+        let differs = place.is_some_and(|p| p.by_name_differs);
+        let mut changed = false;
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    let here = Place {
+                        step: Step::Field(k),
+                        up: place,
+                        by_name_differs: differs,
+                    };
+                    changed |= self.redact_places(pattern, child, Some(&here), labels);
+                }
+            }
+            Value::Array(items) => {
+                let key = list_item_key(items);
+                for (i, child) in items.iter_mut().enumerate() {
+                    let named =
+                        key != Some("name") && matches!(child.get("name"), Some(Value::String(_)));
+                    let start = labels.len();
+                    push_item_label(labels, child, key, i);
+                    let label = start..labels.len();
+                    let by_name = if named {
+                        push_item_label(labels, child, Some("name"), i);
+                        label.end..labels.len()
+                    } else {
+                        label.clone()
+                    };
+                    let here = Place {
+                        step: Step::Item { label, by_name },
+                        up: place,
+                        by_name_differs: differs || named,
+                    };
+                    changed |= self.redact_places(pattern, child, Some(&here), labels);
+                    labels.truncate(start);
+                }
+            }
+            Value::Null => {}
+            leaf => {
+                if path_matches(pattern, place, labels, false)
+                    || (differs && path_matches(pattern, place, labels, true))
+                {
+                    *leaf = self.marker(leaf);
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// Whether `pattern` (read backwards) matches the path of `place`, spelled
+/// as diffs spell it ([`push_field_segment`], [`push_item_label`]), or
+/// with named list items labelled by name.
+fn path_matches(
+    pattern: &PathPattern,
+    place: Option<&Place<'_>>,
+    labels: &str,
+    by_name: bool,
+) -> bool {
+    let mut read = pattern.read_backwards();
+    let mut at = place;
+    while let Some(p) = at {
+        read = match &p.step {
+            // A field's segment ends with its key's last byte when the key
+            // is plain, with `]` when not: when the pattern fails on both,
+            // the key need not be looked at further (most leaves).
+            Step::Field(key)
+                if key.as_bytes().last().is_some_and(|&last| {
+                    pattern.fails_on(read, last) && pattern.fails_on(read, b']')
+                }) =>
+            {
+                Backwards::Failed
+            }
+            Step::Field(key) if is_plain_key(key) => {
+                let read = pattern.feed_backwards(read, key);
+                match p.up {
+                    Some(_) => pattern.feed_backwards(read, "."),
+                    None => read,
+                }
+            }
+            Step::Field(key) if crate::json::needs_no_escape(key) => {
+                let read = pattern.feed_backwards(read, "\"]");
+                let read = pattern.feed_backwards(read, key);
+                pattern.feed_backwards(read, "[\"")
+            }
+            Step::Field(key) => {
+                let mut segment = String::new();
+                push_field_segment(&mut segment, key, p.up.is_none());
+                pattern.feed_backwards(read, &segment)
+            }
+            Step::Item {
+                label,
+                by_name: name,
+            } => {
+                let label = if by_name { name } else { label };
+                pattern.feed_backwards(read, &labels[label.clone()])
+            }
+        };
+        match read {
+            Backwards::Reading(_) => at = p.up,
+            Backwards::Matched => return true,
+            Backwards::Failed => return false,
+        }
+    }
+    pattern.ends_backwards(read)
+}
+
 /// A core/v1 Secret by its own `apiVersion`/`kind`.
 fn is_secret_kind(obj: &Value) -> bool {
     obj.get("kind").and_then(Value::as_str) == Some("Secret")
@@ -260,6 +408,7 @@ fn is_secret_kind(obj: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::diff::walk_leaves;
     use serde_json::json;
 
     #[test]
@@ -324,6 +473,58 @@ mod tests {
         assert!(is_marker(&env[2]["value"]), "{env}");
         assert_eq!(env[1]["value"], "fast");
         assert_eq!(env[0]["name"], "API_TOKEN", "names stay readable");
+    }
+
+    #[test]
+    fn leaves_matched_backwards_are_the_leaves_the_segment_walk_redacts() {
+        let mut objects =
+            crate::pipeline::fixture_objects(&["config", "deployment", "statefulset"]);
+        // Duplicate env names: the diff labels them by index, redaction by name.
+        objects.push(json!({"spec": {"containers": [{"name": "app", "env": [
+            {"name": "API_TOKEN", "value": "t1"}, {"name": "MODE", "value": "fast"},
+            {"name": "API_TOKEN", "value": "t2"}]}]}}));
+        // Keys written escaped in paths.
+        objects.push(json!({"metadata": {"annotations": {"we\"ird": "x", "line\nbreak": "y"}}}));
+        for pattern in [
+            r#"\\"ird"\]$|\\nbreak"\]$"#,
+            DEFAULT_REDACT_PATHS,
+            r"image$",
+            r"(?i)\.NAME$",
+            r"\]\.value$",
+            r"env\[[01]\]\.value$",
+            r"^(spec\.template\.)?metadata\.labels\.[a-z-]+$",
+            r#"\["[^"]*kubernetes\.io/[^"]*"\]$"#,
+            r"containers\[[^\]]+\]\.ports\[[0-9]+\]\.containerPort$",
+        ] {
+            let backwards = Redactor::new(Some(PathPattern::new(pattern).unwrap()));
+            let forwards = Redactor {
+                paths: Some(std::sync::Arc::new(
+                    PathPattern::forward_only(pattern).unwrap(),
+                )),
+                seed: backwards.seed,
+            };
+            assert!(
+                backwards.paths.as_ref().unwrap().matches_backwards(),
+                "{pattern}"
+            );
+            assert!(!forwards.paths.as_ref().unwrap().matches_backwards());
+            let mut redacted = 0;
+            for object in &objects {
+                let (mut a, mut b) = (object.clone(), object.clone());
+                let changed = backwards.redact_object(false, &mut a, 0);
+                assert_eq!(
+                    changed,
+                    forwards.redact_object(false, &mut b, 0),
+                    "{pattern}"
+                );
+                assert_eq!(a, b, "{pattern} on {object}");
+                walk_leaves(&a, &mut |_, leaf| redacted += usize::from(is_marker(leaf)));
+            }
+            assert!(
+                redacted > 0,
+                "{pattern} redacted nothing: the case proves little"
+            );
+        }
     }
 
     #[test]
