@@ -13,6 +13,10 @@ ARG RUST_VERSION=1.95.0
 ARG DEBIAN_RELEASE=trixie
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS builder
+# make: the allocator (tikv-jemalloc-sys) builds jemalloc from source.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the build reads (build.rs compiles proto/ with protox, no protoc;
 # rules/ is built into the binary; Cargo.toml names the benches; cpid/ is the

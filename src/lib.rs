@@ -24,20 +24,22 @@ pub mod source;
 pub mod span_model;
 pub mod telemetry;
 
-// The pipeline allocates many small strings per event; mimalloc measured
-// faster than the system allocator for it (see README, Benchmarks).
+// The pipeline allocates many small strings per event, and memory freed
+// on one thread is often allocated on another (the webhook decodes, the
+// shards free). jemalloc, purging freed pages from a background thread,
+// measured as fast per event as mimalloc and kept the collector's peak RSS
+// 40–60 MiB lower (see README, Benchmarks: *Allocator*).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Turns transparent huge pages off for this process (Linux), unless
-/// `MIMALLOC_ALLOW_THP` says otherwise: mimalloc asks for huge pages for its
-/// arenas, and a 2 MiB page partly used by long-lived small objects stays
-/// resident whole — the collector's peak RSS was ≈ 50 MiB higher with them,
-/// for no measurable speed (see README, Benchmarks). Call first thing in
-/// `main`, before the runtime allocates much.
+/// `KASCADE_ALLOW_THP` is set: a 2 MiB page partly used by long-lived small
+/// objects stays resident whole — the collector's peak RSS was ≈ 50 MiB
+/// higher with them, for no measurable speed (see README, Benchmarks). Call
+/// first thing in `main`, before the runtime allocates much.
 pub fn disable_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+    if std::env::var_os("KASCADE_ALLOW_THP").is_none() {
         // SAFETY: PR_SET_THP_DISABLE takes plain integer arguments and only
         // sets a flag on this process.
         unsafe {

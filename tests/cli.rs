@@ -605,13 +605,13 @@ fn thp_enabled_of_collect(env: &[(&str, &str)]) -> Option<String> {
 
 #[cfg(target_os = "linux")]
 #[test]
-fn transparent_huge_pages_are_off_unless_mimalloc_is_told_otherwise() {
+fn transparent_huge_pages_are_off_unless_kascade_is_told_otherwise() {
     let Some(default) = thp_enabled_of_collect(&[]) else {
         return; // the kernel does not report it
     };
     assert_eq!(default, "0", "huge pages left on");
     assert_eq!(
-        thp_enabled_of_collect(&[("MIMALLOC_ALLOW_THP", "1")]).as_deref(),
+        thp_enabled_of_collect(&[("KASCADE_ALLOW_THP", "1")]).as_deref(),
         Some("1")
     );
 }
