@@ -68,16 +68,27 @@ impl PathPattern {
             .look_set_suffix()
             .contains(regex_syntax::hir::Look::End);
         if ends_at_end {
-            let dfa = Self::builder(StartKind::Anchored)
+            // Only a speed-up: a pattern the forward DFA takes but whose
+            // reverse is too large keeps the forward walk.
+            let reversed = Self::builder(StartKind::Anchored)
                 .thompson(thompson::Config::new().reverse(true))
                 .build(pattern)
-                .map_err(Self::build_error)?;
-            // Read backwards, a path's end is where the search starts: no
-            // byte is behind it.
-            let start = dfa
-                .start_state(&start::Config::new().anchored(Anchored::Yes))
-                .map_err(|e| e.to_string())?;
-            compiled.backward = Some(Backward { dfa, start });
+                .ok()
+                .and_then(|dfa| {
+                    // Read backwards, a path's end is where the search
+                    // starts: no byte is behind it.
+                    let start = dfa
+                        .start_state(&start::Config::new().anchored(Anchored::Yes))
+                        .ok()?;
+                    Some(Backward { dfa, start })
+                });
+            if reversed.is_none() {
+                tracing::info!(
+                    pattern,
+                    "--redact-paths: no reverse DFA within the size limit; paths are matched forwards"
+                );
+            }
+            compiled.backward = reversed;
         }
         Ok(compiled)
     }
@@ -340,6 +351,19 @@ mod tests {
                 "{pattern} matched nothing: the case proves little"
             );
             assert!(hits < paths.len(), "{pattern} matched everything");
+        }
+    }
+
+    #[test]
+    fn a_pattern_too_large_reversed_is_matched_forwards() {
+        // Reversed, "an `e` within 20 bytes of the start" must remember
+        // every `e` it has read: exponential; forwards it is a counter.
+        let pattern = r"(?s)^.{0,20}e.*$";
+        let dfa = PathPattern::new(pattern).unwrap();
+        assert!(!dfa.matches_backwards());
+        let re = Regex::new(pattern).unwrap();
+        for path in fixture_paths() {
+            assert_eq!(dfa.matches_path(&path), re.is_match(&path), "{path:?}");
         }
     }
 
