@@ -26,7 +26,8 @@ const DFA_SIZE_LIMIT: usize = 16 << 20;
 pub struct PathPattern {
     dfa: dense::DFA<Vec<u32>>,
     start: StateID,
-    /// Set when every match ends at the end of the path.
+    /// Set when every match ends at the end of the path (and the reverse
+    /// DFA fits [`DFA_SIZE_LIMIT`]).
     backward: Option<Backward>,
 }
 
@@ -130,8 +131,8 @@ impl PathPattern {
     }
 
     /// Whether [`Self::matches_path`] reads paths backwards: then a walk
-    /// writes each path out and tests only its leaves, instead of feeding
-    /// segments level by level.
+    /// tests only its leaves, each reading its path from its end, instead
+    /// of feeding segments level by level.
     pub fn matches_backwards(&self) -> bool {
         self.backward.is_some()
     }
