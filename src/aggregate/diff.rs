@@ -63,21 +63,48 @@ pub fn push_field(path: &mut String, key: &str) {
     push_field_segment(path, key, first);
 }
 
+/// A field's path segment as diffs spell it. The diff writes it out
+/// ([`push_field_segment`]); redaction feeds it to a DFA forwards or
+/// backwards without writing it: one spelling for all three.
+pub enum FieldSegment<'a> {
+    /// `.key`, or `key` when it begins the path.
+    Plain(&'a str),
+    /// `["key"]`: a key that is not an identifier (label and annotation
+    /// keys contain dots and slashes) but that JSON writes as it is.
+    Quoted(&'a str),
+    /// `["k\"ey"]`, written out: a key JSON escapes (quotes, control
+    /// characters; rare).
+    Escaped(String),
+}
+
+impl<'a> FieldSegment<'a> {
+    pub fn of(key: &'a str) -> Self {
+        if is_plain_key(key) {
+            Self::Plain(key)
+        } else if crate::json::needs_no_escape(key) {
+            Self::Quoted(key)
+        } else {
+            Self::Escaped(format!("[{}]", Value::String(key.to_string())))
+        }
+    }
+}
+
 /// Appends `key` as a field segment to `path`; `first`: it begins the path
 /// (no dot before it).
 pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
-    if is_plain_key(key) {
-        if !first {
-            path.push('.');
+    match FieldSegment::of(key) {
+        FieldSegment::Plain(key) => {
+            if !first {
+                path.push('.');
+            }
+            path.push_str(key);
         }
-        path.push_str(key);
-    } else if crate::json::needs_no_escape(key) {
-        // What JSON would write, without a formatter: `["app.kubernetes.io/name"]`.
-        path.push_str("[\"");
-        path.push_str(key);
-        path.push_str("\"]");
-    } else {
-        let _ = write!(path, "[{}]", Value::String(key.to_string()));
+        FieldSegment::Quoted(key) => {
+            path.push_str("[\"");
+            path.push_str(key);
+            path.push_str("\"]");
+        }
+        FieldSegment::Escaped(segment) => path.push_str(&segment),
     }
 }
 

@@ -33,7 +33,9 @@ pub use paths::{Backwards, PathCursor, PathPattern};
 
 use std::ops::Range;
 
-use super::diff::{is_plain_key, list_item_key, push_field_segment, push_item_label};
+#[cfg(doc)]
+use super::diff::push_field_segment;
+use super::diff::{FieldSegment, list_item_key, push_item_label};
 
 pub const MARKER_PREFIX: &str = "<redacted:";
 
@@ -222,8 +224,8 @@ impl Redactor {
         match v {
             Value::Object(map) => {
                 for (k, child) in map.iter_mut() {
-                    let next = pattern.feed_field(at, k, segment);
-                    let alt = by_name.map(|alt| pattern.feed_field(alt, k, segment));
+                    let next = pattern.feed_field(at, k);
+                    let alt = by_name.map(|alt| pattern.feed_field(alt, k));
                     changed |= self.redact_paths(pattern, child, next, alt, segment);
                 }
             }
@@ -366,23 +368,21 @@ fn path_matches(
             {
                 Backwards::Failed
             }
-            Step::Field(key) if is_plain_key(key) => {
-                let read = pattern.feed_backwards(read, key);
-                match p.up {
-                    Some(_) => pattern.feed_backwards(read, "."),
-                    None => read,
+            Step::Field(key) => match FieldSegment::of(key) {
+                FieldSegment::Plain(key) => {
+                    let read = pattern.feed_backwards(read, key);
+                    match p.up {
+                        Some(_) => pattern.feed_backwards(read, "."),
+                        None => read,
+                    }
                 }
-            }
-            Step::Field(key) if crate::json::needs_no_escape(key) => {
-                let read = pattern.feed_backwards(read, "\"]");
-                let read = pattern.feed_backwards(read, key);
-                pattern.feed_backwards(read, "[\"")
-            }
-            Step::Field(key) => {
-                let mut segment = String::new();
-                push_field_segment(&mut segment, key, p.up.is_none());
-                pattern.feed_backwards(read, &segment)
-            }
+                FieldSegment::Quoted(key) => {
+                    let read = pattern.feed_backwards(read, "\"]");
+                    let read = pattern.feed_backwards(read, key);
+                    pattern.feed_backwards(read, "[\"")
+                }
+                FieldSegment::Escaped(segment) => pattern.feed_backwards(read, &segment),
+            },
             Step::Item {
                 label,
                 by_name: name,

@@ -16,8 +16,9 @@ use regex_automata::nfa::thompson;
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 
-use crate::aggregate::diff::{is_plain_key, push_field_segment};
-use crate::json::needs_no_escape;
+use crate::aggregate::diff::FieldSegment;
+#[cfg(doc)]
+use crate::aggregate::diff::push_field_segment;
 
 /// Bound on the compiled pattern (and on the work of compiling it).
 const DFA_SIZE_LIMIT: usize = 16 << 20;
@@ -130,14 +131,16 @@ impl PathPattern {
         }
     }
 
-    /// Whether [`Self::matches_path`] reads paths backwards: then a walk
-    /// tests only its leaves, each reading its path from its end, instead
-    /// of feeding segments level by level.
+    /// Whether the pattern reads paths backwards: then a walk tests only
+    /// its leaves, each reading its path from its end, instead of feeding
+    /// segments level by level.
     pub fn matches_backwards(&self) -> bool {
         self.backward.is_some()
     }
 
-    /// Whether the pattern matches `path` (as `Regex::is_match` would).
+    /// Whether the pattern matches `path` (as `Regex::is_match` would):
+    /// the tests' oracle, built from what the walks use.
+    #[cfg(test)]
     pub fn matches_path(&self, path: &str) -> bool {
         if self.backward.is_none() {
             return self.is_match(self.feed(self.root(), path));
@@ -227,20 +230,20 @@ impl PathPattern {
         at
     }
 
-    /// `at` followed by the field `key`, written as
-    /// [`push_field_segment`] writes it; `scratch` holds a quoted key.
-    pub fn feed_field(&self, at: PathCursor, key: &str, scratch: &mut String) -> PathCursor {
-        if is_plain_key(key) {
-            let at = if at.empty { at } else { self.feed(at, ".") };
-            self.feed(at, key)
-        } else if needs_no_escape(key) {
-            let at = self.feed(at, "[\"");
-            let at = self.feed(at, key);
-            self.feed(at, "\"]")
-        } else {
-            scratch.clear();
-            push_field_segment(scratch, key, at.empty);
-            self.feed(at, scratch)
+    /// `at` followed by the field `key`, as [`push_field_segment`] writes
+    /// it.
+    pub fn feed_field(&self, at: PathCursor, key: &str) -> PathCursor {
+        match FieldSegment::of(key) {
+            FieldSegment::Plain(key) => {
+                let at = if at.empty { at } else { self.feed(at, ".") };
+                self.feed(at, key)
+            }
+            FieldSegment::Quoted(key) => {
+                let at = self.feed(at, "[\"");
+                let at = self.feed(at, key);
+                self.feed(at, "\"]")
+            }
+            FieldSegment::Escaped(segment) => self.feed(at, &segment),
         }
     }
 
