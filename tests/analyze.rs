@@ -450,3 +450,75 @@ async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
     let all = changes("deployment").await;
     assert_eq!(written.lines().count(), all.len());
 }
+
+/// `kascade analyze` in `format`: its stdout.
+fn analyze_output(scenario: &str, format: &str) -> String {
+    let out = kascade()
+        .args(["analyze", "--format", format])
+        .arg(common::fixture_path(scenario, "audit.log"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn cascades_that_did_not_complete_are_counted_by_root() {
+    // rollout-stuck: the patch's new Pods never become ready; unschedulable:
+    // the Pod is never scheduled. Their other cascades complete, and every
+    // cascade of the deployment fixture does.
+    for (scenario, kind, verb) in [
+        ("rollout-stuck", "deployments", "patch"),
+        ("unschedulable", "pods", "create"),
+    ] {
+        let report: Report = serde_json::from_str(&analyze_output(scenario, "json")).unwrap();
+        let rows: Vec<_> = report
+            .completions
+            .iter()
+            .map(|c| {
+                (
+                    c.kind.as_str(),
+                    c.verb.as_str(),
+                    c.latency.count,
+                    c.incomplete,
+                )
+            })
+            .collect();
+        assert!(rows.contains(&(kind, verb, 0, 1)), "{scenario}: {rows:?}");
+        assert!(
+            rows.iter().all(|r| r.3 == 0 || (r.0, r.1) == (kind, verb)),
+            "{scenario}: {rows:?}"
+        );
+        assert!(rows.iter().any(|r| r.2 > 0), "{scenario}: {rows:?}");
+        let text = analyze_output(scenario, "text");
+        assert!(
+            text.contains(&format!("  {kind} {verb}: 1 did not complete")),
+            "{scenario}: {text}"
+        );
+        let csv = analyze_output(scenario, "csv");
+        assert!(
+            csv.lines()
+                .any(|l| l == format!("incomplete,{kind} {verb},1,,,,")),
+            "{scenario}: {csv}"
+        );
+        assert!(
+            !csv.lines()
+                .any(|l| l.starts_with(&format!("completion,{kind} {verb},"))),
+            "{scenario}: {csv}"
+        );
+    }
+    let report: Report = serde_json::from_str(&analyze_output("deployment", "json")).unwrap();
+    assert!(report.completions.len() >= 3, "{:?}", report.completions);
+    assert!(
+        report
+            .completions
+            .iter()
+            .all(|c| c.incomplete == 0 && c.latency.count > 0),
+        "{:?}",
+        report.completions
+    );
+}

@@ -63,8 +63,10 @@ else
   cargo bench --locked --bench collect_load
 fi
 # With etcd: the shared span cache's etcd round trips, by op and replica
-# (divide by the events above for requests per event).
+# (divide by the events above for requests per event). Always: cascades
+# still open and those dropped at the bound (the log's warning names only
+# the first of each minute).
 for r in "${!admins[@]}"; do
-  curl -sf "${admins[$r]}/metrics" | grep -E '^kascade_span_cache_etcd_(requests|errors)_total' | sed "s/^/replica $r: /" || true
+  curl -sf "${admins[$r]}/metrics" | grep -E '^kascade_(span_cache_etcd_(requests|errors)_total|cascades_(open|evicted_total))' | sed "s/^/replica $r: /" || true
   grep -E "WARN|ERROR" "$RUN/kascade-$r.log" | head -5 >&2 || true
 done

@@ -16,7 +16,8 @@ pub struct EdgeRow {
     pub latency: LatencySummary,
 }
 
-/// Completion times of the cascades started by one kind of root write.
+/// Completion times of the cascades started by one kind of root write
+/// (`count` of them completed), and how many did not complete.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CompletionRow {
     /// The root's resource, e.g. `deployments`.
@@ -25,6 +26,11 @@ pub struct CompletionRow {
     pub verb: String,
     #[serde(flatten)]
     pub latency: LatencySummary,
+    /// Cascades that did not complete: some object they wrote had not
+    /// settled when they stalled (10 min without a change) or the input
+    /// ended.
+    #[serde(default)]
+    pub incomplete: u64,
 }
 
 /// Writes the inference found no cause for, by class.
@@ -117,6 +123,33 @@ pub fn short_duration(us: u64) -> String {
     }
 }
 
+/// One row per (root kind, verb) that completed or did not, in order.
+fn completion_rows(stats: &mut Stats) -> Vec<CompletionRow> {
+    let mut keys: Vec<(String, String)> = stats
+        .completions
+        .keys()
+        .chain(stats.incomplete.keys())
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|key| {
+            let latency = stats
+                .completions
+                .get_mut(&key)
+                .map_or_else(|| Latencies::default().summary(), Latencies::summary);
+            let incomplete = stats.incomplete.get(&key).copied().unwrap_or(0);
+            CompletionRow {
+                kind: key.0,
+                verb: key.1,
+                latency,
+                incomplete,
+            }
+        })
+        .collect()
+}
+
 impl Report {
     pub fn new(
         stats: &mut Stats,
@@ -156,15 +189,7 @@ impl Report {
                 .collect(),
             edges,
             completions_tracked,
-            completions: stats
-                .completions
-                .iter_mut()
-                .map(|((kind, verb), l)| CompletionRow {
-                    kind: kind.clone(),
-                    verb: verb.clone(),
-                    latency: l.summary(),
-                })
-                .collect(),
+            completions: completion_rows(stats),
         }
     }
 
@@ -174,8 +199,9 @@ impl Report {
 
     /// One row per edge class, completion class and unexplained class:
     /// `table,class,count,p50_us,p90_us,p99_us,max_us` (`table` is `edge`,
-    /// `completion` or `unexplained`; the latencies of `unexplained` rows
-    /// are empty).
+    /// `completion`, `incomplete` (cascades that did not complete, by root
+    /// class) or `unexplained`; the latencies of `incomplete` and
+    /// `unexplained` rows are empty).
     pub fn to_csv(&self) -> String {
         let mut out = String::from("table,class,count,p50_us,p90_us,p99_us,max_us\n");
         let mut row = |table: &str, class: &str, l: Option<&LatencySummary>, count: u64| {
@@ -192,7 +218,12 @@ impl Report {
         }
         for c in &self.completions {
             let class = format!("{} {}", c.kind, c.verb);
-            row("completion", &class, Some(&c.latency), c.latency.count);
+            if c.latency.count > 0 {
+                row("completion", &class, Some(&c.latency), c.latency.count);
+            }
+            if c.incomplete > 0 {
+                row("incomplete", &class, None, c.incomplete);
+            }
         }
         for u in &self.unexplained_by_class {
             row("unexplained", &u.class, None, u.count);
@@ -245,17 +276,28 @@ impl Report {
             let _ = writeln!(out, "cascade completion by root kind and verb:");
             for c in &self.completions {
                 let l = &c.latency;
-                let _ = writeln!(
-                    out,
-                    "  {} {}: {} cascades, p50 {}, p90 {}, p99 {}, max {}",
-                    c.kind,
-                    c.verb,
-                    l.count,
-                    short_duration(l.p50_us),
-                    short_duration(l.p90_us),
-                    short_duration(l.p99_us),
-                    short_duration(l.max_us)
-                );
+                let _ = write!(out, "  {} {}: ", c.kind, c.verb);
+                if l.count > 0 {
+                    let _ = write!(
+                        out,
+                        "{} cascades, p50 {}, p90 {}, p99 {}, max {}",
+                        l.count,
+                        short_duration(l.p50_us),
+                        short_duration(l.p90_us),
+                        short_duration(l.p99_us),
+                        short_duration(l.max_us)
+                    );
+                }
+                match (l.count, c.incomplete) {
+                    (_, 0) => {}
+                    (0, n) => {
+                        let _ = write!(out, "{n} did not complete (kascade explain tells why)");
+                    }
+                    (_, n) => {
+                        let _ = write!(out, "; {n} did not complete");
+                    }
+                }
+                out.push('\n');
             }
         } else {
             let _ = writeln!(out, "cascade completion: not tracked in this build");

@@ -132,6 +132,9 @@ pub struct Stats {
     pub edges: BTreeMap<String, Latencies>,
     /// Completion time per (root resource, root verb).
     pub completions: BTreeMap<(String, String), Latencies>,
+    /// Cascades that did not complete (stalled, or not complete at the end
+    /// of the input) per (root resource, root verb).
+    pub incomplete: BTreeMap<(String, String), u64>,
 }
 
 impl Stats {
@@ -178,15 +181,17 @@ pub struct PropagationStats {
 }
 
 impl PropagationStats {
-    /// A cascade that completed: `kind` is its root's resource, `verb` the
-    /// root write's verb. The seam for the cascade completion tracker
+    /// A cascade closed: `kind` is its root's resource, `verb` the root
+    /// write's verb, `took` how long it took to complete (`None`: it did
+    /// not). The seam for the cascade completion tracker
     /// (`analysis::cascade`), which knows when a cascade has settled.
-    pub fn record_completion(&self, kind: &str, verb: &str, took: Duration) {
-        self.lock()
-            .completions
-            .entry((kind.to_string(), verb.to_string()))
-            .or_default()
-            .record(took);
+    pub fn record_completion(&self, kind: &str, verb: &str, took: Option<Duration>) {
+        let key = (kind.to_string(), verb.to_string());
+        let mut stats = self.lock();
+        match took {
+            Some(took) => stats.completions.entry(key).or_default().record(took),
+            None => *stats.incomplete.entry(key).or_default() += 1,
+        }
     }
 
     pub fn snapshot(&self) -> Stats {

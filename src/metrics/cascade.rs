@@ -36,6 +36,9 @@ pub struct CascadeMetrics {
     pub open: Gauge,
     /// Open cascades dropped to stay within the bound, never observed.
     pub evicted: Counter,
+    /// Cascades closed incomplete after no change for the stall time, by
+    /// root resource: a rollout stuck, a Pod never scheduled.
+    pub stalled: Family<CascadeKindLabel, Counter>,
     /// Roots whose resource was counted under `other`.
     pub kinds_folded: Counter,
     kinds: std::sync::Mutex<HashSet<String>>,
@@ -47,6 +50,7 @@ impl Default for CascadeMetrics {
             completion_seconds: Family::new_with_constructor(completion_histogram),
             open: Gauge::default(),
             evicted: Counter::default(),
+            stalled: Family::default(),
             kinds_folded: Counter::default(),
             kinds: Default::default(),
         }
@@ -86,6 +90,11 @@ impl CascadeMetrics {
             "cascades_evicted",
             "Open cascades dropped to stay within the bound (never observed)",
             self.evicted.clone(),
+        );
+        r.register(
+            "cascades_stalled",
+            "Cascades closed incomplete: no change of them for the stall time (10 min) while some object they touched had not settled, by root resource",
+            self.stalled.clone(),
         );
         r.register(
             "cascade_kinds_folded",

@@ -331,6 +331,7 @@ fn the_tracker_observes_a_complete_cascade_once_it_is_quiet() {
         TrackerConfig {
             max_open: 10,
             quiet: std::time::Duration::from_millis(1000),
+            ..TrackerConfig::default()
         },
         m.clone(),
     );
@@ -364,6 +365,7 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
         TrackerConfig {
             max_open: 2,
             quiet: std::time::Duration::from_secs(60),
+            ..TrackerConfig::default()
         },
         m.clone(),
     );
@@ -395,4 +397,112 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
     );
     t.record(&rs);
     assert_eq!(t.open(), 2);
+}
+
+#[test]
+fn an_incomplete_cascade_quiet_for_the_stall_time_is_closed_as_stalled() {
+    let m = Arc::new(CascadeMetrics::default());
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t = {
+        let told = told.clone();
+        CascadeTracker::new(
+            TrackerConfig {
+                max_open: 10,
+                quiet: std::time::Duration::from_secs(1),
+                stall: std::time::Duration::from_secs(60),
+            },
+            m.clone(),
+        )
+        .with_completion_listener(Arc::new(move |kind, verb, took| {
+            told.lock()
+                .unwrap()
+                .push((kind.to_string(), verb.to_string(), took))
+        }))
+    };
+    let stuck = change(
+        1,
+        obj("deployments", "stuck"),
+        "patch",
+        0,
+        1,
+        Some(("InProgress", "")),
+    );
+    t.record(&stuck);
+    // 59 s later by the changes' clock: not yet.
+    t.record(&change(
+        2,
+        obj("configmaps", "a"),
+        "update",
+        59_000,
+        59_001,
+        None,
+    ));
+    assert_eq!(m.stalled.get_or_create(&m.kind("deployments")).get(), 0);
+    // 61 s later: the stuck one is closed and counted, the bound untouched.
+    t.record(&change(
+        3,
+        obj("configmaps", "b"),
+        "update",
+        61_000,
+        61_001,
+        None,
+    ));
+    assert_eq!(m.stalled.get_or_create(&m.kind("deployments")).get(), 1);
+    assert_eq!(m.evicted.get(), 0);
+    assert_eq!(histogram_count(&m, "deployments"), 0);
+    let told_now = told.lock().unwrap().clone();
+    assert!(
+        told_now.contains(&("deployments".into(), "patch".into(), None)),
+        "{told_now:?}"
+    );
+    // A later change of it is left out, not reopened.
+    t.record(&caused_by(
+        change(4, obj("replicasets", "r"), "update", 62_000, 62_001, None),
+        &stuck,
+        "e",
+    ));
+    assert_eq!(m.stalled.get_or_create(&m.kind("deployments")).get(), 1);
+    // The end of the input: the complete ones observed, none stalled.
+    t.flush();
+    assert_eq!(t.open(), 0);
+    assert_eq!(histogram_count(&m, "configmaps"), 2);
+    assert_eq!(m.stalled.get_or_create(&m.kind("configmaps")).get(), 0);
+}
+
+#[test]
+fn the_end_of_the_input_tells_the_listener_of_the_incomplete_cascades() {
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = Arc::new(CascadeMetrics::default());
+    let t = {
+        let told = told.clone();
+        CascadeTracker::new(TrackerConfig::default(), m.clone()).with_completion_listener(Arc::new(
+            move |kind, verb, took: Option<std::time::Duration>| {
+                told.lock()
+                    .unwrap()
+                    .push((kind.to_string(), verb.to_string(), took.is_some()))
+            },
+        ))
+    };
+    t.record(&change(
+        1,
+        obj("deployments", "d"),
+        "patch",
+        0,
+        1,
+        Some(("InProgress", "")),
+    ));
+    t.record(&change(2, obj("configmaps", "c"), "update", 5, 6, None));
+    assert!(told.lock().unwrap().is_empty(), "nothing closed yet");
+    t.flush();
+    let mut told = told.lock().unwrap().clone();
+    told.sort();
+    assert_eq!(
+        told,
+        [
+            ("configmaps".into(), "update".into(), true),
+            ("deployments".into(), "patch".into(), false)
+        ]
+    );
+    // Not stalled: the input ended first.
+    assert_eq!(m.stalled.get_or_create(&m.kind("deployments")).get(), 0);
 }

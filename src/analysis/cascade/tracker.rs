@@ -2,8 +2,11 @@
 //! which objects have settled, and observes the completion time under the
 //! root's resource once the cascade is complete and has stayed quiet (no
 //! further change of it) for [`TrackerConfig::quiet`], measured on the
-//! changes' own clock. Open cascades are bounded: past the bound, the one
-//! quiet longest goes (observed when complete, else counted and logged).
+//! changes' own clock. One still incomplete after [`TrackerConfig::stall`]
+//! without a change is closed and counted as stalled (a rollout stuck, a
+//! Pod never scheduled), so stuck cascades do not fill the bound. Open
+//! cascades are bounded: past the bound, the one quiet longest goes
+//! (observed when complete, else counted and logged).
 
 use std::collections::BTreeSet;
 
@@ -22,6 +25,9 @@ pub struct TrackerConfig {
     /// A complete cascade is observed once no change of it came for this
     /// long (a later write would have reopened it).
     pub quiet: Duration,
+    /// An incomplete cascade is closed as stalled once no change of it
+    /// came for this long.
+    pub stall: Duration,
 }
 
 impl Default for TrackerConfig {
@@ -29,6 +35,7 @@ impl Default for TrackerConfig {
         Self {
             max_open: 10_000,
             quiet: Duration::from_secs(30),
+            stall: Duration::from_secs(600),
         }
     }
 }
@@ -61,9 +68,10 @@ struct State {
     unreported_evictions: u64,
 }
 
-/// Told of each complete cascade: the root's resource and `verb[
-/// subresource]`, and how long it took.
-pub type CompletionListener = Arc<dyn Fn(&str, &str, Duration) + Send + Sync>;
+/// Told of each cascade closed: the root's resource and `verb[
+/// subresource]`, and how long it took to complete, or `None` when it did
+/// not (stalled, or still incomplete at the end of the input).
+pub type CompletionListener = Arc<dyn Fn(&str, &str, Option<Duration>) + Send + Sync>;
 
 pub struct CascadeTracker {
     cfg: TrackerConfig,
@@ -82,8 +90,9 @@ impl CascadeTracker {
         }
     }
 
-    /// Also tells `listener` of every complete cascade (`kascade analyze`
-    /// counts completion times by root kind and verb).
+    /// Also tells `listener` of every cascade closed, complete or not
+    /// (`kascade analyze` counts completion times, and the cascades that
+    /// did not complete, by root kind and verb).
     pub fn with_completion_listener(mut self, listener: CompletionListener) -> Self {
         self.listener = Some(listener);
         self
@@ -98,11 +107,13 @@ impl CascadeTracker {
         self.lock().open.len()
     }
 
-    /// Observes every complete cascade now, quiet or not (end of input).
+    /// Closes every open cascade (end of input): the complete ones are
+    /// observed, quiet or not; the listener hears of the others as not
+    /// complete (they are not stalled: the input ended first).
     pub fn flush(&self) {
         let mut st = self.lock();
-        let done: Vec<SpanRef> = st.done.iter().map(|(_, r)| *r).collect();
-        for root in done {
+        let open: Vec<SpanRef> = st.by_activity.iter().map(|(_, r)| *r).collect();
+        for root in open {
             self.finish(&mut st, root);
         }
     }
@@ -111,25 +122,41 @@ impl CascadeTracker {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn observe(&self, open: &Open) {
-        if let Some(at) = open.done_at {
-            let took = at.duration_since(open.root_received).unwrap_or_default();
-            self.metrics
+    /// Observes a cascade closed: its completion time when complete; else
+    /// it is counted as stalled when `stalled`. The listener hears of both.
+    fn observe(&self, open: &Open, stalled: bool) {
+        let took = open
+            .done_at
+            .map(|at| at.duration_since(open.root_received).unwrap_or_default());
+        match took {
+            Some(took) => self
+                .metrics
                 .completion_seconds
                 .get_or_create(&self.metrics.kind(&open.kind))
-                .observe(took.as_secs_f64());
-            if let Some(listener) = &self.listener {
-                listener(&open.kind, &open.verb, took);
+                .observe(took.as_secs_f64()),
+            None if stalled => {
+                self.metrics
+                    .stalled
+                    .get_or_create(&self.metrics.kind(&open.kind))
+                    .inc();
             }
+            None => {}
+        }
+        if let Some(listener) = &self.listener {
+            listener(&open.kind, &open.verb, took);
         }
     }
 
-    /// Removes an open cascade, observing it when complete.
+    /// Removes an open cascade, observing it (see [`Self::observe`]).
     fn finish(&self, st: &mut State, root: SpanRef) {
+        self.close(st, root, false);
+    }
+
+    fn close(&self, st: &mut State, root: SpanRef, stalled: bool) {
         if let Some(open) = st.open.remove(&root) {
             st.by_activity.remove(&(open.last, root));
             st.done.remove(&(open.last, root));
-            self.observe(&open);
+            self.observe(&open, stalled);
         }
         self.metrics.open.set(st.open.len() as i64);
     }
@@ -139,10 +166,15 @@ impl CascadeTracker {
             return;
         };
         let complete = st.open.get(&root).is_some_and(|o| o.done_at.is_some());
-        self.finish(st, root);
         if complete {
+            self.finish(st, root);
             return;
         }
+        // Dropped, not known to have stalled: not told to the listener.
+        if let Some(open) = st.open.remove(&root) {
+            st.by_activity.remove(&(open.last, root));
+        }
+        self.metrics.open.set(st.open.len() as i64);
         self.metrics.evicted.inc();
         st.unreported_evictions += 1;
         let now = Instant::now();
@@ -233,6 +265,16 @@ impl ChangeSink for CascadeTracker {
             .collect();
         for r in quiet {
             self.finish(st, r);
+        }
+        // Incomplete and quiet for the stall time: closed as stalled.
+        let stalled: Vec<SpanRef> = st
+            .by_activity
+            .iter()
+            .take_while(|(last, _)| *last + self.cfg.stall <= watermark)
+            .map(|(_, r)| *r)
+            .collect();
+        for r in stalled {
+            self.close(st, r, true);
         }
         while st.open.len() > self.cfg.max_open.max(1) {
             self.evict_oldest(st);
