@@ -63,29 +63,36 @@ pub fn push_field(path: &mut String, key: &str) {
     push_field_segment(path, key, first);
 }
 
-/// A field's path segment as diffs spell it. The diff writes it out
-/// ([`push_field_segment`]); redaction feeds it to a DFA forwards or
-/// backwards without writing it: one spelling for all three.
+/// How a field's path segment is spelled (the key is borrowed). The diff
+/// writes it out ([`push_field_segment`]); redaction feeds it to a DFA
+/// forwards or backwards without writing it: one spelling for all three.
+#[derive(Clone, Copy)]
 pub enum FieldSegment<'a> {
     /// `.key`, or `key` when it begins the path.
     Plain(&'a str),
     /// `["key"]`: a key that is not an identifier (label and annotation
     /// keys contain dots and slashes) but that JSON writes as it is.
     Quoted(&'a str),
-    /// `["k\"ey"]`, written out: a key JSON escapes (quotes, control
-    /// characters; rare).
-    Escaped(String),
+    /// `["k\"ey"]`: a key JSON escapes (quotes, control characters;
+    /// rare), written out by [`FieldSegment::escaped`].
+    Escaped(&'a str),
 }
 
 impl<'a> FieldSegment<'a> {
+    #[inline]
     pub fn of(key: &'a str) -> Self {
         if is_plain_key(key) {
             Self::Plain(key)
         } else if crate::json::needs_no_escape(key) {
             Self::Quoted(key)
         } else {
-            Self::Escaped(format!("[{}]", Value::String(key.to_string())))
+            Self::Escaped(key)
         }
+    }
+
+    /// The segment of an escaped key, written out.
+    pub fn escaped(key: &str) -> String {
+        format!("[{}]", Value::String(key.to_string()))
     }
 }
 
@@ -104,7 +111,7 @@ pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
             path.push_str(key);
             path.push_str("\"]");
         }
-        FieldSegment::Escaped(segment) => path.push_str(&segment),
+        FieldSegment::Escaped(key) => path.push_str(&FieldSegment::escaped(key)),
     }
 }
 

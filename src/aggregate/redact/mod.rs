@@ -381,7 +381,9 @@ fn path_matches(
                     let read = pattern.feed_backwards(read, key);
                     pattern.feed_backwards(read, "[\"")
                 }
-                FieldSegment::Escaped(segment) => pattern.feed_backwards(read, &segment),
+                FieldSegment::Escaped(key) => {
+                    pattern.feed_backwards(read, &FieldSegment::escaped(key))
+                }
             },
             Step::Item {
                 label,

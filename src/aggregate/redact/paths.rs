@@ -243,7 +243,7 @@ impl PathPattern {
                 let at = self.feed(at, key);
                 self.feed(at, "\"]")
             }
-            FieldSegment::Escaped(segment) => self.feed(at, &segment),
+            FieldSegment::Escaped(key) => self.feed(at, &FieldSegment::escaped(key)),
         }
     }
 
