@@ -33,6 +33,16 @@ pub fn fixed32(buf: &mut Vec<u8>, field: u32, v: u32) {
     fixed32::encode(field, &v, buf);
 }
 
+/// The bytes [`kv_str`] writes (a one-byte field key).
+pub fn kv_str_len(k: &str, v: &str) -> usize {
+    framed_len(framed_len(k.len()) + framed_len(framed_len(v.len())))
+}
+
+/// The bytes [`kv_int`] writes (a one-byte field key).
+pub fn kv_int_len(k: &str, v: i64) -> usize {
+    framed_len(framed_len(k.len()) + framed_len(1 + encoded_len_varint(v as u64)))
+}
+
 /// A `KeyValue` with a string value as field `field`.
 pub fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
     let any = framed_len(v.len());

@@ -13,7 +13,6 @@ use super::*;
 /// followed by `<key>.truncated_from` = its original length in bytes.
 pub struct SpanBuf {
     buf: Vec<u8>,
-    scratch: Vec<u8>,
     error: Option<String>,
     max_value: usize,
 }
@@ -69,15 +68,49 @@ impl SpanBuf {
         )
     }
 
+    /// [`Self::new`] with room for `capacity` bytes before it grows (an
+    /// audit span's attributes and diffs are a few kilobytes).
+    pub(super) fn with_capacity(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        (start, end): (SystemTime, SystemTime),
+        capacity: usize,
+    ) -> Self {
+        Self::build(
+            trace_id,
+            span_id,
+            parent,
+            name,
+            (start, end),
+            max_value_bytes(),
+            capacity,
+        )
+    }
+
     pub(super) fn with_max_value(
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        name: &str,
+        times: (SystemTime, SystemTime),
+        max_value: usize,
+    ) -> Self {
+        // Object, link and Event spans fit (callgrind: 512 bytes or less).
+        Self::build(trace_id, span_id, parent, name, times, max_value, 512)
+    }
+
+    fn build(
         trace_id: TraceId,
         span_id: SpanId,
         parent: SpanId,
         name: &str,
         (start, end): (SystemTime, SystemTime),
         max_value: usize,
+        capacity: usize,
     ) -> Self {
-        let mut buf = Vec::with_capacity(512);
+        let mut buf = Vec::with_capacity(capacity);
         wire::bytes(&mut buf, SPAN_TRACE_ID, &trace_id.to_bytes());
         wire::bytes(&mut buf, SPAN_SPAN_ID, &span_id.to_bytes());
         if parent != SpanId::INVALID {
@@ -90,7 +123,6 @@ impl SpanBuf {
         wire::fixed64(&mut buf, SPAN_END, nanos(end));
         let mut s = Self {
             buf,
-            scratch: Vec::new(),
             error: None,
             max_value,
         };
@@ -121,28 +153,33 @@ impl SpanBuf {
 
     /// A span event (a diff entry, a snapshot) with string attributes.
     pub fn event(&mut self, name: &str, at: SystemTime, attrs: &[(&str, &str)]) {
-        // Sized once: a snapshot is kilobytes, and growing both buffers
-        // from empty cost a reallocation per doubling (callgrind).
-        let size = 16
-            + name.len()
-            + attrs
-                .iter()
-                .map(|(k, v)| 32 + k.len() + v.len().min(self.max_value))
-                .sum::<usize>();
-        self.scratch.clear();
-        self.scratch.reserve(size);
-        self.buf.reserve(size + 8);
-        wire::fixed64(&mut self.scratch, 1, nanos(at));
-        wire::bytes(&mut self.scratch, 2, name.as_bytes());
+        // Written in place, its length computed first: a scratch buffer per
+        // span cost an allocation and a copy per event (callgrind), and the
+        // span's buffer grows at most once.
+        let max_value = self.max_value;
+        let attr_len = |(k, v): &(&str, &str)| {
+            let short = truncate_str(v, max_value);
+            let mut len = wire::kv_str_len(k, short);
+            if short.len() < v.len() {
+                len += wire::kv_int_len(&truncated_from_key(k), v.len() as i64);
+            }
+            len
+        };
+        let len = 9 + wire::framed_len(name.len()) + attrs.iter().map(attr_len).sum::<usize>();
+        self.buf.reserve(wire::framed_len(len));
+        wire::len_prefix(&mut self.buf, SPAN_EVENTS, len);
+        let body = self.buf.len();
+        wire::fixed64(&mut self.buf, 1, nanos(at));
+        wire::bytes(&mut self.buf, 2, name.as_bytes());
         for (k, v) in attrs {
-            let short = truncate_str(v, self.max_value);
-            wire::kv_str(&mut self.scratch, 3, k, short);
+            let short = truncate_str(v, max_value);
+            wire::kv_str(&mut self.buf, 3, k, short);
             if short.len() < v.len() {
                 VALUES_TRUNCATED.inc();
-                wire::kv_int(&mut self.scratch, 3, &truncated_from_key(k), v.len() as i64);
+                wire::kv_int(&mut self.buf, 3, &truncated_from_key(k), v.len() as i64);
             }
         }
-        wire::bytes(&mut self.buf, SPAN_EVENTS, &self.scratch);
+        debug_assert_eq!(self.buf.len() - body, len, "event {name}");
     }
 
     pub(super) fn link(&mut self, to: &ObjectWindow, attrs: &[(&str, &str)]) {
@@ -151,14 +188,24 @@ impl SpanBuf {
 
     /// An OpenTelemetry link to the span `span_id` of trace `trace_id`.
     pub fn link_ids(&mut self, trace_id: &[u8; 16], span_id: &[u8; 8], attrs: &[(&str, &str)]) {
-        self.scratch.clear();
-        wire::bytes(&mut self.scratch, 1, trace_id);
-        wire::bytes(&mut self.scratch, 2, span_id);
+        // Written in place, as events are.
+        let len = wire::framed_len(trace_id.len())
+            + wire::framed_len(span_id.len())
+            + attrs
+                .iter()
+                .map(|(k, v)| wire::kv_str_len(k, v))
+                .sum::<usize>()
+            + 5;
+        self.buf.reserve(wire::framed_len(len));
+        wire::len_prefix(&mut self.buf, SPAN_LINKS, len);
+        let body = self.buf.len();
+        wire::bytes(&mut self.buf, 1, trace_id);
+        wire::bytes(&mut self.buf, 2, span_id);
         for (k, v) in attrs {
-            wire::kv_str(&mut self.scratch, 4, k, v);
+            wire::kv_str(&mut self.buf, 4, k, v);
         }
-        wire::fixed32(&mut self.scratch, 6, span_flags());
-        wire::bytes(&mut self.buf, SPAN_LINKS, &self.scratch);
+        wire::fixed32(&mut self.buf, 6, span_flags());
+        debug_assert_eq!(self.buf.len() - body, len, "link");
     }
 
     /// Marks the span failed with `message`.
@@ -167,19 +214,27 @@ impl SpanBuf {
     }
 
     pub fn finish(mut self) -> EncodedSpan {
-        self.scratch.clear();
-        if let Some(message) = self.error.take() {
-            let short = truncate_str(&message, self.max_value);
-            if !short.is_empty() {
-                wire::bytes(&mut self.scratch, 2, short.as_bytes());
+        match self.error.take() {
+            Some(message) => {
+                let short = truncate_str(&message, self.max_value);
+                if short.len() < message.len() {
+                    VALUES_TRUNCATED.inc();
+                    self.attr_int(STATUS_MESSAGE_TRUNCATED_FROM, message.len() as i64);
+                }
+                let code = status::StatusCode::Error as u64;
+                let message_len = match short.is_empty() {
+                    true => 0,
+                    false => wire::framed_len(short.len()),
+                };
+                let len = message_len + 1 + prost::encoding::encoded_len_varint(code);
+                wire::len_prefix(&mut self.buf, SPAN_STATUS, len);
+                if !short.is_empty() {
+                    wire::bytes(&mut self.buf, 2, short.as_bytes());
+                }
+                wire::varint(&mut self.buf, 3, code);
             }
-            wire::varint(&mut self.scratch, 3, status::StatusCode::Error as u64);
-            if short.len() < message.len() {
-                VALUES_TRUNCATED.inc();
-                self.attr_int(STATUS_MESSAGE_TRUNCATED_FROM, message.len() as i64);
-            }
+            None => wire::len_prefix(&mut self.buf, SPAN_STATUS, 0),
         }
-        wire::bytes(&mut self.buf, SPAN_STATUS, &self.scratch);
         wire::fixed32(&mut self.buf, SPAN_FLAGS, span_flags());
         EncodedSpan(self.buf.into())
     }
