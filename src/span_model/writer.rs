@@ -49,6 +49,10 @@ fn span_flags() -> u32 {
     TraceFlags::SAMPLED.to_u8() as u32 | SpanFlags::ContextHasIsRemoteMask as u32
 }
 
+/// A span buffer's first capacity: object, link and Event spans fit
+/// (callgrind: 512 bytes or less); audit spans ask for more.
+const CAPACITY: usize = 512;
+
 impl SpanBuf {
     pub(super) fn new(
         trace_id: TraceId,
@@ -58,14 +62,7 @@ impl SpanBuf {
         start: SystemTime,
         end: SystemTime,
     ) -> Self {
-        Self::with_max_value(
-            trace_id,
-            span_id,
-            parent,
-            name,
-            (start, end),
-            max_value_bytes(),
-        )
+        Self::with_capacity(trace_id, span_id, parent, name, (start, end), CAPACITY)
     }
 
     /// [`Self::new`] with room for `capacity` bytes before it grows (an
@@ -89,6 +86,8 @@ impl SpanBuf {
         )
     }
 
+    /// A span with its own cap on values (the tests' small caps).
+    #[cfg(test)]
     pub(super) fn with_max_value(
         trace_id: TraceId,
         span_id: SpanId,
@@ -97,8 +96,7 @@ impl SpanBuf {
         times: (SystemTime, SystemTime),
         max_value: usize,
     ) -> Self {
-        // Object, link and Event spans fit (callgrind: 512 bytes or less).
-        Self::build(trace_id, span_id, parent, name, times, max_value, 512)
+        Self::build(trace_id, span_id, parent, name, times, max_value, CAPACITY)
     }
 
     fn build(
