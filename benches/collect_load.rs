@@ -9,7 +9,10 @@
 //! p50/p99 webhook latency, and kascade's peak RSS.
 //!
 //! Environment: KASCADE_URL (webhook base), KASCADE_ADMIN_URL, KASCADE_PID,
-//! BENCH_COPIES (default 4000 ≈ 100k objects), BENCH_SENDERS (default 4).
+//! BENCH_COPIES (default 4000 ≈ 100k objects), BENCH_SENDERS (default 4),
+//! BENCH_COPY_SPACING_MS (default 5: copy `c` happens `c × 5 ms` after the
+//! first, the copies overlapping in time order; 0: all at the same times,
+//! one after the other).
 //! With several replicas, the first three are comma-separated lists in the
 //! same order: batches go round-robin to the replicas, as a load balancer in
 //! front of them would send the apiserver's (one object's writes reach
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 
 #[path = "load/mod.rs"]
 mod load;
-use load::{BATCH, Part, batch_body, env_or, split_template, templates};
+use load::{BATCH, Stream, env_or, spacing_from_env, templates};
 
 /// CPU seconds (user + system) the process has used so far.
 fn cpu_seconds(pid: &str) -> Option<f64> {
@@ -95,11 +98,14 @@ async fn main() {
     );
     let copies: usize = env_or("BENCH_COPIES", "4000").parse().unwrap();
     let senders: usize = env_or("BENCH_SENDERS", "4").parse().unwrap();
-    let (tpl, objects_per_copy) = templates();
-    let total_events = tpl.len() * copies;
+    let templates = templates();
+    let objects_per_copy = templates.objects_per_copy;
+    let spacing = spacing_from_env();
+    let stream = Arc::new(Stream::new(&templates, copies, spacing));
+    let total_events = stream.len();
     eprintln!(
-        "collect_load: {copies} copies × {} events ({objects_per_copy} objects each) = {total_events} events, {} objects, {senders} senders",
-        tpl.len(),
+        "collect_load: {copies} copies × {} events ({objects_per_copy} objects each) = {total_events} events, {} objects, {senders} senders, copies {spacing:?} apart",
+        templates.texts.len(),
         copies * objects_per_copy
     );
     let client = reqwest::Client::builder()
@@ -113,7 +119,6 @@ async fn main() {
         "kascade_audit_events_accepted_total{source=\"webhook\"}",
     )
     .await;
-    let tpl: Arc<Vec<Vec<Part>>> = Arc::new(tpl.iter().map(|t| split_template(t)).collect());
     let cpu_of = |pids: &[String]| pids.iter().map(|p| cpu_seconds(p)).sum::<Option<f64>>();
     let cpu_before = cpu_of(&pids);
     let next = Arc::new(AtomicUsize::new(0));
@@ -121,8 +126,8 @@ async fn main() {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..senders {
-        let (tpl, next, retries, client, urls) = (
-            tpl.clone(),
+        let (stream, next, retries, client, urls) = (
+            stream.clone(),
             next.clone(),
             retries.clone(),
             client.clone(),
@@ -130,15 +135,14 @@ async fn main() {
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            let per_copy = tpl.len();
             loop {
-                // Work item = BATCH consecutive events of the copy stream.
+                // Work item = BATCH consecutive events of the stream.
                 let first = next.fetch_add(BATCH, Ordering::Relaxed);
-                if first >= per_copy * copies {
+                if first >= stream.len() {
                     break;
                 }
-                let last = (first + BATCH).min(per_copy * copies);
-                let body = batch_body(&tpl, first..last, "bench-");
+                let last = (first + BATCH).min(stream.len());
+                let body = stream.batch_body(first..last, "bench-");
                 let url = &urls[(first / BATCH) % urls.len()];
                 loop {
                     let t = Instant::now();

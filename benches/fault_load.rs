@@ -18,6 +18,7 @@
 //!
 //! Environment: KASCADE_URLS (comma-separated webhook base URLs), FAULT_TOKEN
 //! (bearer token, optional), FAULT_NS (namespace prefix), BENCH_COPIES,
+//! BENCH_COPY_SPACING_MS (see collect_load),
 //! BENCH_SENDERS, FAULT_ACCEPTED, JAEGER_QUERY_URL, FAULT_SERVICE.
 
 #[path = "load/mod.rs"]
@@ -29,9 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use load::{
-    BATCH, Part, age_of, audit_id, batch_body, env_or, shift_to_now, split_template, templates,
-};
+use load::{BATCH, Stream, age_of, audit_id, env_or, shift_to_now, spacing_from_env, templates};
 use serde_json::{Value, json};
 
 struct Poster {
@@ -111,35 +110,31 @@ async fn run_load(poster: Arc<Poster>) {
     let copies: usize = env_or("BENCH_COPIES", "100").parse().unwrap();
     let senders: usize = env_or("BENCH_SENDERS", "4").parse().unwrap();
     let prefix = env_or("FAULT_NS", "fault-");
-    let (texts, _) = templates();
-    let tpl: Arc<Vec<Vec<Part>>> = Arc::new(texts.iter().map(|t| split_template(t)).collect());
-    let texts = Arc::new(texts);
+    let templates = templates();
+    let stream = Arc::new(Stream::new(&templates, copies, spacing_from_env()));
+    let texts = Arc::new(templates.texts);
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..senders {
-        let (tpl, texts, next, poster, prefix) = (
-            tpl.clone(),
+        let (stream, texts, next, poster, prefix) = (
+            stream.clone(),
             texts.clone(),
             next.clone(),
             poster.clone(),
             prefix.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let per_copy = tpl.len();
             loop {
                 let first = next.fetch_add(BATCH, Ordering::Relaxed);
-                if first >= per_copy * copies {
+                if first >= stream.len() {
                     break;
                 }
-                let last = (first + BATCH).min(per_copy * copies);
-                let body = batch_body(&tpl, first..last, &prefix);
+                let last = (first + BATCH).min(stream.len());
+                let body = stream.batch_body(first..last, &prefix);
                 let ids: Vec<(String, String)> = (first..last)
                     .map(|i| {
-                        let copy = i / per_copy;
-                        (
-                            format!("{prefix}{copy}"),
-                            audit_id(&texts[i % per_copy], copy),
-                        )
+                        let (copy, k) = stream.event(i);
+                        (format!("{prefix}{copy}"), audit_id(&texts[k], copy))
                     })
                     .collect();
                 poster.post(first / BATCH, body, &ids).await;

@@ -1,30 +1,48 @@
 //! What the load generators share: the deployment fixture's events as
-//! templates whose namespace and audit ID are filled in per copy.
+//! templates whose namespace, audit ID and times are filled in per copy, and
+//! the stream of copies they send.
 #![allow(dead_code)]
+
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
 pub const BATCH: usize = 400;
 const NS: &str = "__KASCADE_BENCH_NS__";
 const ID: &str = "__KASCADE_BENCH_ID__";
+const TIME: &str = "__KASCADE_BENCH_TIME";
+const PLACEHOLDER: &str = "__KASCADE_BENCH_";
 
 pub fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
-/// The fixture's events as JSON texts with placeholders for namespace and audit ID.
-pub fn templates() -> (Vec<String>, usize) {
+/// The fixture's events as templates: JSON texts with placeholders for
+/// namespace, audit ID and the two timestamps.
+pub struct Templates {
+    pub texts: Vec<String>,
+    /// Distinct objects a copy writes.
+    pub objects_per_copy: usize,
+    /// Per template, its `requestReceivedTimestamp` and `stageTimestamp` as
+    /// offsets from the fixture's first request (`None`: the event had none).
+    times: Vec<[Option<Duration>; 2]>,
+}
+
+const TIME_KEYS: [&str; 2] = ["requestReceivedTimestamp", "stageTimestamp"];
+
+/// The fixture's namespaced events other than Events, as templates.
+pub fn templates() -> Templates {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/e2e/fixtures/deployment/audit.log"
     );
     let text = std::fs::read_to_string(path).expect("deployment fixture");
+    let first = first_request(&text);
     let mut objects = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    let shift = age_of(&text);
+    let mut texts = Vec::new();
+    let mut times = Vec::new();
     for line in text.lines() {
         let mut ev: Value = serde_json::from_str(line).unwrap();
-        shift_to_now(&mut ev, shift);
         let ns = ev["objectRef"]["namespace"]
             .as_str()
             .unwrap_or("")
@@ -48,8 +66,16 @@ pub fn templates() -> (Vec<String>, usize) {
         ));
         let id = ev["auditID"].as_str().unwrap().to_string();
         ev["auditID"] = Value::String(format!("{id}-{ID}"));
+        let mut offsets = [None, None];
+        for (which, key) in TIME_KEYS.iter().enumerate() {
+            if let Some(t) = event_time(&ev, key) {
+                offsets[which] = Some(t.duration_since(first).unwrap_or_default());
+                ev[*key] = Value::String(format!("{TIME}{which}__"));
+            }
+        }
+        times.push(offsets);
         let text = serde_json::to_string(&ev).unwrap();
-        out.push(
+        texts.push(
             text.replace(
                 &format!("\"namespace\":\"{ns}\""),
                 &format!("\"namespace\":\"{NS}\""),
@@ -57,36 +83,39 @@ pub fn templates() -> (Vec<String>, usize) {
             .replace(&format!("/namespaces/{ns}/"), &format!("/namespaces/{NS}/")),
         );
     }
-    (out, objects.len())
+    Templates {
+        texts,
+        objects_per_copy: objects.len(),
+        times,
+    }
 }
 
-// The events happen now, as a live apiserver's would: shifted by the
-// fixture's age (its own spacing kept). With the capture's own times the
-// spans would age out of the checks' Jaeger searches (the fault suite found
-// nothing once the fixture was two days old).
-
-fn event_time(ev: &Value, key: &str) -> Option<std::time::SystemTime> {
+fn event_time(ev: &Value, key: &str) -> Option<SystemTime> {
     ev[key]
         .as_str()
         .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
 }
 
-/// How long ago the fixture's first request was received.
-pub fn age_of(fixture: &str) -> std::time::Duration {
-    let first = fixture
+/// When the fixture's first request was received.
+fn first_request(fixture: &str) -> SystemTime {
+    fixture
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter_map(|ev| event_time(&ev, "requestReceivedTimestamp"))
         .min()
-        .expect("the fixture has timed events");
-    std::time::SystemTime::now()
-        .duration_since(first)
+        .expect("the fixture has timed events")
+}
+
+/// How long ago the fixture's first request was received.
+pub fn age_of(fixture: &str) -> Duration {
+    SystemTime::now()
+        .duration_since(first_request(fixture))
         .unwrap_or_default()
 }
 
 /// Moves an event's timestamps forward by `shift`.
-pub fn shift_to_now(ev: &mut Value, shift: std::time::Duration) {
-    for key in ["requestReceivedTimestamp", "stageTimestamp"] {
+pub fn shift_to_now(ev: &mut Value, shift: Duration) {
+    for key in TIME_KEYS {
         if let Some(t) = event_time(ev, key) {
             ev[key] = Value::String(humantime::format_rfc3339_micros(t + shift).to_string());
         }
@@ -99,56 +128,124 @@ pub enum Part {
     Text(String),
     Namespace,
     Id,
+    /// `requestReceivedTimestamp` (0) or `stageTimestamp` (1).
+    Time(usize),
 }
 
-pub fn split_template(t: &str) -> Vec<Part> {
+fn split_template(t: &str) -> Vec<Part> {
     let mut parts = Vec::new();
     let mut rest = t;
-    loop {
-        let next = [(rest.find(NS), NS.len(), 0), (rest.find(ID), ID.len(), 1)]
-            .into_iter()
-            .filter_map(|(at, len, which)| at.map(|a| (a, len, which)))
-            .min_by_key(|(a, _, _)| *a);
-        let Some((at, len, which)) = next else {
-            parts.push(Part::Text(rest.to_string()));
-            return parts;
-        };
+    while let Some(at) = rest.find(PLACEHOLDER) {
         parts.push(Part::Text(rest[..at].to_string()));
-        parts.push(if which == 0 {
-            Part::Namespace
+        let tail = &rest[at..];
+        let (part, len) = if tail.starts_with(NS) {
+            (Part::Namespace, NS.len())
+        } else if tail.starts_with(ID) {
+            (Part::Id, ID.len())
+        } else if let Some(which) = tail.strip_prefix(TIME).and_then(|t| t.get(..1)) {
+            (Part::Time(which.parse().unwrap()), TIME.len() + 3)
         } else {
-            Part::Id
-        });
+            panic!("unknown placeholder in {tail:.40}");
+        };
+        parts.push(part);
         rest = &rest[at + len..];
     }
+    parts.push(Part::Text(rest.to_string()));
+    parts
 }
 
-/// The EventList body of events `range` of the copy stream (template `i %
-/// templates` of copy `i / templates`), in namespaces `<ns_prefix><copy>`.
-pub fn batch_body(tpl: &[Vec<Part>], range: std::ops::Range<usize>, ns_prefix: &str) -> String {
-    let per_copy = tpl.len();
-    let mut body = String::with_capacity(range.len() * 6000);
-    body.push_str(
-        "{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{},\"items\":[",
-    );
-    for (k, i) in range.enumerate() {
-        let copy = i / per_copy;
-        if k > 0 {
-            body.push(',');
+/// The load: `copies` copies of the templates, each in a namespace of its
+/// own, in the order they are sent.
+///
+/// With a spacing, copy `c` happens `c × spacing` after the first (each
+/// event at its own offset within the fixture, ≈ 2 s) and the stream is in
+/// time order: the copies overlap as concurrent rollouts do, and the
+/// changes' clock moves on, as it does in a cluster. With no spacing every
+/// copy carries the same times and the copies are sent one after the other
+/// (the load of the benchmarks before 2026-11-27).
+pub struct Stream {
+    parts: Vec<Vec<Part>>,
+    times: Vec<[Option<Duration>; 2]>,
+    /// (copy, template) of each event, in sending order.
+    order: Vec<(u32, u32)>,
+    start: SystemTime,
+    spacing: Duration,
+}
+
+/// The spacing `BENCH_COPY_SPACING_MS` asks for (default 5 ms: about the
+/// rate one core of this machine processes copies at).
+pub fn spacing_from_env() -> Duration {
+    let ms: f64 = env_or("BENCH_COPY_SPACING_MS", "5")
+        .parse()
+        .expect("BENCH_COPY_SPACING_MS is a number of milliseconds");
+    Duration::from_secs_f64(ms / 1e3)
+}
+
+impl Stream {
+    /// The copies start now, so their spans fall within Jaeger's lookback.
+    pub fn new(templates: &Templates, copies: usize, spacing: Duration) -> Self {
+        let per_copy = templates.texts.len();
+        let mut order: Vec<(u32, u32)> = (0..copies as u32)
+            .flat_map(|c| (0..per_copy as u32).map(move |k| (c, k)))
+            .collect();
+        if !spacing.is_zero() {
+            let stage = |k: u32| {
+                let [received, stage] = templates.times[k as usize];
+                stage.or(received).unwrap_or_default()
+            };
+            // Stable: events of one time keep the fixture's order.
+            order.sort_by_key(|&(c, k)| spacing * c + stage(k));
         }
-        for part in &tpl[i % per_copy] {
-            match part {
-                Part::Text(t) => body.push_str(t),
-                Part::Namespace => {
-                    body.push_str(ns_prefix);
-                    body.push_str(&copy.to_string());
-                }
-                Part::Id => body.push_str(&copy.to_string()),
-            }
+        Stream {
+            parts: templates.texts.iter().map(|t| split_template(t)).collect(),
+            times: templates.times.clone(),
+            order,
+            start: SystemTime::now(),
+            spacing,
         }
     }
-    body.push_str("]}");
-    body
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// (copy, template) of event `i`.
+    pub fn event(&self, i: usize) -> (usize, usize) {
+        let (c, k) = self.order[i];
+        (c as usize, k as usize)
+    }
+
+    /// The EventList body of events `range`, in namespaces `<ns_prefix><copy>`.
+    pub fn batch_body(&self, range: std::ops::Range<usize>, ns_prefix: &str) -> String {
+        use std::fmt::Write;
+        let mut body = String::with_capacity(range.len() * 6000);
+        body.push_str(
+            "{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{},\"items\":[",
+        );
+        for (n, i) in range.enumerate() {
+            let (copy, k) = self.event(i);
+            if n > 0 {
+                body.push(',');
+            }
+            for part in &self.parts[k] {
+                match part {
+                    Part::Text(t) => body.push_str(t),
+                    Part::Namespace => {
+                        body.push_str(ns_prefix);
+                        write!(body, "{copy}").unwrap();
+                    }
+                    Part::Id => write!(body, "{copy}").unwrap(),
+                    Part::Time(which) => {
+                        let offset = self.times[k][*which].unwrap_or_default();
+                        let at = self.start + self.spacing * copy as u32 + offset;
+                        write!(body, "{}", humantime::format_rfc3339_micros(at)).unwrap();
+                    }
+                }
+            }
+        }
+        body.push_str("]}");
+        body
+    }
 }
 
 /// The audit ID a template's event has in copy `copy` (as `batch_body` writes it).

@@ -6,6 +6,10 @@
 # does). Prints one line: instructions, events, instructions per event.
 #   KASCADE_BIN   the binary to measure (default: a release build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture
+#   BENCH_COPY_SPACING_MS  0 (default): every copy at the fixture's times, one
+#                 after the other; N: copy i happens i × N ms after the first
+#                 and the log is in time order, the copies overlapping (as
+#                 e2e/bench/collect.sh sends them)
 #   BENCH_OUTPUT  otlp-json (default: spans written as OTLP/JSON to a file) or
 #                 otlp (the collector's protobuf writer, exported over gRPC to
 #                 the harness's Jaeger with a discarding pipeline; spans are
@@ -18,9 +22,14 @@ KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT
-python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-150}" >"$RUN/load.log" <<'PY'
-import json, sys
+python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-150}" "${BENCH_COPY_SPACING_MS:-0}" >"$RUN/load.log" <<'PY'
+import datetime, json, sys
 lines = [l for l in open(sys.argv[1]) if l.strip()]
+spacing = datetime.timedelta(milliseconds=float(sys.argv[3]))
+def shifted(t, by):
+    at = datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ") + by
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+out = []
 for i in range(int(sys.argv[2])):
     for l in lines:
         e = json.loads(l)
@@ -30,7 +39,14 @@ for i in range(int(sys.argv[2])):
         l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
         e = json.loads(l)
         e["auditID"] = f'{e["auditID"]}-{i}'
-        print(json.dumps(e, separators=(",", ":")))
+        if spacing:
+            for key in ("requestReceivedTimestamp", "stageTimestamp"):
+                e[key] = shifted(e[key], spacing * i)
+        out.append(e)
+if spacing:
+    out.sort(key=lambda e: e["stageTimestamp"])  # stable: ties keep the fixture's order
+for e in out:
+    print(json.dumps(e, separators=(",", ":")))
 PY
 events=$(wc -l <"$RUN/load.log")
 output=(--output "otlp-json=$RUN/out.json")

@@ -98,7 +98,7 @@ impl Default for PipelineConfig {
             exclude_user_agent: None,
             redact_paths: DEFAULT_REDACT_PATHS.to_string(),
             state_cache_bytes: 128 << 20,
-            state_hot_entries: 256,
+            state_hot_entries: 1024,
             span_cache_entries: 500_000,
             span_cache_grace: Duration::from_secs(5 * 60),
             queue_size: 4_000,

@@ -400,6 +400,55 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
 }
 
 #[test]
+fn past_the_bound_a_complete_cascade_is_observed_early_before_an_incomplete_one_is_dropped() {
+    let m = Arc::new(CascadeMetrics::default());
+    let t = CascadeTracker::new(
+        TrackerConfig {
+            max_open: 2,
+            quiet: std::time::Duration::from_secs(60),
+            ..TrackerConfig::default()
+        },
+        m.clone(),
+    );
+    // Oldest: a rollout still in progress; then a ConfigMap update, complete
+    // at once but not yet quiet.
+    t.record(&change(
+        1,
+        obj("deployments", "d1"),
+        "patch",
+        1,
+        2,
+        Some(("InProgress", "")),
+    ));
+    t.record(&change(2, obj("configmaps", "c"), "update", 3, 4, None));
+    assert_eq!(t.open(), 2);
+    assert_eq!(histogram_count(&m, "configmaps"), 0, "not quiet yet");
+    // A third cascade: the complete one makes room, the rollout stays.
+    t.record(&change(
+        3,
+        obj("deployments", "d3"),
+        "patch",
+        5,
+        6,
+        Some(("InProgress", "")),
+    ));
+    assert_eq!(t.open(), 2);
+    assert_eq!(m.evicted.get(), 0, "nothing incomplete dropped");
+    assert_eq!(histogram_count(&m, "configmaps"), 1, "observed early");
+    // A fourth, with nothing complete left: the oldest incomplete goes.
+    t.record(&change(
+        4,
+        obj("deployments", "d4"),
+        "patch",
+        7,
+        8,
+        Some(("InProgress", "")),
+    ));
+    assert_eq!(t.open(), 2);
+    assert_eq!(m.evicted.get(), 1);
+}
+
+#[test]
 fn an_incomplete_cascade_quiet_for_the_stall_time_is_closed_as_stalled() {
     let m = Arc::new(CascadeMetrics::default());
     let told = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -5,8 +5,9 @@
 //! changes' own clock. One still incomplete after [`TrackerConfig::stall`]
 //! without a change is closed and counted as stalled (a rollout stuck, a
 //! Pod never scheduled), so stuck cascades do not fill the bound. Open
-//! cascades are bounded: past the bound, the one quiet longest goes
-//! (observed when complete, else counted and logged).
+//! cascades are bounded: past the bound, the complete one quiet longest is
+//! observed early; only when none is complete does the incomplete one quiet
+//! longest go (counted and logged).
 
 use std::collections::BTreeSet;
 
@@ -161,15 +162,17 @@ impl CascadeTracker {
         self.metrics.open.set(st.open.len() as i64);
     }
 
+    /// Makes room: the complete cascade quiet longest is observed before
+    /// its quiet time has passed (it is only waiting to be sure), and only
+    /// when none is complete is the incomplete one quiet longest dropped.
     fn evict_oldest(&self, st: &mut State) {
-        let Some(&(_, root)) = st.by_activity.iter().next() else {
-            return;
-        };
-        let complete = st.open.get(&root).is_some_and(|o| o.done_at.is_some());
-        if complete {
+        if let Some(&(_, root)) = st.done.iter().next() {
             self.finish(st, root);
             return;
         }
+        let Some(&(_, root)) = st.by_activity.iter().next() else {
+            return;
+        };
         // Dropped, not known to have stalled: not told to the listener.
         if let Some(open) = st.open.remove(&root) {
             st.by_activity.remove(&(open.last, root));
