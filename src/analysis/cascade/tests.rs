@@ -410,40 +410,30 @@ fn past_the_bound_a_complete_cascade_is_observed_early_before_an_incomplete_one_
         },
         m.clone(),
     );
-    // Oldest: a rollout still in progress; then a ConfigMap update, complete
-    // at once but not yet quiet.
-    t.record(&change(
-        1,
-        obj("deployments", "d1"),
-        "patch",
-        1,
-        2,
-        Some(("InProgress", "")),
-    ));
+    // A Deployment patch whose rollout is still in progress, at `ms`.
+    let rollout = |n: u8, ms: u64| {
+        change(
+            n,
+            obj("deployments", &format!("d{n}")),
+            "patch",
+            ms,
+            ms + 1,
+            Some(("InProgress", "")),
+        )
+    };
+    // Oldest: a rollout in progress; then a ConfigMap update, complete at
+    // once but not yet quiet.
+    t.record(&rollout(1, 1));
     t.record(&change(2, obj("configmaps", "c"), "update", 3, 4, None));
     assert_eq!(t.open(), 2);
     assert_eq!(histogram_count(&m, "configmaps"), 0, "not quiet yet");
     // A third cascade: the complete one makes room, the rollout stays.
-    t.record(&change(
-        3,
-        obj("deployments", "d3"),
-        "patch",
-        5,
-        6,
-        Some(("InProgress", "")),
-    ));
+    t.record(&rollout(3, 5));
     assert_eq!(t.open(), 2);
     assert_eq!(m.evicted.get(), 0, "nothing incomplete dropped");
     assert_eq!(histogram_count(&m, "configmaps"), 1, "observed early");
     // A fourth, with nothing complete left: the oldest incomplete goes.
-    t.record(&change(
-        4,
-        obj("deployments", "d4"),
-        "patch",
-        7,
-        8,
-        Some(("InProgress", "")),
-    ));
+    t.record(&rollout(4, 7));
     assert_eq!(t.open(), 2);
     assert_eq!(m.evicted.get(), 1);
 }
