@@ -2,8 +2,11 @@
 # Load benchmark of `kascade collect`: a real OTLP receiver (Jaeger v2 with a
 # discarding pipeline), kascade (release build), and the load generator
 # benches/collect_load.rs posting real audit batches. Prints the numbers
-# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load; KASCADE_BIN
-# runs another kascade binary (paired runs of two builds on the same load);
+# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load,
+# BENCH_COPY_SPACING_MS how far apart in time the copies happen (default 5:
+# they overlap, sent in time order; 0: the same times, one after the other);
+# KASCADE_BIN runs another kascade binary (paired runs of two builds on the
+# same load);
 # LOAD_BIN runs an already built load generator (`cargo bench --no-run`'s
 # benches/collect_load) instead of building it. BENCH_ETCD=1 starts the
 # harness's etcd and gives every replica the shared span cache on it;
