@@ -431,26 +431,32 @@ mod tests {
         );
     }
 
-    #[test]
-    fn events_and_links_written_in_place_decode_whatever_their_lengths() {
+    /// A Pod's object span at `at` with the default cap on values (not the
+    /// process's, which the environment may change).
+    fn pod_span(at: std::time::SystemTime) -> SpanBuf {
         let ow = ObjectWindow {
             object: ObjectRef::new("c", "", "pods", "ns", "p"),
             window_start: 0,
         };
+        SpanBuf::with_max_value(
+            ow.trace_id(),
+            ow.span_id(),
+            SpanId::INVALID,
+            "pods ns/p",
+            (at, at),
+            DEFAULT_MAX_VALUE_BYTES,
+        )
+    }
+
+    #[test]
+    fn events_and_links_written_in_place_decode_whatever_their_lengths() {
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(3);
         // Lengths around the varint steps of the fields' length prefixes.
         for n in [
             0, 1, 90, 100, 110, 127, 128, 200, 16_300, 16_383, 16_384, 20_000,
         ] {
             let value = "v".repeat(n);
-            let mut buf = SpanBuf::with_max_value(
-                ow.trace_id(),
-                ow.span_id(),
-                SpanId::INVALID,
-                "pods ns/p",
-                (at, at),
-                DEFAULT_MAX_VALUE_BYTES,
-            );
+            let mut buf = pod_span(at);
             buf.event(
                 EVENT_DIFF,
                 at,
@@ -477,20 +483,8 @@ mod tests {
 
     #[test]
     fn the_default_cap_leaves_ordinary_spans_untouched() {
-        let ow = ObjectWindow {
-            object: ObjectRef::new("c", "", "pods", "ns", "p"),
-            window_start: 0,
-        };
-        let at = std::time::UNIX_EPOCH;
         let value = "v".repeat(DEFAULT_MAX_VALUE_BYTES);
-        let mut buf = SpanBuf::with_max_value(
-            ow.trace_id(),
-            ow.span_id(),
-            SpanId::INVALID,
-            "pods ns/p",
-            (at, at),
-            DEFAULT_MAX_VALUE_BYTES,
-        );
+        let mut buf = pod_span(std::time::UNIX_EPOCH);
         buf.attr("k", &value);
         let s = buf.finish().decode();
         assert_eq!(s.attributes.len(), 1);

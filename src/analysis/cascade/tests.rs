@@ -324,17 +324,21 @@ fn histogram_count(m: &CascadeMetrics, kind: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// A tracker keeping at most `max_open` cascades, observing complete ones
+/// once quiet for `quiet`, and its metrics.
+fn tracker(max_open: usize, quiet: std::time::Duration) -> (CascadeTracker, Arc<CascadeMetrics>) {
+    let m = Arc::new(CascadeMetrics::default());
+    let cfg = TrackerConfig {
+        max_open,
+        quiet,
+        ..TrackerConfig::default()
+    };
+    (CascadeTracker::new(cfg, m.clone()), m)
+}
+
 #[test]
 fn the_tracker_observes_a_complete_cascade_once_it_is_quiet() {
-    let m = Arc::new(CascadeMetrics::default());
-    let t = CascadeTracker::new(
-        TrackerConfig {
-            max_open: 10,
-            quiet: std::time::Duration::from_millis(1000),
-            ..TrackerConfig::default()
-        },
-        m.clone(),
-    );
+    let (t, m) = tracker(10, std::time::Duration::from_millis(1000));
     let mut v = rollout();
     v.sort_by_key(|c| c.completed);
     for c in v {
@@ -360,15 +364,7 @@ fn the_tracker_observes_a_complete_cascade_once_it_is_quiet() {
 
 #[test]
 fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
-    let m = Arc::new(CascadeMetrics::default());
-    let t = CascadeTracker::new(
-        TrackerConfig {
-            max_open: 2,
-            quiet: std::time::Duration::from_secs(60),
-            ..TrackerConfig::default()
-        },
-        m.clone(),
-    );
+    let (t, m) = tracker(2, std::time::Duration::from_secs(60));
     for n in 1..=5u8 {
         let c = change(
             n,
@@ -401,15 +397,7 @@ fn the_tracker_keeps_at_most_max_open_and_counts_what_it_drops() {
 
 #[test]
 fn past_the_bound_a_complete_cascade_is_observed_early_before_an_incomplete_one_is_dropped() {
-    let m = Arc::new(CascadeMetrics::default());
-    let t = CascadeTracker::new(
-        TrackerConfig {
-            max_open: 2,
-            quiet: std::time::Duration::from_secs(60),
-            ..TrackerConfig::default()
-        },
-        m.clone(),
-    );
+    let (t, m) = tracker(2, std::time::Duration::from_secs(60));
     // A Deployment patch whose rollout is still in progress, at `ms`.
     let rollout = |n: u8, ms: u64| {
         change(
