@@ -6,6 +6,9 @@
 # /usr/bin/time -v, and the report's totals.
 #   KASCADE_BIN       the binary to measure (default: a release build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture
+#   BENCH_COPY_SPACING_MS  copy i happens i × N ms after the first (default 5,
+#                 overlapping, as e2e/bench/collect.sh sends them); 0: the
+#                 copies at the same times, one after the other
 #   BENCH_LOG         where to write (and keep) the log; default: a temporary file
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,7 +21,7 @@ trap 'rm -rf "$RUN"' EXIT
 LOG="${BENCH_LOG:-$RUN/load.log}"
 # shellcheck source=/dev/null
 source "$ROOT/e2e/bench/load-log.sh"
-write_load_log "$LOG"
+write_load_log "$LOG" "${BENCH_NAMESPACES:-7700}" "${BENCH_COPY_SPACING_MS:-5}"
 events=$(wc -l <"$LOG")
 bytes=$(stat -c %s "$LOG")
 /usr/bin/time -v "$KASCADE_BIN" analyze --format json "$LOG" >"$RUN/report.json" 2>"$RUN/time.txt" \

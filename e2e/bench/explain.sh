@@ -5,6 +5,9 @@
 # Targets (issue 14): no scope ≤ 30 s and ≤ 1 GiB; one namespace ≤ 5 s.
 #   KASCADE_BIN       the binary to measure (default: a release build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture (default 7700)
+#   BENCH_COPY_SPACING_MS  copy i happens i × N ms after the first (default 5,
+#                 overlapping, as e2e/bench/collect.sh sends them); 0: the
+#                 copies at the same times, one after the other
 #   BENCH_LOG         where to write (and keep) the log; default: a temporary file
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,7 +20,7 @@ trap 'rm -rf "$RUN"' EXIT
 LOG="${BENCH_LOG:-$RUN/load.log}"
 # shellcheck source=/dev/null
 source "$ROOT/e2e/bench/load-log.sh"
-write_load_log "$LOG"
+write_load_log "$LOG" "${BENCH_NAMESPACES:-7700}" "${BENCH_COPY_SPACING_MS:-5}"
 events=$(wc -l <"$LOG")
 measure() { # label, explain flags...
   local label="$1"; shift

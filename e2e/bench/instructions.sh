@@ -22,32 +22,9 @@ KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT
-python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-150}" "${BENCH_COPY_SPACING_MS:-0}" >"$RUN/load.log" <<'PY'
-import datetime, json, sys
-lines = [l for l in open(sys.argv[1]) if l.strip()]
-spacing = datetime.timedelta(milliseconds=float(sys.argv[3]))
-def shifted(t, by):
-    at = datetime.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S.%fZ") + by
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-out = []
-for i in range(int(sys.argv[2])):
-    for l in lines:
-        e = json.loads(l)
-        if (e.get("objectRef") or {}).get("resource") == "events":
-            continue
-        ns = f"bench-{i}"
-        l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
-        e = json.loads(l)
-        e["auditID"] = f'{e["auditID"]}-{i}'
-        if spacing:
-            for key in ("requestReceivedTimestamp", "stageTimestamp"):
-                e[key] = shifted(e[key], spacing * i)
-        out.append(e)
-if spacing:
-    out.sort(key=lambda e: e["stageTimestamp"])  # stable: ties keep the fixture's order
-for e in out:
-    print(json.dumps(e, separators=(",", ":")))
-PY
+# shellcheck source=/dev/null
+source "$ROOT/e2e/bench/load-log.sh"
+write_load_log "$RUN/load.log" "${BENCH_NAMESPACES:-150}" "${BENCH_COPY_SPACING_MS:-0}"
 events=$(wc -l <"$RUN/load.log")
 output=(--output "otlp-json=$RUN/out.json")
 if [[ "${BENCH_OUTPUT:-otlp-json}" == otlp ]]; then

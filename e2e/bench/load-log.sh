@@ -1,22 +1,43 @@
-# The 1-million-event bench log shared by e2e/bench/analyze.sh and
-# e2e/bench/explain.sh: the deployment fixture (its Event writes left out,
-# as the load generator sends it) copied into BENCH_NAMESPACES namespaces
-# bench-0… (default 7700: 1,031,800 audit events). Sourced, not run; needs ROOT.
-#   write_load_log PATH   writes it unless PATH already has content
+# The bench audit log shared by e2e/bench/analyze.sh, e2e/bench/explain.sh and
+# e2e/bench/instructions.sh: the deployment fixture (its Event writes left
+# out, as the load generator sends it) copied into namespaces bench-0…
+# Sourced, not run; needs ROOT.
+#   write_load_log PATH COPIES SPACING_MS
+#     writes it unless PATH already has content. SPACING_MS 0: every copy at
+#     the fixture's times, one after the other; N: copy i happens i × N ms
+#     after the first, and the log is in time order (stageTimestamp; ties in
+#     copy order), the copies overlapping as e2e/bench/collect.sh sends them.
 write_load_log() {
   [[ ! -s "$1" ]] || return 0
-  python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "${BENCH_NAMESPACES:-7700}" >"$1" <<'PY'
-import json, sys
+  python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "$2" "$3" >"$1" <<'PY'
+import datetime, heapq, json, sys
+FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 lines = [l for l in open(sys.argv[1]) if l.strip()]
-lines = [l for l in lines if (json.loads(l).get("objectRef") or {}).get("resource") != "events"]
-out = sys.stdout
-for i in range(int(sys.argv[2])):
+template = [json.loads(l) for l in lines]
+template = [e for e in template if (e.get("objectRef") or {}).get("resource") != "events"]
+copies, spacing = int(sys.argv[2]), datetime.timedelta(milliseconds=float(sys.argv[3]))
+stage = lambda e: datetime.datetime.strptime(e["stageTimestamp"], FORMAT)
+if spacing:
+    # Each copy is the fixture shifted, so each copy's stream is in time order
+    # once the fixture is (a stable sort: ties keep the fixture's order), and
+    # merging the copies' streams gives the whole log in order without
+    # holding it in memory.
+    template.sort(key=stage)
+def copy(i):
     ns = f"bench-{i}"
-    for l in lines:
+    for pos, e in enumerate(template):
+        l = json.dumps(e, separators=(",", ":"))
         l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
         e = json.loads(l)
         e["auditID"] = f'{e["auditID"]}-{i}'
-        out.write(json.dumps(e, separators=(",", ":")))
-        out.write("\n")
+        if spacing:
+            for key in ("requestReceivedTimestamp", "stageTimestamp"):
+                e[key] = (datetime.datetime.strptime(e[key], FORMAT) + spacing * i).strftime(FORMAT)
+        yield (stage(e), i, pos), e
+events = heapq.merge(*(copy(i) for i in range(copies))) if spacing else (x for i in range(copies) for x in copy(i))
+out = sys.stdout
+for _, e in events:
+    out.write(json.dumps(e, separators=(",", ":")))
+    out.write("\n")
 PY
 }

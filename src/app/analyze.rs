@@ -77,7 +77,7 @@ pub async fn analyze(
     let bar = super::lines::progress_bar(total);
     let pipeline = PipelineConfig {
         rules: config.rules.clone(),
-        ..PipelineConfig::default()
+        ..PipelineConfig::offline()
     };
     let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
     let shared = Arc::new(Mutex::new(LinesState::default()));

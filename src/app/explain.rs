@@ -280,7 +280,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     let bar = progress_bar(total);
     let pipeline = PipelineConfig {
         rules: config.rules.clone(),
-        ..PipelineConfig::default()
+        ..PipelineConfig::offline()
     };
     let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
     let shared = Arc::new(Mutex::new(LinesState::default()));

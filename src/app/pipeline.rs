@@ -114,6 +114,25 @@ impl Default for PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// Parsed states the offline commands keep (`analyze`, `explain`): at
+    /// ≈ 13 KB each, ≈ 100 MB, within their 1 GiB where the collector's
+    /// 1,024 fit its 256 MiB. With many rollouts under way at once, each
+    /// object's next write comes after thousands of other objects' writes;
+    /// a state that has left the hot tier is parsed again, and the one
+    /// making room serialized and compressed (on the 1-million-event bench
+    /// log with overlapping copies that was a sixth of `analyze`'s
+    /// instructions).
+    pub const OFFLINE_STATE_HOT_ENTRIES: usize = 8192;
+
+    /// The pipeline of the offline commands: the collector's defaults with
+    /// [`Self::OFFLINE_STATE_HOT_ENTRIES`].
+    pub fn offline() -> Self {
+        Self {
+            state_hot_entries: Self::OFFLINE_STATE_HOT_ENTRIES,
+            ..Self::default()
+        }
+    }
+
     /// Sets the window width.
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
