@@ -119,9 +119,8 @@ impl PipelineConfig {
     /// 1,024 fit its 256 MiB. With many rollouts under way at once, each
     /// object's next write comes after thousands of other objects' writes;
     /// a state that has left the hot tier is parsed again, and the one
-    /// making room serialized and compressed (on the 1-million-event bench
-    /// log with overlapping copies that was a sixth of `analyze`'s
-    /// instructions).
+    /// making room serialized and compressed (≈ 14 % of `analyze`'s
+    /// instructions on the bench log with overlapping copies).
     pub const OFFLINE_STATE_HOT_ENTRIES: usize = 8192;
 
     /// The pipeline of the offline commands: the collector's defaults with
