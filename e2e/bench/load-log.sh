@@ -23,17 +23,20 @@ if spacing:
     # merging the copies' streams gives the whole log in order without
     # holding it in memory.
     template.sort(key=stage)
+# Each fixture event as compact text (the namespace is replaced in it) and
+# its stage time, once for all copies.
+texts = [json.dumps(e, separators=(",", ":")) for e in template]
+stages = [stage(e) for e in template]
 def copy(i):
     ns = f"bench-{i}"
-    for pos, e in enumerate(template):
-        l = json.dumps(e, separators=(",", ":"))
+    for pos, l in enumerate(texts):
         l = l.replace('"namespace":"default"', f'"namespace":"{ns}"').replace("/namespaces/default/", f"/namespaces/{ns}/")
         e = json.loads(l)
         e["auditID"] = f'{e["auditID"]}-{i}'
         if spacing:
             for key in ("requestReceivedTimestamp", "stageTimestamp"):
                 e[key] = (datetime.datetime.strptime(e[key], FORMAT) + spacing * i).strftime(FORMAT)
-        yield (stage(e), i, pos), e
+        yield (stages[pos] + spacing * i, i, pos), e
 events = heapq.merge(*(copy(i) for i in range(copies))) if spacing else (x for i in range(copies) for x in copy(i))
 out = sys.stdout
 for _, e in events:
