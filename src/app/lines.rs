@@ -140,7 +140,7 @@ impl Iterator for Lines {
             }
             let reader = self.current.as_mut()?;
             self.buf.clear();
-            match reader.read_until(b'\n', &mut self.buf) {
+            match read_line(reader, &mut self.buf) {
                 Ok(0) => {
                     self.current = None;
                     continue;
@@ -173,6 +173,35 @@ impl Iterator for Lines {
                     return None;
                 }
             }
+        }
+    }
+}
+
+/// `BufRead::read_until(b'\n', buf)` with the newline found by the `memchr`
+/// crate (vectorised, chosen at run time) instead of `core`'s word-at-a-time
+/// search, which cost ≈ 4,800 instructions per 4.5 KB audit line (2.6 % of
+/// `kascade analyze`). Appends the line with its newline; returns the bytes
+/// read, 0 at the end of the input.
+fn read_line<R: BufRead + ?Sized>(reader: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(read);
+        }
+        let (used, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        buf.extend_from_slice(&available[..used]);
+        reader.consume(used);
+        read += used;
+        if done {
+            return Ok(read);
         }
     }
 }
@@ -225,4 +254,28 @@ pub fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
         )
     });
     (ordered, note)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_read_with_memchr_are_the_lines_read_until_reads() {
+        let input: &[u8] = b"{\"a\":1}\n\n  \r\n{\"b\":\"\xff\"}\r\nno newline at the end";
+        // A 3-byte buffer splits lines across refills.
+        for capacity in [3, 8, 1 << 10] {
+            let mut ours = BufReader::with_capacity(capacity, input);
+            let mut std = BufReader::with_capacity(capacity, input);
+            loop {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let n = read_line(&mut ours, &mut a).unwrap();
+                let m = std.read_until(b'\n', &mut b).unwrap();
+                assert_eq!((n, &a), (m, &b), "buffer of {capacity} bytes");
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+    }
 }
