@@ -199,24 +199,35 @@ async fn run_with(
     // response finished later) is found, wherever it falls in the file.
     let mut ahead: VecDeque<(usize, crate::pipeline::Accepted)> =
         VecDeque::with_capacity(NOTE_AHEAD + 1);
-    for (i, line) in lines.into_iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_event(&line) {
-            Ok(ev) => {
-                if let Some(mut item) = accept(ev, cluster, filter, &metrics) {
+    // Lines are decoded a batch ahead on a blocking thread while this one
+    // processes the batch before (decoding is a third to two fifths of an
+    // offline run's CPU and needs nothing from the processor); batches are
+    // handled in order, so the result is the one-thread result.
+    let filter = Arc::new(filter.clone());
+    let cluster: Arc<str> = Arc::from(cluster);
+    let mut lines = lines.into_iter().enumerate();
+    let mut decoding = next_batch(&mut lines, &cluster, &filter, &metrics);
+    while let Some(batch) = decoding {
+        decoding = next_batch(&mut lines, &cluster, &filter, &metrics);
+        let batch = match batch.await {
+            Ok(batch) => batch,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        for (i, decoded) in batch {
+            match decoded {
+                Ok(Some(mut item)) => {
                     item.arrival = processor.note_arrival(&item);
                     ahead.push_back((i, item));
                 }
+                Ok(None) => {}
+                Err(e) => errors.push(format!("{}: {e}", i + 1)),
             }
-            Err(e) => errors.push(format!("{}: {e}", i + 1)),
-        }
-        if ahead.len() > NOTE_AHEAD
-            && let Some((i, item)) = ahead.pop_front()
-            && let Err(e) = processor.process(&item).await
-        {
-            errors.push(format!("{}: {e}", i + 1));
+            if ahead.len() > NOTE_AHEAD
+                && let Some((i, item)) = ahead.pop_front()
+                && let Err(e) = processor.process(&item).await
+            {
+                errors.push(format!("{}: {e}", i + 1));
+            }
         }
     }
     for (i, item) in ahead {
@@ -238,4 +249,38 @@ async fn run_with(
     }
     drop(processor);
     (collector.await.unwrap_or_default(), errors)
+}
+
+/// Lines decoded per batch: a few MB of audit events in flight.
+const DECODE_BATCH_LINES: usize = 512;
+
+/// A line's number (0-based) and its event as the source accepts it
+/// (`None`: filtered out), or why it is malformed.
+type Decoded = (usize, Result<Option<crate::pipeline::Accepted>, String>);
+
+/// Starts decoding the next [`DECODE_BATCH_LINES`] non-blank lines on a
+/// blocking thread; `None` when the lines are exhausted.
+fn next_batch(
+    lines: &mut impl Iterator<Item = (usize, String)>,
+    cluster: &Arc<str>,
+    filter: &Arc<AuditFilter>,
+    metrics: &Arc<Metrics>,
+) -> Option<tokio::task::JoinHandle<Vec<Decoded>>> {
+    let batch: Vec<(usize, String)> = lines
+        .filter(|(_, line)| !line.trim().is_empty())
+        .take(DECODE_BATCH_LINES)
+        .collect();
+    if batch.is_empty() {
+        return None;
+    }
+    let (cluster, filter, metrics) = (cluster.clone(), filter.clone(), metrics.clone());
+    Some(tokio::task::spawn_blocking(move || {
+        batch
+            .into_iter()
+            .map(|(i, line)| {
+                let decoded = parse_event(&line).map(|ev| accept(ev, &cluster, &filter, &metrics));
+                (i, decoded)
+            })
+            .collect()
+    }))
 }

@@ -47,6 +47,52 @@ async fn report(scenario: &str) -> Report {
     Report::new(&mut stats, n, 0, false)
 }
 
+/// Offline runs decode lines in batches, a batch ahead of the processor:
+/// the fixture placed across a batch boundary gives the changes it gives
+/// alone, in the same order, and every malformed line is named by its own
+/// number, in file order.
+#[tokio::test]
+async fn changes_and_errors_keep_file_order_across_decode_batches() {
+    let fixture = common::audit_lines("deployment");
+    let alone = changes("deployment").await;
+    let mut lines = Vec::new();
+    let mut malformed = Vec::new();
+    let mut push_malformed = |lines: &mut Vec<String>, n: usize| {
+        for _ in 0..n {
+            lines.push("not an audit event".to_string());
+            malformed.push(lines.len());
+            lines.push(String::new());
+        }
+    };
+    // 450 malformed lines first: the fixture's 172 straddle the first
+    // batch's end (512 non-blank lines); 600 more make two more batches.
+    push_malformed(&mut lines, 450);
+    lines.extend(fixture);
+    push_malformed(&mut lines, 600);
+
+    let sink = Arc::new(common::Collect::default());
+    let errors = changes_from_audit_lines(
+        lines,
+        "fixture",
+        Arc::new(load_rules(None).unwrap()),
+        &AuditFilter::default(),
+        ProcessorConfig::default(),
+        Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    let numbered: Vec<usize> = errors
+        .iter()
+        .map(|e| e.split_once(": ").unwrap().0.parse().unwrap())
+        .collect();
+    assert_eq!(numbered, malformed);
+    let changes = sink.take();
+    assert_eq!(changes.len(), alone.len());
+    for (batched, one) in changes.iter().zip(&alone) {
+        assert_eq!(format!("{batched:?}"), format!("{one:?}"));
+    }
+}
+
 fn raw(scenario: &str) -> Vec<Value> {
     common::audit_lines(scenario)
         .iter()
