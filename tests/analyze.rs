@@ -70,23 +70,12 @@ async fn changes_and_errors_keep_file_order_across_decode_batches() {
     lines.extend(fixture);
     push_malformed(&mut lines, 600);
 
-    let sink = Arc::new(common::Collect::default());
-    let errors = changes_from_audit_lines(
-        lines,
-        "fixture",
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig::default(),
-        Redactor::new(None),
-        sink.clone(),
-    )
-    .await;
+    let (changes, errors) = common::changes_and_errors_of_lines(lines, "fixture").await;
     let numbered: Vec<usize> = errors
         .iter()
         .map(|e| e.split_once(": ").unwrap().0.parse().unwrap())
         .collect();
     assert_eq!(numbered, malformed);
-    let changes = sink.take();
     assert_eq!(changes.len(), alone.len());
     for (batched, one) in changes.iter().zip(&alone) {
         assert_eq!(format!("{batched:?}"), format!("{one:?}"));

@@ -96,6 +96,17 @@ pub async fn changes_of_lines(
     lines: Vec<String>,
     cluster: &str,
 ) -> Vec<kascade::pipeline::ChangeRecord> {
+    let (changes, errors) = changes_and_errors_of_lines(lines, cluster).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    changes
+}
+
+/// [`changes_of_lines`], with the malformed lines' errors
+/// (`<line number>: <message>`) instead of failing on them.
+pub async fn changes_and_errors_of_lines(
+    lines: Vec<String>,
+    cluster: &str,
+) -> (Vec<kascade::pipeline::ChangeRecord>, Vec<String>) {
     use std::sync::Arc;
     let sink = Arc::new(Collect::default());
     let errors = kascade::offline::changes_from_audit_lines(
@@ -108,6 +119,5 @@ pub async fn changes_of_lines(
         sink.clone(),
     )
     .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    sink.take()
+    (sink.take(), errors)
 }
