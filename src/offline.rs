@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::aggregate::redact::Redactor;
 use crate::aggregate::rules::RuleSet;
 use crate::aggregate::span_cache::LocalSpanCache;
-use crate::aggregate::{NOTE_AHEAD, Processor, ProcessorConfig};
+use crate::aggregate::{NOTE_AHEAD, ParsedResponse, Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
@@ -172,6 +172,7 @@ async fn run_with(
     };
     let (tx, mut rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);
+    let redactor_ahead = Arc::new(redactor.clone());
     let mut processor = Processor::new(
         cfg,
         redactor,
@@ -183,6 +184,9 @@ async fn run_with(
     for sink in sinks {
         processor = processor.with_change_sink(sink);
     }
+    // Response objects are redacted where they are parsed, as the
+    // processor would have.
+    let redactor_ahead = processor.sees_whole_objects().then_some(redactor_ahead);
     let collector = tokio::spawn(async move {
         let mut out = Vec::new();
         while let Some(s) = rx.recv().await {
@@ -197,41 +201,47 @@ async fn run_with(
     // causes before they are processed, each line once the next
     // `NOTE_AHEAD` are noted, so a write logged after its effect (its
     // response finished later) is found, wherever it falls in the file.
-    let mut ahead: VecDeque<(usize, crate::pipeline::Accepted)> =
-        VecDeque::with_capacity(NOTE_AHEAD + 1);
-    // Lines are decoded a batch ahead on a blocking thread while this one
-    // processes the batch before (decoding is a third to two fifths of an
-    // offline run's CPU and needs nothing from the processor); batches are
-    // handled in order, so the result is the one-thread result.
-    let filter = Arc::new(filter.clone());
-    let cluster: Arc<str> = Arc::from(cluster);
+    let mut ahead: VecDeque<(usize, Parsed)> = VecDeque::with_capacity(NOTE_AHEAD + 1);
+    // Lines are decoded on blocking threads, two batches ahead of the one
+    // this thread processes: decoding, and parsing and redacting each
+    // write's response object, need nothing from the processor and are
+    // about half of an offline run's CPU. Batches are handled in order, so
+    // the result is the one-thread result.
+    let decoder = Decoder {
+        cluster: Arc::from(cluster),
+        filter: Arc::new(filter.clone()),
+        metrics: metrics.clone(),
+        redactor: redactor_ahead,
+    };
     let mut lines = lines.into_iter().enumerate();
-    let mut decoding = next_batch(&mut lines, &cluster, &filter, &metrics);
-    while let Some(batch) = decoding {
-        decoding = next_batch(&mut lines, &cluster, &filter, &metrics);
+    let mut decoding: VecDeque<_> = (0..DECODE_BATCHES_AHEAD)
+        .map_while(|_| decoder.next_batch(&mut lines))
+        .collect();
+    while let Some(batch) = decoding.pop_front() {
+        decoding.extend(decoder.next_batch(&mut lines));
         let batch = match batch.await {
             Ok(batch) => batch,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         for (i, decoded) in batch {
             match decoded {
-                Ok(Some(mut item)) => {
+                Ok(Some((mut item, response))) => {
                     item.arrival = processor.note_arrival(&item);
-                    ahead.push_back((i, item));
+                    ahead.push_back((i, (item, response)));
                 }
                 Ok(None) => {}
                 Err(e) => errors.push(format!("{}: {e}", i + 1)),
             }
             if ahead.len() > NOTE_AHEAD
-                && let Some((i, item)) = ahead.pop_front()
-                && let Err(e) = processor.process(&item).await
+                && let Some((i, (item, response))) = ahead.pop_front()
+                && let Err(e) = processor.process_parsed(&item, response).await
             {
                 errors.push(format!("{}: {e}", i + 1));
             }
         }
     }
-    for (i, item) in ahead {
-        if let Err(e) = processor.process(&item).await {
+    for (i, (item, response)) in ahead {
+        if let Err(e) = processor.process_parsed(&item, response).await {
             errors.push(format!("{}: {e}", i + 1));
         }
     }
@@ -254,33 +264,57 @@ async fn run_with(
 /// Lines decoded per batch: a few MB of audit events in flight.
 const DECODE_BATCH_LINES: usize = 512;
 
-/// A line's number (0-based) and its event as the source accepts it
-/// (`None`: filtered out), or why it is malformed.
-type Decoded = (usize, Result<Option<crate::pipeline::Accepted>, String>);
+/// Batches decoded at once, ahead of the one being processed.
+const DECODE_BATCHES_AHEAD: usize = 2;
 
-/// Starts decoding the next [`DECODE_BATCH_LINES`] non-blank lines on a
-/// blocking thread; `None` when the lines are exhausted.
-fn next_batch(
-    lines: &mut impl Iterator<Item = (usize, String)>,
-    cluster: &Arc<str>,
-    filter: &Arc<AuditFilter>,
-    metrics: &Arc<Metrics>,
-) -> Option<tokio::task::JoinHandle<Vec<Decoded>>> {
-    let batch: Vec<(usize, String)> = lines
-        .filter(|(_, line)| !line.trim().is_empty())
-        .take(DECODE_BATCH_LINES)
-        .collect();
-    if batch.is_empty() {
-        return None;
+/// An event as the source accepts it, with its response object parsed if
+/// processing will need it.
+type Parsed = (crate::pipeline::Accepted, Option<ParsedResponse>);
+
+/// A line's number (0-based) and its event (`None`: filtered out), or why
+/// it is malformed.
+type Decoded = (usize, Result<Option<Parsed>, String>);
+
+/// What decoding a line needs, shared with the blocking threads.
+#[derive(Clone)]
+struct Decoder {
+    cluster: Arc<str>,
+    filter: Arc<AuditFilter>,
+    metrics: Arc<Metrics>,
+    /// The processor's redactor, when it redacts objects.
+    redactor: Option<Arc<Redactor>>,
+}
+
+impl Decoder {
+    /// Starts decoding the next [`DECODE_BATCH_LINES`] non-blank lines on a
+    /// blocking thread; `None` when the lines are exhausted.
+    fn next_batch(
+        &self,
+        lines: &mut impl Iterator<Item = (usize, String)>,
+    ) -> Option<tokio::task::JoinHandle<Vec<Decoded>>> {
+        let batch: Vec<(usize, String)> = lines
+            .filter(|(_, line)| !line.trim().is_empty())
+            .take(DECODE_BATCH_LINES)
+            .collect();
+        if batch.is_empty() {
+            return None;
+        }
+        let decoder = self.clone();
+        Some(tokio::task::spawn_blocking(move || {
+            batch
+                .into_iter()
+                .map(|(i, line)| (i, decoder.decode(&line)))
+                .collect()
+        }))
     }
-    let (cluster, filter, metrics) = (cluster.clone(), filter.clone(), metrics.clone());
-    Some(tokio::task::spawn_blocking(move || {
-        batch
-            .into_iter()
-            .map(|(i, line)| {
-                let decoded = parse_event(&line).map(|ev| accept(ev, &cluster, &filter, &metrics));
-                (i, decoded)
-            })
-            .collect()
-    }))
+
+    fn decode(&self, line: &str) -> Result<Option<Parsed>, String> {
+        let event = parse_event(line)?;
+        Ok(
+            accept(event, &self.cluster, &self.filter, &self.metrics).map(|item| {
+                let response = ParsedResponse::ahead_of(&item, self.redactor.as_deref());
+                (item, response)
+            }),
+        )
+    }
 }

@@ -25,7 +25,7 @@ use tracing::Instrument as _;
 
 use crate::metrics::Metrics;
 use crate::pipeline::{Accepted, Intake, Shutdown, Work};
-pub use processor::{Processor, ProcessorConfig};
+pub use processor::{ParsedResponse, Processor, ProcessorConfig};
 
 /// Queued items the dispatcher notes together before handing them to the
 /// shards (and offline runs, lines).

@@ -43,6 +43,41 @@ use crate::span_model::{self, EncodedSpan, attr};
 use emit::{add_snapshot, add_status, audit_write, failure_message, is_conflict};
 use state::{is_older, resource_version};
 
+/// An audit event's response object parsed (and redacted) ahead of the
+/// event's processing: offline runs prepare it on their decode thread,
+/// beside the processor's, where parsing and redacting would otherwise be
+/// the largest part of the processor's work per write.
+#[derive(Debug)]
+pub struct ParsedResponse {
+    object: Option<Value>,
+    /// Redacted by the processor's redactor already.
+    redacted: bool,
+}
+
+impl ParsedResponse {
+    /// `item`'s response object parsed as processing parses it, if
+    /// processing would (a write of an object that succeeded and answered
+    /// with one), and redacted by `redactor` (pass the processor's when it
+    /// redacts: [`Processor::sees_whole_objects`]); `None` otherwise.
+    pub fn ahead_of(item: &Accepted, redactor: Option<&Redactor>) -> Option<ParsedResponse> {
+        if is_event_resource(&item.object.group, &item.object.resource)
+            || item.failed_create.is_some()
+            || item.event.code() >= 400
+        {
+            return None;
+        }
+        let text = item.event.response_object.as_ref()?;
+        let mut object = super::diff::parse_object(text.get()).ok();
+        if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
+            redactor.redact(&item.object.group, &item.object.resource, object);
+        }
+        Some(ParsedResponse {
+            object,
+            redacted: redactor.is_some(),
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ProcessorConfig {
     pub windowing: Windowing,
@@ -240,12 +275,22 @@ impl Processor {
 
     /// Whether objects are seen whole (redacted, diffed): unless only
     /// changes are wanted by sinks that do not look at objects.
-    fn full_objects(&self) -> bool {
+    pub fn sees_whole_objects(&self) -> bool {
         !self.cfg.changes_only || self.change_sinks.iter().any(|s| s.wants_objects())
     }
 
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
-        match self.process_until_emission(item).await? {
+        self.process_parsed(item, None).await
+    }
+
+    /// [`Processor::process`] with the response object already parsed
+    /// ([`ParsedResponse::ahead_of`], on another thread): the same result.
+    pub async fn process_parsed(
+        &self,
+        item: &Accepted,
+        response: Option<ParsedResponse>,
+    ) -> Result<(), ProcessError> {
+        match self.process_until_emission_parsed(item, response).await? {
             Some(rest) => self.send_emission(rest).await,
             None => Ok(()),
         }
@@ -268,6 +313,14 @@ impl Processor {
         &self,
         item: &Accepted,
     ) -> Result<Option<Emission>, ProcessError> {
+        self.process_until_emission_parsed(item, None).await
+    }
+
+    async fn process_until_emission_parsed(
+        &self,
+        item: &Accepted,
+        response: Option<ParsedResponse>,
+    ) -> Result<Option<Emission>, ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
             if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
                 return Ok(None);
@@ -282,7 +335,7 @@ impl Processor {
         }
         let ev = &item.event;
         let obj = &item.object;
-        let mut w = self.apply_audit(item);
+        let mut w = self.apply_audit(item, response);
         // The label index learns the new labels and selectors now, so that a
         // selector's holder is a relation of this very write (a
         // StatefulSet's new claim); the links are recorded further down.
@@ -393,7 +446,7 @@ impl Processor {
 
     /// What an audited write did to its object: the new state and diff
     /// (redacted), the versions before and after, the relations it shows.
-    fn apply_audit(&self, item: &Accepted) -> AppliedWrite {
+    fn apply_audit(&self, item: &Accepted, response: Option<ParsedResponse>) -> AppliedWrite {
         let ev = &item.event;
         let obj = &item.object;
         let ow = ObjectWindow {
@@ -410,7 +463,8 @@ impl Processor {
             obj,
             old.as_ref(),
             &self.kinds,
-            self.full_objects().then_some(&self.redactor),
+            self.sees_whole_objects().then_some(&self.redactor),
+            response,
         );
 
         let uid = outcome

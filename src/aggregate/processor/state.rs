@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::super::diff::{self, Change};
 use super::super::redact::Redactor;
 use super::super::relations::KindRegistry;
+use super::ParsedResponse;
 use crate::model::ObjectRef;
 use crate::pipeline::AuditEvent;
 
@@ -49,15 +50,23 @@ pub(super) fn apply(
     old: Option<&Arc<Value>>,
     kinds: &KindRegistry,
     redactor: Option<&Redactor>,
+    parsed: Option<ParsedResponse>,
 ) -> Outcome {
     let code = ev.code();
     if code >= 400 {
         return Outcome::default();
     }
-    let response: Option<Value> = ev
-        .response_object
-        .as_ref()
-        .and_then(|r| diff::parse_object(r.get()).ok());
+    // Parsed ahead, the response may be redacted already: a Scale's
+    // replicas are then carried over as redaction left them.
+    let (response, redacted) = match parsed {
+        Some(ParsedResponse { object, redacted }) => (object, redacted),
+        None => (
+            ev.response_object
+                .as_ref()
+                .and_then(|r| diff::parse_object(r.get()).ok()),
+            false,
+        ),
+    };
     let kind = response
         .as_ref()
         .and_then(|r| r.get("kind"))
@@ -115,7 +124,7 @@ pub(super) fn apply(
             let mut r = response.unwrap_or_default();
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
             diff::strip_noise(&mut r);
-            if let Some(redactor) = redactor {
+            if let Some(redactor) = redactor.filter(|_| !redacted) {
                 redactor.redact(&obj.group, &obj.resource, &mut r);
             }
             Some(r)
@@ -241,6 +250,7 @@ mod tests {
                 states.get(&key),
                 &kinds,
                 Some(&redactor),
+                None,
             );
             if let Some(s) = &outcome.state {
                 states.insert(key, s.clone());
@@ -361,6 +371,7 @@ mod tests {
             outcome.state.as_ref(),
             &KindRegistry::default(),
             Some(&Redactor::new(None)),
+            None,
         );
         assert!(out.state.is_none() && out.changes.is_empty() && out.snapshot.is_none());
     }

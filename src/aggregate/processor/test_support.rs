@@ -57,6 +57,15 @@ pub fn accepted(v: &Value) -> Option<Accepted> {
 /// A processor with the default configuration and rules found in the
 /// repository, its spans sent to the returned receiver.
 pub fn processor(cfg: ProcessorConfig) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+    processor_redacting(cfg, Redactor::new(None))
+}
+
+/// [`processor`] with `redactor` (processors that must redact alike share
+/// one: its markers are keyed by a seed of its own).
+pub fn processor_redacting(
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
     let rules = RuleSet::load_dir(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/rules"
@@ -67,7 +76,7 @@ pub fn processor(cfg: ProcessorConfig) -> (Processor, mpsc::Receiver<EncodedSpan
     let ttl = cfg.windowing.width + Duration::from_secs(300);
     let p = Processor::new(
         cfg,
-        Redactor::new(None),
+        redactor,
         Arc::new(rules),
         Arc::new(LocalSpanCache::new(1 << 20, ttl)),
         tx,

@@ -1,4 +1,4 @@
-use super::test_support::{attr, audit_values, drain, parse, processor};
+use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
 use super::*;
 use crate::model::ObjectRef;
 use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
@@ -106,4 +106,57 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
         first.resolved_now().is_some(),
         "the entry noted on arrival knows its cascade"
     );
+}
+
+/// Offline runs parse and redact response objects on their decode thread
+/// (`ParsedResponse::ahead_of`); what the processor makes of them must be
+/// what it makes when it parses and redacts them itself: Secrets (config),
+/// a `kubectl scale` (deployment), status writes and refused ones.
+#[tokio::test]
+async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
+    use super::super::redact::MARKER_PREFIX;
+    for scenario in ["config", "deployment", "statefulset", "quota"] {
+        let redactor = Redactor::new(None);
+        let (in_place, mut in_place_rx, _) =
+            processor_redacting(ProcessorConfig::default(), redactor.clone());
+        let (ahead, mut ahead_rx, _) =
+            processor_redacting(ProcessorConfig::default(), redactor.clone());
+        assert!(ahead.sees_whole_objects());
+        let mut parsed_ahead = 0;
+        let mut secrets_redacted = 0;
+        for v in audit_values(scenario) {
+            let Some(item) = super::test_support::accepted(&v) else {
+                continue;
+            };
+            in_place.process(&item).await.unwrap();
+            let response = ParsedResponse::ahead_of(&item, Some(&redactor));
+            if let Some(ParsedResponse {
+                object: Some(object),
+                redacted,
+            }) = &response
+            {
+                assert!(redacted);
+                parsed_ahead += 1;
+                if item.object.resource == "secrets" {
+                    let data = object["data"].as_object().expect("a Secret's data");
+                    assert!(!data.is_empty());
+                    for value in data.values() {
+                        assert!(
+                            value.as_str().unwrap().starts_with(MARKER_PREFIX),
+                            "{value}"
+                        );
+                    }
+                    secrets_redacted += 1;
+                }
+            }
+            ahead.process_parsed(&item, response).await.unwrap();
+        }
+        assert!(parsed_ahead > 0, "{scenario}");
+        if scenario == "config" {
+            assert_eq!(secrets_redacted, 2, "the Secret's create and patch");
+        }
+        let (in_place, ahead) = (drain(&mut in_place_rx), drain(&mut ahead_rx));
+        assert!(!in_place.is_empty());
+        assert_eq!(in_place, ahead, "{scenario}");
+    }
 }
