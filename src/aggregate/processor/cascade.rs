@@ -209,9 +209,10 @@ impl Processor {
         own: Option<&Arc<ChangeEntry>>,
         relations: &[(Relation, String)],
         old: Option<&Arc<Value>>,
-        new: Option<&Value>,
+        new_state: Option<NewState<'_>>,
         readiness: Option<&status::ObjectStatus>,
     ) -> Inference {
+        let new = new_state.map(NewState::value);
         let new_phase = pod_phase_change(w, old, new);
         let op = if w.subresource.is_empty() {
             w.verb
@@ -273,7 +274,7 @@ impl Processor {
                 cpid: inference.cpid,
                 failure: w.failure.clone(),
                 old: old.filter(|_| objects).cloned(),
-                new: new.filter(|_| objects).map(|v| Arc::new(v.clone())),
+                new: new_state.filter(|_| objects).map(NewState::shared),
                 related: if objects {
                     relations
                         .iter()
@@ -369,6 +370,31 @@ impl Processor {
                 CpidOrigin::Annotation
             },
         })
+    }
+}
+
+/// An object's state after a write, for [`Processor::infer_cause`]:
+/// shared where the processor keeps it in an `Arc` (an audited write), so a
+/// change record holds it without a copy of the whole object.
+#[derive(Clone, Copy)]
+pub(super) enum NewState<'a> {
+    Shared(&'a Arc<Value>),
+    Borrowed(&'a Value),
+}
+
+impl<'a> NewState<'a> {
+    fn value(self) -> &'a Value {
+        match self {
+            NewState::Shared(v) => v,
+            NewState::Borrowed(v) => v,
+        }
+    }
+
+    fn shared(self) -> Arc<Value> {
+        match self {
+            NewState::Shared(v) => Arc::clone(v),
+            NewState::Borrowed(v) => Arc::new(v.clone()),
+        }
     }
 }
 

@@ -384,7 +384,11 @@ impl Processor {
                 own.as_ref(),
                 &cause_relations,
                 w.old.as_ref(),
-                w.outcome.state.as_deref().filter(|_| !w.deleted),
+                w.outcome
+                    .state
+                    .as_ref()
+                    .filter(|_| !w.deleted)
+                    .map(cascade::NewState::Shared),
                 object_status.as_ref(),
             )
             .await;

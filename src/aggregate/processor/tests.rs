@@ -160,3 +160,46 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
         assert_eq!(in_place, ahead, "{scenario}");
     }
 }
+
+/// A sink that wants objects gets each audited write's new state as the
+/// processor keeps it (the same `Arc`), not a copy of the whole object per
+/// change (`kascade explain`, the change log).
+#[tokio::test]
+async fn change_records_share_the_kept_state_instead_of_copying_it() {
+    use crate::pipeline::{ChangeRecord, ChangeSink};
+    use std::sync::Mutex;
+    #[derive(Default)]
+    struct Records(Mutex<Vec<ChangeRecord>>);
+    impl ChangeSink for Records {
+        fn wants_objects(&self) -> bool {
+            true
+        }
+        fn record(&self, change: &ChangeRecord) {
+            self.0.lock().unwrap().push(change.clone());
+        }
+    }
+    let sink = Arc::new(Records::default());
+    let (p, _rx, _) = processor(ProcessorConfig::default());
+    let p = p.with_change_sink(sink.clone());
+    let mut shared = 0;
+    for v in audit_values("deployment") {
+        let Some(item) = super::test_support::accepted(&v) else {
+            continue;
+        };
+        let before = sink.0.lock().unwrap().len();
+        p.process(&item).await.unwrap();
+        let records = sink.0.lock().unwrap();
+        let Some(new) = records.get(before).and_then(|r| r.new.as_ref()) else {
+            continue;
+        };
+        if let Some(kept) = p.states.get(&item.object.key()) {
+            assert!(
+                Arc::ptr_eq(new, &kept),
+                "{}: the record's state is a copy",
+                item.object
+            );
+            shared += 1;
+        }
+    }
+    assert!(shared > 20, "{shared} records checked");
+}

@@ -9,7 +9,7 @@ use super::super::causes::{Op, Revision};
 use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
-use super::cascade::{Write, add_cascade};
+use super::cascade::{NewState, Write, add_cascade};
 use super::emit::{add_snapshot, add_status};
 use super::reconcile::{PendingWatch, ledger_key};
 use super::state::{is_older, prepare_watched, resource_version};
@@ -160,7 +160,7 @@ impl Processor {
                     Some(&own),
                     &relations,
                     None,
-                    (!deleted).then_some(&p.change.state),
+                    (!deleted).then_some(NewState::Borrowed(&p.change.state)),
                     readiness.as_ref(),
                 )
                 .await;
