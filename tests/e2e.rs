@@ -355,6 +355,17 @@ async fn kascade_metrics_count_what_it_did() {
         value("kascade_audit_events_filtered_total{reason=\"verb\"}") > 0.0,
         "reads are filtered: {text}"
     );
+    // Both apiservers' policies set omitManagedFields (as
+    // deploy/examples/audit-policy.yaml does): no event carried them.
+    assert!(
+        text.contains("# HELP kascade_audit_events_with_managed_fields"),
+        "{text}"
+    );
+    assert_eq!(
+        value("kascade_audit_events_with_managed_fields_total"),
+        0.0,
+        "an apiserver logged managedFields despite omitManagedFields: {text}"
+    );
 }
 
 // ---- The read side: Jaeger v2 (UI/query tier) → kascade frontend → raw Jaeger.

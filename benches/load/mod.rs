@@ -38,6 +38,7 @@ pub fn templates() -> Templates {
     );
     let text = std::fs::read_to_string(path).expect("deployment fixture");
     let first = first_request(&text);
+    let omit_managed_fields = env_or("BENCH_OMIT_MANAGED_FIELDS", "0") == "1";
     let mut objects = std::collections::HashSet::new();
     let mut texts = Vec::new();
     let mut times = Vec::new();
@@ -64,6 +65,9 @@ pub fn templates() -> Templates {
             ev["objectRef"]["resource"],
             if name.is_empty() { resp_name } else { name }
         ));
+        if omit_managed_fields {
+            omit_managed_fields_of(&mut ev);
+        }
         let id = ev["auditID"].as_str().unwrap().to_string();
         ev["auditID"] = Value::String(format!("{id}-{ID}"));
         let mut offsets = [None, None];
@@ -87,6 +91,26 @@ pub fn templates() -> Templates {
         texts,
         objects_per_copy: objects.len(),
         times,
+    }
+}
+
+/// What an apiserver whose audit policy sets `omitManagedFields: true` logs
+/// instead: the request and response objects (and a list's items) without
+/// `metadata.managedFields` (k8s.io/apiserver's `copyWithoutManagedFields`).
+pub fn omit_managed_fields_of(ev: &mut Value) {
+    fn strip(object: &mut Value) {
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    }
+    for key in ["requestObject", "responseObject"] {
+        let Some(object) = ev.get_mut(key) else {
+            continue;
+        };
+        strip(object);
+        if let Some(items) = object.get_mut("items").and_then(Value::as_array_mut) {
+            items.iter_mut().for_each(strip);
+        }
     }
 }
 

@@ -9,6 +9,8 @@
 #   BENCH_COPY_SPACING_MS  copy i happens i × N ms after the first (default 5,
 #                 overlapping, as e2e/bench/collect.sh sends them); 0: the
 #                 copies at the same times, one after the other
+#   BENCH_OMIT_MANAGED_FIELDS  1: the objects without metadata.managedFields,
+#                 as an audit policy with omitManagedFields: true logs them
 #   BENCH_LOG         where to write (and keep) the log; default: a temporary file
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -5,6 +5,8 @@
 # README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load,
 # BENCH_COPY_SPACING_MS how far apart in time the copies happen (default 5:
 # they overlap, sent in time order; 0: the same times, one after the other);
+# BENCH_OMIT_MANAGED_FIELDS=1 sends the objects without
+# metadata.managedFields (an audit policy with omitManagedFields: true);
 # KASCADE_BIN runs another kascade binary (paired runs of two builds on the
 # same load);
 # LOAD_BIN runs an already built load generator (`cargo bench --no-run`'s

@@ -10,6 +10,8 @@
 #                 after the other; N: copy i happens i × N ms after the first
 #                 and the log is in time order, the copies overlapping (as
 #                 e2e/bench/collect.sh sends them)
+#   BENCH_OMIT_MANAGED_FIELDS  1: the objects without metadata.managedFields,
+#                 as an audit policy with omitManagedFields: true logs them
 #   BENCH_OUTPUT  otlp-json (default: spans written as OTLP/JSON to a file) or
 #                 otlp (the collector's protobuf writer, exported over gRPC to
 #                 the harness's Jaeger with a discarding pipeline; spans are

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub events_accepted: Family<SourceLabel, Counter>,
     pub events_rejected: Family<RejectLabel, Counter>,
     pub events_filtered: Family<FilterLabel, Counter>,
+    /// Accepted audit events whose objects carried `metadata.managedFields`.
+    pub events_with_managed_fields: Family<ClusterLabel, Counter>,
     pub events_processed: Counter,
     pub watch_spans: Counter,
     pub watch_changes: Family<ClusterLabel, Counter>,
@@ -143,6 +145,11 @@ impl Metrics {
             "audit_events_filtered",
             "Audit events dropped by the filter, by reason",
             self.events_filtered.clone(),
+        );
+        r.register(
+            "audit_events_with_managed_fields",
+            "Accepted audit events whose request or response object carried metadata.managedFields, by cluster (an audit policy with omitManagedFields: true leaves them out)",
+            self.events_with_managed_fields.clone(),
         );
         r.register(
             "audit_events_processed",

@@ -38,9 +38,11 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ObjectText>, D::Error> {
     let version = Cell::new(None);
+    let managed_fields = Cell::new(false);
     let visitor = PieceVisitor {
         trim: Trim::Top,
         version: &version,
+        managed_fields: &managed_fields,
     };
     let text = match d.deserialize_any(visitor)? {
         Piece::Null => return Ok(None),
@@ -55,6 +57,7 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     Ok(Some(ObjectText {
         text: text.into_boxed_str(),
         resource_version: version.get(),
+        had_managed_fields: managed_fields.get(),
     }))
 }
 
@@ -65,6 +68,7 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
 pub struct ObjectText {
     text: Box<str>,
     resource_version: Option<NonZeroU64>,
+    had_managed_fields: bool,
 }
 
 impl ObjectText {
@@ -77,6 +81,13 @@ impl ObjectText {
     /// absent or not a number (another storage's opaque version).
     pub fn resource_version(&self) -> Option<u64> {
         self.resource_version.map(NonZeroU64::get)
+    }
+
+    /// Whether the logged object carried `metadata.managedFields` (cut
+    /// out): an audit policy with `omitManagedFields: true` spares the
+    /// apiserver logging them and kascade reading them.
+    pub fn had_managed_fields(&self) -> bool {
+        self.had_managed_fields
     }
 }
 
@@ -125,6 +136,8 @@ struct PieceVisitor<'v> {
     trim: Trim,
     /// Where `metadata.resourceVersion` goes when it is a number.
     version: &'v Cell<Option<NonZeroU64>>,
+    /// Set when `metadata.managedFields` is cut out.
+    managed_fields: &'v Cell<bool>,
 }
 
 impl<'de> DeserializeSeed<'de> for PieceVisitor<'_> {
@@ -161,11 +174,13 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
             match (self.trim, &*key.0) {
                 (Trim::Metadata, "managedFields") => {
                     map.next_value::<IgnoredAny>()?;
+                    self.managed_fields.set(true);
                 }
                 (Trim::Top, "metadata") => {
                     let piece = map.next_value_seed(PieceVisitor {
                         trim: Trim::Metadata,
                         version: self.version,
+                        managed_fields: self.managed_fields,
                     })?;
                     fields.push((key, piece));
                 }
@@ -368,17 +383,25 @@ mod tests {
 
     #[test]
     fn objects_are_kept_whole_but_for_their_managed_fields() {
-        let mut cut = 0;
+        let (mut cut, mut kept) = (0, 0);
         for obj in fixture_objects(&["deployment", "statefulset", "bigobject", "service"]) {
             let mut expected = obj.clone();
-            if let Some(meta) = expected.get_mut("metadata").and_then(Value::as_object_mut) {
-                cut += usize::from(meta.remove("managedFields").is_some());
-            }
-            let text = trimmed(&obj.to_string()).unwrap();
-            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), expected);
-            assert!(!text.contains("\"managedFields\""), "{text}");
+            let had = expected
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .is_some_and(|meta| meta.remove("managedFields").is_some());
+            cut += usize::from(had);
+            kept += usize::from(!had);
+            let text = {
+                let object = obj.to_string();
+                let mut de = serde_json::Deserializer::from_str(&object);
+                without_managed_fields(&mut de).unwrap().unwrap()
+            };
+            assert_eq!(text.had_managed_fields(), had, "{obj}");
+            assert_eq!(serde_json::from_str::<Value>(text.get()).unwrap(), expected);
+            assert!(!text.get().contains("\"managedFields\""), "{}", text.get());
         }
-        assert!(cut > 100, "{cut}");
+        assert!(cut > 100 && kept > 10, "{cut} cut, {kept} without");
         // Kept as written: field order, numbers, escapes inside values.
         let text =
             r#"{"z":1.50,"metadata":{"b":"\u00e9","managedFields":[{"a":{}}],"a":[]},"a":null}"#;
@@ -412,10 +435,12 @@ mod tests {
     fn the_text_is_sized_as_it_is_written() {
         let sizes = |object: &str| {
             let version = Cell::new(None);
+            let managed_fields = Cell::new(false);
             let mut de = serde_json::Deserializer::from_str(object);
             let seed = PieceVisitor {
                 trim: Trim::Top,
                 version: &version,
+                managed_fields: &managed_fields,
             };
             let Piece::Fields(fields) = seed.deserialize(&mut de).unwrap() else {
                 panic!("not an object: {object}");
