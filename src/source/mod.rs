@@ -108,9 +108,9 @@ fn note_managed_fields(ev: &AuditEvent, cluster: &str, metrics: &Metrics) {
         tracing::info!(
             cluster,
             "audit events carry metadata.managedFields, which kascade never shows: \
-             `omitManagedFields: true` in the apiserver's audit policy \
-             (deploy/examples/audit-policy.yaml) spares the apiserver, the network \
-             and kascade about a fifth of each event"
+             `omitManagedFields: true` in the apiserver's audit policy (as in \
+             kascade's example policies) spares the apiserver, the network and \
+             kascade about a fifth of each event"
         );
     }
 }
