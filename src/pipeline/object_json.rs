@@ -374,11 +374,15 @@ pub(crate) fn fixture_objects(scenarios: &[&str]) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    fn trimmed(object: &str) -> Option<String> {
+    fn cut_text(object: &str) -> Option<ObjectText> {
         let mut de = serde_json::Deserializer::from_str(object);
         let out = without_managed_fields(&mut de).unwrap();
         de.end().unwrap();
-        out.map(|t| t.get().to_string())
+        out
+    }
+
+    fn trimmed(object: &str) -> Option<String> {
+        cut_text(object).map(|t| t.get().to_string())
     }
 
     #[test]
@@ -392,11 +396,7 @@ mod tests {
                 .is_some_and(|meta| meta.remove("managedFields").is_some());
             cut += usize::from(had);
             kept += usize::from(!had);
-            let text = {
-                let object = obj.to_string();
-                let mut de = serde_json::Deserializer::from_str(&object);
-                without_managed_fields(&mut de).unwrap().unwrap()
-            };
+            let text = cut_text(&obj.to_string()).unwrap();
             assert_eq!(text.had_managed_fields(), had, "{obj}");
             assert_eq!(serde_json::from_str::<Value>(text.get()).unwrap(), expected);
             assert!(!text.get().contains("\"managedFields\""), "{}", text.get());
