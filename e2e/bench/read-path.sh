@@ -5,12 +5,16 @@
 # harness's raw Jaeger (e2e/jaeger/raw.yaml), a release `kascade frontend`
 # over it and a query Jaeger (e2e/jaeger/query.yaml) in front. Timed: the
 # UI's two calls, `/api/traces?service=tracing&tags=…` (the search, which
-# assembles the trace) then `/api/traces/{id}` (opening it), cold (a frontend
-# just started: nothing cached) and warm (the same calls again), with the
-# frontend reading the raw Jaeger over its remote-storage gRPC API
-# (--jaeger-grpc-url) and over its query HTTP API. Prints one line per
-# store: cold and warm medians over RUNS (default 5) and the frontend's raw
-# reads and requests of one cold assembly.
+# assembles the trace) then `/api/traces/{id}` (the trace page opened by its
+# URL), cold (a frontend just started: nothing cached) and warm (the same
+# calls again), with the frontend reading the raw Jaeger over its
+# remote-storage gRPC API (--jaeger-grpc-url) and over its query HTTP API.
+# The search alone is timed too: it is all the Jaeger UI waits for when a
+# trace is opened from the search results (v1.74.0 keeps the search's traces
+# and fetches a trace only when it has none; TracePage ensureTraceFetched).
+# Prints one line per store: cold and warm medians over RUNS (default 5), of
+# both calls and of the search alone, and the frontend's raw reads and
+# requests of one cold assembly.
 #   KASCADE_BIN   the binary to measure (default: a release build of this tree)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -76,8 +80,9 @@ until curl -sf "http://127.0.0.1:29486/api/traces?service=kascade&tags=%7B%22res
 done
 
 # One frontend + query Jaeger per run, in a subshell; $1 = grpc|http. Prints
-# "cold_ms warm_ms reads requests assemble_ms" (assemble_ms: the frontend's
-# own time for the cold assembly, raw reads included).
+# "cold_ms warm_ms cold_search_ms warm_search_ms reads requests assemble_ms"
+# (assemble_ms: the frontend's own time for the cold assembly, raw reads
+# included).
 measure() {
   local store=$1 args=(--jaeger-url http://127.0.0.1:29486)
   [[ "$store" == http ]] || args+=(--jaeger-grpc-url http://127.0.0.1:29471)
@@ -101,21 +106,33 @@ ui = "http://127.0.0.1:29496"
 search = ui + "/api/traces?" + urllib.parse.urlencode({
     "service": "tracing", "start": start, "end": end, "limit": 20,
     "tags": json.dumps({"resource": "deployments", "name": "hello"})})
-def ui_calls():
-    t = time.monotonic()
-    found = json.load(urllib.request.urlopen(search, timeout=120))["data"]
-    assert len(found) == 1, f"{len(found)} traces found"
-    trace = json.load(urllib.request.urlopen(f"{ui}/api/traces/{found[0]['traceID']}", timeout=120))["data"][0]
-    ms = (time.monotonic() - t) * 1000
+def pods_in(trace):
     names = sum(1 for s in trace["spans"] if s["operationName"].startswith("default/hello-54f9b65d48-b"))
     assert names >= pods, f"{names} of {pods} Pods in the trace"
-    return ms
-cold = ui_calls()
-warm = sorted(ui_calls() for _ in range(5))[2]
+def answer(url):
+    """(the answer's data, ms from the request to its last byte): the
+    servers' time. The client's JSON parse is left out: Python's takes
+    longer than the servers for these ~10 MB answers, a browser's far less."""
+    t = time.monotonic()
+    body = urllib.request.urlopen(url, timeout=120).read()
+    ms = (time.monotonic() - t) * 1000
+    return json.loads(body)["data"], ms
+def ui_calls():
+    """(both calls, the search alone) in ms; each answer holds every Pod."""
+    found, search_ms = answer(search)
+    assert len(found) == 1, f"{len(found)} traces found"
+    traces, page_ms = answer(f"{ui}/api/traces/{found[0]['traceID']}")
+    pods_in(found[0])
+    pods_in(traces[0])
+    return search_ms + page_ms, search_ms
+cold, cold_search = ui_calls()
+warms = [ui_calls() for _ in range(5)]
+warm = sorted(w[0] for w in warms)[2]
+warm_search = sorted(w[1] for w in warms)[2]
 metrics = urllib.request.urlopen("http://127.0.0.1:29494/metrics").read().decode()
 value = lambda n: next(l.split()[-1] for l in metrics.splitlines() if l.startswith(n))
 assemble_ms = float(value('kascade_frontend_assemble_seconds_sum')) * 1000
-print(f"{cold:.0f} {warm:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
+print(f"{cold:.0f} {warm:.0f} {cold_search:.0f} {warm_search:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
 PY
   kill "$qpid" "$fpid" 2>/dev/null || true
   wait "$qpid" "$fpid" 2>/dev/null || true
@@ -123,12 +140,13 @@ PY
 }
 
 for store in grpc http; do
-  colds=() warms=() assembles=()
+  colds=() warms=() cold_searches=() warm_searches=() assembles=()
   for _ in $(seq "$RUNS"); do
     (measure "$store") >"$RUN/measured"
-    read -r cold warm reads requests assemble <"$RUN/measured"
+    read -r cold warm cold_search warm_search reads requests assemble <"$RUN/measured"
     colds+=("$cold"); warms+=("$warm"); assembles+=("$assemble")
+    cold_searches+=("$cold_search"); warm_searches+=("$warm_search")
   done
   median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  echo "store=$store pods=$PODS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
+  echo "store=$store pods=$PODS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
 done
