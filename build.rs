@@ -2,7 +2,8 @@
 //! * the Jaeger remote-storage v2 protos into tonic server code (the
 //!   frontend serves them to the query Jaeger) and client code (the frontend
 //!   reads the raw Jaeger's `remote_storage` with them), the OpenTelemetry
-//!   messages mapped onto the opentelemetry-proto crate's types;
+//!   messages mapped onto the opentelemetry-proto crate's types, but for the
+//!   streamed `TracesData`, mapped onto `frontend::proto::TracesMessage`;
 //! * etcd's v3 API (proto/etcd, vendored from etcd's own sources) into tonic
 //!   client code for the shared span cache and the watcher role election,
 //!   plus server traits (every method answering Unimplemented unless
@@ -19,6 +20,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
+        // What GetTraces/FindTraces stream: a type of the frontend's, which
+        // may carry the message already encoded (a cached trace's answer).
+        .extern_path(
+            ".opentelemetry.proto.trace.v1.TracesData",
+            "crate::frontend::proto::TracesMessage",
+        )
         .extern_path(".opentelemetry.proto", "::opentelemetry_proto::tonic")
         .compile_fds(fds)?;
 

@@ -61,6 +61,20 @@ fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRa
     )
 }
 
+/// The UI's search for the Deployment's full tree, in tracing mode.
+fn deployment_query(range: TimeRange) -> SearchQuery {
+    SearchQuery {
+        mode: Mode::Tracing,
+        scope: Scope::Full,
+        tags: vec![
+            ("resource".into(), "deployments".into()),
+            ("name".into(), "hello".into()),
+        ],
+        range,
+        limit: 1,
+    }
+}
+
 fn assemble(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -76,19 +90,7 @@ fn assemble(c: &mut Criterion) {
             b.to_async(&rt).iter(|| async {
                 // A fresh frontend each time: nothing cached.
                 let f = Frontend::new(store.clone(), FrontendConfig::default());
-                let found = f
-                    .search(&SearchQuery {
-                        mode: Mode::Tracing,
-                        scope: Scope::Full,
-                        tags: vec![
-                            ("resource".into(), "deployments".into()),
-                            ("name".into(), "hello".into()),
-                        ],
-                        range,
-                        limit: 1,
-                    })
-                    .await
-                    .unwrap();
+                let found = f.search(&deployment_query(range)).await.unwrap();
                 assert!(found[0].assembly.nodes.len() > pods);
                 found
             })
@@ -97,5 +99,50 @@ fn assemble(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble);
+/// What a warm answer costs the frontend: the cached 1,000-Pod trace turned
+/// into the messages of a `FindTraces`/`GetTraces` stream and encoded, as
+/// tonic does for each request the cache answers. `clone_and_encode`: every
+/// span cloned into its message and encoded, each time (before the encoded
+/// messages were kept); `encoded_once`: the messages' bytes, encoded at the
+/// first answer, copied.
+fn stream_cached(c: &mut Criterion) {
+    use prost::Message as _;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pods = 1000;
+    let (store, range, spans) = store(pods, &rt);
+    let f = Frontend::new(store, FrontendConfig::default());
+    let trace = rt
+        .block_on(f.search(&deployment_query(range)))
+        .unwrap()
+        .remove(0);
+    let mut group = c.benchmark_group("stream_cached_trace");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    group.throughput(Throughput::Elements(spans as u64));
+    group.bench_with_input(BenchmarkId::new("clone_and_encode", pods), &pods, |b, _| {
+        b.iter(|| {
+            let messages = kascade::frontend::service::chunks(&trace);
+            let bytes: usize = messages.iter().map(|m| m.encode_to_vec().len()).sum();
+            assert!(bytes > spans * 100, "{bytes} bytes for {spans} raw spans");
+            bytes
+        })
+    });
+    group.bench_with_input(BenchmarkId::new("encoded_once", pods), &pods, |b, _| {
+        b.iter(|| {
+            let messages = kascade::frontend::service::encoded_chunks(&trace)
+                .iter()
+                .cloned()
+                .map(kascade::frontend::proto::TracesMessage::Encoded);
+            let bytes: usize = messages.map(|m| m.encode_to_vec().len()).sum();
+            assert!(bytes > spans * 100, "{bytes} bytes for {spans} raw spans");
+            bytes
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assemble, stream_cached);
 criterion_main!(benches);

@@ -328,17 +328,18 @@ impl<S: RawStore> Frontend<S> {
             let id = cpid.to_bytes();
             let resource_spans = display::cascade::render(&cascades, &id, &all_notes);
             self.metrics.traces_assembled.inc();
-            Ok(Some(Arc::new(AssembledTrace {
+            let assembly = Assembly {
+                nodes: Vec::new(),
+                searched: 0,
+                notes: all_notes,
+                range: None,
+            };
+            Ok(Some(Arc::new(AssembledTrace::new(
                 id,
-                assembly: Assembly {
-                    nodes: Vec::new(),
-                    searched: 0,
-                    notes: all_notes,
-                    range: None,
-                },
+                assembly,
                 cascades,
                 resource_spans,
-            })))
+            ))))
         }
         .instrument(span.clone())
         .await

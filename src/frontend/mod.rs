@@ -99,6 +99,27 @@ pub struct AssembledTrace {
     /// part in (empty in the other modes).
     pub cascades: Vec<crate::analysis::cascade::Cascade>,
     pub resource_spans: Vec<ResourceSpans>,
+    /// `resource_spans` as the messages of a trace stream, encoded when
+    /// first streamed (`service::encoded_chunks`); the cache's later answers
+    /// send the same bytes.
+    encoded: std::sync::OnceLock<Vec<bytes::Bytes>>,
+}
+
+impl AssembledTrace {
+    pub fn new(
+        id: TraceIdBytes,
+        assembly: Assembly,
+        cascades: Vec<crate::analysis::cascade::Cascade>,
+        resource_spans: Vec<ResourceSpans>,
+    ) -> Self {
+        Self {
+            id,
+            assembly,
+            cascades,
+            resource_spans,
+            encoded: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 pub struct Frontend<S> {
@@ -436,12 +457,12 @@ impl<S: RawStore> Frontend<S> {
         self.metrics
             .assemble_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(Arc::new(AssembledTrace {
-            id: encoded,
+        Ok(Arc::new(AssembledTrace::new(
+            encoded,
             assembly,
             cascades,
             resource_spans,
-        }))
+        )))
     }
 
     /// The id of the trace of `object` around `at` (the window before, the

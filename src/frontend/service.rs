@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use futures::Stream;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
@@ -21,7 +22,8 @@ use super::proto::trace_reader_server::{TraceReader, TraceReaderServer};
 use super::proto::{
     Dependency, FindTraceIDsResponse, FindTracesRequest, FoundTraceId, GetDependenciesRequest,
     GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse, GetServicesRequest,
-    GetServicesResponse, GetTracesRequest, Operation, TraceQueryParameters, any_value,
+    GetServicesResponse, GetTracesRequest, Operation, TraceQueryParameters, TracesMessage,
+    any_value,
 };
 use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
@@ -29,7 +31,7 @@ use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
 use crate::metrics::{FrontendMetrics, Rpc};
 
-type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesData, Status>> + Send>>;
+type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesMessage, Status>> + Send>>;
 
 /// Default number of traces a search returns when the UI does not say.
 const DEFAULT_SEARCH_DEPTH: usize = 20;
@@ -294,11 +296,26 @@ pub fn chunks(t: &AssembledTrace) -> Vec<TracesData> {
     out
 }
 
+/// [`chunks`] encoded, once per assembled trace: the cache's answers after
+/// the first send these bytes instead of cloning and encoding every span.
+pub fn encoded_chunks(t: &AssembledTrace) -> &[Bytes] {
+    use prost::Message as _;
+    t.encoded.get_or_init(|| {
+        chunks(t)
+            .iter()
+            .map(|m| Bytes::from(m.encode_to_vec()))
+            .collect()
+    })
+}
+
 fn stream_of(traces: Vec<Arc<AssembledTrace>>) -> TraceStream {
     // Each trace's messages in a row: chunks never mix traces.
-    Box::pin(futures::stream::iter(
-        traces.into_iter().flat_map(|t| chunks(&t)).map(Ok),
-    ))
+    let messages: Vec<TracesMessage> = traces
+        .iter()
+        .flat_map(|t| encoded_chunks(t).iter().cloned())
+        .map(TracesMessage::Encoded)
+        .collect();
+    Box::pin(futures::stream::iter(messages.into_iter().map(Ok)))
 }
 
 fn span_range(t: &AssembledTrace) -> (u64, u64) {

@@ -167,7 +167,7 @@ impl JaegerGrpc {
                 let mut stream = client.find_traces(request).await?.into_inner();
                 let mut out = Vec::new();
                 while let Some(d) = stream.next().await {
-                    out.push(spans_of(d?.resource_spans));
+                    out.push(message_spans(d?)?);
                 }
                 Ok(out)
             })
@@ -195,7 +195,7 @@ impl JaegerGrpc {
             let mut stream = client.get_traces(request).await?.into_inner();
             let mut out: HashMap<TraceIdBytes, Vec<Span>> = HashMap::new();
             while let Some(d) = stream.next().await {
-                for s in spans_of(d?.resource_spans) {
+                for s in message_spans(d?)? {
                     if let Some(id) = trace_id_bytes(&s.trace_id) {
                         out.entry(id).or_default().push(s);
                     }
@@ -286,4 +286,12 @@ impl RawStore for JaegerGrpc {
             self.url, self.service
         )
     }
+}
+
+/// The spans of one streamed message. Read from the wire it is always
+/// decoded already (`TracesMessage::Encoded` is what the frontend sends).
+fn message_spans(m: crate::frontend::proto::TracesMessage) -> Result<Vec<Span>, tonic::Status> {
+    m.into_decoded()
+        .map(|d| spans_of(d.resource_spans))
+        .map_err(|e| tonic::Status::internal(format!("TracesData: {e}")))
 }
