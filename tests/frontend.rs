@@ -1587,6 +1587,43 @@ async fn unreachable_remote_storage_is_an_error_naming_its_url() {
 }
 
 #[tokio::test]
+async fn encoded_messages_go_on_the_wire_as_the_message_they_were_encoded_from() {
+    use kascade::frontend::proto::TracesMessage;
+    use prost::Message as _;
+    let store = store_of_lines(common::audit_lines("deployment")).await;
+    let range = whole_range(&store);
+    let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+    let assembled = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "hello")],
+    )
+    .await;
+    let data = TracesData {
+        resource_spans: assembled.resource_spans.clone(),
+    };
+    assert!(data.resource_spans.len() > 1);
+    let decoded = TracesMessage::Decoded(data.clone());
+    let encoded = TracesMessage::Encoded(data.encode_to_vec().into());
+    assert_eq!(encoded.encoded_len(), decoded.encoded_len());
+    assert_eq!(encoded.encode_to_vec(), decoded.encode_to_vec());
+    // Read back, either is the same TracesData.
+    let read = TracesMessage::decode(encoded.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(read, decoded);
+    assert_eq!(encoded.clone().into_decoded().unwrap(), data);
+    // Fields merged into an encoded message land after its own.
+    let mut merged = encoded;
+    merged.merge(data.encode_to_vec().as_slice()).unwrap();
+    let twice = merged.into_decoded().unwrap();
+    let n = data.resource_spans.len();
+    assert_eq!(twice.resource_spans.len(), 2 * n);
+    assert_eq!(twice.resource_spans[..n], data.resource_spans);
+    assert_eq!(twice.resource_spans[n..], data.resource_spans);
+}
+
+#[tokio::test]
 async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
     // The deployment fixture with one Pod's audit lines copied under 400
     // fresh names (as benches/assemble.rs makes a big Deployment).
