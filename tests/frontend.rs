@@ -1590,9 +1590,7 @@ async fn unreachable_remote_storage_is_an_error_naming_its_url() {
 async fn encoded_messages_go_on_the_wire_as_the_message_they_were_encoded_from() {
     use kascade::frontend::proto::TracesMessage;
     use prost::Message as _;
-    let store = store_of_lines(common::audit_lines("deployment")).await;
-    let range = whole_range(&store);
-    let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+    let (f, range) = frontend("deployment").await;
     let assembled = search_one(
         &f,
         range,

@@ -17,7 +17,7 @@ mod traces_message {
     /// and `FindTraces` stream: decoded as read from the raw Jaeger, or
     /// already encoded as the frontend serves a cached trace. A warm answer
     /// then copies bytes instead of cloning and encoding every span again
-    /// (≈ 70 ms a request for a 1,000-Pod trace: `cargo bench --bench
+    /// (≈ 60 ms a request for a 1,000-Pod trace: `cargo bench --bench
     /// assemble -- stream_cached`).
     #[derive(Clone, Debug, PartialEq)]
     pub enum TracesMessage {

@@ -238,9 +238,9 @@ pub const MAX_CHUNK_BYTES: usize = 1 << 20;
 /// One assembled trace as consecutive messages of at most
 /// [`MAX_CHUNK_BYTES`] of spans each (a Deployment with 1,000 Pods, 4,043
 /// spans with 6,172 logs in tracing mode, is more than one message may
-/// carry). Jaeger joins consecutive
-/// messages of the same trace (the chunking rule of its storage API); each
-/// message starts with a span, which is how Jaeger reads its trace id.
+/// carry). Jaeger joins consecutive messages of the same trace (the chunking
+/// rule of its storage API); each message starts with a span, which is how
+/// Jaeger reads its trace id.
 pub fn chunks(t: &AssembledTrace) -> Vec<TracesData> {
     use prost::Message as _;
     let mut out = Vec::new();
