@@ -457,6 +457,78 @@ async fn a_trace_id_reloads_on_a_replica_without_the_cache() {
     );
 }
 
+/// The deployment `hello`'s full tree in `mode`, searched on `f`.
+async fn hello_in(f: &Frontend<MemoryStore>, mode: Mode) -> Arc<AssembledTrace> {
+    f.search(&SearchQuery {
+        mode,
+        scope: Scope::Full,
+        tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+        range: whole_range(f.store()),
+        limit: 1,
+    })
+    .await
+    .unwrap()
+    .remove(0)
+}
+
+#[tokio::test]
+async fn the_trace_cache_keeps_what_fits_in_cache_bytes() {
+    let s = Arc::new(store("deployment").await);
+    let sizes = Frontend::new(s.clone(), FrontendConfig::default());
+    let tracing_bytes = hello_in(&sizes, Mode::Tracing).await.bytes;
+    let tree_bytes = hello_in(&sizes, Mode::Tree).await.bytes;
+    assert!(tracing_bytes > 100_000 && tree_bytes > 100_000);
+    let counts = |f: &Frontend<MemoryStore>| {
+        let m = f.metrics();
+        (
+            m.traces_assembled.get(),
+            m.cache_hits.get(),
+            m.cache_evictions.get(),
+        )
+    };
+
+    // Room for either trace, not both: the one asked for longest ago goes.
+    let f = Frontend::new(
+        s.clone(),
+        FrontendConfig {
+            cache_bytes: tracing_bytes.max(tree_bytes) + 4096,
+            ..FrontendConfig::default()
+        },
+    );
+    hello_in(&f, Mode::Tracing).await;
+    let cached = f.metrics().cache_bytes.get() as u64;
+    assert!(
+        cached >= tracing_bytes && cached < tracing_bytes + 1024,
+        "gauge {cached}, trace {tracing_bytes}"
+    );
+    hello_in(&f, Mode::Tracing).await;
+    assert_eq!(counts(&f), (1, 1, 0), "the second search is a cache hit");
+    hello_in(&f, Mode::Tree).await;
+    assert_eq!(counts(&f), (2, 1, 1), "the tree evicted the first trace");
+    hello_in(&f, Mode::Tree).await;
+    hello_in(&f, Mode::Tracing).await;
+    assert_eq!(
+        counts(&f),
+        (3, 2, 2),
+        "the tree was kept; the first trace was assembled again"
+    );
+
+    // A trace larger than the whole cache is answered every time, never kept.
+    let small = Frontend::new(
+        s.clone(),
+        FrontendConfig {
+            cache_bytes: tracing_bytes / 2,
+            ..FrontendConfig::default()
+        },
+    );
+    for _ in 0..2 {
+        let t = hello_in(&small, Mode::Tracing).await;
+        assert_eq!(t.bytes, tracing_bytes, "the same trace");
+    }
+    assert_eq!(counts(&small), (2, 0, 2));
+    assert_eq!(small.metrics().cache_bytes.get(), 0);
+}
+
 #[tokio::test]
 async fn an_object_without_activity_in_range_is_an_empty_result() {
     let (f, _) = frontend("deployment").await;

@@ -148,8 +148,8 @@ pub struct FrontendServerConfig {
     pub clusters: Vec<String>,
     /// How long an assembled trace stays cached for reloads.
     pub cache_ttl: Duration,
-    /// Assembled traces kept in the cache.
-    pub cache_entries: u64,
+    /// Bytes of assembled traces kept in the cache.
+    pub cache_bytes: u64,
     /// Longest one trace's assembly may take.
     pub assembly_timeout: Duration,
     pub assembly: AssemblyConfig,
@@ -170,7 +170,7 @@ impl Default for FrontendServerConfig {
             default_cluster: "default".to_string(),
             clusters: Vec::new(),
             cache_ttl: Duration::from_secs(10 * 60),
-            cache_entries: 1000,
+            cache_bytes: crate::frontend::DEFAULT_CACHE_BYTES,
             assembly_timeout: Duration::from_secs(30),
             assembly: AssemblyConfig::default(),
         }
@@ -211,7 +211,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     let mut cfg = config.assembly.frontend_config()?;
     cfg.raw_search_limit = config.raw_search_limit.max(1);
     cfg.cache_ttl = config.cache_ttl;
-    cfg.cache_entries = config.cache_entries;
+    cfg.cache_bytes = config.cache_bytes;
     cfg.clusters = config.clusters.clone();
     cfg.assembly_timeout = config.assembly_timeout;
     let tls = ClientTls {

@@ -104,9 +104,10 @@ pub struct FrontendArgs {
     /// How long an assembled trace stays cached for reloads.
     #[arg(long, default_value_t = frontend().cache_ttl.into(), env = "KASCADE_CACHE_TTL")]
     pub cache_ttl: Duration,
-    /// Assembled traces kept in the cache.
-    #[arg(long, default_value_t = frontend().cache_entries, env = "KASCADE_CACHE_ENTRIES")]
-    pub cache_entries: u64,
+    /// Bytes of assembled traces kept in the cache (a 1,000-Pod Deployment's
+    /// trace holds about 100 MB; a trace larger than this is answered, not kept).
+    #[arg(long, default_value_t = frontend().cache_bytes, env = "KASCADE_CACHE_BYTES")]
+    pub cache_bytes: u64,
     /// Longest the assembly of one trace (its raw reads included) may take
     /// before the request fails with DeadlineExceeded.
     #[arg(long, default_value_t = frontend().assembly_timeout.into(), env = "KASCADE_ASSEMBLY_TIMEOUT")]
@@ -130,7 +131,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             default_cluster: a.default_cluster,
             clusters: a.clusters,
             cache_ttl: a.cache_ttl.into(),
-            cache_entries: a.cache_entries,
+            cache_bytes: a.cache_bytes,
             assembly_timeout: a.assembly_timeout.into(),
             assembly: a.assembly.into(),
         }

@@ -20,7 +20,10 @@ pub struct FrontendConfig {
     pub raw_search_limit: usize,
     /// How long an assembled trace is kept for reloads.
     pub cache_ttl: Duration,
-    pub cache_entries: u64,
+    /// Bytes of assembled traces kept for reloads, as
+    /// [`super::cache_weight::trace_bytes`] counts them (a trace larger than
+    /// this is answered but not kept).
+    pub cache_bytes: u64,
     /// Clusters offered as operations before any search has seen them.
     pub clusters: Vec<String>,
     /// How far back a change's trace looks when reloaded by id (its id is
@@ -40,7 +43,7 @@ impl Default for FrontendConfig {
             default_scope: Scope::Full,
             raw_search_limit: 500,
             cache_ttl: Duration::from_secs(600),
-            cache_entries: 1000,
+            cache_bytes: super::DEFAULT_CACHE_BYTES,
             clusters: Vec::new(),
             change_lookback: cpid::LOOKBACK,
             assembly_timeout: Duration::from_secs(30),

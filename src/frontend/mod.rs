@@ -5,6 +5,7 @@
 //! dashboard links (http.rs), and `kascade trace` offline (text.rs).
 
 pub mod assemble;
+pub mod cache_weight;
 pub mod cascade;
 mod config;
 pub use config::FrontendConfig;
@@ -43,6 +44,11 @@ pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace",
 /// Searching by change (`cpid=<id>`) instead of by object: one trace with
 /// every write of that change and of the changes merged from it.
 pub const CPID_TAG: &str = "cpid";
+
+/// The trace cache's default bound: two 1,000-Pod Deployments' traces do not
+/// fit, so the frontend stays within its 512 MiB limit (`deploy/`) while it
+/// assembles another (an assembly in flight holds about as much again).
+pub const DEFAULT_CACHE_BYTES: u64 = 192 << 20;
 
 /// A search tag's value within Kubernetes' bounds (names and resources 253
 /// bytes, namespaces 63; cluster names as the collector accepts them).
@@ -103,6 +109,8 @@ pub struct AssembledTrace {
     /// first streamed (`service::encoded_chunks`); the cache's later answers
     /// send the same bytes.
     encoded: std::sync::OnceLock<Vec<bytes::Bytes>>,
+    /// What it holds in memory once streamed, [`cache_weight::trace_bytes`].
+    pub bytes: u64,
 }
 
 impl AssembledTrace {
@@ -112,13 +120,16 @@ impl AssembledTrace {
         cascades: Vec<crate::analysis::cascade::Cascade>,
         resource_spans: Vec<ResourceSpans>,
     ) -> Self {
-        Self {
+        let mut t = Self {
             id,
             assembly,
             cascades,
             resource_spans,
             encoded: std::sync::OnceLock::new(),
-        }
+            bytes: 0,
+        };
+        t.bytes = cache_weight::trace_bytes(&t);
+        t
     }
 }
 
@@ -156,12 +167,26 @@ impl<S: RawStore> Frontend<S> {
         for c in &cfg.clusters {
             clusters.insert(c.clone(), ());
         }
+        let evictions = metrics.cache_evictions.clone();
         Self {
             assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone()),
             metrics,
             windowing: Windowing::new(cfg.window),
             cache: moka::future::Cache::builder()
-                .max_capacity(cfg.cache_entries)
+                // Weighed in KiB: moka's weights are u32.
+                .weigher(|_, t: &Arc<AssembledTrace>| {
+                    u32::try_from(t.bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+                })
+                .max_capacity(cfg.cache_bytes / 1024)
+                .eviction_listener(move |_, t, cause| {
+                    if cause == moka::notification::RemovalCause::Size {
+                        evictions.inc();
+                        tracing::debug!(
+                            bytes = t.bytes,
+                            "assembled trace dropped from the cache (--cache-bytes)"
+                        );
+                    }
+                })
                 .time_to_live(cfg.cache_ttl)
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
@@ -365,8 +390,23 @@ impl<S: RawStore> Frontend<S> {
                     }
                 })
                 .await;
+            // Evictions settled now, so the gauge (and the next request) see them.
+            self.cache.run_pending_tasks().await;
+            self.metrics
+                .cache_bytes
+                .set(i64::try_from(self.cache.weighted_size() * 1024).unwrap_or(i64::MAX));
             match loaded {
-                Ok(t) => Ok(Some(t)),
+                Ok(t) => {
+                    if t.bytes > self.cfg.cache_bytes {
+                        tracing::warn!(
+                            bytes = t.bytes,
+                            cache_bytes = self.cfg.cache_bytes,
+                            "an assembled trace larger than --cache-bytes is answered but not \
+                             kept: each request for it assembles it again"
+                        );
+                    }
+                    Ok(Some(t))
+                }
                 Err(miss) => match &*miss {
                     Miss::NotFound => Ok(None),
                     Miss::Failed(e) => Err(FrontendError::Shared(e.clone())),

@@ -12,6 +12,11 @@ pub struct FrontendMetrics {
     pub errors: Family<RpcLabel, Counter>,
     pub traces_assembled: Counter,
     pub cache_hits: Counter,
+    /// Bytes of the traces in the cache (`cache_weight::trace_bytes`).
+    pub cache_bytes: prometheus_client::metrics::gauge::Gauge,
+    /// Traces the cache let go before their time to live, to stay within
+    /// `--cache-bytes` (a later request assembles them again).
+    pub cache_evictions: Counter,
     pub raw_reads: Counter,
     /// Requests for raw traces (searches not counted): one per trace over
     /// HTTP, one per batch of traces over gRPC.
@@ -31,6 +36,8 @@ impl Default for FrontendMetrics {
             errors: Family::default(),
             traces_assembled: Counter::default(),
             cache_hits: Counter::default(),
+            cache_bytes: Default::default(),
+            cache_evictions: Counter::default(),
             raw_reads: Counter::default(),
             raw_requests: Counter::default(),
             assembly_timeouts: Counter::default(),
@@ -55,6 +62,16 @@ impl FrontendMetrics {
             "cache_hits",
             "Trace requests answered from the cache",
             self.cache_hits.clone(),
+        );
+        r.register(
+            "cache_bytes",
+            "Bytes of the assembled traces in the cache (bounded by --cache-bytes)",
+            self.cache_bytes.clone(),
+        );
+        r.register(
+            "cache_evictions",
+            "Assembled traces dropped from the cache to stay within --cache-bytes",
+            self.cache_evictions.clone(),
         );
         r.register("raw_reads", "Reads of raw traces", self.raw_reads.clone());
         r.register(
