@@ -9,18 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::analysis::explain::{Report, Scope};
 use kascade::app::explain::{ExplainConfig, explain};
-use kascade::app::load_rules;
 use kascade::frontend::explain::ExplainQuery;
 use kascade::frontend::http::{RedirectState, router};
-use kascade::frontend::offline::store_from_audit_lines;
 use kascade::frontend::raw::{MemoryStore, TimeRange};
 use kascade::frontend::{Frontend, FrontendConfig};
-use kascade::model::Windowing;
-use kascade::source::audit::AuditFilter;
 use tower::ServiceExt as _;
 
 const CLUSTER: &str = "fixture";
@@ -28,19 +22,7 @@ const SCENARIOS: [&str; 2] = ["quota", "rollout-stuck"];
 
 async fn frontend() -> Arc<Frontend<MemoryStore>> {
     let lines = SCENARIOS.iter().flat_map(|s| common::audit_lines(s));
-    let (store, errors) = store_from_audit_lines(
-        lines,
-        CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig {
-            windowing: Windowing::new(Duration::from_secs(1800)),
-            ..ProcessorConfig::default()
-        },
-        Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap())),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
+    let store = common::raw_store_of_lines(lines, CLUSTER).await;
     Arc::new(Frontend::new(Arc::new(store), FrontendConfig::default()))
 }
 

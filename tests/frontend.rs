@@ -11,13 +11,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::app::load_rules;
 use kascade::frontend::assemble::{Limits, Scope};
 use kascade::frontend::display::{Mode, render};
 use kascade::frontend::http::{RedirectState, router};
-use kascade::frontend::offline::store_from_audit_lines;
 use kascade::frontend::proto::{
     AnyValue, FindTracesRequest, GetTraceParams, GetTracesRequest, KeyValue, TraceQueryParameters,
     any_value,
@@ -27,8 +23,6 @@ use kascade::frontend::raw::{
 };
 use kascade::frontend::service::{JaegerStorage, parse_query};
 use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, FrontendError, SearchQuery};
-use kascade::model::Windowing;
-use kascade::source::audit::AuditFilter;
 use opentelemetry_proto::tonic::trace::v1::{Span, TracesData};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -40,22 +34,7 @@ async fn store(scenario: &str) -> MemoryStore {
 }
 
 async fn store_of_lines(lines: Vec<String>) -> MemoryStore {
-    let (store, errors) = store_from_audit_lines(
-        lines,
-        CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig {
-            windowing: Windowing::new(Duration::from_secs(1800)),
-            ..ProcessorConfig::default()
-        },
-        Redactor::new(Some(
-            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
-        )),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    store
+    common::raw_store_of_lines(lines, CLUSTER).await
 }
 
 /// The deployment `hello`'s full tree (tree mode), as `f` finds it.

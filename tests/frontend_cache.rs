@@ -8,18 +8,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::app::load_rules;
 use kascade::frontend::assemble::Scope;
 use kascade::frontend::display::Mode;
-use kascade::frontend::offline::store_from_audit_lines;
 use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos};
 use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
-use kascade::model::Windowing;
-use kascade::source::audit::AuditFilter;
 
 /// Bytes allocated in the process now.
 fn allocated() -> i64 {
@@ -42,22 +35,7 @@ async fn store(pods: usize) -> MemoryStore {
         let name = format!("hello-54f9b65d48-b{i:05}");
         lines.extend(template.iter().map(|l| l.replace(TEMPLATE_POD, &name)));
     }
-    let (store, errors) = store_from_audit_lines(
-        lines,
-        "fixture",
-        Arc::new(load_rules(None).unwrap()),
-        &AuditFilter::default(),
-        ProcessorConfig {
-            windowing: Windowing::new(Duration::from_secs(1800)),
-            ..ProcessorConfig::default()
-        },
-        Redactor::new(Some(
-            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
-        )),
-    )
-    .await;
-    assert!(errors.is_empty(), "{errors:?}");
-    store
+    common::raw_store_of_lines(lines, "fixture").await
 }
 
 #[tokio::test]

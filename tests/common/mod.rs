@@ -121,3 +121,26 @@ pub async fn changes_and_errors_of_lines(
     .await;
     (sink.take(), errors)
 }
+
+/// A raw store holding the spans the collector's pipeline makes of `lines`
+/// (30-minute windows, the default redaction), as the frontend reads them.
+pub async fn raw_store_of_lines(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+) -> kascade::frontend::raw::MemoryStore {
+    use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
+    let (store, errors) = kascade::frontend::offline::store_from_audit_lines(
+        lines,
+        cluster,
+        std::sync::Arc::new(kascade::app::load_rules(None).unwrap()),
+        &kascade::source::audit::AuditFilter::default(),
+        kascade::aggregate::ProcessorConfig {
+            windowing: kascade::model::Windowing::new(std::time::Duration::from_secs(1800)),
+            ..kascade::aggregate::ProcessorConfig::default()
+        },
+        Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap())),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    store
+}
