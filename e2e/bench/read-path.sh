@@ -132,6 +132,9 @@ warm_search = sorted(w[1] for w in warms)[2]
 metrics = urllib.request.urlopen("http://127.0.0.1:29494/metrics").read().decode()
 value = lambda n: next(l.split()[-1] for l in metrics.splitlines() if l.startswith(n))
 assemble_ms = float(value('kascade_frontend_assemble_seconds_sum')) * 1000
+# Every warm call was answered from the cache: the trace fits --cache-bytes.
+assembled = value('kascade_frontend_traces_assembled_total')
+assert assembled == '1', f"the trace was assembled {assembled} times (cache: {value('kascade_frontend_cache_bytes')} bytes)"
 print(f"{cold:.0f} {warm:.0f} {cold_search:.0f} {warm_search:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
 PY
   kill "$qpid" "$fpid" 2>/dev/null || true
