@@ -39,17 +39,7 @@ async fn store_of_lines(lines: Vec<String>) -> MemoryStore {
 
 /// The deployment `hello`'s full tree (tree mode), as `f` finds it.
 async fn hello_tree(f: &Frontend<MemoryStore>) -> Arc<AssembledTrace> {
-    let range = whole_range(f.store());
-    f.search(&SearchQuery {
-        mode: Mode::Tree,
-        scope: Scope::Full,
-        tags: tags(&[("resource", "deployments"), ("name", "hello")]),
-        range,
-        limit: 5,
-    })
-    .await
-    .unwrap()
-    .remove(0)
+    hello_in(f, Mode::Tree).await
 }
 
 /// The id of the deployment `hello`'s full tree, as the UI would reload it
@@ -1674,20 +1664,7 @@ async fn encoded_messages_go_on_the_wire_as_the_message_they_were_encoded_from()
 
 #[tokio::test]
 async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
-    // The deployment fixture with one Pod's audit lines copied under 400
-    // fresh names (as benches/assemble.rs makes a big Deployment).
-    let template = "hello-54f9b65d48-dfv6w";
-    let mut lines = common::audit_lines("deployment");
-    let pod_lines: Vec<String> = lines
-        .iter()
-        .filter(|l| l.contains(template))
-        .cloned()
-        .collect();
-    for i in 0..400 {
-        let name = format!("hello-54f9b65d48-b{i:05}");
-        lines.extend(pod_lines.iter().map(|l| l.replace(template, &name)));
-    }
-    let store = store_of_lines(lines).await;
+    let store = store_of_lines(common::deployment_with_pods(400)).await;
     let range = whole_range(&store);
     let f = Arc::new(Frontend::new(Arc::new(store), FrontendConfig::default()));
     let assembled = search_one(

@@ -20,22 +20,8 @@ fn allocated() -> i64 {
     tikv_jemalloc_ctl::stats::allocated::read().expect("jemalloc stats.allocated") as i64
 }
 
-const TEMPLATE_POD: &str = "hello-54f9b65d48-dfv6w";
-
-/// The deployment fixture with `pods` more Pods: one Pod's audit lines (its
-/// create, binding, status, Events, deletes) copied under fresh names.
 async fn store(pods: usize) -> MemoryStore {
-    let mut lines = common::audit_lines("deployment");
-    let template: Vec<String> = lines
-        .iter()
-        .filter(|l| l.contains(TEMPLATE_POD))
-        .cloned()
-        .collect();
-    for i in 0..pods {
-        let name = format!("hello-54f9b65d48-b{i:05}");
-        lines.extend(template.iter().map(|l| l.replace(TEMPLATE_POD, &name)));
-    }
-    common::raw_store_of_lines(lines, "fixture").await
+    common::raw_store_of_lines(common::deployment_with_pods(pods), "fixture").await
 }
 
 #[tokio::test]

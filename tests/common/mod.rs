@@ -144,3 +144,21 @@ pub async fn raw_store_of_lines(
     assert!(errors.is_empty(), "{errors:?}");
     store
 }
+
+/// The deployment fixture's audit lines with `pods` more Pods: one Pod's
+/// lines (its create, binding, status, Events, deletes) copied under fresh
+/// names, as benches/assemble.rs makes a big Deployment.
+pub fn deployment_with_pods(pods: usize) -> Vec<String> {
+    const TEMPLATE_POD: &str = "hello-54f9b65d48-dfv6w";
+    let mut lines = audit_lines("deployment");
+    let template: Vec<String> = lines
+        .iter()
+        .filter(|l| l.contains(TEMPLATE_POD))
+        .cloned()
+        .collect();
+    for i in 0..pods {
+        let name = format!("hello-54f9b65d48-b{i:05}");
+        lines.extend(template.iter().map(|l| l.replace(TEMPLATE_POD, &name)));
+    }
+    lines
+}
