@@ -498,6 +498,103 @@ async fn the_trace_cache_keeps_what_fits_in_cache_bytes() {
     assert_eq!(small.metrics().cache_bytes.get(), 0);
 }
 
+/// Bytes of the histories an assembly loaded: its objects, not the copies
+/// of shared objects made from them afterwards.
+fn loaded_bytes(t: &AssembledTrace) -> u64 {
+    t.assembly
+        .nodes
+        .iter()
+        .filter(|n| n.copy_of.is_none())
+        .map(|n| kascade::frontend::cache_weight::history_bytes(&n.history) as u64)
+        .sum()
+}
+
+fn pods_in(t: &AssembledTrace) -> usize {
+    t.assembly
+        .nodes
+        .iter()
+        .filter(|n| n.copy_of.is_none() && n.history.object.resource == "pods")
+        .count()
+}
+
+#[tokio::test]
+async fn an_assembly_stops_loading_objects_at_max_trace_bytes() {
+    use kascade::metrics::{AssemblyLimit, AssemblyLimitLabel};
+    let s = Arc::new(store_of_lines(common::deployment_with_pods(300)).await);
+    let whole = hello_in(
+        &Frontend::new(s.clone(), FrontendConfig::default()),
+        Mode::Tree,
+    )
+    .await;
+    assert!(pods_in(&whole) > 300, "{} Pods", pods_in(&whole));
+    assert!(
+        whole.assembly.notes.is_empty(),
+        "{:?}",
+        whole.assembly.notes
+    );
+
+    // A third of what the whole tree loads.
+    let budget = loaded_bytes(&whole) / 3;
+    let f = Frontend::new(
+        s.clone(),
+        FrontendConfig {
+            limits: Limits {
+                max_bytes: budget,
+                ..Limits::default()
+            },
+            ..FrontendConfig::default()
+        },
+    );
+    let cut = hello_in(&f, Mode::Tree).await;
+    let loaded = loaded_bytes(&cut);
+    // The Pods' level is loaded in slices, up to the budget and not far past it.
+    assert!(
+        loaded >= budget && loaded < budget + budget / 20,
+        "loaded {loaded} of a {budget}-byte budget"
+    );
+    let (pods_cut, pods_whole) = (pods_in(&cut), pods_in(&whole));
+    assert!(
+        pods_cut > 0 && pods_cut < pods_whole / 2,
+        "{pods_cut} of {pods_whole} Pods"
+    );
+    // What was left out is noted on the root span, counted and named.
+    let counted = f
+        .metrics()
+        .links_not_followed
+        .get_or_create(&AssemblyLimitLabel {
+            limit: AssemblyLimit::Bytes,
+        })
+        .get();
+    assert!(
+        counted as usize >= pods_whole - pods_cut,
+        "{counted} links counted, {} Pods left out",
+        pods_whole - pods_cut
+    );
+    let note = format!("{counted} linked objects not shown (max ");
+    assert!(
+        cut.assembly
+            .notes
+            .iter()
+            .any(|n| n.starts_with(&note) && n.contains("--max-trace-bytes")),
+        "{:?}",
+        cut.assembly.notes
+    );
+    let root = all_spans(&cut)
+        .into_iter()
+        .map(|(_, span)| span)
+        .find(|span| span.parent_span_id.is_empty())
+        .expect("a root span");
+    assert!(
+        root.attributes.iter().any(|kv| kv.key == "note"
+            && kv
+                .value
+                .as_ref()
+                .is_some_and(|v| format!("{v:?}").contains("--max-trace-bytes"))),
+        "the root span {} carries the note",
+        root.name
+    );
+}
+
 #[tokio::test]
 async fn an_object_without_activity_in_range_is_an_empty_result() {
     let (f, _) = frontend("deployment").await;

@@ -41,6 +41,8 @@ pub struct AssemblyConfig {
     pub max_depth: usize,
     /// Objects in one assembled trace.
     pub max_objects: usize,
+    /// Bytes of object histories one assembly loads.
+    pub max_trace_bytes: u64,
     /// Raw reads in flight at once.
     pub concurrency: usize,
     /// Link classes whose targets are shared by many objects: shown below,
@@ -58,6 +60,7 @@ impl Default for AssemblyConfig {
             default_scope: Scope::Full,
             max_depth: limits.max_depth,
             max_objects: limits.max_objects,
+            max_trace_bytes: limits.max_bytes,
             concurrency: limits.concurrency,
             shared_classes: DEFAULT_SHARED_CLASSES.map(str::to_string).to_vec(),
             group_classes: Vec::new(),
@@ -84,6 +87,13 @@ impl AssemblyConfig {
         self
     }
 
+    /// Sets the bytes of object histories one assembly loads (the
+    /// memory one trace in flight holds is about 2.5 times this).
+    pub fn max_trace_bytes(mut self, bytes: u64) -> Self {
+        self.max_trace_bytes = bytes;
+        self
+    }
+
     /// The frontend's settings (checks that the window is whole minutes).
     pub fn frontend_config(&self) -> anyhow::Result<FrontendConfig> {
         if self.window.as_secs() < 60 || !self.window.as_secs().is_multiple_of(60) {
@@ -98,6 +108,7 @@ impl AssemblyConfig {
             limits: Limits {
                 max_depth: self.max_depth.max(1),
                 max_objects: self.max_objects.max(1),
+                max_bytes: self.max_trace_bytes,
                 concurrency: self.concurrency.max(1),
                 shared_classes: self.shared_classes.iter().cloned().collect(),
             },

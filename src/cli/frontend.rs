@@ -30,6 +30,9 @@ pub struct AssemblyArgs {
     /// Objects in one assembled trace; further links are noted on the root span.
     #[arg(long, default_value_t = assembly().max_objects, env = "KASCADE_MAX_OBJECTS")]
     pub max_objects: usize,
+    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted on the root span.
+    #[arg(long, default_value_t = assembly().max_trace_bytes, env = "KASCADE_MAX_TRACE_BYTES")]
+    pub max_trace_bytes: u64,
     /// Raw reads in flight at once.
     #[arg(long, default_value_t = assembly().concurrency, env = "KASCADE_CONCURRENCY")]
     pub concurrency: usize,
@@ -53,6 +56,7 @@ impl From<AssemblyArgs> for AssemblyConfig {
             default_scope: a.default_scope,
             max_depth: a.max_depth,
             max_objects: a.max_objects,
+            max_trace_bytes: a.max_trace_bytes,
             concurrency: a.concurrency,
             shared_classes: a.shared_classes,
             group_classes: a.group_classes,

@@ -63,7 +63,8 @@ fn object_bytes(o: &ObjectRef) -> usize {
         + o.name.capacity()
 }
 
-fn history_bytes(h: &ObjectHistory) -> usize {
+/// Bytes one object's merged history holds (what `--max-trace-bytes` bounds).
+pub fn history_bytes(h: &ObjectHistory) -> usize {
     object_bytes(&h.object)
         + h.uid.capacity()
         + key_values_bytes(&h.attributes)

@@ -93,15 +93,23 @@ impl ObjectHistory {
     /// (`Node::copy_of`): all but its links. Copies are leaves, so nothing
     /// reads their links, and a shared object has one per user: a Node
     /// under each of 1,000 Pods was copied with all 1,000 links each time.
-    pub fn leaf_copy(&self) -> Self {
+    /// Entries outside `range` (its user's activity) are left out and
+    /// counted hidden.
+    pub fn leaf_copy_within(&self, range: Option<(u64, u64)>) -> Self {
+        let within = |e: &&Entry| {
+            range.is_none_or(|(start, end)| {
+                e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end
+            })
+        };
+        let entries: Vec<Entry> = self.entries.iter().filter(within).cloned().collect();
         Self {
             object: self.object.clone(),
             uid: self.uid.clone(),
             attributes: self.attributes.clone(),
             windows: self.windows.clone(),
-            entries: self.entries.clone(),
+            hidden_entries: self.hidden_entries + (self.entries.len() - entries.len()),
+            entries,
             links: Vec::new(),
-            hidden_entries: self.hidden_entries,
         }
     }
 

@@ -4,7 +4,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::{Rpc, RpcLabel};
+use super::{AssemblyLimitLabel, Rpc, RpcLabel};
 
 /// Metrics of `kascade frontend`.
 pub struct FrontendMetrics {
@@ -26,6 +26,9 @@ pub struct FrontendMetrics {
     pub assembly_timeouts: Counter,
     pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
     pub objects_per_trace: prometheus_client::metrics::histogram::Histogram,
+    /// Links an assembly did not follow, by the limit that stopped it (the
+    /// trace's root span notes them too).
+    pub links_not_followed: Family<AssemblyLimitLabel, Counter>,
 }
 
 impl Default for FrontendMetrics {
@@ -44,6 +47,7 @@ impl Default for FrontendMetrics {
             raw_read_errors: Counter::default(),
             assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            links_not_followed: Family::default(),
         }
     }
 }
@@ -98,6 +102,11 @@ impl FrontendMetrics {
             "objects_per_trace",
             "Objects in an assembled trace",
             self.objects_per_trace.clone(),
+        );
+        r.register(
+            "links_not_followed",
+            "Links an assembly did not follow, by the limit that stopped it (depth, objects, bytes)",
+            self.links_not_followed.clone(),
         );
     }
 

@@ -142,6 +142,23 @@ label_values! {
     }
 }
 
+label_values! {
+    /// The limit that stopped an assembly from following more links.
+    pub enum AssemblyLimit {
+        /// `--max-depth` levels.
+        Depth => "depth",
+        /// `--max-objects` objects.
+        Objects => "objects",
+        /// `--max-trace-bytes` of object histories.
+        Bytes => "bytes",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AssemblyLimitLabel {
+    pub limit: AssemblyLimit,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: Source,

@@ -9,15 +9,16 @@ use std::sync::Arc;
 use super::merge::{Link, ObjectHistory, Role, merge_until};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+use super::cache_weight::history_bytes;
 use super::raw::{RawError, RawStore, TraceIdBytes};
-use crate::metrics::FrontendMetrics;
+use crate::metrics::{AssemblyLimit, AssemblyLimitLabel, FrontendMetrics};
 use crate::model::{ObjectRef, raw_trace_id};
 
 mod finish;
 mod scope;
 
 use finish::{child_links, clip_shared_to_parents, is_ancestor_or_self, sort_children};
-pub use scope::{DEFAULT_SHARED_CLASSES, Limits, Scope};
+pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, Scope};
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -199,6 +200,12 @@ impl<S: RawStore> Assembler<S> {
             loop {
                 let current = &chain.last().expect("chain starts non-empty").0;
                 if chain.len() > self.limits.max_depth {
+                    self.metrics
+                        .links_not_followed
+                        .get_or_create(&AssemblyLimitLabel {
+                            limit: AssemblyLimit::Depth,
+                        })
+                        .inc();
                     notes.push(format!(
                         "stopped climbing at {} (max depth {})",
                         current.object, self.limits.max_depth
@@ -263,7 +270,11 @@ impl<S: RawStore> Assembler<S> {
         self.clip_shared(&mut asm);
         for (parent, class, original) in copies {
             let i = asm.nodes.len();
-            let history = asm.nodes[original].history.leaf_copy();
+            // Only what happened while the parent was active is shown
+            // (`clip_shared_to_parents`): a Node's whole day is not copied
+            // under each of a thousand Pods.
+            let within = asm.nodes[parent].history.active_range();
+            let history = asm.nodes[original].history.leaf_copy_within(within);
             asm.nodes.push(Node {
                 history,
                 parent: Some(parent),
@@ -342,6 +353,11 @@ impl<S: RawStore> Assembler<S> {
     /// `d`, first, so its children are claimed by it. Returns the copies to
     /// add: a shared object (`shared_classes`) reached again is shown under
     /// every object that uses it, as `(parent, class, first occurrence)`.
+    ///
+    /// Stops following links at `max_depth` levels, `max_objects` objects or
+    /// `max_bytes` of histories loaded: a wide level is loaded in slices
+    /// sized to what is left of the budget, so one assembly's memory stays
+    /// bounded however many Pods a Deployment has.
     async fn descend(
         &self,
         nodes: &mut Vec<Node>,
@@ -352,20 +368,22 @@ impl<S: RawStore> Assembler<S> {
     ) -> Result<Vec<(usize, String, usize)>, RawError> {
         let mut frontier = vec![path[0]];
         let mut depth = 0;
-        let mut truncated = 0usize;
+        let mut not_followed = NotFollowed::default();
+        let mut loaded_bytes: u64 = nodes.iter().map(|n| history_bytes(&n.history) as u64).sum();
         let mut copies: Vec<(usize, String, ObjectRef)> = Vec::new();
         while !frontier.is_empty() {
-            if depth >= self.limits.max_depth {
-                let pending: usize = frontier
+            let pending = || -> usize {
+                frontier
                     .iter()
                     .map(|&i| child_links(&nodes[i].history).count())
-                    .sum();
-                if pending > 0 {
-                    notes.push(format!(
-                        "{pending} links below depth {} not followed (max depth)",
-                        self.limits.max_depth
-                    ));
-                }
+                    .sum()
+            };
+            if depth >= self.limits.max_depth {
+                not_followed.depth += pending();
+                break;
+            }
+            if loaded_bytes >= self.limits.max_bytes {
+                not_followed.bytes += pending();
                 break;
             }
             // Children to read at this level, each object once.
@@ -381,7 +399,7 @@ impl<S: RawStore> Assembler<S> {
                         continue;
                     }
                     if index.len() + wanted.len() + copies.len() >= self.limits.max_objects {
-                        truncated += 1;
+                        not_followed.objects += 1;
                         continue;
                     }
                     if known {
@@ -394,41 +412,129 @@ impl<S: RawStore> Assembler<S> {
                     wanted.push((p, l.clone()));
                 }
             }
-            let loaded = self
-                .load_many(wanted.iter().map(|(_, l)| l.other.clone()).collect(), clip)
-                .await?;
-            let mut next = Vec::with_capacity(loaded.len() + 1);
+            let mut next = Vec::with_capacity(wanted.len() + 1);
             if let Some(&on_path) = path.get(depth + 1) {
                 next.push(on_path);
             }
-            for ((parent, link), history) in wanted.into_iter().zip(loaded) {
-                let i = nodes.len();
-                index.insert(history.object.clone(), i);
-                nodes.push(Node {
-                    history,
-                    parent: Some(parent),
-                    class: Some(link.class),
-                    children: Vec::new(),
-                    copy_of: None,
-                    shared: false,
-                });
-                nodes[parent].children.push(i);
-                next.push(i);
+            // A first slice measures this level's objects; each next one is
+            // what the rest of the budget holds at their average size.
+            let mut rest = wanted.into_iter();
+            let (mut level_objects, mut level_bytes) = (0u64, 0u64);
+            let mut slice = FIRST_SLICE;
+            loop {
+                let take: Vec<(usize, Link)> = rest.by_ref().take(slice).collect();
+                if take.is_empty() {
+                    break;
+                }
+                let loaded = self
+                    .load_many(take.iter().map(|(_, l)| l.other.clone()).collect(), clip)
+                    .await?;
+                for ((parent, link), history) in take.into_iter().zip(loaded) {
+                    let bytes = history_bytes(&history) as u64;
+                    loaded_bytes += bytes;
+                    level_bytes += bytes;
+                    level_objects += 1;
+                    let i = nodes.len();
+                    index.insert(history.object.clone(), i);
+                    nodes.push(Node {
+                        history,
+                        parent: Some(parent),
+                        class: Some(link.class),
+                        children: Vec::new(),
+                        copy_of: None,
+                        shared: false,
+                    });
+                    nodes[parent].children.push(i);
+                    next.push(i);
+                }
+                let left = self.limits.max_bytes.saturating_sub(loaded_bytes);
+                if left == 0 {
+                    not_followed.bytes += rest.len();
+                    break;
+                }
+                let per_object = (level_bytes / level_objects).max(1);
+                slice = usize::try_from(left / per_object)
+                    .unwrap_or(usize::MAX)
+                    .max(1);
             }
             frontier = next;
             depth += 1;
         }
-        if truncated > 0 {
-            notes.push(format!(
-                "{truncated} linked objects not shown (max {} objects per trace)",
-                self.limits.max_objects
-            ));
-        }
+        not_followed.note(
+            &self.limits,
+            &self.metrics,
+            &nodes[path[0]].history.object,
+            notes,
+        );
         let mut placed = HashSet::new();
         Ok(copies
             .into_iter()
             .filter_map(|(p, class, o)| index.get(&o).map(|&i| (p, class, i)))
             .filter(|(p, _, i)| nodes[*i].parent != Some(*p) && placed.insert((*p, *i)))
             .collect())
+    }
+}
+
+/// Objects in the first slice of a wide level: enough to measure their
+/// size, few enough to stay well within any budget.
+const FIRST_SLICE: usize = 64;
+
+/// Links one assembly did not follow, by the limit that stopped it.
+#[derive(Default)]
+struct NotFollowed {
+    depth: usize,
+    objects: usize,
+    bytes: usize,
+}
+
+impl NotFollowed {
+    /// Notes each limit reached on the trace (the reader sees it on the
+    /// root span), counts it and logs it.
+    fn note(
+        &self,
+        limits: &Limits,
+        metrics: &FrontendMetrics,
+        from: &ObjectRef,
+        notes: &mut Vec<String>,
+    ) {
+        let reached = [
+            (
+                AssemblyLimit::Depth,
+                self.depth,
+                format!(
+                    "{} links below depth {} not followed (max depth)",
+                    self.depth, limits.max_depth
+                ),
+            ),
+            (
+                AssemblyLimit::Objects,
+                self.objects,
+                format!(
+                    "{} linked objects not shown (max {} objects per trace)",
+                    self.objects, limits.max_objects
+                ),
+            ),
+            (
+                AssemblyLimit::Bytes,
+                self.bytes,
+                format!(
+                    "{} linked objects not shown (max {} MiB of object histories per trace, --max-trace-bytes)",
+                    self.bytes,
+                    limits.max_bytes.div_ceil(1 << 20)
+                ),
+            ),
+        ];
+        for (limit, count, note) in reached {
+            if count == 0 {
+                continue;
+            }
+            metrics
+                .links_not_followed
+                .get_or_create(&AssemblyLimitLabel { limit })
+                .inc_by(count as u64);
+            tracing::warn!(object = %from, limit = limit.as_str(), links = count,
+                "an assembled trace stops at a limit: {note}");
+            notes.push(note);
+        }
     }
 }
