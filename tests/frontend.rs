@@ -498,6 +498,43 @@ async fn the_trace_cache_keeps_what_fits_in_cache_bytes() {
     assert_eq!(small.metrics().cache_bytes.get(), 0);
 }
 
+#[tokio::test]
+async fn the_server_keeps_only_the_stream_it_serves() {
+    use kascade::frontend::service::encoded_chunks;
+    let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);
+    for mode in [Mode::Tracing, Mode::Cascade] {
+        let whole = hello_in(&Frontend::new(s.clone(), FrontendConfig::default()), mode).await;
+        let server = Frontend::new(
+            s.clone(),
+            FrontendConfig {
+                keep_assembly: false,
+                ..FrontendConfig::default()
+            },
+        );
+        let served = hello_in(&server, mode).await;
+        assert_eq!(served.id, whole.id);
+        assert_eq!(
+            encoded_chunks(&served),
+            encoded_chunks(&whole),
+            "{mode:?}: the same bytes on the wire"
+        );
+        assert!(whole.span_range.is_some());
+        assert_eq!(served.span_range, whole.span_range);
+        assert_eq!(served.assembly.notes, whole.assembly.notes);
+        assert!(served.assembly.nodes.is_empty() && served.resource_spans.is_empty());
+        assert!(
+            served.bytes * 2 < whole.bytes,
+            "{mode:?}: {} bytes served-only, {} whole",
+            served.bytes,
+            whole.bytes
+        );
+        // A cache hit streams the same.
+        let again = hello_in(&server, mode).await;
+        assert_eq!(server.metrics().cache_hits.get(), 1);
+        assert_eq!(encoded_chunks(&again), encoded_chunks(&whole));
+    }
+}
+
 /// Bytes of the histories an assembly loaded: its objects, not the copies
 /// of shared objects made from them afterwards.
 fn loaded_bytes(t: &AssembledTrace) -> u64 {

@@ -225,6 +225,8 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     cfg.cache_bytes = config.cache_bytes;
     cfg.clusters = config.clusters.clone();
     cfg.assembly_timeout = config.assembly_timeout;
+    // The server answers from the encoded stream only.
+    cfg.keep_assembly = false;
     let tls = ClientTls {
         ca_file: config
             .jaeger_ca_file

@@ -1,7 +1,8 @@
 //! What one assembled trace holds in memory, so the frontend's trace cache
 //! can be bounded in bytes (`--cache-bytes`) rather than in traces: a
-//! 1,000-Pod Deployment's trace holds about 100 MB, one ConfigMap's a few
-//! hundred KB.
+//! 1,000-Pod Deployment's trace holds about 100 MB whole and 20 MB as the
+//! server keeps it (`AssembledTrace::served_only`), one ConfigMap's a few
+//! hundred KB or less.
 //!
 //! The count walks the trace's heap: every string and vector by capacity,
 //! plus the encoding its stream keeps once it has been sent (about the
@@ -41,12 +42,15 @@ pub fn trace_bytes(t: &AssembledTrace) -> u64 {
             .iter()
             .map(resource_spans_bytes)
             .sum::<usize>();
-    let encoded = {
-        use prost::Message as _;
-        t.resource_spans
-            .iter()
-            .map(|r| r.encoded_len())
-            .sum::<usize>()
+    let encoded = match t.encoded.get() {
+        Some(chunks) => chunks.iter().map(bytes::Bytes::len).sum::<usize>(),
+        None => {
+            use prost::Message as _;
+            t.resource_spans
+                .iter()
+                .map(|r| r.encoded_len())
+                .sum::<usize>()
+        }
     };
     (size_of::<AssembledTrace>() + nodes + notes + cascades + rendered + encoded) as u64
 }

@@ -334,7 +334,7 @@ impl<S: RawStore> Frontend<S> {
                 notes: all_notes,
                 range: None,
             };
-            Ok(Some(Arc::new(AssembledTrace::new(
+            Ok(Some(self.finish(AssembledTrace::new(
                 id,
                 assembly,
                 cascades,

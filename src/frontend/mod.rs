@@ -111,6 +111,9 @@ pub struct AssembledTrace {
     encoded: std::sync::OnceLock<Vec<bytes::Bytes>>,
     /// What it holds in memory once streamed, [`cache_weight::trace_bytes`].
     pub bytes: u64,
+    /// First start and last end of its spans (ns since the epoch); `None`
+    /// when it has no span.
+    pub span_range: Option<(u64, u64)>,
 }
 
 impl AssembledTrace {
@@ -120,6 +123,14 @@ impl AssembledTrace {
         cascades: Vec<crate::analysis::cascade::Cascade>,
         resource_spans: Vec<ResourceSpans>,
     ) -> Self {
+        let spans = resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .flat_map(|ss| &ss.spans);
+        let span_range = spans.fold(None, |acc: Option<(u64, u64)>, sp| {
+            let (s, e) = (sp.start_time_unix_nano, sp.end_time_unix_nano);
+            Some(acc.map_or((s, e), |(a, b)| (a.min(s), b.max(e))))
+        });
         let mut t = Self {
             id,
             assembly,
@@ -127,9 +138,27 @@ impl AssembledTrace {
             resource_spans,
             encoded: std::sync::OnceLock::new(),
             bytes: 0,
+            span_range,
         };
         t.bytes = cache_weight::trace_bytes(&t);
         t
+    }
+
+    /// Only what the Jaeger API serves: the stream, encoded now, and the
+    /// time range. The object tree, cascades and rendered spans (four
+    /// fifths of what a trace holds, or more) are let go.
+    pub fn served_only(mut self) -> Self {
+        service::encoded_chunks(&self);
+        self.assembly = Assembly {
+            nodes: Vec::new(),
+            searched: 0,
+            notes: std::mem::take(&mut self.assembly.notes),
+            range: self.assembly.range,
+        };
+        self.cascades = Vec::new();
+        self.resource_spans = Vec::new();
+        self.bytes = cache_weight::trace_bytes(&self);
+        self
     }
 }
 
@@ -497,12 +526,22 @@ impl<S: RawStore> Frontend<S> {
         self.metrics
             .assemble_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(Arc::new(AssembledTrace::new(
+        Ok(self.finish(AssembledTrace::new(
             encoded,
             assembly,
             cascades,
             resource_spans,
         )))
+    }
+
+    /// `t` as the cache keeps it: whole, or only what the Jaeger API serves
+    /// ([`FrontendConfig::keep_assembly`]).
+    fn finish(&self, t: AssembledTrace) -> Arc<AssembledTrace> {
+        Arc::new(if self.cfg.keep_assembly {
+            t
+        } else {
+            t.served_only()
+        })
     }
 
     /// The id of the trace of `object` around `at` (the window before, the

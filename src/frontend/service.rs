@@ -319,17 +319,6 @@ fn stream_of(traces: Vec<Arc<AssembledTrace>>) -> TraceStream {
     Box::pin(futures::stream::iter(messages.into_iter().map(Ok)))
 }
 
-fn span_range(t: &AssembledTrace) -> (u64, u64) {
-    let spans = t
-        .resource_spans
-        .iter()
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans);
-    spans.fold((u64::MAX, 0), |(s, e), sp| {
-        (s.min(sp.start_time_unix_nano), e.max(sp.end_time_unix_nano))
-    })
-}
-
 fn proto_ts(ns: u64) -> prost_types::Timestamp {
     let t = from_nanos(ns);
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -446,14 +435,13 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
         Ok(Response::new(FindTraceIDsResponse {
             trace_ids: traces
                 .iter()
-                .filter(|t| !t.resource_spans.is_empty())
-                .map(|t| {
-                    let (s, e) = span_range(t);
-                    FoundTraceId {
+                .filter_map(|t| {
+                    let (s, e) = t.span_range?;
+                    Some(FoundTraceId {
                         trace_id: t.id.to_vec(),
                         start: Some(proto_ts(s)),
                         end: Some(proto_ts(e.max(s))),
-                    }
+                    })
                 })
                 .collect(),
         }))
