@@ -499,6 +499,56 @@ async fn the_trace_cache_keeps_what_fits_in_cache_bytes() {
 }
 
 #[tokio::test]
+async fn wide_assemblies_are_assembled_one_at_a_time() {
+    use kascade::frontend::assemble::{Assembler, Clip};
+    let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);
+    let f = Frontend::new(s.clone(), FrontendConfig::default());
+    let whole = hello_in(&f, Mode::Tree).await;
+    let deployment = whole.assembly.nodes[whole.assembly.searched]
+        .history
+        .clone();
+    let range = whole_range(&s);
+    let clip = Clip {
+        windows: f.windows_between(range.start, range.end),
+        until: u64::MAX,
+    };
+    // Wide past a quarter of the budget: the whole tree is, and fits it.
+    let metrics = Arc::new(kascade::metrics::FrontendMetrics::default());
+    let assembler = Arc::new(Assembler::new(
+        s.clone(),
+        Limits {
+            max_bytes: loaded_bytes(&whole) * 2,
+            ..Limits::default()
+        },
+        metrics.clone(),
+    ));
+    let (first, held) = assembler
+        .assemble(deployment.clone(), Scope::Full, &clip)
+        .await
+        .unwrap();
+    let held = held.expect("a wide assembly holds the permit");
+    assert_eq!(first.nodes.len(), whole.assembly.nodes.len());
+
+    // While the first is held (being rendered), a second wide one waits.
+    let second = tokio::spawn({
+        let (assembler, clip) = (assembler.clone(), clip.clone());
+        async move { assembler.assemble(deployment, Scope::Full, &clip).await }
+    });
+    let mut turns = 0;
+    while metrics.wide_assembly_waits.get() == 0 {
+        assert!(turns < 100_000, "the second assembly never waited");
+        turns += 1;
+        tokio::task::yield_now().await;
+    }
+    assert!(!second.is_finished());
+    drop(held);
+    let (second, permit) = second.await.unwrap().unwrap();
+    assert!(permit.is_some());
+    assert_eq!(second.nodes.len(), first.nodes.len());
+    assert_eq!(metrics.wide_assembly_waits.get(), 1);
+}
+
+#[tokio::test]
 async fn the_server_keeps_only_the_stream_it_serves() {
     use kascade::frontend::service::encoded_chunks;
     let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);

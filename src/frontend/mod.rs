@@ -495,7 +495,8 @@ impl<S: RawStore> Frontend<S> {
     ) -> Result<Arc<AssembledTrace>, FrontendError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!(target: TARGET, "assemble", objects = field::Empty);
-        let assembly = self
+        // `_wide` is held until the trace is rendered and encoded.
+        let (assembly, _wide) = self
             .assembler
             .assemble(searched, id.scope, clip)
             .instrument(span.clone())

@@ -29,6 +29,9 @@ pub struct FrontendMetrics {
     /// Links an assembly did not follow, by the limit that stopped it (the
     /// trace's root span notes them too).
     pub links_not_followed: Family<AssemblyLimitLabel, Counter>,
+    /// Wide assemblies (past a quarter of `--max-trace-bytes`) that waited
+    /// for another to finish: one is assembled at a time.
+    pub wide_assembly_waits: Counter,
 }
 
 impl Default for FrontendMetrics {
@@ -48,6 +51,7 @@ impl Default for FrontendMetrics {
             assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             links_not_followed: Family::default(),
+            wide_assembly_waits: Counter::default(),
         }
     }
 }
@@ -107,6 +111,11 @@ impl FrontendMetrics {
             "links_not_followed",
             "Links an assembly did not follow, by the limit that stopped it (depth, objects, bytes)",
             self.links_not_followed.clone(),
+        );
+        r.register(
+            "wide_assembly_waits",
+            "Wide assemblies (past a quarter of --max-trace-bytes) that waited for another to finish",
+            self.wide_assembly_waits.clone(),
         );
     }
 

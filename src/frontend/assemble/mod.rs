@@ -115,7 +115,16 @@ pub struct Assembler<S> {
     store: Arc<S>,
     limits: Limits,
     metrics: Arc<FrontendMetrics>,
+    /// One permit: held by the assembly that has loaded more than a
+    /// quarter of `max_bytes` ([`WidePermit`]), so wide traces are
+    /// assembled one at a time and the frontend's memory holds one of them,
+    /// not one per concurrent request.
+    wide: Arc<tokio::sync::Semaphore>,
 }
+
+/// Held by a wide assembly until its trace is rendered and encoded (the
+/// caller drops it then): another wide assembly waits for it.
+pub type WidePermit = tokio::sync::OwnedSemaphorePermit;
 
 impl<S: RawStore> Assembler<S> {
     pub fn new(store: Arc<S>, limits: Limits, metrics: Arc<FrontendMetrics>) -> Self {
@@ -123,7 +132,28 @@ impl<S: RawStore> Assembler<S> {
             store,
             limits,
             metrics,
+            wide: Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    /// Bytes of histories past which an assembly is wide.
+    fn wide_bytes(&self) -> u64 {
+        self.limits.max_bytes / 4
+    }
+
+    /// The wide permit, waited for (and the wait counted) if another wide
+    /// assembly holds it.
+    async fn wait_for_wide(&self) -> WidePermit {
+        if let Ok(p) = self.wide.clone().try_acquire_owned() {
+            return p;
+        }
+        self.metrics.wide_assembly_waits.inc();
+        tracing::debug!("a wide assembly waits for another to finish");
+        self.wide
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// One raw trace, counted.
@@ -185,13 +215,14 @@ impl<S: RawStore> Assembler<S> {
     }
 
     /// Builds the tree for `searched` (already loaded) in `scope`, reading
-    /// related objects within `clip`.
+    /// related objects within `clip`. A wide tree comes with the
+    /// [`WidePermit`], to be dropped once the trace is rendered.
     pub async fn assemble(
         &self,
         searched: ObjectHistory,
         scope: Scope,
         clip: &Clip,
-    ) -> Result<Assembly, RawError> {
+    ) -> Result<(Assembly, Option<WidePermit>), RawError> {
         let mut notes = Vec::new();
         // Upward chain: searched first, top ancestor last.
         let mut chain = vec![(searched, None::<String>)];
@@ -256,9 +287,10 @@ impl<S: RawStore> Assembler<S> {
             Scope::Full => (0..=searched).collect(),
         };
         let mut copies = Vec::new();
+        let mut wide = None;
         if !path.is_empty() {
             copies = self
-                .descend(&mut nodes, &mut index, &path, clip, &mut notes)
+                .descend(&mut nodes, &mut index, &path, clip, &mut notes, &mut wide)
                 .await?;
         }
         let mut asm = Assembly {
@@ -287,7 +319,7 @@ impl<S: RawStore> Assembler<S> {
         }
         clip_shared_to_parents(&mut asm);
         sort_children(&mut asm);
-        Ok(asm)
+        Ok((asm, wide))
     }
 
     /// Marks the nodes reached through a shared class (a Node, a
@@ -357,7 +389,9 @@ impl<S: RawStore> Assembler<S> {
     /// Stops following links at `max_depth` levels, `max_objects` objects or
     /// `max_bytes` of histories loaded: a wide level is loaded in slices
     /// sized to what is left of the budget, so one assembly's memory stays
-    /// bounded however many Pods a Deployment has.
+    /// bounded however many Pods a Deployment has. Past a quarter of the
+    /// budget, the assembly takes the wide permit into `wide` before it
+    /// loads more.
     async fn descend(
         &self,
         nodes: &mut Vec<Node>,
@@ -365,6 +399,7 @@ impl<S: RawStore> Assembler<S> {
         path: &[usize],
         clip: &Clip,
         notes: &mut Vec<String>,
+        wide: &mut Option<WidePermit>,
     ) -> Result<Vec<(usize, String, usize)>, RawError> {
         let mut frontier = vec![path[0]];
         let mut depth = 0;
@@ -425,6 +460,9 @@ impl<S: RawStore> Assembler<S> {
                 let take: Vec<(usize, Link)> = rest.by_ref().take(slice).collect();
                 if take.is_empty() {
                     break;
+                }
+                if wide.is_none() && loaded_bytes >= self.wide_bytes() {
+                    *wide = Some(self.wait_for_wide().await);
                 }
                 let loaded = self
                     .load_many(take.iter().map(|(_, l)| l.other.clone()).collect(), clip)
