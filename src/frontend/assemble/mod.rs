@@ -498,6 +498,10 @@ impl<S: RawStore> Assembler<S> {
             frontier = next;
             depth += 1;
         }
+        // Wide at the last level: its rendering waits its turn too.
+        if wide.is_none() && loaded_bytes >= self.wide_bytes() {
+            *wide = Some(self.wait_for_wide().await);
+        }
         not_followed.note(
             &self.limits,
             &self.metrics,
