@@ -44,6 +44,18 @@ pub struct Entry {
     pub span: Span,
 }
 
+impl Entry {
+    /// Whether it starts within `[start, end]` (ns since the epoch).
+    pub fn starts_within(&self, (start, end): (u64, u64)) -> bool {
+        (start..=end).contains(&self.span.start_time_unix_nano)
+    }
+}
+
+/// `acc` widened to cover `range`: folds many time ranges into one.
+pub fn widen(acc: Option<(u64, u64)>, (start, end): (u64, u64)) -> Option<(u64, u64)> {
+    Some(acc.map_or((start, end), |(a, b)| (a.min(start), b.max(end))))
+}
+
 /// Which side of a relation the *other* object is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -96,11 +108,7 @@ impl ObjectHistory {
     /// Entries outside `range` (its user's activity) are left out and
     /// counted hidden.
     pub fn leaf_copy_within(&self, range: Option<(u64, u64)>) -> Self {
-        let within = |e: &&Entry| {
-            range.is_none_or(|(start, end)| {
-                e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end
-            })
-        };
+        let within = |e: &&Entry| range.is_none_or(|r| e.starts_within(r));
         let entries: Vec<Entry> = self.entries.iter().filter(within).cloned().collect();
         Self {
             object: self.object.clone(),
@@ -115,17 +123,10 @@ impl ObjectHistory {
 
     /// First and last instant covered by the entries.
     pub fn active_range(&self) -> Option<(u64, u64)> {
-        let start = self
-            .entries
-            .iter()
-            .map(|e| e.span.start_time_unix_nano)
-            .min()?;
-        let end = self
-            .entries
-            .iter()
-            .map(|e| e.span.end_time_unix_nano.max(e.span.start_time_unix_nano))
-            .max()?;
-        Some((start, end))
+        self.entries.iter().fold(None, |acc, e| {
+            let s = e.span.start_time_unix_nano;
+            widen(acc, (s, e.span.end_time_unix_nano.max(s)))
+        })
     }
 }
 

@@ -127,9 +127,8 @@ impl AssembledTrace {
             .iter()
             .flat_map(|rs| &rs.scope_spans)
             .flat_map(|ss| &ss.spans);
-        let span_range = spans.fold(None, |acc: Option<(u64, u64)>, sp| {
-            let (s, e) = (sp.start_time_unix_nano, sp.end_time_unix_nano);
-            Some(acc.map_or((s, e), |(a, b)| (a.min(s), b.max(e))))
+        let span_range = spans.fold(None, |acc, sp| {
+            merge::widen(acc, (sp.start_time_unix_nano, sp.end_time_unix_nano))
         });
         let mut t = Self {
             id,
@@ -495,7 +494,8 @@ impl<S: RawStore> Frontend<S> {
     ) -> Result<Arc<AssembledTrace>, FrontendError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!(target: TARGET, "assemble", objects = field::Empty);
-        // `_wide` is held until the trace is rendered and encoded.
+        // `_wide` is held until `finish` returns: the trace is rendered, and
+        // for the server (`keep_assembly = false`) encoded too.
         let (assembly, _wide) = self
             .assembler
             .assemble(searched, id.scope, clip)

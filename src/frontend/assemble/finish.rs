@@ -13,13 +13,12 @@ pub(super) fn clip_shared_to_parents(asm: &mut Assembly) {
         if !n.shared {
             continue;
         }
-        let Some((start, end)) = n.parent.and_then(|p| asm.nodes[p].history.active_range()) else {
+        let Some(range) = n.parent.and_then(|p| asm.nodes[p].history.active_range()) else {
             continue;
         };
         let h = &mut asm.nodes[i].history;
         let before = h.entries.len();
-        h.entries
-            .retain(|e| e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end);
+        h.entries.retain(|e| e.starts_within(range));
         h.hidden_entries += before - h.entries.len();
     }
 }

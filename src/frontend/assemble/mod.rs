@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::merge::{Link, ObjectHistory, Role, merge_until};
+use super::merge::{Link, ObjectHistory, Role, merge_until, widen};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::cache_weight::history_bytes;
@@ -345,17 +345,13 @@ impl<S: RawStore> Assembler<S> {
             .iter()
             .filter(|n| !n.shared)
             .filter_map(|n| n.history.active_range());
-        asm.range = own.fold(None, |acc: Option<(u64, u64)>, (s, e)| {
-            Some(acc.map_or((s, e), |(a, b)| (a.min(s), b.max(e))))
-        });
-        let Some((start, end)) = asm.range else {
+        asm.range = own.fold(None, widen);
+        let Some(range) = asm.range else {
             return;
         };
         for n in asm.nodes.iter_mut().filter(|n| n.shared) {
             let before = n.history.entries.len();
-            n.history.entries.retain(|e| {
-                e.span.start_time_unix_nano >= start && e.span.start_time_unix_nano <= end
-            });
+            n.history.entries.retain(|e| e.starts_within(range));
             n.history.hidden_entries += before - n.history.entries.len();
         }
     }
@@ -540,36 +536,25 @@ impl NotFollowed {
         notes: &mut Vec<String>,
     ) {
         let reached = [
-            (
-                AssemblyLimit::Depth,
-                self.depth,
-                format!(
-                    "{} links below depth {} not followed (max depth)",
-                    self.depth, limits.max_depth
+            (AssemblyLimit::Depth, self.depth),
+            (AssemblyLimit::Objects, self.objects),
+            (AssemblyLimit::Bytes, self.bytes),
+        ];
+        for (limit, count) in reached.into_iter().filter(|(_, count)| *count > 0) {
+            let note = match limit {
+                AssemblyLimit::Depth => format!(
+                    "{count} links below depth {} not followed (max depth)",
+                    limits.max_depth
                 ),
-            ),
-            (
-                AssemblyLimit::Objects,
-                self.objects,
-                format!(
-                    "{} linked objects not shown (max {} objects per trace)",
-                    self.objects, limits.max_objects
+                AssemblyLimit::Objects => format!(
+                    "{count} linked objects not shown (max {} objects per trace)",
+                    limits.max_objects
                 ),
-            ),
-            (
-                AssemblyLimit::Bytes,
-                self.bytes,
-                format!(
-                    "{} linked objects not shown (max {} MiB of object histories per trace, --max-trace-bytes)",
-                    self.bytes,
+                AssemblyLimit::Bytes => format!(
+                    "{count} linked objects not shown (max {} MiB of object histories per trace, --max-trace-bytes)",
                     limits.max_bytes.div_ceil(1 << 20)
                 ),
-            ),
-        ];
-        for (limit, count, note) in reached {
-            if count == 0 {
-                continue;
-            }
+            };
             metrics
                 .links_not_followed
                 .get_or_create(&AssemblyLimitLabel { limit })
