@@ -40,6 +40,12 @@ impl Change {
 
 /// Whether `key` is written as `.key` in a path (else `["key"]`).
 pub fn is_plain_key(key: &str) -> bool {
+    !key.is_empty() && key.bytes().all(is_plain_key_byte)
+}
+
+/// Whether `b` may appear in a key written as `.key`.
+#[inline]
+pub fn is_plain_key_byte(b: u8) -> bool {
     // A table over bytes, not chars: every allowed character is ASCII, and
     // no byte of a multi-byte character is (keys are checked a million
     // times a second).
@@ -53,7 +59,7 @@ pub fn is_plain_key(key: &str) -> bool {
         }
         t
     };
-    !key.is_empty() && key.bytes().all(|b| PLAIN[usize::from(b)])
+    PLAIN[usize::from(b)]
 }
 
 /// Appends `key` to `path` as a field segment, quoting keys that are not

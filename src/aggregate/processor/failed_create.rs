@@ -101,14 +101,14 @@ impl Processor {
         if !attempt.attempted_name.is_empty() {
             span.attr(attr::AUDIT_ATTEMPT_NAME, &attempt.attempted_name);
         }
-        if let Some(mut requested) = ev
+        if let Some((text, mut requested)) = ev
             .request_object
             .as_ref()
-            .and_then(|r| diff::parse_object(r.get()).ok())
+            .and_then(|r| Some((r.get(), diff::parse_object(r.get()).ok()?)))
         {
             diff::strip_noise(&mut requested);
             self.redactor
-                .redact(&tried.group, &tried.resource, &mut requested);
+                .redact_parsed(&tried.group, &tried.resource, &mut requested, text);
             add_snapshot(&mut span, &requested, ev.stage_timestamp);
         }
         self.emit(span).await?;

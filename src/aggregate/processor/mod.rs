@@ -69,7 +69,12 @@ impl ParsedResponse {
         let text = item.event.response_object.as_ref()?;
         let mut object = super::diff::parse_object(text.get()).ok();
         if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
-            redactor.redact(&item.object.group, &item.object.resource, object);
+            redactor.redact_parsed(
+                &item.object.group,
+                &item.object.resource,
+                object,
+                text.get(),
+            );
         }
         Some(ParsedResponse {
             object,

@@ -125,7 +125,12 @@ pub(super) fn apply(
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
             diff::strip_noise(&mut r);
             if let Some(redactor) = redactor.filter(|_| !redacted) {
-                redactor.redact(&obj.group, &obj.resource, &mut r);
+                match ev.response_object.as_ref() {
+                    Some(text) => {
+                        redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text.get())
+                    }
+                    None => redactor.redact(&obj.group, &obj.resource, &mut r),
+                }
             }
             Some(r)
         }

@@ -99,19 +99,45 @@ impl Redactor {
 
     /// Redacts `obj` in place, an object of `group`/`resource`.
     pub fn redact(&self, group: &str, resource: &str, obj: &mut Value) {
+        self.redact_top(group, resource, obj, self.paths.as_deref());
+    }
+
+    /// [`Self::redact`] for an object parsed from `text`: the walk for
+    /// `--redact-paths` is skipped when the text shows that no leaf can
+    /// match ([`PathPattern::may_match_in`]; most objects, with the
+    /// default pattern). The same leaves are redacted.
+    pub fn redact_parsed(&self, group: &str, resource: &str, obj: &mut Value, text: &str) {
+        let paths = self.paths.as_deref().filter(|p| p.may_match_in(text));
+        self.redact_top(group, resource, obj, paths);
+    }
+
+    fn redact_top(
+        &self,
+        group: &str,
+        resource: &str,
+        obj: &mut Value,
+        paths: Option<&PathPattern>,
+    ) {
         let secret = (group.is_empty() && resource == "secrets") || is_secret_kind(obj);
-        self.redact_object(secret, obj, 0);
+        self.redact_object(secret, obj, 0, paths);
     }
 
     /// Redacts an object (or a copy of one found in an annotation, at
-    /// `depth`); whether anything was replaced.
-    fn redact_object(&self, secret: bool, obj: &mut Value, depth: u32) -> bool {
+    /// `depth`), matching `paths` unless the caller found that none can
+    /// match; whether anything was replaced.
+    fn redact_object(
+        &self,
+        secret: bool,
+        obj: &mut Value,
+        depth: u32,
+        paths: Option<&PathPattern>,
+    ) -> bool {
         let mut changed = false;
         if secret {
             changed |= self.redact_secret(obj);
         }
-        changed |= self.redact_copies(secret, obj, depth);
-        if let Some(pattern) = &self.paths {
+        changed |= self.redact_copies(secret, obj, depth, paths);
+        if let Some(pattern) = paths {
             changed |= if pattern.matches_backwards() {
                 self.redact_places(pattern, obj, None, &mut String::new())
             } else {
@@ -143,7 +169,13 @@ impl Redactor {
     }
 
     /// Redacts the annotations that hold a copy of the object.
-    fn redact_copies(&self, secret: bool, obj: &mut Value, depth: u32) -> bool {
+    fn redact_copies(
+        &self,
+        secret: bool,
+        obj: &mut Value,
+        depth: u32,
+        paths: Option<&PathPattern>,
+    ) -> bool {
         let Some(annotations) =
             crate::json::pointer_mut(obj, "/metadata/annotations").and_then(Value::as_object_mut)
         else {
@@ -154,7 +186,7 @@ impl Redactor {
             let known = COPY_ANNOTATIONS.contains(&key.as_str());
             let found = match v {
                 Value::String(text) if known || text.trim_start().starts_with('{') => {
-                    self.redact_copy(secret, text, known, depth)
+                    self.redact_copy(secret, text, known, depth, paths)
                 }
                 Value::String(_) | Value::Null => Copy::Unchanged,
                 // Annotations are strings: anything else is not shown.
@@ -178,7 +210,14 @@ impl Redactor {
     /// `text` read as a copy of an object: redacted like the object (by the
     /// Secret rules too when either is a Secret). `known`: the annotation is
     /// one that holds copies, so what cannot be read is hidden.
-    fn redact_copy(&self, secret: bool, text: &str, known: bool, depth: u32) -> Copy {
+    fn redact_copy(
+        &self,
+        secret: bool,
+        text: &str,
+        known: bool,
+        depth: u32,
+        paths: Option<&PathPattern>,
+    ) -> Copy {
         let parsed = serde_json::from_str::<Value>(text);
         let is_copy = |v: &Value| {
             v.is_object()
@@ -192,7 +231,7 @@ impl Redactor {
                     return Copy::Hidden;
                 }
                 let secret = secret || is_secret_kind(&copy);
-                if !self.redact_object(secret, &mut copy, depth + 1) {
+                if !self.redact_object(secret, &mut copy, depth + 1, paths) {
                     return Copy::Unchanged;
                 }
                 match serde_json::to_string(&copy) {
@@ -513,10 +552,10 @@ mod tests {
             let mut redacted = 0;
             for object in &objects {
                 let (mut a, mut b) = (object.clone(), object.clone());
-                let changed = backwards.redact_object(false, &mut a, 0);
+                let changed = backwards.redact_object(false, &mut a, 0, backwards.paths.as_deref());
                 assert_eq!(
                     changed,
-                    forwards.redact_object(false, &mut b, 0),
+                    forwards.redact_object(false, &mut b, 0, forwards.paths.as_deref()),
                     "{pattern}"
                 );
                 assert_eq!(a, b, "{pattern} on {object}");
@@ -526,6 +565,80 @@ mod tests {
                 redacted > 0,
                 "{pattern} redacted nothing: the case proves little"
             );
+        }
+    }
+
+    #[test]
+    fn objects_whose_text_rules_out_a_match_are_redacted_the_same_without_the_walk() {
+        let mut texts: Vec<String> = crate::pipeline::fixture_objects(&[
+            "config",
+            "deployment",
+            "statefulset",
+            "service",
+            "bigobject",
+        ])
+        .iter()
+        .map(Value::to_string)
+        .collect();
+        let fixture_texts = texts.len();
+        let env = json!({"name": "app", "image": "nginx", "env": [
+            {"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "MODE", "value": "fast"}]});
+        texts.push(json!({"kind": "Pod", "spec": {"containers": [env]}}).to_string());
+        // The value only in a copy held by an annotation (escaped quotes).
+        let copy = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [env]}});
+        texts.push(
+            json!({"kind": "Pod", "metadata": {"annotations": {LAST_APPLIED: copy.to_string()}}})
+                .to_string(),
+        );
+        // A key written with escapes, as the apiserver would not but could.
+        texts.push(
+            r#"{"spec":{"containers":[{"name":"a","env":[{"name":"API_TOKEN","\u0076alue":"s"}]}]}}"#
+                .to_string(),
+        );
+        for (pattern, prefiltered) in [
+            (DEFAULT_REDACT_PATHS, true),
+            (r"image$", true),
+            (r"(?i)\.NAME$", true),
+            (r"env\[[01]\]\.value$", true),
+            // Ends with `]` (a quoted key or a list label), or with a
+            // letter whose case folds outside ASCII (ſ): no search.
+            (r#"\["[^"]*kubernetes\.io/[^"]*"\]$"#, false),
+            (r"(?i)\.pass$", false),
+            // Ends with one of too many literals (a class of 27 bytes).
+            (r"^(spec\.template\.)?metadata\.labels\.[a-z-]+$", false),
+            // Not anchored at the path's end: no search.
+            (r"token", false),
+        ] {
+            let r = Redactor::new(Some(PathPattern::new(pattern).unwrap()));
+            let paths = r.paths.as_deref().unwrap();
+            let mut ruled_out = 0;
+            let mut planted_redacted = 0;
+            for (i, text) in texts.iter().enumerate() {
+                let object: Value = serde_json::from_str(text).unwrap();
+                let (mut walked, mut skipping) = (object.clone(), object.clone());
+                r.redact("", "pods", &mut walked);
+                r.redact_parsed("", "pods", &mut skipping, text);
+                assert_eq!(skipping, walked, "{pattern} on {text}");
+                ruled_out += usize::from(!paths.may_match_in(text));
+                planted_redacted += usize::from(i >= fixture_texts && walked != object);
+            }
+            assert_eq!(
+                ruled_out > 0,
+                prefiltered,
+                "{pattern}: {ruled_out} ruled out"
+            );
+            if pattern == DEFAULT_REDACT_PATHS {
+                // Most objects carry no `value` key; the three planted do,
+                // and are redacted.
+                assert!(
+                    ruled_out * 10 > fixture_texts * 9,
+                    "{ruled_out} of {fixture_texts}"
+                );
+                assert_eq!(planted_redacted, 3, "{pattern}");
+                for planted in &texts[fixture_texts..] {
+                    assert!(paths.may_match_in(planted), "{planted}");
+                }
+            }
         }
     }
 
