@@ -240,6 +240,19 @@ fn bad_flags_are_named() {
         .unwrap();
     assert!(!st.status.success());
     assert!(String::from_utf8_lossy(&st.stderr).contains("--exclude-user-agent"));
+    // A budget of nothing would still load the searched object's chain:
+    // refused rather than silently meaning "a little".
+    let st = kascade()
+        .args(["trace", "x.log", "--resource", "pods", "--name", "p"])
+        .args(["--max-trace-bytes", "0"])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("--max-trace-bytes") && err.contains("'0'"),
+        "{err}"
+    );
 }
 
 #[test]

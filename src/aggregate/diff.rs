@@ -221,7 +221,9 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
 pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut path = String::new();
-    diff_at(old, new, &mut path, &mut changes);
+    if old != new {
+        diff_at(old, new, &mut path, &mut changes);
+    }
     changes.retain(|c| !is_noise(&c.path));
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     changes
@@ -238,16 +240,20 @@ fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>)
     });
 }
 
+/// The changes from `old` to `new`, which differ. Children are compared
+/// before their paths are written and walked: each equal subtree is compared
+/// once and costs no path (a write changes few of an object's fields).
 fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
-    if old == new {
-        return;
-    }
     match (old, new) {
         (Value::Object(a), Value::Object(b)) if !a.is_empty() && !b.is_empty() => {
             for (k, av) in a {
+                let bv = b.get(k);
+                if bv == Some(av) {
+                    continue;
+                }
                 let len = path.len();
                 push_field(path, k);
-                match b.get(k) {
+                match bv {
                     Some(bv) => diff_at(av, bv, path, out),
                     None => leaves_as(av, path, true, out),
                 }
@@ -272,13 +278,16 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                     let mut seen = std::collections::HashSet::new();
                     for bi in b {
                         let label = item_label(bi, k);
-                        let len = path.len();
-                        let _ = write!(path, "[{label}]");
-                        match old_items.get(&label) {
-                            Some(ai) => diff_at(ai, bi, path, out),
-                            None => leaves_as(bi, path, false, out),
+                        let ai = old_items.get(&label).copied();
+                        if ai != Some(bi) {
+                            let len = path.len();
+                            let _ = write!(path, "[{label}]");
+                            match ai {
+                                Some(ai) => diff_at(ai, bi, path, out),
+                                None => leaves_as(bi, path, false, out),
+                            }
+                            path.truncate(len);
                         }
-                        path.truncate(len);
                         seen.insert(label);
                     }
                     for ai in a {
@@ -293,6 +302,9 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                 }
                 (None, None) => {
                     for i in 0..a.len().max(b.len()) {
+                        if a.get(i) == b.get(i) {
+                            continue;
+                        }
                         let len = path.len();
                         let _ = write!(path, "[{i}]");
                         match (a.get(i), b.get(i)) {

@@ -30,8 +30,13 @@ pub struct AssemblyArgs {
     /// Objects in one assembled trace; further links are noted on the root span.
     #[arg(long, default_value_t = assembly().max_objects, env = "KASCADE_MAX_OBJECTS")]
     pub max_objects: usize,
-    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted on the root span.
-    #[arg(long, default_value_t = assembly().max_trace_bytes, env = "KASCADE_MAX_TRACE_BYTES")]
+    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted on the root span. The searched object and its owners are loaded whatever it says, so it must be at least 1.
+    #[arg(
+        long,
+        default_value_t = assembly().max_trace_bytes,
+        value_parser = clap::value_parser!(u64).range(1..),
+        env = "KASCADE_MAX_TRACE_BYTES"
+    )]
     pub max_trace_bytes: u64,
     /// Raw reads in flight at once.
     #[arg(long, default_value_t = assembly().concurrency, env = "KASCADE_CONCURRENCY")]

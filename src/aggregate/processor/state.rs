@@ -125,12 +125,9 @@ pub(super) fn apply(
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
             diff::strip_noise(&mut r);
             if let Some(redactor) = redactor.filter(|_| !redacted) {
-                match ev.response_object.as_ref() {
-                    Some(text) => {
-                        redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text.get())
-                    }
-                    None => redactor.redact(&obj.group, &obj.resource, &mut r),
-                }
+                // Without a response `r` is null: nothing to redact.
+                let text = ev.response_object.as_ref().map_or("", |t| t.get());
+                redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text);
             }
             Some(r)
         }

@@ -326,7 +326,9 @@ impl KeyPrefilter {
 
     fn may_match_in(&self, text: &[u8]) -> bool {
         // An escaped character could spell a key's end.
-        if memchr::memmem::find(text, b"\\u").is_some() {
+        static ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+        if ESCAPE.find(text).is_some() {
             return true;
         }
         let ends_a_key = |text: &[u8]| {
@@ -341,6 +343,7 @@ impl KeyPrefilter {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
