@@ -1753,10 +1753,9 @@ async fn concurrent_requests_for_one_trace_share_one_assembly() {
     assert_eq!(shared.metrics().raw_reads.get(), reads_of_one);
 }
 
-#[tokio::test]
-async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
-    // A raw Jaeger that accepts connections and never answers (a real
-    // socket; its reads would time out only after a minute).
+/// The URL of a raw Jaeger that accepts connections and never answers (a
+/// real socket): a read from it lasts until its client's timeout.
+async fn silent_jaeger_url() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -1765,6 +1764,13 @@ async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
             held.push(socket);
         }
     });
+    url
+}
+
+#[tokio::test]
+async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
+    // Its reads would time out only after a minute.
+    let url = silent_jaeger_url().await;
     // A real assembled id, as the UI would reload it.
     let id = hello_tree_id(&Arc::new(store("deployment").await)).await;
     let hanging = JaegerHttp::new(&url, "kascade", Duration::from_secs(60));
@@ -1781,6 +1787,65 @@ async fn an_assembly_past_its_deadline_fails_with_a_timeout_not_a_hang() {
     // Not cached: the next request tries again.
     assert!(f.get(&id).await.is_err());
     assert_eq!(f.metrics().assembly_timeouts.get(), 2);
+}
+
+#[tokio::test]
+async fn assemblies_past_max_assemblies_wait_for_one_in_flight() {
+    // An assembly reading from it stays in flight until dropped.
+    let url = silent_jaeger_url().await;
+    // Two different traces, as the UI would reload them.
+    let s = Arc::new(store("deployment").await);
+    let offline = Frontend::new(s.clone(), FrontendConfig::default());
+    let tree = hello_in(&offline, Mode::Tree).await.id;
+    let in_tracing = hello_in(&offline, Mode::Tracing).await.id;
+    assert_ne!(tree, in_tracing);
+    let f = Arc::new(Frontend::new(
+        Arc::new(JaegerHttp::new(&url, "kascade", Duration::from_secs(600))),
+        FrontendConfig {
+            max_assemblies: 1,
+            assembly_timeout: Duration::from_secs(600),
+            ..FrontendConfig::default()
+        },
+    ));
+    let get = |id: [u8; 16]| {
+        let f = f.clone();
+        tokio::spawn(async move { f.get(&id).await })
+    };
+    // Polled in turns, not time: each turn lets the spawned requests run.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        for _ in 0..100_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("{what} never happened");
+    }
+    let first = get(tree);
+    until("the first assembly reading", || {
+        f.metrics().raw_reads.get() > 0
+    })
+    .await;
+    let reads_of_first = f.metrics().raw_reads.get();
+    let second = get(in_tracing);
+    until("the second assembly waiting", || {
+        f.metrics().assembly_waits.get() == 1
+    })
+    .await;
+    assert_eq!(
+        f.metrics().raw_reads.get(),
+        reads_of_first,
+        "it read nothing"
+    );
+    assert!(!second.is_finished());
+    // The first one ends (its request dropped): the second goes ahead.
+    first.abort();
+    until("the second assembly reading", || {
+        f.metrics().raw_reads.get() > reads_of_first
+    })
+    .await;
+    assert_eq!(f.metrics().assembly_waits.get(), 1);
+    second.abort();
 }
 
 #[tokio::test]

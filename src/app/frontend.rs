@@ -163,6 +163,8 @@ pub struct FrontendServerConfig {
     pub cache_bytes: u64,
     /// Longest one trace's assembly may take.
     pub assembly_timeout: Duration,
+    /// Assemblies in flight at once ([`crate::frontend::FrontendConfig::max_assemblies`]).
+    pub max_assemblies: usize,
     pub assembly: AssemblyConfig,
 }
 
@@ -183,6 +185,7 @@ impl Default for FrontendServerConfig {
             cache_ttl: Duration::from_secs(10 * 60),
             cache_bytes: crate::frontend::DEFAULT_CACHE_BYTES,
             assembly_timeout: Duration::from_secs(30),
+            max_assemblies: crate::frontend::DEFAULT_MAX_ASSEMBLIES,
             assembly: AssemblyConfig::default(),
         }
     }
@@ -225,6 +228,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     cfg.cache_bytes = config.cache_bytes;
     cfg.clusters = config.clusters.clone();
     cfg.assembly_timeout = config.assembly_timeout;
+    cfg.max_assemblies = config.max_assemblies;
     // The server answers from the encoded stream only.
     cfg.keep_assembly = false;
     let tls = ClientTls {

@@ -121,6 +121,14 @@ pub struct FrontendArgs {
     /// before the request fails with DeadlineExceeded.
     #[arg(long, default_value_t = frontend().assembly_timeout.into(), env = "KASCADE_ASSEMBLY_TIMEOUT")]
     pub assembly_timeout: Duration,
+    /// Traces assembled at once (requests for one trace share its assembly); further ones wait, within --assembly-timeout.
+    #[arg(
+        long,
+        default_value_t = frontend().max_assemblies,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+        env = "KASCADE_MAX_ASSEMBLIES"
+    )]
+    pub max_assemblies: usize,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -142,6 +150,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             cache_ttl: a.cache_ttl.into(),
             cache_bytes: a.cache_bytes,
             assembly_timeout: a.assembly_timeout.into(),
+            max_assemblies: a.max_assemblies,
             assembly: a.assembly.into(),
         }
     }

@@ -6,6 +6,11 @@ use std::time::Duration;
 use super::assemble::{Limits, Scope};
 use super::cpid;
 
+/// Default of [`FrontendConfig::max_assemblies`]: with the default budget
+/// (64 MiB of histories, 16 MiB before an assembly is wide) three small
+/// assemblies and the wide one peak near 350 MB together.
+pub const DEFAULT_MAX_ASSEMBLIES: usize = 4;
+
 /// Settings of a [`super::Frontend`]; `kascade frontend` and `kascade
 /// trace` fill it from their flags.
 #[derive(Clone, Debug)]
@@ -32,6 +37,12 @@ pub struct FrontendConfig {
     /// Longest one trace's assembly (raw reads included) may take; the
     /// request then fails with DeadlineExceeded instead of holding the UI.
     pub assembly_timeout: Duration,
+    /// Assemblies in flight at once (cache misses of different traces;
+    /// requests for one trace share its assembly). Each holds up to a
+    /// quarter of `limits.max_bytes` of histories unless it is the one
+    /// wide assembly, so memory stays bounded under a burst of requests;
+    /// the rest wait, the wait counting against `assembly_timeout`.
+    pub max_assemblies: usize,
     /// Keep each assembled trace whole: its object tree, cascades and
     /// rendered spans (`kascade trace`, the library). `kascade frontend`
     /// keeps only what the Jaeger API serves, the encoded stream and its
@@ -54,6 +65,7 @@ impl Default for FrontendConfig {
             clusters: Vec::new(),
             change_lookback: cpid::LOOKBACK,
             assembly_timeout: Duration::from_secs(30),
+            max_assemblies: DEFAULT_MAX_ASSEMBLIES,
             keep_assembly: true,
         }
     }

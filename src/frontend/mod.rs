@@ -8,7 +8,7 @@ pub mod assemble;
 pub mod cache_weight;
 pub mod cascade;
 mod config;
-pub use config::FrontendConfig;
+pub use config::{DEFAULT_MAX_ASSEMBLIES, FrontendConfig};
 pub mod cpid;
 pub use cpid::RelatedCpids;
 pub mod display;
@@ -167,6 +167,8 @@ pub struct Frontend<S> {
     cfg: FrontendConfig,
     windowing: Windowing,
     cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
+    /// [`FrontendConfig::max_assemblies`] permits, one per assembly in flight.
+    assemblies: tokio::sync::Semaphore,
     clusters: moka::sync::Cache<String, ()>,
     /// When the clusters were last read from the raw store.
     clusters_read: std::sync::Mutex<Option<std::time::Instant>>,
@@ -218,6 +220,11 @@ impl<S: RawStore> Frontend<S> {
                 .time_to_live(cfg.cache_ttl)
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
+            // At least one, or every assembly would wait out its deadline.
+            assemblies: tokio::sync::Semaphore::new(
+                cfg.max_assemblies
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            ),
             clusters,
             clusters_read: std::sync::Mutex::new(None),
             cfg,
@@ -407,7 +414,11 @@ impl<S: RawStore> Frontend<S> {
             let loaded = self
                 .cache
                 .try_get_with(*id, async {
-                    match tokio::time::timeout(deadline, self.get_uncached(id)).await {
+                    let assembly = async {
+                        let _in_flight = self.assembly_permit().await;
+                        self.get_uncached(id).await
+                    };
+                    match tokio::time::timeout(deadline, assembly).await {
                         Ok(Ok(Some(t))) => Ok(t),
                         Ok(Ok(None)) => Err(Miss::NotFound),
                         Ok(Err(e)) => Err(Miss::Failed(Arc::new(e))),
@@ -443,6 +454,23 @@ impl<S: RawStore> Frontend<S> {
         }
         .instrument(span.clone())
         .await
+    }
+
+    /// A permit to assemble, waited for (and the wait counted) while
+    /// `--max-assemblies` others are in flight.
+    async fn assembly_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        if let Ok(p) = self.assemblies.try_acquire() {
+            return p;
+        }
+        self.metrics.assembly_waits.inc();
+        tracing::debug!(
+            max_assemblies = self.cfg.max_assemblies,
+            "an assembly waits for one in flight to finish"
+        );
+        self.assemblies
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     async fn get_uncached(

@@ -32,6 +32,9 @@ pub struct FrontendMetrics {
     /// Wide assemblies (past a quarter of `--max-trace-bytes`) that waited
     /// for another to finish: one is assembled at a time.
     pub wide_assembly_waits: Counter,
+    /// Assemblies that waited for one of the `--max-assemblies` in flight
+    /// to finish.
+    pub assembly_waits: Counter,
 }
 
 impl Default for FrontendMetrics {
@@ -52,6 +55,7 @@ impl Default for FrontendMetrics {
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             links_not_followed: Family::default(),
             wide_assembly_waits: Counter::default(),
+            assembly_waits: Counter::default(),
         }
     }
 }
@@ -116,6 +120,11 @@ impl FrontendMetrics {
             "wide_assembly_waits",
             "Wide assemblies (past a quarter of --max-trace-bytes) that waited for another to finish",
             self.wide_assembly_waits.clone(),
+        );
+        r.register(
+            "assembly_waits",
+            "Assemblies that waited for one of the --max-assemblies in flight to finish",
+            self.assembly_waits.clone(),
         );
     }
 
