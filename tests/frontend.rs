@@ -1973,3 +1973,87 @@ async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_served_search_assembles_each_trace_once_the_previous_one_is_taken() {
+    use futures::StreamExt as _;
+    let s = Arc::new(store("deployment").await);
+    // Whole seconds, as the gRPC query below gives them.
+    let secs =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (start, end) = {
+        let r = whole_range(&s);
+        (secs(r.start), secs(r.end) + 1)
+    };
+    let range = TimeRange::new(
+        std::time::UNIX_EPOCH + Duration::from_secs(start),
+        std::time::UNIX_EPOCH + Duration::from_secs(end),
+    );
+    let query = SearchQuery {
+        mode: Mode::Tracing,
+        scope: Scope::Full,
+        tags: tags(&[("resource", "pods")]),
+        range,
+        limit: 20,
+    };
+    let all: Vec<[u8; 16]> = Frontend::new(s.clone(), FrontendConfig::default())
+        .search(&query)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert!(all.len() >= 2, "{} Pods found", all.len());
+
+    let f = Arc::new(Frontend::new(s.clone(), FrontendConfig::default()));
+    let assembled = || f.metrics().traces_assembled.get();
+    let found = f.find(&query).await.unwrap();
+    assert_eq!(assembled(), 0, "finding assembles nothing");
+    let mut stream = std::pin::pin!(f.clone().found_stream(found));
+    let mut streamed = Vec::new();
+    while let Some(t) = stream.next().await {
+        streamed.push(t.unwrap().id);
+        // The next trace is not assembled before this one is taken.
+        assert_eq!(assembled(), streamed.len() as u64);
+    }
+    assert_eq!(streamed, all, "the same traces, in the same order");
+
+    // Over gRPC, with nothing cached: every trace streamed, in order.
+    let uncached = Arc::new(Frontend::new(
+        s,
+        FrontendConfig {
+            cache_bytes: 1,
+            ..FrontendConfig::default()
+        },
+    ));
+    let channel = grpc_frontend(uncached.clone()).await;
+    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel)
+        .max_decoding_message_size(64 << 20);
+    let mut stream = client
+        .find_traces(FindTracesRequest {
+            query: Some(TraceQueryParameters {
+                service_name: "tracing".into(),
+                attributes: vec![kv("resource", "pods")],
+                start_time_min: ts(start as i64, 0),
+                start_time_max: ts(end as i64, 0),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids: Vec<[u8; 16]> = Vec::new();
+    while let Some(m) = stream.message().await.unwrap() {
+        let m = m.into_decoded().unwrap();
+        let id: [u8; 16] = m.resource_spans[0].scope_spans[0].spans[0]
+            .trace_id
+            .clone()
+            .try_into()
+            .unwrap();
+        if ids.last() != Some(&id) {
+            ids.push(id);
+        }
+    }
+    assert_eq!(ids, all);
+    assert_eq!(uncached.metrics().traces_assembled.get(), all.len() as u64);
+}

@@ -32,22 +32,9 @@ cleanup() {
   rm -rf "$RUN"
 }
 trap cleanup EXIT
-
-wait_for() { # what url [log]
-  local deadline=$((SECONDS + 60))
-  until curl -sf "$2" >/dev/null 2>&1; do
-    (( SECONDS < deadline )) || { echo "$1 not ready" >&2; [[ -z "${3:-}" ]] || tail -n 20 "$3" >&2; exit 1; }
-    sleep 0.2
-  done
-}
-
-# The raw Jaeger, as the harness runs it.
-JAEGER_BIND_HOST=127.0.0.1 JAEGER_OTLP_GRPC_PORT=29417 JAEGER_OTLP_HTTP_PORT=29418 \
-  JAEGER_QUERY_HTTP_PORT=29486 JAEGER_QUERY_GRPC_PORT=29485 JAEGER_HEALTH_PORT=29433 \
-  JAEGER_METRICS_PORT=29488 JAEGER_REMOTE_STORAGE_PORT=29471 \
-  "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/raw.yaml" >"$RUN/jaeger-raw.log" 2>&1 &
-pids+=($!)
-wait_for "raw Jaeger" http://127.0.0.1:29486/api/services "$RUN/jaeger-raw.log"
+# shellcheck source=/dev/null
+source "$ROOT/e2e/bench/jaegers.sh"
+start_raw_jaeger
 
 python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "$PODS" >"$RUN/audit.log" <<'PY'
 import sys
@@ -59,25 +46,10 @@ for i in range(int(sys.argv[2])):
     name = f"hello-54f9b65d48-b{i:05}"
     sys.stdout.writelines(l.replace(template_pod, name) for l in template)
 PY
-"$KASCADE_BIN" replay --cluster bench --otlp-endpoint http://127.0.0.1:29417 --output otlp \
-  "$RUN/audit.log" >"$RUN/replay.log" 2>&1 || { cat "$RUN/replay.log" >&2; exit 1; }
-# The search range: the fixture's time, from an hour before (object spans
-# start with their window, up to --window before the first write).
-read -r START END < <(python3 - "$RUN/audit.log" <<'PY'
-import datetime, json, sys
-ts = [json.loads(l)["stageTimestamp"] for l in open(sys.argv[1]) if l.strip()]
-us = lambda s: int(datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() * 1e6)
-print(min(map(us, ts)) - 3_600_000_000, max(map(us, ts)) + 60_000_000)
-PY
-)
+replay_into_raw_jaeger "$RUN/audit.log"
+read -r START END < <(search_range "$RUN/audit.log")
 # Every raw span stored before timing (the exporter's last batch included).
-expected=$(grep -c . "$RUN/audit.log")
-deadline=$((SECONDS + 120))
-until curl -sf "http://127.0.0.1:29486/api/traces?service=kascade&tags=%7B%22resource%22%3A%22pods%22%2C%22name%22%3A%22hello-54f9b65d48-b$(printf %05d $((PODS - 1)))%22%7D&start=$START&end=$END&limit=5" \
-  | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("data") else 1)' 2>/dev/null; do
-  (( SECONDS < deadline )) || { echo "the last Pod's spans never reached the raw Jaeger ($expected audit lines)" >&2; exit 1; }
-  sleep 0.5
-done
+wait_for_raw_spans "{\"resource\":\"pods\",\"name\":\"hello-54f9b65d48-b$(printf %05d $((PODS - 1)))\"}" "$START" "$END"
 
 # One frontend + query Jaeger per run, in a subshell; $1 = grpc|http. Prints
 # "cold_ms warm_ms cold_search_ms warm_search_ms reads requests assemble_ms"
@@ -86,18 +58,9 @@ done
 measure() {
   local store=$1 args=(--jaeger-url http://127.0.0.1:29486)
   [[ "$store" == http ]] || args+=(--jaeger-grpc-url http://127.0.0.1:29471)
-  "$KASCADE_BIN" frontend --grpc-listen 127.0.0.1:29493 --http-listen 127.0.0.1:29494 "${args[@]}" \
-    >"$RUN/frontend.log" 2>&1 &
-  fpid=$!
-  JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=29496 JAEGER_QUERY_GRPC_PORT=29497 \
-    JAEGER_HEALTH_PORT=29498 JAEGER_OTLP_GRPC_PORT=29499 JAEGER_OTLP_HTTP_PORT=29500 \
-    KASCADE_FRONTEND_GRPC=127.0.0.1:29493 \
-    "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/query.yaml" >"$RUN/jaeger-query.log" 2>&1 &
-  qpid=$!
   # measure runs in a subshell of its own: its processes end with it.
-  trap 'kill "$qpid" "$fpid" 2>/dev/null || true' EXIT
-  wait_for "kascade frontend" http://127.0.0.1:29494/readyz "$RUN/frontend.log"
-  wait_for "query Jaeger" http://127.0.0.1:29496/api/services "$RUN/jaeger-query.log"
+  trap stop_frontend EXIT
+  start_frontend "${args[@]}"
   local rc=0
   python3 - "$START" "$END" "$PODS" <<'PY' || rc=$?
 import json, sys, time, urllib.parse, urllib.request
@@ -137,8 +100,7 @@ assembled = value('kascade_frontend_traces_assembled_total')
 assert assembled == '1', f"the trace was assembled {assembled} times (cache: {value('kascade_frontend_cache_bytes')} bytes)"
 print(f"{cold:.0f} {warm:.0f} {cold_search:.0f} {warm_search:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
 PY
-  kill "$qpid" "$fpid" 2>/dev/null || true
-  wait "$qpid" "$fpid" 2>/dev/null || true
+  stop_frontend
   [[ $rc -eq 0 ]] || { tail -n 5 "$RUN/frontend.log" >&2; return "$rc"; }
 }
 

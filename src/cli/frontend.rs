@@ -113,8 +113,9 @@ pub struct FrontendArgs {
     /// How long an assembled trace stays cached for reloads.
     #[arg(long, default_value_t = frontend().cache_ttl.into(), env = "KASCADE_CACHE_TTL")]
     pub cache_ttl: Duration,
-    /// Bytes of assembled traces kept in the cache (a 1,000-Pod Deployment's
-    /// trace holds about 100 MB; a trace larger than this is answered, not kept).
+    /// Bytes of assembled traces kept in the cache (the server keeps a
+    /// trace's encoded answer only: about 20 MB for a 1,000-Pod Deployment;
+    /// a trace larger than this is answered, not kept; 0 keeps none).
     #[arg(long, default_value_t = frontend().cache_bytes, env = "KASCADE_CACHE_BYTES")]
     pub cache_bytes: u64,
     /// Longest the assembly of one trace (its raw reads included) may take

@@ -45,9 +45,10 @@ pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace",
 /// every write of that change and of the changes merged from it.
 pub const CPID_TAG: &str = "cpid";
 
-/// The trace cache's default bound: two 1,000-Pod Deployments' traces do not
-/// fit, so the frontend stays within its 512 MiB limit (`deploy/`) while it
-/// assembles another (an assembly in flight holds about as much again).
+/// The trace cache's default bound: about ten 1,000-Pod Deployments'
+/// traces as the server keeps them; full, and with `--max-assemblies`
+/// assemblies in flight (one of them wide), the frontend peaked below
+/// 500 MiB, within its 640 MiB limit (`deploy/`; `e2e/bench/frontend-memory.sh`).
 pub const DEFAULT_CACHE_BYTES: u64 = 192 << 20;
 
 /// A search tag's value within Kubernetes' bounds (names and resources 253
@@ -94,6 +95,44 @@ pub struct SearchQuery {
     pub range: TimeRange,
     /// Objects (= traces) returned at most.
     pub limit: usize,
+}
+
+/// What a search found, assembled one trace at a time by [`Found::next`]
+/// (from [`Frontend::find`]).
+#[derive(Debug)]
+pub struct Found {
+    /// A search by change: its trace, assembled by the search.
+    change: Option<Arc<AssembledTrace>>,
+    /// The found objects' trace ids, in order, not assembled yet.
+    ids: std::vec::IntoIter<TraceIdBytes>,
+    limit: usize,
+    yielded: usize,
+    /// The search's self-tracing span, the parent of each `get`.
+    span: tracing::Span,
+}
+
+impl Found {
+    /// The next trace, assembled now (or taken from the cache); `None` once
+    /// the query's limit is reached or no object is left. Objects with
+    /// nothing recorded in range are skipped.
+    pub async fn next<S: RawStore>(
+        &mut self,
+        frontend: &Frontend<S>,
+    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
+        if let Some(t) = self.change.take() {
+            self.yielded += 1;
+            return Ok(Some(t));
+        }
+        while self.yielded < self.limit {
+            let Some(id) = self.ids.next() else { break };
+            if let Some(t) = frontend.get(&id).instrument(self.span.clone()).await? {
+                self.yielded += 1;
+                self.span.record("found", self.yielded);
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// One assembled trace, ready to stream.
@@ -305,26 +344,51 @@ impl<S: RawStore> Frontend<S> {
             .collect()
     }
 
-    /// Finds the objects matching the query and assembles one trace each.
-    /// Self-tracing (crate::telemetry): one `search` span, with the raw reads
-    /// and the `get` of each trace found below it.
+    /// Finds the objects matching the query and assembles one trace each,
+    /// all of them held until the last is assembled ([`Frontend::find`] and
+    /// [`Found::next`] hand them over one at a time).
     pub async fn search(&self, q: &SearchQuery) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
-        let span = tracing::info_span!(target: TARGET, "search", tags = q.tags.len(),
-            limit = q.limit, raw_traces = field::Empty, found = field::Empty);
-        self.search_traced(q, &span).instrument(span.clone()).await
+        let mut found = self.find(q).await?;
+        let mut out = Vec::new();
+        while let Some(t) = found.next(self).await? {
+            out.push(t);
+        }
+        Ok(out)
     }
 
-    async fn search_traced(
+    /// The objects matching the query, none of them assembled yet: a
+    /// server answers each trace as [`Found::next`] assembles it and lets it
+    /// go, instead of holding all of a search's results at once (traces past
+    /// `--cache-bytes`, or evicted meanwhile, would all be in memory
+    /// together).
+    /// Self-tracing (crate::telemetry): one `search` span, with the raw reads
+    /// and the `get` of each trace found below it.
+    pub async fn find(&self, q: &SearchQuery) -> Result<Found, FrontendError> {
+        let span = tracing::info_span!(target: TARGET, "search", tags = q.tags.len(),
+            limit = q.limit, raw_traces = field::Empty, found = field::Empty);
+        let (change, ids) = self.find_traced(q, &span).instrument(span.clone()).await?;
+        span.record("found", usize::from(change.is_some()));
+        Ok(Found {
+            change,
+            ids: ids.into_iter(),
+            limit: q.limit,
+            yielded: 0,
+            span,
+        })
+    }
+
+    /// A search by change (its one trace), or the ids of the objects' traces
+    /// to assemble, in order.
+    async fn find_traced(
         &self,
         q: &SearchQuery,
         span: &tracing::Span,
-    ) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
+    ) -> Result<(Option<Arc<AssembledTrace>>, Vec<TraceIdBytes>), FrontendError> {
         if let Some((_, v)) = q.tags.iter().find(|(k, _)| k == CPID_TAG) {
             let cpid = kascade_cpid::Cpid::parse(v.trim())
                 .map_err(|e| FrontendError::InvalidArgument(format!("tag \"cpid\": {e}")))?;
             let found = self.change_trace(cpid, q.range).await?;
-            span.record("found", usize::from(found.is_some()));
-            return Ok(found.into_iter().collect());
+            return Ok((found, Vec::new()));
         }
         for (k, v) in &q.tags {
             if !SEARCH_TAGS.contains(&k.as_str()) {
@@ -352,26 +416,38 @@ impl<S: RawStore> Frontend<S> {
         // The clip end is the search's end, to the second (rounded up): a
         // later search sees later writes under a new id.
         let clip_end = nanos(q.range.end).div_ceil(1_000_000_000);
-        let mut out = Vec::new();
-        for (hash, mut windows) in objects {
-            if out.len() >= q.limit {
-                break;
-            }
-            windows.sort_unstable();
-            let first = windows[0].max(range_windows.first().copied().unwrap_or(windows[0]));
-            let id = AssembledId {
-                object_hash: hash,
-                first_window: first,
-                clip_end: clip_end.max(first),
-                mode: q.mode,
-                scope: q.scope,
-            };
-            if let Some(t) = self.get(&id.encode()).await? {
-                out.push(t);
-            }
-        }
-        span.record("found", out.len());
-        Ok(out)
+        let ids = objects
+            .into_iter()
+            .map(|(hash, mut windows)| {
+                windows.sort_unstable();
+                let first = windows[0].max(range_windows.first().copied().unwrap_or(windows[0]));
+                AssembledId {
+                    object_hash: hash,
+                    first_window: first,
+                    clip_end: clip_end.max(first),
+                    mode: q.mode,
+                    scope: q.scope,
+                }
+                .encode()
+            })
+            .collect();
+        Ok((None, ids))
+    }
+
+    /// [`Frontend::find`]'s traces as a stream, each assembled when the
+    /// previous one has been taken: what a server answers a search with.
+    /// Ends after the first error.
+    pub fn found_stream(
+        self: Arc<Self>,
+        found: Found,
+    ) -> impl futures::Stream<Item = Result<Arc<AssembledTrace>, FrontendError>> + Send + 'static
+    where
+        S: 'static,
+    {
+        futures::stream::try_unfold((self, found), |(frontend, mut found)| async move {
+            let next = found.next(&frontend).await?;
+            Ok(next.map(|t| (t, (frontend, found))))
+        })
     }
 
     /// The service graph for the Jaeger UI's System Architecture: how

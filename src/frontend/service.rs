@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::Stream;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
 
 use super::display::Mode;
 use super::http::MAX_TIME_SECS;
@@ -54,15 +55,7 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 
     fn error(&self, rpc: Rpc) {
-        crate::self_trace::record_error(
-            &tracing::Span::current(),
-            &format!("{} failed", rpc.as_str()),
-        );
-        self.frontend
-            .metrics()
-            .errors
-            .get_or_create(&FrontendMetrics::rpc(rpc))
-            .inc();
+        count_error(&self.frontend, rpc);
     }
 
     fn fail(&self, rpc: Rpc, e: FrontendError) -> Status {
@@ -79,6 +72,19 @@ impl<S: RawStore> JaegerStorage<S> {
             DependencyReaderServer::new(deps),
         )
     }
+}
+
+/// An RPC's failure, in its self-tracing span and the error counter.
+fn count_error<S: RawStore>(frontend: &Frontend<S>, rpc: Rpc) {
+    crate::self_trace::record_error(
+        &tracing::Span::current(),
+        &format!("{} failed", rpc.as_str()),
+    );
+    frontend
+        .metrics()
+        .errors
+        .get_or_create(&FrontendMetrics::rpc(rpc))
+        .inc();
 }
 
 /// An InvalidArgument whose message is clipped to fit a gRPC status (a
@@ -309,14 +315,29 @@ pub fn encoded_chunks(t: &AssembledTrace) -> &[Bytes] {
     })
 }
 
-fn stream_of(traces: Vec<Arc<AssembledTrace>>) -> TraceStream {
-    // Each trace's messages in a row: chunks never mix traces.
-    let messages: Vec<TracesMessage> = traces
-        .iter()
-        .flat_map(|t| encoded_chunks(t).iter().cloned())
-        .map(TracesMessage::Encoded)
-        .collect();
-    Box::pin(futures::stream::iter(messages.into_iter().map(Ok)))
+/// Traces as a stream's messages, each trace's chunks in a row (chunks
+/// never mix traces). A trace is assembled when the stream is polled for it
+/// and let go once its chunks are taken, so an answer of many large traces
+/// holds about one at a time. An error (the last item) is counted as the
+/// RPC's.
+fn stream_of<S: RawStore>(
+    frontend: Arc<Frontend<S>>,
+    rpc: Rpc,
+    traces: impl Stream<Item = Result<Arc<AssembledTrace>, FrontendError>> + Send + 'static,
+) -> TraceStream {
+    use futures::TryStreamExt as _;
+    Box::pin(
+        traces
+            .map_err(move |e| {
+                count_error(&frontend, rpc);
+                to_status(e)
+            })
+            .map_ok(|t| {
+                let chunks = encoded_chunks(&t).to_vec();
+                futures::stream::iter(chunks.into_iter().map(|c| Ok(TracesMessage::Encoded(c))))
+            })
+            .try_flatten(),
+    )
 }
 
 fn proto_ts(ns: u64) -> prost_types::Timestamp {
@@ -346,7 +367,7 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
                 queries.len()
             )));
         }
-        let mut found = Vec::new();
+        let mut ids = Vec::with_capacity(queries.len());
         for q in queries {
             let Some(id) = trace_id_bytes(&q.trace_id) else {
                 self.error(Rpc::GetTraces);
@@ -355,16 +376,31 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
                     q.trace_id.len()
                 )));
             };
-            if let Some(t) = self
-                .frontend
-                .get(&id)
-                .await
-                .map_err(|e| self.fail(Rpc::GetTraces, e))?
-            {
-                found.push(t);
-            }
+            ids.push(id);
         }
-        Ok(Response::new(stream_of(found)))
+        // Assembled as the stream is read (each `get` under this request's
+        // span, though polled after the handler returned), unknown ids
+        // skipped; ends after the first error.
+        let traces = futures::stream::try_unfold(
+            (
+                self.frontend.clone(),
+                ids.into_iter(),
+                tracing::Span::current(),
+            ),
+            |(frontend, mut ids, span)| async move {
+                for id in ids.by_ref() {
+                    if let Some(t) = frontend.get(&id).instrument(span.clone()).await? {
+                        return Ok(Some((t, (frontend, ids, span))));
+                    }
+                }
+                Ok(None)
+            },
+        );
+        Ok(Response::new(stream_of(
+            self.frontend.clone(),
+            Rpc::GetTraces,
+            traces,
+        )))
     }
 
     async fn get_services(
@@ -409,12 +445,16 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
             self.frontend.config().default_scope,
         )
         .inspect_err(|_| self.error(Rpc::FindTraces))?;
-        let traces = self
+        let found = self
             .frontend
-            .search(&q)
+            .find(&q)
             .await
             .map_err(|e| self.fail(Rpc::FindTraces, e))?;
-        Ok(Response::new(stream_of(traces)))
+        Ok(Response::new(stream_of(
+            self.frontend.clone(),
+            Rpc::FindTraces,
+            self.frontend.clone().found_stream(found),
+        )))
     }
 
     async fn find_trace_i_ds(
@@ -427,24 +467,28 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
             self.frontend.config().default_scope,
         )
         .inspect_err(|_| self.error(Rpc::FindTraceIDs))?;
-        let traces = self
+        let mut found = self
             .frontend
-            .search(&q)
+            .find(&q)
             .await
             .map_err(|e| self.fail(Rpc::FindTraceIDs, e))?;
-        Ok(Response::new(FindTraceIDsResponse {
-            trace_ids: traces
-                .iter()
-                .filter_map(|t| {
-                    let (s, e) = t.span_range?;
-                    Some(FoundTraceId {
-                        trace_id: t.id.to_vec(),
-                        start: Some(proto_ts(s)),
-                        end: Some(proto_ts(e.max(s))),
-                    })
-                })
-                .collect(),
-        }))
+        // Only ids and time ranges are answered: each trace is let go
+        // before the next is assembled.
+        let mut trace_ids = Vec::new();
+        while let Some(t) = found
+            .next(&self.frontend)
+            .await
+            .map_err(|e| self.fail(Rpc::FindTraceIDs, e))?
+        {
+            if let Some((s, e)) = t.span_range {
+                trace_ids.push(FoundTraceId {
+                    trace_id: t.id.to_vec(),
+                    start: Some(proto_ts(s)),
+                    end: Some(proto_ts(e.max(s))),
+                });
+            }
+        }
+        Ok(Response::new(FindTraceIDsResponse { trace_ids }))
     }
 }
 
