@@ -1033,7 +1033,7 @@ async fn redirect_refuses_times_and_names_beyond_bounds_with_short_400s() {
 
 /// The frontend's gRPC services on a loopback port, as Jaeger query reaches
 /// them, and a channel to it.
-async fn grpc_frontend(f: Arc<Frontend<MemoryStore>>) -> tonic::transport::Channel {
+async fn grpc_frontend<S: RawStore + 'static>(f: Arc<Frontend<S>>) -> tonic::transport::Channel {
     let incoming =
         tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = incoming.local_addr().unwrap();
@@ -2056,4 +2056,47 @@ async fn a_served_search_assembles_each_trace_once_the_previous_one_is_taken() {
     }
     assert_eq!(ids, all);
     assert_eq!(uncached.metrics().traces_assembled.get(), all.len() as u64);
+}
+
+#[tokio::test]
+async fn an_assembly_failing_while_its_answer_streams_ends_the_stream_with_its_status() {
+    use kascade::metrics::{FrontendMetrics, Rpc};
+    // Its reads would time out only after a minute; the assembly's deadline
+    // ends them first.
+    let url = silent_jaeger_url().await;
+    let id = hello_tree_id(&Arc::new(store("deployment").await)).await;
+    let f = Arc::new(Frontend::new(
+        Arc::new(JaegerHttp::new(&url, "kascade", Duration::from_secs(60))),
+        FrontendConfig {
+            assembly_timeout: Duration::from_millis(300),
+            ..FrontendConfig::default()
+        },
+    ));
+    let channel = grpc_frontend(f.clone()).await;
+    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel);
+    // The call is answered at once; the trace is assembled as its stream is read.
+    let mut stream = client
+        .get_traces(GetTracesRequest {
+            query: vec![GetTraceParams {
+                trace_id: id.to_vec(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let err = stream.message().await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message().contains("--assembly-timeout"),
+        "{}",
+        err.message()
+    );
+    let failed = f
+        .metrics()
+        .errors
+        .get_or_create(&FrontendMetrics::rpc(Rpc::GetTraces))
+        .get();
+    assert_eq!(failed, 1);
+    assert_eq!(f.metrics().assembly_timeouts.get(), 1);
 }
