@@ -55,7 +55,7 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 
     fn error(&self, rpc: Rpc) {
-        count_error(&self.frontend, rpc);
+        count_error(&self.frontend, rpc, &tracing::Span::current());
     }
 
     fn fail(&self, rpc: Rpc, e: FrontendError) -> Status {
@@ -74,12 +74,10 @@ impl<S: RawStore> JaegerStorage<S> {
     }
 }
 
-/// An RPC's failure, in its self-tracing span and the error counter.
-fn count_error<S: RawStore>(frontend: &Frontend<S>, rpc: Rpc) {
-    crate::self_trace::record_error(
-        &tracing::Span::current(),
-        &format!("{} failed", rpc.as_str()),
-    );
+/// An RPC's failure, in its self-tracing span (the request's) and the
+/// error counter.
+fn count_error<S: RawStore>(frontend: &Frontend<S>, rpc: Rpc, span: &tracing::Span) {
+    crate::self_trace::record_error(span, &format!("{} failed", rpc.as_str()));
     frontend
         .metrics()
         .errors
@@ -326,10 +324,12 @@ fn stream_of<S: RawStore>(
     traces: impl Stream<Item = Result<Arc<AssembledTrace>, FrontendError>> + Send + 'static,
 ) -> TraceStream {
     use futures::TryStreamExt as _;
+    // The request's span: the stream is polled after the handler returned.
+    let span = tracing::Span::current();
     Box::pin(
         traces
             .map_err(move |e| {
-                count_error(&frontend, rpc);
+                count_error(&frontend, rpc, &span);
                 to_status(e)
             })
             .map_ok(|t| {
