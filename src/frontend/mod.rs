@@ -112,6 +112,18 @@ pub struct Found {
 }
 
 impl Found {
+    /// Traces by id (GetTraces), in order, unknown ones skipped, each
+    /// assembled under `span`.
+    pub fn of_ids(ids: Vec<TraceIdBytes>, span: tracing::Span) -> Self {
+        Self {
+            change: None,
+            ids: ids.into_iter(),
+            limit: usize::MAX,
+            yielded: 0,
+            span,
+        }
+    }
+
     /// The next trace, assembled now (or taken from the cache); `None` once
     /// the query's limit is reached or no object is left. Objects with
     /// nothing recorded in range are skipped.

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures::Stream;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
-use tracing::Instrument as _;
 
 use super::display::Mode;
 use super::http::MAX_TIME_SECS;
@@ -27,7 +26,7 @@ use super::proto::{
     any_value,
 };
 use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
-use super::{AssembledTrace, Frontend, FrontendError, SearchQuery};
+use super::{AssembledTrace, Found, Frontend, FrontendError, SearchQuery};
 use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
 use crate::metrics::{FrontendMetrics, Rpc};
@@ -379,23 +378,9 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
             ids.push(id);
         }
         // Assembled as the stream is read (each `get` under this request's
-        // span, though polled after the handler returned), unknown ids
-        // skipped; ends after the first error.
-        let traces = futures::stream::try_unfold(
-            (
-                self.frontend.clone(),
-                ids.into_iter(),
-                tracing::Span::current(),
-            ),
-            |(frontend, mut ids, span)| async move {
-                for id in ids.by_ref() {
-                    if let Some(t) = frontend.get(&id).instrument(span.clone()).await? {
-                        return Ok(Some((t, (frontend, ids, span))));
-                    }
-                }
-                Ok(None)
-            },
-        );
+        // span, though polled after the handler returned).
+        let found = Found::of_ids(ids, tracing::Span::current());
+        let traces = self.frontend.clone().found_stream(found);
         Ok(Response::new(stream_of(
             self.frontend.clone(),
             Rpc::GetTraces,
