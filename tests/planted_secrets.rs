@@ -180,6 +180,16 @@ fn config() -> ProcessorConfig {
     }
 }
 
+/// [`config`] with every last state kept only in the compressed tier,
+/// read back from there for the next write's diff: where a state is kept
+/// as the response's logged text when redaction changed nothing in it.
+fn config_all_states_cold() -> ProcessorConfig {
+    ProcessorConfig {
+        hot_states: 0,
+        ..config()
+    }
+}
+
 fn redactor() -> Redactor {
     Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()))
 }
@@ -245,13 +255,13 @@ fn planted_watch(scenario: &str, p: &mut Planter) -> Vec<WatchChange> {
 }
 
 /// Audit events through the offline runner (parse, filter, process, encode).
-async fn run_audit(lines: Vec<String>) -> Vec<Span> {
+async fn run_audit(lines: Vec<String>, config: ProcessorConfig) -> Vec<Span> {
     let (spans, errors) = spans_from_audit_lines(
         lines,
         "fixture",
         Arc::new(load_rules(None).unwrap()),
         &AuditFilter::default(),
-        config(),
+        config,
         redactor(),
     )
     .await;
@@ -261,11 +271,15 @@ async fn run_audit(lines: Vec<String>) -> Vec<Span> {
 
 /// Watch changes (and then, if any, audit events of the same writes, which
 /// take the watch's diffs) through one processor.
-async fn run_watch_then_audit(watch: Vec<WatchChange>, audit_lines: Vec<String>) -> Vec<Span> {
+async fn run_watch_then_audit(
+    watch: Vec<WatchChange>,
+    audit_lines: Vec<String>,
+    config: ProcessorConfig,
+) -> Vec<Span> {
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 20);
     let processor = Processor::new(
-        config(),
+        config,
         redactor(),
         Arc::new(load_rules(None).unwrap()),
         Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(3600 * 48))),
@@ -355,9 +369,12 @@ async fn planted_secrets_in_audit_objects_never_leave_the_process() {
     let mut all = Vec::new();
     let mut p = Planter::default();
     for scenario in SCENARIOS {
-        let spans = run_audit(planted_audit_lines(scenario, &mut p)).await;
+        let spans = run_audit(planted_audit_lines(scenario, &mut p), config()).await;
         assert_nothing_leaks(scenario, &spans, &p);
         all.extend(spans);
+        let lines = planted_audit_lines(scenario, &mut p);
+        let spans = run_audit(lines, config_all_states_cold()).await;
+        assert_nothing_leaks(&format!("{scenario} (states cold)"), &spans, &p);
     }
     // The planted values reached snapshots, diffs of env values (also of
     // lists labelled by index) and of the copies in annotations.
@@ -398,12 +415,16 @@ async fn planted_secrets_in_watched_objects_never_leave_the_process() {
     for scenario in SCENARIOS {
         // Watch only (a Metadata-level audit policy): watch spans show it all.
         let watch = planted_watch(scenario, &mut p);
-        let spans = run_watch_then_audit(watch, Vec::new()).await;
+        let spans = run_watch_then_audit(watch, Vec::new(), config()).await;
         assert_nothing_leaks(&format!("{scenario} (watch)"), &spans, &p);
         // Watch first, then the audit events, whose spans take the watch's diffs.
         let watch = planted_watch(scenario, &mut p);
         let audit = planted_audit_lines(scenario, &mut p);
-        let spans = run_watch_then_audit(watch, audit).await;
+        let spans = run_watch_then_audit(watch, audit, config()).await;
         assert_nothing_leaks(&format!("{scenario} (watch, then audit)"), &spans, &p);
+        // Audit only, each write processed without a response parsed ahead.
+        let audit = planted_audit_lines(scenario, &mut p);
+        let spans = run_watch_then_audit(Vec::new(), audit, config_all_states_cold()).await;
+        assert_nothing_leaks(&format!("{scenario} (audit, states cold)"), &spans, &p);
     }
 }

@@ -5,7 +5,9 @@
 //! collector's CPU), over a large cold tier of LZ4-compressed JSON (object
 //! JSON compresses about 4:1, so the byte budget holds four times the
 //! objects). An object is in at most one tier; the hot tier's least recently
-//! written state moves to the cold tier when the hot tier is full.
+//! written state moves to the cold tier when the hot tier is full, as the
+//! JSON it was parsed from when that is exactly the state (writing the
+//! state out again cost more than its compression).
 //!
 //! Callers must not touch one object from two tasks at once (the pipeline
 //! routes all work about an object to one worker); different objects may be
@@ -37,10 +39,17 @@ pub struct StateStore {
 
 #[derive(Default)]
 struct HotPartition {
-    /// State and the tick of its last write.
-    entries: HashMap<String, (Arc<Value>, u64)>,
+    entries: HashMap<String, HotState>,
     tick: u64,
     capacity: usize,
+}
+
+struct HotState {
+    state: Arc<Value>,
+    /// The JSON `state` was parsed from, when it is exactly that.
+    text: Option<Arc<str>>,
+    /// The partition's tick of the last write.
+    tick: u64,
 }
 
 impl StateStore {
@@ -84,53 +93,70 @@ impl StateStore {
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<Value>> {
-        if let Some((state, _)) = self.partition(key).entries.get(key) {
-            return Some(state.clone());
+        if let Some(hot) = self.partition(key).entries.get(key) {
+            return Some(hot.state.clone());
         }
         let packed = self.cold.get(key)?;
         let json = lz4_flex::decompress_size_prepended(&packed).ok()?;
         serde_json::from_slice(&json).ok().map(Arc::new)
     }
 
-    pub fn put(&self, key: String, state: Arc<Value>) -> Result<(), StateError> {
+    /// Keeps `state` as the object's last. `text`, when given, must be
+    /// JSON that parses to `state` exactly (the response as logged, when
+    /// nothing of it was redacted): moving the state to the cold tier then
+    /// compresses it as it is instead of writing the state out again.
+    pub fn put(
+        &self,
+        key: String,
+        state: Arc<Value>,
+        text: Option<Arc<str>>,
+    ) -> Result<(), StateError> {
         let mut part = self.partition(&key);
         if part.capacity == 0 {
             drop(part);
-            return self.put_cold(key, &state);
+            return self.put_cold(key, &state, text.as_deref());
         }
         part.tick += 1;
         let tick = part.tick;
+        let hot = HotState { state, text, tick };
         if let Some(entry) = part.entries.get_mut(&key) {
-            *entry = (state, tick);
+            *entry = hot;
             return Ok(());
         }
         // The cold copy, if any, is older now.
         self.cold.invalidate(&key);
-        part.entries.insert(key, (state, tick));
+        part.entries.insert(key, hot);
         if part.entries.len() > part.capacity {
             let oldest = part
                 .entries
                 .iter()
-                .min_by_key(|(_, (_, t))| *t)
+                .min_by_key(|(_, hot)| hot.tick)
                 .map(|(k, _)| k.clone());
             if let Some(k) = oldest
-                && let Some((state, _)) = part.entries.remove(&k)
+                && let Some(hot) = part.entries.remove(&k)
             {
                 // Still under the partition lock: a reader that misses the hot
                 // tier finds the state in the cold one.
-                self.put_cold(k, &state)?;
+                self.put_cold(k, &hot.state, hot.text.as_deref())?;
             }
         }
         Ok(())
     }
 
-    fn put_cold(&self, key: String, state: &Value) -> Result<(), StateError> {
-        let json = serde_json::to_vec(state).map_err(|source| StateError {
-            key: key.clone(),
-            source,
-        })?;
+    fn put_cold(&self, key: String, state: &Value, text: Option<&str>) -> Result<(), StateError> {
+        let written;
+        let json = match text {
+            Some(text) => text.as_bytes(),
+            None => {
+                written = serde_json::to_vec(state).map_err(|source| StateError {
+                    key: key.clone(),
+                    source,
+                })?;
+                &written
+            }
+        };
         self.cold
-            .insert(key, lz4_flex::compress_prepend_size(&json).into());
+            .insert(key, lz4_flex::compress_prepend_size(json).into());
         Ok(())
     }
 
@@ -173,7 +199,7 @@ mod tests {
         // One hot entry per partition: most of 64 objects go cold.
         let store = StateStore::new(1 << 20, PARTITIONS, &Metrics::default());
         for i in 0..64 {
-            store.put(format!("obj-{i}"), state(i)).unwrap();
+            store.put(format!("obj-{i}"), state(i), None).unwrap();
         }
         assert!(store.hot_entries() <= PARTITIONS);
         assert_eq!(store.entry_count(), 64);
@@ -183,17 +209,39 @@ mod tests {
     }
 
     #[test]
+    fn a_state_given_with_its_text_goes_cold_as_that_text() {
+        // Written otherwise than the state would be (indented): the cold
+        // tier holds these bytes, and they read back as the state.
+        let text: Arc<str> = serde_json::to_string_pretty(&*state(7)).unwrap().into();
+        let store = StateStore::new(1 << 20, 0, &Metrics::default());
+        store
+            .put("obj".into(), state(7), Some(text.clone()))
+            .unwrap();
+        store.cold.run_pending_tasks();
+        let packed = lz4_flex::compress_prepend_size(text.as_bytes()).len() + "obj".len();
+        assert_eq!(store.cold_bytes(), packed as u64);
+        assert_eq!(store.get("obj"), Some(state(7)));
+        // Through the hot tier too, once it makes room.
+        let store = StateStore::new(1 << 20, PARTITIONS, &Metrics::default());
+        store.put("obj".into(), state(7), Some(text)).unwrap();
+        for i in 0..64 {
+            store.put(format!("other-{i}"), state(i), None).unwrap();
+        }
+        assert_eq!(store.get("obj"), Some(state(7)));
+    }
+
+    #[test]
     fn a_newer_state_wins_over_a_cold_copy() {
         let store = StateStore::new(1 << 20, PARTITIONS, &Metrics::default());
         for i in 0..64 {
-            store.put(format!("obj-{i}"), state(i)).unwrap();
+            store.put(format!("obj-{i}"), state(i), None).unwrap();
         }
         // obj-0 went cold long ago; its new state must shadow the old one,
         // also after the new one goes cold in turn.
-        store.put("obj-0".into(), state(1000)).unwrap();
+        store.put("obj-0".into(), state(1000), None).unwrap();
         assert_eq!(store.get("obj-0"), Some(state(1000)));
         for i in 1..64 {
-            store.put(format!("obj-{i}"), state(i + 1)).unwrap();
+            store.put(format!("obj-{i}"), state(i + 1), None).unwrap();
         }
         assert_eq!(store.get("obj-0"), Some(state(1000)));
         assert_eq!(store.entry_count(), 64);
@@ -210,7 +258,9 @@ mod tests {
         let metrics = Metrics::default();
         let store = StateStore::new(20 * packed as u64, 0, &metrics);
         for i in 0..200 {
-            store.put(format!("obj-{i:03}"), state(1000 + i)).unwrap();
+            store
+                .put(format!("obj-{i:03}"), state(1000 + i), None)
+                .unwrap();
         }
         let kept = store.entry_count();
         assert!((10..=20).contains(&kept), "{kept} states kept");
@@ -237,7 +287,7 @@ mod tests {
         for hot in [0, PARTITIONS, 1024] {
             let store = StateStore::new(1 << 20, hot, &Metrics::default());
             for i in 0..64 {
-                store.put(format!("obj-{i}"), state(i)).unwrap();
+                store.put(format!("obj-{i}"), state(i), None).unwrap();
             }
             for i in 0..64 {
                 store.remove(&format!("obj-{i}"));

@@ -52,6 +52,9 @@ pub struct ParsedResponse {
     object: Option<Value>,
     /// Redacted by the processor's redactor already.
     redacted: bool,
+    /// That redaction replaced something: `object` is no longer the text
+    /// parsed.
+    changed: bool,
 }
 
 impl ParsedResponse {
@@ -68,8 +71,9 @@ impl ParsedResponse {
         }
         let text = item.event.response_object.as_ref()?;
         let mut object = super::diff::parse_object(text.get()).ok();
+        let mut changed = false;
         if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
-            redactor.redact_parsed(
+            changed = redactor.redact_parsed(
                 &item.object.group,
                 &item.object.resource,
                 object,
@@ -79,6 +83,7 @@ impl ParsedResponse {
         Some(ParsedResponse {
             object,
             redacted: redactor.is_some(),
+            changed,
         })
     }
 }
@@ -573,7 +578,7 @@ impl Processor {
         } else if let Some(state) = w.outcome.state
             && w.keeps_state
         {
-            self.states.put(w.key, state)?;
+            self.states.put(w.key, state, w.outcome.state_text)?;
         }
         Ok(w.ow)
     }

@@ -19,6 +19,10 @@ pub(super) struct Outcome {
     /// The object after the write, when the response tells it (shared with
     /// the state store, and with `snapshot` for a create).
     pub state: Option<Arc<Value>>,
+    /// `state` as the JSON it was parsed from (the response as logged,
+    /// nothing redacted or carried over): the state store keeps it instead
+    /// of writing the state out again.
+    pub state_text: Option<Arc<str>>,
     pub changes: Vec<Change>,
     /// The whole object, for a create or a delete.
     pub snapshot: Option<Arc<Value>>,
@@ -58,13 +62,18 @@ pub(super) fn apply(
     }
     // Parsed ahead, the response may be redacted already: a Scale's
     // replicas are then carried over as redaction left them.
-    let (response, redacted) = match parsed {
-        Some(ParsedResponse { object, redacted }) => (object, redacted),
+    let (response, redacted, mut as_logged) = match parsed {
+        Some(ParsedResponse {
+            object,
+            redacted,
+            changed,
+        }) => (object, redacted, !changed),
         None => (
             ev.response_object
                 .as_ref()
                 .and_then(|r| diff::parse_object(r.get()).ok()),
             false,
+            true,
         ),
     };
     let kind = response
@@ -121,13 +130,18 @@ pub(super) fn apply(
                 || sub == "status"
                 || old.and_then(|o| o.get("kind")).and_then(Value::as_str) == Some(kind) =>
         {
+            as_logged &= response.is_some();
             let mut r = response.unwrap_or_default();
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
+            // The logged text has no managedFields either (cut when decoded).
             diff::strip_noise(&mut r);
             if let Some(redactor) = redactor.filter(|_| !redacted) {
                 // Without a response `r` is null: nothing to redact.
                 let text = ev.response_object.as_ref().map_or("", |t| t.get());
-                redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text);
+                as_logged &= !redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text);
+            }
+            if as_logged {
+                out.state_text = ev.response_object.as_ref().map(|t| t.get().into());
             }
             Some(r)
         }

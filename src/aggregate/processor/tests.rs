@@ -133,11 +133,13 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
             if let Some(ParsedResponse {
                 object: Some(object),
                 redacted,
+                changed,
             }) = &response
             {
                 assert!(redacted);
                 parsed_ahead += 1;
                 if item.object.resource == "secrets" {
+                    assert!(changed, "a Secret's values replaced: no longer its text");
                     let data = object["data"].as_object().expect("a Secret's data");
                     assert!(!data.is_empty());
                     for value in data.values() {

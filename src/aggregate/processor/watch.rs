@@ -52,7 +52,7 @@ impl Processor {
                     return Ok(()); // already known (the audit event came first) or stale
                 }
                 self.states
-                    .put(key.clone(), Arc::new(change.state.clone()))?;
+                    .put(key.clone(), Arc::new(change.state.clone()), None)?;
                 if change.kind == WatchKind::Listed && old.is_none() {
                     // Seeding: index only; idle objects get no spans at startup.
                     let _ = self.selectors.update(&self.rules, &obj, &change.state);

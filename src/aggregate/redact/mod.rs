@@ -105,10 +105,12 @@ impl Redactor {
     /// [`Self::redact`] for an object parsed from `text`: the walk for
     /// `--redact-paths` is skipped when the text shows that no leaf can
     /// match ([`PathPattern::may_match_in`]; most objects, with the
-    /// default pattern). The same leaves are redacted.
-    pub fn redact_parsed(&self, group: &str, resource: &str, obj: &mut Value, text: &str) {
+    /// default pattern). The same leaves are redacted. Whether anything
+    /// was replaced: when not, `obj` is still `text` parsed, and the state
+    /// store may keep `text` for it.
+    pub fn redact_parsed(&self, group: &str, resource: &str, obj: &mut Value, text: &str) -> bool {
         let paths = self.paths.as_deref().filter(|p| p.may_match_in(text));
-        self.redact_top(group, resource, obj, paths);
+        self.redact_top(group, resource, obj, paths)
     }
 
     fn redact_top(
@@ -117,9 +119,9 @@ impl Redactor {
         resource: &str,
         obj: &mut Value,
         paths: Option<&PathPattern>,
-    ) {
+    ) -> bool {
         let secret = (group.is_empty() && resource == "secrets") || is_secret_kind(obj);
-        self.redact_object(secret, obj, 0, paths);
+        self.redact_object(secret, obj, 0, paths)
     }
 
     /// Redacts an object (or a copy of one found in an annotation, at
@@ -617,8 +619,10 @@ mod tests {
                 let object: Value = serde_json::from_str(text).unwrap();
                 let (mut walked, mut skipping) = (object.clone(), object.clone());
                 r.redact("", "pods", &mut walked);
-                r.redact_parsed("", "pods", &mut skipping, text);
+                let changed = r.redact_parsed("", "pods", &mut skipping, text);
                 assert_eq!(skipping, walked, "{pattern} on {text}");
+                // What lets the state store keep `text` for the object.
+                assert_eq!(changed, skipping != object, "{pattern} on {text}");
                 ruled_out += usize::from(!paths.may_match_in(text));
                 planted_redacted += usize::from(i >= fixture_texts && walked != object);
             }
