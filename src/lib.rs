@@ -32,6 +32,38 @@ pub mod telemetry;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Has jemalloc's background thread return freed pages to the OS once they
+/// have been unused for `ms` milliseconds (jemalloc's default is 10 s),
+/// in every arena, present and future — unless `_RJEM_MALLOC_CONF` is set,
+/// whose settings are then left as they are. `kascade frontend` frees tens
+/// of MB at the end of each assembly; kept 10 s, they stood beside the
+/// trace cache and doubled its resident size (README, *The frontend's peak
+/// memory*). Returns the setting in force afterwards.
+pub fn return_freed_pages_after(ms: u32) -> Result<isize, tikv_jemalloc_ctl::Error> {
+    use tikv_jemalloc_ctl::raw;
+    if std::env::var_os("_RJEM_MALLOC_CONF").is_none() {
+        let ms = ms as isize;
+        // SAFETY: the names are jemalloc's `ssize_t` settings, written as
+        // `isize`.
+        unsafe { raw::write(b"arenas.dirty_decay_ms\0", ms)? };
+        // The arenas made already, one by one (there is no "all" for this
+        // setting); an index not made yet is refused, and takes the default
+        // just set when it is. Only to shorten: the arena of huge
+        // allocations returns them at once (0) and keeps doing so.
+        for i in 0..tikv_jemalloc_ctl::arenas::narenas::read()? {
+            let name = format!("arena.{i}.dirty_decay_ms\0");
+            // SAFETY: as above.
+            unsafe {
+                if raw::read::<isize>(name.as_bytes()).is_ok_and(|now| now > ms) {
+                    raw::write(name.as_bytes(), ms)?;
+                }
+            }
+        }
+    }
+    // SAFETY: an `ssize_t` setting read as `isize`.
+    unsafe { raw::read(b"arenas.dirty_decay_ms\0") }
+}
+
 /// Turns transparent huge pages off for this process (Linux), unless
 /// `KASCADE_ALLOW_THP` is set: a 2 MiB page partly used by long-lived small
 /// objects stays resident whole — the collector's peak RSS was ≈ 50 MiB

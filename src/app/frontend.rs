@@ -218,8 +218,16 @@ impl FrontendServerConfig {
     }
 }
 
+/// How soon the frontend's freed pages go back to the OS
+/// ([`crate::return_freed_pages_after`]).
+const RETURN_FREED_PAGES_AFTER_MS: u32 = 1000;
+
 /// Serves the frontend until SIGINT or SIGTERM.
 pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
+    match crate::return_freed_pages_after(RETURN_FREED_PAGES_AFTER_MS) {
+        Ok(ms) => tracing::debug!(dirty_decay_ms = ms, "freed pages go back to the OS after"),
+        Err(e) => tracing::warn!(error = %e, "cannot set how soon freed pages go back to the OS"),
+    }
     reqwest::Url::parse(&config.jaeger_url)
         .with_context(|| format!("--jaeger-url {:?} is not a URL", config.jaeger_url))?;
     let mut cfg = config.assembly.frontend_config()?;
