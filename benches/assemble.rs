@@ -61,11 +61,14 @@ fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRa
     )
 }
 
-/// The UI's search for the Deployment's full tree, in tracing mode.
+/// The UI's search for the Deployment's full tree, in tracing mode, every
+/// Pod shown (`siblings=all`: the figures before the summary of wide
+/// levels measured this).
 fn deployment_query(range: TimeRange) -> SearchQuery {
     SearchQuery {
         mode: Mode::Tracing,
         scope: Scope::Full,
+        all_siblings: true,
         tags: vec![
             ("resource".into(), "deployments".into()),
             ("name".into(), "hello".into()),

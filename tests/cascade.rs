@@ -353,6 +353,7 @@ async fn search(
         .search(&SearchQuery {
             mode: Mode::Cascade,
             scope: Scope::Full,
+            all_siblings: false,
             tags: t
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -213,6 +213,7 @@ fn by_change(id: &str, range: TimeRange) -> SearchQuery {
     SearchQuery {
         mode: kascade::frontend::display::Mode::Cascade,
         scope: kascade::frontend::assemble::Scope::Object,
+        all_siblings: false,
         tags: vec![("cpid".into(), id.into())],
         range,
         limit: 10,

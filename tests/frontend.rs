@@ -82,6 +82,7 @@ async fn search_one(
         .search(&SearchQuery {
             mode,
             scope,
+            all_siblings: false,
             tags: tags(t),
             range,
             limit: 20,
@@ -384,7 +385,7 @@ async fn classes_can_be_grouped_under_a_virtual_span() {
     )
     .await;
     let group: HashSet<String> = ["node".to_string()].into();
-    let rendered = render(&t.assembly, Mode::Tracing, &t.id, &group);
+    let rendered = render(&t.assembly, Mode::Tracing, &t.id, &group, 0);
     let spans: Vec<Span> = rendered
         .iter()
         .flat_map(|rs| rs.scope_spans.iter().flat_map(|ss| ss.spans.clone()))
@@ -431,6 +432,7 @@ async fn hello_in(f: &Frontend<MemoryStore>, mode: Mode) -> Arc<AssembledTrace> 
     f.search(&SearchQuery {
         mode,
         scope: Scope::Full,
+        all_siblings: false,
         tags: tags(&[("resource", "deployments"), ("name", "hello")]),
         range: whole_range(f.store()),
         limit: 1,
@@ -690,6 +692,7 @@ async fn an_object_without_activity_in_range_is_an_empty_result() {
         .search(&SearchQuery {
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
             tags: tags(&[("resource", "deployments"), ("name", "hello")]),
             range: TimeRange::new(long_ago, long_ago + Duration::from_secs(3600)),
             limit: 5,
@@ -701,6 +704,7 @@ async fn an_object_without_activity_in_range_is_an_empty_result() {
         .search(&SearchQuery {
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
             tags: tags(&[("kind", "Deployment")]),
             range: TimeRange::new(long_ago, long_ago),
             limit: 5,
@@ -737,6 +741,7 @@ fn ui_search_form_maps_to_mode_cluster_tags_and_scope() {
     .unwrap();
     assert_eq!(q.mode, Mode::Timeline);
     assert_eq!(q.scope, Scope::Ancestors);
+    assert!(!q.all_siblings, "wide levels are summarised unless asked");
     assert!(q.tags.contains(&("cluster".into(), "prod".into())));
     assert!(q.tags.contains(&("group".into(), String::new())));
 
@@ -765,6 +770,25 @@ fn ui_search_form_maps_to_mode_cluster_tags_and_scope() {
     .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("flamegraph"));
+
+    let siblings = |value: &str| {
+        parse_query(
+            Some(TraceQueryParameters {
+                attributes: vec![kv("resource", "pods"), kv("siblings", value)],
+                ..Default::default()
+            }),
+            Scope::Full,
+        )
+    };
+    assert!(siblings("all").unwrap().all_siblings);
+    assert!(!siblings("summary").unwrap().all_siblings);
+    let err = siblings("some").unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("siblings") && err.message().contains("some"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -841,6 +865,7 @@ async fn unreachable_raw_jaeger_is_an_error_naming_its_url() {
         .search(&SearchQuery {
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
             tags: tags(&[("name", "hello")]),
             range: TimeRange::new(now - Duration::from_secs(60), now),
             limit: 1,
@@ -876,6 +901,7 @@ async fn secret_values_never_reach_an_assembled_trace() {
             .search(&SearchQuery {
                 mode,
                 scope: Scope::Full,
+                all_siblings: false,
                 tags: tags(&[("namespace", "config-demo")]),
                 range,
                 limit: 100,
@@ -1013,6 +1039,10 @@ async fn redirect_refuses_times_and_names_beyond_bounds_with_short_400s() {
             "namespace",
         ),
         (format!("{base}&name=hello&mode={huge}"), "display mode"),
+        (
+            format!("{base}&name=hello&siblings={huge}"),
+            "siblings: \"nnnn",
+        ),
         (format!("{base}&name=hello&time={nines}"), "(60000 bytes)"),
     ] {
         let resp = app
@@ -1029,6 +1059,19 @@ async fn redirect_refuses_times_and_names_beyond_bounds_with_short_400s() {
         assert!(body.contains(needle), "{short}: {body}");
         assert!(body.len() < 600, "{short}: {} bytes echoed", body.len());
     }
+    // `siblings=all` is carried in the trace id the UI is sent to.
+    let mut locations = BTreeSet::new();
+    for siblings in ["", "&siblings=summary", "&siblings=all"] {
+        let query = format!("{base}&name=hello&time=1800000000{siblings}");
+        let resp = app
+            .clone()
+            .oneshot(Request::get(&query).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FOUND, "{query}");
+        locations.insert(resp.headers()["location"].to_str().unwrap().to_string());
+    }
+    assert_eq!(locations.len(), 2, "{locations:?}");
 }
 
 /// The frontend's gRPC services on a loopback port, as Jaeger query reaches
@@ -1448,6 +1491,7 @@ async fn a_later_search_shows_later_writes_under_a_new_id() {
     let query = |end: u64| SearchQuery {
         mode: Mode::Tracing,
         scope: Scope::Object,
+        all_siblings: false,
         tags: tags(&[("resource", "deployments"), ("name", "hello")]),
         range: TimeRange::new(from_nanos(first - 60_000_000_000), from_nanos(end)),
         limit: 5,
@@ -1915,7 +1959,12 @@ async fn encoded_messages_go_on_the_wire_as_the_message_they_were_encoded_from()
 async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
     let store = store_of_lines(common::deployment_with_pods(400)).await;
     let range = whole_range(&store);
-    let f = Arc::new(Frontend::new(Arc::new(store), FrontendConfig::default()));
+    // Every Pod a span of its own: a trace of several MiB.
+    let config = FrontendConfig {
+        max_siblings: 0,
+        ..FrontendConfig::default()
+    };
+    let f = Arc::new(Frontend::new(Arc::new(store), config));
     let assembled = search_one(
         &f,
         range,
@@ -1992,6 +2041,7 @@ async fn a_served_search_assembles_each_trace_once_the_previous_one_is_taken() {
     let query = SearchQuery {
         mode: Mode::Tracing,
         scope: Scope::Full,
+        all_siblings: false,
         tags: tags(&[("resource", "pods")]),
         range,
         limit: 20,
@@ -2099,4 +2149,242 @@ async fn an_assembly_failing_while_its_answer_streams_ends_the_stream_with_its_s
         .get();
     assert_eq!(failed, 1);
     assert_eq!(f.metrics().assembly_timeouts.get(), 1);
+}
+
+/// Pods of each ReplicaSet, read from the owner references the apiserver
+/// returned in `lines` (its audit log).
+fn pods_by_replicaset(lines: &[String]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut owned: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in lines {
+        let ev: Value = serde_json::from_str(line).unwrap();
+        let obj = &ev["responseObject"];
+        let Some(owners) = obj["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
+        for o in owners {
+            if o["controller"] == true && o["kind"] == "ReplicaSet" {
+                owned
+                    .entry(o["name"].as_str().unwrap().to_string())
+                    .or_default()
+                    .insert(obj["metadata"]["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    owned
+}
+
+fn int_attr(span: &Span, key: &str) -> Option<i64> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(*i),
+            _ => None,
+        })
+}
+
+/// Beyond `max_siblings` Pods under one ReplicaSet, the longest-lived are
+/// shown and one span stands for the rest, naming each in its logs; the
+/// tag `siblings=all` shows every Pod, also when its trace is reloaded by
+/// id on a replica without the cache.
+#[tokio::test]
+async fn a_wide_level_is_summarised_beyond_max_siblings() {
+    const MAX: usize = 20;
+    let lines = common::deployment_with_pods(120);
+    let expected = pods_by_replicaset(&lines);
+    let s = Arc::new(store_of_lines(lines).await);
+    let config = FrontendConfig {
+        max_siblings: MAX,
+        ..FrontendConfig::default()
+    };
+    let f = Frontend::new(s.clone(), config.clone());
+    let search = |all_siblings| SearchQuery {
+        mode: Mode::Tracing,
+        scope: Scope::Full,
+        all_siblings,
+        tags: tags(&[("resource", "deployments"), ("name", "hello")]),
+        range: whole_range(&s),
+        limit: 1,
+    };
+    let all = f.search(&search(true)).await.unwrap().remove(0);
+    let summarised = f.search(&search(false)).await.unwrap().remove(0);
+    assert_ne!(all.id, summarised.id);
+
+    let spans_of =
+        |t: &AssembledTrace| all_spans(t).into_iter().map(|(_, s)| s).collect::<Vec<_>>();
+    let (all_spans_, summary_spans) = (spans_of(&all), spans_of(&summarised));
+    let duration = |s: &Span| s.end_time_unix_nano - s.start_time_unix_nano;
+    let mut wide = 0;
+    for (rs, pods) in &expected {
+        let label = |name: &str| format!("default/{name}");
+        let rs_span = |spans: &[Span]| {
+            spans
+                .iter()
+                .find(|s| s.name == label(rs))
+                .unwrap_or_else(|| panic!("{rs} is shown"))
+                .span_id
+                .clone()
+        };
+        let children = |spans: &[Span]| -> Vec<Span> {
+            let id = rs_span(spans);
+            spans
+                .iter()
+                .filter(|s| s.parent_span_id == id)
+                .cloned()
+                .collect()
+        };
+        // Every Pod of the ReplicaSet under it when all are asked for.
+        let names: BTreeSet<String> = children(&all_spans_)
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        let want: BTreeSet<String> = pods.iter().map(|p| label(p)).collect();
+        assert_eq!(names, want, "{rs}: every Pod with siblings=all");
+        if pods.len() <= MAX {
+            let shown = children(&summary_spans);
+            assert_eq!(
+                shown.len(),
+                pods.len(),
+                "{rs}: a narrow level is shown whole"
+            );
+            continue;
+        }
+        wide += 1;
+        let under = children(&summary_spans);
+        let (summary, shown): (Vec<Span>, Vec<Span>) = under
+            .into_iter()
+            .partition(|s| s.name.ends_with(" more pods"));
+        assert_eq!(summary.len(), 1, "{rs}: one summary span");
+        let summary = &summary[0];
+        assert_eq!(shown.len(), MAX, "{rs}: {MAX} Pods shown");
+        let not_shown = pods.len() - MAX;
+        assert_eq!(summary.name, format!("{not_shown} more pods"));
+        assert_eq!(
+            int_attr(summary, "objects.not_shown"),
+            Some(not_shown as i64)
+        );
+        assert_eq!(int_attr(summary, "objects.shown"), Some(MAX as i64));
+        // Its logs name exactly the Pods not shown.
+        let logged: BTreeSet<String> = summary.events.iter().map(|e| e.name.clone()).collect();
+        let shown_names: BTreeSet<String> = shown.iter().map(|s| s.name.clone()).collect();
+        assert_eq!(logged.len(), not_shown);
+        assert!(logged.is_disjoint(&shown_names));
+        assert_eq!(&logged | &shown_names, want, "{rs}");
+        // The shown ones are the longest-lived (times from the full trace).
+        let full_duration = |name: &String| {
+            all_spans_
+                .iter()
+                .find(|s| &s.name == name)
+                .map(duration)
+                .unwrap()
+        };
+        let shortest_shown = shown_names.iter().map(full_duration).min().unwrap();
+        let longest_hidden = logged.iter().map(full_duration).max().unwrap();
+        assert!(
+            shortest_shown >= longest_hidden,
+            "{shortest_shown} < {longest_hidden}"
+        );
+        // Within its parent, as Jaeger expects.
+        let parent = summary_spans
+            .iter()
+            .find(|s| s.span_id == summary.parent_span_id)
+            .unwrap();
+        assert!(
+            summary.start_time_unix_nano >= parent.start_time_unix_nano
+                && summary.end_time_unix_nano <= parent.end_time_unix_nano
+        );
+    }
+    assert!(wide >= 1, "the copied Pods make one ReplicaSet wide");
+    assert!(summary_spans.len() < all_spans_.len() / 2);
+
+    // The choice travels in the id: a replica without the cache rebuilds both.
+    let replica = Frontend::new(s.clone(), config);
+    for t in [&all, &summarised] {
+        let reloaded = replica.get(&t.id).await.unwrap().expect("rebuilt");
+        assert_eq!(
+            serde_json::to_string(&reloaded.resource_spans).unwrap(),
+            serde_json::to_string(&t.resource_spans).unwrap()
+        );
+    }
+}
+
+/// What is shown of a wide level is first the path to the searched object,
+/// then what failed: with one ReplicaSet shown per Deployment, the stuck
+/// rollout's failing one is shown when the Deployment is searched, and the
+/// running one when its Pod is, the failing one then summarised in error.
+#[tokio::test]
+async fn a_summarised_level_shows_the_searched_path_then_the_failed() {
+    let lines = common::audit_lines("rollout-stuck");
+    let by_rs = pods_by_replicaset(&lines);
+    let s = Arc::new(store_of_lines(lines).await);
+    let f = Frontend::new(
+        s.clone(),
+        FrontendConfig {
+            max_siblings: 1,
+            ..FrontendConfig::default()
+        },
+    );
+    let range = whole_range(&s);
+    // The ReplicaSet of the Pod that never got a node (in error), and the
+    // running one.
+    let (stuck, running): (Vec<_>, Vec<_>) = by_rs.iter().partition(|(_, pods)| pods.len() == 1);
+    let (stuck_rs, stuck_pods) = stuck[0];
+    let (running_rs, running_pods) = running[0];
+
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "deployments"), ("name", "web")],
+    )
+    .await;
+    let errors = spans_in_error(&t);
+    let pending = stuck_pods.first().unwrap();
+    assert!(
+        errors.contains_key(&format!("replicasets rollout-demo/{stuck_rs}")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.contains_key(&format!("pods rollout-demo/{pending}")),
+        "{errors:?}"
+    );
+    let names: Vec<String> = all_spans(&t).into_iter().map(|(_, s)| s.name).collect();
+    assert!(
+        names.contains(&"1 more replicasets".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains(running_rs.as_str())),
+        "{names:?}"
+    );
+
+    let pod = running_pods.first().unwrap();
+    let t = search_one(
+        &f,
+        range,
+        Mode::Tracing,
+        Scope::Full,
+        &[("resource", "pods"), ("name", pod)],
+    )
+    .await;
+    let spans = all_spans(&t);
+    let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with(&format!("rollout-demo/{running_rs}"))),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains(stuck_rs.as_str())),
+        "{names:?}"
+    );
+    let errors = spans_in_error(&t);
+    assert!(
+        errors
+            .get("replicasets 1 more replicasets")
+            .is_some_and(|m| m.contains("failed")),
+        "{errors:?}"
+    );
 }

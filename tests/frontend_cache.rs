@@ -44,6 +44,8 @@ async fn a_cached_traces_weight_is_the_memory_it_holds() {
             let search = SearchQuery {
                 mode,
                 scope: Scope::Full,
+                // Every Pod shown: what is weighed is a wide trace.
+                all_siblings: true,
                 tags: vec![
                     ("resource".into(), "deployments".into()),
                     ("name".into(), "hello".into()),

@@ -16,6 +16,9 @@
 # both calls and of the search alone, and the frontend's raw reads and
 # requests of one cold assembly.
 #   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   SIBLINGS      summary (default: the UI's search as users type it, the
+#                 ReplicaSet's Pods beyond --max-siblings summarised by one
+#                 span) or all (the search tag siblings=all: every Pod a span)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -24,6 +27,7 @@ KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 [[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
 PODS="${PODS:-1000}"
 RUNS="${RUNS:-5}"
+SIBLINGS="${SIBLINGS:-summary}"
 RUN="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -62,16 +66,26 @@ measure() {
   trap stop_frontend EXIT
   start_frontend "${args[@]}"
   local rc=0
-  python3 - "$START" "$END" "$PODS" <<'PY' || rc=$?
+  python3 - "$START" "$END" "$PODS" "$SIBLINGS" <<'PY' || rc=$?
 import json, sys, time, urllib.parse, urllib.request
-start, end, pods = sys.argv[1], sys.argv[2], int(sys.argv[3])
+start, end, pods, siblings = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ui = "http://127.0.0.1:29496"
+tags = {"resource": "deployments", "name": "hello"}
+if siblings != "summary":
+    tags["siblings"] = siblings
 search = ui + "/api/traces?" + urllib.parse.urlencode({
     "service": "tracing", "start": start, "end": end, "limit": 20,
-    "tags": json.dumps({"resource": "deployments", "name": "hello"})})
+    "tags": json.dumps(tags)})
+copied = "default/hello-54f9b65d48-b"
 def pods_in(trace):
-    names = sum(1 for s in trace["spans"] if s["operationName"].startswith("default/hello-54f9b65d48-b"))
-    assert names >= pods, f"{names} of {pods} Pods in the trace"
+    """Every copied Pod is in the answer: a span of its own, or named in
+    the log of the span that summarises the Pods not shown."""
+    shown = sum(1 for s in trace["spans"] if s["operationName"].startswith(copied))
+    listed = sum(1 for s in trace["spans"] if s["operationName"].endswith(" more pods")
+                 for log in s["logs"] for f in log["fields"]
+                 if f["key"] == "event" and f["value"].startswith(copied))
+    assert shown + listed >= pods, f"{shown} shown and {listed} listed of {pods} Pods"
+    assert siblings != "summary" or shown < pods, f"{shown} Pods shown, none summarised"
 def answer(url):
     """(the answer's data, ms from the request to its last byte): the
     servers' time. The client's JSON parse is left out: Python's takes
@@ -113,5 +127,5 @@ for store in grpc http; do
     cold_searches+=("$cold_search"); warm_searches+=("$warm_search")
   done
   median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  echo "store=$store pods=$PODS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
+  echo "store=$store pods=$PODS siblings=$SIBLINGS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
 done

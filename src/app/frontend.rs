@@ -50,6 +50,10 @@ pub struct AssemblyConfig {
     pub shared_classes: Vec<String>,
     /// Link classes whose objects are grouped under a virtual span.
     pub group_classes: Vec<String>,
+    /// Objects of one resource and link class shown under one object;
+    /// the rest are summarised by one span (0 shows all;
+    /// [`FrontendConfig::max_siblings`]).
+    pub max_siblings: usize,
 }
 
 impl Default for AssemblyConfig {
@@ -64,6 +68,7 @@ impl Default for AssemblyConfig {
             concurrency: limits.concurrency,
             shared_classes: DEFAULT_SHARED_CLASSES.map(str::to_string).to_vec(),
             group_classes: Vec::new(),
+            max_siblings: crate::frontend::display::DEFAULT_MAX_SIBLINGS,
         }
     }
 }
@@ -94,6 +99,13 @@ impl AssemblyConfig {
         self
     }
 
+    /// Sets how many objects of one resource and link class are shown
+    /// under one object before the rest are summarised (0 shows all).
+    pub fn max_siblings(mut self, objects: usize) -> Self {
+        self.max_siblings = objects;
+        self
+    }
+
     /// The frontend's settings (checks that the window is whole minutes).
     pub fn frontend_config(&self) -> anyhow::Result<FrontendConfig> {
         if self.window.as_secs() < 60 || !self.window.as_secs().is_multiple_of(60) {
@@ -113,6 +125,7 @@ impl AssemblyConfig {
                 shared_classes: self.shared_classes.iter().cloned().collect(),
             },
             group_classes: self.group_classes.iter().cloned().collect::<HashSet<_>>(),
+            max_siblings: self.max_siblings,
             ..FrontendConfig::default()
         })
     }

@@ -181,6 +181,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         .search(&SearchQuery {
             mode: config.mode,
             scope: config.scope.unwrap_or(config.assembly.default_scope),
+            all_siblings: false,
             tags,
             range,
             limit: 10,

@@ -52,6 +52,9 @@ pub struct AssemblyArgs {
     /// Link classes whose objects are grouped under a virtual span named by the class (comma-separated).
     #[arg(long, value_delimiter = ',', env = "KASCADE_GROUP_CLASSES")]
     pub group_classes: Vec<String>,
+    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods); beyond it the failed and longest-lived are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all.
+    #[arg(long, default_value_t = assembly().max_siblings, env = "KASCADE_MAX_SIBLINGS")]
+    pub max_siblings: usize,
 }
 
 impl From<AssemblyArgs> for AssemblyConfig {
@@ -65,6 +68,7 @@ impl From<AssemblyArgs> for AssemblyConfig {
             concurrency: a.concurrency,
             shared_classes: a.shared_classes,
             group_classes: a.group_classes,
+            max_siblings: a.max_siblings,
         }
     }
 }

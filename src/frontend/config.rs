@@ -20,6 +20,11 @@ pub struct FrontendConfig {
     pub limits: Limits,
     /// Link classes shown under a virtual span named by the class.
     pub group_classes: HashSet<String>,
+    /// Objects of one resource and link class shown under one object
+    /// (a ReplicaSet's Pods); beyond it the failed and longest-lived are
+    /// shown and one span summarises the rest (the search tag
+    /// `siblings=all` shows them all). 0 shows all.
+    pub max_siblings: usize,
     pub default_scope: Scope,
     /// Raw traces read per search (each is one object window).
     pub raw_search_limit: usize,
@@ -58,6 +63,7 @@ impl Default for FrontendConfig {
             window: Duration::from_secs(1800),
             limits: Limits::default(),
             group_classes: HashSet::new(),
+            max_siblings: super::display::DEFAULT_MAX_SIBLINGS,
             default_scope: Scope::Full,
             raw_search_limit: 500,
             cache_ttl: Duration::from_secs(600),

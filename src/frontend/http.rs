@@ -14,7 +14,7 @@ use tracing::Instrument as _;
 
 use super::Frontend;
 use super::assemble::Scope;
-use super::display::Mode;
+use super::display::{Mode, parse_siblings};
 use super::raw::{RawStore, hex_trace_id};
 use crate::bounds::{check_len, clip_message, max_name_bytes, quote};
 use crate::model::ObjectRef;
@@ -38,6 +38,8 @@ pub struct RedirectParams {
     time: Option<String>,
     mode: Option<String>,
     scope: Option<String>,
+    /// `all`: every object of a wide level shown, none summarised.
+    siblings: Option<String>,
     /// `explain`: to the findings of the object's namespace around `time`
     /// (`/explain`) instead of the trace.
     view: Option<String>,
@@ -154,6 +156,10 @@ fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Res
         Ok(s) => s.unwrap_or(st.frontend.config().default_scope),
         Err(e) => return bad(format!("scope: {e}")),
     };
+    let all_siblings = match p.siblings.as_deref().map(parse_siblings).transpose() {
+        Ok(all) => all.unwrap_or(false),
+        Err(e) => return bad(format!("siblings: {e}")),
+    };
     if let Err(e) = check_object_fields(&[
         ("group", p.group.as_deref().unwrap_or("")),
         ("resource", &resource),
@@ -184,7 +190,7 @@ fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Res
     );
     let id = st
         .frontend
-        .id_for(&object, at, SystemTime::now(), mode, scope);
+        .id_for(&object, at, SystemTime::now(), mode, scope, all_siblings);
     let location = format!(
         "{}/trace/{}",
         st.ui_url.trim_end_matches('/'),

@@ -90,6 +90,9 @@ enum Miss {
 pub struct SearchQuery {
     pub mode: Mode,
     pub scope: Scope,
+    /// Every object of a wide level shown instead of a summary (the tag
+    /// `siblings=all`; [`FrontendConfig::max_siblings`]).
+    pub all_siblings: bool,
     /// `(key, value)` over [`SEARCH_TAGS`].
     pub tags: Vec<(String, String)>,
     pub range: TimeRange,
@@ -439,6 +442,7 @@ impl<S: RawStore> Frontend<S> {
                     clip_end: clip_end.max(first),
                     mode: q.mode,
                     scope: q.scope,
+                    all_siblings: q.all_siblings,
                 }
                 .encode()
             })
@@ -637,7 +641,18 @@ impl<S: RawStore> Frontend<S> {
             let spans = display::cascade::render(&cascades, &encoded, &notes);
             (cascades, spans)
         } else {
-            let spans = display::render(&assembly, id.mode, &encoded, &self.cfg.group_classes);
+            let max_siblings = if id.all_siblings {
+                0
+            } else {
+                self.cfg.max_siblings
+            };
+            let spans = display::render(
+                &assembly,
+                id.mode,
+                &encoded,
+                &self.cfg.group_classes,
+                max_siblings,
+            );
             (Vec::new(), spans)
         };
         self.metrics
@@ -671,6 +686,7 @@ impl<S: RawStore> Frontend<S> {
         now: SystemTime,
         mode: Mode,
         scope: Scope,
+        all_siblings: bool,
     ) -> TraceIdBytes {
         let w = self.windowing.window_start(at);
         let first_window = w.saturating_sub(self.width());
@@ -682,6 +698,7 @@ impl<S: RawStore> Frontend<S> {
             clip_end: window_after_end.min(now).max(first_window),
             mode,
             scope,
+            all_siblings,
         }
         .encode()
     }

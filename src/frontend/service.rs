@@ -3,7 +3,7 @@
 //! `grpc` trace storage serves its UI from kascade.
 //!
 //! The UI's search form maps as: Service = display mode, Operation = cluster,
-//! Tags = cluster/group/resource/namespace/name (and `scope`), lookback =
+//! Tags = cluster/group/resource/namespace/name (and `scope`, `siblings`), lookback =
 //! clip range.
 
 use std::pin::Pin;
@@ -15,7 +15,7 @@ use futures::Stream;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
 
-use super::display::Mode;
+use super::display::{Mode, SIBLINGS_TAG, parse_siblings};
 use super::http::MAX_TIME_SECS;
 use super::proto::dependency_reader_server::{DependencyReader, DependencyReaderServer};
 use super::proto::trace_reader_server::{TraceReader, TraceReaderServer};
@@ -163,6 +163,7 @@ pub fn parse_query(
         )));
     }
     let mut scope = default_scope;
+    let mut all_siblings = false;
     let mut tags = Vec::new();
     for kv in &q.attributes {
         let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
@@ -182,6 +183,10 @@ pub fn parse_query(
                     .parse()
                     .map_err(|e| invalid(format!("tag \"scope\": {e}")))?;
             }
+            SIBLINGS_TAG => {
+                all_siblings = parse_siblings(&value)
+                    .map_err(|e| invalid(format!("tag \"{SIBLINGS_TAG}\": {e}")))?;
+            }
             super::CPID_TAG => {
                 kascade_cpid::Cpid::parse(value.trim())
                     .map_err(|e| invalid(format!("tag \"cpid\": {e}")))?;
@@ -199,7 +204,7 @@ pub fn parse_query(
             }
             other => {
                 return Err(invalid(format!(
-                    "unknown tag {}: search by {}, scope, or cpid",
+                    "unknown tag {}: search by {}, scope, siblings, or cpid",
                     quote(other),
                     super::SEARCH_TAGS.join(", ")
                 )));
@@ -228,6 +233,7 @@ pub fn parse_query(
     Ok(SearchQuery {
         mode,
         scope,
+        all_siblings,
         tags,
         range: TimeRange::new(start, end),
         limit,

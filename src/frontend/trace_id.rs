@@ -8,8 +8,11 @@
 //!
 //! Layout (16 bytes):
 //! `object hash (8) ‖ mode high bit (1 bit) first window, minutes since epoch
-//! (31 bits) ‖ clip end, seconds after the first window (3) ‖ mode low bits
-//! (2 bits) scope (2 bits) check (4 bits)`.
+//! (31 bits) ‖ all siblings (1 bit) clip end, seconds after the first window
+//! (23 bits) ‖ mode low bits (2 bits) scope (2 bits) check (4 bits)`.
+//! The all-siblings bit (the search tag `siblings=all`) was the clip end's
+//! top bit, which no clip range of [`MAX_WINDOWS`] windows narrower than
+//! 9 hours reaches: earlier ids decode as they were.
 //! The mode's high bit came with the fifth mode (`cascade`): minutes since
 //! the epoch stay below 2^31 until the year 6053, so the ids of the first
 //! four modes are what they were.
@@ -28,7 +31,9 @@ use super::raw::TraceIdBytes;
 /// Windows one assembled trace spans at most.
 pub const MAX_WINDOWS: u64 = 255;
 /// The clip end lies at most this many seconds after the first window.
-const MAX_END_OFFSET: u64 = (1 << 24) - 1;
+const MAX_END_OFFSET: u64 = (1 << 23) - 1;
+/// In the id's byte 12: every object of a wide level is shown.
+const ALL_SIBLINGS: u8 = 0x80;
 /// The first window's minutes: the bits below the mode's high bit.
 const MINUTES_MASK: u32 = (1 << 31) - 1;
 
@@ -42,6 +47,9 @@ pub struct AssembledId {
     pub clip_end: u64,
     pub mode: Mode,
     pub scope: Scope,
+    /// Every object of a wide level shown, none summarised (the search tag
+    /// `siblings=all`).
+    pub all_siblings: bool,
 }
 
 fn check_bits(id: &[u8; 16]) -> u8 {
@@ -65,6 +73,9 @@ impl AssembledId {
             .saturating_sub(self.first_window)
             .min(MAX_END_OFFSET);
         id[12..15].copy_from_slice(&offset.to_be_bytes()[5..]);
+        if self.all_siblings {
+            id[12] |= ALL_SIBLINGS;
+        }
         id[15] = ((mode & 0x03) << 6) | (self.scope.code() << 4);
         id[15] |= check_bits(&id);
         id
@@ -81,12 +92,14 @@ impl AssembledId {
         let mode = ((field >> 31) as u8) << 2 | (id[15] >> 6);
         let mut offset = [0u8; 8];
         offset[5..].copy_from_slice(&id[12..15]);
+        offset[5] &= !ALL_SIBLINGS;
         let decoded = Self {
             object_hash: u64::from_be_bytes(id[..8].try_into().ok()?),
             first_window,
             clip_end: first_window + u64::from_be_bytes(offset),
             mode: Mode::from_code(mode)?,
             scope: Scope::from_code((id[15] >> 4) & 0x03)?,
+            all_siblings: id[12] & ALL_SIBLINGS != 0,
         };
         (decoded.window_starts(width).len() as u64 <= MAX_WINDOWS).then_some(decoded)
     }
@@ -113,19 +126,22 @@ mod tests {
         let first = 1_795_000_000 / 1800 * 1800;
         for mode in Mode::ALL {
             for scope in Scope::ALL {
-                let id = AssembledId {
-                    object_hash: 0xdead_beef_0123_4567,
-                    first_window: first,
-                    clip_end: first + 2 * 1800 + 17,
-                    mode,
-                    scope,
-                };
-                let decoded = AssembledId::decode(&id.encode(), 1800);
-                assert_eq!(decoded, Some(id));
-                assert_eq!(
-                    id.window_starts(1800),
-                    vec![first, first + 1800, first + 3600]
-                );
+                for all_siblings in [false, true] {
+                    let id = AssembledId {
+                        object_hash: 0xdead_beef_0123_4567,
+                        first_window: first,
+                        clip_end: first + 2 * 1800 + 17,
+                        mode,
+                        scope,
+                        all_siblings,
+                    };
+                    let decoded = AssembledId::decode(&id.encode(), 1800);
+                    assert_eq!(decoded, Some(id));
+                    assert_eq!(
+                        id.window_starts(1800),
+                        vec![first, first + 1800, first + 3600]
+                    );
+                }
             }
         }
         // Four check bits: a changed id is refused 15 times in 16. Every
@@ -136,6 +152,7 @@ mod tests {
             clip_end: 1801,
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
         }
         .encode();
         let mut refused = 0;
@@ -159,6 +176,7 @@ mod tests {
             clip_end: 1_795_000_000 / 1800 * 1800 + 17,
             mode: Mode::Grouped,
             scope: Scope::Full,
+            all_siblings: false,
         };
         let mut old = [0u8; 16];
         old[..8].copy_from_slice(&id.object_hash.to_be_bytes());
@@ -183,12 +201,19 @@ mod tests {
             clip_end: 3700,
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
         };
         let b = AssembledId {
             clip_end: 3701,
             ..a
         };
         assert_ne!(a.encode(), b.encode());
+        let all = AssembledId {
+            all_siblings: true,
+            ..a
+        };
+        assert_ne!(a.encode(), all.encode());
+        assert_eq!(AssembledId::decode(&all.encode(), 60), Some(all));
     }
 
     #[test]
@@ -199,6 +224,7 @@ mod tests {
             clip_end: 300 * 60,
             mode: Mode::Tracing,
             scope: Scope::Full,
+            all_siblings: false,
         };
         assert!(AssembledId::decode(&id.encode(), 3600).is_some());
         assert_eq!(AssembledId::decode(&id.encode(), 60), None);

@@ -20,9 +20,11 @@ use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
 pub mod cascade;
 mod entries;
+mod siblings;
 
 use entries::*;
 pub use entries::{diff_lines, problem, snapshot};
+pub use siblings::{DEFAULT_MAX_SIBLINGS, SIBLINGS_TAG, parse_siblings};
 
 /// How an object tree is laid out as spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,11 +165,15 @@ fn object_times(asm: &Assembly) -> Vec<(u64, u64)> {
 
 /// Lays `asm` out as spans of one trace with id `trace_id`. Children linked
 /// by a class in `group_classes` go under a virtual span named by the class.
+/// Beyond `max_siblings` objects of one resource and class under one
+/// object, the rest are summarised by one span (`siblings.rs`; 0 shows
+/// all).
 pub fn render(
     asm: &Assembly,
     mode: Mode,
     trace_id: &TraceIdBytes,
     group_classes: &HashSet<String>,
+    max_siblings: usize,
 ) -> Vec<ResourceSpans> {
     let mut times = object_times(asm);
     if mode == Mode::Timeline {
@@ -196,6 +202,7 @@ pub fn render(
         })
         .collect();
     let errors = error_statuses(asm);
+    let (hidden, summaries) = siblings::select(asm, &times, &errors, max_siblings);
     // (parent node, class) -> virtual span id, start, end.
     let mut virtuals: BTreeMap<(usize, String), (Vec<u8>, u64, u64)> = BTreeMap::new();
     let parent_span = |i: usize, virtuals: &mut BTreeMap<(usize, String), (Vec<u8>, u64, u64)>| {
@@ -215,6 +222,9 @@ pub fn render(
         }
     };
     for (i, _) in asm.walk() {
+        if hidden[i] {
+            continue;
+        }
         let n = &asm.nodes[i];
         let parent = n.parent.map(|p| &asm.nodes[p]);
         let service = n.history.object.resource.as_str();
@@ -334,6 +344,32 @@ pub fn render(
             continue; // only the root object is a span in the timeline
         }
         out.push(service, obj);
+    }
+    for s in &summaries {
+        let parent = if mode == Mode::Timeline {
+            ids[0].clone()
+        } else {
+            // Under the class's virtual span when the level is grouped
+            // (widening it to the objects not shown).
+            let mut parent = None;
+            for &m in &s.members {
+                parent = parent_span(m, &mut virtuals);
+            }
+            parent.unwrap_or_else(|| ids[s.parent].clone())
+        };
+        let shown = asm.nodes[s.parent]
+            .children
+            .iter()
+            .filter(|&&c| {
+                !hidden[c]
+                    && asm.nodes[c].history.object.resource == s.resource
+                    && asm.nodes[c].class == s.class
+            })
+            .count();
+        out.push(
+            &s.resource,
+            siblings::summary_span(asm, s, &times, &errors, trace_id, parent, shown),
+        );
     }
     for ((p, class), (id, start, end)) in virtuals {
         let parent = &asm.nodes[p];

@@ -1,0 +1,205 @@
+//! Wide levels shown in part: under one object, objects of one resource
+//! linked by one class beyond `max_siblings` (a Deployment's 1,000 Pods)
+//! are summarised by one span, and only the failed ones, the one searched
+//! for and the longest-lived are shown in full. A trace of thousands of
+//! spans is slow for the Jaeger UI to fetch and unreadable in it; every
+//! object left out stays one search away (by its name), and the tag
+//! `siblings=all` shows them all.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
+
+use super::entries::{object_label, span_id};
+use crate::analysis::cascade::format_duration;
+use crate::frontend::assemble::Assembly;
+use crate::frontend::raw::{kv, kv_int};
+
+/// Default of `--max-siblings`: a ReplicaSet's Pods up to this many are
+/// all shown.
+pub const DEFAULT_MAX_SIBLINGS: usize = 50;
+
+/// Search tag that shows every object of a wide level (`siblings=all`).
+pub const SIBLINGS_TAG: &str = "siblings";
+
+/// The value of the tag [`SIBLINGS_TAG`]: whether every object of a wide
+/// level is shown (`all`) or the rest summarised (`summary`, the default).
+pub fn parse_siblings(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "all" => Ok(true),
+        "summary" => Ok(false),
+        other => Err(format!(
+            "{} is neither all nor summary",
+            crate::bounds::quote(other)
+        )),
+    }
+}
+
+/// Objects of one wide level that are not shown.
+pub(super) struct Summary {
+    pub parent: usize,
+    pub class: Option<String>,
+    pub resource: String,
+    /// Node indices, by start time.
+    pub members: Vec<usize>,
+}
+
+/// Which nodes are shown (`hidden[i]` false), and one [`Summary`] per wide
+/// level. `max_siblings` 0 shows everything.
+pub(super) fn select(
+    asm: &Assembly,
+    times: &[(u64, u64)],
+    errors: &[Option<String>],
+    max_siblings: usize,
+) -> (Vec<bool>, Vec<Summary>) {
+    let mut hidden = vec![false; asm.nodes.len()];
+    let mut summaries = Vec::new();
+    if max_siblings == 0 {
+        return (hidden, summaries);
+    }
+    for (p, node) in asm.nodes.iter().enumerate() {
+        if node.children.len() <= max_siblings {
+            continue;
+        }
+        let mut levels: BTreeMap<(&str, Option<&str>), Vec<usize>> = BTreeMap::new();
+        for &c in &node.children {
+            let child = &asm.nodes[c];
+            levels
+                .entry((&child.history.object.resource, child.class.as_deref()))
+                .or_default()
+                .push(c);
+        }
+        for ((resource, class), mut level) in levels {
+            if level.len() <= max_siblings {
+                continue;
+            }
+            // Shown first: the path to the searched object, then failures
+            // (its own or below it), then the longest-lived.
+            level.sort_by_key(|&i| {
+                (
+                    !asm.on_searched_path(i),
+                    errors[i].is_none(),
+                    std::cmp::Reverse(times[i].1.saturating_sub(times[i].0)),
+                    i,
+                )
+            });
+            let mut members = level.split_off(max_siblings);
+            members.sort_by_key(|&i| (times[i].0, i));
+            for &m in &members {
+                hide_subtree(asm, m, &mut hidden);
+            }
+            summaries.push(Summary {
+                parent: p,
+                class: class.map(str::to_string),
+                resource: resource.to_string(),
+                members,
+            });
+        }
+    }
+    (hidden, summaries)
+}
+
+fn hide_subtree(asm: &Assembly, root: usize, hidden: &mut [bool]) {
+    let mut stack = vec![root];
+    while let Some(i) = stack.pop() {
+        hidden[i] = true;
+        stack.extend(asm.nodes[i].children.iter().copied());
+    }
+}
+
+/// The span standing for `s`'s objects: named by their count, spanning
+/// their times, with one log per object (its name and how long it was
+/// active) and the spread of those durations.
+pub(super) fn summary_span(
+    asm: &Assembly,
+    s: &Summary,
+    times: &[(u64, u64)],
+    errors: &[Option<String>],
+    trace_id: &[u8],
+    parent_span_id: Vec<u8>,
+    shown: usize,
+) -> Span {
+    let parent = &asm.nodes[s.parent];
+    let class = s.class.as_deref().unwrap_or("");
+    let seed = format!(
+        "{}|{}|{class}|not shown",
+        parent.history.object.key(),
+        s.resource
+    );
+    let start = s.members.iter().map(|&i| times[i].0).min().unwrap_or(0);
+    let end = s.members.iter().map(|&i| times[i].1).max().unwrap_or(start);
+    let mut durations: Vec<u64> = s
+        .members
+        .iter()
+        .map(|&i| times[i].1.saturating_sub(times[i].0))
+        .collect();
+    durations.sort_unstable();
+    let quantile = |q: f64| {
+        let at = ((durations.len() - 1) as f64 * q).round() as usize;
+        format_duration(Duration::from_nanos(durations[at]))
+    };
+    let failed = s.members.iter().filter(|&&i| errors[i].is_some()).count();
+    let n = s.members.len();
+    let mut attributes = vec![
+        kv("resource", s.resource.clone()),
+        kv_int("objects.not_shown", n as i64),
+        kv_int("objects.shown", shown as i64),
+        kv("duration.p50", quantile(0.5)),
+        kv("duration.p90", quantile(0.9)),
+        kv("duration.max", quantile(1.0)),
+        kv(
+            "note",
+            format!(
+                "{n} of {} {} not shown: the failed and the longest-lived are; \
+                 search one by its name, or add the tag {SIBLINGS_TAG}=all to show them all",
+                n + shown,
+                s.resource
+            ),
+        ),
+    ];
+    if failed > 0 {
+        attributes.push(kv_int("objects.failed", failed as i64));
+    }
+    if let Some(c) = &s.class {
+        attributes.push(kv("relation", c.clone()));
+    }
+    let events = s
+        .members
+        .iter()
+        .map(|&i| {
+            let (from, to) = times[i];
+            let mut attributes = vec![kv(
+                "active",
+                format_duration(Duration::from_nanos(to.saturating_sub(from))),
+            )];
+            if let Some(e) = &errors[i] {
+                attributes.push(kv("error", e.clone()));
+            }
+            Event {
+                time_unix_nano: from,
+                name: object_label(&asm.nodes[i], Some(parent)),
+                attributes,
+                ..Default::default()
+            }
+        })
+        .collect();
+    Span {
+        trace_id: trace_id.to_vec(),
+        span_id: span_id(&seed, 0x6e73),
+        parent_span_id,
+        name: format!("{n} more {}", s.resource),
+        kind: 1, // internal
+        start_time_unix_nano: start,
+        end_time_unix_nano: end.max(start),
+        attributes,
+        events,
+        status: (failed > 0).then(|| Status {
+            message: format!("{failed} of the {} not shown failed", s.resource),
+            code: StatusCode::Error as i32,
+        }),
+        ..Default::default()
+    }
+}
