@@ -147,5 +147,34 @@ fn stream_cached(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble, stream_cached);
+/// What weighing an assembled trace for the cache costs
+/// (`cache_weight::trace_bytes`): the 1,000-Pod Deployment's whole trace,
+/// every Pod shown and as summarised (`--max-siblings`, the default). A
+/// server's cold assembly weighed its trace whole, then again once only the
+/// served stream was kept; it now weighs it once.
+fn weigh(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pods = 1000;
+    let (store, range, _) = store(pods, &rt);
+    let f = Frontend::new(store, FrontendConfig::default());
+    let mut group = c.benchmark_group("weigh_trace");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    for (name, all_siblings) in [("all_pods", true), ("summarised", false)] {
+        let query = SearchQuery {
+            all_siblings,
+            ..deployment_query(range)
+        };
+        let trace = rt.block_on(f.search(&query)).unwrap().remove(0);
+        group.bench_with_input(BenchmarkId::new(name, pods), &pods, |b, _| {
+            b.iter(|| kascade::frontend::cache_weight::trace_bytes(&trace))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, assemble, stream_cached, weigh);
 criterion_main!(benches);

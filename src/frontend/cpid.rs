@@ -334,7 +334,7 @@ impl<S: RawStore> Frontend<S> {
                 notes: all_notes,
                 range: None,
             };
-            Ok(Some(self.finish(AssembledTrace::new(
+            Ok(Some(self.finish(AssembledTrace::unweighed(
                 id,
                 assembly,
                 cascades,

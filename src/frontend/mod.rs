@@ -171,7 +171,20 @@ pub struct AssembledTrace {
 }
 
 impl AssembledTrace {
+    /// The trace, weighed ([`cache_weight::trace_bytes`]).
     pub fn new(
+        id: TraceIdBytes,
+        assembly: Assembly,
+        cascades: Vec<crate::analysis::cascade::Cascade>,
+        resource_spans: Vec<ResourceSpans>,
+    ) -> Self {
+        Self::unweighed(id, assembly, cascades, resource_spans).weighed()
+    }
+
+    /// The trace with `bytes` 0: weighed once as it is kept
+    /// ([`Self::weighed`] or [`Self::served_only`]), a walk over every
+    /// string of a wide trace spared.
+    fn unweighed(
         id: TraceIdBytes,
         assembly: Assembly,
         cascades: Vec<crate::analysis::cascade::Cascade>,
@@ -184,7 +197,7 @@ impl AssembledTrace {
         let span_range = spans.fold(None, |acc, sp| {
             merge::widen(acc, (sp.start_time_unix_nano, sp.end_time_unix_nano))
         });
-        let mut t = Self {
+        Self {
             id,
             assembly,
             cascades,
@@ -192,9 +205,12 @@ impl AssembledTrace {
             encoded: std::sync::OnceLock::new(),
             bytes: 0,
             span_range,
-        };
-        t.bytes = cache_weight::trace_bytes(&t);
-        t
+        }
+    }
+
+    fn weighed(mut self) -> Self {
+        self.bytes = cache_weight::trace_bytes(&self);
+        self
     }
 
     /// Only what the Jaeger API serves: the stream, encoded now, and the
@@ -658,7 +674,7 @@ impl<S: RawStore> Frontend<S> {
         self.metrics
             .assemble_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(self.finish(AssembledTrace::new(
+        Ok(self.finish(AssembledTrace::unweighed(
             encoded,
             assembly,
             cascades,
@@ -666,11 +682,11 @@ impl<S: RawStore> Frontend<S> {
         )))
     }
 
-    /// `t` as the cache keeps it: whole, or only what the Jaeger API serves
-    /// ([`FrontendConfig::keep_assembly`]).
+    /// `t` (unweighed) as the cache keeps it, weighed: whole, or only what
+    /// the Jaeger API serves ([`FrontendConfig::keep_assembly`]).
     fn finish(&self, t: AssembledTrace) -> Arc<AssembledTrace> {
         Arc::new(if self.cfg.keep_assembly {
-            t
+            t.weighed()
         } else {
             t.served_only()
         })
