@@ -2387,4 +2387,39 @@ async fn a_summarised_level_shows_the_searched_path_then_the_failed() {
             .is_some_and(|m| m.contains("failed")),
         "{errors:?}"
     );
+
+    // One tree in every mode: the ReplicaSet not shown has more Pods than
+    // shown siblings, and neither they nor a summary of them are left
+    // without a parent.
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        let t = search_one(
+            &f,
+            range,
+            mode,
+            Scope::Full,
+            &[("resource", "deployments"), ("name", "web")],
+        )
+        .await;
+        let spans = all_spans(&t);
+        let ids: BTreeSet<&Vec<u8>> = spans.iter().map(|(_, s)| &s.span_id).collect();
+        let roots: Vec<&str> = spans
+            .iter()
+            .filter(|(_, s)| s.parent_span_id.is_empty())
+            .map(|(_, s)| s.name.as_str())
+            .collect();
+        assert_eq!(roots.len(), 1, "{mode:?}: roots {roots:?}");
+        for (_, s) in &spans {
+            assert!(
+                s.parent_span_id.is_empty() || ids.contains(&s.parent_span_id),
+                "{mode:?}: {} has no parent in the trace",
+                s.name
+            );
+        }
+        assert!(
+            !spans
+                .iter()
+                .any(|(_, s)| s.name.contains(running_rs.as_str())),
+            "{mode:?}: the running ReplicaSet's Pods are not shown"
+        );
+    }
 }

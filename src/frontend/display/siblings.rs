@@ -60,8 +60,11 @@ pub(super) fn select(
     if max_siblings == 0 {
         return (hidden, summaries);
     }
-    for (p, node) in asm.nodes.iter().enumerate() {
-        if node.children.len() <= max_siblings {
+    // Parents before their children: the children of an object not shown
+    // are not shown either, and get no summary (it would have no parent).
+    for (p, _) in asm.walk() {
+        let node = &asm.nodes[p];
+        if hidden[p] || node.children.len() <= max_siblings {
             continue;
         }
         let mut levels: BTreeMap<(&str, Option<&str>), Vec<usize>> = BTreeMap::new();
