@@ -60,31 +60,43 @@ async fn a_cached_traces_weight_is_the_memory_it_holds() {
                 .search(&search)
                 .await
                 .unwrap();
-            let before = allocated();
-            let f = Frontend::new(s.clone(), config);
-            let trace = f.search(&search).await.unwrap().remove(0);
-            if keep_assembly {
+            // The weight is the same each time; jemalloc's count is not
+            // exact (freed objects its thread cache keeps count as
+            // allocated until flushed: once, in CI, 1.1 MB of a 5.4 MB
+            // trace). So a measurement off the bounds is taken again, up
+            // to three times; a wrong weight is off every time.
+            let mut attempts = Vec::new();
+            loop {
+                let before = allocated();
+                let f = Frontend::new(s.clone(), config.clone());
+                let trace = f.search(&search).await.unwrap().remove(0);
+                if keep_assembly {
+                    assert!(
+                        trace.assembly.nodes.len() > pods,
+                        "{mode:?}: the Pods are in"
+                    );
+                }
+                // What the trace holds once streamed, the frontend (and its
+                // cache, and every buffer of the assembly) gone.
+                kascade::frontend::service::encoded_chunks(&trace);
+                drop(f);
+                let held = allocated() - before;
+                let ratio = trace.bytes as f64 / held as f64;
+                // Within a fifth, or within what the process itself allocates
+                // and frees around one search (up to about 90 KB measured: a
+                // served-only trace of the bare fixture is 100–300 KB).
+                let off = (trace.bytes as i64 - held).abs();
+                if (0.8..=1.2).contains(&ratio) || off < CHURN_BYTES {
+                    break;
+                }
+                attempts.push(format!("holds {held} ({ratio:.2})"));
                 assert!(
-                    trace.assembly.nodes.len() > pods,
-                    "{mode:?}: the Pods are in"
+                    attempts.len() < 3,
+                    "{pods} Pods, {mode:?}, keep_assembly {keep_assembly}: weighed {} bytes; {}",
+                    trace.bytes,
+                    attempts.join(", ")
                 );
             }
-            // What the trace holds once streamed, the frontend (and its
-            // cache, and every buffer of the assembly) gone.
-            kascade::frontend::service::encoded_chunks(&trace);
-            drop(f);
-            let held = allocated() - before;
-            let ratio = trace.bytes as f64 / held as f64;
-            // Within a fifth, or within what the process itself allocates
-            // and frees around one search (up to about 90 KB measured: a
-            // served-only trace of the bare fixture is 100–300 KB).
-            let off = (trace.bytes as i64 - held).abs();
-            assert!(
-                (0.8..=1.2).contains(&ratio) || off < CHURN_BYTES,
-                "{pods} Pods, {mode:?}, keep_assembly {keep_assembly}: weighed {} bytes, \
-                 holds {held} ({ratio:.2})",
-                trace.bytes
-            );
         }
     }
 }
