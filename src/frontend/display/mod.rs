@@ -357,18 +357,9 @@ pub fn render(
             }
             parent.unwrap_or_else(|| ids[s.parent].clone())
         };
-        let shown = asm.nodes[s.parent]
-            .children
-            .iter()
-            .filter(|&&c| {
-                !hidden[c]
-                    && asm.nodes[c].history.object.resource == s.resource
-                    && asm.nodes[c].class == s.class
-            })
-            .count();
         out.push(
             &s.resource,
-            siblings::summary_span(asm, s, &times, &errors, trace_id, parent, shown),
+            siblings::summary_span(asm, s, &times, &errors, trace_id, parent),
         );
     }
     for ((p, class), (id, start, end)) in virtuals {

@@ -45,6 +45,8 @@ pub(super) struct Summary {
     pub resource: String,
     /// Node indices, by start time.
     pub members: Vec<usize>,
+    /// Objects of the level that are shown.
+    pub shown: usize,
 }
 
 /// Which nodes are shown (`hidden[i]` false), and one [`Summary`] per wide
@@ -99,6 +101,7 @@ pub(super) fn select(
                 class: class.map(str::to_string),
                 resource: resource.to_string(),
                 members,
+                shown: max_siblings,
             });
         }
     }
@@ -123,8 +126,8 @@ pub(super) fn summary_span(
     errors: &[Option<String>],
     trace_id: &[u8],
     parent_span_id: Vec<u8>,
-    shown: usize,
 ) -> Span {
+    let shown = s.shown;
     let parent = &asm.nodes[s.parent];
     let class = s.class.as_deref().unwrap_or("");
     let seed = format!(
