@@ -889,33 +889,49 @@ async fn secret_values_never_reach_an_assembled_trace() {
     assert!(raw.contains(secret_values[1]) && raw.contains(secret_values[3]));
     let s = Arc::new(store("config").await);
     let range = whole_range(&s);
-    let f = Frontend::new(
-        s,
-        FrontendConfig {
-            limits: Limits::default(),
-            ..FrontendConfig::default()
-        },
-    );
-    for mode in Mode::ALL {
-        let found = f
-            .search(&SearchQuery {
-                mode,
-                scope: Scope::Full,
-                all_siblings: false,
-                tags: tags(&[("namespace", "config-demo")]),
-                range,
-                limit: 100,
-            })
-            .await
-            .unwrap();
-        assert!(!found.is_empty());
-        for t in found {
-            let json = serde_json::to_string(&t.resource_spans).unwrap();
-            for v in secret_values {
-                assert!(!json.contains(v), "{v} leaked");
+    // Also with every level of more than one object or write summarised:
+    // the summary spans name what they stand for and carry its errors.
+    let mut summaries = [0; 2];
+    for max_siblings in [FrontendConfig::default().max_siblings, 1] {
+        let f = Frontend::new(
+            s.clone(),
+            FrontendConfig {
+                limits: Limits::default(),
+                max_siblings,
+                ..FrontendConfig::default()
+            },
+        );
+        for mode in Mode::ALL {
+            let found = f
+                .search(&SearchQuery {
+                    mode,
+                    scope: Scope::Full,
+                    all_siblings: false,
+                    tags: tags(&[("namespace", "config-demo")]),
+                    range,
+                    limit: 100,
+                })
+                .await
+                .unwrap();
+            assert!(!found.is_empty());
+            for t in found {
+                let json = serde_json::to_string(&t.resource_spans).unwrap();
+                for v in secret_values {
+                    assert!(!json.contains(v), "{v} leaked");
+                }
+                for (i, key) in ["objects.not_shown", "writes.not_shown"].iter().enumerate() {
+                    summaries[i] += all_spans(&t)
+                        .iter()
+                        .filter(|(_, s)| int_attr(s, key).is_some())
+                        .count();
+                }
             }
         }
     }
+    assert!(
+        summaries.iter().all(|&n| n > 0),
+        "levels of objects and of writes summarised: {summaries:?}"
+    );
 }
 
 #[tokio::test]
@@ -2298,14 +2314,7 @@ async fn a_wide_level_is_summarised_beyond_max_siblings() {
     assert!(summary_spans.len() < all_spans_.len() / 2);
 
     // The choice travels in the id: a replica without the cache rebuilds both.
-    let replica = Frontend::new(s.clone(), config);
-    for t in [&all, &summarised] {
-        let reloaded = replica.get(&t.id).await.unwrap().expect("rebuilt");
-        assert_eq!(
-            serde_json::to_string(&reloaded.resource_spans).unwrap(),
-            serde_json::to_string(&t.resource_spans).unwrap()
-        );
-    }
+    common::assert_rebuilt_alike(&Frontend::new(s.clone(), config), &[&all, &summarised]).await;
 }
 
 /// What is shown of a wide level is first the path to the searched object,

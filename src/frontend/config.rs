@@ -21,9 +21,10 @@ pub struct FrontendConfig {
     /// Link classes shown under a virtual span named by the class.
     pub group_classes: HashSet<String>,
     /// Objects of one resource and link class shown under one object
-    /// (a ReplicaSet's Pods); beyond it the failed and longest-lived are
-    /// shown and one span summarises the rest (the search tag
-    /// `siblings=all` shows them all). 0 shows all.
+    /// (a ReplicaSet's Pods), and in mode cascade writes of one verb and
+    /// resource caused by one write; beyond it the failed and longest-lived
+    /// (latest to settle) are shown and one span summarises the rest (the
+    /// search tag `siblings=all` shows them all). 0 shows all.
     pub max_siblings: usize,
     pub default_scope: Scope,
     /// Raw traces read per search (each is one object window).

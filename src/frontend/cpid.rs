@@ -326,7 +326,9 @@ impl<S: RawStore> Frontend<S> {
             let mut all_notes = describe_related(&related);
             all_notes.append(&mut notes);
             let id = cpid.to_bytes();
-            let resource_spans = display::cascade::render(&cascades, &id, &all_notes);
+            // Every write: the trace id is the CPID, with no room for the
+            // choice `siblings=all` makes in an object's trace id.
+            let resource_spans = display::cascade::render(&cascades, &id, &all_notes, None, 0);
             self.metrics.traces_assembled.inc();
             let assembly = Assembly {
                 nodes: Vec::new(),

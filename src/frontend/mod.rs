@@ -648,20 +648,25 @@ impl<S: RawStore> Frontend<S> {
             }
         }
         let encoded = id.encode();
+        let max_siblings = if id.all_siblings {
+            0
+        } else {
+            self.cfg.max_siblings
+        };
         let (cascades, resource_spans) = if id.mode == Mode::Cascade {
             let (cascades, mut notes) =
                 cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
                     .instrument(tracing::info_span!(target: TARGET, "cascades"))
                     .await?;
             notes.extend(assembly.notes.iter().cloned());
-            let spans = display::cascade::render(&cascades, &encoded, &notes);
+            let searched = assembly
+                .nodes
+                .get(assembly.searched)
+                .map(|n| &n.history.object);
+            let spans =
+                display::cascade::render(&cascades, &encoded, &notes, searched, max_siblings);
             (cascades, spans)
         } else {
-            let max_siblings = if id.all_siblings {
-                0
-            } else {
-                self.cfg.max_siblings
-            };
             let spans = display::render(
                 &assembly,
                 id.mode,

@@ -162,3 +162,18 @@ pub fn deployment_with_pods(pods: usize) -> Vec<String> {
     }
     lines
 }
+
+/// Each of `traces`, got by its id from `replica` (a frontend without them
+/// in its cache), is rebuilt span for span: the id carries what was asked.
+pub async fn assert_rebuilt_alike<S: kascade::frontend::raw::RawStore>(
+    replica: &kascade::frontend::Frontend<S>,
+    traces: &[&kascade::frontend::AssembledTrace],
+) {
+    for t in traces {
+        let reloaded = replica.get(&t.id).await.unwrap().expect("rebuilt");
+        assert_eq!(
+            serde_json::to_string(&reloaded.resource_spans).unwrap(),
+            serde_json::to_string(&t.resource_spans).unwrap()
+        );
+    }
+}

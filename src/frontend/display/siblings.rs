@@ -116,6 +116,15 @@ fn hide_subtree(asm: &Assembly, root: usize, hidden: &mut [bool]) {
     }
 }
 
+/// p50, p90 and the largest of `nanos` (not empty), as durations to read.
+pub(super) fn spread(mut nanos: Vec<u64>) -> [String; 3] {
+    nanos.sort_unstable();
+    [0.5, 0.9, 1.0].map(|q| {
+        let at = ((nanos.len() - 1) as f64 * q).round() as usize;
+        format_duration(Duration::from_nanos(nanos[at]))
+    })
+}
+
 /// The span standing for `s`'s objects: named by their count, spanning
 /// their times, with one log per object (its name and how long it was
 /// active) and the spread of those durations.
@@ -137,25 +146,21 @@ pub(super) fn summary_span(
     );
     let start = s.members.iter().map(|&i| times[i].0).min().unwrap_or(0);
     let end = s.members.iter().map(|&i| times[i].1).max().unwrap_or(start);
-    let mut durations: Vec<u64> = s
-        .members
-        .iter()
-        .map(|&i| times[i].1.saturating_sub(times[i].0))
-        .collect();
-    durations.sort_unstable();
-    let quantile = |q: f64| {
-        let at = ((durations.len() - 1) as f64 * q).round() as usize;
-        format_duration(Duration::from_nanos(durations[at]))
-    };
+    let [p50, p90, max] = spread(
+        s.members
+            .iter()
+            .map(|&i| times[i].1.saturating_sub(times[i].0))
+            .collect(),
+    );
     let failed = s.members.iter().filter(|&&i| errors[i].is_some()).count();
     let n = s.members.len();
     let mut attributes = vec![
         kv("resource", s.resource.clone()),
         kv_int("objects.not_shown", n as i64),
         kv_int("objects.shown", shown as i64),
-        kv("duration.p50", quantile(0.5)),
-        kv("duration.p90", quantile(0.9)),
-        kv("duration.max", quantile(1.0)),
+        kv("duration.p50", p50),
+        kv("duration.p90", p90),
+        kv("duration.max", max),
         kv(
             "note",
             format!(

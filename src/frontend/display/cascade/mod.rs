@@ -10,7 +10,11 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
 use super::{Out, span_id};
 use crate::analysis::cascade::{Cascade, Completion, change_name, format_duration};
 use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
+use crate::model::ObjectRef;
+use crate::pipeline::ChangeRecord;
 use crate::span_model::attr;
+
+mod siblings;
 
 /// Marks the critical path in span names.
 pub const CRITICAL_MARK: &str = "★ ";
@@ -19,6 +23,20 @@ pub const CRITICAL_MARK: &str = "★ ";
 /// a delete finding nothing is done).
 fn expected_failure(code: i32, verb: &str) -> bool {
     code == 409 || (code == 404 && verb == "delete")
+}
+
+/// Why a write failed: the apiserver's refusal when the span carries it.
+fn failure_message(ch: &ChangeRecord) -> String {
+    match &ch.failure {
+        Some(m) => format!("request failed with {}: {m}", ch.code),
+        None => format!("request failed with {}", ch.code),
+    }
+}
+
+/// Whether the write failed in a way its writer does not expect: shown in
+/// error.
+fn fails(ch: &ChangeRecord) -> bool {
+    ch.code >= 400 && !expected_failure(ch.code, &ch.verb)
 }
 
 /// Each change's span (ns): from its cause's response completed (the
@@ -55,10 +73,16 @@ fn span_times(c: &Cascade) -> Vec<(u64, u64)> {
     times
 }
 
+/// Lays the cascades out as spans of one trace with id `trace_id`, `notes`
+/// on the first root. Beyond `max_siblings` writes of one verb on one
+/// resource caused by one write, the rest (and what they caused) are
+/// summarised by one span, the writes of `searched` kept (0 shows all).
 pub fn render(
     cascades: &[Cascade],
     trace_id: &TraceIdBytes,
     notes: &[String],
+    searched: Option<&ObjectRef>,
+    max_siblings: usize,
 ) -> Vec<ResourceSpans> {
     let mut out = Out::default();
     for (n, c) in cascades.iter().enumerate() {
@@ -75,7 +99,17 @@ pub fn render(
             .max()
             .unwrap_or(root.completed);
         let times = span_times(c);
+        let subtrees = siblings::Subtrees::of(c, searched);
+        let (hidden, summaries) = siblings::select(c, &times, &subtrees, max_siblings);
+        for s in &summaries {
+            let span =
+                siblings::summary_span(c, s, &times, &subtrees, trace_id, ids[s.parent].clone());
+            out.push(&s.resource, span);
+        }
         for (i, ch) in c.changes.iter().enumerate() {
+            if hidden[i] {
+                continue;
+            }
             let critical = c.is_critical(i) && c.changes.len() > 1;
             let o = &ch.object;
             let mut attributes = vec![
@@ -126,11 +160,10 @@ pub fn render(
                 attributes.push(kv(attr::CPID_ORIGIN, c.origin.as_str()));
             }
             let mut events = Vec::new();
-            let mut status =
-                (ch.code >= 400 && !expected_failure(ch.code, &ch.verb)).then(|| Status {
-                    message: format!("request failed with {}", ch.code),
-                    code: StatusCode::Error as i32,
-                });
+            let mut status = fails(ch).then(|| Status {
+                message: failure_message(ch),
+                code: StatusCode::Error as i32,
+            });
             let parent = c.parent[i].map(|p| ids[p].clone()).unwrap_or_default();
             let (start, end) = times[i];
             events.push(Event {

@@ -1,0 +1,248 @@
+//! Wide levels of a cascade shown in part: beyond `max_siblings` writes of
+//! one verb on one resource caused by one write (a ReplicaSet's 1,000 Pod
+//! creates), only the ones on the way to the searched object, the critical
+//! path, the failed and the latest to settle are shown with what they
+//! caused; one span stands for the rest, naming each write in its logs.
+//! The tag `siblings=all` shows them all, as in the other modes.
+
+use std::collections::BTreeMap;
+
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
+
+use super::super::entries::span_id;
+use super::super::siblings::{SIBLINGS_TAG, spread};
+use super::{fails, failure_message};
+use crate::analysis::cascade::{Cascade, change_name, format_duration};
+use crate::frontend::raw::{kv, kv_int, nanos};
+use crate::model::ObjectRef;
+use crate::span_model::attr;
+
+/// What each change's subtree (itself and what it caused) holds.
+pub(super) struct Subtrees {
+    /// A write in it failed unexpectedly.
+    failed: Vec<bool>,
+    /// It writes the searched object.
+    searched: Vec<bool>,
+    /// Writes in it.
+    size: Vec<usize>,
+}
+
+impl Subtrees {
+    pub fn of(c: &Cascade, searched: Option<&ObjectRef>) -> Subtrees {
+        let n = c.changes.len();
+        let mut t = Subtrees {
+            failed: c.changes.iter().map(fails).collect(),
+            searched: c
+                .changes
+                .iter()
+                .map(|ch| searched == Some(&ch.object))
+                .collect(),
+            size: vec![1; n],
+        };
+        // The walk visits causes before their effects: gather bottom-up.
+        for &(i, _) in c.walk().iter().rev() {
+            if let Some(p) = c.parent[i] {
+                t.failed[p] |= t.failed[i];
+                t.searched[p] |= t.searched[i];
+                t.size[p] += t.size[i];
+            }
+        }
+        t
+    }
+}
+
+/// Writes of one wide level that are not shown.
+pub(super) struct Summary {
+    /// The write that caused them.
+    pub parent: usize,
+    pub resource: String,
+    pub verb: String,
+    pub subresource: String,
+    /// Change indices, by request received.
+    pub members: Vec<usize>,
+    /// Writes of the level that are shown.
+    pub shown: usize,
+}
+
+/// Which changes are shown (`hidden[i]` false), and one [`Summary`] per
+/// wide level. `max_siblings` 0 shows everything.
+pub(super) fn select(
+    c: &Cascade,
+    times: &[(u64, u64)],
+    subtrees: &Subtrees,
+    max_siblings: usize,
+) -> (Vec<bool>, Vec<Summary>) {
+    let mut hidden = vec![false; c.changes.len()];
+    let mut summaries = Vec::new();
+    if max_siblings == 0 {
+        return (hidden, summaries);
+    }
+    let mut critical = vec![false; c.changes.len()];
+    for &i in &c.critical_path {
+        critical[i] = true;
+    }
+    // Causes before their effects: what a hidden write caused is hidden
+    // with it and gets no summary of its own (it would have no parent).
+    for (p, _) in c.walk() {
+        if hidden[p] || c.children[p].len() <= max_siblings {
+            continue;
+        }
+        let mut levels: BTreeMap<(&str, &str, &str), Vec<usize>> = BTreeMap::new();
+        for &i in &c.children[p] {
+            let ch = &c.changes[i];
+            levels
+                .entry((&ch.object.resource, &ch.verb, &ch.subresource))
+                .or_default()
+                .push(i);
+        }
+        for ((resource, verb, subresource), mut level) in levels {
+            if level.len() <= max_siblings {
+                continue;
+            }
+            level.sort_by_key(|&i| {
+                (
+                    !subtrees.searched[i],
+                    !critical[i],
+                    !subtrees.failed[i],
+                    std::cmp::Reverse(times[i].1),
+                    i,
+                )
+            });
+            let mut members = level.split_off(max_siblings);
+            members.sort_by_key(|&i| (c.changes[i].received, i));
+            for &m in &members {
+                let mut stack = vec![m];
+                while let Some(i) = stack.pop() {
+                    hidden[i] = true;
+                    stack.extend(c.children[i].iter().copied());
+                }
+            }
+            summaries.push(Summary {
+                parent: p,
+                resource: resource.to_string(),
+                verb: verb.to_string(),
+                subresource: subresource.to_string(),
+                members,
+                shown: max_siblings,
+            });
+        }
+    }
+    (hidden, summaries)
+}
+
+/// The span standing for `s`'s writes: named by their count, verb and
+/// resource, spanning their times (each from its cause's response to the
+/// last write it caused), with the spread of their hops and durations and
+/// one log per write.
+pub(super) fn summary_span(
+    c: &Cascade,
+    s: &Summary,
+    times: &[(u64, u64)],
+    subtrees: &Subtrees,
+    trace_id: &[u8],
+    parent_span_id: Vec<u8>,
+) -> Span {
+    let n = s.members.len();
+    let what = if s.subresource.is_empty() {
+        format!("{} {}", s.verb, s.resource)
+    } else {
+        format!("{} {} {}", s.verb, s.subresource, s.resource)
+    };
+    let start = s.members.iter().map(|&i| times[i].0).min().unwrap_or(0);
+    let end = s.members.iter().map(|&i| times[i].1).max().unwrap_or(start);
+    let below: usize = s.members.iter().map(|&i| subtrees.size[i] - 1).sum();
+    let failed = s.members.iter().filter(|&&i| subtrees.failed[i]).count();
+    let [d50, d90, dmax] = spread(
+        s.members
+            .iter()
+            .map(|&i| times[i].1.saturating_sub(times[i].0))
+            .collect(),
+    );
+    let [h50, h90, hmax] = spread(
+        s.members
+            .iter()
+            .map(|&i| {
+                c.changes[i]
+                    .cause
+                    .as_ref()
+                    .map_or(0, |k| k.hop.as_nanos() as u64)
+            })
+            .collect(),
+    );
+    let mut attributes = vec![
+        kv(attr::RESOURCE, s.resource.clone()),
+        kv(attr::AUDIT_VERB, s.verb.clone()),
+        kv_int("writes.not_shown", n as i64),
+        kv_int("writes.shown", s.shown as i64),
+        kv_int("writes.below_not_shown", below as i64),
+        kv("cascade.hop.p50", h50),
+        kv("cascade.hop.p90", h90),
+        kv("cascade.hop.max", hmax),
+        kv("duration.p50", d50),
+        kv("duration.p90", d90),
+        kv("duration.max", dmax),
+        kv(
+            "note",
+            format!(
+                "{n} of the {} {what} writes this write caused are not shown, nor the \
+                 {below} writes they caused: the critical path, the failed and the latest \
+                 to settle are; add the tag {SIBLINGS_TAG}=all to show them all",
+                n + s.shown
+            ),
+        ),
+    ];
+    if !s.subresource.is_empty() {
+        attributes.push(kv(attr::AUDIT_SUBRESOURCE, s.subresource.clone()));
+    }
+    if failed > 0 {
+        attributes.push(kv_int("writes.failed", failed as i64));
+    }
+    let events = s
+        .members
+        .iter()
+        .map(|&i| {
+            let ch = &c.changes[i];
+            let (from, to) = times[i];
+            let mut attributes = vec![kv(
+                "duration",
+                format_duration(std::time::Duration::from_nanos(to.saturating_sub(from))),
+            )];
+            if let Some(k) = &ch.cause {
+                attributes.push(kv("cascade.hop", format_duration(k.hop)));
+            }
+            if subtrees.size[i] > 1 {
+                attributes.push(kv_int("writes.caused", subtrees.size[i] as i64 - 1));
+            }
+            if fails(ch) {
+                attributes.push(kv("error", failure_message(ch)));
+            } else if subtrees.failed[i] {
+                attributes.push(kv("error", "a write it caused failed"));
+            }
+            Event {
+                time_unix_nano: nanos(ch.received),
+                name: change_name(ch),
+                attributes,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let seed = format!("{}|{what}|not shown", c.changes[s.parent].span.span_hex());
+    Span {
+        trace_id: trace_id.to_vec(),
+        span_id: span_id(&seed, 0x6e74),
+        parent_span_id,
+        name: format!("{n} more {what}"),
+        kind: 1, // internal
+        start_time_unix_nano: start,
+        end_time_unix_nano: end.max(start),
+        attributes,
+        events,
+        status: (failed > 0).then(|| Status {
+            message: format!("{failed} of the {what} writes not shown failed, or what they caused"),
+            code: StatusCode::Error as i32,
+        }),
+        ..Default::default()
+    }
+}
