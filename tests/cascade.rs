@@ -625,6 +625,7 @@ async fn display_mode_cascade_summarises_a_wide_level() {
         ("name", "hello"),
     ];
     let whole = f.search(&query(&deployment, true)).await.unwrap().remove(0);
+    assert_eq!(f.metrics().summarised.get(), 0, "all shown");
     let part = f
         .search(&query(&deployment, false))
         .await
@@ -755,6 +756,11 @@ async fn display_mode_cascade_summarises_a_wide_level() {
         );
     }
     assert_eq!(accounted, whole_spans.len(), "every write accounted for");
+    let not_shown: i64 = summaries
+        .iter()
+        .filter_map(|s| int_attr(s, "writes.not_shown"))
+        .sum();
+    assert_eq!(f.metrics().summarised.get(), not_shown as u64);
     assert!(part_spans.len() < whole_spans.len() / 2);
 
     // A Pod whose create the Deployment's trace summarised: searched for,

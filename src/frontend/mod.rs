@@ -677,6 +677,9 @@ impl<S: RawStore> Frontend<S> {
             (Vec::new(), spans)
         };
         self.metrics
+            .summarised
+            .inc_by(display::not_shown(&resource_spans));
+        self.metrics
             .assemble_seconds
             .observe(started.elapsed().as_secs_f64());
         Ok(self.finish(AssembledTrace::unweighed(

@@ -26,6 +26,9 @@ pub struct FrontendMetrics {
     pub assembly_timeouts: Counter,
     pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
     pub objects_per_trace: prometheus_client::metrics::histogram::Histogram,
+    /// Objects (writes, in mode cascade) of wide levels that assembled
+    /// traces summarised instead of showing (`--max-siblings`).
+    pub summarised: Counter,
     /// Links an assembly did not follow, by the limit that stopped it (the
     /// trace's root span notes them too).
     pub links_not_followed: Family<AssemblyLimitLabel, Counter>,
@@ -53,6 +56,7 @@ impl Default for FrontendMetrics {
             raw_read_errors: Counter::default(),
             assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            summarised: Counter::default(),
             links_not_followed: Family::default(),
             wide_assembly_waits: Counter::default(),
             assembly_waits: Counter::default(),
@@ -110,6 +114,11 @@ impl FrontendMetrics {
             "objects_per_trace",
             "Objects in an assembled trace",
             self.objects_per_trace.clone(),
+        );
+        r.register(
+            "summarised",
+            "Objects (writes, in mode cascade) of wide levels an assembled trace summarised by one span instead of showing (--max-siblings; the tag siblings=all shows them)",
+            self.summarised.clone(),
         );
         r.register(
             "links_not_followed",

@@ -24,7 +24,24 @@ mod siblings;
 
 use entries::*;
 pub use entries::{diff_lines, problem, snapshot};
-pub use siblings::{DEFAULT_MAX_SIBLINGS, SIBLINGS_TAG, parse_siblings};
+pub use siblings::{DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, parse_siblings};
+
+/// Objects (or writes, in mode cascade) the summary spans of `spans` stand
+/// for: what a trace shows in part.
+pub fn not_shown(spans: &[ResourceSpans]) -> u64 {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .flat_map(|s| &s.attributes)
+        .filter(|kv| kv.key == OBJECTS_NOT_SHOWN || kv.key == cascade::WRITES_NOT_SHOWN)
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Value::IntValue(n) => u64::try_from(*n).ok(),
+            _ => None,
+        })
+        .sum()
+}
 
 /// How an object tree is laid out as spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

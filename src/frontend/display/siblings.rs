@@ -22,6 +22,9 @@ use crate::frontend::raw::{kv, kv_int};
 /// all shown.
 pub const DEFAULT_MAX_SIBLINGS: usize = 50;
 
+/// Attribute of a summary span: how many objects it stands for.
+pub const OBJECTS_NOT_SHOWN: &str = "objects.not_shown";
+
 /// Search tag that shows every object of a wide level (`siblings=all`).
 pub const SIBLINGS_TAG: &str = "siblings";
 
@@ -156,7 +159,7 @@ pub(super) fn summary_span(
     let n = s.members.len();
     let mut attributes = vec![
         kv("resource", s.resource.clone()),
-        kv_int("objects.not_shown", n as i64),
+        kv_int(OBJECTS_NOT_SHOWN, n as i64),
         kv_int("objects.shown", shown as i64),
         kv("duration.p50", p50),
         kv("duration.p90", p90),

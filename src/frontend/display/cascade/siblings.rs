@@ -19,6 +19,9 @@ use crate::frontend::raw::{kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::span_model::attr;
 
+/// Attribute of a summary span: how many writes of its level it stands for.
+pub const WRITES_NOT_SHOWN: &str = "writes.not_shown";
+
 /// What each change's subtree (itself and what it caused) holds.
 pub(super) struct Subtrees {
     /// A write in it failed unexpectedly.
@@ -174,7 +177,7 @@ pub(super) fn summary_span(
     let mut attributes = vec![
         kv(attr::RESOURCE, s.resource.clone()),
         kv(attr::AUDIT_VERB, s.verb.clone()),
-        kv_int("writes.not_shown", n as i64),
+        kv_int(WRITES_NOT_SHOWN, n as i64),
         kv_int("writes.shown", s.shown as i64),
         kv_int("writes.below_not_shown", below as i64),
         kv("cascade.hop.p50", h50),
