@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::int_attr;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -566,16 +568,6 @@ fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert!(names.iter().any(|n| n.ends_with(PATCH)), "{names:?}");
-}
-
-fn int_attr(span: &Span, key: &str) -> Option<i64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-            opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(*i),
-            _ => None,
-        })
 }
 
 /// (parent span, resource, verb, subresource) of a write's span: the level

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::int_attr;
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -2187,16 +2189,6 @@ fn pods_by_replicaset(lines: &[String]) -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     owned
-}
-
-fn int_attr(span: &Span, key: &str) -> Option<i64> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-            opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(*i),
-            _ => None,
-        })
 }
 
 /// Beyond `max_siblings` Pods under one ReplicaSet, the longest-lived are

@@ -177,3 +177,14 @@ pub async fn assert_rebuilt_alike<S: kascade::frontend::raw::RawStore>(
         );
     }
 }
+
+/// A span's integer attribute `key`.
+pub fn int_attr(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<i64> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i) => Some(*i),
+            _ => None,
+        })
+}

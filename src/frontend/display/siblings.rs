@@ -97,7 +97,7 @@ pub(super) fn select(
             let mut members = level.split_off(max_siblings);
             members.sort_by_key(|&i| (times[i].0, i));
             for &m in &members {
-                hide_subtree(asm, m, &mut hidden);
+                hide_subtree(m, |i| &asm.nodes[i].children, &mut hidden);
             }
             summaries.push(Summary {
                 parent: p,
@@ -111,11 +111,17 @@ pub(super) fn select(
     (hidden, summaries)
 }
 
-fn hide_subtree(asm: &Assembly, root: usize, hidden: &mut [bool]) {
+/// Marks `root` and everything below it hidden; `children(i)` are the
+/// indices below `i` (an assembly's objects, a cascade's writes).
+pub(super) fn hide_subtree<'a>(
+    root: usize,
+    children: impl Fn(usize) -> &'a [usize],
+    hidden: &mut [bool],
+) {
     let mut stack = vec![root];
     while let Some(i) = stack.pop() {
         hidden[i] = true;
-        stack.extend(asm.nodes[i].children.iter().copied());
+        stack.extend(children(i).iter().copied());
     }
 }
 

@@ -12,7 +12,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 
 use super::super::entries::span_id;
-use super::super::siblings::{SIBLINGS_TAG, spread};
+use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
 use super::{fails, failure_message};
 use crate::analysis::cascade::{Cascade, change_name, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
@@ -116,11 +116,7 @@ pub(super) fn select(
             let mut members = level.split_off(max_siblings);
             members.sort_by_key(|&i| (c.changes[i].received, i));
             for &m in &members {
-                let mut stack = vec![m];
-                while let Some(i) = stack.pop() {
-                    hidden[i] = true;
-                    stack.extend(c.children[i].iter().copied());
-                }
+                hide_subtree(m, |i| &c.children[i], &mut hidden);
             }
             summaries.push(Summary {
                 parent: p,
