@@ -19,6 +19,10 @@
 #   SIBLINGS      summary (default: the UI's search as users type it, the
 #                 ReplicaSet's Pods beyond --max-siblings summarised by one
 #                 span) or all (the search tag siblings=all: every Pod a span)
+#   MODE          tracing (default: Service tracing, a span per object) or
+#                 cascade (Service cascade, a span per write; a cascade reads
+#                 at most --raw-search-limit = 500 object windows, so 500 of
+#                 the Pod creates are expected, a note says so)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -28,6 +32,8 @@ KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
 PODS="${PODS:-1000}"
 RUNS="${RUNS:-5}"
 SIBLINGS="${SIBLINGS:-summary}"
+MODE="${MODE:-tracing}"
+[[ "$MODE" == tracing || "$MODE" == cascade ]] || { echo "MODE must be tracing or cascade, not $MODE" >&2; exit 2; }
 RUN="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -66,25 +72,29 @@ measure() {
   trap stop_frontend EXIT
   start_frontend "${args[@]}"
   local rc=0
-  python3 - "$START" "$END" "$PODS" "$SIBLINGS" <<'PY' || rc=$?
+  python3 - "$START" "$END" "$PODS" "$SIBLINGS" "$MODE" <<'PY' || rc=$?
 import json, sys, time, urllib.parse, urllib.request
-start, end, pods, siblings = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+start, end, pods, siblings, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 ui = "http://127.0.0.1:29496"
 tags = {"resource": "deployments", "name": "hello"}
 if siblings != "summary":
     tags["siblings"] = siblings
 search = ui + "/api/traces?" + urllib.parse.urlencode({
-    "service": "tracing", "start": start, "end": end, "limit": 20,
+    "service": mode, "start": start, "end": end, "limit": 20,
     "tags": json.dumps(tags)})
 copied = "default/hello-54f9b65d48-b"
+# Tracing: a Pod's span is named by it; cascade: its create is a write span.
+named = (lambda n: n.startswith(copied)) if mode == "tracing" else (lambda n: ("create pods " + copied) in n)
+summary = " more pods" if mode == "tracing" else " more create pods"
+expected = pods if mode == "tracing" else min(pods, 500)
 def pods_in(trace):
     """Every copied Pod is in the answer: a span of its own, or named in
     the log of the span that summarises the Pods not shown."""
-    shown = sum(1 for s in trace["spans"] if s["operationName"].startswith(copied))
-    listed = sum(1 for s in trace["spans"] if s["operationName"].endswith(" more pods")
+    shown = sum(1 for s in trace["spans"] if named(s["operationName"]))
+    listed = sum(1 for s in trace["spans"] if s["operationName"].endswith(summary)
                  for log in s["logs"] for f in log["fields"]
-                 if f["key"] == "event" and f["value"].startswith(copied))
-    assert shown + listed >= pods, f"{shown} shown and {listed} listed of {pods} Pods"
+                 if f["key"] == "event" and named(f["value"]))
+    assert shown + listed >= expected, f"{shown} shown and {listed} listed of {expected} Pods"
     assert siblings != "summary" or shown < pods, f"{shown} Pods shown, none summarised"
 def answer(url):
     """(the answer's data, ms from the request to its last byte): the
@@ -127,5 +137,5 @@ for store in grpc http; do
     cold_searches+=("$cold_search"); warm_searches+=("$warm_search")
   done
   median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  echo "store=$store pods=$PODS siblings=$SIBLINGS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
+  echo "store=$store mode=$MODE pods=$PODS siblings=$SIBLINGS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
 done
