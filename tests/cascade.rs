@@ -852,3 +852,101 @@ async fn a_summarised_cascade_level_keeps_its_failures_in_sight() {
         assert!(error.contains("exceeded quota"), "{}: {error:?}", e.name);
     }
 }
+
+/// A rollout whose writes lie in more object windows than
+/// `--raw-search-limit` still shows every write on its own Pods: those are
+/// taken from the assembled tree, only other objects' windows come from the
+/// capped raw search, and a note says that cap was reached.
+#[tokio::test]
+async fn a_cascade_wider_than_the_raw_search_limit_shows_every_write_of_its_tree() {
+    const PODS: usize = 120;
+    let lines = common::deployment_with_pods(PODS);
+    // The Pods the apiserver created, read from the audit log itself.
+    let created: std::collections::BTreeSet<String> = lines
+        .iter()
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            let created = v["stage"] == "ResponseComplete"
+                && v["verb"] == "create"
+                && v["objectRef"]["resource"] == "pods"
+                && v["objectRef"].get("subresource").is_none()
+                && v["responseStatus"]["code"] == 201;
+            created.then(|| {
+                v["responseObject"]["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_string)
+            })?
+        })
+        .collect();
+    assert!(created.len() > PODS, "{}", created.len());
+    let store = Arc::new(common::raw_store_of_lines(lines, CLUSTER).await);
+    let (a, b) = store.time_span().unwrap();
+    let range = TimeRange::new(from_nanos(a), from_nanos(b));
+    let query = SearchQuery {
+        mode: Mode::Cascade,
+        scope: Scope::Full,
+        all_siblings: true,
+        tags: [
+            ("resource", "deployments"),
+            ("namespace", "default"),
+            ("name", "hello"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        range,
+        limit: 1,
+    };
+    let capped = Frontend::new(
+        store.clone(),
+        FrontendConfig {
+            raw_search_limit: 30,
+            ..FrontendConfig::default()
+        },
+    );
+    let trace = capped.search(&query).await.unwrap().remove(0);
+    let all = spans(&trace);
+    let pod_creates: std::collections::BTreeSet<String> = all
+        .iter()
+        .filter_map(|(_, s)| {
+            let (_, name) = s.name.split_once(" create pods default/")?;
+            Some(name.to_string())
+        })
+        .collect();
+    assert_eq!(pod_creates, created);
+    let notes: Vec<&str> = all
+        .iter()
+        .flat_map(|(_, s)| s.attributes.iter())
+        .filter(|kv| kv.key == "note")
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s) => {
+                Some(s.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("more than 30 object windows (--raw-search-limit)")),
+        "{notes:?}"
+    );
+    // The same writes as with a search limit above the cascade's width.
+    let uncapped = Frontend::new(
+        store.clone(),
+        FrontendConfig {
+            raw_search_limit: 10 * PODS,
+            ..FrontendConfig::default()
+        },
+    );
+    let names = |t: &AssembledTrace| {
+        let mut v: Vec<(Vec<u8>, String)> = spans(t)
+            .into_iter()
+            .map(|(_, s)| (s.span_id, s.name))
+            .collect();
+        v.sort();
+        v
+    };
+    let whole = uncapped.search(&query).await.unwrap().remove(0);
+    assert_eq!(names(&trace), names(&whole));
+}

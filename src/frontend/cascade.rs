@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use super::assemble::{Assembler, Assembly, Clip};
+use super::assemble::{Assembler, Assembly, Clip, window_ids};
 use super::merge::{ObjectHistory, Source, merge};
-use super::raw::{RawError, RawStore, TimeRange, from_nanos, int_attr, string_attr};
+use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, from_nanos, int_attr, string_attr};
 use crate::analysis::cascade::{self, Cascade};
 use crate::model::ObjectRef;
 use crate::pipeline::{
@@ -201,6 +201,13 @@ pub fn records_from_histories<'a>(
 /// The cascades the objects of `asm` (not the shared ones) took part in
 /// within `clip`: at most
 /// [`MAX_CASCADES`] (the latest roots; the rest counted in the notes).
+///
+/// The writes on the objects of the tree proper are taken from `asm`, whose
+/// histories of them are whole within `clip`; a raw search by each root
+/// finds the windows of other objects the cascade wrote (a shared Node, an
+/// EndpointSlice, the Deployments a ConfigMap rolled), of which only those
+/// not already held are read. So a rollout wider than `--raw-search-limit`
+/// keeps every write on its own Pods, and a warm tree is not read twice.
 pub async fn cascades_of<S: RawStore>(
     assembler: &Assembler<S>,
     asm: &Assembly,
@@ -238,6 +245,16 @@ pub async fn cascades_of<S: RawStore>(
         from_nanos(first.saturating_mul(1_000_000_000)),
         from_nanos(clip.until),
     );
+    let tree: Vec<&ObjectHistory> = asm
+        .nodes
+        .iter()
+        .filter(|n| !n.shared && n.copy_of.is_none())
+        .map(|n| &n.history)
+        .collect();
+    let held: HashSet<TraceIdBytes> = tree
+        .iter()
+        .flat_map(|h| window_ids(&h.object, clip))
+        .collect();
     let mut raw_ids = BTreeSet::new();
     for r in &roots {
         let tags = [(attr::CASCADE_ROOT_SPAN_ID.to_string(), r.span_hex())];
@@ -247,20 +264,24 @@ pub async fn cascades_of<S: RawStore>(
             .await?;
         if found.len() >= raw_search_limit {
             notes.push(format!(
-                "cascade {}: more than {raw_search_limit} object windows (--raw-search-limit), some writes not shown",
+                "cascade {}: more than {raw_search_limit} object windows (--raw-search-limit) hold its writes; writes on objects outside this trace's tree may not be shown",
                 r.span_hex()
             ));
         }
-        raw_ids.extend(found);
+        raw_ids.extend(found.into_iter().filter(|id| !held.contains(id)));
     }
     let raw_ids: Vec<_> = raw_ids.into_iter().collect();
     let mut traces = assembler.read_many(&raw_ids).await?;
-    let histories: Vec<_> = raw_ids
+    let others: Vec<_> = raw_ids
         .iter()
         .filter_map(|id| traces.remove(id).and_then(merge))
         .collect();
     let wanted: HashSet<SpanRef> = roots.iter().copied().collect();
-    let records = records_from_histories(&histories, &wanted, clip.until);
+    let records = records_from_histories(
+        tree.iter().copied().chain(others.iter()),
+        &wanted,
+        clip.until,
+    );
     Ok((cascade::build(records), notes))
 }
 

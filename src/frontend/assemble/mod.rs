@@ -89,7 +89,7 @@ pub struct Clip {
 }
 
 /// The raw trace ids of `object`'s windows in the clip.
-fn window_ids(object: &ObjectRef, clip: &Clip) -> Vec<TraceIdBytes> {
+pub fn window_ids(object: &ObjectRef, clip: &Clip) -> Vec<TraceIdBytes> {
     let hash = object.hash();
     clip.windows
         .iter()
