@@ -2191,8 +2191,53 @@ fn pods_by_replicaset(lines: &[String]) -> BTreeMap<String, BTreeSet<String>> {
     owned
 }
 
-/// Beyond `max_siblings` Pods under one ReplicaSet, the longest-lived are
-/// shown and one span stands for the rest, naming each in its logs; the
+/// How long each Pod in `lines` (an audit log) took to get ready, in ns:
+/// from its first write's request to the end of the first write whose
+/// response has its `Ready` condition true (kwok's status patch).
+fn ready_after_by_pod(lines: &[String]) -> BTreeMap<String, u64> {
+    let mut first: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ready: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for line in lines {
+        let ev: Value = serde_json::from_str(line).unwrap();
+        let obj = &ev["responseObject"];
+        if ev["stage"] != "ResponseComplete"
+            || ev["objectRef"]["resource"] != "pods"
+            || obj["kind"] != "Pod"
+        {
+            continue;
+        }
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        let ns = |t: &Value| {
+            kascade::frontend::raw::nanos(humantime::parse_rfc3339(t.as_str().unwrap()).unwrap())
+        };
+        let (received, done) = (
+            ns(&ev["requestReceivedTimestamp"]),
+            ns(&ev["stageTimestamp"]),
+        );
+        let f = first.entry(name.clone()).or_insert(received);
+        *f = (*f).min(received);
+        let is_ready = obj["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if is_ready {
+            let r = ready.entry(name).or_insert((received, done));
+            if received < r.0 {
+                *r = (received, done);
+            }
+        }
+    }
+    ready
+        .into_iter()
+        .map(|(name, (_, done))| {
+            let since = first[&name];
+            (name, done - since)
+        })
+        .collect()
+}
+
+/// Beyond `max_siblings` Pods under one ReplicaSet, the slowest to get
+/// ready are shown and one span stands for the rest, naming each in its logs; the
 /// tag `siblings=all` shows every Pod, also when its trace is reloaded by
 /// id on a replica without the cache.
 #[tokio::test]
@@ -2200,6 +2245,7 @@ async fn a_wide_level_is_summarised_beyond_max_siblings() {
     const MAX: usize = 20;
     let lines = common::deployment_with_pods(120);
     let expected = pods_by_replicaset(&lines);
+    let ready_after = ready_after_by_pod(&lines);
     let s = Arc::new(store_of_lines(lines).await);
     let config = FrontendConfig {
         max_siblings: MAX,
@@ -2278,20 +2324,36 @@ async fn a_wide_level_is_summarised_beyond_max_siblings() {
         assert_eq!(logged.len(), not_shown);
         assert!(logged.is_disjoint(&shown_names));
         assert_eq!(&logged | &shown_names, want, "{rs}");
-        // The shown ones are the longest-lived (times from the full trace).
-        let full_duration = |name: &String| {
-            all_spans_
+        // The shown ones are the slowest to get ready (from the audit log),
+        // and among those as slow the longest-lived (from the full trace).
+        let rank = |name: &String| {
+            let ready = ready_after[name.strip_prefix("default/").unwrap()];
+            let lived = all_spans_
                 .iter()
                 .find(|s| &s.name == name)
                 .map(duration)
-                .unwrap()
+                .unwrap();
+            (ready, lived)
         };
-        let shortest_shown = shown_names.iter().map(full_duration).min().unwrap();
-        let longest_hidden = logged.iter().map(full_duration).max().unwrap();
+        let last_shown = shown_names.iter().map(rank).min().unwrap();
+        let first_hidden = logged.iter().map(rank).max().unwrap();
         assert!(
-            shortest_shown >= longest_hidden,
-            "{shortest_shown} < {longest_hidden}"
+            last_shown >= first_hidden,
+            "{last_shown:?} < {first_hidden:?}"
         );
+        // Each log says how long its Pod took to get ready.
+        for e in &summary.events {
+            let want = ready_after[e.name.strip_prefix("default/").unwrap()];
+            assert_eq!(
+                string_attr(&e.attributes, "ready_after"),
+                Some(
+                    kascade::analysis::cascade::format_duration(Duration::from_nanos(want))
+                        .as_str()
+                ),
+                "{}",
+                e.name
+            );
+        }
         // Within its parent, as Jaeger expects.
         let parent = summary_spans
             .iter()
@@ -2309,6 +2371,85 @@ async fn a_wide_level_is_summarised_beyond_max_siblings() {
     common::assert_rebuilt_alike(&Frontend::new(s.clone(), config), &[&all, &summarised]).await;
 }
 
+/// A frontend over `s` showing at most `max` objects of a level.
+fn showing_siblings(s: &Arc<MemoryStore>, max: usize) -> Frontend<MemoryStore> {
+    Frontend::new(
+        s.clone(),
+        FrontendConfig {
+            max_siblings: max,
+            ..FrontendConfig::default()
+        },
+    )
+}
+
+/// With one Pod shown per ReplicaSet, it is the one that took longest to
+/// get ready, not the longest-lived: in the rollout's old ReplicaSet the
+/// Pod deleted last is not the one that was slowest to get ready.
+#[tokio::test]
+async fn a_summarised_level_shows_the_slowest_to_get_ready() {
+    let lines = common::audit_lines("deployment");
+    let by_rs = pods_by_replicaset(&lines);
+    let ready_after = ready_after_by_pod(&lines);
+    // From a Pod's first write's request to its last write's end.
+    let mut span_of: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for line in &lines {
+        let ev: Value = serde_json::from_str(line).unwrap();
+        let name = ev["responseObject"]["metadata"]["name"]
+            .as_str()
+            .or(ev["objectRef"]["name"].as_str());
+        if ev["stage"] != "ResponseComplete" || ev["objectRef"]["resource"] != "pods" {
+            continue;
+        }
+        let Some(name) = name else { continue };
+        let done = kascade::frontend::raw::nanos(
+            humantime::parse_rfc3339(ev["stageTimestamp"].as_str().unwrap()).unwrap(),
+        );
+        let e = span_of
+            .entry(name.to_string())
+            .or_insert((received_ns(&ev), done));
+        *e = (e.0.min(received_ns(&ev)), e.1.max(done));
+    }
+    let lived: BTreeMap<String, u64> = span_of.into_iter().map(|(n, (a, b))| (n, b - a)).collect();
+    let s = Arc::new(store_of_lines(lines).await);
+    let f = showing_siblings(&s, 1);
+    let mut differs = false;
+    for (rs, pods) in &by_rs {
+        // The ReplicaSet searched for is shown (one of the Deployment's two
+        // would be summarised); its Pods are the level looked at.
+        let trace = f
+            .search(&SearchQuery {
+                mode: Mode::Tracing,
+                scope: Scope::Full,
+                all_siblings: false,
+                tags: tags(&[("resource", "replicasets"), ("name", rs)]),
+                range: whole_range(&s),
+                limit: 1,
+            })
+            .await
+            .unwrap()
+            .remove(0);
+        let spans: Vec<Span> = all_spans(&trace).into_iter().map(|(_, s)| s).collect();
+        let rs_id = &spans
+            .iter()
+            .find(|s| s.name == format!("default/{rs}"))
+            .unwrap_or_else(|| panic!("{rs} is shown"))
+            .span_id;
+        let shown: Vec<&str> = spans
+            .iter()
+            .filter(|s| &s.parent_span_id == rs_id && !s.name.ends_with(" more pods"))
+            .map(|s| s.name.strip_prefix("default/").unwrap())
+            .collect();
+        let slowest = pods.iter().max_by_key(|p| ready_after[p.as_str()]).unwrap();
+        assert_eq!(shown, [slowest.as_str()], "{rs}: {ready_after:?}");
+        let longest_lived = pods.iter().max_by_key(|p| lived[p.as_str()]).unwrap();
+        differs |= longest_lived != slowest;
+    }
+    assert!(
+        differs,
+        "in some ReplicaSet the slowest to get ready is not the longest-lived"
+    );
+}
+
 /// What is shown of a wide level is first the path to the searched object,
 /// then what failed: with one ReplicaSet shown per Deployment, the stuck
 /// rollout's failing one is shown when the Deployment is searched, and the
@@ -2318,13 +2459,7 @@ async fn a_summarised_level_shows_the_searched_path_then_the_failed() {
     let lines = common::audit_lines("rollout-stuck");
     let by_rs = pods_by_replicaset(&lines);
     let s = Arc::new(store_of_lines(lines).await);
-    let f = Frontend::new(
-        s.clone(),
-        FrontendConfig {
-            max_siblings: 1,
-            ..FrontendConfig::default()
-        },
-    );
+    let f = showing_siblings(&s, 1);
     let range = whole_range(&s);
     // The ReplicaSet of the Pod that never got a node (in error), and the
     // running one.

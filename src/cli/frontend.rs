@@ -52,7 +52,7 @@ pub struct AssemblyArgs {
     /// Link classes whose objects are grouped under a virtual span named by the class (comma-separated).
     #[arg(long, value_delimiter = ',', env = "KASCADE_GROUP_CLASSES")]
     pub group_classes: Vec<String>,
-    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed and longest-lived (latest to settle) are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all.
+    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all.
     #[arg(long, default_value_t = assembly().max_siblings, env = "KASCADE_MAX_SIBLINGS")]
     pub max_siblings: usize,
 }

@@ -22,9 +22,10 @@ pub struct FrontendConfig {
     pub group_classes: HashSet<String>,
     /// Objects of one resource and link class shown under one object
     /// (a ReplicaSet's Pods), and in mode cascade writes of one verb and
-    /// resource caused by one write; beyond it the failed and longest-lived
-    /// (latest to settle) are shown and one span summarises the rest (the
-    /// search tag `siblings=all` shows them all). 0 shows all.
+    /// resource caused by one write; beyond it the failed, the slowest to
+    /// get ready and the longest-lived (latest to settle) are shown and one
+    /// span summarises the rest (the search tag `siblings=all` shows them
+    /// all). 0 shows all.
     pub max_siblings: usize,
     pub default_scope: Scope,
     /// Raw traces read per search (each is one object window).

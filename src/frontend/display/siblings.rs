@@ -1,7 +1,8 @@
 //! Wide levels shown in part: under one object, objects of one resource
 //! linked by one class beyond `max_siblings` (a Deployment's 1,000 Pods)
 //! are summarised by one span, and only the failed ones, the one searched
-//! for and the longest-lived are shown in full. A trace of thousands of
+//! for, the slowest to get ready and the longest-lived are shown in full
+//! (a rollout's question is which Pods held it up). A trace of thousands of
 //! spans is slow for the Jaeger UI to fetch and unreadable in it; every
 //! object left out stays one search away (by its name), and the tag
 //! `siblings=all` shows them all.
@@ -15,8 +16,9 @@ use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 
 use super::entries::{object_label, span_id};
 use crate::analysis::cascade::format_duration;
-use crate::frontend::assemble::Assembly;
-use crate::frontend::raw::{kv, kv_int};
+use crate::frontend::assemble::{Assembly, Node};
+use crate::frontend::raw::{kv, kv_int, string_attr};
+use crate::span_model::attr;
 
 /// Default of `--max-siblings`: a ReplicaSet's Pods up to this many are
 /// all shown.
@@ -85,11 +87,14 @@ pub(super) fn select(
                 continue;
             }
             // Shown first: the path to the searched object, then failures
-            // (its own or below it), then the longest-lived.
-            level.sort_by_key(|&i| {
+            // (its own or below it; one never ready is one), then the
+            // slowest to get ready, then the longest-lived (objects without
+            // a readiness, a ConfigMap's).
+            level.sort_by_cached_key(|&i| {
                 (
                     !asm.on_searched_path(i),
                     errors[i].is_none(),
+                    std::cmp::Reverse(ready_after(&asm.nodes[i]).unwrap_or(0)),
                     std::cmp::Reverse(times[i].1.saturating_sub(times[i].0)),
                     i,
                 )
@@ -109,6 +114,19 @@ pub(super) fn select(
         }
     }
     (hidden, summaries)
+}
+
+/// How long `n` took to get ready: from the start of its first entry to
+/// the end of the first write that left it `Current` (the collector's
+/// readiness, `object.status`); `None` when no entry did.
+pub(super) fn ready_after(n: &Node) -> Option<u64> {
+    let first = n.history.entries.first()?.span.start_time_unix_nano;
+    let ready = n
+        .history
+        .entries
+        .iter()
+        .find(|e| string_attr(&e.span.attributes, attr::OBJECT_STATUS) == Some("Current"))?;
+    Some(ready.span.end_time_unix_nano.saturating_sub(first))
 }
 
 /// Marks `root` and everything below it hidden; `children(i)` are the
@@ -162,6 +180,11 @@ pub(super) fn summary_span(
             .collect(),
     );
     let failed = s.members.iter().filter(|&&i| errors[i].is_some()).count();
+    let ready: Vec<Option<u64>> = s
+        .members
+        .iter()
+        .map(|&i| ready_after(&asm.nodes[i]))
+        .collect();
     let n = s.members.len();
     let mut attributes = vec![
         kv("resource", s.resource.clone()),
@@ -173,8 +196,9 @@ pub(super) fn summary_span(
         kv(
             "note",
             format!(
-                "{n} of {} {} not shown: the failed and the longest-lived are; \
-                 search one by its name, or add the tag {SIBLINGS_TAG}=all to show them all",
+                "{n} of {} {} not shown: the failed, the slowest to get ready and the \
+                 longest-lived are; search one by its name, or add the tag \
+                 {SIBLINGS_TAG}=all to show them all",
                 n + shown,
                 s.resource
             ),
@@ -183,18 +207,31 @@ pub(super) fn summary_span(
     if failed > 0 {
         attributes.push(kv_int("objects.failed", failed as i64));
     }
+    let got_ready: Vec<u64> = ready.iter().flatten().copied().collect();
+    if !got_ready.is_empty() {
+        let [p50, p90, max] = spread(got_ready);
+        attributes.extend([
+            kv("ready_after.p50", p50),
+            kv("ready_after.p90", p90),
+            kv("ready_after.max", max),
+        ]);
+    }
     if let Some(c) = &s.class {
         attributes.push(kv("relation", c.clone()));
     }
     let events = s
         .members
         .iter()
-        .map(|&i| {
+        .zip(&ready)
+        .map(|(&i, ready)| {
             let (from, to) = times[i];
             let mut attributes = vec![kv(
                 "active",
                 format_duration(Duration::from_nanos(to.saturating_sub(from))),
             )];
+            if let Some(r) = ready {
+                attributes.push(kv("ready_after", format_duration(Duration::from_nanos(*r))));
+            }
             if let Some(e) = &errors[i] {
                 attributes.push(kv("error", e.clone()));
             }
