@@ -917,13 +917,7 @@ async fn a_cascade_wider_than_the_raw_search_limit_shows_every_write_of_its_tree
     let notes: Vec<&str> = all
         .iter()
         .flat_map(|(_, s)| s.attributes.iter())
-        .filter(|kv| kv.key == "note")
-        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
-            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s) => {
-                Some(s.as_str())
-            }
-            _ => None,
-        })
+        .filter_map(|kv| string_attr(std::slice::from_ref(kv), "note"))
         .collect();
     assert!(
         notes

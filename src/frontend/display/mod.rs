@@ -15,7 +15,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::assemble::{Assembly, Node};
 use super::merge::{Entry, Source};
-use super::raw::{TraceIdBytes, kv, string_attr};
+use super::raw::{TraceIdBytes, int_attr, kv, string_attr};
 use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
 pub mod cascade;
@@ -29,17 +29,15 @@ pub use siblings::{DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, parse_
 /// Objects (or writes, in mode cascade) the summary spans of `spans` stand
 /// for: what a trace shows in part.
 pub fn not_shown(spans: &[ResourceSpans]) -> u64 {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
     spans
         .iter()
         .flat_map(|rs| &rs.scope_spans)
         .flat_map(|ss| &ss.spans)
-        .flat_map(|s| &s.attributes)
-        .filter(|kv| kv.key == OBJECTS_NOT_SHOWN || kv.key == cascade::WRITES_NOT_SHOWN)
-        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
-            Value::IntValue(n) => u64::try_from(*n).ok(),
-            _ => None,
+        .filter_map(|s| {
+            int_attr(&s.attributes, OBJECTS_NOT_SHOWN)
+                .or_else(|| int_attr(&s.attributes, cascade::WRITES_NOT_SHOWN))
         })
+        .filter_map(|n| u64::try_from(n).ok())
         .sum()
 }
 
