@@ -1,34 +1,118 @@
-//! Lookups in parsed objects, and what JSON escapes. `serde_json::Value::pointer` allocates two
-//! strings per segment (it unescapes `~0`/`~1`), and ran on every write's
-//! state several times (≈ 5 % of the collector's instructions, README,
-//! Benchmarks); these walk the segments as they are.
+//! The object model of processing, lookups in it, and what JSON escapes.
+//!
+//! Objects are [`sonic_rs::Value`]s: one parse makes one arena for the whole
+//! object (a `serde_json::Value` is a `String` and a map node per key), which
+//! was most of the collector's CPU (README, Benchmarks). A node is made an
+//! owned, key-sorted map (`sort_keys`) only when mutated through it, so the
+//! hot path reads, and mutates only what it must (`get_mut` on an object
+//! converts it: look first, immutably).
+//!
+//! The pointers here walk the segments as they are, without unescaping
+//! (`~0`/`~1`): the paths kascade looks up have none.
 
-use serde_json::Value;
+pub use sonic_rs::{
+    Array, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Object, Value, ValueRef,
+};
 
 /// The value at a JSON pointer whose segments need no unescaping (no `~`):
-/// object fields, and list indices.
+/// object fields, and list indices. In either object model ([`Tree`]).
 ///
 /// ```
-/// let v = serde_json::json!({"metadata": {"labels": {"app": "web"}}, "items": [1, 2]});
+/// let v = sonic_rs::json!({"metadata": {"labels": {"app": "web"}}, "items": [1, 2]});
 /// assert_eq!(kascade::json::pointer(&v, "/metadata/labels/app"), Some(&"web".into()));
 /// assert_eq!(kascade::json::pointer(&v, "/items/1"), Some(&2.into()));
 /// assert_eq!(kascade::json::pointer(&v, "/metadata/name"), None);
 /// ```
-pub fn pointer<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
-    segments(path)?.try_fold(v, |cur, key| match cur {
-        Value::Object(map) => map.get(key),
-        Value::Array(items) => items.get(key.parse::<usize>().ok()?),
-        _ => None,
+pub fn pointer<'a, T: Tree>(v: &'a T, path: &str) -> Option<&'a T> {
+    segments(path)?.try_fold(v, |cur, key| cur.child(key))
+}
+
+/// A JSON tree [`pointer`] walks: processing's [`Value`], and
+/// `serde_json::Value`, which the analysis of audit logs reads.
+pub trait Tree {
+    /// The field `key` of an object, or the item at index `key` of a list.
+    fn child(&self, key: &str) -> Option<&Self>;
+}
+
+impl Tree for Value {
+    fn child(&self, key: &str) -> Option<&Self> {
+        match self.as_ref() {
+            ValueRef::Object(map) => map.get(&key),
+            ValueRef::Array(items) => items.get(key.parse::<usize>().ok()?),
+            _ => None,
+        }
+    }
+}
+
+impl Tree for serde_json::Value {
+    fn child(&self, key: &str) -> Option<&Self> {
+        match self {
+            serde_json::Value::Object(map) => map.get(key),
+            serde_json::Value::Array(items) => items.get(key.parse::<usize>().ok()?),
+            _ => None,
+        }
+    }
+}
+
+/// [`pointer`], mutably. Every object on the way becomes an owned map
+/// (see the module's note): only for a value that is there to change.
+pub fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    pointer(v, path)?;
+    segments(path)?.try_fold(v, |cur, key| {
+        if cur.is_object() {
+            cur.as_object_mut()?.get_mut(&key)
+        } else {
+            cur.as_array_mut()?.get_mut(key.parse::<usize>().ok()?)
+        }
     })
 }
 
-/// [`pointer`], mutably.
-pub fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
-    segments(path)?.try_fold(v, |cur, key| match cur {
-        Value::Object(map) => map.get_mut(key),
-        Value::Array(items) => items.get_mut(key.parse::<usize>().ok()?),
-        _ => None,
-    })
+/// Whether `a` and `b` are the same JSON. `==` on objects looks every key
+/// of one up in the other (a linear search each: parsed objects are lists
+/// of pairs); two versions of an object list their keys in the same order,
+/// so the keys are walked side by side, and looked up only after they
+/// part.
+pub fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_ref(), b.as_ref()) {
+        (ValueRef::Object(x), ValueRef::Object(y)) => {
+            if x.len() != y.len() {
+                return false;
+            }
+            let mut ys = y.iter();
+            for (k, v) in x.iter() {
+                match ys.next() {
+                    Some((k2, w)) if k == k2 => {
+                        if !same(v, w) {
+                            return false;
+                        }
+                    }
+                    // Keys are unique: the rest of `x` is looked up in `y`.
+                    _ => {
+                        return x.iter().all(|(k, v)| y.get(&k).is_some_and(|w| same(v, w)));
+                    }
+                }
+            }
+            true
+        }
+        (ValueRef::Array(x), ValueRef::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(v, w)| same(v, w))
+        }
+        (ValueRef::String(x), ValueRef::String(y)) => x == y,
+        (ValueRef::Number(x), ValueRef::Number(y)) => x == y,
+        (ValueRef::Bool(x), ValueRef::Bool(y)) => x == y,
+        (ValueRef::Null, ValueRef::Null) => true,
+        _ => false,
+    }
+}
+
+/// Parses JSON text into the object model.
+pub fn parse(text: &str) -> sonic_rs::Result<Value> {
+    sonic_rs::from_str(text)
+}
+
+/// A value as compact JSON text.
+pub fn to_text(v: &Value) -> String {
+    sonic_rs::to_string(v).unwrap_or_default()
 }
 
 /// Whether JSON writes `text` as it is between its quotes (serde_json
@@ -49,19 +133,55 @@ fn segments(path: &str) -> Option<impl Iterator<Item = &str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn finds_what_serde_json_finds() {
-        let mut v = json!({"a": {"b": [1, {"e": 2}], "c": {"d": null}, "": 4}, "x": 1});
+        let text = r#"{"a": {"b": [1, {"e": 2}], "c": {"d": null}, "": 4}, "x": 1}"#;
+        let mut v = parse(text).unwrap();
+        let reference: serde_json::Value = serde_json::from_str(text).unwrap();
         for p in [
             "", "/a", "/a/b", "/a/b/1/e", "/a/b/2", "/a/b/x", "/a/c/d", "/a/", "/x/y", "a", "/q",
         ] {
-            assert_eq!(pointer(&v, p), v.pointer(p), "{p}");
+            let found = pointer(&v, p).map(|f| serde_json::from_str(&to_text(f)).unwrap());
+            assert_eq!(found.as_ref(), reference.pointer(p), "{p}");
         }
-        *pointer_mut(&mut v, "/a/c/d").unwrap() = json!(3);
-        assert_eq!(v.pointer("/a/c/d"), Some(&json!(3)));
+        *pointer_mut(&mut v, "/a/c/d").unwrap() = 3.into();
+        assert_eq!(to_text(pointer(&v, "/a/c/d").unwrap()), "3");
         assert!(pointer_mut(&mut v, "/a/b/9").is_none());
+    }
+
+    #[test]
+    fn same_is_json_equality_whatever_the_key_order() {
+        let cases = [
+            (
+                r#"{"a": 1, "b": [1, {"c": null}]}"#,
+                r#"{"a": 1, "b": [1, {"c": null}]}"#,
+                true,
+            ),
+            (r#"{"a": 1, "b": 2}"#, r#"{"b": 2, "a": 1}"#, true),
+            (
+                r#"{"a": 1, "b": 2, "c": 3}"#,
+                r#"{"a": 1, "c": 3, "b": 2}"#,
+                true,
+            ),
+            (r#"{"a": 1, "b": 2}"#, r#"{"a": 1, "b": 3}"#, false),
+            (r#"{"a": 1, "b": 2}"#, r#"{"a": 1, "c": 2}"#, false),
+            (r#"{"a": 1}"#, r#"{"a": 1, "b": 2}"#, false),
+            (r#"[1, 2]"#, r#"[2, 1]"#, false),
+            (r#"{"a": "1"}"#, r#"{"a": 1}"#, false),
+            (r#"{"a": 1.5}"#, r#"{"a": 1.5}"#, true),
+            (r#"{}"#, r#"[]"#, false),
+            (r#"null"#, r#"false"#, false),
+        ];
+        for (a, b, expected) in cases {
+            let (a, b) = (parse(a).unwrap(), parse(b).unwrap());
+            assert_eq!(same(&a, &b), expected, "{a} {b}");
+            assert_eq!(same(&b, &a), expected, "{b} {a}");
+            // What serde_json calls equal.
+            let as_serde =
+                |v: &Value| serde_json::from_str::<serde_json::Value>(&to_text(v)).unwrap();
+            assert_eq!(as_serde(&a) == as_serde(&b), expected, "{a} {b}");
+        }
     }
 
     #[test]

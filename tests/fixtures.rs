@@ -1106,7 +1106,7 @@ async fn audit_and_watch_in(
             watch.push(WatchChange {
                 object,
                 kind,
-                state,
+                state: kascade::json::parse(&state.to_string()).unwrap(),
                 observed: std::time::SystemTime::now(),
             });
         }
@@ -1328,7 +1328,7 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
                 .process_watch(WatchChange {
                     object,
                     kind,
-                    state,
+                    state: kascade::json::parse(&state.to_string()).unwrap(),
                     observed: std::time::SystemTime::now(),
                 })
                 .await

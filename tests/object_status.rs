@@ -290,7 +290,7 @@ async fn pods_from_the_watch_only() -> Vec<Span> {
             .process_watch(WatchChange {
                 object,
                 kind,
-                state,
+                state: kascade::json::parse(&state.to_string()).unwrap(),
                 observed: std::time::SystemTime::now(),
             })
             .await

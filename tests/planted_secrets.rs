@@ -246,7 +246,7 @@ fn planted_watch(scenario: &str, p: &mut Planter) -> Vec<WatchChange> {
             out.push(WatchChange {
                 object,
                 kind,
-                state,
+                state: sonic_rs::from_str(&state.to_string()).unwrap(),
                 observed: std::time::SystemTime::now(),
             });
         }

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use serde_json::Value;
+use crate::json::{JsonValueMutTrait as _, JsonValueTrait as _, Value, ValueRef, same};
 
 /// Keys that identify the items of a list, tried in order.
 const LIST_ITEM_KEYS: &[&str] = &["name", "type", "mountPath", "devicePath", "containerPort"];
@@ -98,7 +98,7 @@ impl<'a> FieldSegment<'a> {
 
     /// The segment of an escaped key, written out.
     pub fn escaped(key: &str) -> String {
-        format!("[{}]", Value::String(key.to_string()))
+        format!("[{}]", serde_json::Value::String(key.to_string()))
     }
 }
 
@@ -126,18 +126,21 @@ pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
 pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
     // Lists of scalars (args, finalizers) have no key: said before any
     // label is gathered.
-    if !items.first().is_some_and(Value::is_object) {
+    if !items.first().is_some_and(|i| i.is_object()) {
         return None;
     }
     'keys: for key in LIST_ITEM_KEYS {
-        if !matches!(items[0].get(key), Some(Value::String(_) | Value::Number(_))) {
+        if !items[0]
+            .get(key)
+            .is_some_and(|v| v.is_str() || v.is_number())
+        {
             continue;
         }
         let mut labels: Vec<Cow<'_, str>> = Vec::with_capacity(items.len());
         for item in items {
-            labels.push(match item.get(key) {
-                Some(Value::String(s)) => Cow::Borrowed(s.as_str()),
-                Some(Value::Number(n)) => Cow::Owned(n.to_string()),
+            labels.push(match item.get(key).map(Value::as_ref) {
+                Some(ValueRef::String(s)) => Cow::Borrowed(s),
+                Some(ValueRef::Number(n)) => Cow::Owned(n.to_string()),
                 _ => continue 'keys,
             });
         }
@@ -166,7 +169,7 @@ pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
 pub fn push_item_label(path: &mut String, item: &Value, key: Option<&str>, index: usize) {
     path.push('[');
     match key.and_then(|k| item.get(k)) {
-        Some(Value::String(s)) => path.push_str(s),
+        Some(v) if v.is_str() => path.push_str(v.as_str().unwrap_or_default()),
         Some(v) => {
             let _ = write!(path, "{v}");
         }
@@ -180,8 +183,10 @@ pub fn push_item_label(path: &mut String, item: &Value, key: Option<&str>, index
 
 fn item_label(item: &Value, key: &str) -> String {
     match item.get(key) {
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
+        Some(v) => match v.as_str() {
+            Some(s) => s.to_string(),
+            None => v.to_string(),
+        },
         None => String::new(),
     }
 }
@@ -194,16 +199,16 @@ pub fn walk_leaves(v: &Value, f: &mut impl FnMut(&str, &Value)) {
 }
 
 fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
-    match v {
-        Value::Object(map) if !map.is_empty() => {
-            for (k, child) in map {
+    match v.as_ref() {
+        ValueRef::Object(map) if !map.is_empty() => {
+            for (k, child) in map.iter() {
                 let len = path.len();
                 push_field(path, k);
                 walk(child, path, f);
                 path.truncate(len);
             }
         }
-        Value::Array(items) if !items.is_empty() => {
+        ValueRef::Array(items) if !items.is_empty() => {
             let key = list_item_key(items);
             for (i, child) in items.iter().enumerate() {
                 let len = path.len();
@@ -221,7 +226,7 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
 pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut path = String::new();
-    if old != new {
+    if !same(old, new) {
         diff_at(old, new, &mut path, &mut changes);
     }
     changes.retain(|c| !is_noise(&c.path));
@@ -244,11 +249,28 @@ fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>)
 /// before their paths are written and walked: each equal subtree is compared
 /// once and costs no path (a write changes few of an object's fields).
 fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
-    match (old, new) {
-        (Value::Object(a), Value::Object(b)) if !a.is_empty() && !b.is_empty() => {
-            for (k, av) in a {
-                let bv = b.get(k);
-                if bv == Some(av) {
+    match (old.as_ref(), new.as_ref()) {
+        (ValueRef::Object(a), ValueRef::Object(b)) if !a.is_empty() && !b.is_empty() => {
+            // Two versions of an object mostly list the same keys in the
+            // same order: those are paired walking both; the keys after the
+            // first that differs are looked up (unique keys: none of them is
+            // among the paired).
+            let mut paired = 0;
+            for ((k, av), (k2, bv)) in a.iter().zip(b.iter()) {
+                if k != k2 {
+                    break;
+                }
+                paired += 1;
+                if !same(av, bv) {
+                    let len = path.len();
+                    push_field(path, k);
+                    diff_at(av, bv, path, out);
+                    path.truncate(len);
+                }
+            }
+            for (k, av) in a.iter().skip(paired) {
+                let bv = b.get(&k);
+                if bv.is_some_and(|bv| same(av, bv)) {
                     continue;
                 }
                 let len = path.len();
@@ -259,8 +281,8 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                 }
                 path.truncate(len);
             }
-            for (k, bv) in b {
-                if !a.contains_key(k) {
+            for (k, bv) in b.iter().skip(paired) {
+                if !a.contains_key(&k) {
                     let len = path.len();
                     push_field(path, k);
                     leaves_as(bv, path, false, out);
@@ -268,7 +290,7 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                 }
             }
         }
-        (Value::Array(a), Value::Array(b)) if !a.is_empty() && !b.is_empty() => {
+        (ValueRef::Array(a), ValueRef::Array(b)) if !a.is_empty() && !b.is_empty() => {
             let ka = list_item_key(a);
             let kb = list_item_key(b);
             match (ka, kb) {
@@ -276,10 +298,10 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                     let old_items: std::collections::HashMap<String, &Value> =
                         a.iter().map(|i| (item_label(i, k), i)).collect();
                     let mut seen = std::collections::HashSet::new();
-                    for bi in b {
+                    for bi in b.iter() {
                         let label = item_label(bi, k);
                         let ai = old_items.get(&label).copied();
-                        if ai != Some(bi) {
+                        if !ai.is_some_and(|ai| same(ai, bi)) {
                             let len = path.len();
                             let _ = write!(path, "[{label}]");
                             match ai {
@@ -290,7 +312,7 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                         }
                         seen.insert(label);
                     }
-                    for ai in a {
+                    for ai in a.iter() {
                         let label = item_label(ai, k);
                         if !seen.contains(&label) {
                             let len = path.len();
@@ -302,7 +324,9 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                 }
                 (None, None) => {
                     for i in 0..a.len().max(b.len()) {
-                        if a.get(i) == b.get(i) {
+                        if let (Some(x), Some(y)) = (a.get(i), b.get(i))
+                            && same(x, y)
+                        {
                             continue;
                         }
                         let len = path.len();
@@ -323,12 +347,13 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
                 }
             }
         }
-        (a, b) if is_leaf(a) && is_leaf(b) => out.push(Change {
+        _ if is_leaf(old) && is_leaf(new) => out.push(Change {
             path: path.as_str().into(),
-            old: Some(json_text(a)),
-            new: Some(json_text(b)),
+            old: Some(json_text(old)),
+            new: Some(json_text(new)),
         }),
-        (a, b) => {
+        _ => {
+            let (a, b) = (old, new);
             // An empty container that fills up (or empties) is just the adds (removes).
             let same_kind = a.is_object() == b.is_object() && a.is_array() == b.is_array();
             if !(same_kind && is_leaf(a)) {
@@ -344,90 +369,56 @@ fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
 /// A leaf as JSON text, written straight into a buffer (`to_string` goes
 /// through a `fmt::Formatter`, several times the cost for short values).
 fn json_text(v: &Value) -> Arc<str> {
-    serde_json::to_string(v).unwrap_or_default().into()
+    match v.as_ref() {
+        // Most leaves: a string JSON writes as it is.
+        ValueRef::String(s) if crate::json::needs_no_escape(s) => {
+            let mut text = String::with_capacity(s.len() + 2);
+            text.push('"');
+            text.push_str(s);
+            text.push('"');
+            text.into()
+        }
+        _ => crate::json::to_text(v).into(),
+    }
 }
 
 /// Scalars and empty containers: what `walk_leaves` reports as leaves.
 fn is_leaf(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
+    match v.as_ref() {
+        ValueRef::Object(m) => m.is_empty(),
+        ValueRef::Array(a) => a.is_empty(),
         _ => true,
     }
 }
 
-/// Parses an object as [`strip_noise`] would leave it, without building
-/// `metadata.managedFields` first: it is often the larger half of an object.
-pub fn parse_object(json: &str) -> serde_json::Result<Value> {
-    use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-
-    /// A map whose keys are kept, except `skip`; `nested` names the key whose
-    /// value is read the same way (with `managedFields` skipped).
-    struct Filtered {
-        skip: Option<&'static str>,
-        nested: Option<&'static str>,
-    }
-    impl<'de> DeserializeSeed<'de> for Filtered {
-        type Value = Value;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-            d.deserialize_map(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Filtered {
-        type Value = Value;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-            let mut out = serde_json::Map::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if Some(key.as_str()) == self.skip {
-                    map.next_value::<IgnoredAny>()?;
-                } else if Some(key.as_str()) == self.nested {
-                    let inner = map.next_value_seed(Filtered {
-                        skip: Some("managedFields"),
-                        nested: None,
-                    })?;
-                    out.insert(key, inner);
-                } else {
-                    out.insert(key, map.next_value()?);
-                }
-            }
-            Ok(Value::Object(out))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-    }
-    let top = Filtered {
-        skip: None,
-        nested: Some("metadata"),
-    };
-    let mut de = serde_json::Deserializer::from_str(json);
-    match top.deserialize(&mut de).and_then(|v| de.end().map(|()| v)) {
-        Ok(v) => Ok(v),
-        // Not shaped like an object (a null metadata, a bare value): the plain way.
-        Err(_) => serde_json::from_str::<Value>(json).map(|mut v| {
-            strip_noise(&mut v);
-            v
-        }),
-    }
+/// Parses an object as [`strip_noise`] leaves it. The audit decode has cut
+/// `metadata.managedFields` already (`pipeline::object_json`): only text
+/// from elsewhere pays for removing them.
+pub fn parse_object(json: &str) -> sonic_rs::Result<Value> {
+    let mut v = crate::json::parse(json)?;
+    strip_noise(&mut v);
+    Ok(v)
 }
 
-/// Removes fields that are never shown: `metadata.managedFields`.
+/// Removes fields that are never shown: `metadata.managedFields`. Looks
+/// first: a mutable lookup makes the objects on its way owned maps.
 pub fn strip_noise(v: &mut Value) {
-    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
+    if crate::json::pointer(v, "/metadata/managedFields").is_none() {
+        return;
+    }
+    if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        meta.remove(&"managedFields");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sonic_rs::json;
 
     #[test]
     fn parse_object_drops_managed_fields_like_strip_noise() {
+        let mut had_managed_fields = 0;
         for line in std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/e2e/fixtures/deployment/audit.log"
@@ -435,17 +426,23 @@ mod tests {
         .unwrap()
         .lines()
         {
-            let ev: Value = serde_json::from_str(line).unwrap();
-            let Some(obj) = ev.get("responseObject") else {
+            // serde_json as the reference: the same object, its
+            // managedFields removed.
+            let mut ev: serde_json::Value = serde_json::from_str(line).unwrap();
+            let Some(obj) = ev.get_mut("responseObject") else {
                 continue;
             };
-            let mut expected = obj.clone();
-            strip_noise(&mut expected);
-            let parsed = parse_object(&obj.to_string()).unwrap();
-            assert_eq!(parsed, expected);
-            assert!(parsed.pointer("/metadata/managedFields").is_none());
+            let text = obj.to_string();
+            if let Some(meta) = obj.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                had_managed_fields += usize::from(meta.remove("managedFields").is_some());
+            }
+            let parsed = parse_object(&text).unwrap();
+            let parsed: serde_json::Value =
+                serde_json::from_str(&crate::json::to_text(&parsed)).unwrap();
+            assert_eq!(&parsed, obj);
         }
-        assert_eq!(parse_object("null").unwrap(), Value::Null);
+        assert!(had_managed_fields > 100, "{had_managed_fields}");
+        assert!(parse_object("null").unwrap().is_null());
         assert_eq!(
             parse_object(r#"{"metadata": null, "a": 1}"#).unwrap(),
             json!({"metadata": null, "a": 1})

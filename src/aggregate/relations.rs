@@ -3,7 +3,7 @@
 use crate::model::FastHashMap;
 use std::sync::RwLock;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::rules::{Relation, Role, RuleSet};
 use crate::model::ObjectRef;
@@ -249,7 +249,7 @@ pub fn all_relations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sonic_rs::json;
 
     #[test]
     fn relations_to_names_beyond_bounds_are_ignored() {

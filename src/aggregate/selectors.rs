@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::rules::{LabelSelector, Relation, RuleSet, SelectorRule};
 use crate::model::ObjectRef;
@@ -40,7 +40,7 @@ fn labels_of(state: &Value) -> BTreeMap<String, String> {
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
                 .collect()
         })
         .unwrap_or_default()
@@ -197,7 +197,7 @@ impl SelectorIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sonic_rs::json;
 
     fn rules() -> RuleSet {
         let mut r = RuleSet::default();

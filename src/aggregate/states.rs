@@ -16,7 +16,7 @@
 use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use crate::json::Value;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
@@ -26,7 +26,7 @@ use crate::metrics::{Cache, CacheEvictions, Metrics};
 #[error("cannot keep the state of {key}: {source}")]
 pub struct StateError {
     key: String,
-    source: serde_json::Error,
+    source: sonic_rs::Error,
 }
 
 /// Hot-tier partitions: workers writing different objects rarely share a lock.
@@ -98,7 +98,7 @@ impl StateStore {
         }
         let packed = self.cold.get(key)?;
         let json = lz4_flex::decompress_size_prepended(&packed).ok()?;
-        serde_json::from_slice(&json).ok().map(Arc::new)
+        sonic_rs::from_slice(&json).ok().map(Arc::new)
     }
 
     /// Keeps `state` as the object's last. `text`, when given, must be
@@ -148,7 +148,7 @@ impl StateStore {
         let json = match text {
             Some(text) => text.as_bytes(),
             None => {
-                written = serde_json::to_vec(state).map_err(|source| StateError {
+                written = sonic_rs::to_vec(state).map_err(|source| StateError {
                     key: key.clone(),
                     source,
                 })?;
@@ -188,7 +188,7 @@ impl StateStore {
 mod tests {
     use super::*;
     use crate::metrics::CacheEvictionLabel;
-    use serde_json::json;
+    use sonic_rs::json;
 
     fn state(rv: u64) -> Arc<Value> {
         Arc::new(json!({"metadata": {"resourceVersion": rv.to_string()}, "spec": {"replicas": rv}}))

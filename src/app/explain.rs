@@ -256,6 +256,8 @@ fn read_watch(path: &PathBuf, cluster: &str) -> anyhow::Result<Vec<WatchChange>>
         let Some(observed) = changed_at(&state) else {
             bail!("{}: the object carries no time (creationTimestamp)", at());
         };
+        let state = crate::json::parse(&state.to_string())
+            .with_context(|| format!("{}: the object is not JSON kascade reads", at()))?;
         out.push(WatchChange {
             object,
             kind,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
+use crate::json::Value;
 
 use crate::model::ObjectRef;
 

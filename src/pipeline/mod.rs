@@ -17,7 +17,7 @@ mod progress;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde_json::Value;
+use crate::json::Value;
 
 pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,

@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::json::{JsonValueMutTrait as _, JsonValueTrait as _, Value};
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Metrics;
@@ -296,13 +296,17 @@ fn object_ref(cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> Option<Ob
 }
 
 fn to_value(ar: &ApiResource, obj: DynamicObject) -> Value {
-    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(m) = v.as_object_mut() {
-        // Items of a list carry no type; diffs and relations want it.
-        m.entry("apiVersion")
-            .or_insert_with(|| Value::String(ar.api_version.clone()));
-        m.entry("kind")
-            .or_insert_with(|| Value::String(ar.kind.clone()));
+    let mut v = sonic_rs::to_value(&obj).unwrap_or_default();
+    // Items of a list carry no type; diffs and relations want it.
+    let missing = |v: &Value, key| v.is_object() && v.get(key).is_none();
+    let (api_version, kind) = (missing(&v, "apiVersion"), missing(&v, "kind"));
+    if let Some(m) = v.as_object_mut().filter(|_| api_version || kind) {
+        if api_version {
+            m.insert(&"apiVersion", ar.api_version.as_str());
+        }
+        if kind {
+            m.insert(&"kind", ar.kind.as_str());
+        }
     }
     v
 }
@@ -385,7 +389,8 @@ async fn watch_events(
             continue;
         };
         let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let Some(event) = K8sEvent::from_object(&to_value(&ar, obj)) else {
+        let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
+        else {
             continue;
         };
         metrics.watch_changes.get_or_create(&label).inc();

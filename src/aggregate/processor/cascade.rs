@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::super::causes::{ChangeEntry, Effect, Inference, Op, Revision};
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
@@ -160,7 +160,7 @@ impl Processor {
         if ANNOTATION.find(raw.get().as_bytes()).is_none() {
             return;
         }
-        let Ok(state) = serde_json::from_str::<Value>(raw.get()) else {
+        let Ok(state) = crate::json::parse(raw.get()) else {
             return;
         };
         if let Some(cpid) = self.object_cpid(&item.object, &state, false) {
@@ -354,7 +354,7 @@ impl Processor {
     fn object_cpid(&self, object: &ObjectRef, state: &Value, report: bool) -> Option<WriteCpid> {
         let annotations = crate::json::pointer(state, "/metadata/annotations")?.as_object()?;
         let read = kascade_cpid::ChangeContext::read_with(|name| {
-            annotations.get(name).and_then(Value::as_str)
+            annotations.get(&name).and_then(Value::as_str)
         });
         for problem in read.problems.iter().filter(|_| report) {
             self.metrics.cpid_malformed.inc();

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::json::Value;
 use crate::model::KeyHasher;
-use serde_json::Value;
 
 use super::super::diff::Change;
 use super::super::rules::Relation;
@@ -257,11 +257,14 @@ pub(super) fn audit_write<'a>(
 
 /// The object as one `snapshot` event.
 pub(super) fn add_snapshot(span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
-    // Straight into a buffer (`to_string` goes through a `fmt::Formatter`).
-    // A long one is cut by the span writer (`--export-max-value-bytes`),
-    // which records its real length.
-    let text = serde_json::to_string(snapshot).unwrap_or_default();
-    span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, &text)]);
+    add_snapshot_text(span, &crate::json::to_text(snapshot), at);
+}
+
+/// [`add_snapshot`] of an object whose JSON text is at hand (the response
+/// as logged, when nothing of it was redacted). A long one is cut by the
+/// span writer (`--export-max-value-bytes`), which records its real length.
+pub(super) fn add_snapshot_text(span: &mut SpanBuf, text: &str, at: SystemTime) {
+    span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, text)]);
 }
 
 /// The object's readiness after the write (`status::object_status`) as
@@ -305,6 +308,7 @@ mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
     use super::*;
+    use crate::json::JsonValueTrait as _;
     use crate::pipeline::Accepted;
     use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
     use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -336,7 +340,7 @@ mod tests {
     /// uid; later writes do not.
     #[tokio::test]
     async fn an_object_span_sent_without_the_uid_is_sent_again_by_the_first_write_with_it() {
-        let events: Vec<Value> = audit_values("deployment")
+        let events: Vec<serde_json::Value> = audit_values("deployment")
             .into_iter()
             .filter(|e| {
                 e["objectRef"]["resource"] == "deployments" && e["objectRef"]["name"] == "hello"
@@ -344,7 +348,10 @@ mod tests {
             .collect();
         assert_eq!(
             (&events[0]["verb"], &events[0]["responseStatus"]["code"]),
-            (&Value::from("delete"), &Value::from(404)),
+            (
+                &serde_json::Value::from("delete"),
+                &serde_json::Value::from(404)
+            ),
             "the scenario's first write of hello"
         );
         let uid = events[1]["responseObject"]["metadata"]["uid"]
@@ -408,7 +415,7 @@ mod tests {
         let (p, mut rx, _) = processor(ProcessorConfig::default());
         let rs = created("replicasets");
         let state: Value =
-            serde_json::from_str(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
         let ow = ObjectWindow {
             object: rs.object.clone(),
             window_start: 1800,

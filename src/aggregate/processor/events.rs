@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use moka::policy::EvictionPolicy;
+// Events are read with serde_json, as the list-watch of Events delivers them.
 use serde_json::Value;
 
 use super::{Emission, Pending, ProcessError, Processor};

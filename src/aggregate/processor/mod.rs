@@ -25,7 +25,7 @@ mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use crate::json::{JsonValueTrait as _, Value};
 use tokio::sync::mpsc;
 
 use super::causes::{CauseIndex, DEFAULT_CAUSE_OBJECTS};
@@ -40,7 +40,9 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
 use crate::pipeline::{Accepted, ChangeSink, ExportProgress, Gauges, is_event_resource};
 use crate::span_model::{self, EncodedSpan, attr};
-use emit::{add_snapshot, add_status, audit_write, failure_message, is_conflict};
+use emit::{
+    add_snapshot, add_snapshot_text, add_status, audit_write, failure_message, is_conflict,
+};
 use state::{is_older, resource_version};
 
 /// An audit event's response object parsed (and redacted) ahead of the
@@ -484,7 +486,7 @@ impl Processor {
         let uid = outcome
             .state
             .as_ref()
-            .and_then(|s| crate::json::pointer(s, "/metadata/uid"))
+            .and_then(|s| crate::json::pointer(&**s, "/metadata/uid"))
             .and_then(Value::as_str)
             .unwrap_or(&item.uid)
             .to_string();
@@ -556,8 +558,13 @@ impl Processor {
             span.attr(attr::AUDIT_CONFLICT, msg);
         }
         let at = ev.stage_timestamp;
-        if let Some(snap) = &w.outcome.snapshot {
-            add_snapshot(&mut span, snap, at);
+        match (&w.outcome.snapshot, &w.outcome.state, &w.outcome.state_text) {
+            // The new state, and its text as logged: written as it is.
+            (Some(snap), Some(state), Some(text)) if Arc::ptr_eq(snap, state) => {
+                add_snapshot_text(&mut span, text, at);
+            }
+            (Some(snap), _, _) => add_snapshot(&mut span, snap, at),
+            (None, _, _) => {}
         }
         self.add_changes(&mut span, &w.outcome.changes, at);
         if w.outcome.changes.len() > self.cfg.max_diff_changes {

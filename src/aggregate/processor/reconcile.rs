@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::json::Value;
 use crate::model::KeyHasher;
 use moka::policy::EvictionPolicy;
-use serde_json::Value;
 
 use super::super::diff::Change;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
@@ -498,7 +498,7 @@ mod tests {
             change: WatchChange {
                 object,
                 kind: WatchKind::Modified,
-                state: Value::Null,
+                state: Value::new_null(),
                 observed: std::time::UNIX_EPOCH,
             },
             old_rv: String::new(),

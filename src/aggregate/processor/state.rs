@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueMutTrait as _, JsonValueTrait as _, Value};
 
 use super::super::diff::{self, Change};
 use super::super::redact::Redactor;
@@ -32,14 +32,22 @@ fn set_path(state: &mut Value, path: &[&str], v: Value) {
     let mut cur = state;
     for (i, key) in path.iter().enumerate() {
         if !cur.is_object() {
-            *cur = Value::Object(Default::default());
+            *cur = Value::new_object();
         }
-        let map = cur.as_object_mut().unwrap();
+        let Some(map) = cur.as_object_mut() else {
+            return;
+        };
         if i + 1 == path.len() {
-            map.insert(key.to_string(), v);
+            map.insert(key, v);
             return;
         }
-        cur = map.entry(key.to_string()).or_insert(Value::Null);
+        if !map.contains_key(key) {
+            map.insert(key, Value::new_null());
+        }
+        let Some(next) = map.get_mut(key) else {
+            return;
+        };
+        cur = next;
     }
 }
 
@@ -92,10 +100,10 @@ pub(super) fn apply(
                 .as_ref()
                 .and_then(|r| crate::json::pointer(r, "/spec/replicas"))
                 .cloned()
-                .unwrap_or(Value::Null);
+                .unwrap_or_default();
             let mut s = old
                 .map(|o| Value::clone(o))
-                .unwrap_or_else(|| Value::Object(Default::default()));
+                .unwrap_or_else(Value::new_object);
             set_path(&mut s, &["spec", "replicas"], replicas);
             // The Scale's resourceVersion is the object's new one: the
             // watch's copy of this write is matched by it.
@@ -112,12 +120,12 @@ pub(super) fn apply(
             let node = ev
                 .request_object
                 .as_ref()
-                .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+                .and_then(|r| crate::json::parse(r.get()).ok())
                 .and_then(|b| crate::json::pointer(&b, "/target/name").cloned());
             node.map(|n| {
                 let mut s = old
                     .map(|o| Value::clone(o))
-                    .unwrap_or_else(|| Value::Object(Default::default()));
+                    .unwrap_or_else(Value::new_object);
                 set_path(&mut s, &["spec", "nodeName"], n);
                 s
             })
@@ -194,10 +202,9 @@ pub(super) fn removes_object(ev: &AuditEvent, outcome: &Outcome) -> bool {
             let meta = s.get("metadata");
             let field = |k: &str| meta.and_then(|m| m.get(k));
             field("deletionTimestamp").is_none()
-                || (field("deletionGracePeriodSeconds").and_then(serde_json::Value::as_i64)
-                    == Some(0)
+                || (field("deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
                     && field("finalizers")
-                        .and_then(serde_json::Value::as_array)
+                        .and_then(Value::as_array)
                         .is_none_or(|f| f.is_empty()))
         })
 }
@@ -252,7 +259,7 @@ mod tests {
 
     /// Applies each write of `scenario`'s audit log in order, keeping states
     /// the way the processor does; the events as logged, with their outcomes.
-    fn replay(scenario: &str) -> Vec<(Value, AuditEvent, Outcome)> {
+    fn replay(scenario: &str) -> Vec<(serde_json::Value, AuditEvent, Outcome)> {
         let kinds = KindRegistry::default();
         let redactor = Redactor::new(None);
         let mut states: std::collections::HashMap<String, Arc<Value>> = Default::default();
@@ -290,7 +297,11 @@ mod tests {
         let scale = &raw["responseObject"];
         let state = outcome.state.as_ref().unwrap();
         assert_eq!(state["kind"], "Deployment", "the object, not the Scale");
-        assert_eq!(state["spec"]["replicas"], scale["spec"]["replicas"]);
+        assert_eq!(
+            state["spec"]["replicas"].as_i64(),
+            scale["spec"]["replicas"].as_i64()
+        );
+        assert!(scale["spec"]["replicas"].is_number());
         assert_eq!(
             resource_version(state),
             scale["metadata"]["resourceVersion"].as_str().unwrap()
@@ -311,9 +322,10 @@ mod tests {
             .expect("the scheduler binds the scenario's pods");
         let state = outcome.state.as_ref().unwrap();
         assert_eq!(
-            state["spec"]["nodeName"],
-            raw["requestObject"]["target"]["name"]
+            state["spec"]["nodeName"].as_str(),
+            raw["requestObject"]["target"]["name"].as_str()
         );
+        assert!(raw["requestObject"]["target"]["name"].is_string());
         assert_eq!(state["kind"], "Pod", "the pod created before it");
         let change = outcome
             .changes
@@ -352,7 +364,7 @@ mod tests {
         // managedFields are noise, never state nor change.
         for (_, _, outcome) in &writes {
             if let Some(s) = &outcome.state {
-                assert!(s.pointer("/metadata/managedFields").is_none());
+                assert!(crate::json::pointer(&**s, "/metadata/managedFields").is_none());
             }
             assert!(
                 outcome
@@ -424,7 +436,7 @@ mod tests {
         assert_eq!(old_resource_version(ev, "1", None, ""), requested);
         // Without one, the version the watch saw before; a last state at or
         // after the new version is not reported.
-        let later = serde_json::json!({"metadata": {"resourceVersion": next}});
+        let later = sonic_rs::json!({"metadata": {"resourceVersion": next.as_str()}});
         let mut unconditional = raw.clone();
         unconditional["objectRef"]["resourceVersion"] = "".into();
         let ev = parse(&unconditional);

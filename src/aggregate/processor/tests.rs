@@ -1,5 +1,6 @@
 use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
 use super::*;
+use crate::json::JsonContainerTrait as _;
 use crate::model::ObjectRef;
 use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -142,7 +143,7 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
                     assert!(changed, "a Secret's values replaced: no longer its text");
                     let data = object["data"].as_object().expect("a Secret's data");
                     assert!(!data.is_empty());
-                    for value in data.values() {
+                    for (_, value) in data.iter() {
                         assert!(
                             value.as_str().unwrap().starts_with(MARKER_PREFIX),
                             "{value}"

@@ -128,7 +128,7 @@ impl Processor {
                 Revision::of(new_rv.parse().ok()),
             );
             let uid = crate::json::pointer(&p.change.state, "/metadata/uid")
-                .and_then(serde_json::Value::as_str)
+                .and_then(crate::json::JsonValueTrait::as_str)
                 .unwrap_or("");
             let readiness = (!deleted)
                 .then(|| {
@@ -206,16 +206,16 @@ fn watch_class(kind: WatchKind, changes: &[Change]) -> ChangeClass {
 mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{accepted, attr, audit_values, drain, fixture, processor};
+    use crate::json::JsonValueTrait as _;
     use crate::model::ObjectRef;
     use crate::pipeline::{WatchChange, WatchKind};
     use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_WATCH, attr};
-    use serde_json::Value;
 
     /// The deployment scenario's Deployment as the list-watch delivered it.
     fn watched_deployment() -> Vec<WatchChange> {
         fixture("deployment", "watch/apps.deployments.jsonl")
             .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|l| crate::json::parse(l).unwrap())
             .filter_map(|ev| {
                 let kind = match ev["type"].as_str()? {
                     "ADDED" => WatchKind::Added,
@@ -223,7 +223,7 @@ mod tests {
                     "DELETED" => WatchKind::Deleted,
                     _ => return None,
                 };
-                let state = ev["object"].clone();
+                let state = ev.get("object")?.clone();
                 let object = ObjectRef::new(
                     "c",
                     "apps",

@@ -24,7 +24,9 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use serde_json::Value;
+use crate::json::{
+    JsonContainerTrait as _, JsonValueMutTrait as _, JsonValueTrait as _, Value, ValueRef,
+};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 mod paths;
@@ -89,12 +91,12 @@ impl Redactor {
     }
 
     pub fn marker(&self, v: &Value) -> Value {
-        let text = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+        let text = match v.as_str() {
+            Some(s) => s.to_string(),
+            None => v.to_string(),
         };
         let h = xxh3_64_with_seed(text.as_bytes(), self.seed);
-        Value::String(format!("{MARKER_PREFIX}{:08x}>", h >> 32))
+        Value::from(format!("{MARKER_PREFIX}{:08x}>", h >> 32).as_str())
     }
 
     /// Redacts `obj` in place, an object of `group`/`resource`.
@@ -140,11 +142,15 @@ impl Redactor {
         }
         changed |= self.redact_copies(secret, obj, depth, paths);
         if let Some(pattern) = paths {
-            changed |= if pattern.matches_backwards() {
-                self.redact_places(pattern, obj, None, &mut String::new())
+            // Found in a walk that reads, replaced after it (see `Edits`).
+            let mut edits = Edits::default();
+            if pattern.matches_backwards() {
+                self.redact_places(pattern, obj, None, &mut String::new(), &mut edits);
             } else {
-                self.redact_paths(pattern, obj, pattern.root(), None, &mut String::new())
-            };
+                let root = pattern.root();
+                self.redact_paths(pattern, obj, root, None, &mut String::new(), &mut edits);
+            }
+            changed |= apply_edits(edits.found, obj);
         }
         changed
     }
@@ -152,19 +158,21 @@ impl Redactor {
     fn redact_secret(&self, obj: &mut Value) -> bool {
         let mut changed = false;
         for field in ["data", "stringData"] {
-            match obj.get_mut(field) {
-                Some(Value::Object(map)) => {
-                    for v in map.values_mut() {
-                        *v = self.marker(v);
-                        changed = true;
-                    }
-                }
-                None | Some(Value::Null) => {}
-                // Not a map (the apiserver would refuse it): hidden whole.
-                Some(other) => {
-                    *other = self.marker(other);
+            if obj.get(field).is_none_or(|v| v.is_null()) {
+                continue;
+            }
+            let Some(v) = obj.get_mut(field) else {
+                continue;
+            };
+            if let Some(map) = v.as_object_mut() {
+                for (_, v) in map.iter_mut() {
+                    *v = self.marker(v);
                     changed = true;
                 }
+            } else {
+                // Not a map (the apiserver would refuse it): hidden whole.
+                *v = self.marker(v);
+                changed = true;
             }
         }
         changed
@@ -179,34 +187,40 @@ impl Redactor {
         paths: Option<&PathPattern>,
     ) -> bool {
         let Some(annotations) =
-            crate::json::pointer_mut(obj, "/metadata/annotations").and_then(Value::as_object_mut)
+            crate::json::pointer(obj, "/metadata/annotations").and_then(Value::as_object)
         else {
             return false;
         };
-        let mut changed = false;
-        for (key, v) in annotations.iter_mut() {
-            let known = COPY_ANNOTATIONS.contains(&key.as_str());
-            let found = match v {
-                Value::String(text) if known || text.trim_start().starts_with('{') => {
+        let mut replaced = Vec::new();
+        for (key, v) in annotations.iter() {
+            let known = COPY_ANNOTATIONS.contains(&key);
+            let found = match v.as_ref() {
+                ValueRef::String(text) if known || text.trim_start().starts_with('{') => {
                     self.redact_copy(secret, text, known, depth, paths)
                 }
-                Value::String(_) | Value::Null => Copy::Unchanged,
+                ValueRef::String(_) | ValueRef::Null => Copy::Unchanged,
                 // Annotations are strings: anything else is not shown.
                 _ => Copy::Hidden,
             };
             match found {
                 Copy::Unchanged => {}
                 Copy::Redacted(text) => {
-                    *v = Value::String(text);
-                    changed = true;
+                    replaced.push((key.to_string(), Value::from(text.as_str())))
                 }
-                Copy::Hidden => {
-                    *v = self.marker(v);
-                    changed = true;
-                }
+                Copy::Hidden => replaced.push((key.to_string(), self.marker(v))),
             }
         }
-        changed
+        if replaced.is_empty() {
+            return false;
+        }
+        if let Some(annotations) =
+            crate::json::pointer_mut(obj, "/metadata/annotations").and_then(Value::as_object_mut)
+        {
+            for (key, v) in replaced {
+                annotations.insert(&key, v);
+            }
+        }
+        true
     }
 
     /// `text` read as a copy of an object: redacted like the object (by the
@@ -220,12 +234,12 @@ impl Redactor {
         depth: u32,
         paths: Option<&PathPattern>,
     ) -> Copy {
-        let parsed = serde_json::from_str::<Value>(text);
+        let parsed = crate::json::parse(text);
         let is_copy = |v: &Value| {
             v.is_object()
                 && (known
-                    || v.get("kind").is_some_and(Value::is_string)
-                    || v.get("apiVersion").is_some_and(Value::is_string))
+                    || v.get("kind").is_some_and(|k| k.is_str())
+                    || v.get("apiVersion").is_some_and(|v| v.is_str()))
         };
         match parsed {
             Ok(mut copy) if is_copy(&copy) => {
@@ -236,7 +250,7 @@ impl Redactor {
                 if !self.redact_object(secret, &mut copy, depth + 1, paths) {
                     return Copy::Unchanged;
                 }
-                match serde_json::to_string(&copy) {
+                match sonic_rs::to_string(&copy) {
                     Ok(s) => Copy::Redacted(s),
                     Err(_) => Copy::Hidden,
                 }
@@ -253,30 +267,32 @@ impl Redactor {
     /// label them otherwise (duplicate env names fall back to indices): a
     /// leaf is redacted when either matches, so an env var is judged by its
     /// own name whatever its list looks like.
-    fn redact_paths(
+    fn redact_paths<'v>(
         &self,
         pattern: &PathPattern,
-        v: &mut Value,
+        v: &'v Value,
         at: PathCursor,
         by_name: Option<PathCursor>,
         segment: &mut String,
-    ) -> bool {
-        let mut changed = false;
-        match v {
-            Value::Object(map) => {
-                for (k, child) in map.iter_mut() {
+        edits: &mut Edits<'v>,
+    ) {
+        match v.as_ref() {
+            ValueRef::Object(map) => {
+                for (k, child) in map.iter() {
                     let next = pattern.feed_field(at, k);
                     let alt = by_name.map(|alt| pattern.feed_field(alt, k));
-                    changed |= self.redact_paths(pattern, child, next, alt, segment);
+                    edits.trail.push(Hop::Field(k));
+                    self.redact_paths(pattern, child, next, alt, segment, edits);
+                    edits.trail.pop();
                 }
             }
-            Value::Array(items) => {
+            ValueRef::Array(items) => {
                 let key = list_item_key(items);
-                for (i, child) in items.iter_mut().enumerate() {
+                for (i, child) in items.iter().enumerate() {
                     // Items the diff labels by another key or by index are
                     // also matched by their name (duplicate env names).
                     let named =
-                        key != Some("name") && matches!(child.get("name"), Some(Value::String(_)));
+                        key != Some("name") && child.get("name").is_some_and(|n| n.is_str());
                     segment.clear();
                     push_item_label(segment, child, key, i);
                     let next = pattern.feed(at, segment);
@@ -286,18 +302,18 @@ impl Redactor {
                         push_item_label(segment, child, name_key, i);
                         pattern.feed(by_name.unwrap_or(at), segment)
                     });
-                    changed |= self.redact_paths(pattern, child, next, alt, segment);
+                    edits.trail.push(Hop::Item(i));
+                    self.redact_paths(pattern, child, next, alt, segment, edits);
+                    edits.trail.pop();
                 }
             }
-            Value::Null => {}
-            leaf => {
+            ValueRef::Null => {}
+            _ => {
                 if pattern.is_match(at) || by_name.is_some_and(|alt| pattern.is_match(alt)) {
-                    *leaf = self.marker(leaf);
-                    changed = true;
+                    edits.replace(self.marker(v));
                 }
             }
         }
-        changed
     }
 }
 
@@ -329,31 +345,33 @@ impl Redactor {
     /// DFA; each leaf reads its path backwards, from its own segment up,
     /// and most are ruled out by their last byte or two. `labels` holds the
     /// list item labels of the places above.
-    fn redact_places(
+    fn redact_places<'v>(
         &self,
         pattern: &PathPattern,
-        v: &mut Value,
+        v: &'v Value,
         place: Option<&Place<'_>>,
         labels: &mut String,
-    ) -> bool {
+        edits: &mut Edits<'v>,
+    ) {
         let differs = place.is_some_and(|p| p.by_name_differs);
-        let mut changed = false;
-        match v {
-            Value::Object(map) => {
-                for (k, child) in map.iter_mut() {
+        match v.as_ref() {
+            ValueRef::Object(map) => {
+                for (k, child) in map.iter() {
                     let here = Place {
                         step: Step::Field(k),
                         up: place,
                         by_name_differs: differs,
                     };
-                    changed |= self.redact_places(pattern, child, Some(&here), labels);
+                    edits.trail.push(Hop::Field(k));
+                    self.redact_places(pattern, child, Some(&here), labels, edits);
+                    edits.trail.pop();
                 }
             }
-            Value::Array(items) => {
+            ValueRef::Array(items) => {
                 let key = list_item_key(items);
-                for (i, child) in items.iter_mut().enumerate() {
+                for (i, child) in items.iter().enumerate() {
                     let named =
-                        key != Some("name") && matches!(child.get("name"), Some(Value::String(_)));
+                        key != Some("name") && child.get("name").is_some_and(|n| n.is_str());
                     let start = labels.len();
                     push_item_label(labels, child, key, i);
                     let label = start..labels.len();
@@ -368,18 +386,74 @@ impl Redactor {
                         up: place,
                         by_name_differs: differs || named,
                     };
-                    changed |= self.redact_places(pattern, child, Some(&here), labels);
+                    edits.trail.push(Hop::Item(i));
+                    self.redact_places(pattern, child, Some(&here), labels, edits);
+                    edits.trail.pop();
                     labels.truncate(start);
                 }
             }
-            Value::Null => {}
-            leaf => {
+            ValueRef::Null => {}
+            _ => {
                 if path_matches(pattern, place, labels, false)
                     || (differs && path_matches(pattern, place, labels, true))
                 {
-                    *leaf = self.marker(leaf);
-                    changed = true;
+                    edits.replace(self.marker(v));
                 }
+            }
+        }
+    }
+}
+
+/// A step from a value to one of its children.
+#[derive(Clone, Copy)]
+enum Hop<'v> {
+    Field(&'v str),
+    Item(usize),
+}
+
+/// Leaves to replace, found by a walk that only reads: a walk through
+/// `&mut Value` would make every object it passes an owned map (a parsed
+/// object's nodes live in one arena until written through), where a
+/// replacement makes owned only the objects above it.
+#[derive(Default)]
+struct Edits<'v> {
+    /// The walk's place: the hops from the object to the value it is at.
+    trail: Vec<Hop<'v>>,
+    found: Vec<(Vec<OwnedHop>, Value)>,
+}
+
+enum OwnedHop {
+    Field(Box<str>),
+    Item(usize),
+}
+
+impl Edits<'_> {
+    /// Replaces the value the walk is at with `by`.
+    fn replace(&mut self, by: Value) {
+        let path = self
+            .trail
+            .iter()
+            .map(|hop| match *hop {
+                Hop::Field(k) => OwnedHop::Field(k.into()),
+                Hop::Item(i) => OwnedHop::Item(i),
+            })
+            .collect();
+        self.found.push((path, by));
+    }
+}
+
+/// Makes the replacements [`Edits`] found in `obj` (the object walked);
+/// whether there were any.
+fn apply_edits(found: Vec<(Vec<OwnedHop>, Value)>, obj: &mut Value) -> bool {
+    let changed = !found.is_empty();
+    {
+        for (path, by) in found {
+            let slot = path.iter().try_fold(&mut *obj, |cur, hop| match hop {
+                OwnedHop::Field(k) => cur.as_object_mut()?.get_mut(k),
+                OwnedHop::Item(i) => cur.as_array_mut()?.get_mut(*i),
+            });
+            if let Some(slot) = slot {
+                *slot = by;
             }
         }
         changed
@@ -452,7 +526,7 @@ fn is_secret_kind(obj: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::aggregate::diff::walk_leaves;
-    use serde_json::json;
+    use sonic_rs::json;
 
     #[test]
     fn secret_data_and_last_applied_are_redacted() {
@@ -520,8 +594,11 @@ mod tests {
 
     #[test]
     fn leaves_matched_backwards_are_the_leaves_the_segment_walk_redacts() {
-        let mut objects =
-            crate::pipeline::fixture_objects(&["config", "deployment", "statefulset"]);
+        let mut objects: Vec<Value> =
+            crate::pipeline::fixture_objects(&["config", "deployment", "statefulset"])
+                .iter()
+                .map(|o| crate::json::parse(&o.to_string()).unwrap())
+                .collect();
         // Duplicate env names: the diff labels them by index, redaction by name.
         objects.push(json!({"spec": {"containers": [{"name": "app", "env": [
             {"name": "API_TOKEN", "value": "t1"}, {"name": "MODE", "value": "fast"},
@@ -580,7 +657,7 @@ mod tests {
             "bigobject",
         ])
         .iter()
-        .map(Value::to_string)
+        .map(serde_json::Value::to_string)
         .collect();
         let fixture_texts = texts.len();
         let env = json!({"name": "app", "image": "nginx", "env": [
@@ -616,7 +693,7 @@ mod tests {
             let mut ruled_out = 0;
             let mut planted_redacted = 0;
             for (i, text) in texts.iter().enumerate() {
-                let object: Value = serde_json::from_str(text).unwrap();
+                let object: Value = crate::json::parse(text).unwrap();
                 let (mut walked, mut skipping) = (object.clone(), object.clone());
                 r.redact("", "pods", &mut walked);
                 let changed = r.redact_parsed("", "pods", &mut skipping, text);
@@ -670,8 +747,7 @@ mod tests {
         let text = deploy.to_string();
         assert!(!text.contains("hunter2"), "{text}");
         let annotations = &deploy["metadata"]["annotations"];
-        let copy: Value =
-            serde_json::from_str(annotations[LAST_APPLIED].as_str().unwrap()).unwrap();
+        let copy: Value = crate::json::parse(annotations[LAST_APPLIED].as_str().unwrap()).unwrap();
         let env = &copy["spec"]["template"]["spec"]["containers"][0]["env"][0];
         assert!(is_marker(&env["value"]), "{copy}");
         assert_eq!(

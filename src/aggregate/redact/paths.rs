@@ -357,6 +357,7 @@ mod tests {
         for o in
             crate::pipeline::fixture_objects(&["deployment", "statefulset", "bigobject", "service"])
         {
+            let o = crate::json::parse(&o.to_string()).unwrap();
             walk_leaves(&o, &mut |p, _| paths.push(p.to_string()));
         }
         paths.extend(

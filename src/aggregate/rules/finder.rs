@@ -1,9 +1,9 @@
 //! How a rule finds its targets in an object: a field path, a regex over the
 //! name, a link annotation, or a label selector (resolved by the label index).
 
+use crate::json::{JsonValueTrait as _, Value, ValueRef};
 use regex::Regex;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{Relation, Role, Rule};
 use crate::model::ObjectRef;
@@ -79,10 +79,10 @@ pub(super) fn parse_field_path(path: &str) -> Result<Vec<Step>, String> {
 fn collect_strings(v: &Value, steps: &[Step], out: &mut Vec<String>) {
     match steps.split_first() {
         None => {
-            if let Value::String(s) = v
+            if let Some(s) = v.as_str()
                 && !s.is_empty()
             {
-                out.push(s.clone());
+                out.push(s.to_string());
             }
         }
         Some((Step::Field(f), rest)) => {
@@ -90,9 +90,9 @@ fn collect_strings(v: &Value, steps: &[Step], out: &mut Vec<String>) {
                 collect_strings(child, rest, out);
             }
         }
-        Some((Step::Each, rest)) => match v {
-            Value::Array(items) => items.iter().for_each(|i| collect_strings(i, rest, out)),
-            Value::Object(map) => map.values().for_each(|i| collect_strings(i, rest, out)),
+        Some((Step::Each, rest)) => match v.as_ref() {
+            ValueRef::Array(items) => items.iter().for_each(|i| collect_strings(i, rest, out)),
+            ValueRef::Object(map) => map.iter().for_each(|(_, i)| collect_strings(i, rest, out)),
             _ => {}
         },
     }
@@ -180,8 +180,9 @@ impl Rule {
                 else {
                     return;
                 };
-                let links: Vec<AnnotationLink> = match serde_json::from_str::<Value>(text) {
-                    Ok(Value::Array(items)) => items
+                // The annotation's own JSON, read with serde_json (rare).
+                let links: Vec<AnnotationLink> = match serde_json::from_str(text) {
+                    Ok(serde_json::Value::Array(items)) => items
                         .into_iter()
                         .filter_map(|i| serde_json::from_value(i).ok())
                         .collect(),

@@ -16,9 +16,9 @@ pub use selector::LabelSelector;
 use finder::Finder;
 use spec::RuleFile;
 
+use crate::json::Value;
 use regex::Regex;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::model::ObjectRef;
 
@@ -295,7 +295,7 @@ impl RuleSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sonic_rs::json;
 
     #[test]
     fn propagations_are_read_with_their_classes_and_checked_field_by_field() {

@@ -3,10 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as ApiLabelSelector;
 use kube::core::{Selector, SelectorExt};
-use serde::Deserialize;
-use serde_json::Value;
 
 use super::finder::Step;
 
@@ -31,11 +30,12 @@ impl LabelSelector {
     /// empty Service selector means "no managed endpoints", not "every Pod").
     pub fn from_value(v: &Value) -> Option<Self> {
         let obj = v.as_object()?;
-        let selector = if obj.contains_key("matchLabels") || obj.contains_key("matchExpressions") {
-            Selector::try_from(ApiLabelSelector::deserialize(v).ok()?).ok()?
+        let selector = if obj.contains_key(&"matchLabels") || obj.contains_key(&"matchExpressions")
+        {
+            Selector::try_from(sonic_rs::from_value::<ApiLabelSelector>(v).ok()?).ok()?
         } else {
             obj.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
                 .collect()
         };
         (!selector.selects_all()).then_some(Self(selector))
@@ -54,7 +54,7 @@ impl LabelSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sonic_rs::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

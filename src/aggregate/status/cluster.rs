@@ -1,7 +1,7 @@
 //! The cluster's own kinds: volumes and claims by phase, Nodes by `Ready`,
 //! LoadBalancer Services by their ingress, CRDs by `Established`.
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, Value};
 
 use super::*;
 
@@ -81,7 +81,8 @@ pub(super) fn crd(state: &Value) -> Option<ObjectStatus> {
 mod tests {
     use super::super::testdata::*;
     use super::super::*;
-    use serde_json::{Value, json};
+    use crate::json::Value;
+    use sonic_rs::json;
 
     #[test]
     fn claims_nodes_services_daemonsets() {

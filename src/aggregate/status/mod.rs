@@ -35,7 +35,7 @@ mod workloads;
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use cluster::{crd, node, pv, pvc, service};
 use pods::pod;
@@ -312,7 +312,8 @@ const FAILING_WAIT_REASONS: &[&str] = &[
 mod tests {
     use super::testdata::*;
     use super::*;
-    use serde_json::{Value, json};
+    use crate::json::Value;
+    use sonic_rs::json;
 
     #[test]
     fn objects_without_readiness_have_no_status() {
@@ -336,7 +337,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(object_status("", "pods", &Value::Null), None);
+        assert_eq!(object_status("", "pods", &Value::new_null()), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Pods: scheduled, their containers started (or waiting for a reason that
 //! needs a change to recover), their phase.
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, Value};
 
 use super::*;
 
@@ -116,7 +116,9 @@ pub(super) fn pod_failure(state: &Value) -> String {
 mod tests {
     use super::super::testdata::*;
     use super::super::*;
-    use serde_json::{Value, json};
+    use crate::json::JsonValueTrait as _;
+    use crate::json::{JsonContainerTrait as _, JsonValueMutTrait as _, Value};
+    use sonic_rs::json;
 
     #[test]
     fn the_deployment_fixture_pods_go_pending_running_terminating() {
@@ -135,7 +137,7 @@ mod tests {
         );
         // Every Pod of every version in the stream, judged from its fields.
         for line in fixture("deployment", "watch/core.pods.jsonl").lines() {
-            let ev: Value = serde_json::from_str(line).unwrap();
+            let ev: Value = crate::json::parse(line).unwrap();
             let p = &ev["object"];
             let (status, _) = status_of("", "pods", p);
             let ready = p["status"]["conditions"]
@@ -143,7 +145,7 @@ mod tests {
                 .into_iter()
                 .flatten()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            let expected = if p["metadata"]["deletionTimestamp"].is_string() {
+            let expected = if p["metadata"]["deletionTimestamp"].is_str() {
                 Status::Terminating
             } else if p["status"]["phase"] == "Running" && ready {
                 Status::Current

@@ -1,7 +1,8 @@
 //! What the readiness rules are tested on: the states the real control
 //! plane wrote (e2e/fixtures), and small objects for what no scenario reaches.
 
-use serde_json::{Value, json};
+use crate::json::{JsonContainerTrait as _, JsonValueMutTrait as _, JsonValueTrait as _, Value};
+use sonic_rs::json;
 
 use super::{Status, object_status};
 
@@ -18,7 +19,7 @@ pub fn fixture(scenario: &str, file: &str) -> String {
 pub fn responses(scenario: &str, resource: &str, name: &str) -> Vec<Value> {
     fixture(scenario, "audit.log")
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|l| crate::json::parse(l).unwrap())
         .filter(|ev| ev["objectRef"]["resource"] == resource)
         .filter_map(|mut ev| ev.get_mut("responseObject").map(Value::take))
         .filter(|o| o["metadata"]["name"] == name && o["kind"] != "Scale" && o["kind"] != "Status")
@@ -29,7 +30,7 @@ pub fn responses(scenario: &str, resource: &str, name: &str) -> Vec<Value> {
 pub fn watched(scenario: &str, stream: &str, name: &str) -> Vec<(String, Value)> {
     fixture(scenario, &format!("watch/{stream}.jsonl"))
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|l| crate::json::parse(l).unwrap())
         .filter(|ev| ev["object"]["metadata"]["name"] == name)
         .map(|mut ev| {
             (
@@ -55,7 +56,9 @@ pub fn cur(message: &str) -> (Status, String) {
 }
 
 pub fn int(v: &Value, pointer: &str) -> i64 {
-    v.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    crate::json::pointer(v, pointer)
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
 }
 
 /// The message of `kind` condition in `state`, as the controller wrote it.

@@ -1,7 +1,7 @@
 //! The workload controllers (Deployment, ReplicaSet, ReplicationController,
 //! StatefulSet, DaemonSet) by their replica counts, and Jobs.
 
-use serde_json::Value;
+use crate::json::Value;
 
 use super::*;
 
@@ -209,7 +209,8 @@ pub(super) fn job(state: &Value) -> Option<ObjectStatus> {
 mod tests {
     use super::super::testdata::*;
     use super::super::*;
-    use serde_json::{Value, json};
+    use crate::json::Value;
+    use sonic_rs::json;
 
     #[test]
     fn the_deployment_fixture_rolls_out_in_progress_then_current() {

@@ -65,7 +65,8 @@ pub(super) fn pod_terminal(c: &ChangeRecord) -> bool {
         .is_some_and(|k| k.edge.ends_with("→ Succeeded") || k.edge.ends_with("→ Failed"));
     let by_state = c.new.as_ref().is_some_and(|n| {
         matches!(
-            crate::json::pointer(n, "/status/phase").and_then(|p| p.as_str()),
+            crate::json::pointer(&**n, "/status/phase")
+                .and_then(crate::json::JsonValueTrait::as_str),
             Some("Succeeded" | "Failed")
         )
     });

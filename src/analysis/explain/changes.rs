@@ -1,6 +1,6 @@
 //! What a write changed, as a person reads it (a trigger's change list).
 
-use serde_json::Value;
+use crate::json::Value;
 
 use crate::aggregate::diff;
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value;
+use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::{Idx, Problem, State};
 use crate::analysis::cascade::counts;
@@ -99,7 +99,7 @@ pub(super) fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
     let m = crate::json::pointer(v, "/metadata/labels")?.as_object()?;
     Some(
         m.iter()
-            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
             .collect(),
     )
 }
