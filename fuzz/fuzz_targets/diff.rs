@@ -10,7 +10,7 @@ use kascade::aggregate::diff::{diff, is_noise, parse_object, walk_leaves};
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, MARKER_PREFIX, PathPattern, Redactor};
 use libfuzzer_sys::fuzz_target;
 use regex::Regex;
-use serde_json::Value;
+use kascade::json::{JsonValueTrait as _, Value};
 
 static PATHS: LazyLock<Regex> = LazyLock::new(|| Regex::new(DEFAULT_REDACT_PATHS).unwrap());
 static REDACTOR: LazyLock<Redactor> =

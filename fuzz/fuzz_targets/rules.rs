@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use kascade::aggregate::rules::RuleSet;
 use kascade::model::ObjectRef;
 use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
+use kascade::json::Value;
 
 /// Objects the real control plane wrote (responses in the fixtures' audit logs).
 static OBJECTS: LazyLock<Vec<(ObjectRef, Value)>> = LazyLock::new(|| {
@@ -18,7 +18,7 @@ static OBJECTS: LazyLock<Vec<(ObjectRef, Value)>> = LazyLock::new(|| {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for line in logs.iter().flat_map(|l| l.lines()) {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         let r = &ev["objectRef"];
@@ -36,7 +36,10 @@ static OBJECTS: LazyLock<Vec<(ObjectRef, Value)>> = LazyLock::new(|| {
             name,
         );
         if seen.insert(obj.clone()) {
-            out.push((obj, state.clone()));
+            let Ok(state) = kascade::json::parse(&state.to_string()) else {
+                continue;
+            };
+            out.push((obj, state));
         }
     }
     out

@@ -446,18 +446,16 @@ impl Edits<'_> {
 /// whether there were any.
 fn apply_edits(found: Vec<(Vec<OwnedHop>, Value)>, obj: &mut Value) -> bool {
     let changed = !found.is_empty();
-    {
-        for (path, by) in found {
-            let slot = path.iter().try_fold(&mut *obj, |cur, hop| match hop {
-                OwnedHop::Field(k) => cur.as_object_mut()?.get_mut(k),
-                OwnedHop::Item(i) => cur.as_array_mut()?.get_mut(*i),
-            });
-            if let Some(slot) = slot {
-                *slot = by;
-            }
+    for (path, by) in found {
+        let slot = path.iter().try_fold(&mut *obj, |cur, hop| match hop {
+            OwnedHop::Field(k) => cur.as_object_mut()?.get_mut(k),
+            OwnedHop::Item(i) => cur.as_array_mut()?.get_mut(*i),
+        });
+        if let Some(slot) = slot {
+            *slot = by;
         }
-        changed
     }
+    changed
 }
 
 /// Whether `pattern` (read backwards) matches the path of `place`, spelled
