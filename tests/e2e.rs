@@ -293,9 +293,20 @@ async fn replay_of_the_audit_log_gives_the_same_spans_as_the_webhook() {
             .filter(|s| !matches!(tag_str(s, "kascade.span"), Some("watch") | Some("link")))
             .map(|s| s["spanID"].as_str().unwrap().to_string())
             .collect();
-        let offline = replayed
-            .get(&id)
-            .unwrap_or_else(|| panic!("replay has no trace {id}"));
+        let Some(offline) = replayed.get(&id) else {
+            // A window can exist live only: opened by changes only the
+            // list-watch saw, or by a link from another cluster's object
+            // (scenario crosscluster links to `hello`; when a half-hour
+            // boundary falls between the two scenarios, that link opens a
+            // window of its own). Anything else must be in the replay.
+            let live_only = spans.iter().all(|s| match tag_str(s, "kascade.span") {
+                Some("object") | Some("watch") => true,
+                Some("link") => tag_str(s, "link.cluster") != Some(cluster.as_str()),
+                _ => false,
+            });
+            assert!(live_only, "replay has no trace {id}: {spans:#?}");
+            continue;
+        };
         assert_eq!(&live, offline, "trace {id}: webhook and replay differ");
         // Relations: the same set over the object's windows (a relation the
         // watch saw first may sit in the window before a boundary), except
