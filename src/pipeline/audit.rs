@@ -398,7 +398,7 @@ mod tests {
     }
 
     fn parse(ev: &Value) -> AuditEvent {
-        let ev: AuditEvent = serde_json::from_str(&ev.to_string()).unwrap();
+        let ev: AuditEvent = sonic_rs::from_str(&ev.to_string()).unwrap();
         ev.validate().unwrap();
         ev
     }

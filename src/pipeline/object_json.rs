@@ -11,7 +11,7 @@ use std::num::NonZeroU64;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
+use sonic_rs::LazyValue;
 
 /// An entry of an object's `metadata.ownerReferences`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -46,7 +46,7 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     };
     let text = match d.deserialize_any(visitor)? {
         Piece::Null => return Ok(None),
-        Piece::Raw(raw) => raw.get().to_string(),
+        Piece::Raw(raw) => raw.into_owned(),
         Piece::Fields(fields) => {
             let mut out = String::with_capacity(fields_len(&fields));
             write_fields(&mut out, &fields);
@@ -116,8 +116,8 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// One value of the object being trimmed.
 enum Piece<'de> {
     Null,
-    /// As written in the input.
-    Raw(&'de RawValue),
+    /// As written in the input (owned only when sonic-rs found escapes in it).
+    Raw(Cow<'de, str>),
     /// An object level whose fields are written out again.
     Fields(Vec<(Key<'de>, Piece<'de>)>),
     /// Not an object where one was expected: written out again whole.
@@ -185,11 +185,8 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
                     fields.push((key, piece));
                 }
                 (Trim::Metadata, "resourceVersion") => {
-                    let raw: &RawValue = map.next_value()?;
-                    let number = raw
-                        .get()
-                        .strip_prefix('"')
-                        .and_then(|v| v.strip_suffix('"'));
+                    let raw = map.next_value::<LazyValue<'de>>()?.as_raw_cow();
+                    let number = raw.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
                     self.version.set(
                         number
                             .and_then(|v| v.parse().ok())
@@ -197,7 +194,10 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
                     );
                     fields.push((key, Piece::Raw(raw)));
                 }
-                _ => fields.push((key, Piece::Raw(map.next_value()?))),
+                _ => fields.push((
+                    key,
+                    Piece::Raw(map.next_value::<LazyValue<'de>>()?.as_raw_cow()),
+                )),
             }
         }
         Ok(Piece::Fields(fields))
@@ -247,7 +247,7 @@ fn quoted_key(key: &str) -> Cow<'_, str> {
 fn piece_len(p: &Piece<'_>) -> usize {
     match p {
         Piece::Null => 4,
-        Piece::Raw(raw) => raw.get().len(),
+        Piece::Raw(raw) => raw.len(),
         Piece::Fields(fields) => fields_len(fields),
         Piece::Owned(text) => text.len(),
     }
@@ -276,7 +276,7 @@ fn write_fields(out: &mut String, fields: &[(Key<'_>, Piece<'_>)]) {
         out.push_str("\":");
         match value {
             Piece::Null => out.push_str("null"),
-            Piece::Raw(raw) => out.push_str(raw.get()),
+            Piece::Raw(raw) => out.push_str(raw),
             Piece::Fields(inner) => write_fields(out, inner),
             Piece::Owned(text) => out.push_str(text),
         }
@@ -375,7 +375,7 @@ mod tests {
     use super::*;
 
     fn cut_text(object: &str) -> Option<ObjectText> {
-        let mut de = serde_json::Deserializer::from_str(object);
+        let mut de = sonic_rs::Deserializer::from_str(object);
         let out = without_managed_fields(&mut de).unwrap();
         de.end().unwrap();
         out
@@ -436,7 +436,7 @@ mod tests {
         let sizes = |object: &str| {
             let version = Cell::new(None);
             let managed_fields = Cell::new(false);
-            let mut de = serde_json::Deserializer::from_str(object);
+            let mut de = sonic_rs::Deserializer::from_str(object);
             let seed = PieceVisitor {
                 trim: Trim::Top,
                 version: &version,
@@ -507,7 +507,7 @@ mod tests {
     #[test]
     fn resource_versions_are_read_as_a_full_parse_reads_them() {
         let version = |text: &str| {
-            let mut de = serde_json::Deserializer::from_str(text);
+            let mut de = sonic_rs::Deserializer::from_str(text);
             without_managed_fields(&mut de)
                 .unwrap()
                 .and_then(|t| t.resource_version())
