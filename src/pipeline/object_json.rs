@@ -76,6 +76,13 @@ impl ObjectText {
         &self.text
     }
 
+    /// The object as processing reads it. Nothing is left to strip: the
+    /// decode cut `metadata.managedFields` (looking for them again cost
+    /// ≈ 1 % of the collector's instructions).
+    pub fn parse(&self) -> sonic_rs::Result<crate::json::Value> {
+        crate::json::parse(&self.text)
+    }
+
     /// `metadata.resourceVersion` as the number etcd gives it (its revision
     /// when the object was stored), read in the same pass; `None` when
     /// absent or not a number (another storage's opaque version).

@@ -265,9 +265,7 @@ mod tests {
     fn syntax_errors_name_the_position_but_quote_no_value() {
         let mut ev = fixture_events().remove(0);
         ev["requestObject"] = serde_json::json!({"data": {"password": "s3cr3t"}});
-        let text = ev
-            .to_string()
-            .replace("\"s3cr3t\"", "\"s3cr3t\" x");
+        let text = ev.to_string().replace("\"s3cr3t\"", "\"s3cr3t\" x");
         let err = parse_event(&text).unwrap_err();
         assert!(err.contains("line 1 column"), "{err}");
         assert!(!err.contains("s3cr3t"), "{err}");

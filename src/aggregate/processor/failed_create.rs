@@ -5,7 +5,6 @@ use super::super::relations::CLASS_OWNER;
 use super::super::rules::{Relation, Role};
 use super::emit::{add_snapshot, audit_write, failure_message};
 use super::{ProcessError, Processor, cascade};
-use crate::aggregate::diff;
 use crate::model::ObjectWindow;
 use crate::pipeline::{Accepted, FailedCreate};
 use crate::span_model::{self, attr};
@@ -104,9 +103,8 @@ impl Processor {
         if let Some((text, mut requested)) = ev
             .request_object
             .as_ref()
-            .and_then(|r| Some((r.get(), diff::parse_object(r.get()).ok()?)))
+            .and_then(|r| Some((r.get(), r.parse().ok()?)))
         {
-            diff::strip_noise(&mut requested);
             self.redactor
                 .redact_parsed(&tried.group, &tried.resource, &mut requested, text);
             add_snapshot(&mut span, &requested, ev.stage_timestamp);

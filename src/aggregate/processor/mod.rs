@@ -72,7 +72,7 @@ impl ParsedResponse {
             return None;
         }
         let text = item.event.response_object.as_ref()?;
-        let mut object = super::diff::parse_object(text.get()).ok();
+        let mut object = text.parse().ok();
         let mut changed = false;
         if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
             changed = redactor.redact_parsed(

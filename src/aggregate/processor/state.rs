@@ -77,9 +77,7 @@ pub(super) fn apply(
             changed,
         }) => (object, redacted, !changed),
         None => (
-            ev.response_object
-                .as_ref()
-                .and_then(|r| diff::parse_object(r.get()).ok()),
+            ev.response_object.as_ref().and_then(|r| r.parse().ok()),
             false,
             true,
         ),
@@ -141,8 +139,7 @@ pub(super) fn apply(
             as_logged &= response.is_some();
             let mut r = response.unwrap_or_default();
             kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
-            // The logged text has no managedFields either (cut when decoded).
-            diff::strip_noise(&mut r);
+            // No managedFields to strip: cut when decoded.
             if let Some(redactor) = redactor.filter(|_| !redacted) {
                 // Without a response `r` is null: nothing to redact.
                 let text = ev.response_object.as_ref().map_or("", |t| t.get());
