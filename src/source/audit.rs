@@ -127,7 +127,13 @@ pub struct DecodedBatch {
 pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
     // Almost every batch is well-formed: decode it in one pass, and go item by
     // item (to name the bad ones and keep the rest) only when that fails.
-    if let Ok(list) = sonic_rs::from_slice::<TypedEventList>(body) {
+    // sonic-rs checks UTF-8 only in the strings it decodes, not in those it
+    // skips or keeps raw (the objects' text): the body is checked whole, and
+    // one that is not UTF-8 goes the item-by-item way, where serde_json
+    // checks every string.
+    if let Ok(text) = std::str::from_utf8(body)
+        && let Ok(list) = sonic_rs::from_str::<TypedEventList>(text)
+    {
         check_envelope(&list.kind, &list.api_version)?;
         let mut events = Vec::with_capacity(list.items.len());
         let mut errors = Vec::new();
@@ -259,6 +265,40 @@ mod tests {
             "{}",
             err.len()
         );
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_wherever_the_bad_bytes_are() {
+        // Inside a value kascade decodes (the name), and inside one it only
+        // keeps as text (the request object's data): sonic-rs checks UTF-8
+        // only where it decodes a string.
+        for (pointer, planted) in [
+            ("/objectRef/name", "\"name-\u{fffd}\""),
+            ("/requestObject", "{\"data\":{\"k\":\"v-\u{fffd}\"}}"),
+        ] {
+            let mut ev = fixture_events().remove(0);
+            *ev.pointer_mut(pointer).unwrap() = serde_json::from_str(planted).unwrap();
+            let body = serde_json::json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": [ev]})
+                .to_string()
+                // U+FFFD written as UTF-8, then broken: a lone continuation byte.
+                .replace('\u{fffd}', "\u{1}")
+                .into_bytes();
+            let at = body.iter().position(|&b| b == 1).unwrap();
+            let mut body = body;
+            body[at] = 0xbf;
+            assert!(std::str::from_utf8(&body).is_err());
+            match decode_event_list(&body) {
+                Err(e) => assert!(
+                    e.contains("unicode") || e.contains("UTF-8"),
+                    "{pointer}: {e}"
+                ),
+                Ok(batch) => panic!(
+                    "{pointer}: decoded {} events, errors {:?}",
+                    batch.events.len(),
+                    batch.errors
+                ),
+            }
+        }
     }
 
     #[test]
