@@ -33,7 +33,8 @@ pub struct OwnerReference {
 /// without `metadata.managedFields`, cut out in the same pass that finds
 /// where the object ends (the fields kept are copied as written, the object
 /// written compact). `null` is no object; anything else but an object is
-/// kept whole.
+/// kept whole. Only under sonic-rs's `Deserializer`: the fields are taken as
+/// its raw `LazyValue`s, which another deserializer refuses with an error.
 pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ObjectText>, D::Error> {
