@@ -39,10 +39,7 @@ pub struct AuditEvent {
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
     // Without `metadata.managedFields` (see `object_json`).
-    #[serde(
-        default,
-        deserialize_with = "super::object_json::without_managed_fields"
-    )]
+    #[serde(default, deserialize_with = "super::object_json::kept_raw")]
     pub request_object: Option<ObjectText>,
     #[serde(
         default,

@@ -62,6 +62,21 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     }))
 }
 
+/// `#[serde(deserialize_with)]` for an object kept as written (managedFields
+/// included): one copy of its raw text. `null` is no object.
+pub fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D::Error> {
+    let raw = LazyValue::deserialize(d)?;
+    let text = raw.as_raw_str();
+    if text == "null" {
+        return Ok(None);
+    }
+    Ok(Some(ObjectText {
+        had_managed_fields: memchr::memmem::find(text.as_bytes(), b"\"managedFields\"").is_some(),
+        text: text.into(),
+        resource_version: None,
+    }))
+}
+
 /// The JSON text of an object an audit event carries, as
 /// [`without_managed_fields`] left it: well-formed (it was parsed to be
 /// cut), so it is not checked again.

@@ -105,6 +105,7 @@ impl Processor {
             .as_ref()
             .and_then(|r| Some((r.get(), r.parse().ok()?)))
         {
+            crate::aggregate::diff::strip_noise(&mut requested);
             self.redactor
                 .redact_parsed(&tried.group, &tried.resource, &mut requested, text);
             add_snapshot(&mut span, &requested, ev.stage_timestamp);

@@ -98,6 +98,58 @@ fn collect_strings(v: &Value, steps: &[Step], out: &mut Vec<String>) {
     }
 }
 
+/// The field paths of one resource's rules as one tree: the steps they
+/// share (`spec`, `spec.volumes[*]`, …) are walked once per object, not once
+/// per rule (a Pod's eleven rules looked `spec` up eleven times).
+#[derive(Debug, Clone, Default)]
+pub(super) struct FieldTree {
+    /// The rules (by index) whose path ends here.
+    ends: Vec<usize>,
+    children: Vec<(Step, FieldTree)>,
+}
+
+impl FieldTree {
+    pub(super) fn insert(&mut self, steps: &[Step], rule: usize) {
+        let Some((step, rest)) = steps.split_first() else {
+            self.ends.push(rule);
+            return;
+        };
+        let at = match self.children.iter().position(|(s, _)| s == step) {
+            Some(at) => at,
+            None => {
+                self.children.push((step.clone(), FieldTree::default()));
+                self.children.len() - 1
+            }
+        };
+        self.children[at].1.insert(rest, rule);
+    }
+
+    /// `(rule, string)` for each non-empty string at a rule's path in `v`,
+    /// as [`collect_strings`] finds them for each rule.
+    pub(super) fn collect(&self, v: &Value, out: &mut Vec<(usize, String)>) {
+        if !self.ends.is_empty()
+            && let Some(s) = v.as_str()
+            && !s.is_empty()
+        {
+            out.extend(self.ends.iter().map(|&rule| (rule, s.to_string())));
+        }
+        for (step, child) in &self.children {
+            match step {
+                Step::Field(f) => {
+                    if let Some(c) = v.get(f) {
+                        child.collect(c, out);
+                    }
+                }
+                Step::Each => match v.as_ref() {
+                    ValueRef::Array(items) => items.iter().for_each(|i| child.collect(i, out)),
+                    ValueRef::Object(map) => map.iter().for_each(|(_, i)| child.collect(i, out)),
+                    _ => {}
+                },
+            }
+        }
+    }
+}
+
 impl Rule {
     pub(super) fn matches(&self, obj: &ObjectRef, state: &Value) -> bool {
         if let Some(ns) = &self.namespace
@@ -128,39 +180,62 @@ impl Rule {
     }
 
     pub(super) fn apply(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
-        if !self.matches(obj, state) {
-            return;
-        }
         match &self.finder {
             Finder::Field(steps) => {
                 let mut names = Vec::new();
                 collect_strings(state, steps, &mut names);
                 names.sort();
                 names.dedup();
-                let namespace = match &self.target_namespace_field {
-                    Some(path) => {
-                        let mut found = Vec::new();
-                        collect_strings(state, path, &mut found);
-                        match found.into_iter().next() {
-                            Some(ns) => Some(ns),
-                            None => return, // names no namespace: no target
-                        }
-                    }
-                    None => None,
-                };
-                for n in names {
-                    let mut target = self.target(obj, n);
-                    if let Some(ns) = &namespace {
-                        target.namespace = ns.clone();
-                    }
-                    out.push(Relation {
-                        target,
-                        role: self.role,
-                        class: self.class.clone(),
-                    });
+                self.apply_names(obj, state, names, out);
+            }
+            _ => self.apply_other(obj, state, out),
+        }
+    }
+
+    /// A field rule's relations to `names` (sorted, distinct), the strings
+    /// its path found in `state`.
+    pub(super) fn apply_names(
+        &self,
+        obj: &ObjectRef,
+        state: &Value,
+        names: Vec<String>,
+        out: &mut Vec<Relation>,
+    ) {
+        if names.is_empty() || !self.matches(obj, state) {
+            return;
+        }
+        let namespace = match &self.target_namespace_field {
+            Some(path) => {
+                let mut found = Vec::new();
+                collect_strings(state, path, &mut found);
+                match found.into_iter().next() {
+                    Some(ns) => Some(ns),
+                    None => return, // names no namespace: no target
                 }
             }
-            Finder::Selector(_) => {}
+            None => None,
+        };
+        for n in names {
+            let mut target = self.target(obj, n);
+            if let Some(ns) = &namespace {
+                target.namespace = ns.clone();
+            }
+            out.push(Relation {
+                target,
+                role: self.role,
+                class: self.class.clone(),
+            });
+        }
+    }
+
+    /// The relations of a rule that is not a field rule.
+    pub(super) fn apply_other(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
+        if !self.matches(obj, state) {
+            return;
+        }
+        match &self.finder {
+            // Field rules: `apply_names`; selectors: the label index.
+            Finder::Field(_) | Finder::Selector(_) => {}
             Finder::NameRegex(re) => {
                 if let Some(c) = re.captures(&obj.name) {
                     let m = c.name("name").or_else(|| c.get(1));

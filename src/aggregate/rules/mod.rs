@@ -96,11 +96,28 @@ pub struct RuleError {
     pub message: String,
 }
 
+/// The rules of one resource, their field paths also as one tree.
+#[derive(Debug, Clone, Default)]
+struct ResourceRules {
+    rules: Vec<Rule>,
+    fields: finder::FieldTree,
+}
+
+impl ResourceRules {
+    fn push(&mut self, rule: Rule) {
+        if let Finder::Field(steps) = &rule.finder {
+            self.fields.insert(steps, self.rules.len());
+        }
+        self.rules.push(rule);
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct RuleSet {
     /// Rules by the group and resource they match (looked up per write
     /// without building a key), and those matching any resource.
-    by_resource: crate::model::FastHashMap<String, crate::model::FastHashMap<String, Vec<Rule>>>,
+    by_resource:
+        crate::model::FastHashMap<String, crate::model::FastHashMap<String, ResourceRules>>,
     any_resource: Vec<Rule>,
     count: usize,
     propagations: Vec<Propagation>,
@@ -118,18 +135,22 @@ impl RuleSet {
     pub fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.by_resource
             .values()
-            .flat_map(|by_name| by_name.values().flatten())
+            .flat_map(|by_name| by_name.values().flat_map(|r| &r.rules))
             .chain(&self.any_resource)
     }
 
     /// The rules that may match `obj`: its resource's, then any resource's.
     fn rules_for<'s>(&'s self, obj: &ObjectRef) -> impl Iterator<Item = &'s Rule> {
+        self.resource_rules(obj)
+            .into_iter()
+            .flat_map(|r| &r.rules)
+            .chain(&self.any_resource)
+    }
+
+    fn resource_rules(&self, obj: &ObjectRef) -> Option<&ResourceRules> {
         self.by_resource
             .get(obj.group.as_str())
             .and_then(|by_name| by_name.get(obj.resource.as_str()))
-            .into_iter()
-            .flatten()
-            .chain(&self.any_resource)
     }
 
     /// The declared propagations, in file order.
@@ -286,7 +307,27 @@ impl RuleSet {
 
     /// Relations of `obj` (whose latest known state is `state`) found by rules.
     pub fn relations(&self, obj: &ObjectRef, state: &Value, out: &mut Vec<Relation>) {
-        for r in self.rules_for(obj) {
+        if let Some(resource) = self.resource_rules(obj) {
+            // The field rules' strings in one walk, ordered by rule and then
+            // string, distinct: what each rule's own walk, sorted, gave.
+            let mut found = Vec::new();
+            resource.fields.collect(state, &mut found);
+            found.sort_unstable();
+            found.dedup();
+            let mut found = found.into_iter().peekable();
+            for (i, r) in resource.rules.iter().enumerate() {
+                if matches!(r.finder, Finder::Field(_)) {
+                    let mut names = Vec::new();
+                    while let Some((_, name)) = found.next_if(|(rule, _)| *rule == i) {
+                        names.push(name);
+                    }
+                    r.apply_names(obj, state, names, out);
+                } else {
+                    r.apply_other(obj, state, out);
+                }
+            }
+        }
+        for r in &self.any_resource {
             r.apply(obj, state, out);
         }
     }
@@ -449,6 +490,54 @@ rules:
             vec![("configmaps", "default", "cm1"), ("nodes", "", "n1")]
         );
         assert!(out.iter().all(|r| r.role == Role::Child));
+    }
+
+    /// The one walk of a resource's field paths finds, rule by rule, what
+    /// each rule's own walk finds: every object the fixtures captured, the
+    /// bundled rules.
+    #[test]
+    fn one_walk_of_shared_paths_finds_what_each_rule_finds_alone() {
+        let rules =
+            RuleSet::load_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))).unwrap();
+        let fixtures = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/fixtures"));
+        let (mut objects, mut relations, mut several) = (0, 0, 0);
+        for dir in std::fs::read_dir(fixtures).unwrap() {
+            let log = dir.unwrap().path().join("audit.log");
+            let Ok(text) = std::fs::read_to_string(&log) else {
+                continue;
+            };
+            for line in text.lines() {
+                let ev: serde_json::Value = serde_json::from_str(line).unwrap();
+                let (Some(r), Some(object)) = (ev.get("objectRef"), ev.get("responseObject"))
+                else {
+                    continue;
+                };
+                let field = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("");
+                let obj = ObjectRef::new(
+                    "c",
+                    field("apiGroup"),
+                    field("resource"),
+                    field("namespace"),
+                    field("name"),
+                );
+                let state = crate::json::parse(&object.to_string()).unwrap();
+                let mut one_walk = Vec::new();
+                rules.relations(&obj, &state, &mut one_walk);
+                let mut rule_by_rule = Vec::new();
+                let mut rules_finding = 0;
+                for rule in rules.rules_for(&obj) {
+                    let before = rule_by_rule.len();
+                    rule.apply(&obj, &state, &mut rule_by_rule);
+                    rules_finding += usize::from(rule_by_rule.len() > before);
+                }
+                assert_eq!(one_walk, rule_by_rule, "{} in {}", obj, log.display());
+                objects += 1;
+                relations += one_walk.len();
+                several += usize::from(rules_finding > 1);
+            }
+        }
+        assert!(objects > 500 && relations > 500, "{objects} {relations}");
+        assert!(several > 100, "objects several rules relate: {several}");
     }
 
     #[test]
