@@ -224,10 +224,21 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
 /// Leaf changes from `old` to `new`, in path order. Walks both trees together
 /// and only spells out the paths of subtrees that differ.
 pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
+    diff_unless(old, new, |_| false)
+}
+
+/// [`diff`], where the top-level fields `known_same` names are known to be
+/// equal in `old` and `new` (written alike when they were logged): they
+/// are not compared.
+pub fn diff_unless(old: &Value, new: &Value, known_same: impl Fn(&str) -> bool) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut path = String::new();
-    if !same(old, new) {
-        diff_at(old, new, &mut path, &mut changes);
+    match (old.as_ref(), new.as_ref()) {
+        (ValueRef::Object(a), ValueRef::Object(b)) if !a.is_empty() && !b.is_empty() => {
+            diff_fields(a, b, &known_same, &mut path, &mut changes);
+        }
+        _ if !same(old, new) => diff_at(old, new, &mut path, &mut changes),
+        _ => {}
     }
     changes.retain(|c| !is_noise(&c.path));
     changes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -245,50 +256,62 @@ fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>)
     });
 }
 
+/// The changes between two non-empty objects, fields `known_same` names
+/// left out (see [`diff_unless`]).
+fn diff_fields(
+    a: &crate::json::Object,
+    b: &crate::json::Object,
+    known_same: &impl Fn(&str) -> bool,
+    path: &mut String,
+    out: &mut Vec<Change>,
+) {
+    // Two versions of an object mostly list the same keys in the
+    // same order: those are paired walking both; the keys after the
+    // first that differs are looked up (unique keys: none of them is
+    // among the paired).
+    let mut paired = 0;
+    for ((k, av), (k2, bv)) in a.iter().zip(b.iter()) {
+        if k != k2 {
+            break;
+        }
+        paired += 1;
+        if !known_same(k) && !same(av, bv) {
+            let len = path.len();
+            push_field(path, k);
+            diff_at(av, bv, path, out);
+            path.truncate(len);
+        }
+    }
+    for (k, av) in a.iter().skip(paired) {
+        let bv = b.get(&k);
+        if bv.is_some_and(|bv| known_same(k) || same(av, bv)) {
+            continue;
+        }
+        let len = path.len();
+        push_field(path, k);
+        match bv {
+            Some(bv) => diff_at(av, bv, path, out),
+            None => leaves_as(av, path, true, out),
+        }
+        path.truncate(len);
+    }
+    for (k, bv) in b.iter().skip(paired) {
+        if !a.contains_key(&k) {
+            let len = path.len();
+            push_field(path, k);
+            leaves_as(bv, path, false, out);
+            path.truncate(len);
+        }
+    }
+}
+
 /// The changes from `old` to `new`, which differ. Children are compared
 /// before their paths are written and walked: each equal subtree is compared
 /// once and costs no path (a write changes few of an object's fields).
 fn diff_at(old: &Value, new: &Value, path: &mut String, out: &mut Vec<Change>) {
     match (old.as_ref(), new.as_ref()) {
         (ValueRef::Object(a), ValueRef::Object(b)) if !a.is_empty() && !b.is_empty() => {
-            // Two versions of an object mostly list the same keys in the
-            // same order: those are paired walking both; the keys after the
-            // first that differs are looked up (unique keys: none of them is
-            // among the paired).
-            let mut paired = 0;
-            for ((k, av), (k2, bv)) in a.iter().zip(b.iter()) {
-                if k != k2 {
-                    break;
-                }
-                paired += 1;
-                if !same(av, bv) {
-                    let len = path.len();
-                    push_field(path, k);
-                    diff_at(av, bv, path, out);
-                    path.truncate(len);
-                }
-            }
-            for (k, av) in a.iter().skip(paired) {
-                let bv = b.get(&k);
-                if bv.is_some_and(|bv| same(av, bv)) {
-                    continue;
-                }
-                let len = path.len();
-                push_field(path, k);
-                match bv {
-                    Some(bv) => diff_at(av, bv, path, out),
-                    None => leaves_as(av, path, true, out),
-                }
-                path.truncate(len);
-            }
-            for (k, bv) in b.iter().skip(paired) {
-                if !a.contains_key(&k) {
-                    let len = path.len();
-                    push_field(path, k);
-                    leaves_as(bv, path, false, out);
-                    path.truncate(len);
-                }
-            }
+            diff_fields(a, b, &|_| false, path, out);
         }
         (ValueRef::Array(a), ValueRef::Array(b)) if !a.is_empty() && !b.is_empty() => {
             let ka = list_item_key(a);

@@ -17,6 +17,7 @@ use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::json::Value;
+use crate::pipeline::FieldHashes;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};
@@ -48,6 +49,8 @@ struct HotState {
     state: Arc<Value>,
     /// The JSON `state` was parsed from, when it is exactly that.
     text: Option<Arc<str>>,
+    /// The hashes of `text`'s top-level fields.
+    fields: Option<Arc<FieldHashes>>,
     /// The partition's tick of the last write.
     tick: u64,
 }
@@ -93,12 +96,20 @@ impl StateStore {
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<Value>> {
+        self.get_with_fields(key).map(|(state, _)| state)
+    }
+
+    /// [`StateStore::get`], with the hashes of the state's top-level fields
+    /// as logged when it was kept with them (hot states only).
+    pub fn get_with_fields(&self, key: &str) -> Option<(Arc<Value>, Option<Arc<FieldHashes>>)> {
         if let Some(hot) = self.partition(key).entries.get(key) {
-            return Some(hot.state.clone());
+            return Some((hot.state.clone(), hot.fields.clone()));
         }
         let packed = self.cold.get(key)?;
         let json = lz4_flex::decompress_size_prepended(&packed).ok()?;
-        sonic_rs::from_slice(&json).ok().map(Arc::new)
+        sonic_rs::from_slice(&json)
+            .ok()
+            .map(|state| (Arc::new(state), None))
     }
 
     /// Keeps `state` as the object's last. `text`, when given, must be
@@ -111,6 +122,18 @@ impl StateStore {
         state: Arc<Value>,
         text: Option<Arc<str>>,
     ) -> Result<(), StateError> {
+        self.put_with_fields(key, state, text, None)
+    }
+
+    /// [`StateStore::put`], with the hashes of the top-level fields of
+    /// `text` (given only with it: they describe that text).
+    pub fn put_with_fields(
+        &self,
+        key: String,
+        state: Arc<Value>,
+        text: Option<Arc<str>>,
+        fields: Option<Arc<FieldHashes>>,
+    ) -> Result<(), StateError> {
         let mut part = self.partition(&key);
         if part.capacity == 0 {
             drop(part);
@@ -118,7 +141,13 @@ impl StateStore {
         }
         part.tick += 1;
         let tick = part.tick;
-        let hot = HotState { state, text, tick };
+        let fields = fields.filter(|_| text.is_some());
+        let hot = HotState {
+            state,
+            text,
+            fields,
+            tick,
+        };
         if let Some(entry) = part.entries.get_mut(&key) {
             *entry = hot;
             return Ok(());

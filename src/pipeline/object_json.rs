@@ -7,11 +7,13 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use sonic_rs::LazyValue;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 /// An entry of an object's `metadata.ownerReferences`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -45,12 +47,14 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
         version: &version,
         managed_fields: &managed_fields,
     };
+    let mut fields_hashed = None;
     let text = match d.deserialize_any(visitor)? {
         Piece::Null => return Ok(None),
         Piece::Raw(raw) => raw.into_owned(),
         Piece::Fields(fields) => {
             let mut out = String::with_capacity(fields_len(&fields));
             write_fields(&mut out, &fields);
+            fields_hashed = Some(Arc::new(FieldHashes::of(&fields)));
             out
         }
         Piece::Owned(text) => text,
@@ -59,7 +63,41 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
         text: text.into_boxed_str(),
         resource_version: version.get(),
         had_managed_fields: managed_fields.get(),
+        fields: fields_hashed,
     }))
+}
+
+/// Hashes of an object's top-level fields as written (xxh3-128 of each
+/// field's JSON text, found by the xxh3-64 of its key), taken while the
+/// object is decoded. Two versions of an object whose hashes of a field
+/// are equal have that field equal: the diff skips it unwalked (comparing
+/// a Pod's unchanged `spec` node by node cost ≈ 3 % of the collector).
+/// `metadata`, cut and written again, has none (it always changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldHashes(Box<[(u64, u128)]>);
+
+impl FieldHashes {
+    fn of(fields: &[(Key<'_>, Piece<'_>)]) -> FieldHashes {
+        FieldHashes(
+            fields
+                .iter()
+                .filter_map(|(key, piece)| match piece {
+                    Piece::Raw(raw) => Some((xxh3_64(key.0.as_bytes()), xxh3_128(raw.as_bytes()))),
+                    _ => None,
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<u128> {
+        let key = xxh3_64(key.as_bytes());
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, h)| *h)
+    }
+
+    /// Whether the field `key` is written the same in both objects.
+    pub fn same_field(&self, other: &FieldHashes, key: &str) -> bool {
+        self.get(key).is_some_and(|h| other.get(key) == Some(h))
+    }
 }
 
 /// `#[serde(deserialize_with)]` for an object kept as written (managedFields
@@ -74,6 +112,7 @@ pub fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D
         had_managed_fields: memchr::memmem::find(text.as_bytes(), b"\"managedFields\"").is_some(),
         text: text.into(),
         resource_version: None,
+        fields: None,
     }))
 }
 
@@ -85,6 +124,7 @@ pub struct ObjectText {
     text: Box<str>,
     resource_version: Option<NonZeroU64>,
     had_managed_fields: bool,
+    fields: Option<Arc<FieldHashes>>,
 }
 
 impl ObjectText {
@@ -111,6 +151,12 @@ impl ObjectText {
     /// apiserver logging them and kascade reading them.
     pub fn had_managed_fields(&self) -> bool {
         self.had_managed_fields
+    }
+
+    /// The hashes of the object's top-level fields as written (an object
+    /// decoded by [`without_managed_fields`] only).
+    pub fn field_hashes(&self) -> Option<&Arc<FieldHashes>> {
+        self.fields.as_ref()
     }
 }
 

@@ -473,11 +473,13 @@ impl Processor {
                 .window_start(ev.request_received_timestamp),
         };
         let key = obj.key();
-        let old = self.states.get(&key);
+        let (old, old_fields) = self.states.get_with_fields(&key).unzip();
+        let old_fields = old_fields.flatten();
         let mut outcome = state::apply(
             ev,
             obj,
             old.as_ref(),
+            old_fields.as_deref(),
             &self.kinds,
             self.sees_whole_objects().then_some(&self.redactor),
             response,
@@ -585,7 +587,12 @@ impl Processor {
         } else if let Some(state) = w.outcome.state
             && w.keeps_state
         {
-            self.states.put(w.key, state, w.outcome.state_text)?;
+            self.states.put_with_fields(
+                w.key,
+                state,
+                w.outcome.state_text,
+                w.outcome.state_fields,
+            )?;
         }
         Ok(w.ow)
     }
