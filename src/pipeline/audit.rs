@@ -38,7 +38,8 @@ pub struct AuditEvent {
     pub object_ref: Option<AuditObjectRef>,
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
-    // Without `metadata.managedFields` (see `object_json`).
+    // As written, `metadata.managedFields` included: read only for a
+    // binding, a refused create and an Event (see `object_json`).
     #[serde(default, deserialize_with = "super::object_json::kept_raw")]
     pub request_object: Option<ObjectText>,
     #[serde(
