@@ -94,13 +94,13 @@ impl FieldHashes {
         FieldHashes(if twice { Box::default() } else { hashes })
     }
 
-    fn get(&self, key: &str) -> Option<u128> {
-        let key = xxh3_64(key.as_bytes());
+    fn get(&self, key: u64) -> Option<u128> {
         self.0.iter().find(|(k, _)| *k == key).map(|(_, h)| *h)
     }
 
     /// Whether the field `key` is written the same in both objects.
     pub fn same_field(&self, other: &FieldHashes, key: &str) -> bool {
+        let key = xxh3_64(key.as_bytes());
         self.get(key).is_some_and(|h| other.get(key) == Some(h))
     }
 }
