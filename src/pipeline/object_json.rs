@@ -41,10 +41,12 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ObjectText>, D::Error> {
     let version = Cell::new(None);
+    let uid = Cell::new(None);
     let managed_fields = Cell::new(false);
     let visitor = PieceVisitor {
         trim: Trim::Top,
         version: &version,
+        uid: &uid,
         managed_fields: &managed_fields,
     };
     let mut fields_hashed = None;
@@ -62,6 +64,7 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     Ok(Some(ObjectText {
         text: text.into_boxed_str(),
         resource_version: version.get(),
+        uid: uid.take(),
         had_managed_fields: managed_fields.get(),
         fields: fields_hashed,
     }))
@@ -117,6 +120,7 @@ pub fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D
         had_managed_fields: memchr::memmem::find(text.as_bytes(), b"\"managedFields\"").is_some(),
         text: text.into(),
         resource_version: None,
+        uid: None,
         fields: None,
     }))
 }
@@ -128,6 +132,7 @@ pub fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D
 pub struct ObjectText {
     text: Box<str>,
     resource_version: Option<NonZeroU64>,
+    uid: Option<Box<str>>,
     had_managed_fields: bool,
     fields: Option<Arc<FieldHashes>>,
 }
@@ -146,9 +151,17 @@ impl ObjectText {
 
     /// `metadata.resourceVersion` as the number etcd gives it (its revision
     /// when the object was stored), read in the same pass; `None` when
-    /// absent or not a number (another storage's opaque version).
+    /// absent or not a number written as etcd writes one (another
+    /// storage's opaque version): written out again, it is the text logged.
     pub fn resource_version(&self) -> Option<u64> {
         self.resource_version.map(NonZeroU64::get)
+    }
+
+    /// `metadata.uid`, read in the same pass; `None` when absent, not a
+    /// string, or written with escapes (then a parse tells it). Processing
+    /// would otherwise look it up in the parsed object on every write.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
     }
 
     /// Whether the logged object carried `metadata.managedFields` (cut
@@ -210,6 +223,8 @@ struct PieceVisitor<'v> {
     trim: Trim,
     /// Where `metadata.resourceVersion` goes when it is a number.
     version: &'v Cell<Option<NonZeroU64>>,
+    /// Where `metadata.uid` goes when it is a string without escapes.
+    uid: &'v Cell<Option<Box<str>>>,
     /// Set when `metadata.managedFields` is cut out.
     managed_fields: &'v Cell<bool>,
 }
@@ -254,6 +269,7 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
                     let piece = map.next_value_seed(PieceVisitor {
                         trim: Trim::Metadata,
                         version: self.version,
+                        uid: self.uid,
                         managed_fields: self.managed_fields,
                     })?;
                     fields.push((key, piece));
@@ -261,10 +277,24 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
                 (Trim::Metadata, "resourceVersion") => {
                     let raw = map.next_value::<LazyValue<'de>>()?.as_raw_cow();
                     let number = raw.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
+                    // As etcd writes a revision (no sign, no leading zero),
+                    // so that the number written out is the text logged.
                     self.version.set(
                         number
+                            .filter(|v| v.bytes().all(|b| b.is_ascii_digit()))
+                            .filter(|v| !v.starts_with('0'))
                             .and_then(|v| v.parse().ok())
                             .and_then(NonZeroU64::new),
+                    );
+                    fields.push((key, Piece::Raw(raw)));
+                }
+                (Trim::Metadata, "uid") => {
+                    let raw = map.next_value::<LazyValue<'de>>()?.as_raw_cow();
+                    self.uid.set(
+                        raw.strip_prefix('"')
+                            .and_then(|v| v.strip_suffix('"'))
+                            .filter(|v| !v.contains('\\'))
+                            .map(Box::from),
                     );
                     fields.push((key, Piece::Raw(raw)));
                 }
@@ -545,11 +575,13 @@ mod tests {
     fn the_text_is_sized_as_it_is_written() {
         let sizes = |object: &str| {
             let version = Cell::new(None);
+            let uid = Cell::new(None);
             let managed_fields = Cell::new(false);
             let mut de = sonic_rs::Deserializer::from_str(object);
             let seed = PieceVisitor {
                 trim: Trim::Top,
                 version: &version,
+                uid: &uid,
                 managed_fields: &managed_fields,
             };
             let Piece::Fields(fields) = seed.deserialize(&mut de).unwrap() else {
@@ -641,12 +673,47 @@ mod tests {
             (r#"{"metadata":{"resourceVersion":"v1-abc"}}"#, None),
             (r#"{"metadata":{"resourceVersion":17}}"#, None),
             (r#"{"metadata":{"resourceVersion":"0"}}"#, None),
+            // Not as etcd writes a revision: written out again, it would
+            // not be the text logged.
+            (r#"{"metadata":{"resourceVersion":"017"}}"#, None),
+            (r#"{"metadata":{"resourceVersion":"+17"}}"#, None),
             (r#"{"metadata":{"name":"a"}}"#, None),
             (r#"{"spec":{"resourceVersion":"5"}}"#, None),
             (r#"{"kind":"Status","status":"Success"}"#, None),
             ("null", None),
         ] {
             assert_eq!(version(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn uids_are_read_as_a_full_parse_reads_them() {
+        let uid = |text: &str| {
+            let mut de = sonic_rs::Deserializer::from_str(text);
+            without_managed_fields(&mut de)
+                .unwrap()
+                .and_then(|t| t.uid().map(str::to_string))
+        };
+        let mut with_uid = 0;
+        for obj in fixture_objects(&["deployment", "service", "statefulset"]) {
+            let full = obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            with_uid += usize::from(full.is_some());
+            assert_eq!(uid(&obj.to_string()), full, "{obj}");
+        }
+        assert!(with_uid > 50, "{with_uid}");
+        for (text, want) in [
+            (r#"{"metadata":{"name":"a","uid":"u-1"}}"#, Some("u-1")),
+            // Escaped: the parse unescapes it, the decode does not try.
+            (r#"{"metadata":{"uid":"u\u002d1"}}"#, None),
+            (r#"{"metadata":{"uid":7}}"#, None),
+            (r#"{"metadata":{"name":"a"}}"#, None),
+            (r#"{"spec":{"uid":"u"}}"#, None),
+            ("null", None),
+        ] {
+            assert_eq!(uid(text).as_deref(), want, "{text}");
         }
     }
 }

@@ -38,7 +38,9 @@ use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
 use crate::model::{ObjectWindow, Windowing};
-use crate::pipeline::{Accepted, ChangeSink, ExportProgress, Gauges, is_event_resource};
+use crate::pipeline::{
+    Accepted, ChangeSink, ExportProgress, Gauges, ObjectText, is_event_resource,
+};
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{
     add_snapshot, add_snapshot_text, add_status, audit_write, failure_message, is_conflict,
@@ -485,17 +487,29 @@ impl Processor {
             response,
         );
 
-        let uid = outcome
-            .state
+        // A state that is the response as logged: its uid and version as the
+        // decode read them (a lookup each in the parsed state cost ≈ 1 % of
+        // the collector's instructions).
+        let logged = ev
+            .response_object
             .as_ref()
-            .and_then(|s| crate::json::pointer(&**s, "/metadata/uid"))
-            .and_then(Value::as_str)
-            .unwrap_or(&item.uid)
-            .to_string();
+            .filter(|_| outcome.state_text.is_some());
+        let uid = match logged.and_then(ObjectText::uid) {
+            Some(uid) => uid.to_string(),
+            None => outcome
+                .state
+                .as_ref()
+                .and_then(|s| crate::json::pointer(&**s, "/metadata/uid"))
+                .and_then(Value::as_str)
+                .unwrap_or(&item.uid)
+                .to_string(),
+        };
         // A binding's state is the last one with `spec.nodeName` set: its
         // version is the one before the binding, not a new one.
         let mut new_rv = if ev.subresource() == "binding" {
             String::new()
+        } else if let Some(rv) = logged.and_then(ObjectText::resource_version) {
+            rv.to_string()
         } else {
             outcome
                 .state

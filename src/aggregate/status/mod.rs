@@ -183,6 +183,14 @@ fn int_or(state: &Value, path: &[&str], default: i64) -> i64 {
     int_at(state, path).unwrap_or(default)
 }
 
+/// The integer field `key` of `node` (`spec`, `status` looked up once by
+/// the caller), else `default`.
+fn field_int_or(node: Option<&Value>, key: &str, default: i64) -> i64 {
+    node.and_then(|n| n.get(key))
+        .and_then(Value::as_i64)
+        .unwrap_or(default)
+}
+
 fn bool_at(state: &Value, path: &[&str]) -> bool {
     at(state, path).and_then(Value::as_bool).unwrap_or(false)
 }

@@ -28,7 +28,13 @@ pub(super) fn deployment(state: &Value) -> Option<ObjectStatus> {
     if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    let paused = bool_at(state, &["spec", "paused"]);
+    // `spec` and `status` looked up once, not once per field (this runs
+    // for every write of a Deployment).
+    let (spec_node, status_node) = (state.get("spec"), state.get("status"));
+    let paused = spec_node
+        .and_then(|s| s.get("paused"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let waiting = |message: String| {
         if paused {
             in_progress(format!("rollout paused: {message}"))
@@ -37,11 +43,11 @@ pub(super) fn deployment(state: &Value) -> Option<ObjectStatus> {
         }
     };
     // The controller takes 1 when spec.replicas is unset.
-    let spec = int_or(state, &["spec", "replicas"], 1);
-    let replicas = int_or(state, &["status", "replicas"], 0);
-    let updated = int_or(state, &["status", "updatedReplicas"], 0);
-    let ready = int_or(state, &["status", "readyReplicas"], 0);
-    let available = int_or(state, &["status", "availableReplicas"], 0);
+    let spec = field_int_or(spec_node, "replicas", 1);
+    let replicas = field_int_or(status_node, "replicas", 0);
+    let updated = field_int_or(status_node, "updatedReplicas", 0);
+    let ready = field_int_or(status_node, "readyReplicas", 0);
+    let available = field_int_or(status_node, "availableReplicas", 0);
     if spec > replicas {
         return waiting(ratio(replicas, spec, "replicas"));
     }
@@ -58,8 +64,9 @@ pub(super) fn deployment(state: &Value) -> Option<ObjectStatus> {
         return waiting(ratio(available, updated, "available"));
     }
     // Without a progress deadline the controller never reports progress.
-    if at(state, &["spec", "progressDeadlineSeconds"]).is_some()
-        && i64::from(i32::MAX) != int_or(state, &["spec", "progressDeadlineSeconds"], 0)
+    let deadline = spec_node.and_then(|s| s.get("progressDeadlineSeconds"));
+    if deadline.is_some()
+        && i64::from(i32::MAX) != deadline.and_then(Value::as_i64).unwrap_or(0)
         && !condition(state, "Progressing")
             .is_some_and(|c| c.is_true() && c.reason == "NewReplicaSetAvailable")
     {
@@ -75,10 +82,11 @@ pub(super) fn replica_set(state: &Value) -> Option<ObjectStatus> {
     if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    let spec = int_or(state, &["spec", "replicas"], 1);
-    let replicas = int_or(state, &["status", "replicas"], 0);
-    let ready = int_or(state, &["status", "readyReplicas"], 0);
-    let available = int_or(state, &["status", "availableReplicas"], 0);
+    let (spec_node, status_node) = (state.get("spec"), state.get("status"));
+    let spec = field_int_or(spec_node, "replicas", 1);
+    let replicas = field_int_or(status_node, "replicas", 0);
+    let ready = field_int_or(status_node, "readyReplicas", 0);
+    let available = field_int_or(status_node, "availableReplicas", 0);
     if spec > replicas {
         return in_progress(ratio(replicas, spec, "replicas"));
     }
