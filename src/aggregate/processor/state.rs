@@ -94,6 +94,8 @@ pub(super) fn apply(
     let kind = kind.as_str();
     let subresource = ev.subresource();
     let mut out = Outcome::default();
+    // The one field a Scale or a binding writes onto the last state.
+    let mut written_field: Option<&[&str]> = None;
     let new_state = match (kind, subresource) {
         // `kubectl scale` answers with a Scale: carry its replicas onto the object.
         ("Scale", _) => {
@@ -106,6 +108,7 @@ pub(super) fn apply(
                 .map(|o| Value::clone(o))
                 .unwrap_or_else(Value::new_object);
             set_path(&mut s, &["spec", "replicas"], replicas);
+            written_field = Some(&["spec", "replicas"]);
             // The Scale's resourceVersion is the object's new one: the
             // watch's copy of this write is matched by it.
             if let Some(rv) = response
@@ -128,6 +131,7 @@ pub(super) fn apply(
                     .map(|o| Value::clone(o))
                     .unwrap_or_else(Value::new_object);
                 set_path(&mut s, &["spec", "nodeName"], n);
+                written_field = Some(&["spec", "nodeName"]);
                 s
             })
         }
@@ -172,9 +176,13 @@ pub(super) fn apply(
         }
         _ => {
             if let (Some(o), Some(n)) = (old, new_state.as_ref()) {
-                // Both states as logged: fields written alike are equal.
-                out.changes = match (old_fields, out.state_fields.as_deref()) {
-                    (Some(a), Some(b)) => diff::diff_unless(o, n, |key| a.same_field(b, key)),
+                // Only one field written onto the last state (besides its
+                // resourceVersion, never shown): only it is compared.
+                let of_field = written_field.and_then(|f| diff::diff_of_field(o, n, f));
+                out.changes = match (of_field, old_fields, out.state_fields.as_deref()) {
+                    (Some(changes), _, _) => changes,
+                    // Both states as logged: fields written alike are equal.
+                    (None, Some(a), Some(b)) => diff::diff_unless(o, n, |key| a.same_field(b, key)),
                     _ => diff::diff(o, n),
                 };
             }
@@ -341,6 +349,61 @@ mod tests {
         assert!(
             told > 200,
             "{told} of {writes} writes told of fields logged alike"
+        );
+    }
+
+    /// A binding's and a Scale's changes, found comparing only the field
+    /// they write, are those of comparing the whole states: each such write
+    /// of every captured scenario.
+    #[test]
+    fn one_field_written_onto_a_state_diffs_as_the_whole_state() {
+        let fixtures = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/fixtures"));
+        let (mut bindings, mut scales) = (0, 0);
+        let redactor = Redactor::new(None);
+        let kinds = KindRegistry::default();
+        for dir in std::fs::read_dir(fixtures).unwrap() {
+            let dir = dir.unwrap().path();
+            if !dir.join("audit.log").exists() {
+                continue;
+            }
+            let scenario = dir.file_name().unwrap().to_str().unwrap().to_string();
+            let mut states: std::collections::HashMap<String, Arc<Value>> = Default::default();
+            for raw in audit_values(&scenario) {
+                let Some(item) = accepted(&raw) else { continue };
+                let key = item.object.key();
+                let old = states.get(&key).cloned();
+                let ev = &item.event;
+                let outcome = apply(
+                    ev,
+                    &item.object,
+                    old.as_ref(),
+                    None,
+                    &kinds,
+                    Some(&redactor),
+                    None,
+                );
+                let one_field = ev.subresource() == "binding" || ev.subresource() == "scale";
+                if let (true, Some(o), Some(n)) =
+                    (one_field && ev.code() < 300, &old, &outcome.state)
+                {
+                    assert_eq!(
+                        outcome.changes,
+                        diff::diff(o, n),
+                        "{scenario}: {}",
+                        ev.audit_id
+                    );
+                    assert!(!outcome.changes.is_empty(), "{scenario}: {}", ev.audit_id);
+                    bindings += usize::from(ev.subresource() == "binding");
+                    scales += usize::from(ev.subresource() == "scale");
+                }
+                if let Some(s) = &outcome.state {
+                    states.insert(key, s.clone());
+                }
+            }
+        }
+        assert!(
+            bindings > 20 && scales > 1,
+            "{bindings} bindings, {scales} scales"
         );
     }
 
