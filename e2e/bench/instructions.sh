@@ -31,6 +31,12 @@ events=$(wc -l <"$RUN/load.log")
 output=(--output "otlp-json=$RUN/out.json")
 if [[ "${BENCH_OUTPUT:-otlp-json}" == otlp ]]; then
   BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
+  # A sink already there is another run's: this run's would not start, and
+  # would export to that one until it ends (its retries then counted here).
+  if curl -sf http://127.0.0.1:29433/status >/dev/null 2>&1; then
+    echo "port 29433 answers already (another instructions.sh with BENCH_OUTPUT=otlp?): one run at a time" >&2
+    exit 1
+  fi
   JAEGER_OTLP_GRPC_PORT=29417 JAEGER_HEALTH_PORT=29433 \
     "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/sink.yaml" >"$RUN/jaeger.log" 2>&1 &
   JPID=$!
