@@ -1,6 +1,6 @@
 //! Protobuf fields as kascade writes them (spans here, requests in the
-//! exporter): keys and varints pushed straight into the buffer, lengths and
-//! fixed-width fields by prost's wire-format primitives.
+//! exporter): keys and varints pushed straight into the buffer; varint
+//! lengths and fixed-width fields by prost's wire-format primitives.
 
 use prost::encoding::{WireType, encoded_len_varint, fixed32, fixed64};
 
