@@ -534,7 +534,8 @@ impl Processor {
                 outcome.changes = changes;
             }
         }
-        let old_rv = state::old_resource_version(ev, &watch_old_rv, old.as_deref(), &new_rv);
+        let last_rv = old.as_deref().map(resource_version).unwrap_or("");
+        let old_rv = state::old_resource_version(ev, &watch_old_rv, last_rv, &new_rv);
         // Relations come from the newest state known, or the snapshot of a deleted object.
         let deleted = state::removes_object(ev, &outcome);
         let relations = outcome
@@ -544,9 +545,7 @@ impl Processor {
             .or(old.as_ref())
             .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
             .unwrap_or_default();
-        let keeps_state = !deleted
-            && outcome.state.is_some()
-            && !is_older(&new_rv, old.as_deref().map(resource_version).unwrap_or(""));
+        let keeps_state = !deleted && outcome.state.is_some() && !is_older(&new_rv, last_rv);
         AppliedWrite {
             ow,
             key,

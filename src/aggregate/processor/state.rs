@@ -230,11 +230,12 @@ pub(super) fn removes_object(ev: &AuditEvent, outcome: &Outcome) -> bool {
 /// precondition), else the one the watch saw before `new_rv`, else the
 /// last state's — which is the written version itself, or a later one,
 /// when the list-watch got ahead of the audit event. Without a new
-/// version (a failed write) only the request's own is reported.
+/// version (a failed write) only the request's own is reported. `last`:
+/// the last state's version ("" without one).
 pub(super) fn old_resource_version(
     ev: &AuditEvent,
     watch_old: &str,
-    old: Option<&Value>,
+    last: &str,
     new_rv: &str,
 ) -> String {
     let requested = ev
@@ -245,7 +246,6 @@ pub(super) fn old_resource_version(
     if new_rv.is_empty() {
         return requested.to_string();
     }
-    let last = old.map(resource_version).unwrap_or("");
     [requested, watch_old, last]
         .into_iter()
         .find(|rv| is_older(rv, new_rv))
@@ -254,7 +254,9 @@ pub(super) fn old_resource_version(
 }
 
 pub(super) fn resource_version(state: &Value) -> &str {
-    crate::json::pointer(state, "/metadata/resourceVersion")
+    state
+        .get("metadata")
+        .and_then(|m| m.get("resourceVersion"))
         .and_then(Value::as_str)
         .unwrap_or("")
 }
@@ -556,18 +558,21 @@ mod tests {
             .to_string();
         let next = (requested.parse::<u64>().unwrap() + 5).to_string();
         // The request's own precondition comes first.
-        assert_eq!(old_resource_version(ev, "1", None, &next), requested);
+        assert_eq!(old_resource_version(ev, "1", "", &next), requested);
         // Without a new version only the request's is reported.
-        assert_eq!(old_resource_version(ev, "1", None, ""), requested);
+        assert_eq!(old_resource_version(ev, "1", "", ""), requested);
         // Without one, the version the watch saw before; a last state at or
         // after the new version is not reported.
         let later = sonic_rs::json!({"metadata": {"resourceVersion": next.as_str()}});
         let mut unconditional = raw.clone();
         unconditional["objectRef"]["resourceVersion"] = "".into();
         let ev = parse(&unconditional);
-        assert_eq!(old_resource_version(&ev, "", Some(&later), &next), "");
         assert_eq!(
-            old_resource_version(&ev, &requested, Some(&later), &next),
+            old_resource_version(&ev, "", resource_version(&later), &next),
+            ""
+        );
+        assert_eq!(
+            old_resource_version(&ev, &requested, resource_version(&later), &next),
             requested
         );
     }

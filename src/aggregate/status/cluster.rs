@@ -5,7 +5,8 @@ use crate::json::{JsonContainerTrait as _, Value};
 
 use super::*;
 
-pub(super) fn pvc(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn pvc(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     match str_at(state, &["status", "phase"]) {
         "Bound" => current("Bound"),
         "Lost" => failed("Lost: its PersistentVolume no longer exists"),
@@ -14,7 +15,8 @@ pub(super) fn pvc(state: &Value) -> Option<ObjectStatus> {
     }
 }
 
-pub(super) fn pv(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn pv(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     let message = str_at(state, &["status", "message"]);
     match str_at(state, &["status", "phase"]) {
         phase @ ("Available" | "Bound") => current(phase),
@@ -26,8 +28,9 @@ pub(super) fn pv(state: &Value) -> Option<ObjectStatus> {
     }
 }
 
-pub(super) fn node(state: &Value) -> Option<ObjectStatus> {
-    let Some(ready) = condition(state, "Ready") else {
+pub(super) fn node(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
+    let Some(ready) = v.condition("Ready") else {
         return in_progress("not yet reporting");
     };
     if !ready.is_true() {
@@ -35,7 +38,7 @@ pub(super) fn node(state: &Value) -> Option<ObjectStatus> {
     }
     let mut message = String::from("Ready");
     for pressure in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
-        if condition(state, pressure).is_some_and(|c| c.is_true()) {
+        if v.condition(pressure).is_some_and(|c| c.is_true()) {
             let _ = write!(message, ", {pressure}");
         }
     }
@@ -45,7 +48,8 @@ pub(super) fn node(state: &Value) -> Option<ObjectStatus> {
     current(message)
 }
 
-pub(super) fn service(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn service(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     if str_at(state, &["spec", "type"]) != "LoadBalancer" {
         return None;
     }
@@ -64,11 +68,11 @@ pub(super) fn service(state: &Value) -> Option<ObjectStatus> {
     }
 }
 
-pub(super) fn crd(state: &Value) -> Option<ObjectStatus> {
-    if let Some(c) = condition(state, "NamesAccepted").filter(|c| c.status == "False") {
+pub(super) fn crd(v: &View) -> Option<ObjectStatus> {
+    if let Some(c) = v.condition("NamesAccepted").filter(|c| c.status == "False") {
         return failed(c.describe("names not accepted"));
     }
-    match condition(state, "Established") {
+    match v.condition("Established") {
         Some(c) if c.is_true() => current("Established"),
         Some(c) if c.status == "False" && c.reason != "Installing" => {
             failed(c.describe("not established"))

@@ -5,16 +5,19 @@ use crate::json::{JsonContainerTrait as _, Value};
 
 use super::*;
 
-/// The container statuses of a Pod, init containers first, each with what
-/// to call it in a message.
-pub(super) fn container_statuses(state: &Value) -> impl Iterator<Item = (&'static str, &Value)> {
+/// The container statuses of a Pod (`status` given), init containers
+/// first, each with what to call it in a message.
+pub(super) fn container_statuses(
+    status: Option<&Value>,
+) -> impl Iterator<Item = (&'static str, &Value)> {
     [
-        ("init container", &["status", "initContainerStatuses"]),
-        ("container", &["status", "containerStatuses"]),
+        ("init container", "initContainerStatuses"),
+        ("container", "containerStatuses"),
     ]
     .into_iter()
-    .flat_map(move |(what, path)| {
-        at(state, path)
+    .flat_map(move |(what, key)| {
+        status
+            .and_then(|s| s.get(key))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -33,13 +36,13 @@ pub(super) fn describe_wait(what: &str, c: &Value, reason: &str) -> String {
     }
 }
 
-pub(super) fn pod(state: &Value) -> Option<ObjectStatus> {
-    let phase = str_at(state, &["status", "phase"]);
+pub(super) fn pod(v: &View) -> Option<ObjectStatus> {
+    let phase = v.status_str(&["phase"]);
     match phase {
         "Succeeded" => return current("Succeeded"),
-        "Failed" => return failed(pod_failure(state)),
+        "Failed" => return failed(pod_failure(v)),
         "Unknown" => {
-            return failed(match str_at(state, &["status", "message"]) {
+            return failed(match v.status_str(&["message"]) {
                 "" => "phase Unknown: its node does not report",
                 m => m,
             });
@@ -47,14 +50,14 @@ pub(super) fn pod(state: &Value) -> Option<ObjectStatus> {
         "Pending" | "Running" | "" => {}
         _ => return None,
     }
-    for (what, c) in container_statuses(state) {
+    for (what, c) in container_statuses(v.status) {
         let reason = str_at(c, &["state", "waiting", "reason"]);
         if FAILING_WAIT_REASONS.contains(&reason) {
             return failed(describe_wait(what, c, reason));
         }
     }
     if phase == "Running" {
-        return match condition(state, "Ready") {
+        return match v.condition("Ready") {
             Some(c) if c.is_true() => current("Running, ready"),
             Some(c) if !c.message.is_empty() => {
                 in_progress(format!("Running, not ready: {}", c.message))
@@ -62,8 +65,8 @@ pub(super) fn pod(state: &Value) -> Option<ObjectStatus> {
             _ => in_progress("Running, not ready"),
         };
     }
-    if str_at(state, &["spec", "nodeName"]).is_empty() {
-        if let Some(c) = condition(state, "PodScheduled").filter(|c| c.status == "False") {
+    if v.spec_str(&["nodeName"]).is_empty() {
+        if let Some(c) = v.condition("PodScheduled").filter(|c| c.status == "False") {
             // The scheduler found no node (it keeps retrying, but the reason
             // is what a reader of the trace looks for); other reasons
             // (scheduling gates) still wait.
@@ -77,7 +80,7 @@ pub(super) fn pod(state: &Value) -> Option<ObjectStatus> {
     }
     // Bound to a node: an earlier `Unschedulable` is history (kascade maps a
     // binding onto the last state, whose conditions predate it).
-    for (what, c) in container_statuses(state) {
+    for (what, c) in container_statuses(v.status) {
         let reason = str_at(c, &["state", "waiting", "reason"]);
         if !reason.is_empty() {
             return in_progress(format!("Pending: {}", describe_wait(what, c, reason)));
@@ -88,9 +91,9 @@ pub(super) fn pod(state: &Value) -> Option<ObjectStatus> {
 
 /// Why a Pod failed: its own reason (`Evicted`, `DeadlineExceeded`…), else
 /// the first container that ended in error.
-pub(super) fn pod_failure(state: &Value) -> String {
-    let reason = str_at(state, &["status", "reason"]);
-    let message = str_at(state, &["status", "message"]);
+pub(super) fn pod_failure(v: &View) -> String {
+    let reason = v.status_str(&["reason"]);
+    let message = v.status_str(&["message"]);
     if !reason.is_empty() || !message.is_empty() {
         return Condition {
             status: "",
@@ -99,7 +102,7 @@ pub(super) fn pod_failure(state: &Value) -> String {
         }
         .describe("Failed");
     }
-    for (what, c) in container_statuses(state) {
+    for (what, c) in container_statuses(v.status) {
         let exit = int_or(c, &["state", "terminated", "exitCode"], 0);
         if exit != 0 {
             let name = str_at(c, &["name"]);

@@ -19,18 +19,17 @@ pub(super) fn extra(n: i64) -> String {
     }
 }
 
-pub(super) fn deployment(state: &Value) -> Option<ObjectStatus> {
-    if let Some(c) = condition(state, "Progressing")
+pub(super) fn deployment(v: &View) -> Option<ObjectStatus> {
+    if let Some(c) = v
+        .condition("Progressing")
         .filter(|c| c.reason == "ProgressDeadlineExceeded" && c.status != "True")
     {
         return failed(c.describe("progress deadline exceeded"));
     }
-    if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
+    if let Some(c) = v.condition("ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    // `spec` and `status` looked up once, not once per field (this runs
-    // for every write of a Deployment).
-    let (spec_node, status_node) = (state.get("spec"), state.get("status"));
+    let (spec_node, status_node) = (v.spec, v.status);
     let paused = spec_node
         .and_then(|s| s.get("paused"))
         .and_then(Value::as_bool)
@@ -67,22 +66,23 @@ pub(super) fn deployment(state: &Value) -> Option<ObjectStatus> {
     let deadline = spec_node.and_then(|s| s.get("progressDeadlineSeconds"));
     if deadline.is_some()
         && i64::from(i32::MAX) != deadline.and_then(Value::as_i64).unwrap_or(0)
-        && !condition(state, "Progressing")
+        && !v
+            .condition("Progressing")
             .is_some_and(|c| c.is_true() && c.reason == "NewReplicaSetAvailable")
     {
         return waiting("waiting for the new ReplicaSet to be available".to_string());
     }
-    if let Some(c) = condition(state, "Available").filter(|c| !c.is_true()) {
+    if let Some(c) = v.condition("Available").filter(|c| !c.is_true()) {
         return waiting(format!("not available: {}", c.describe(c.status)));
     }
     current(ratio(available, spec, "available"))
 }
 
-pub(super) fn replica_set(state: &Value) -> Option<ObjectStatus> {
-    if let Some(c) = condition(state, "ReplicaFailure").filter(Condition::is_true) {
+pub(super) fn replica_set(v: &View) -> Option<ObjectStatus> {
+    if let Some(c) = v.condition("ReplicaFailure").filter(Condition::is_true) {
         return failed(c.describe("replica failure"));
     }
-    let (spec_node, status_node) = (state.get("spec"), state.get("status"));
+    let (spec_node, status_node) = (v.spec, v.status);
     let spec = field_int_or(spec_node, "replicas", 1);
     let replicas = field_int_or(status_node, "replicas", 0);
     let ready = field_int_or(status_node, "readyReplicas", 0);
@@ -105,7 +105,8 @@ pub(super) fn replica_set(state: &Value) -> Option<ObjectStatus> {
     current(ratio(available, spec, "available"))
 }
 
-pub(super) fn stateful_set(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn stateful_set(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     let spec = int_or(state, &["spec", "replicas"], 1);
     let replicas = int_or(state, &["status", "replicas"], 0);
     let ready = int_or(state, &["status", "readyReplicas"], 0);
@@ -159,7 +160,8 @@ pub(super) fn stateful_set(state: &Value) -> Option<ObjectStatus> {
     current(ratio(ready, spec, "ready"))
 }
 
-pub(super) fn daemon_set(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn daemon_set(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     let Some(desired) = int_at(state, &["status", "desiredNumberScheduled"]) else {
         return in_progress("not yet observed by the controller");
     };
@@ -180,7 +182,8 @@ pub(super) fn daemon_set(state: &Value) -> Option<ObjectStatus> {
     current(ratio(available, desired, "available"))
 }
 
-pub(super) fn job(state: &Value) -> Option<ObjectStatus> {
+pub(super) fn job(v: &View) -> Option<ObjectStatus> {
+    let state = v.state;
     let succeeded = int_or(state, &["status", "succeeded"], 0);
     let active = int_or(state, &["status", "active"], 0);
     let failed_pods = int_or(state, &["status", "failed"], 0);
@@ -191,18 +194,20 @@ pub(super) fn job(state: &Value) -> Option<ObjectStatus> {
     // FailureTarget: the controller has decided, and terminates the Pods
     // before it sets Failed.
     for kind in ["Failed", "FailureTarget"] {
-        if let Some(c) = condition(state, kind).filter(Condition::is_true) {
+        if let Some(c) = v.condition(kind).filter(Condition::is_true) {
             return failed(c.describe("failed"));
         }
     }
-    if condition(state, "Complete").is_some_and(|c| c.is_true()) {
+    if v.condition("Complete").is_some_and(|c| c.is_true()) {
         return current(format!("complete: {succeeded_text}"));
     }
     let suspended = bool_at(state, &["spec", "suspend"]);
-    if suspended && condition(state, "Suspended").is_some_and(|c| c.is_true()) {
+    if suspended && v.condition("Suspended").is_some_and(|c| c.is_true()) {
         return current("suspended");
     }
-    if condition(state, "SuccessCriteriaMet").is_some_and(|c| c.is_true()) {
+    if v.condition("SuccessCriteriaMet")
+        .is_some_and(|c| c.is_true())
+    {
         return in_progress(format!("succeeded, finishing: {succeeded_text}"));
     }
     if str_at(state, &["status", "startTime"]).is_empty() {
