@@ -22,11 +22,17 @@ pub type FastHashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomSta
 /// A stable hash of a short key written in parts: the parts are gathered
 /// and hashed in one go, which gives what xxh3's streaming hasher gives for
 /// the same bytes at a fraction of its cost on keys of a few hundred bytes
-/// (span ids are derived from such keys several times per write).
+/// (span ids are derived from such keys several times per write). The
+/// parts are gathered on the stack up to [`KEY_BYTES_INLINE`] bytes: a
+/// buffer allocated and freed per key cost more than hashing it.
 pub struct KeyHasher {
     seed: u64,
-    bytes: Vec<u8>,
+    bytes: smallvec::SmallVec<[u8; KEY_BYTES_INLINE]>,
 }
+
+/// Key bytes a [`KeyHasher`] gathers without allocating (an object window's
+/// key of names at Kubernetes' bounds is longer, and spills to the heap).
+pub const KEY_BYTES_INLINE: usize = 192;
 
 impl KeyHasher {
     pub fn new() -> Self {
@@ -36,7 +42,7 @@ impl KeyHasher {
     pub fn with_seed(seed: u64) -> Self {
         Self {
             seed,
-            bytes: Vec::with_capacity(192),
+            bytes: smallvec::SmallVec::new(),
         }
     }
 
@@ -316,6 +322,11 @@ mod tests {
             ),
             (ObjectRef::new("prod-eu", "", "nodes", "", "node-1"), 0),
             (ObjectRef::new("c", "", "pods", "ns", "p"), 7),
+            // Longer than the hasher gathers on the stack: spilled to the heap.
+            (
+                ObjectRef::new("c", "", "pods", "n".repeat(63), "p".repeat(253)),
+                7,
+            ),
         ] {
             assert_eq!(o.hash(), xxh3_64_with_seed(o.key().as_bytes(), 0));
             let ow = ObjectWindow {
