@@ -444,7 +444,7 @@ fn metadata_field<'a, T: Deserialize<'a>>(object_json: &'a str, field: &str) -> 
         }
     }
     let mut value = None;
-    let mut de = sonic_rs::Deserializer::from_str(object_json);
+    let mut de = serde_json::Deserializer::from_str(object_json);
     // Err(DONE) is the normal end; any other error before the field is read
     // leaves `value` empty.
     let _ = de.deserialize_map(Top(&mut value, field));
