@@ -4,13 +4,13 @@
 //! cluster and namespace, fed by every state the processor sees (audit
 //! responses and the list-watch), so a link is found whichever side changes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::rules::{LabelSelector, Relation, RuleSet, SelectorRule};
-use crate::model::ObjectRef;
+use crate::model::{FastHashMap as HashMap, FastHashSet as HashSet, ObjectRef};
 
 type Scope = (String, String, String, String); // cluster, namespace, group, resource
 
@@ -49,7 +49,7 @@ fn labels_of(state: &Value) -> BTreeMap<String, String> {
 impl SelectorIndex {
     pub fn new(rules: &RuleSet) -> Self {
         Self {
-            targets: rules.selector_targets(),
+            targets: rules.selector_targets().into_iter().collect(),
             holders: rules.selector_holders().into_iter().collect(),
             inner: Mutex::default(),
         }
