@@ -24,7 +24,7 @@ pub type FastHashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomSta
 /// the same bytes at a fraction of its cost on keys of a few hundred bytes
 /// (span ids are derived from such keys several times per write). Up to
 /// [`KEY_BYTES_INLINE`] bytes are gathered in place: a buffer allocated
-/// and freed per key (≈ 45 keys per write) cost as much as hashing them.
+/// and freed per key (≈ 25 keys per write) cost as much as hashing them.
 pub struct KeyHasher {
     seed: u64,
     len: usize,
