@@ -36,7 +36,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::metrics::Metrics;
-use record::{HEADER, Recovered, encode_record, recover};
+use record::{HEADER, Recovered, record_head, recover};
 use writer::{Append, writer_loop};
 
 mod record;
@@ -228,7 +228,7 @@ impl Spool {
         &self,
         cluster: &str,
         encoding: BodyEncoding,
-        body: &[u8],
+        body: Bytes,
     ) -> Result<u64, SpoolError> {
         let len = (HEADER + 2 + cluster.len() + 1 + body.len()) as u64;
         let seq = {
@@ -253,9 +253,17 @@ impl Spool {
             spool: self,
             seq: Some(seq),
         };
-        let record = encode_record(seq, cluster, encoding, body);
+        let head = record_head(seq, cluster, encoding, &body);
         let (done, wait) = oneshot::channel();
-        let sent = self.writer.send(Append { record, seq, done }).is_ok();
+        let sent = self
+            .writer
+            .send(Append {
+                head,
+                body,
+                seq,
+                done,
+            })
+            .is_ok();
         let result = if sent {
             wait.await.unwrap_or_else(|_| {
                 Err(std::io::Error::other(
@@ -378,7 +386,7 @@ mod tests {
             assert!(pending.is_empty());
             for i in 0..5u8 {
                 let seq = spool
-                    .append("c1", BodyEncoding::Gzip, &[i; 40])
+                    .append("c1", BodyEncoding::Gzip, Bytes::from(vec![i; 40]))
                     .await
                     .unwrap();
                 assert_eq!(seq, u64::from(i) + 1);
@@ -396,7 +404,7 @@ mod tests {
         // Numbering continues after the replayed records.
         assert_eq!(
             spool
-                .append("c1", BodyEncoding::Identity, b"x")
+                .append("c1", BodyEncoding::Identity, Bytes::from_static(b"x"))
                 .await
                 .unwrap(),
             6
@@ -412,7 +420,7 @@ mod tests {
             let (spool, _) = open(dir.path(), 1 << 20, 64);
             for _ in 0..5 {
                 let seq = spool
-                    .append("c", BodyEncoding::Identity, &[1; 40])
+                    .append("c", BodyEncoding::Identity, Bytes::from(vec![1; 40]))
                     .await
                     .unwrap();
                 spool.mark_enqueued(seq);
@@ -426,7 +434,7 @@ mod tests {
             assert!(pending.is_empty());
             for _ in 0..2 {
                 let seq = spool
-                    .append("c", BodyEncoding::Identity, &[2; 40])
+                    .append("c", BodyEncoding::Identity, Bytes::from(vec![2; 40]))
                     .await
                     .unwrap();
                 assert!(seq > 5, "sequence number {seq} reused");
@@ -445,7 +453,7 @@ mod tests {
         let (spool, _) = open(dir.path(), 400, 100);
         for _ in 0..3 {
             let seq = spool
-                .append("c", BodyEncoding::Identity, &[7; 100])
+                .append("c", BodyEncoding::Identity, Bytes::from(vec![7; 100]))
                 .await
                 .unwrap();
             spool.mark_enqueued(seq);
@@ -453,7 +461,7 @@ mod tests {
         assert_eq!(seg_files(dir.path()), 3);
         assert!(matches!(
             spool
-                .append("c", BodyEncoding::Identity, &[7; 100])
+                .append("c", BodyEncoding::Identity, Bytes::from(vec![7; 100]))
                 .await
                 .unwrap_err(),
             SpoolError::Full { .. }
@@ -462,7 +470,7 @@ mod tests {
         assert_eq!(seg_files(dir.path()), 1);
         assert_eq!(spool.used_bytes(), 124);
         spool
-            .append("c", BodyEncoding::Identity, &[7; 100])
+            .append("c", BodyEncoding::Identity, Bytes::from(vec![7; 100]))
             .await
             .unwrap();
     }
@@ -475,7 +483,7 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let (spool, _) = open(&dir, 1 << 20, 1 << 20);
         spool
-            .append("c", BodyEncoding::Identity, b"x")
+            .append("c", BodyEncoding::Identity, Bytes::from_static(b"x"))
             .await
             .unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;

@@ -2,11 +2,12 @@
 //! (one flush for many batches), and deleting released segments.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::record::segment_path;
@@ -14,7 +15,9 @@ use super::{Segment, Shared};
 
 /// One batch for the writer, answered once it is on disk.
 pub(super) struct Append {
-    pub record: Vec<u8>,
+    /// The record's header (`record::record_head`); `body` follows it.
+    pub head: Vec<u8>,
+    pub body: Bytes,
     pub seq: u64,
     pub done: oneshot::Sender<Result<(), std::io::Error>>,
 }
@@ -28,7 +31,7 @@ pub(super) fn writer_loop(spool: Arc<Shared>, rx: std::sync::mpsc::Receiver<Appe
             group.push(more);
         }
         let result = write_group(&spool, &mut current, &group);
-        let written: u64 = group.iter().map(|a| a.record.len() as u64).sum();
+        let written: u64 = group.iter().map(Append::len).sum();
         {
             let mut st = spool.state.lock().expect("spool state");
             st.reserved -= written;
@@ -64,7 +67,7 @@ fn write_group(
         .map(|a| a.seq)
         .max()
         .expect("a group has one append");
-    let bytes: u64 = group.iter().map(|a| a.record.len() as u64).sum();
+    let bytes: u64 = group.iter().map(Append::len).sum();
     // Under the lock, the segment about to be written claims the group's
     // sequence numbers first, so a concurrent release never deletes it.
     let open_new = {
@@ -101,11 +104,12 @@ fn write_group(
         *current = Some((file, path));
     }
     let (file, path) = current.as_mut().expect("a segment is open");
-    let mut buf = Vec::with_capacity(bytes as usize);
-    for a in group {
-        buf.extend_from_slice(&a.record);
-    }
-    file.write_all(&buf)?;
+    // The bodies go to the file from the buffers they arrived in.
+    let mut slices: Vec<IoSlice<'_>> = group
+        .iter()
+        .flat_map(|a| [IoSlice::new(&a.head), IoSlice::new(&a.body)])
+        .collect();
+    write_all_vectored(file, &mut slices)?;
     file.sync_data()?;
     let mut st = spool.state.lock().expect("spool state");
     if let Some(seg) = st.segments.iter_mut().rev().find(|s| s.path == *path) {
@@ -113,6 +117,31 @@ fn write_group(
         st.used += bytes;
     }
     spool.metrics.spool_bytes.set(st.used as i64);
+    Ok(())
+}
+
+impl Append {
+    fn len(&self) -> u64 {
+        (self.head.len() + self.body.len()) as u64
+    }
+}
+
+/// `Write::write_all_vectored`, which is not stable yet.
+fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        match file.write_vectored(slices) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "failed to write whole buffer",
+                ));
+            }
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }
 
@@ -135,5 +164,26 @@ impl Shared {
         for path in doomed {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More slices than one `writev` takes (IOV_MAX is 1024 on Linux), of
+    /// uneven sizes, some empty: the file holds all of them, in order.
+    #[test]
+    fn every_slice_is_written_in_order_past_what_one_writev_takes() {
+        let parts: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| vec![(i % 251) as u8; (i % 7) as usize * 300])
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg");
+        let mut file = File::create(&path).unwrap();
+        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        write_all_vectored(&mut file, &mut slices).unwrap();
+        drop(file);
+        assert_eq!(std::fs::read(&path).unwrap(), parts.concat());
     }
 }

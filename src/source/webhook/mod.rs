@@ -241,7 +241,7 @@ async fn admit(
     st: &WebhookState,
     cluster: &str,
     encoding: BodyEncoding,
-    raw: &[u8],
+    raw: &Bytes,
     mut accepted: Vec<Accepted>,
     request_span: &tracing::Span,
 ) -> Result<(), Response> {
@@ -262,7 +262,7 @@ async fn admit(
     };
     let seq = match &st.spool {
         None => None,
-        Some(spool) => match spool.append(cluster, encoding, raw).await {
+        Some(spool) => match spool.append(cluster, encoding, raw.clone()).await {
             Ok(seq) => Some(seq),
             Err(e @ SpoolError::Full { .. }) => {
                 return Err(refused(StatusCode::TOO_MANY_REQUESTS, e.to_string()));
