@@ -63,6 +63,28 @@ pub struct ChangeEntry {
     resolved: OnceLock<Resolved>,
 }
 
+/// Wakes whoever waits for a change's cascade, by the change's slot of
+/// arrival order: a resolution wakes only the waits on its slot. (One
+/// `Notify` shared by all changes woke every waiting shard on every
+/// resolution, each then checked and waited again: under load the wakeups
+/// were ≈ 1 % of the collector's CPU.)
+pub struct ResolvedWakers([tokio::sync::Notify; WAKER_SLOTS]);
+
+/// Slots of [`ResolvedWakers`]: far more than shards can wait on at once.
+const WAKER_SLOTS: usize = 64;
+
+impl Default for ResolvedWakers {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| tokio::sync::Notify::new()))
+    }
+}
+
+impl ResolvedWakers {
+    fn slot(&self, change: &ChangeEntry) -> &tokio::sync::Notify {
+        &self.0[(change.arrival % WAKER_SLOTS as u64) as usize]
+    }
+}
+
 /// The revision etcd gave a stored write (its `resourceVersion`), by its low
 /// 32 bits: only writes in flight together are ordered by it, whose
 /// revisions lie close, so comparing them modulo 2³² (serial number
@@ -214,10 +236,10 @@ impl ChangeEntry {
     }
 
     /// Sets the cascade of this change and wakes whoever waits for one
-    /// (`ready` is shared by all changes: waits are rare and short).
-    pub fn resolve(&self, r: Resolved, ready: &tokio::sync::Notify) {
+    /// on its slot of `ready`.
+    pub fn resolve(&self, r: Resolved, ready: &ResolvedWakers) {
         if self.resolved.set(r).is_ok() {
-            ready.notify_waiters();
+            ready.slot(self).notify_waiters();
         }
     }
 
@@ -227,11 +249,12 @@ impl ChangeEntry {
     }
 
     /// The cascade of this change, waiting up to `wait` for its shard.
-    pub async fn resolved(&self, wait: Duration, ready: &tokio::sync::Notify) -> Option<Resolved> {
+    pub async fn resolved(&self, wait: Duration, ready: &ResolvedWakers) -> Option<Resolved> {
         if let Some(r) = self.resolved.get() {
             return Some(*r);
         }
         let deadline = tokio::time::Instant::now() + wait;
+        let ready = ready.slot(self);
         loop {
             let notified = ready.notified();
             if let Some(r) = self.resolved.get() {

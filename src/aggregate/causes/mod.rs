@@ -32,6 +32,7 @@ use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
+use entry::ResolvedWakers;
 pub use entry::{ChangeEntry, Op, Resolved, Revision};
 use index::{Candidate, EffectTimes, ObjectChanges};
 
@@ -105,7 +106,7 @@ pub struct CauseIndex {
     /// The last place in arrival order given out.
     arrivals: std::sync::atomic::AtomicU64,
     /// Woken whenever a change's cascade becomes known.
-    ready: tokio::sync::Notify,
+    ready: ResolvedWakers,
     /// Writers' names, shared by their changes (bounded).
     users: std::sync::Mutex<crate::model::FastHashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
@@ -134,7 +135,7 @@ impl CauseIndex {
             objects: index::Objects::new(max_objects, CAUSE_IDLE, metrics),
             arrivals: Default::default(),
             users: Default::default(),
-            ready: tokio::sync::Notify::new(),
+            ready: ResolvedWakers::default(),
             propagations: rules.propagations().to_vec(),
             metrics: metrics.clone(),
             in_flight: Default::default(),

@@ -1,4 +1,4 @@
-use super::super::entry::{Op, Resolved, test_entry};
+use super::super::entry::{Op, Resolved, ResolvedWakers, test_entry};
 use super::*;
 use std::time::UNIX_EPOCH;
 
@@ -186,7 +186,7 @@ fn sweeps_in_the_first_seconds_compact_nothing_and_later_ones_what_is_idle() {
 #[tokio::test]
 async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
     let e = entry(1, 0);
-    let ready = Arc::new(tokio::sync::Notify::new());
+    let ready = Arc::new(ResolvedWakers::default());
     let waiter = {
         let (e, ready) = (e.clone(), ready.clone());
         tokio::spawn(async move { e.resolved(Duration::from_secs(60), &ready).await })
@@ -209,6 +209,39 @@ async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
         .unwrap()
         .expect("resolved before the wait ended");
     assert_eq!((r.root, r.depth), (root, 4));
+}
+
+/// Waits on one slot of the readiness (arrivals 1 and 65) and on another
+/// (2): each wait ends with its own change's cascade, not a neighbour's.
+/// (Paused time: a wake that never comes ends the wait at once, empty.)
+#[tokio::test(start_paused = true)]
+async fn each_wait_ends_with_its_own_change_whatever_shares_its_slot() {
+    let ready = Arc::new(ResolvedWakers::default());
+    let (first, same_slot, other_slot) = (entry(1, 0), entry(65, 0), entry(2, 0));
+    let wait = |e: &Arc<ChangeEntry>| {
+        let (e, ready) = (e.clone(), ready.clone());
+        tokio::spawn(async move { e.resolved(Duration::from_secs(600), &ready).await })
+    };
+    let (w_first, w_same, w_other) = (wait(&first), wait(&same_slot), wait(&other_slot));
+    tokio::task::yield_now().await;
+    let resolved = |depth| Resolved {
+        root: SpanRef {
+            trace_id: [depth as u8; 16],
+            span_id: [depth as u8; 8],
+        },
+        depth,
+        cpid: None,
+    };
+    same_slot.resolve(resolved(65), &ready);
+    other_slot.resolve(resolved(2), &ready);
+    assert_eq!(w_same.await.unwrap().map(|r| r.depth), Some(65));
+    assert_eq!(w_other.await.unwrap().map(|r| r.depth), Some(2));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!w_first.is_finished(), "woken by a neighbour, it waits on");
+    first.resolve(resolved(1), &ready);
+    assert_eq!(w_first.await.unwrap().map(|r| r.depth), Some(1));
 }
 
 /// A propagation of the built-in rules triggered by `class`.
