@@ -390,10 +390,18 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
         Ok(Piece::Null)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Piece<'de>, A::Error> {
-        Self::owned(Value::deserialize(de::value::SeqAccessDeserializer::new(
-            seq,
-        ))?)
+    /// An array where an object was expected: its items kept as written
+    /// (numbers too long for a float included).
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Piece<'de>, A::Error> {
+        let mut out = String::from("[");
+        while let Some(item) = seq.next_element::<LazyValue<'de>>()? {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(item.as_raw_str());
+        }
+        out.push(']');
+        Ok(Piece::Owned(out))
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Piece<'de>, E> {
@@ -689,6 +697,11 @@ mod tests {
             r#"{"metadata":["x",{"managedFields":1}]}"#
         );
         assert_eq!(trimmed(r#"[1,"a"]"#).unwrap(), r#"[1,"a"]"#);
+        // A spec that is not an object, as written.
+        let long = r#"{"spec":[1.50,123456789012345678901234567890,"\u00e9"],"kind":"X"}"#;
+        assert_eq!(trimmed(long).unwrap(), long);
+        assert_eq!(trimmed(r#"{"spec":"x"}"#).unwrap(), r#"{"spec":"x"}"#);
+        assert_eq!(trimmed(r#"{"spec":{}}"#).unwrap(), r#"{"spec":{}}"#);
         assert_eq!(trimmed(r#""text""#).unwrap(), r#""text""#);
         assert_eq!(trimmed("-7").unwrap(), "-7");
     }
