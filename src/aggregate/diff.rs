@@ -224,23 +224,18 @@ fn walk(v: &Value, path: &mut String, f: &mut impl FnMut(&str, &Value)) {
 /// Leaf changes from `old` to `new`, in path order. Walks both trees together
 /// and only spells out the paths of subtrees that differ.
 pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
-    diff_unless(old, new, |_, _| false)
+    diff_unless(old, new, |_| false)
 }
 
-/// [`diff`], where the fields `known_same(parent, key)` names are known to
-/// be equal in `old` and `new` (written alike when they were logged): they
-/// are not compared. `parent` is `""` for a top-level field, else the
-/// top-level field whose field `key` is.
-pub fn diff_unless(
-    old: &Value,
-    new: &Value,
-    known_same: impl Fn(&str, &str) -> bool,
-) -> Vec<Change> {
+/// [`diff`], where the top-level fields `known_same` names are known to be
+/// equal in `old` and `new` (written alike when they were logged): they
+/// are not compared.
+pub fn diff_unless(old: &Value, new: &Value, known_same: impl Fn(&str) -> bool) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut path = String::new();
     match (old.as_ref(), new.as_ref()) {
         (ValueRef::Object(a), ValueRef::Object(b)) if !a.is_empty() && !b.is_empty() => {
-            diff_top_fields(a, b, &known_same, &mut path, &mut changes);
+            diff_fields(a, b, &known_same, &mut path, &mut changes);
         }
         _ if !same(old, new) => diff_at(old, new, &mut path, &mut changes),
         _ => {}
@@ -292,64 +287,12 @@ fn leaves_as(v: &Value, path: &mut String, removed: bool, out: &mut Vec<Change>)
     });
 }
 
-/// [`diff_fields`] of two states' top levels, where a field that is a
-/// non-empty object in both is compared field by field, those
-/// `known_same(key, …)` names left out (what comparing it whole gives: two
-/// equal objects have no changes).
-fn diff_top_fields(
-    a: &crate::json::Object,
-    b: &crate::json::Object,
-    known_same: &impl Fn(&str, &str) -> bool,
-    path: &mut String,
-    out: &mut Vec<Change>,
-) {
-    let level = |parent: &str, av: &Value, bv: &Value, path: &mut String, out: &mut Vec<Change>| {
-        let len = path.len();
-        match (av.as_ref(), bv.as_ref()) {
-            (ValueRef::Object(x), ValueRef::Object(y)) if !x.is_empty() && !y.is_empty() => {
-                push_field(path, parent);
-                diff_fields(x, y, &|k| known_same(parent, k), path, out);
-            }
-            _ if !same(av, bv) => {
-                push_field(path, parent);
-                diff_at(av, bv, path, out);
-            }
-            _ => {}
-        }
-        path.truncate(len);
-    };
-    diff_fields_with(a, b, &|k| known_same("", k), &level, path, out);
-}
-
 /// The changes between two non-empty objects, fields `known_same` names
 /// left out (see [`diff_unless`]).
 fn diff_fields(
     a: &crate::json::Object,
     b: &crate::json::Object,
     known_same: &impl Fn(&str) -> bool,
-    path: &mut String,
-    out: &mut Vec<Change>,
-) {
-    let whole = |k: &str, av: &Value, bv: &Value, path: &mut String, out: &mut Vec<Change>| {
-        if !same(av, bv) {
-            let len = path.len();
-            push_field(path, k);
-            diff_at(av, bv, path, out);
-            path.truncate(len);
-        }
-    };
-    diff_fields_with(a, b, known_same, &whole, path, out);
-}
-
-/// The changes between two non-empty objects: each field both have and
-/// `known_same` does not name is compared by `compare(key, old, new, …)`,
-/// which writes the key onto the path once the values differ (equal
-/// subtrees cost no path).
-fn diff_fields_with(
-    a: &crate::json::Object,
-    b: &crate::json::Object,
-    known_same: &impl Fn(&str) -> bool,
-    compare: &impl Fn(&str, &Value, &Value, &mut String, &mut Vec<Change>),
     path: &mut String,
     out: &mut Vec<Change>,
 ) {
@@ -363,21 +306,25 @@ fn diff_fields_with(
             break;
         }
         paired += 1;
-        if !known_same(k) {
-            compare(k, av, bv, path, out);
+        if !known_same(k) && !same(av, bv) {
+            let len = path.len();
+            push_field(path, k);
+            diff_at(av, bv, path, out);
+            path.truncate(len);
         }
     }
     for (k, av) in a.iter().skip(paired) {
-        match b.get(&k) {
-            Some(_) if known_same(k) => {}
-            Some(bv) => compare(k, av, bv, path, out),
-            None => {
-                let len = path.len();
-                push_field(path, k);
-                leaves_as(av, path, true, out);
-                path.truncate(len);
-            }
+        let bv = b.get(&k);
+        if bv.is_some_and(|bv| known_same(k) || same(av, bv)) {
+            continue;
         }
+        let len = path.len();
+        push_field(path, k);
+        match bv {
+            Some(bv) => diff_at(av, bv, path, out),
+            None => leaves_as(av, path, true, out),
+        }
+        path.truncate(len);
     }
     for (k, bv) in b.iter().skip(paired) {
         if !a.contains_key(&k) {

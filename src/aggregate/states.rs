@@ -49,8 +49,7 @@ struct HotState {
     state: Arc<Value>,
     /// The JSON `state` was parsed from, when it is exactly that.
     text: Option<Arc<str>>,
-    /// The hashes of the state's fields as they were logged (of `text`, or
-    /// of the logged state a binding or Scale wrote one field onto).
+    /// The hashes of `text`'s top-level fields.
     fields: Option<Arc<FieldHashes>>,
     /// The partition's tick of the last write.
     tick: u64,
@@ -126,8 +125,8 @@ impl StateStore {
         self.put_with_fields(key, state, text, None)
     }
 
-    /// [`StateStore::put`], with the hashes of the state's fields as they
-    /// were logged (see [`FieldHashes`]).
+    /// [`StateStore::put`], with the hashes of the top-level fields of
+    /// `text` (given only with it: they describe that text).
     pub fn put_with_fields(
         &self,
         key: String,
@@ -142,6 +141,7 @@ impl StateStore {
         }
         part.tick += 1;
         let tick = part.tick;
+        let fields = fields.filter(|_| text.is_some());
         let hot = HotState {
             state,
             text,

@@ -76,109 +76,36 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
 /// are equal have that field equal: the diff skips it unwalked (comparing
 /// a Pod's unchanged `spec` node by node cost ≈ 3 % of the collector).
 /// `metadata`, cut and written again, has none (it always changes).
-///
-/// `spec`'s own fields are hashed too (its hash is that of their keys and
-/// hashes in order): a binding and a Scale write one of them onto the last
-/// state, whose other fields keep their hashes ([`FieldHashes::written`]),
-/// so the write after them (the kubelet's first status) still skips the
-/// spec's unchanged fields.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FieldHashes {
-    top: Box<[(u64, u128)]>,
-    spec: Box<[(u64, u128)]>,
-}
-
-/// The one level below the top whose fields are hashed (see [`FieldHashes`]).
-pub const HASHED_LEVEL: &str = "spec";
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldHashes(Box<[(u64, u128)]>);
 
 impl FieldHashes {
     fn of(fields: &[(Key<'_>, Piece<'_>)]) -> FieldHashes {
-        let mut spec: Box<[(u64, u128)]> = Box::default();
-        let top: Vec<(u64, u128)> = fields
+        let hashes: Box<[(u64, u128)]> = fields
             .iter()
             .filter_map(|(key, piece)| match piece {
                 Piece::Raw(raw) => Some((xxh3_64(key.0.as_bytes()), xxh3_128(raw.as_bytes()))),
-                Piece::Fields(inner) if key.0 == HASHED_LEVEL => {
-                    spec = level_hashes(inner)?;
-                    let mut whole = Vec::with_capacity(spec.len() * 24);
-                    for (k, h) in spec.iter() {
-                        whole.extend_from_slice(&k.to_le_bytes());
-                        whole.extend_from_slice(&h.to_le_bytes());
-                    }
-                    Some((xxh3_64(key.0.as_bytes()), xxh3_128(&whole)))
-                }
                 _ => None,
             })
             .collect();
-        match unique(top) {
-            Some(top) => FieldHashes { top, spec },
-            None => FieldHashes::default(),
-        }
+        // A key given twice (never by an apiserver): which of its values a
+        // parse keeps is not ours to guess, so no field is vouched for.
+        let twice = hashes
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| hashes[..i].iter().any(|(k2, _)| k2 == k));
+        FieldHashes(if twice { Box::default() } else { hashes })
     }
 
-    /// The hashes of a state made by writing the value at `field` (object
-    /// keys) onto the state these describe: those of every other field.
-    pub fn written(&self, field: &[&str]) -> FieldHashes {
-        let without = |hashes: &[(u64, u128)], key: &str| -> Box<[(u64, u128)]> {
-            let key = xxh3_64(key.as_bytes());
-            hashes.iter().filter(|(k, _)| *k != key).copied().collect()
-        };
-        let Some(first) = field.first() else {
-            return self.clone();
-        };
-        let spec = match field.get(1) {
-            _ if *first != HASHED_LEVEL => self.spec.clone(),
-            Some(second) => without(&self.spec, second),
-            None => Box::default(),
-        };
-        FieldHashes {
-            top: without(&self.top, first),
-            spec,
-        }
-    }
-
-    fn get(hashes: &[(u64, u128)], key: u64) -> Option<u128> {
-        hashes.iter().find(|(k, _)| *k == key).map(|(_, h)| *h)
+    fn get(&self, key: u64) -> Option<u128> {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, h)| *h)
     }
 
     /// Whether the field `key` is written the same in both objects.
     pub fn same_field(&self, other: &FieldHashes, key: &str) -> bool {
         let key = xxh3_64(key.as_bytes());
-        Self::get(&self.top, key).is_some_and(|h| Self::get(&other.top, key) == Some(h))
+        self.get(key).is_some_and(|h| other.get(key) == Some(h))
     }
-
-    /// Whether the field `key` of `parent` (only [`HASHED_LEVEL`] has
-    /// hashes) is written the same in both objects.
-    pub fn same_nested_field(&self, other: &FieldHashes, parent: &str, key: &str) -> bool {
-        if parent != HASHED_LEVEL {
-            return false;
-        }
-        let key = xxh3_64(key.as_bytes());
-        Self::get(&self.spec, key).is_some_and(|h| Self::get(&other.spec, key) == Some(h))
-    }
-}
-
-/// The hashes of one level's fields, all written as in the input; `None`
-/// when one was not.
-fn level_hashes(fields: &[(Key<'_>, Piece<'_>)]) -> Option<Box<[(u64, u128)]>> {
-    let hashes = fields
-        .iter()
-        .map(|(key, piece)| match piece {
-            Piece::Raw(raw) => Some((xxh3_64(key.0.as_bytes()), xxh3_128(raw.as_bytes()))),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()?;
-    unique(hashes)
-}
-
-/// A key given twice (never by an apiserver): which of its values a parse
-/// keeps is not ours to guess, so no field of that level is vouched for.
-fn unique(hashes: Vec<(u64, u128)>) -> Option<Box<[(u64, u128)]>> {
-    let twice = hashes
-        .iter()
-        .enumerate()
-        .any(|(i, (k, _))| hashes[..i].iter().any(|(k2, _)| k2 == k));
-    (!twice).then(|| hashes.into_boxed_slice())
 }
 
 /// `#[serde(deserialize_with)]` for an object kept as written (managedFields
@@ -284,14 +211,12 @@ enum Piece<'de> {
     Owned(String),
 }
 
-/// Which level is read: the object, whose `metadata` and `spec` are read
-/// as levels of their own; that `metadata`, whose `managedFields` are left
-/// out; or that `spec`, whose fields are hashed one by one.
+/// Which level is read: the object, whose `metadata` is read as a level of
+/// its own, or that `metadata`, whose `managedFields` are left out.
 #[derive(Clone, Copy)]
 enum Trim {
     Top,
     Metadata,
-    Spec,
 }
 
 struct PieceVisitor<'v> {
@@ -328,11 +253,11 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Piece<'de>, A::Error> {
         // Sized for the usual object (apiVersion, kind, metadata, spec,
-        // status), metadata and spec (a dozen fields): growing from empty cost
+        // status) and metadata (a dozen fields): growing from empty cost
         // five reallocations per object (callgrind).
         let mut fields = Vec::with_capacity(match self.trim {
             Trim::Top => 8,
-            Trim::Metadata | Trim::Spec => 16,
+            Trim::Metadata => 16,
         });
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match (self.trim, &*key.0) {
@@ -340,13 +265,9 @@ impl<'de> Visitor<'de> for PieceVisitor<'_> {
                     map.next_value::<IgnoredAny>()?;
                     self.managed_fields.set(true);
                 }
-                (Trim::Top, "metadata" | HASHED_LEVEL) => {
+                (Trim::Top, "metadata") => {
                     let piece = map.next_value_seed(PieceVisitor {
-                        trim: if key.0 == "metadata" {
-                            Trim::Metadata
-                        } else {
-                            Trim::Spec
-                        },
+                        trim: Trim::Metadata,
                         version: self.version,
                         uid: self.uid,
                         managed_fields: self.managed_fields,
@@ -585,7 +506,7 @@ mod tests {
             .into_iter()
             .filter(|o| o.get("spec").is_some())
             .collect();
-        let (mut alike, mut differ, mut nested_alike) = (0, 0, 0);
+        let (mut alike, mut differ) = (0, 0);
         for pair in objects.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
             let (ha, hb) = (
@@ -603,56 +524,13 @@ mod tests {
                 !ha.same_field(hb, "metadata"),
                 "metadata is rewritten: no hash"
             );
-            let (sa, sb) = (&a["spec"], &b["spec"]);
-            let keys = sa
-                .as_object()
-                .into_iter()
-                .chain(sb.as_object())
-                .flat_map(|o| o.keys());
-            for key in keys {
-                let equal = sa.get(key).is_some() && sa.get(key) == sb.get(key);
-                assert_eq!(
-                    ha.same_nested_field(hb, "spec", key),
-                    equal,
-                    "spec.{key}: {a} {b}"
-                );
-                nested_alike += usize::from(equal);
-            }
-            assert!(!ha.same_nested_field(hb, "status", "replicas"));
         }
         assert!(alike > 100 && differ > 50, "{alike} alike, {differ} differ");
-        assert!(nested_alike > 500, "{nested_alike} spec fields alike");
         let twice = cut_text(r#"{"spec":{"a":1},"spec":{"a":2},"kind":"Pod"}"#).unwrap();
         let once = cut_text(r#"{"spec":{"a":1},"kind":"Pod"}"#).unwrap();
         let (twice, once) = (twice.field_hashes().unwrap(), once.field_hashes().unwrap());
         assert!(!twice.same_field(once, "spec") && !twice.same_field(once, "kind"));
         assert!(once.same_field(once, "spec"));
-        let twice = cut_text(r#"{"spec":{"a":1,"a":2,"b":3},"kind":"Pod"}"#).unwrap();
-        let twice = twice.field_hashes().unwrap();
-        assert!(!twice.same_field(twice, "spec") && !twice.same_nested_field(twice, "spec", "b"));
-        assert!(twice.same_field(twice, "kind"));
-    }
-
-    /// A field written onto a state takes its hash (and its level's) away,
-    /// and only those.
-    #[test]
-    fn a_written_field_loses_its_hash_and_the_rest_keep_theirs() {
-        let text =
-            cut_text(r#"{"kind":"Pod","spec":{"nodeName":"","volumes":[]},"status":{}}"#).unwrap();
-        let logged = text.field_hashes().unwrap();
-        let bound = logged.written(&["spec", "nodeName"]);
-        assert!(!bound.same_field(logged, "spec"));
-        assert!(!bound.same_nested_field(logged, "spec", "nodeName"));
-        assert!(bound.same_nested_field(logged, "spec", "volumes"));
-        assert!(bound.same_field(logged, "status") && bound.same_field(logged, "kind"));
-        let spec = logged.written(&["spec"]);
-        assert!(!spec.same_nested_field(logged, "spec", "volumes"));
-        let status = logged.written(&["status", "phase"]);
-        assert!(!status.same_field(logged, "status"));
-        assert!(
-            status.same_field(logged, "spec")
-                && status.same_nested_field(logged, "spec", "volumes")
-        );
     }
 
     #[test]
