@@ -211,7 +211,7 @@ async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
     assert_eq!((r.root, r.depth), (root, 4));
 }
 
-/// Waits on one slot of the readiness (arrivals 1 and 65) and on another
+/// Waits on one slot of the wakers (arrivals 1 and 65) and on another
 /// (2): each wait ends with its own change's cascade, not a neighbour's.
 /// (Paused time: a wake that never comes ends the wait at once, empty.)
 #[tokio::test(start_paused = true)]
