@@ -311,7 +311,7 @@ mod tests {
             .unwrap();
         let (spool, pending) = open(dir.path());
         assert_eq!(pending.len(), 1);
-        assert_eq!(&pending[0].body[..], Bytes::from_static(b"one"));
+        assert_eq!(&pending[0].body[..], b"one");
         assert_eq!(
             spool
                 .append("c", BodyEncoding::Identity, Bytes::from_static(b"3"))

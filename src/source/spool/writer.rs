@@ -128,6 +128,8 @@ impl Append {
 
 /// `Write::write_all_vectored`, which is not stable yet.
 fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    // Drops leading empty slices (as each advance drops consumed ones), so
+    // that a write of nothing left is never taken for `WriteZero`.
     IoSlice::advance_slices(&mut slices, 0);
     while !slices.is_empty() {
         match file.write_vectored(slices) {
