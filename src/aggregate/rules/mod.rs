@@ -540,6 +540,32 @@ rules:
         assert!(several > 100, "objects several rules relate: {several}");
     }
 
+    /// A key written twice (never by an apiserver, but a webhook body may
+    /// say anything): the one walk takes the first, as each rule's lookup
+    /// does, at every level.
+    #[test]
+    fn one_walk_takes_the_first_of_a_repeated_key_as_a_lookup_does() {
+        let rules =
+            RuleSet::load_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules"))).unwrap();
+        let pod = ObjectRef::new("c", "", "pods", "default", "p");
+        let state = crate::json::parse(
+            r#"{"spec":{"nodeName":"n1","volumes":[{"configMap":{"name":"a","name":"b"}}],
+                "nodeName":"n2","volumes":[{"configMap":{"name":"c"}}]},
+               "spec":{"nodeName":"n3"}}"#,
+        )
+        .unwrap();
+        let mut one_walk = Vec::new();
+        rules.relations(&pod, &state, &mut one_walk);
+        let mut rule_by_rule = Vec::new();
+        for rule in rules.rules_for(&pod) {
+            rule.apply(&pod, &state, &mut rule_by_rule);
+        }
+        assert_eq!(one_walk, rule_by_rule);
+        let mut targets: Vec<&str> = one_walk.iter().map(|r| r.target.name.as_str()).collect();
+        targets.sort_unstable();
+        assert_eq!(targets, ["a", "n1"]);
+    }
+
     #[test]
     fn quoted_label_keys_name_regex_and_annotations() {
         let mut set = RuleSet::default();
