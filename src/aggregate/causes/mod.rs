@@ -23,6 +23,7 @@
 
 mod entry;
 mod index;
+mod writers;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -35,6 +36,7 @@ use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
 use entry::ResolvedWakers;
 pub use entry::{ChangeEntry, Op, Resolved, Revision};
 use index::{Candidate, EffectTimes, ObjectChanges};
+use writers::WriterPatterns;
 
 /// The CPID of an effect: the one its write set on the object; else its
 /// cause's, carried over as an instrumented writer would have (an
@@ -110,6 +112,8 @@ pub struct CauseIndex {
     /// Writers' names, shared by their changes (bounded).
     users: std::sync::Mutex<crate::model::FastHashMap<Box<str>, Arc<String>>>,
     propagations: Vec<Propagation>,
+    /// Which `writers:` patterns each writer matches.
+    writers: WriterPatterns,
     metrics: Arc<Metrics>,
     /// Entries the dispatcher noted, by place in arrival order, until their
     /// shard takes them: the shard then completes the very entry effects
@@ -137,6 +141,7 @@ impl CauseIndex {
             users: Default::default(),
             ready: ResolvedWakers::default(),
             propagations: rules.propagations().to_vec(),
+            writers: WriterPatterns::new(rules.propagations()),
             metrics: metrics.clone(),
             in_flight: Default::default(),
             created_cpids: Default::default(),
@@ -367,7 +372,7 @@ impl CauseIndex {
             None => {
                 let controller = effect.writer.is_some()
                     && effect.class.is_some_and(|class| {
-                        let mut writer = WriterMatches::new(effect.writer);
+                        let mut writer = self.writers.of(effect.writer);
                         self.propagations.iter().any(|p| {
                             p.explains_given(effect.object, class, |re| writer.matches(re))
                         })
@@ -428,7 +433,7 @@ impl CauseIndex {
             completed: entry::Nanos::of(effect.completed),
             revision: effect.revision,
         };
-        let mut writer = WriterMatches::new(effect.writer);
+        let mut writer = self.writers.of(effect.writer);
         for p in &self.propagations {
             if !p.explains_given(effect.object, class, |re| writer.matches(re)) {
                 continue;
@@ -523,43 +528,6 @@ impl CauseIndex {
 
     pub fn entry_count(&self) -> u64 {
         self.objects.entry_count()
-    }
-}
-
-/// An effect's writer matched once against each `writers:` regex, however
-/// many propagations share it (`Propagation::share_writers`; the built-in
-/// rules give all of theirs the same pattern).
-struct WriterMatches<'a> {
-    writer: Option<&'a str>,
-    /// Regexes already asked, by address, and their answers.
-    seen: [(*const regex::Regex, bool); 4],
-    len: usize,
-}
-
-impl<'a> WriterMatches<'a> {
-    fn new(writer: Option<&'a str>) -> Self {
-        Self {
-            writer,
-            seen: [(std::ptr::null(), false); 4],
-            len: 0,
-        }
-    }
-
-    /// Whether the writer matches `re`; true when the writer is not known.
-    fn matches(&mut self, re: &regex::Regex) -> bool {
-        let Some(w) = self.writer else {
-            return true;
-        };
-        let at: *const regex::Regex = re;
-        if let Some((_, m)) = self.seen[..self.len].iter().find(|(p, _)| *p == at) {
-            return *m;
-        }
-        let m = re.is_match(w);
-        if self.len < self.seen.len() {
-            self.seen[self.len] = (at, m);
-            self.len += 1;
-        }
-        m
     }
 }
 

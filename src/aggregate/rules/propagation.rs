@@ -104,6 +104,12 @@ impl Propagation {
         self.explains_given(obj, class, |re| writer.is_none_or(|w| re.is_match(w)))
     }
 
+    /// The compiled `writers:` regex, shared with the propagations giving
+    /// the same pattern.
+    pub fn writers(&self) -> Option<&std::sync::Arc<Regex>> {
+        self.writers.as_ref()
+    }
+
     /// Takes the compiled `writers:` regex of an earlier propagation with the
     /// same pattern, so that one match per writer serves both.
     pub fn share_writers(&mut self, earlier: &[Propagation]) {
