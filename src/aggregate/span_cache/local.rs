@@ -56,49 +56,62 @@ struct ObjectEntry {
     uid_missing: bool,
 }
 
+/// An object window as the cache files it, its digest taken once per call
+/// (hashing the object's key twice, for the shard and in it, was a third of
+/// a lookup).
+#[derive(Clone, Copy)]
+struct WindowKey {
+    window_start: u64,
+    digest: u128,
+}
+
+impl WindowKey {
+    fn of(ow: &ObjectWindow) -> Self {
+        Self {
+            window_start: ow.window_start,
+            digest: ow.cache_digest(),
+        }
+    }
+}
+
 impl Shard {
     /// The object window's entry, creating it (`true`) if it was not known.
-    fn entry(
-        &mut self,
-        ow: &ObjectWindow,
-        now: Instant,
-        ttl: Duration,
-    ) -> (&mut ObjectEntry, bool) {
+    fn entry(&mut self, key: &WindowKey, now: Instant, ttl: Duration) -> (&mut ObjectEntry, bool) {
         self.sweep(now, ttl);
-        let digest = ow.cache_digest();
+        let WindowKey {
+            window_start,
+            digest,
+        } = *key;
         let known = self
             .windows
-            .get(&ow.window_start)
+            .get(&window_start)
             .is_some_and(|w| w.objects.contains_key(&digest));
         if !known {
             self.len += 1;
             if self.len > self.capacity {
-                self.evict(ow.window_start);
+                self.evict(window_start);
             }
         }
-        let window = self
-            .windows
-            .entry(ow.window_start)
-            .or_insert_with(|| Window {
-                objects: HashMap::default(),
-                touched: now,
-            });
+        let window = self.windows.entry(window_start).or_insert_with(|| Window {
+            objects: HashMap::default(),
+            touched: now,
+        });
         window.touched = now;
         (window.objects.entry(digest).or_default(), !known)
     }
 
-    fn get(&self, ow: &ObjectWindow) -> Option<&ObjectEntry> {
+    fn get(&self, key: &WindowKey) -> Option<&ObjectEntry> {
         self.windows
-            .get(&ow.window_start)?
+            .get(&key.window_start)?
             .objects
-            .get(&ow.cache_digest())
+            .get(&key.digest)
     }
 
-    fn get_mut(&mut self, ow: &ObjectWindow) -> Option<&mut ObjectEntry> {
+    fn get_mut(&mut self, key: &WindowKey) -> Option<&mut ObjectEntry> {
         self.windows
-            .get_mut(&ow.window_start)?
+            .get_mut(&key.window_start)?
             .objects
-            .get_mut(&ow.cache_digest())
+            .get_mut(&key.digest)
     }
 
     /// Forgets windows untouched for `ttl` (checked at most once a second).
@@ -192,8 +205,8 @@ impl LocalSpanCache {
         }
     }
 
-    fn shard(&self, ow: &ObjectWindow) -> std::sync::MutexGuard<'_, Shard> {
-        let i = (ow.cache_digest() % SHARDS as u128) as usize;
+    fn shard(&self, key: &WindowKey) -> std::sync::MutexGuard<'_, Shard> {
+        let i = (key.digest % SHARDS as u128) as usize;
         // Every mutation leaves the shard consistent: a panic elsewhere while
         // holding the lock does not make it unusable.
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
@@ -206,8 +219,9 @@ impl LocalSpanCache {
     }
 
     fn reserve_at(&self, ow: &ObjectWindow, now: Instant, has_uid: bool) -> Slot {
-        let mut shard = self.shard(ow);
-        let (entry, created) = shard.entry(ow, now, self.ttl);
+        let key = WindowKey::of(ow);
+        let mut shard = self.shard(&key);
+        let (entry, created) = shard.entry(&key, now, self.ttl);
         let slot = if created {
             entry.uid_missing = !has_uid;
             Slot::Created
@@ -220,22 +234,25 @@ impl LocalSpanCache {
 
     /// The slot of an object window known here (`None` if it is not).
     pub fn existing(&self, ow: &ObjectWindow, has_uid: bool) -> Option<Slot> {
-        self.shard(ow)
-            .get_mut(ow)
+        let key = WindowKey::of(ow);
+        self.shard(&key)
+            .get_mut(&key)
             .map(|entry| existing_slot(entry, has_uid))
     }
 
     /// Whether the object window is known to have its span.
     #[cfg(test)]
     fn contains(&self, ow: &ObjectWindow) -> bool {
-        self.shard(ow).get(ow).is_some()
+        let key = WindowKey::of(ow);
+        self.shard(&key).get(&key).is_some()
     }
 
     /// Remembers that the object window has its span (somebody else's or
     /// ours; ours sent `without_uid`).
     pub fn mark(&self, ow: &ObjectWindow, without_uid: bool) {
-        let mut shard = self.shard(ow);
-        let (entry, created) = shard.entry(ow, Instant::now(), self.ttl);
+        let key = WindowKey::of(ow);
+        let mut shard = self.shard(&key);
+        let (entry, created) = shard.entry(&key, Instant::now(), self.ttl);
         if created {
             entry.uid_missing = without_uid;
         }
@@ -244,15 +261,17 @@ impl LocalSpanCache {
 
     /// Whether the link is known to be recorded on the object window's span.
     pub fn has_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
-        self.shard(ow)
-            .get(ow)
+        let key = WindowKey::of(ow);
+        self.shard(&key)
+            .get(&key)
             .is_some_and(|entry| entry.links.contains(&link_key))
     }
 
     /// Records the link here alone; true if it was not recorded before.
     pub fn add_link(&self, ow: &ObjectWindow, link_key: u64) -> bool {
-        let mut shard = self.shard(ow);
-        let (entry, _) = shard.entry(ow, Instant::now(), self.ttl);
+        let key = WindowKey::of(ow);
+        let mut shard = self.shard(&key);
+        let (entry, _) = shard.entry(&key, Instant::now(), self.ttl);
         let new = !entry.links.contains(&link_key);
         if new {
             entry.links.push(link_key);
