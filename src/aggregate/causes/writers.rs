@@ -1,8 +1,7 @@
 //! Which of the propagations' `writers:` patterns a writer matches, matched
 //! once per writer and remembered: the writers are a few controllers and
 //! users, and matching each effect's writer again cost 1.3 % of the
-//! collector's CPU (`perf`; a regex's match cache is one per thread, taken
-//! from a shared pool).
+//! collector's CPU (`perf` of `collect`).
 
 use std::sync::{Arc, RwLock};
 

@@ -57,8 +57,7 @@ struct ObjectEntry {
 }
 
 /// An object window as the cache files it, its digest taken once per call
-/// (hashing the object's key twice, for the shard and in it, was a third of
-/// a lookup).
+/// (it was taken twice: for the shard, and again in it).
 #[derive(Clone, Copy)]
 struct WindowKey {
     window_start: u64,
