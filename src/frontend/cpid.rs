@@ -24,7 +24,7 @@ use tracing::{Instrument as _, field};
 use super::assemble::Assembly;
 use super::cascade::record_from_span;
 use super::merge::merge;
-use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, string_attr};
+use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, find_all, string_attr};
 use super::{AssembledTrace, Frontend, FrontendError, display};
 use crate::analysis::cascade::{self, Cascade};
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord};
@@ -150,12 +150,17 @@ async fn walk<S: RawStore>(
 }
 
 /// The writes of the related CPIDs within `range`, arranged as cascades;
-/// notes for what was cut. Raw traces read are counted in `reads`.
+/// notes for what was cut. The object windows holding a CPID's writes are
+/// searched `raw_search_limit` at a time ([`find_all`]), at most
+/// `max_windows` of them in all, and read in slices of `raw_search_limit`
+/// (only the slice's histories are held at once). Raw traces read are
+/// counted in `reads`.
 pub async fn cascades_of_change<S: RawStore>(
     store: &S,
     searched: Cpid,
     range: TimeRange,
     raw_search_limit: usize,
+    max_windows: usize,
     reads: &Counter,
 ) -> Result<(Vec<Related>, Vec<Cascade>, Vec<String>), RawError> {
     let mut notes = Vec::new();
@@ -164,16 +169,18 @@ pub async fn cascades_of_change<S: RawStore>(
     let mut raw_ids: BTreeSet<TraceIdBytes> = BTreeSet::new();
     for r in &related {
         let tags = [(attr::CPID.to_string(), r.cpid.to_string())];
-        let found = store.find(&tags, range, raw_search_limit).await?;
-        if found.len() >= raw_search_limit {
+        let left = max_windows.saturating_sub(raw_ids.len());
+        let found = find_all(store, &tags, range, raw_search_limit, left).await?;
+        if !found.complete {
             notes.push(format!(
-                "change {}: more than {raw_search_limit} object windows (--raw-search-limit), some writes not shown",
-                r.cpid
+                "change {}: its writes lie in more object windows than were searched ({} per search, --raw-search-limit; {max_windows} in all, --max-objects), some writes not shown",
+                r.cpid, raw_search_limit
             ));
         }
         // A CPID's own trace holds its merges, not writes.
         raw_ids.extend(
             found
+                .ids
                 .into_iter()
                 .filter(|id| Cpid::from_bytes(*id).is_none_or(|c| !cpids.contains(&c))),
         );
@@ -181,18 +188,20 @@ pub async fn cascades_of_change<S: RawStore>(
     let mut records = Vec::new();
     let mut seen = HashSet::new();
     let raw_ids: Vec<_> = raw_ids.into_iter().collect();
-    reads.inc_by(raw_ids.len() as u64);
-    let mut traces = store.get_many(&raw_ids, READ_CONCURRENCY).await?;
-    for id in &raw_ids {
-        let Some(h) = traces.remove(id).and_then(merge) else {
-            continue;
-        };
-        for e in &h.entries {
-            if let Some(r) = record_from_span(&h.object, &h.uid, e.source, &e.span)
-                && r.cpid.is_some_and(|c| cpids.contains(&c.cpid))
-                && seen.insert(r.span)
-            {
-                records.push(r);
+    for slice in raw_ids.chunks(raw_search_limit.max(1)) {
+        reads.inc_by(slice.len() as u64);
+        let mut traces = store.get_many(slice, READ_CONCURRENCY).await?;
+        for id in slice {
+            let Some(h) = traces.remove(id).and_then(merge) else {
+                continue;
+            };
+            for e in &h.entries {
+                if let Some(r) = record_from_span(&h.object, &h.uid, e.source, &e.span)
+                    && r.cpid.is_some_and(|c| cpids.contains(&c.cpid))
+                    && seen.insert(r.span)
+                {
+                    records.push(r);
+                }
             }
         }
     }
@@ -314,6 +323,7 @@ impl<S: RawStore> Frontend<S> {
                 cpid,
                 range,
                 self.cfg.raw_search_limit,
+                self.cfg.limits.max_objects,
                 &self.metrics.raw_reads,
             )
             .await?;

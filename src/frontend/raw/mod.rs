@@ -116,6 +116,72 @@ impl TimeRange {
     }
 }
 
+/// What [`find_all`] found: distinct ids, in order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FoundAll {
+    pub ids: Vec<TraceIdBytes>,
+    /// Whether every matching trace is among `ids`: false when more than
+    /// the `max` asked for matched, or a page filled within an instant too
+    /// short to split, or the searches allowed ran out.
+    pub complete: bool,
+}
+
+/// Ranges narrower than this are not split: Jaeger's HTTP search takes
+/// microseconds.
+const MIN_SPLIT: Duration = Duration::from_micros(2);
+
+/// Every raw trace [`RawStore::find`] would give for `tags` in `range`
+/// without a limit, up to `max`, searched `page` at a time. Jaeger's
+/// search returns at most `limit` ids and has no offset, so a range whose
+/// search finds more than a page (each search asks for one more) is split
+/// in halves and each half searched again; a range whose search finds a
+/// page or fewer holds no more. Halves
+/// share their middle instant (the stores' bounds are inclusive), so a
+/// trace matching the whole range matches a half. At most
+/// `4 × ⌈max / page⌉ + 16` searches.
+pub async fn find_all<S: RawStore>(
+    store: &S,
+    tags: &[(String, String)],
+    range: TimeRange,
+    page: usize,
+    max: usize,
+) -> Result<FoundAll, RawError> {
+    let page = page.max(1);
+    let mut searches = 4 * max.div_ceil(page) + 16;
+    let mut ids = std::collections::BTreeSet::new();
+    let mut complete = true;
+    let mut ranges = vec![range];
+    while let Some(r) = ranges.pop() {
+        if ids.len() >= max || searches == 0 {
+            complete = false;
+            break;
+        }
+        searches -= 1;
+        // One more than a page: a range holding exactly a page is whole.
+        let found = store.find(tags, r, page + 1).await?;
+        let full = found.len() > page;
+        ids.extend(found);
+        if !full {
+            continue;
+        }
+        match r.end.duration_since(r.start) {
+            Ok(width) if width >= MIN_SPLIT => {
+                let middle = r.start + width / 2;
+                ranges.push(TimeRange::new(middle, r.end));
+                ranges.push(TimeRange::new(r.start, middle));
+            }
+            _ => complete = false,
+        }
+    }
+    if ids.len() > max {
+        complete = false;
+    }
+    Ok(FoundAll {
+        ids: ids.into_iter().take(max).collect(),
+        complete,
+    })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RawError {
     #[error("raw Jaeger at {url} is unreachable: {message}")]
