@@ -856,9 +856,7 @@ async fn a_summarised_cascade_level_keeps_its_failures_in_sight() {
 /// A rollout whose writes lie in more object windows than
 /// `--raw-search-limit` still shows every write on its own Pods: those are
 /// taken from the assembled tree, only other objects' windows come from the
-/// raw search. The copied Pods' writes share their instants, more than a
-/// search's page at each, so no split of the range can page through them:
-/// a note says so.
+/// capped raw search, and a note says that cap was reached.
 #[tokio::test]
 async fn a_cascade_wider_than_the_raw_search_limit_shows_every_write_of_its_tree() {
     const PODS: usize = 120;
@@ -924,7 +922,7 @@ async fn a_cascade_wider_than_the_raw_search_limit_shows_every_write_of_its_tree
     assert!(
         notes
             .iter()
-            .any(|n| n.contains("more object windows than were searched (30 per search")),
+            .any(|n| n.contains("more than 30 object windows (--raw-search-limit)")),
         "{notes:?}"
     );
     // The same writes as with a search limit above the cascade's width.

@@ -2061,6 +2061,114 @@ async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
     assert_eq!(traces[0]["traceID"], CPID_FIRST.replace('-', ""));
 }
 
+/// A change whose writes lie in more object windows than one raw search
+/// returns is searched past `--raw-search-limit` through the real raw
+/// Jaeger, over both its APIs: its time range split until each part's
+/// search holds fewer (Jaeger's search has no offset). A frontend allowed
+/// two windows per search shows the same writes as one allowed 500, and no
+/// note of a cut.
+#[tokio::test]
+#[ignore]
+async fn a_change_is_searched_past_the_raw_search_limit_in_the_raw_jaeger() {
+    use kascade::frontend::raw::{JaegerGrpc, JaegerHttp, JaegerStore, RawStore as _};
+    use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+    // Stored, and read as the UI reads it, before the frontends below look.
+    ui_search("cascade", serde_json::json!({ "cpid": CPID_FIRST }), |t| {
+        t.len() == 1
+            && t[0]["spans"].as_array().unwrap().iter().any(|s| {
+                s["operationName"]
+                    .as_str()
+                    .unwrap()
+                    .contains("system:kube-scheduler create binding pods cpid-demo/")
+            })
+    })
+    .await;
+    let service = "kascade";
+    let timeout = Duration::from_secs(30);
+    let stores = || {
+        [
+            JaegerStore::Grpc(
+                JaegerGrpc::connect(
+                    &env("JAEGER_REMOTE_STORAGE_URL"),
+                    service,
+                    timeout,
+                    &Default::default(),
+                )
+                .unwrap(),
+            ),
+            JaegerStore::Http(JaegerHttp::new(&env("JAEGER_QUERY_URL"), service, timeout)),
+        ]
+    };
+    let now = std::time::SystemTime::now();
+    let query = SearchQuery {
+        mode: kascade::frontend::display::Mode::Cascade,
+        scope: kascade::frontend::assemble::Scope::Object,
+        all_siblings: false,
+        tags: vec![("cpid".into(), CPID_FIRST.into())],
+        range: kascade::frontend::raw::TimeRange::new(now - Duration::from_secs(7200), now),
+        limit: 1,
+    };
+    let writes = |t: &kascade::frontend::AssembledTrace| {
+        let mut w: Vec<(String, String)> = t
+            .cascades
+            .iter()
+            .flat_map(|c| c.changes.iter())
+            .map(|c| {
+                (
+                    format!("{:?}", c.span),
+                    format!("{} {} {}", c.verb, c.object.resource, c.object.name),
+                )
+            })
+            .collect();
+        w.sort();
+        w
+    };
+    for (whole_store, paged_store) in stores().into_iter().zip(stores()) {
+        let what = whole_store.describe();
+        let frontend = |store, raw_search_limit| {
+            Frontend::new(
+                std::sync::Arc::new(store),
+                FrontendConfig {
+                    raw_search_limit,
+                    ..FrontendConfig::default()
+                },
+            )
+        };
+        let (whole, paged) = (frontend(whole_store, 500), frontend(paged_store, 2));
+        // Compared when the whole change read the same before and after the
+        // paged read: a kubelet's late status write would otherwise race.
+        let mut rounds = 0;
+        let (before, paged, after) = loop {
+            let before = whole.search(&query).await.unwrap().remove(0);
+            let paged = paged.search(&query).await.unwrap().remove(0);
+            let after = whole.search(&query).await.unwrap().remove(0);
+            rounds += 1;
+            if writes(&before) == writes(&after) || rounds == 10 {
+                break (before, paged, after);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        assert_eq!(writes(&before), writes(&after), "{what}: still changing");
+        let objects: std::collections::BTreeSet<_> = before
+            .cascades
+            .iter()
+            .flat_map(|c| c.changes.iter())
+            .map(|c| (c.object.resource.clone(), c.object.name.clone()))
+            .collect();
+        assert!(objects.len() > 2, "{what}: the change wrote {objects:?}");
+        assert_eq!(writes(&paged), writes(&before), "{what}");
+        assert!(
+            !paged
+                .assembly
+                .notes
+                .iter()
+                .any(|n| n.contains("object windows")),
+            "{what}: {:?}",
+            paged.assembly.notes
+        );
+    }
+}
+
 /// The CPID `kubectl` printed as the webhook's warning, in a file the
 /// cpid-webhook scenario kept.
 fn warned_cpid(file: &str) -> String {

@@ -102,9 +102,8 @@ pub struct FrontendArgs {
     /// Timeout of one raw read.
     #[arg(long, default_value_t = frontend().raw_timeout.into(), env = "KASCADE_RAW_TIMEOUT")]
     pub raw_timeout: Duration,
-    /// Raw object windows per search. A cascade's or a change's (cpid=)
-    /// windows are searched past it by splitting the time range, up to
-    /// --max-objects.
+    /// Raw object windows per search. A change's (cpid=) windows are
+    /// searched past it by splitting the time range, up to --max-objects.
     #[arg(long, default_value_t = frontend().raw_search_limit, env = "KASCADE_RAW_SEARCH_LIMIT")]
     pub raw_search_limit: usize,
     /// Public URL of the Jaeger UI backed by this frontend (target of /redirect).

@@ -10,9 +10,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 use super::assemble::{Assembler, Assembly, Clip, window_ids};
 use super::merge::{ObjectHistory, Source, merge};
-use super::raw::{
-    RawError, RawStore, TimeRange, TraceIdBytes, find_all, from_nanos, int_attr, string_attr,
-};
+use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, from_nanos, int_attr, string_attr};
 use crate::analysis::cascade::{self, Cascade};
 use crate::model::ObjectRef;
 use crate::pipeline::{
@@ -54,7 +52,7 @@ pub fn root_of(span: &Span) -> Option<SpanRef> {
 /// The change a raw audit or watch span of `object` shows, from its
 /// attributes; `None` for other spans and spans without `cascade.*`
 /// attributes (written before cause inference). The cause's object is not
-/// an attribute: it is left empty here ([`CascadeRecords::finish`] fills
+/// an attribute: it is left empty here ([`records_from_histories`] fills
 /// it in when the cause is among the records).
 pub fn record_from_span(
     object: &ObjectRef,
@@ -166,54 +164,38 @@ pub fn write_cpid(a: &[KeyValue]) -> Option<WriteCpid> {
     Some(WriteCpid { cpid, origin })
 }
 
-/// The changes of cascades `roots` recorded up to `until` (ns since the
-/// epoch), gathered history by history ([`CascadeRecords::add`]), each
-/// once; [`CascadeRecords::finish`] fills in the causes' objects. Gathered
-/// so that histories can be read, taken from and dropped a slice at a time.
-pub struct CascadeRecords<'r> {
-    roots: &'r HashSet<SpanRef>,
+/// The changes of cascades `roots` recorded in `histories` up to `until`
+/// (ns since the epoch), each once, causes' objects filled in.
+pub fn records_from_histories<'a>(
+    histories: impl IntoIterator<Item = &'a ObjectHistory>,
+    roots: &HashSet<SpanRef>,
     until: u64,
-    out: Vec<ChangeRecord>,
-    seen: HashSet<SpanRef>,
-}
-
-impl<'r> CascadeRecords<'r> {
-    pub fn new(roots: &'r HashSet<SpanRef>, until: u64) -> Self {
-        Self {
-            roots,
-            until,
-            out: Vec::new(),
-            seen: HashSet::new(),
-        }
-    }
-
-    pub fn add(&mut self, h: &ObjectHistory) {
+) -> Vec<ChangeRecord> {
+    let mut out: Vec<ChangeRecord> = Vec::new();
+    let mut seen = HashSet::new();
+    for h in histories {
         for e in &h.entries {
-            if e.span.start_time_unix_nano > self.until {
+            if e.span.start_time_unix_nano > until {
                 continue;
             }
             if let Some(r) = record_from_span(&h.object, &h.uid, e.source, &e.span)
-                && self.roots.contains(&r.root)
-                && self.seen.insert(r.span)
+                && roots.contains(&r.root)
+                && seen.insert(r.span)
             {
-                self.out.push(r);
+                out.push(r);
             }
         }
     }
-
-    pub fn finish(self) -> Vec<ChangeRecord> {
-        let mut out = self.out;
-        let objects: HashMap<SpanRef, ObjectRef> =
-            out.iter().map(|r| (r.span, r.object.clone())).collect();
-        for r in &mut out {
-            if let Some(c) = &mut r.cause
-                && let Some(o) = objects.get(&c.span)
-            {
-                c.object = o.clone();
-            }
+    let objects: HashMap<SpanRef, ObjectRef> =
+        out.iter().map(|r| (r.span, r.object.clone())).collect();
+    for r in &mut out {
+        if let Some(c) = &mut r.cause
+            && let Some(o) = objects.get(&c.span)
+        {
+            c.object = o.clone();
         }
-        out
     }
+    out
 }
 
 /// The cascades the objects of `asm` (not the shared ones) took part in
@@ -224,16 +206,13 @@ impl<'r> CascadeRecords<'r> {
 /// histories of them are whole within `clip`; a raw search by each root
 /// finds the windows of other objects the cascade wrote (a shared Node, an
 /// EndpointSlice, the Deployments a ConfigMap rolled), of which only those
-/// not already held are read. So a warm tree is not read twice. The search
-/// takes `raw_search_limit` windows at a time ([`find_all`]), at most
-/// `max_windows` per root, and the windows are read in slices of
-/// `raw_search_limit`, each dropped once its writes are taken.
+/// not already held are read. So a rollout wider than `--raw-search-limit`
+/// keeps every write on its own Pods, and a warm tree is not read twice.
 pub async fn cascades_of<S: RawStore>(
     assembler: &Assembler<S>,
     asm: &Assembly,
     clip: &Clip,
     raw_search_limit: usize,
-    max_windows: usize,
 ) -> Result<(Vec<Cascade>, Vec<String>), RawError> {
     let mut notes = Vec::new();
     // Roots by the time of the write that named them, latest last.
@@ -279,37 +258,31 @@ pub async fn cascades_of<S: RawStore>(
     let mut raw_ids = BTreeSet::new();
     for r in &roots {
         let tags = [(attr::CASCADE_ROOT_SPAN_ID.to_string(), r.span_hex())];
-        let found = find_all(
-            &**assembler.store(),
-            &tags,
-            range,
-            raw_search_limit,
-            max_windows,
-        )
-        .await?;
-        if !found.complete {
+        let found = assembler
+            .store()
+            .find(&tags, range, raw_search_limit)
+            .await?;
+        if found.len() >= raw_search_limit {
             notes.push(format!(
-                "cascade {}: its writes lie in more object windows than were searched ({raw_search_limit} per search, --raw-search-limit; {max_windows} in all, --max-objects); writes on objects outside this trace's tree may not be shown",
+                "cascade {}: more than {raw_search_limit} object windows (--raw-search-limit) hold its writes; writes on objects outside this trace's tree may not be shown",
                 r.span_hex()
             ));
         }
-        raw_ids.extend(found.ids.into_iter().filter(|id| !held.contains(id)));
-    }
-    let wanted: HashSet<SpanRef> = roots.iter().copied().collect();
-    let mut records = CascadeRecords::new(&wanted, clip.until);
-    for h in &tree {
-        records.add(h);
+        raw_ids.extend(found.into_iter().filter(|id| !held.contains(id)));
     }
     let raw_ids: Vec<_> = raw_ids.into_iter().collect();
-    for slice in raw_ids.chunks(raw_search_limit.max(1)) {
-        let mut traces = assembler.read_many(slice).await?;
-        for id in slice {
-            if let Some(h) = traces.remove(id).and_then(merge) {
-                records.add(&h);
-            }
-        }
-    }
-    Ok((cascade::build(records.finish()), notes))
+    let mut traces = assembler.read_many(&raw_ids).await?;
+    let others: Vec<_> = raw_ids
+        .iter()
+        .filter_map(|id| traces.remove(id).and_then(merge))
+        .collect();
+    let wanted: HashSet<SpanRef> = roots.iter().copied().collect();
+    let records = records_from_histories(
+        tree.iter().copied().chain(others.iter()),
+        &wanted,
+        clip.until,
+    );
+    Ok((cascade::build(records), notes))
 }
 
 #[cfg(test)]

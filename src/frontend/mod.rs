@@ -654,15 +654,10 @@ impl<S: RawStore> Frontend<S> {
             self.cfg.max_siblings
         };
         let (cascades, resource_spans) = if id.mode == Mode::Cascade {
-            let (cascades, mut notes) = cascade::cascades_of(
-                &self.assembler,
-                &assembly,
-                clip,
-                self.cfg.raw_search_limit,
-                self.cfg.limits.max_objects,
-            )
-            .instrument(tracing::info_span!(target: TARGET, "cascades"))
-            .await?;
+            let (cascades, mut notes) =
+                cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
+                    .instrument(tracing::info_span!(target: TARGET, "cascades"))
+                    .await?;
             notes.extend(assembly.notes.iter().cloned());
             let searched = assembly
                 .nodes

@@ -126,9 +126,11 @@ pub struct FoundAll {
     pub complete: bool,
 }
 
-/// Ranges narrower than this are not split: Jaeger's HTTP search takes
-/// microseconds.
-const MIN_SPLIT: Duration = Duration::from_micros(2);
+/// Ranges narrower than this are not split: an apiserver does not write a
+/// search's worth of object windows (500) within a millisecond, and each
+/// halving is another search (copies of one object replayed at the same
+/// instants would otherwise be bisected down to Jaeger's microseconds).
+const MIN_SPLIT: Duration = Duration::from_millis(1);
 
 /// Every raw trace [`RawStore::find`] would give for `tags` in `range`
 /// without a limit, up to `max`, searched `page` at a time. Jaeger's
@@ -138,7 +140,7 @@ const MIN_SPLIT: Duration = Duration::from_micros(2);
 /// page or fewer holds no more. Halves
 /// share their middle instant (the stores' bounds are inclusive), so a
 /// trace matching the whole range matches a half. At most
-/// `4 × ⌈max / page⌉ + 16` searches.
+/// `2 × ⌈max / page⌉ + 8` searches.
 pub async fn find_all<S: RawStore>(
     store: &S,
     tags: &[(String, String)],
@@ -147,7 +149,7 @@ pub async fn find_all<S: RawStore>(
     max: usize,
 ) -> Result<FoundAll, RawError> {
     let page = page.max(1);
-    let mut searches = 4 * max.div_ceil(page) + 16;
+    let mut searches = 2 * max.div_ceil(page) + 8;
     let mut ids = std::collections::BTreeSet::new();
     let mut complete = true;
     let mut ranges = vec![range];
