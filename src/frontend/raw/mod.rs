@@ -137,10 +137,9 @@ const MIN_SPLIT: Duration = Duration::from_millis(1);
 /// search returns at most `limit` ids and has no offset, so a range whose
 /// search finds more than a page (each search asks for one more) is split
 /// in halves and each half searched again; a range whose search finds a
-/// page or fewer holds no more. Halves
-/// share their middle instant (the stores' bounds are inclusive), so a
-/// trace matching the whole range matches a half. At most
-/// `2 × ⌈max / page⌉ + 8` searches.
+/// page or fewer holds no more. Halves share their middle instant (the
+/// stores' bounds are inclusive), so a trace matching the whole range
+/// matches a half. At most `2 × ⌈max / page⌉ + 8` searches.
 pub async fn find_all<S: RawStore>(
     store: &S,
     tags: &[(String, String)],
