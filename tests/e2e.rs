@@ -31,6 +31,21 @@ async fn search(tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
 }
 
 async fn search_service(service: &str, tags: Value, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    search_service_until(service, tags, |traces| {
+        ok(traces)
+            .then_some(())
+            .ok_or_else(|| "the check failed".to_string())
+    })
+    .await
+}
+
+/// Like [`search_service`], with a check that says what is missing: the
+/// panic after 90 s names it.
+async fn search_service_until(
+    service: &str,
+    tags: Value,
+    check: impl Fn(&[Value]) -> Result<(), String>,
+) -> Vec<Value> {
     let url = format!("{}/api/traces", env("JAEGER_QUERY_URL"));
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -50,12 +65,13 @@ async fn search_service(service: &str, tags: Value, ok: impl Fn(&[Value]) -> boo
             .await
             .unwrap();
         let traces = resp["data"].as_array().cloned().unwrap_or_default();
-        if ok(&traces) {
-            return traces;
-        }
+        let missing = match check(&traces) {
+            Ok(()) => return traces,
+            Err(missing) => missing,
+        };
         assert!(
             std::time::Instant::now() < deadline,
-            "Jaeger never had traces for {tags} that pass the check; last: {}",
+            "Jaeger never had traces for {tags} that pass the check ({missing}); last: {}",
             serde_json::to_string(&traces)
                 .unwrap()
                 .chars()
@@ -1325,10 +1341,23 @@ async fn no_event_is_lost_or_duplicated_across_an_apiserver_restart() {
         }
         m
     };
-    let traces = search(serde_json::json!({"kascade.span": "event"}), |t| {
-        let f = found(t);
-        expected.iter().all(|k| f.contains_key(k))
-    })
+    let traces = search_service_until(
+        "kascade",
+        serde_json::json!({"kascade.span": "event"}),
+        |t| {
+            let f = found(t);
+            let missing: Vec<_> = expected.iter().filter(|k| !f.contains_key(k)).collect();
+            match missing.len() {
+                0 => Ok(()),
+                n => Err(format!(
+                    "{n} of {} Events (uid, count) without a span, e.g. {:?}; traces found: {}",
+                    expected.len(),
+                    &missing[..n.min(5)],
+                    t.len()
+                )),
+            }
+        },
+    )
     .await;
     let stored = stored_event_spans(&trace_ids(&traces)).await;
     let dups: Vec<_> = stored.iter().filter(|(_, n)| **n > 1).collect();
