@@ -47,38 +47,56 @@ async fn search_service_until(
     check: impl Fn(&[Value]) -> Result<(), String>,
 ) -> Vec<Value> {
     let url = format!("{}/api/traces", env("JAEGER_QUERY_URL"));
+    poll_search(&url, "1000", service, &tags, check, |_| {})
+        .await
+        .unwrap_or_else(|(missing, traces)| {
+            panic!(
+                "Jaeger never had traces for {tags} that pass the check ({missing}); last: {}",
+                serde_json::to_string(&traces)
+                    .unwrap()
+                    .chars()
+                    .take(2000)
+                    .collect::<String>()
+            )
+        })
+}
+
+/// Polls a Jaeger search (`url`: an `/api/traces`) by `service` and `tags`
+/// every 500 ms until `check` passes: the traces, or after 90 s why the
+/// last answer failed and that answer. `each_answer` looks at every whole
+/// answer first.
+async fn poll_search(
+    url: &str,
+    limit: &str,
+    service: &str,
+    tags: &Value,
+    check: impl Fn(&[Value]) -> Result<(), String>,
+    each_answer: impl Fn(&Value),
+) -> Result<Vec<Value>, (String, Vec<Value>)> {
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let resp: Value = client
-            .get(&url)
+            .get(url)
             .query(&[
                 ("service", service),
                 ("tags", &tags.to_string()),
                 ("lookback", "2h"),
-                ("limit", "1000"),
+                ("limit", limit),
             ])
             .send()
             .await
-            .expect("Jaeger query API answers")
+            .expect("Jaeger's query API answers")
             .json()
             .await
             .unwrap();
+        each_answer(&resp);
         let traces = resp["data"].as_array().cloned().unwrap_or_default();
-        let missing = match check(&traces) {
-            Ok(()) => return traces,
-            Err(missing) => missing,
-        };
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Jaeger never had traces for {tags} that pass the check ({missing}); last: {}",
-            serde_json::to_string(&traces)
-                .unwrap()
-                .chars()
-                .take(2000)
-                .collect::<String>()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        match check(&traces) {
+            Ok(()) => return Ok(traces),
+            Err(why) if std::time::Instant::now() >= deadline => return Err((why, traces)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
     }
 }
 
@@ -413,53 +431,33 @@ async fn ui_search_until(
     check: impl Fn(&[Value]) -> Result<(), String>,
 ) -> Vec<Value> {
     let url = format!("{}/api/traces", env("JAEGER_UI_URL"));
-    let client = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let resp: Value = client
-            .get(&url)
-            .query(&[
-                ("service", service),
-                ("tags", &tags.to_string()),
-                ("lookback", "2h"),
-                ("limit", "20"),
-            ])
-            .send()
-            .await
-            .expect("Jaeger query tier answers")
-            .json()
-            .await
-            .unwrap();
+    let no_errors = |resp: &Value| {
         assert!(
             resp["errors"].is_null(),
             "the UI search failed: {}",
             resp["errors"]
-        );
-        let traces = resp["data"].as_array().cloned().unwrap_or_default();
-        let why = match check(&traces) {
-            Ok(()) => return traces,
-            Err(why) => why,
-        };
-        if std::time::Instant::now() >= deadline {
-            let mut listing = String::new();
-            for (i, t) in traces.iter().enumerate() {
-                let spans = t["spans"].as_array().map(Vec::as_slice).unwrap_or_default();
-                listing += &format!("\ntrace {i} ({} spans):", spans.len());
-                for s in spans.iter().take(200) {
-                    listing += &format!(
-                        "\n  {} [cpid {}]",
-                        s["operationName"].as_str().unwrap_or("?"),
-                        tag_str(s, "cpid").unwrap_or("-")
-                    );
-                }
-            }
-            panic!(
-                "the UI never showed a trace for {tags} that passes the check: {why}; last answer: {} traces{listing}",
-                traces.len()
+        )
+    };
+    let (why, traces) = match poll_search(&url, "20", service, &tags, check, no_errors).await {
+        Ok(traces) => return traces,
+        Err(failed) => failed,
+    };
+    let mut listing = String::new();
+    for (i, t) in traces.iter().enumerate() {
+        let spans = t["spans"].as_array().map(Vec::as_slice).unwrap_or_default();
+        listing += &format!("\ntrace {i} ({} spans):", spans.len());
+        for s in spans.iter().take(200) {
+            listing += &format!(
+                "\n  {} [cpid {}]",
+                s["operationName"].as_str().unwrap_or("?"),
+                tag_str(s, "cpid").unwrap_or("-")
             );
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    panic!(
+        "the UI never showed a trace for {tags} that passes the check: {why}; last answer: {} traces{listing}",
+        traces.len()
+    );
 }
 
 fn service_of<'a>(trace: &'a Value, span: &Value) -> &'a str {
