@@ -7,9 +7,10 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use super::{AssemblyConfig, PipelineConfig, load_rules};
-use crate::analysis::cascade::render_text as render_cascades_text;
+use crate::analysis::cascade::{InPart, render_text_in_part};
 use crate::frontend::assemble::Scope;
 use crate::frontend::display::Mode;
+use crate::frontend::display::cascade::select_for_text;
 use crate::frontend::offline::store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
@@ -166,7 +167,8 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         let Some(trace) = frontend.change_trace(cpid, range).await? else {
             bail!("no write of change {cpid} in the audit log");
         };
-        return print_cascades(&trace, config.format);
+        // Every write, as the UI shows a change's trace.
+        return print_cascades(&trace, config.format, &[]);
     }
     let mut tags = vec![
         ("cluster".to_string(), config.cluster.clone()),
@@ -202,7 +204,17 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     };
     match config.format {
         TraceFormat::Text if config.mode == Mode::Cascade => {
-            return print_cascades(trace, config.format);
+            let searched = trace
+                .assembly
+                .nodes
+                .get(trace.assembly.searched)
+                .map(|n| &n.history.object);
+            let in_part: Vec<InPart> = trace
+                .cascades
+                .iter()
+                .map(|c| select_for_text(c, searched, config.assembly.max_siblings))
+                .collect();
+            return print_cascades(trace, config.format, &in_part);
         }
         TraceFormat::Text => print!(
             "{}",
@@ -211,6 +223,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 &TextOptions {
                     max_diff_lines: config.max_diff_lines,
                     snapshots: config.snapshots,
+                    max_siblings: config.assembly.max_siblings,
                 }
             )
         ),
@@ -224,17 +237,19 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A trace shown as cascades: notes and the cascades' text, or OTLP/JSON.
+/// A trace shown as cascades: notes and the cascades' text (each in part
+/// as `in_part` says), or OTLP/JSON.
 fn print_cascades(
     trace: &crate::frontend::AssembledTrace,
     format: TraceFormat,
+    in_part: &[InPart],
 ) -> anyhow::Result<()> {
     match format {
         TraceFormat::Text => {
             for note in trace.assembly.notes.iter() {
                 println!("note: {note}");
             }
-            print!("{}", render_cascades_text(&trace.cascades));
+            print!("{}", render_text_in_part(&trace.cascades, in_part));
         }
         TraceFormat::OtlpJson => {
             let data = opentelemetry_proto::tonic::trace::v1::TracesData {

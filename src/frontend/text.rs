@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::assemble::Assembly;
-use super::display::{diff_lines, problem, snapshot};
+use super::display::{DEFAULT_MAX_SIBLINGS, diff_lines, problem, select_for_text, snapshot};
 use super::merge::Source;
 use super::raw::{from_nanos, string_attr};
 
@@ -13,6 +13,10 @@ pub struct TextOptions {
     pub max_diff_lines: usize,
     /// Show create/delete snapshots.
     pub snapshots: bool,
+    /// Objects of one resource and relation under one object shown before
+    /// the rest are said in one line, as the Jaeger UI summarises them
+    /// (`--max-siblings`; 0 shows all).
+    pub max_siblings: usize,
 }
 
 impl Default for TextOptions {
@@ -20,8 +24,15 @@ impl Default for TextOptions {
         Self {
             max_diff_lines: 8,
             snapshots: false,
+            max_siblings: DEFAULT_MAX_SIBLINGS,
         }
     }
+}
+
+/// One line of the tree: an object, or the rest of a wide level.
+enum Row {
+    Object(usize),
+    Rest(String),
 }
 
 fn rel(ns: u64, base: u64) -> String {
@@ -39,12 +50,12 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
     for note in &asm.notes {
         let _ = writeln!(out, "note: {note}");
     }
+    let rows = rows(asm, opts.max_siblings);
     // Prefix of each depth: "│  " while the ancestor at that depth has more siblings.
-    let walk = asm.walk();
     let mut last_at_depth: Vec<bool> = Vec::new();
-    for (pos, &(i, depth)) in walk.iter().enumerate() {
-        let n = &asm.nodes[i];
-        let is_last = !walk[pos + 1..]
+    for (pos, (row, depth)) in rows.iter().enumerate() {
+        let depth = *depth;
+        let is_last = !rows[pos + 1..]
             .iter()
             .take_while(|(_, d)| *d >= depth)
             .any(|(_, d)| *d == depth);
@@ -57,6 +68,14 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
             prefix.push_str(if is_last { "└─ " } else { "├─ " });
         }
         last_at_depth.push(is_last);
+        let i = match row {
+            Row::Object(i) => *i,
+            Row::Rest(line) => {
+                let _ = writeln!(out, "{prefix}{line}");
+                continue;
+            }
+        };
+        let n = &asm.nodes[i];
         let o = &n.history.object;
         let mut head = format!("{prefix}{} ", o.resource);
         if !o.namespace.is_empty() {
@@ -167,4 +186,34 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         }
     }
     out
+}
+
+/// The tree's lines in order, with their depths: the walk without the
+/// objects a wide level leaves out, each level's rest said last under
+/// its parent.
+fn rows(asm: &Assembly, max_siblings: usize) -> Vec<(Row, usize)> {
+    let selection = select_for_text(asm, max_siblings);
+    let walk = asm.walk();
+    let mut rows = Vec::with_capacity(walk.len());
+    // (depth of the parent, the rest's line), in the order they close.
+    let mut open: Vec<(usize, String)> = Vec::new();
+    let close = |open: &mut Vec<(usize, String)>, rows: &mut Vec<(Row, usize)>, depth: usize| {
+        while open.last().is_some_and(|(d, _)| *d >= depth) {
+            let (d, line) = open.pop().expect("checked above");
+            rows.push((Row::Rest(line), d + 1));
+        }
+    };
+    for &(i, depth) in &walk {
+        if selection.hidden[i] {
+            continue;
+        }
+        close(&mut open, &mut rows, depth);
+        rows.push((Row::Object(i), depth));
+        // Several levels under one parent: said in the order selected.
+        for (_, line) in selection.summaries.iter().filter(|(p, _)| *p == i).rev() {
+            open.push((depth, line.clone()));
+        }
+    }
+    close(&mut open, &mut rows, 0);
+    rows
 }

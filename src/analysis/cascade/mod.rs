@@ -17,7 +17,7 @@ use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
 pub use completion::{Completion, Waiting, settles};
 pub(crate) use completion::{Settling, counts};
-pub use text::{format_duration, render_text};
+pub use text::{InPart, format_duration, render_text, render_text_in_part};
 pub use tracker::{CascadeTracker, TrackerConfig};
 
 /// One cascade: its changes as a tree, root first.

@@ -25,10 +25,28 @@ fn offset(t: SystemTime, base: SystemTime) -> String {
     )
 }
 
+/// The writes of one cascade its text leaves out (a wide level's rest),
+/// and the line standing for each level, said last under the write that
+/// caused it.
+#[derive(Debug, Clone, Default)]
+pub struct InPart {
+    /// `hidden[i]`: change `i` (and what it caused) is not printed; empty
+    /// prints every change.
+    pub hidden: Vec<bool>,
+    /// (the causing change, the line standing for the rest it caused).
+    pub rest: Vec<(usize, String)>,
+}
+
 /// Each cascade: root write, completion (or what it waits for), then the
 /// tree of writes with their time after the root's request, response code,
 /// edge and hop latency; `★` marks the critical path.
 pub fn render_text(cascades: &[Cascade]) -> String {
+    render_text_in_part(cascades, &[])
+}
+
+/// [`render_text`], each cascade `n` printed in part as `in_part[n]` says
+/// (whole when it has none).
+pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
     let mut out = String::new();
     for (n, c) in cascades.iter().enumerate() {
         if n > 0 {
@@ -71,11 +89,11 @@ pub fn render_text(cascades: &[Cascade]) -> String {
                 );
             }
         }
-        let walk = c.walk();
+        let rows = rows(c, in_part.get(n));
         let mut last_at_depth: Vec<bool> = Vec::new();
-        for (pos, &(i, depth)) in walk.iter().enumerate() {
-            let ch = &c.changes[i];
-            let is_last = !walk[pos + 1..]
+        for (pos, (row, depth)) in rows.iter().enumerate() {
+            let depth = *depth;
+            let is_last = !rows[pos + 1..]
                 .iter()
                 .take_while(|(_, d)| *d >= depth)
                 .any(|(_, d)| *d == depth);
@@ -88,6 +106,14 @@ pub fn render_text(cascades: &[Cascade]) -> String {
                 line.push_str(if is_last { "└─ " } else { "├─ " });
             }
             last_at_depth.push(is_last);
+            let i = match row {
+                Row::Change(i) => *i,
+                Row::Rest(rest) => {
+                    let _ = writeln!(out, "{line}{rest}");
+                    continue;
+                }
+            };
+            let ch = &c.changes[i];
             let _ = write!(
                 line,
                 "{}  {} {}",
@@ -126,4 +152,44 @@ pub fn render_text(cascades: &[Cascade]) -> String {
         out.push_str("no cascade in range\n");
     }
     out
+}
+
+/// One line of a cascade's tree: a write, or the rest of a wide level.
+enum Row<'a> {
+    Change(usize),
+    Rest(&'a str),
+}
+
+/// The tree's lines in order with their depths: the walk without the
+/// changes `in_part` leaves out, each level's rest said last under its
+/// cause.
+fn rows<'a>(c: &Cascade, in_part: Option<&'a InPart>) -> Vec<(Row<'a>, usize)> {
+    let hidden = |i: usize| in_part.and_then(|p| p.hidden.get(i).copied()) == Some(true);
+    let walk = c.walk();
+    let mut rows = Vec::with_capacity(walk.len());
+    // (depth of the cause, the rest's line), in the order they close.
+    let mut open: Vec<(usize, &'a str)> = Vec::new();
+    let close = |open: &mut Vec<(usize, &'a str)>, rows: &mut Vec<(Row<'a>, usize)>, depth| {
+        while open.last().is_some_and(|(d, _)| *d >= depth) {
+            let (d, line) = open.pop().expect("checked above");
+            rows.push((Row::Rest(line), d + 1));
+        }
+    };
+    for &(i, depth) in &walk {
+        if hidden(i) {
+            continue;
+        }
+        close(&mut open, &mut rows, depth);
+        rows.push((Row::Change(i), depth));
+        for (_, line) in in_part
+            .iter()
+            .flat_map(|p| p.rest.iter())
+            .filter(|(cause, _)| *cause == i)
+            .rev()
+        {
+            open.push((depth, line.as_str()));
+        }
+    }
+    close(&mut open, &mut rows, 0);
+    rows
 }

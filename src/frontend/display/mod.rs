@@ -24,7 +24,10 @@ mod siblings;
 
 use entries::*;
 pub use entries::{diff_lines, problem, snapshot};
-pub use siblings::{DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, parse_siblings};
+pub use siblings::{
+    DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, TextSelection, parse_siblings,
+    select_for_text,
+};
 
 /// Objects (or writes, in mode cascade) the summary spans of `spans` stand
 /// for: what a trace shows in part.

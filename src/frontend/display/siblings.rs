@@ -8,6 +8,7 @@
 //! `siblings=all` shows them all.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::trace::v1::span::Event;
@@ -259,4 +260,71 @@ pub(super) fn summary_span(
         }),
         ..Default::default()
     }
+}
+
+/// A wide level as the terminal shows it (`kascade trace`): which objects
+/// are left out, and one line per level standing for them.
+pub struct TextSelection {
+    /// `hidden[i]`: node `i` (and so its subtree) is not shown.
+    pub hidden: Vec<bool>,
+    /// (parent node, the line shown last under it), by parent in walk order.
+    pub summaries: Vec<(usize, String)>,
+}
+
+/// [`select`] for the terminal: the same objects shown as in the Jaeger UI,
+/// each wide level's rest said in one line (how many, failed, how long
+/// they were active and took to get ready, the first of them by name).
+/// `max_siblings` 0 shows everything.
+pub fn select_for_text(asm: &Assembly, max_siblings: usize) -> TextSelection {
+    let times = super::object_times(asm);
+    let errors = super::entries::error_statuses(asm);
+    let (hidden, summaries) = select(asm, &times, &errors, max_siblings);
+    let summaries = summaries
+        .iter()
+        .map(|s| (s.parent, summary_line(asm, s, &times, &errors)))
+        .collect();
+    TextSelection { hidden, summaries }
+}
+
+fn summary_line(
+    asm: &Assembly,
+    s: &Summary,
+    times: &[(u64, u64)],
+    errors: &[Option<String>],
+) -> String {
+    let n = s.members.len();
+    let mut line = format!("… {n} more {}", s.resource);
+    if let Some(c) = &s.class {
+        let _ = write!(line, "  [{c}]");
+    }
+    let _ = write!(line, "  (not shown: {n} of {})", n + s.shown);
+    let failed = s.members.iter().filter(|&&i| errors[i].is_some()).count();
+    if failed > 0 {
+        let _ = write!(line, "  ✗ {failed} failed");
+    }
+    let [p50, p90, max] = spread(
+        s.members
+            .iter()
+            .map(|&i| times[i].1.saturating_sub(times[i].0))
+            .collect(),
+    );
+    let _ = write!(line, "  active p50 {p50}, p90 {p90}, max {max}");
+    let ready: Vec<u64> = s
+        .members
+        .iter()
+        .filter_map(|&i| ready_after(&asm.nodes[i]))
+        .collect();
+    if !ready.is_empty() {
+        let [p50, p90, max] = spread(ready);
+        let _ = write!(line, "; ready after p50 {p50}, p90 {p90}, max {max}");
+    }
+    // Named so that one is a `kascade trace --name` away.
+    let first = &asm.nodes[s.members[0]].history.object;
+    let _ = write!(line, "; first {}", first.name);
+    if n > 1 {
+        let last = &asm.nodes[s.members[n - 1]].history.object;
+        let _ = write!(line, ", last {}", last.name);
+    }
+    line.push_str("; --max-siblings 0 shows all");
+    line
 }

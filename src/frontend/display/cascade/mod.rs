@@ -15,7 +15,7 @@ use crate::pipeline::ChangeRecord;
 use crate::span_model::attr;
 
 mod siblings;
-pub use siblings::WRITES_NOT_SHOWN;
+pub use siblings::{WRITES_NOT_SHOWN, select_for_text};
 
 /// Marks the critical path in span names.
 pub const CRITICAL_MARK: &str = "★ ";

@@ -6,6 +6,7 @@
 //! The tag `siblings=all` shows them all, as in the other modes.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -14,7 +15,7 @@ use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use super::super::entries::span_id;
 use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
 use super::{fails, failure_message};
-use crate::analysis::cascade::{Cascade, change_name, format_duration};
+use crate::analysis::cascade::{Cascade, InPart, change_name, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::span_model::attr;
@@ -244,4 +245,65 @@ pub(super) fn summary_span(
         }),
         ..Default::default()
     }
+}
+
+/// [`select`] for the terminal (`kascade trace --mode cascade`): the same
+/// writes shown as in the Jaeger UI, each wide level's rest said in one
+/// line (how many, what they caused, failed, the spread of their hops and
+/// durations, the first and last of them).
+pub fn select_for_text(c: &Cascade, searched: Option<&ObjectRef>, max_siblings: usize) -> InPart {
+    let times = super::span_times(c);
+    let subtrees = Subtrees::of(c, searched);
+    let (hidden, summaries) = select(c, &times, &subtrees, max_siblings);
+    let rest = summaries
+        .iter()
+        .map(|s| (s.parent, summary_line(c, s, &times, &subtrees)))
+        .collect();
+    InPart { hidden, rest }
+}
+
+fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtrees) -> String {
+    let n = s.members.len();
+    let what = if s.subresource.is_empty() {
+        format!("{} {}", s.verb, s.resource)
+    } else {
+        format!("{} {} {}", s.verb, s.subresource, s.resource)
+    };
+    let below: usize = s.members.iter().map(|&i| subtrees.size[i] - 1).sum();
+    let mut line = format!("… {n} more {what}  (not shown: {n} of {}", n + s.shown);
+    if below > 0 {
+        let _ = write!(line, ", and the {below} writes they caused");
+    }
+    line.push(')');
+    let failed = s.members.iter().filter(|&&i| subtrees.failed[i]).count();
+    if failed > 0 {
+        let _ = write!(line, "  ✗ {failed} failed, or what they caused");
+    }
+    let [h50, h90, hmax] = spread(
+        s.members
+            .iter()
+            .map(|&i| {
+                c.changes[i]
+                    .cause
+                    .as_ref()
+                    .map_or(0, |k| k.hop.as_nanos() as u64)
+            })
+            .collect(),
+    );
+    let [d50, d90, dmax] = spread(
+        s.members
+            .iter()
+            .map(|&i| times[i].1.saturating_sub(times[i].0))
+            .collect(),
+    );
+    let _ = write!(
+        line,
+        "  hop p50 {h50}, p90 {h90}, max {hmax}; duration p50 {d50}, p90 {d90}, max {dmax}"
+    );
+    let _ = write!(line, "; first {}", c.changes[s.members[0]].object.name);
+    if n > 1 {
+        let _ = write!(line, ", last {}", c.changes[s.members[n - 1]].object.name);
+    }
+    line.push_str("; --max-siblings 0 shows all");
+    line
 }
