@@ -2521,3 +2521,130 @@ async fn two_collectors_and_two_frontends_answer_the_related_cpid_query_alike() 
         .collect();
     assert!(ancestors.contains(&root.to_string().as_str()), "{up}");
 }
+
+#[tokio::test]
+#[ignore]
+async fn a_resource_rbac_refuses_is_watched_once_it_is_allowed() {
+    use kascade::metrics::Metrics;
+    use kascade::pipeline::{Intake, Work};
+    use kascade::source::watch::{WatchConfig, start};
+    // An apiserver that has just started refuses everything until its
+    // authorizer has synced, and an operator may grant a resource later:
+    // a watcher refused once must try again, not give up.
+    let ns = "rbac-later";
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        kubectl(&["apply", "-f", path.to_str().unwrap()]);
+    };
+    manifest(
+        "sa.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: late-watcher, namespace: {ns}}}\n"
+        ),
+    );
+    let token = kubectl(&[
+        "create",
+        "token",
+        "late-watcher",
+        "-n",
+        ns,
+        "--duration",
+        "1h",
+    ]);
+    // kascade's own kubeconfig (server, CA) with the ServiceAccount's token.
+    let own = std::fs::read_to_string(env("KASCADE_KUBECONFIG")).unwrap();
+    let kubeconfig: String = own
+        .lines()
+        .map(|l| match l.split_once("token:") {
+            Some((indent, _)) => format!("{indent}token: {}\n", token.trim()),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert!(kubeconfig.contains(token.trim()), "{own}");
+    let kubeconfig_path = dir.path().join("late-watcher.kubeconfig");
+    std::fs::write(&kubeconfig_path, kubeconfig).unwrap();
+
+    let metrics = std::sync::Arc::new(Metrics::default());
+    let (intake, mut rx) = Intake::new(10_000, Default::default());
+    let cfg = WatchConfig {
+        cluster: ns.to_string(),
+        kubeconfig: kubeconfig_path,
+        include: ["configmaps".to_string()].into(),
+        exclude: Default::default(),
+        event_max_age: Duration::from_secs(3600),
+        watch_events: false,
+    };
+    let tasks = start(cfg, intake, metrics.clone()).await.unwrap();
+    assert_eq!(tasks.len(), 1, "configmaps only");
+    let refused = || {
+        metrics
+            .watch_forbidden
+            .get_or_create(&Metrics::cluster(ns))
+            .get()
+    };
+    // Refused (403) first: counted while it lasts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while refused() != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refusal was never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Granted now; a ConfigMap written after the grant is watched.
+    manifest(
+        "rbac.yaml",
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n\
+             metadata: {{name: {ns}-configmaps}}\n\
+             rules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch]}}]\n---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {{name: {ns}-configmaps}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-configmaps}}\n\
+             subjects: [{{kind: ServiceAccount, name: late-watcher, namespace: {ns}}}]\n"
+        ),
+    );
+    kubectl(&[
+        "create",
+        "configmap",
+        "granted",
+        "-n",
+        ns,
+        "--from-literal=k=v",
+    ]);
+    let seen = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(work) = rx.recv().await {
+            if let Work::Watch(change) = work
+                && change.object.namespace == ns
+                && change.object.name == "granted"
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    for t in tasks {
+        t.abort();
+    }
+    kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    kubectl(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        &format!("{ns}-configmaps"),
+    ]);
+    assert_eq!(
+        seen,
+        Ok(true),
+        "the ConfigMap written after the grant was never watched"
+    );
+    assert_eq!(
+        refused(),
+        0,
+        "allowed again, the refusal is no longer counted"
+    );
+}

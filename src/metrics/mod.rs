@@ -42,6 +42,9 @@ pub struct Metrics {
     pub watch_changes: Family<ClusterLabel, Counter>,
     pub watch_errors: Family<ClusterLabel, Counter>,
     pub watching: Family<ClusterLabel, Gauge>,
+    /// Resources RBAC refuses to list or watch right now (checked again
+    /// with backoff), by cluster.
+    pub watch_forbidden: Family<ClusterLabel, Gauge>,
     pub object_spans: Counter,
     pub link_spans: Counter,
     pub event_spans: Counter,
@@ -170,6 +173,11 @@ impl Metrics {
             "watching",
             "1 while this replica holds a cluster's watcher role and watches it",
             self.watching.clone(),
+        );
+        r.register(
+            "watch_forbidden_resources",
+            "Resources RBAC refuses to list or watch now (checked again with backoff), by cluster",
+            self.watch_forbidden.clone(),
         );
         r.register(
             "watch_errors",

@@ -214,13 +214,87 @@ pub async fn start(
     Ok(tasks)
 }
 
-/// RBAC refuses this resource: retrying will not help.
+/// RBAC refuses this resource (for now: see [`Refusal`]).
 fn is_forbidden(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 403,
         watcher::Error::WatchError(s) => s.code == 403,
         _ => false,
+    }
+}
+
+/// First wait before a refused resource is listed again; it doubles up to
+/// [`REFUSED_RETRY_MAX`].
+const REFUSED_RETRY_FIRST: Duration = Duration::from_secs(1);
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// A resource RBAC refuses to list or watch is not given up: an apiserver
+/// that has just started answers 403 to everything until its authorizer
+/// has synced (a second or two), and an operator may grant the resource
+/// later. The watch is started again with backoff; while refused, the
+/// resource is counted in `kascade_watch_forbidden_resources` and said
+/// once in the log, and said again once allowed.
+struct Refusal<'a> {
+    cluster: &'a str,
+    resource: &'a str,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    refused: bool,
+    wait: Duration,
+}
+
+impl<'a> Refusal<'a> {
+    fn new(cluster: &'a str, resource: &'a str, metrics: &Metrics) -> Self {
+        Refusal {
+            cluster,
+            resource,
+            gauge: metrics
+                .watch_forbidden
+                .get_or_create(&Metrics::cluster(cluster))
+                .clone(),
+            refused: false,
+            wait: REFUSED_RETRY_FIRST,
+        }
+    }
+
+    /// After a 403: counts and logs the refusal the first time, then waits
+    /// before the watch starts again.
+    async fn refused(&mut self) {
+        if !self.refused {
+            self.refused = true;
+            self.gauge.inc();
+            tracing::info!(
+                cluster = self.cluster,
+                resource = self.resource,
+                retry_max_s = REFUSED_RETRY_MAX.as_secs(),
+                "not allowed to list/watch it (RBAC); not watching it, checking again with backoff"
+            );
+        }
+        tokio::time::sleep(self.wait).await;
+        self.wait = (self.wait * 2).min(REFUSED_RETRY_MAX);
+    }
+
+    /// The apiserver answered: the resource is allowed (again).
+    fn allowed(&mut self) {
+        if self.refused {
+            self.refused = false;
+            self.gauge.dec();
+            tracing::info!(
+                cluster = self.cluster,
+                resource = self.resource,
+                "now allowed to list/watch it (RBAC); watching it"
+            );
+        }
+        self.wait = REFUSED_RETRY_FIRST;
+    }
+}
+
+impl Drop for Refusal<'_> {
+    /// A watcher stopped (its role lost, shutdown) no longer counts.
+    fn drop(&mut self) {
+        if self.refused {
+            self.gauge.dec();
+        }
     }
 }
 
@@ -321,39 +395,50 @@ async fn watch_objects(
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let resource = resource_name(&ar);
     let label = Metrics::cluster(&cfg.cluster);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        let (kind, obj) = match ev {
-            Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
-            Ok(watcher::Event::InitApply(o)) => (WatchKind::Listed, o),
-            Ok(watcher::Event::Delete(o)) => (WatchKind::Deleted, o),
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
-            Err(e) => {
-                if is_forbidden(&e) {
-                    tracing::info!(cluster = %cfg.cluster, %resource,
-                        "not allowed to list/watch it (RBAC); not watching it");
-                    return;
+    let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
+    'watch: loop {
+        let mut stream = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            let (kind, obj) = match ev {
+                Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
+                Ok(watcher::Event::InitApply(o)) => (WatchKind::Listed, o),
+                Ok(watcher::Event::Delete(o)) => (WatchKind::Deleted, o),
+                // `Init` comes before the list is asked for; `InitDone`
+                // after it was answered.
+                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    rbac.allowed();
+                    continue;
                 }
-                metrics.watch_errors.get_or_create(&label).inc();
-                tracing::warn!(cluster = %cfg.cluster, %resource, error = %e, "watch failed; re-listing with backoff");
+                Err(e) if is_forbidden(&e) => {
+                    drop(stream);
+                    rbac.refused().await;
+                    continue 'watch;
+                }
+                Err(e) => {
+                    metrics.watch_errors.get_or_create(&label).inc();
+                    tracing::warn!(cluster = %cfg.cluster, %resource, error = %e, "watch failed; re-listing with backoff");
+                    continue;
+                }
+            };
+            rbac.allowed();
+            let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
                 continue;
+            };
+            metrics.watch_changes.get_or_create(&label).inc();
+            let change = WatchChange {
+                object,
+                kind,
+                state: to_value(&ar, obj),
+                observed: SystemTime::now(),
+            };
+            if intake.submit_work(Work::Watch(change)).await.is_err() {
+                return; // shutting down
             }
-        };
-        let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
-            continue;
-        };
-        metrics.watch_changes.get_or_create(&label).inc();
-        let change = WatchChange {
-            object,
-            kind,
-            state: to_value(&ar, obj),
-            observed: SystemTime::now(),
-        };
-        if intake.submit_work(Work::Watch(change)).await.is_err() {
-            return; // shutting down
         }
+        return;
     }
 }
 
@@ -366,51 +451,61 @@ async fn watch_events(
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let label = Metrics::cluster(&cfg.cluster);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(ev) = stream.next().await {
-        let (listed, obj) = match ev {
-            Ok(watcher::Event::Apply(o)) => (false, o),
-            Ok(watcher::Event::InitApply(o)) => (true, o),
-            Ok(_) => continue,
-            Err(e) => {
-                if is_forbidden(&e) {
-                    tracing::warn!(cluster = %cfg.cluster, resource = "events",
-                        "not allowed to list/watch Events (RBAC); not watching them");
-                    return;
+    let resource = resource_name(&ar);
+    let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
+    'watch: loop {
+        let mut stream = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            let (listed, obj) = match ev {
+                Ok(watcher::Event::Apply(o)) => (false, o),
+                Ok(watcher::Event::InitApply(o)) => (true, o),
+                Ok(watcher::Event::InitDone) => {
+                    rbac.allowed();
+                    continue;
                 }
-                metrics.watch_errors.get_or_create(&label).inc();
-                tracing::warn!(cluster = %cfg.cluster, resource = "events", error = %e, "watch failed; re-listing with backoff");
+                Ok(_) => continue,
+                Err(e) if is_forbidden(&e) => {
+                    drop(stream);
+                    rbac.refused().await;
+                    continue 'watch;
+                }
+                Err(e) => {
+                    metrics.watch_errors.get_or_create(&label).inc();
+                    tracing::warn!(cluster = %cfg.cluster, resource = "events", error = %e, "watch failed; re-listing with backoff");
+                    continue;
+                }
+            };
+            rbac.allowed();
+            let Some(own) = object_ref(&cfg.cluster, &ar, &obj) else {
+                continue;
+            };
+            let uid = obj.metadata.uid.clone().unwrap_or_default();
+            let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
+            else {
+                continue;
+            };
+            metrics.watch_changes.get_or_create(&label).inc();
+            let now = SystemTime::now();
+            let at = precise_occurrence(event.occurred, now);
+            if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
+                metrics
+                    .events_filtered
+                    .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
+                    .inc();
                 continue;
             }
-        };
-        let Some(own) = object_ref(&cfg.cluster, &ar, &obj) else {
-            continue;
-        };
-        let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
-        else {
-            continue;
-        };
-        metrics.watch_changes.get_or_create(&label).inc();
-        let now = SystemTime::now();
-        let at = precise_occurrence(event.occurred, now);
-        if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
-            metrics
-                .events_filtered
-                .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
-                .inc();
-            continue;
+            let work = Work::Event {
+                own,
+                uid,
+                event: Box::new(event),
+                at,
+            };
+            if intake.submit_work(work).await.is_err() {
+                return;
+            }
         }
-        let work = Work::Event {
-            own,
-            uid,
-            event: Box::new(event),
-            at,
-        };
-        if intake.submit_work(work).await.is_err() {
-            return;
-        }
+        return;
     }
 }
