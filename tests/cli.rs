@@ -630,14 +630,14 @@ fn transparent_huge_pages_are_off_unless_kascade_is_told_otherwise() {
 }
 
 /// `kascade trace`'s text of the captured deployment fixture (two
-/// ReplicaSets of five Pods each) with `--max-siblings` given.
-fn trace_text_of_deployment(max_siblings: &str) -> String {
+/// ReplicaSets of five Pods each, Deployment `hello`) with `args` added.
+fn trace_text_of_deployment(args: &[&str]) -> String {
     let out = kascade()
         .arg("trace")
         .arg(common::fixture_path("deployment", "audit.log"))
         .args(["--resource", "deployments", "--namespace", "default"])
-        .args(["--name", "hello", "--max-diff-lines", "0"])
-        .args(["--max-siblings", max_siblings])
+        .args(["--name", "hello"])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -646,6 +646,11 @@ fn trace_text_of_deployment(max_siblings: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The tree's text, changes counted only, with `--max-siblings` given.
+fn tree_text_of_deployment(max_siblings: &str) -> String {
+    trace_text_of_deployment(&["--max-diff-lines", "0", "--max-siblings", max_siblings])
 }
 
 /// The tree's object rows (`pods default/x` → `x`) of `resource`, and the
@@ -666,14 +671,14 @@ fn rows_of<'a>(text: &'a str, resource: &str) -> (Vec<&'a str>, Vec<&'a str>) {
 #[test]
 fn the_terminal_tree_summarises_a_wide_level_as_the_ui_does() {
     // Every Pod shown: five under each ReplicaSet, nothing summarised.
-    let all = trace_text_of_deployment("0");
+    let all = tree_text_of_deployment("0");
     let (pods, rest) = rows_of(&all, "pods");
     assert_eq!(pods.len(), 10, "{all}");
     assert!(rest.is_empty(), "{all}");
     // The default (50) shows a level of five whole, as the UI does.
-    assert_eq!(trace_text_of_deployment("50"), all);
+    assert_eq!(tree_text_of_deployment("50"), all);
 
-    let text = trace_text_of_deployment("2");
+    let text = tree_text_of_deployment("2");
     let (shown, rest) = rows_of(&text, "pods");
     assert_eq!(shown.len(), 4, "two Pods per ReplicaSet: {text}");
     assert_eq!(
@@ -721,20 +726,7 @@ fn the_terminal_tree_summarises_a_wide_level_as_the_ui_does() {
 
 /// `kascade trace --mode cascade`'s text of the deployment fixture.
 fn cascade_text_of_deployment(max_siblings: &str) -> String {
-    let out = kascade()
-        .arg("trace")
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .args(["--resource", "deployments", "--namespace", "default"])
-        .args(["--name", "hello", "--mode", "cascade"])
-        .args(["--max-siblings", max_siblings])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    trace_text_of_deployment(&["--mode", "cascade", "--max-siblings", max_siblings])
 }
 
 #[test]

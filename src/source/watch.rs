@@ -385,6 +385,16 @@ fn to_value(ar: &ApiResource, obj: DynamicObject) -> Value {
     v
 }
 
+/// A list-watch of every object of `api`, re-listed with kube-runtime's
+/// backoff after an error.
+fn watch_stream(
+    api: &Api<DynamicObject>,
+) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>> {
+    watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed()
+}
+
 async fn watch_objects(
     cfg: WatchConfig,
     client: kube::Client,
@@ -397,9 +407,7 @@ async fn watch_objects(
     let label = Metrics::cluster(&cfg.cluster);
     let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
     'watch: loop {
-        let mut stream = watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let mut stream = watch_stream(&api);
         while let Some(ev) = stream.next().await {
             let (kind, obj) = match ev {
                 Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
@@ -454,9 +462,7 @@ async fn watch_events(
     let resource = resource_name(&ar);
     let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
     'watch: loop {
-        let mut stream = watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let mut stream = watch_stream(&api);
         while let Some(ev) = stream.next().await {
             let (listed, obj) = match ev {
                 Ok(watcher::Event::Apply(o)) => (false, o),

@@ -154,23 +154,7 @@ pub(super) fn summary_span(
     let end = s.members.iter().map(|&i| times[i].1).max().unwrap_or(start);
     let below: usize = s.members.iter().map(|&i| subtrees.size[i] - 1).sum();
     let failed = s.members.iter().filter(|&&i| subtrees.failed[i]).count();
-    let [d50, d90, dmax] = spread(
-        s.members
-            .iter()
-            .map(|&i| times[i].1.saturating_sub(times[i].0))
-            .collect(),
-    );
-    let [h50, h90, hmax] = spread(
-        s.members
-            .iter()
-            .map(|&i| {
-                c.changes[i]
-                    .cause
-                    .as_ref()
-                    .map_or(0, |k| k.hop.as_nanos() as u64)
-            })
-            .collect(),
-    );
+    let ([h50, h90, hmax], [d50, d90, dmax]) = hops_and_durations(c, s, times);
     let mut attributes = vec![
         kv(attr::RESOURCE, s.resource.clone()),
         kv(attr::AUDIT_VERB, s.verb.clone()),
@@ -279,23 +263,7 @@ fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtr
     if failed > 0 {
         let _ = write!(line, "  ✗ {failed} failed, or what they caused");
     }
-    let [h50, h90, hmax] = spread(
-        s.members
-            .iter()
-            .map(|&i| {
-                c.changes[i]
-                    .cause
-                    .as_ref()
-                    .map_or(0, |k| k.hop.as_nanos() as u64)
-            })
-            .collect(),
-    );
-    let [d50, d90, dmax] = spread(
-        s.members
-            .iter()
-            .map(|&i| times[i].1.saturating_sub(times[i].0))
-            .collect(),
-    );
+    let ([h50, h90, hmax], [d50, d90, dmax]) = hops_and_durations(c, s, times);
     let _ = write!(
         line,
         "  hop p50 {h50}, p90 {h90}, max {hmax}; duration p50 {d50}, p90 {d90}, max {dmax}"
@@ -306,4 +274,29 @@ fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtr
     }
     line.push_str("; --max-siblings 0 shows all");
     line
+}
+
+/// The spread (p50, p90, largest) of `s`'s writes' hops from their cause,
+/// and of their durations (to the last write each caused).
+fn hops_and_durations(
+    c: &Cascade,
+    s: &Summary,
+    times: &[(u64, u64)],
+) -> ([String; 3], [String; 3]) {
+    let hops = s
+        .members
+        .iter()
+        .map(|&i| {
+            c.changes[i]
+                .cause
+                .as_ref()
+                .map_or(0, |k| k.hop.as_nanos() as u64)
+        })
+        .collect();
+    let durations = s
+        .members
+        .iter()
+        .map(|&i| times[i].1.saturating_sub(times[i].0))
+        .collect();
+    (spread(hops), spread(durations))
 }
