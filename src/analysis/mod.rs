@@ -2,7 +2,8 @@
 //! cascades (which write caused which, completion, critical path:
 //! `cascade`), propagation statistics (`stats`), their report and plots
 //! (`report`, `plot`), the change log (`changelog`) and the live propagation
-//! metric (`live`), and `explain` (findings: what went wrong, and why).
+//! metric (`live`), `explain` (findings: what went wrong, and why), and
+//! `tree_text` (how a tree is drawn in the terminal, for both of its trees).
 //! Depends on `pipeline`, `model`, `span_model` constants and `metrics`.
 
 pub mod cascade;
@@ -12,3 +13,4 @@ pub mod live;
 pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod tree_text;

@@ -7,6 +7,7 @@ use super::assemble::Assembly;
 use super::display::{DEFAULT_MAX_SIBLINGS, diff_lines, problem, select_for_text, snapshot};
 use super::merge::Source;
 use super::raw::{from_nanos, string_attr};
+use crate::analysis::tree_text::{self, Prefixes, Row};
 
 pub struct TextOptions {
     /// Changed paths shown per write (the rest are counted).
@@ -29,12 +30,6 @@ impl Default for TextOptions {
     }
 }
 
-/// One line of the tree: an object, or the rest of a wide level.
-enum Row {
-    Object(usize),
-    Rest(String),
-}
-
 fn rel(ns: u64, base: u64) -> String {
     let d = ns.saturating_sub(base) as f64 / 1e9;
     format!("+{d:.3}s")
@@ -50,26 +45,13 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
     for note in &asm.notes {
         let _ = writeln!(out, "note: {note}");
     }
-    let rows = rows(asm, opts.max_siblings);
-    // Prefix of each depth: "│  " while the ancestor at that depth has more siblings.
-    let mut last_at_depth: Vec<bool> = Vec::new();
-    for (pos, (row, depth)) in rows.iter().enumerate() {
-        let depth = *depth;
-        let is_last = !rows[pos + 1..]
-            .iter()
-            .take_while(|(_, d)| *d >= depth)
-            .any(|(_, d)| *d == depth);
-        last_at_depth.truncate(depth);
-        let mut prefix = String::new();
-        for &last in last_at_depth.iter().skip(1) {
-            prefix.push_str(if last { "   " } else { "│  " });
-        }
-        if depth > 0 {
-            prefix.push_str(if is_last { "└─ " } else { "├─ " });
-        }
-        last_at_depth.push(is_last);
+    let selection = select_for_text(asm, opts.max_siblings);
+    let rows = tree_text::rows(&asm.walk(), |i| selection.hidden[i], &selection.summaries);
+    let mut prefixes = Prefixes::default();
+    for (pos, (row, _)) in rows.iter().enumerate() {
+        let prefix = prefixes.of(&rows, pos);
         let i = match row {
-            Row::Object(i) => *i,
+            Row::Node(i) => *i,
             Row::Rest(line) => {
                 let _ = writeln!(out, "{prefix}{line}");
                 continue;
@@ -121,15 +103,7 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         }
         let _ = writeln!(out, "{head}");
         // Entries are indented under the object, continuing its tree line.
-        let mut body = String::new();
-        for &last in last_at_depth.iter().skip(1) {
-            body.push_str(if last { "   " } else { "│  " });
-        }
-        body.push_str(if n.children.is_empty() {
-            "   "
-        } else {
-            "│  "
-        });
+        let body = prefixes.under(!n.children.is_empty());
         for e in &n.history.entries {
             let t = rel(e.span.start_time_unix_nano, base);
             let failed = e
@@ -186,34 +160,4 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         }
     }
     out
-}
-
-/// The tree's lines in order, with their depths: the walk without the
-/// objects a wide level leaves out, each level's rest said last under
-/// its parent.
-fn rows(asm: &Assembly, max_siblings: usize) -> Vec<(Row, usize)> {
-    let selection = select_for_text(asm, max_siblings);
-    let walk = asm.walk();
-    let mut rows = Vec::with_capacity(walk.len());
-    // (depth of the parent, the rest's line), in the order they close.
-    let mut open: Vec<(usize, String)> = Vec::new();
-    let close = |open: &mut Vec<(usize, String)>, rows: &mut Vec<(Row, usize)>, depth: usize| {
-        while open.last().is_some_and(|(d, _)| *d >= depth) {
-            let (d, line) = open.pop().expect("checked above");
-            rows.push((Row::Rest(line), d + 1));
-        }
-    };
-    for &(i, depth) in &walk {
-        if selection.hidden[i] {
-            continue;
-        }
-        close(&mut open, &mut rows, depth);
-        rows.push((Row::Object(i), depth));
-        // Several levels under one parent: said in the order selected.
-        for (_, line) in selection.summaries.iter().filter(|(p, _)| *p == i).rev() {
-            open.push((depth, line.clone()));
-        }
-    }
-    close(&mut open, &mut rows, 0);
-    rows
 }

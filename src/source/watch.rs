@@ -241,6 +241,8 @@ struct Refusal<'a> {
     gauge: prometheus_client::metrics::gauge::Gauge,
     refused: bool,
     wait: Duration,
+    /// Say the refusal as a warning, not as information.
+    warn: bool,
 }
 
 impl<'a> Refusal<'a> {
@@ -254,7 +256,14 @@ impl<'a> Refusal<'a> {
                 .clone(),
             refused: false,
             wait: REFUSED_RETRY_FIRST,
+            warn: false,
         }
+    }
+
+    /// A refusal of this resource is worth a warning.
+    fn warn(mut self) -> Self {
+        self.warn = true;
+        self
     }
 
     /// After a 403: counts and logs the refusal the first time, then waits
@@ -263,12 +272,24 @@ impl<'a> Refusal<'a> {
         if !self.refused {
             self.refused = true;
             self.gauge.inc();
-            tracing::info!(
-                cluster = self.cluster,
-                resource = self.resource,
-                retry_max_s = REFUSED_RETRY_MAX.as_secs(),
-                "not allowed to list/watch it (RBAC); not watching it, checking again with backoff"
-            );
+            const SAID: &str =
+                "not allowed to list/watch it (RBAC); not watching it, checking again with backoff";
+            let retry_max_s = REFUSED_RETRY_MAX.as_secs();
+            if self.warn {
+                tracing::warn!(
+                    cluster = self.cluster,
+                    resource = self.resource,
+                    retry_max_s,
+                    "{SAID}"
+                );
+            } else {
+                tracing::info!(
+                    cluster = self.cluster,
+                    resource = self.resource,
+                    retry_max_s,
+                    "{SAID}"
+                );
+            }
         }
         tokio::time::sleep(self.wait).await;
         self.wait = (self.wait * 2).min(REFUSED_RETRY_MAX);
@@ -395,6 +416,73 @@ fn watch_stream(
         .boxed()
 }
 
+/// The changes of one resource, for as long as the apiserver serves them:
+/// errors are counted and re-listed with backoff, refusals waited out (see
+/// [`Refusal`]). Both watchers read their resource through it.
+struct ResourceWatch<'a> {
+    api: Api<DynamicObject>,
+    stream: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>>,
+    rbac: Refusal<'a>,
+    errors: prometheus_client::metrics::counter::Counter,
+    cluster: &'a str,
+    resource: &'a str,
+}
+
+impl<'a> ResourceWatch<'a> {
+    fn new(
+        api: Api<DynamicObject>,
+        rbac: Refusal<'a>,
+        metrics: &Metrics,
+        cluster: &'a str,
+        resource: &'a str,
+    ) -> Self {
+        ResourceWatch {
+            stream: watch_stream(&api),
+            api,
+            rbac,
+            errors: metrics
+                .watch_errors
+                .get_or_create(&Metrics::cluster(cluster))
+                .clone(),
+            cluster,
+            resource,
+        }
+    }
+
+    /// The next object listed, changed or deleted; `None` once the
+    /// watcher's stream ends.
+    async fn next(&mut self) -> Option<(WatchKind, DynamicObject)> {
+        loop {
+            let (kind, obj) = match self.stream.next().await? {
+                Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
+                Ok(watcher::Event::InitApply(o)) => (WatchKind::Listed, o),
+                Ok(watcher::Event::Delete(o)) => (WatchKind::Deleted, o),
+                // `Init` comes before the list is asked for; `InitDone`
+                // after it was answered.
+                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    self.rbac.allowed();
+                    continue;
+                }
+                Err(e) if is_forbidden(&e) => {
+                    // No watch held open while waiting.
+                    self.stream = futures::stream::empty().boxed();
+                    self.rbac.refused().await;
+                    self.stream = watch_stream(&self.api);
+                    continue;
+                }
+                Err(e) => {
+                    self.errors.inc();
+                    tracing::warn!(cluster = %self.cluster, resource = %self.resource, error = %e, "watch failed; re-listing with backoff");
+                    continue;
+                }
+            };
+            self.rbac.allowed();
+            return Some((kind, obj));
+        }
+    }
+}
+
 async fn watch_objects(
     cfg: WatchConfig,
     client: kube::Client,
@@ -405,48 +493,22 @@ async fn watch_objects(
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let resource = resource_name(&ar);
     let label = Metrics::cluster(&cfg.cluster);
-    let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
-    'watch: loop {
-        let mut stream = watch_stream(&api);
-        while let Some(ev) = stream.next().await {
-            let (kind, obj) = match ev {
-                Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
-                Ok(watcher::Event::InitApply(o)) => (WatchKind::Listed, o),
-                Ok(watcher::Event::Delete(o)) => (WatchKind::Deleted, o),
-                // `Init` comes before the list is asked for; `InitDone`
-                // after it was answered.
-                Ok(watcher::Event::Init) => continue,
-                Ok(watcher::Event::InitDone) => {
-                    rbac.allowed();
-                    continue;
-                }
-                Err(e) if is_forbidden(&e) => {
-                    drop(stream);
-                    rbac.refused().await;
-                    continue 'watch;
-                }
-                Err(e) => {
-                    metrics.watch_errors.get_or_create(&label).inc();
-                    tracing::warn!(cluster = %cfg.cluster, %resource, error = %e, "watch failed; re-listing with backoff");
-                    continue;
-                }
-            };
-            rbac.allowed();
-            let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
-                continue;
-            };
-            metrics.watch_changes.get_or_create(&label).inc();
-            let change = WatchChange {
-                object,
-                kind,
-                state: to_value(&ar, obj),
-                observed: SystemTime::now(),
-            };
-            if intake.submit_work(Work::Watch(change)).await.is_err() {
-                return; // shutting down
-            }
+    let rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
+    let mut watch = ResourceWatch::new(api, rbac, &metrics, &cfg.cluster, &resource);
+    while let Some((kind, obj)) = watch.next().await {
+        let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
+            continue;
+        };
+        metrics.watch_changes.get_or_create(&label).inc();
+        let change = WatchChange {
+            object,
+            kind,
+            state: to_value(&ar, obj),
+            observed: SystemTime::now(),
+        };
+        if intake.submit_work(Work::Watch(change)).await.is_err() {
+            return; // shutting down
         }
-        return;
     }
 }
 
@@ -460,58 +522,42 @@ async fn watch_events(
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let label = Metrics::cluster(&cfg.cluster);
     let resource = resource_name(&ar);
-    let mut rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
-    'watch: loop {
-        let mut stream = watch_stream(&api);
-        while let Some(ev) = stream.next().await {
-            let (listed, obj) = match ev {
-                Ok(watcher::Event::Apply(o)) => (false, o),
-                Ok(watcher::Event::InitApply(o)) => (true, o),
-                Ok(watcher::Event::InitDone) => {
-                    rbac.allowed();
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(e) if is_forbidden(&e) => {
-                    drop(stream);
-                    rbac.refused().await;
-                    continue 'watch;
-                }
-                Err(e) => {
-                    metrics.watch_errors.get_or_create(&label).inc();
-                    tracing::warn!(cluster = %cfg.cluster, resource = "events", error = %e, "watch failed; re-listing with backoff");
-                    continue;
-                }
-            };
-            rbac.allowed();
-            let Some(own) = object_ref(&cfg.cluster, &ar, &obj) else {
-                continue;
-            };
-            let uid = obj.metadata.uid.clone().unwrap_or_default();
-            let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
-            else {
-                continue;
-            };
-            metrics.watch_changes.get_or_create(&label).inc();
-            let now = SystemTime::now();
-            let at = precise_occurrence(event.occurred, now);
-            if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
-                metrics
-                    .events_filtered
-                    .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
-                    .inc();
-                continue;
-            }
-            let work = Work::Event {
-                own,
-                uid,
-                event: Box::new(event),
-                at,
-            };
-            if intake.submit_work(work).await.is_err() {
-                return;
-            }
+    // Without Events a failed rollout's reasons are missing: said louder.
+    let rbac = Refusal::new(&cfg.cluster, &resource, &metrics).warn();
+    let mut watch = ResourceWatch::new(api, rbac, &metrics, &cfg.cluster, &resource);
+    while let Some((kind, obj)) = watch.next().await {
+        // An Event deleted (expired) changes nothing already shown.
+        let listed = match kind {
+            WatchKind::Listed => true,
+            WatchKind::Added | WatchKind::Modified => false,
+            WatchKind::Deleted => continue,
+        };
+        let Some(own) = object_ref(&cfg.cluster, &ar, &obj) else {
+            continue;
+        };
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
+        else {
+            continue;
+        };
+        metrics.watch_changes.get_or_create(&label).inc();
+        let now = SystemTime::now();
+        let at = precise_occurrence(event.occurred, now);
+        if listed && now.duration_since(at).unwrap_or_default() > cfg.event_max_age {
+            metrics
+                .events_filtered
+                .get_or_create(&Metrics::filtered(FilterReason::EventTooOld))
+                .inc();
+            continue;
         }
-        return;
+        let work = Work::Event {
+            own,
+            uid,
+            event: Box::new(event),
+            at,
+        };
+        if intake.submit_work(work).await.is_err() {
+            return;
+        }
     }
 }

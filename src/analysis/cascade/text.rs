@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use super::{Cascade, Completion, change_name};
+use crate::analysis::tree_text::{self, Prefixes, Row};
 
 /// `4.125ms` below a second, `1.204s` from a second on.
 pub fn format_duration(d: Duration) -> String {
@@ -89,25 +90,14 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
                 );
             }
         }
-        let rows = rows(c, in_part.get(n));
-        let mut last_at_depth: Vec<bool> = Vec::new();
-        for (pos, (row, depth)) in rows.iter().enumerate() {
-            let depth = *depth;
-            let is_last = !rows[pos + 1..]
-                .iter()
-                .take_while(|(_, d)| *d >= depth)
-                .any(|(_, d)| *d == depth);
-            last_at_depth.truncate(depth);
-            let mut line = String::new();
-            for &last in last_at_depth.iter().skip(1) {
-                line.push_str(if last { "   " } else { "│  " });
-            }
-            if depth > 0 {
-                line.push_str(if is_last { "└─ " } else { "├─ " });
-            }
-            last_at_depth.push(is_last);
+        let part = in_part.get(n);
+        let hidden = |i: usize| part.and_then(|p| p.hidden.get(i).copied()) == Some(true);
+        let rows = tree_text::rows(&c.walk(), hidden, part.map_or(&[], |p| &p.rest));
+        let mut prefixes = Prefixes::default();
+        for (pos, (row, _)) in rows.iter().enumerate() {
+            let mut line = prefixes.of(&rows, pos);
             let i = match row {
-                Row::Change(i) => *i,
+                Row::Node(i) => *i,
                 Row::Rest(rest) => {
                     let _ = writeln!(out, "{line}{rest}");
                     continue;
@@ -152,44 +142,4 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
         out.push_str("no cascade in range\n");
     }
     out
-}
-
-/// One line of a cascade's tree: a write, or the rest of a wide level.
-enum Row<'a> {
-    Change(usize),
-    Rest(&'a str),
-}
-
-/// The tree's lines in order with their depths: the walk without the
-/// changes `in_part` leaves out, each level's rest said last under its
-/// cause.
-fn rows<'a>(c: &Cascade, in_part: Option<&'a InPart>) -> Vec<(Row<'a>, usize)> {
-    let hidden = |i: usize| in_part.and_then(|p| p.hidden.get(i).copied()) == Some(true);
-    let walk = c.walk();
-    let mut rows = Vec::with_capacity(walk.len());
-    // (depth of the cause, the rest's line), in the order they close.
-    let mut open: Vec<(usize, &'a str)> = Vec::new();
-    let close = |open: &mut Vec<(usize, &'a str)>, rows: &mut Vec<(Row<'a>, usize)>, depth| {
-        while open.last().is_some_and(|(d, _)| *d >= depth) {
-            let (d, line) = open.pop().expect("checked above");
-            rows.push((Row::Rest(line), d + 1));
-        }
-    };
-    for &(i, depth) in &walk {
-        if hidden(i) {
-            continue;
-        }
-        close(&mut open, &mut rows, depth);
-        rows.push((Row::Change(i), depth));
-        for (_, line) in in_part
-            .iter()
-            .flat_map(|p| p.rest.iter())
-            .filter(|(cause, _)| *cause == i)
-            .rev()
-        {
-            open.push((depth, line.as_str()));
-        }
-    }
-    close(&mut open, &mut rows, 0);
-    rows
 }
