@@ -98,6 +98,69 @@ fn bad_lines_are_reported_with_file_and_line_and_skipped_unless_strict() {
     assert!(String::from_utf8_lossy(&st.stderr).contains("/nonexistent/audit.log"));
 }
 
+/// An empty audit log, or a file that is no audit log, is refused by name
+/// with exit 1 by each offline command that reads audit logs: a wrong path
+/// or an empty CI artefact must not read as "no problems found". A good
+/// log beside an empty one is read as before.
+#[test]
+fn an_input_without_audit_events_is_refused_by_every_offline_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, "\n\n").unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "hello\nworld\n").unwrap();
+    let good = common::fixture_path("rollout-stuck", "audit.log");
+    let out = dir.path().join("out.jsonl");
+    let output = format!("otlp-json={}", out.display());
+    let trace = [
+        "trace",
+        "--resource",
+        "deployments",
+        "--namespace",
+        "rollout-demo",
+        "--name",
+        "web",
+    ];
+    let commands: [&[&str]; 4] = [
+        &["explain"],
+        &["analyze"],
+        &["replay", "--output", &output],
+        &trace,
+    ];
+    for cmd in commands {
+        let run = |files: &[&std::path::Path]| {
+            let st = kascade().args(cmd).args(files).output().unwrap();
+            (
+                st.status.code(),
+                String::from_utf8_lossy(&st.stderr).into_owned(),
+            )
+        };
+        let (code, stderr) = run(&[&empty]);
+        assert_eq!(code, Some(1), "{cmd:?} empty: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "no audit events in {}: the file is empty",
+                empty.display()
+            )),
+            "{cmd:?}: {stderr}"
+        );
+        let (code, stderr) = run(&[&empty, &notes]);
+        assert_eq!(code, Some(1), "{cmd:?} notes: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "no audit events in {}, {}: {}:1: ",
+                empty.display(),
+                notes.display(),
+                notes.display()
+            )),
+            "{cmd:?}: {stderr}"
+        );
+        let (code, stderr) = run(&[&empty, &good]);
+        assert_eq!(code, Some(0), "{cmd:?} with a good log: {stderr}");
+        assert!(!stderr.contains("no audit events"), "{cmd:?}: {stderr}");
+    }
+}
+
 /// (trace id, span id) of every span in an OTLP/JSON output file.
 fn span_ids(out: &std::path::Path) -> std::collections::BTreeSet<(String, String)> {
     let text = std::fs::read_to_string(out).unwrap();
@@ -168,6 +231,30 @@ fn a_line_that_is_not_utf8_is_reported_and_skipped_and_the_rest_is_replayed() {
     assert!(!st.status.success());
     assert!(
         String::from_utf8_lossy(&st.stderr).contains(&format!("{}:81: not UTF-8", log.display()))
+    );
+
+    // `kascade trace` skips that line too (it refused the whole file), names
+    // it, and prints the tree of the log without it.
+    let trace = |log: &std::path::Path| {
+        kascade()
+            .arg("trace")
+            .arg(log)
+            .args(["--resource", "deployments", "--namespace", "default"])
+            .args(["--name", "hello"])
+            .output()
+            .unwrap()
+    };
+    let (clean, dirty) = (trace(&fixture), trace(&log));
+    let stderr = String::from_utf8_lossy(&dirty.stderr);
+    assert!(dirty.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:81: ", log.display())),
+        "{stderr}"
+    );
+    assert!(clean.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&dirty.stdout),
+        String::from_utf8_lossy(&clean.stdout)
     );
 }
 

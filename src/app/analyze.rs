@@ -114,6 +114,15 @@ pub async fn analyze(
     if let Some(e) = st.io_error.take() {
         return Err(e);
     }
+    let first = st.located(&errors[..errors.len().min(1)]);
+    if let Some(e) = super::lines::no_audit_events(
+        &config.files,
+        st.non_empty,
+        errors.len() as u64,
+        first.first().map(String::as_str),
+    ) {
+        return Err(e);
+    }
     for e in st.located(&errors[..errors.len().min(config.max_errors_shown)]) {
         eprintln!("{e} (skipped)");
     }

@@ -296,6 +296,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     for path in &config.watch {
         watch.extend(read_watch(path, &config.cluster)?);
     }
+    let watched = watch.len();
     let errors = changes_with_watch_to_sinks(
         lines,
         watch,
@@ -313,17 +314,19 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         return Err(e);
     }
     let located = st.located(&errors);
+    // Lines outside `--namespace` are not parsed: they are neither events
+    // nor malformed. Empty audit logs are fine beside watch or Event dumps.
     let parsed = st.non_empty - st.skipped;
-    if parsed > 0 && errors.len() as u64 == parsed {
-        bail!(
-            "no audit events in {}: {}",
-            files
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            located.first().map_or("", String::as_str)
-        );
+    let other_inputs = watched > 0 || !config.events.is_empty();
+    if (parsed > 0 || st.non_empty == 0 && !other_inputs)
+        && let Some(e) = super::lines::no_audit_events(
+            &files,
+            parsed,
+            errors.len() as u64,
+            located.first().map(String::as_str),
+        )
+    {
+        return Err(e);
     }
     for e in located.iter().take(config.max_errors_shown) {
         eprintln!("{e} (skipped)");

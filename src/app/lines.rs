@@ -1,5 +1,6 @@
 //! Audit log files read as one stream of lines for the offline commands
-//! (`analyze`, `explain`): a progress bar over the bytes, `.gz` files
+//! (`analyze`, `explain`; and for `replay` too, the refusal of an input
+//! without audit events): a progress bar over the bytes, `.gz` files
 //! decompressed, each line's file:line kept for error messages, and an
 //! optional cheap filter that skips lines before they are parsed.
 
@@ -33,6 +34,36 @@ pub fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
             .len();
     }
     Ok(total)
+}
+
+/// The error of an input that holds no audit event at all, or `None`: the
+/// files have no line but blank ones (`lines` 0), or every line is
+/// malformed (`first_malformed` the first, as `file:line: why`). A wrong
+/// path or an empty artefact must not read as "nothing went wrong".
+pub fn no_audit_events(
+    files: &[PathBuf],
+    lines: u64,
+    malformed: u64,
+    first_malformed: Option<&str>,
+) -> Option<anyhow::Error> {
+    let why = if lines == 0 {
+        if files.len() == 1 {
+            "the file is empty".to_string()
+        } else {
+            "the files are empty".to_string()
+        }
+    } else if malformed == lines {
+        first_malformed
+            .unwrap_or("every line is malformed")
+            .to_string()
+    } else {
+        return None;
+    };
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    Some(anyhow::anyhow!(
+        "no audit events in {}: {why}",
+        names.join(", ")
+    ))
 }
 
 /// The files' lines, one after the other, remembering where each file

@@ -114,5 +114,13 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
     if dropped > 0 {
         bail!("{dropped} spans could not be exported");
     }
+    if let Some(e) = super::lines::no_audit_events(
+        &config.files,
+        stats.lines,
+        stats.bad_lines,
+        stats.first_bad.as_deref(),
+    ) {
+        return Err(e);
+    }
     Ok(())
 }

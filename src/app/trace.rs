@@ -2,10 +2,11 @@
 //! offline (the frontend's code over an in-memory store).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
+use super::lines::{Lines, LinesState, no_audit_events, progress_bar, total_size};
 use super::{AssemblyConfig, PipelineConfig, load_rules};
 use crate::analysis::cascade::{InPart, render_text_in_part};
 use crate::frontend::assemble::Scope;
@@ -130,14 +131,16 @@ impl TraceConfig {
     }
 }
 
+/// Malformed lines named on stderr; the rest are counted.
+const MAX_ERRORS_SHOWN: usize = 10;
+
 /// Builds the trace from the files and prints it on stdout.
 pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
-    let mut lines = Vec::new();
-    for f in &config.files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
-        lines.extend(text.lines().map(str::to_string));
-    }
+    // As `analyze` and `explain` read them: `.gz` too, a line that is not
+    // UTF-8 skipped (not the whole file), errors named by file:line.
+    let bar = progress_bar(total_size(&config.files)?);
+    let shared = Arc::new(Mutex::new(LinesState::default()));
+    let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone());
     // The collector's pipeline at its defaults, with this window and these rules.
     let pipeline = PipelineConfig {
         window: config.assembly.window,
@@ -154,11 +157,36 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         pipeline.redactor()?,
     )
     .await;
-    for e in errors.iter().take(10) {
-        eprintln!("skipped line {e}");
+    bar.finish_and_clear();
+    let (located, non_empty) = {
+        let mut st = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = st.io_error.take() {
+            return Err(e);
+        }
+        let shown = &errors[..errors.len().min(MAX_ERRORS_SHOWN)];
+        (st.located(shown), st.non_empty)
+    };
+    if let Some(e) = no_audit_events(
+        &config.files,
+        non_empty,
+        errors.len() as u64,
+        located.first().map(String::as_str),
+    ) {
+        return Err(e);
+    }
+    for e in &located {
+        eprintln!("{e} (skipped)");
+    }
+    if errors.len() > MAX_ERRORS_SHOWN {
+        eprintln!(
+            "… and {} more malformed lines (skipped)",
+            errors.len() - MAX_ERRORS_SHOWN
+        );
     }
     let Some((first, last)) = store.time_span() else {
-        bail!("the audit log yielded no spans");
+        bail!(
+            "no write in the audit log (kascade shows creates, updates, patches and deletes at stage ResponseComplete)"
+        );
     };
     let store = Arc::new(store);
     let frontend = Frontend::new(store, config.assembly.frontend_config()?);

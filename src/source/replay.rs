@@ -37,11 +37,14 @@ fn io_error(what: String) -> impl FnOnce(std::io::Error) -> ReplayError {
     move |source| ReplayError::Io { what, source }
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct ReplayStats {
+    /// Lines that were not blank.
     pub lines: u64,
     pub accepted: u64,
     pub bad_lines: u64,
+    /// The first malformed line, as `file:line: why`.
+    pub first_bad: Option<String>,
 }
 
 pub async fn replay_files(
@@ -114,6 +117,7 @@ pub async fn replay_files(
                         return Err(ReplayError::Malformed(msg));
                     }
                     bar.suspend(|| tracing::warn!("{msg} (skipped)"));
+                    stats.first_bad.get_or_insert(msg);
                     continue;
                 }
             };
