@@ -96,9 +96,58 @@ impl LogEvery {
     }
 }
 
+/// The error and its causes on one line, as anyhow's `{:#}` writes them,
+/// without a cause the line already says: some errors quote their source
+/// in their own message and give it as their source too (kube's kubeconfig
+/// errors and hyper's connect errors do), which read `…: No such file or
+/// directory (os error 2): No such file or directory (os error 2)`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        // kube's own error for a kubeconfig that is not there.
+        let e = kube::config::Kubeconfig::read_from("/nonexistent/kubeconfig").unwrap_err();
+        let line = error_chain(&e);
+        assert_eq!(
+            line.matches("No such file or directory").count(),
+            1,
+            "{line}"
+        );
+        // Context and causes are all there, in order, as with anyhow's `{:#}`.
+        let wrapped = anyhow::Error::new(e).context("--watch-cluster x: not a readable kubeconfig");
+        let line = error_chain(wrapped.as_ref());
+        assert!(
+            line.starts_with(
+                "--watch-cluster x: not a readable kubeconfig: failed to read kubeconfig from"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("No such file or directory (os error 2)"),
+            "{line}"
+        );
+        assert_eq!(
+            line.matches("No such file or directory").count(),
+            1,
+            "{line}"
+        );
+    }
 
     #[test]
     fn long_inputs_are_quoted_cut_with_their_length() {

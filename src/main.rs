@@ -45,7 +45,7 @@ async fn run() -> std::process::ExitCode {
         Ok(()) if findings => std::process::ExitCode::from(app::explain::FINDINGS_EXIT_CODE),
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", kascade::bounds::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

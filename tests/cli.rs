@@ -340,6 +340,19 @@ fn bad_flags_are_named() {
         err.contains("--max-trace-bytes") && err.contains("'0'"),
         "{err}"
     );
+    // The flag, the file and why, each said once (kube's error quotes its
+    // cause and gives it as its source too).
+    let st = kascade()
+        .args(["collect", "--watch-cluster", "east=/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains("--watch-cluster east=/nonexistent/kubeconfig: not a readable kubeconfig"),
+        "{err}"
+    );
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]

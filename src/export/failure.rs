@@ -196,17 +196,7 @@ pub(super) fn shorten(s: &str) -> String {
 }
 
 pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let next = c.to_string();
-        if !s.contains(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = c.source();
-    }
-    shorten(&s)
+    shorten(&crate::bounds::error_chain(e))
 }
 
 #[cfg(test)]

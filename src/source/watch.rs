@@ -136,18 +136,6 @@ async fn client_for(cfg: &WatchConfig) -> Result<kube::Client, WatchError> {
     })
 }
 
-/// The error and its causes, as `anyhow` shows them (`{:#}`): one line.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
-
 /// Starts the watchers of one cluster; returns their tasks.
 pub async fn start(
     cfg: WatchConfig,
@@ -356,7 +344,7 @@ pub async fn supervise(
                     running = Some(tasks);
                 }
                 Err(e) => {
-                    tracing::warn!(cluster = %cfg.cluster, error = %with_causes(&e), "cannot start watching; retrying")
+                    tracing::warn!(cluster = %cfg.cluster, error = %crate::bounds::error_chain(&e), "cannot start watching; retrying")
                 }
             },
             (false, true) => {
@@ -430,16 +418,17 @@ struct ResourceWatch<'a> {
 
 impl<'a> ResourceWatch<'a> {
     fn new(
-        api: Api<DynamicObject>,
-        rbac: Refusal<'a>,
-        metrics: &Metrics,
+        client: kube::Client,
+        ar: &ApiResource,
         cluster: &'a str,
         resource: &'a str,
+        metrics: &Metrics,
     ) -> Self {
+        let api: Api<DynamicObject> = Api::all_with(client, ar);
         ResourceWatch {
             stream: watch_stream(&api),
             api,
-            rbac,
+            rbac: Refusal::new(cluster, resource, metrics),
             errors: metrics
                 .watch_errors
                 .get_or_create(&Metrics::cluster(cluster))
@@ -447,6 +436,12 @@ impl<'a> ResourceWatch<'a> {
             cluster,
             resource,
         }
+    }
+
+    /// Refusals said as warnings, not as information.
+    fn refusals_warned(mut self) -> Self {
+        self.rbac = self.rbac.warn();
+        self
     }
 
     /// The next object listed, changed or deleted; `None` once the
@@ -490,11 +485,9 @@ async fn watch_objects(
     intake: Intake,
     metrics: Arc<Metrics>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let resource = resource_name(&ar);
     let label = Metrics::cluster(&cfg.cluster);
-    let rbac = Refusal::new(&cfg.cluster, &resource, &metrics);
-    let mut watch = ResourceWatch::new(api, rbac, &metrics, &cfg.cluster, &resource);
+    let mut watch = ResourceWatch::new(client, &ar, &cfg.cluster, &resource, &metrics);
     while let Some((kind, obj)) = watch.next().await {
         let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
             continue;
@@ -519,12 +512,11 @@ async fn watch_events(
     intake: Intake,
     metrics: Arc<Metrics>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let label = Metrics::cluster(&cfg.cluster);
     let resource = resource_name(&ar);
+    let label = Metrics::cluster(&cfg.cluster);
     // Without Events a failed rollout's reasons are missing: said louder.
-    let rbac = Refusal::new(&cfg.cluster, &resource, &metrics).warn();
-    let mut watch = ResourceWatch::new(api, rbac, &metrics, &cfg.cluster, &resource);
+    let mut watch =
+        ResourceWatch::new(client, &ar, &cfg.cluster, &resource, &metrics).refusals_warned();
     while let Some((kind, obj)) = watch.next().await {
         // An Event deleted (expired) changes nothing already shown.
         let listed = match kind {
