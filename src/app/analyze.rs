@@ -114,24 +114,17 @@ pub async fn analyze(
     if let Some(e) = st.io_error.take() {
         return Err(e);
     }
-    let first = st.located(&errors[..errors.len().min(1)]);
+    // The first is located even when none are shown: the error below names it.
+    let located = st.located(&errors[..errors.len().min(config.max_errors_shown.max(1))]);
     if let Some(e) = super::lines::no_audit_events(
         &config.files,
         st.non_empty,
         errors.len() as u64,
-        first.first().map(String::as_str),
+        located.first().map(String::as_str),
     ) {
         return Err(e);
     }
-    for e in st.located(&errors[..errors.len().min(config.max_errors_shown)]) {
-        eprintln!("{e} (skipped)");
-    }
-    if errors.len() > config.max_errors_shown {
-        eprintln!(
-            "… and {} more malformed lines (skipped)",
-            errors.len() - config.max_errors_shown
-        );
-    }
+    super::lines::print_skipped(&located, errors.len(), config.max_errors_shown);
     let mut stats = Arc::try_unwrap(sink)
         .map(PropagationStats::into_stats)
         .unwrap_or_else(|s| s.snapshot());

@@ -328,15 +328,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     {
         return Err(e);
     }
-    for e in located.iter().take(config.max_errors_shown) {
-        eprintln!("{e} (skipped)");
-    }
-    if located.len() > config.max_errors_shown {
-        eprintln!(
-            "… and {} more malformed lines (skipped)",
-            located.len() - config.max_errors_shown
-        );
-    }
+    super::lines::print_skipped(&located, located.len(), config.max_errors_shown);
     for path in &config.events {
         read_events(path, &config.cluster, &collector)?;
     }

@@ -66,6 +66,21 @@ pub fn no_audit_events(
     ))
 }
 
+/// Says the malformed lines skipped on stderr: the first `max_shown` of
+/// `located` (as `file:line: why`), then how many more of `malformed` there
+/// were.
+pub fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
+    for e in located.iter().take(max_shown) {
+        eprintln!("{e} (skipped)");
+    }
+    if malformed > max_shown {
+        eprintln!(
+            "… and {} more malformed lines (skipped)",
+            malformed - max_shown
+        );
+    }
+}
+
 /// The files' lines, one after the other, remembering where each file
 /// starts so an error's line number can be given as file:line. A line the
 /// filter rejects is yielded empty (the pipeline skips empty lines), so

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::bail;
 
-use super::lines::{Lines, LinesState, no_audit_events, progress_bar, total_size};
+use super::lines::{Lines, LinesState, no_audit_events, print_skipped, progress_bar, total_size};
 use super::{AssemblyConfig, PipelineConfig, load_rules};
 use crate::analysis::cascade::{InPart, render_text_in_part};
 use crate::frontend::assemble::Scope;
@@ -174,15 +174,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     ) {
         return Err(e);
     }
-    for e in &located {
-        eprintln!("{e} (skipped)");
-    }
-    if errors.len() > MAX_ERRORS_SHOWN {
-        eprintln!(
-            "… and {} more malformed lines (skipped)",
-            errors.len() - MAX_ERRORS_SHOWN
-        );
-    }
+    print_skipped(&located, errors.len(), MAX_ERRORS_SHOWN);
     let Some((first, last)) = store.time_span() else {
         bail!(
             "no write in the audit log (kascade shows creates, updates, patches and deletes at stage ResponseComplete)"

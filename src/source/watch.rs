@@ -248,12 +248,6 @@ impl<'a> Refusal<'a> {
         }
     }
 
-    /// A refusal of this resource is worth a warning.
-    fn warn(mut self) -> Self {
-        self.warn = true;
-        self
-    }
-
     /// After a 403: counts and logs the refusal the first time, then waits
     /// before the watch starts again.
     async fn refused(&mut self) {
@@ -440,7 +434,7 @@ impl<'a> ResourceWatch<'a> {
 
     /// Refusals said as warnings, not as information.
     fn refusals_warned(mut self) -> Self {
-        self.rbac = self.rbac.warn();
+        self.rbac.warn = true;
         self
     }
 
