@@ -300,3 +300,110 @@ fn hops_and_durations(
         .collect();
     (spread(hops), spread(durations))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::cascade::build;
+    use crate::analysis::cascade::testing::{caused_by, change, obj};
+
+    /// A ReplicaSet scaled to 60: each Pod create is followed by its
+    /// binding; the binding of one early Pod is refused and that Pod never
+    /// runs, the others bind and get ready one after the other. The refused
+    /// one is neither on the critical path nor among the latest to settle,
+    /// so only the rule "the failed are shown" keeps it in sight (no
+    /// captured scenario has such a level: in each, the write that failed
+    /// is also the latest or on the critical path).
+    fn scale_with_one_refused_binding() -> (Cascade, usize) {
+        let scale = change(1, obj("replicasets", "web-1"), "patch", 0, 2, None);
+        let mut records = vec![scale.clone()];
+        let mut refused_create = None;
+        for p in 0..60u8 {
+            let name = format!("web-1-{p:02}");
+            let at = 10 + u64::from(p) * 10;
+            let create = caused_by(
+                change(
+                    2 + 3 * p,
+                    obj("pods", &name),
+                    "create",
+                    at,
+                    at + 1,
+                    Some(("InProgress", "Pending")),
+                ),
+                &scale,
+                "replicasets → pods create",
+            );
+            let mut bind = caused_by(
+                change(
+                    3 + 3 * p,
+                    obj("pods", &name),
+                    "create",
+                    at + 2,
+                    at + 3,
+                    None,
+                ),
+                &create,
+                "pods binding",
+            );
+            bind.subresource = "binding".into();
+            if p == 3 {
+                bind.code = 403;
+                bind.failure = Some("binding refused by policy".into());
+                refused_create = Some(create.span);
+                records.extend([create, bind]);
+                continue;
+            }
+            let running = caused_by(
+                change(
+                    4 + 3 * p,
+                    obj("pods", &name),
+                    "patch",
+                    at + 5,
+                    at + 6,
+                    Some(("Current", "Running, ready")),
+                ),
+                &bind,
+                "pods → Running",
+            );
+            records.extend([create, bind, running]);
+        }
+        let cascade = build(records).remove(0);
+        let refused = cascade
+            .changes
+            .iter()
+            .position(|c| Some(c.span) == refused_create)
+            .unwrap();
+        (cascade, refused)
+    }
+
+    #[test]
+    fn a_failed_write_of_a_wide_level_is_shown_though_it_settled_early_off_the_critical_path() {
+        let (c, refused) = scale_with_one_refused_binding();
+        assert!(!c.critical_path.contains(&refused));
+        let shown = select_for_text(&c, None, 50);
+        assert!(
+            !shown.hidden[refused],
+            "the create whose binding was refused is summarised away"
+        );
+        // Its refused binding is shown under it.
+        let binding = c.children[refused][0];
+        assert_eq!(c.changes[binding].code, 403);
+        assert!(!shown.hidden[binding]);
+        // The level keeps 50 creates: the failed one and the 49 that settled
+        // last; the 10 hidden are the earliest of the others, none failed.
+        let creates = &c.children[0];
+        assert_eq!(creates.len(), 60);
+        let hidden: Vec<&str> = creates
+            .iter()
+            .filter(|&&i| shown.hidden[i])
+            .map(|&i| c.changes[i].object.name.as_str())
+            .collect();
+        let expected: Vec<String> = (0..11u8)
+            .filter(|&p| p != 3)
+            .map(|p| format!("web-1-{p:02}"))
+            .collect();
+        assert_eq!(hidden, expected);
+        assert_eq!(shown.rest.len(), 1);
+        assert!(!shown.rest[0].1.contains("failed"), "{}", shown.rest[0].1);
+    }
+}
