@@ -105,6 +105,22 @@ pub fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// `bytes` as text when they are UTF-8: checked with SIMD (simdutf8 picks
+/// AVX2 or SSE4.2 at run time), where std's check of every webhook body and
+/// log line was 1 % of the collector's instructions. Input that is not
+/// UTF-8 is checked again by std, whose error says where.
+///
+/// ```
+/// assert_eq!(kascade::json::utf8(b"{}"), Ok("{}"));
+/// assert_eq!(kascade::json::utf8(b"a\xffb").unwrap_err().valid_up_to(), 1);
+/// ```
+pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    match simdutf8::basic::from_utf8(bytes) {
+        Ok(text) => Ok(text),
+        Err(_) => std::str::from_utf8(bytes),
+    }
+}
+
 /// Parses JSON text into the object model.
 pub fn parse(text: &str) -> sonic_rs::Result<Value> {
     sonic_rs::from_str(text)

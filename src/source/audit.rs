@@ -131,7 +131,7 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
     // skips or keeps raw (the objects' text): the body is checked whole, and
     // one that is not UTF-8 goes the item-by-item way, where serde_json
     // checks every string.
-    if let Ok(text) = std::str::from_utf8(body)
+    if let Ok(text) = crate::json::utf8(body)
         && let Ok(list) = sonic_rs::from_str::<TypedEventList>(text)
     {
         check_envelope(&list.kind, &list.api_version)?;

@@ -98,7 +98,7 @@ pub async fn replay_files(
             let parsed = if too_long {
                 Err(format!("longer than {MAX_LINE_BYTES} bytes"))
             } else {
-                match std::str::from_utf8(&buf) {
+                match crate::json::utf8(&buf) {
                     Ok(line) => parse_event(line).map_err(|e| format!("not an audit event: {e}")),
                     Err(e) => Err(format!("not UTF-8 ({e})")),
                 }
