@@ -873,3 +873,82 @@ fn the_terminal_cascade_summarises_a_wide_level_as_the_ui_does() {
     assert!(writes(&text) < writes(&all), "{text}");
     assert_eq!(writes(&text) + left_out, writes(&all), "{text}");
 }
+
+/// The redaction markers in a replay's OTLP/JSON of the config fixture
+/// (its Secrets' writes), as a set.
+fn replay_markers(key_file: Option<&std::path::Path>) -> std::collections::BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let mut cmd = kascade();
+    cmd.args(["replay", "--cluster", "fx", "--output"])
+        .arg(format!("otlp-json={}", out.display()))
+        .arg(common::fixture_path("config", "audit.log"));
+    if let Some(key) = key_file {
+        cmd.arg("--redaction-key-file").arg(key);
+    }
+    let st = cmd.output().unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let marker = regex::Regex::new(r"<redacted:[0-9a-f]{8}>").unwrap();
+    marker
+        .find_iter(&text)
+        .map(|m| m.as_str().to_string())
+        .collect()
+}
+
+#[test]
+fn replays_sharing_a_redaction_key_give_the_same_markers_others_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // One key written with a newline, one without: the same key.
+    let (with_newline, without) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&with_newline, "7f3c9a1e5b2d4c6f8e0a1b3c5d7e9f21\n").unwrap();
+    std::fs::write(&without, "7f3c9a1e5b2d4c6f8e0a1b3c5d7e9f21").unwrap();
+    let keyed = replay_markers(Some(&with_newline));
+    assert!(
+        !keyed.is_empty(),
+        "the config fixture's Secrets give markers"
+    );
+    assert_eq!(keyed, replay_markers(Some(&without)));
+    // Unkeyed runs have a key of their own each.
+    let unkeyed = replay_markers(None);
+    assert!(keyed.is_disjoint(&unkeyed), "{keyed:?} {unkeyed:?}");
+    assert!(unkeyed.is_disjoint(&replay_markers(None)));
+}
+
+#[test]
+fn a_missing_or_short_redaction_key_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short-key");
+    std::fs::write(&short, "hunter2\n").unwrap();
+    let missing = dir.path().join("missing-key");
+    for (file, why) in [
+        (&short, "the key has 7 bytes, at least 16 are needed"),
+        (&missing, "No such file or directory"),
+    ] {
+        let out = dir.path().join("out.jsonl");
+        let st = kascade()
+            .args(["replay", "--output"])
+            .arg(format!("otlp-json={}", out.display()))
+            .arg("--redaction-key-file")
+            .arg(file)
+            .arg(common::fixture_path("config", "audit.log"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&st.stderr);
+        assert_eq!(st.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("--redaction-key-file {}", file.display())),
+            "{stderr}"
+        );
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "the key is never shown: {stderr}"
+        );
+        assert!(!out.exists(), "nothing replayed");
+    }
+}

@@ -48,6 +48,9 @@ pub struct PipelineConfig {
     pub exclude_user_agent: Option<String>,
     /// Values whose diff path matches this regex are redacted.
     pub redact_paths: String,
+    /// A file holding the secret key of the redaction markers, shared by
+    /// the processes whose markers must agree; `None`: a random key.
+    pub redaction_key_file: Option<PathBuf>,
     /// Bytes of last-seen object states kept for diffs.
     pub state_cache_bytes: u64,
     /// Recently written objects whose last state is also kept parsed.
@@ -78,6 +81,29 @@ pub struct PipelineConfig {
     pub look_ahead: aggregate::LookAhead,
 }
 
+/// The fewest bytes a redaction key may have: a short key could be
+/// guessed, and with it every weak secret behind a marker.
+pub const MIN_REDACTION_KEY_BYTES: usize = 16;
+
+/// Reads a redaction key: the file's bytes without the whitespace that
+/// ends it (an editor's or `echo`'s newline would otherwise make two
+/// replicas' keys differ). Errors name the file, never its content.
+fn read_redaction_key(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let mut key =
+        std::fs::read(path).with_context(|| format!("--redaction-key-file {}", path.display()))?;
+    let len = key.trim_ascii_end().len();
+    key.truncate(len);
+    if key.len() < MIN_REDACTION_KEY_BYTES {
+        bail!(
+            "--redaction-key-file {}: the key has {} bytes, at least {MIN_REDACTION_KEY_BYTES} are needed (make one with `openssl rand -hex 32 > {}`)",
+            path.display(),
+            key.len(),
+            path.display()
+        );
+    }
+    Ok(key)
+}
+
 /// The number of cores (2 when it cannot be known).
 fn default_workers() -> usize {
     std::thread::available_parallelism()
@@ -97,6 +123,7 @@ impl Default for PipelineConfig {
                 .collect(),
             exclude_user_agent: None,
             redact_paths: DEFAULT_REDACT_PATHS.to_string(),
+            redaction_key_file: None,
             state_cache_bytes: 128 << 20,
             state_hot_entries: 1024,
             span_cache_entries: 500_000,
@@ -150,6 +177,13 @@ impl PipelineConfig {
         self
     }
 
+    /// Keys the redaction markers with the secret in this file (see
+    /// [`Self::redactor`]) instead of a random key.
+    pub fn redaction_key_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.redaction_key_file = Some(path.into());
+        self
+    }
+
     /// Sets the number of parallel workers.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
@@ -195,11 +229,14 @@ impl PipelineConfig {
         })
     }
 
-    /// The redactor of diff values.
+    /// The redactor of diff values, keyed by `redaction_key_file` when set.
     pub fn redactor(&self) -> anyhow::Result<Redactor> {
         let redact = PathPattern::new(&self.redact_paths)
             .map_err(|e| anyhow::anyhow!("--redact-paths {:?}: {e}", self.redact_paths))?;
-        Ok(Redactor::new(Some(redact)))
+        Ok(match &self.redaction_key_file {
+            Some(path) => Redactor::keyed(Some(redact), &read_redaction_key(path)?),
+            None => Redactor::new(Some(redact)),
+        })
     }
 
     /// The span cache of one process.
@@ -260,6 +297,8 @@ impl Pipeline {
         metrics: Arc<Metrics>,
         mut sinks: Vec<Arc<dyn ChangeSink>>,
     ) -> anyhow::Result<Self> {
+        // Settings read from files first: an error leaves no output behind.
+        let redactor = p.redactor()?;
         let mut changelog = None;
         for spec in &e.outputs {
             if let OutputSpec::Changelog(path) = spec {
@@ -283,7 +322,6 @@ impl Pipeline {
             .collect();
         let rules = Arc::new(super::load_rules(p.rules.as_deref())?);
         tracing::info!(rules = rules.len(), "relation rules loaded");
-        let redactor = p.redactor()?;
         let cfg = p.processor_config()?;
         let export_progress = Arc::new(export::ExportProgress::default());
         let (span_tx, export_shutdown, export_done) = export::start(

@@ -37,6 +37,9 @@ pub struct PipelineArgs {
     /// Redact values whose diff path matches this regex (Secret data is always redacted).
     #[arg(long, default_value_t = pipeline().redact_paths, env = "KASCADE_REDACT_PATHS")]
     pub redact_paths: String,
+    /// File holding a secret key (at least 16 bytes) for the redaction markers, so that replicas and restarts sharing it show one value with one marker; default: a random key per process.
+    #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
+    pub redaction_key_file: Option<PathBuf>,
     /// Bytes of last-seen object states kept for diffs (least recently used are evicted).
     #[arg(long, default_value_t = pipeline().state_cache_bytes, env = "KASCADE_STATE_CACHE_BYTES")]
     pub state_cache_bytes: u64,
@@ -74,6 +77,7 @@ impl From<PipelineArgs> for PipelineConfig {
             exclude_resources: a.exclude_resources,
             exclude_user_agent: a.exclude_user_agent,
             redact_paths: a.redact_paths,
+            redaction_key_file: a.redaction_key_file,
             state_cache_bytes: a.state_cache_bytes,
             state_hot_entries: a.state_hot_entries,
             span_cache_entries: a.span_cache_entries,

@@ -3,7 +3,9 @@
 //!
 //! The marker carries a short keyed hash so a user can still see *that* a value
 //! changed. The key is random per process, so the hash of a weak secret cannot
-//! be brute-forced offline from exported spans.
+//! be brute-forced offline from exported spans; replicas (and restarts) that
+//! must show one value with one marker share a secret key instead
+//! ([`Redactor::keyed`], `--redaction-key-file`).
 //!
 //! What is redacted, in every object (audit request/response objects that
 //! become states, list-watch objects):
@@ -80,6 +82,7 @@ enum Copy {
 }
 
 impl Redactor {
+    /// Markers keyed at random: this process's markers match no other's.
     pub fn new(paths: Option<PathPattern>) -> Self {
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
@@ -87,6 +90,18 @@ impl Redactor {
         Self {
             paths: paths.map(std::sync::Arc::new),
             seed,
+        }
+    }
+
+    /// Markers keyed by `key`, a secret shared by the processes whose
+    /// markers must agree (the collector's replicas, its restarts): the same
+    /// value gets the same marker in each. Whoever holds the key can test
+    /// guesses of a value against its marker, so it is kept like a
+    /// credential; the caller checks that it is long enough.
+    pub fn keyed(paths: Option<PathPattern>, key: &[u8]) -> Self {
+        Self {
+            paths: paths.map(std::sync::Arc::new),
+            seed: xxhash_rust::xxh3::xxh3_64(key),
         }
     }
 
@@ -547,6 +562,22 @@ mod tests {
         let r = Redactor::new(None);
         assert_eq!(r.marker(&json!("a")), r.marker(&json!("a")));
         assert_ne!(r.marker(&json!("a")), r.marker(&json!("b")));
+    }
+
+    #[test]
+    fn processes_sharing_a_key_give_a_value_one_marker_others_do_not() {
+        let key = b"0123456789abcdef0123456789abcdef";
+        let (a, b) = (Redactor::keyed(None, key), Redactor::keyed(None, key));
+        assert_eq!(a.marker(&json!("hunter2")), b.marker(&json!("hunter2")));
+        assert_ne!(a.marker(&json!("hunter2")), a.marker(&json!("hunter3")));
+        let other = Redactor::keyed(None, b"0123456789abcdef0123456789abcdeF");
+        assert_ne!(a.marker(&json!("hunter2")), other.marker(&json!("hunter2")));
+        // Unkeyed, each process has its own key (a collision of the
+        // markers' 32 bits is one chance in 2^32).
+        assert_ne!(
+            Redactor::new(None).marker(&json!("hunter2")),
+            Redactor::new(None).marker(&json!("hunter2"))
+        );
     }
 
     #[test]
