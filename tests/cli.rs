@@ -917,6 +917,38 @@ fn replays_sharing_a_redaction_key_give_the_same_markers_others_their_own() {
     let unkeyed = replay_markers(None);
     assert!(keyed.is_disjoint(&unkeyed), "{keyed:?} {unkeyed:?}");
     assert!(unkeyed.is_disjoint(&replay_markers(None)));
+    // Offline, `trace` with the key shows the markers the replay exported.
+    let st = kascade()
+        .args([
+            "trace",
+            "--cluster",
+            "fx",
+            "--resource",
+            "secrets",
+            "--namespace",
+            "config-demo",
+            "--name",
+            "app-secret",
+            "--snapshots",
+            "--redaction-key-file",
+        ])
+        .arg(&without)
+        .arg(common::fixture_path("config", "audit.log"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let marker = regex::Regex::new(r"<redacted:[0-9a-f]{8}>").unwrap();
+    let traced: std::collections::BTreeSet<String> = marker
+        .find_iter(&stdout)
+        .map(|m| m.as_str().to_string())
+        .collect();
+    assert!(traced.len() >= 2, "the Secret was written twice: {stdout}");
+    assert!(traced.is_subset(&keyed), "{traced:?} {keyed:?}");
 }
 
 #[test]
@@ -940,6 +972,22 @@ fn a_missing_or_short_redaction_key_is_refused_naming_the_file() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&st.stderr);
         assert_eq!(st.status.code(), Some(1), "{stderr}");
+        for offline in [
+            &["trace", "--resource", "secrets", "--name", "app-secret"][..],
+            &["explain"],
+        ] {
+            let st = kascade()
+                .args(offline)
+                .arg("--redaction-key-file")
+                .arg(file)
+                .arg(common::fixture_path("config", "audit.log"))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&st.stderr);
+            assert_eq!(st.status.code(), Some(1), "{offline:?}: {err}");
+            assert!(err.contains(why), "{offline:?}: {err}");
+            assert!(st.stdout.is_empty(), "{offline:?}");
+        }
         assert!(
             stderr.contains(&format!("--redaction-key-file {}", file.display())),
             "{stderr}"

@@ -97,6 +97,8 @@ pub struct ExplainConfig {
     pub watch: Vec<PathBuf>,
     pub cluster: String,
     pub rules: Option<PathBuf>,
+    /// The secret key of the redaction markers; `None`: a random key.
+    pub redaction_key_file: Option<PathBuf>,
     pub scope: Scope,
     /// Written on stdout.
     pub format: ExplainFormat,
@@ -115,6 +117,7 @@ impl Default for ExplainConfig {
             watch: Vec::new(),
             cluster: super::trace::TraceConfig::default().cluster,
             rules: None,
+            redaction_key_file: None,
             scope: Scope::default(),
             format: ExplainFormat::Text,
             outputs: Vec::new(),
@@ -282,6 +285,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     let bar = progress_bar(total);
     let pipeline = PipelineConfig {
         rules: config.rules.clone(),
+        redaction_key_file: config.redaction_key_file.clone(),
         ..PipelineConfig::offline()
     };
     let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);

@@ -78,6 +78,8 @@ pub struct TraceConfig {
     pub snapshots: bool,
     /// Directory of relation rule files; `None`: the built-in rules.
     pub rules: Option<PathBuf>,
+    /// The secret key of the redaction markers; `None`: a random key.
+    pub redaction_key_file: Option<PathBuf>,
     pub assembly: AssemblyConfig,
 }
 
@@ -97,6 +99,7 @@ impl Default for TraceConfig {
             max_diff_lines: 8,
             snapshots: false,
             rules: None,
+            redaction_key_file: None,
             assembly: AssemblyConfig::default(),
         }
     }
@@ -145,6 +148,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     let pipeline = PipelineConfig {
         window: config.assembly.window,
         rules: config.rules.clone(),
+        redaction_key_file: config.redaction_key_file.clone(),
         ..PipelineConfig::default()
     };
     let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);

@@ -69,6 +69,9 @@ pub struct ExplainArgs {
     /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
     #[arg(long, env = "KASCADE_RULES")]
     pub rules: Option<PathBuf>,
+    /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
+    #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
+    pub redaction_key_file: Option<PathBuf>,
 }
 
 impl From<ExplainArgs> for ExplainConfig {
@@ -79,6 +82,7 @@ impl From<ExplainArgs> for ExplainConfig {
             watch: a.watch,
             cluster: a.cluster,
             rules: a.rules,
+            redaction_key_file: a.redaction_key_file,
             scope: Scope {
                 namespace: a.namespace,
                 selector: a.selector,

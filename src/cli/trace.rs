@@ -58,6 +58,9 @@ pub struct TraceArgs {
     /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
     #[arg(long, env = "KASCADE_RULES")]
     pub rules: Option<PathBuf>,
+    /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
+    #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
+    pub redaction_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -82,6 +85,7 @@ impl From<TraceArgs> for TraceConfig {
             max_diff_lines: a.max_diff_lines,
             snapshots: a.snapshots,
             rules: a.rules,
+            redaction_key_file: a.redaction_key_file,
             assembly: a.assembly.into(),
         }
     }
