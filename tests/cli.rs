@@ -874,8 +874,17 @@ fn the_terminal_cascade_summarises_a_wide_level_as_the_ui_does() {
     assert_eq!(writes(&text) + left_out, writes(&all), "{text}");
 }
 
+/// The redaction markers in `text`, as a set.
+fn markers(text: &str) -> std::collections::BTreeSet<String> {
+    let marker = regex::Regex::new(r"<redacted:[0-9a-f]{8}>").unwrap();
+    marker
+        .find_iter(text)
+        .map(|m| m.as_str().to_string())
+        .collect()
+}
+
 /// The redaction markers in a replay's OTLP/JSON of the config fixture
-/// (its Secrets' writes), as a set.
+/// (its Secrets' writes).
 fn replay_markers(key_file: Option<&std::path::Path>) -> std::collections::BTreeSet<String> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
@@ -892,12 +901,7 @@ fn replay_markers(key_file: Option<&std::path::Path>) -> std::collections::BTree
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let text = std::fs::read_to_string(&out).unwrap();
-    let marker = regex::Regex::new(r"<redacted:[0-9a-f]{8}>").unwrap();
-    marker
-        .find_iter(&text)
-        .map(|m| m.as_str().to_string())
-        .collect()
+    markers(&std::fs::read_to_string(&out).unwrap())
 }
 
 #[test]
@@ -919,19 +923,9 @@ fn replays_sharing_a_redaction_key_give_the_same_markers_others_their_own() {
     assert!(unkeyed.is_disjoint(&replay_markers(None)));
     // Offline, `trace` with the key shows the markers the replay exported.
     let st = kascade()
-        .args([
-            "trace",
-            "--cluster",
-            "fx",
-            "--resource",
-            "secrets",
-            "--namespace",
-            "config-demo",
-            "--name",
-            "app-secret",
-            "--snapshots",
-            "--redaction-key-file",
-        ])
+        .args(["trace", "--cluster", "fx", "--resource", "secrets"])
+        .args(["--namespace", "config-demo", "--name", "app-secret"])
+        .args(["--snapshots", "--redaction-key-file"])
         .arg(&without)
         .arg(common::fixture_path("config", "audit.log"))
         .output()
@@ -942,11 +936,7 @@ fn replays_sharing_a_redaction_key_give_the_same_markers_others_their_own() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let marker = regex::Regex::new(r"<redacted:[0-9a-f]{8}>").unwrap();
-    let traced: std::collections::BTreeSet<String> = marker
-        .find_iter(&stdout)
-        .map(|m| m.as_str().to_string())
-        .collect();
+    let traced = markers(&stdout);
     assert!(traced.len() >= 2, "the Secret was written twice: {stdout}");
     assert!(traced.is_subset(&keyed), "{traced:?} {keyed:?}");
 }
@@ -957,46 +947,33 @@ fn a_missing_or_short_redaction_key_is_refused_naming_the_file() {
     let short = dir.path().join("short-key");
     std::fs::write(&short, "hunter2\n").unwrap();
     let missing = dir.path().join("missing-key");
+    let out = dir.path().join("out.jsonl");
+    let replay = [
+        "replay",
+        "--output",
+        &format!("otlp-json={}", out.display()),
+    ];
+    let trace = ["trace", "--resource", "secrets", "--name", "app-secret"];
     for (file, why) in [
         (&short, "the key has 7 bytes, at least 16 are needed"),
         (&missing, "No such file or directory"),
     ] {
-        let out = dir.path().join("out.jsonl");
-        let st = kascade()
-            .args(["replay", "--output"])
-            .arg(format!("otlp-json={}", out.display()))
-            .arg("--redaction-key-file")
-            .arg(file)
-            .arg(common::fixture_path("config", "audit.log"))
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&st.stderr);
-        assert_eq!(st.status.code(), Some(1), "{stderr}");
-        for offline in [
-            &["trace", "--resource", "secrets", "--name", "app-secret"][..],
-            &["explain"],
-        ] {
+        for command in [&replay[..], &trace[..], &["explain"]] {
             let st = kascade()
-                .args(offline)
+                .args(command)
                 .arg("--redaction-key-file")
                 .arg(file)
                 .arg(common::fixture_path("config", "audit.log"))
                 .output()
                 .unwrap();
-            let err = String::from_utf8_lossy(&st.stderr);
-            assert_eq!(st.status.code(), Some(1), "{offline:?}: {err}");
-            assert!(err.contains(why), "{offline:?}: {err}");
-            assert!(st.stdout.is_empty(), "{offline:?}");
+            let stderr = String::from_utf8_lossy(&st.stderr);
+            assert_eq!(st.status.code(), Some(1), "{command:?}: {stderr}");
+            let named = format!("--redaction-key-file {}", file.display());
+            assert!(stderr.contains(&named), "{command:?}: {stderr}");
+            assert!(stderr.contains(why), "{command:?}: {stderr}");
+            assert!(!stderr.contains("hunter2"), "the key is shown: {stderr}");
+            assert!(st.stdout.is_empty(), "{command:?}");
+            assert!(!out.exists(), "nothing replayed");
         }
-        assert!(
-            stderr.contains(&format!("--redaction-key-file {}", file.display())),
-            "{stderr}"
-        );
-        assert!(stderr.contains(why), "{stderr}");
-        assert!(
-            !stderr.contains("hunter2"),
-            "the key is never shown: {stderr}"
-        );
-        assert!(!out.exists(), "nothing replayed");
     }
 }

@@ -29,7 +29,7 @@ use std::hash::{BuildHasher, Hasher};
 use crate::json::{
     JsonContainerTrait as _, JsonValueMutTrait as _, JsonValueTrait as _, Value, ValueRef,
 };
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 mod paths;
 
@@ -101,7 +101,7 @@ impl Redactor {
     pub fn keyed(paths: Option<PathPattern>, key: &[u8]) -> Self {
         Self {
             paths: paths.map(std::sync::Arc::new),
-            seed: xxhash_rust::xxh3::xxh3_64(key),
+            seed: xxh3_64(key),
         }
     }
 
