@@ -6,6 +6,7 @@ fn main() -> std::process::ExitCode {
     kascade::disable_transparent_huge_pages();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(kascade::json::depth::THREAD_STACK_BYTES)
         .build()
     {
         Ok(runtime) => runtime.block_on(run()),

@@ -977,3 +977,71 @@ fn a_missing_or_short_redaction_key_is_refused_naming_the_file() {
         }
     }
 }
+
+/// A value nested as deep as the apiserver accepts, in an object's
+/// annotation or field, or a log line of nothing but brackets: every
+/// offline command handles the event as the collector does (the value a
+/// marker, the write kept), exits 0 and loses nothing else.
+#[test]
+fn values_nested_as_deep_as_the_apiserver_accepts_are_markers_in_every_offline_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let brackets = format!("{}{}", "[".repeat(20_000), "]".repeat(20_000));
+    for (name, deep) in [
+        (
+            "annotation",
+            common::with_deep_annotation as fn(&str) -> String,
+        ),
+        ("field", common::with_deep_field),
+    ] {
+        let (mut lines, audit_id) = common::config_with_deep_patch(deep);
+        lines.push(brackets.clone());
+        let log = dir.path().join(format!("{name}.log"));
+        std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+        let run = |args: &[&str]| {
+            let st = kascade().args(args).arg(&log).output().unwrap();
+            let stderr = String::from_utf8_lossy(&st.stderr).to_string();
+            assert!(st.status.success(), "{name} {args:?}: {stderr}");
+            (String::from_utf8_lossy(&st.stdout).to_string(), stderr)
+        };
+        let out = dir.path().join(format!("{name}.jsonl"));
+        let (_, stderr) = run(&[
+            "replay",
+            "--cluster",
+            "fx",
+            "--output",
+            &format!("otlp-json={}", out.display()),
+        ]);
+        // Only the line of brackets (not an event) is skipped.
+        assert!(
+            stderr.contains("1 malformed lines skipped"),
+            "{name}: {stderr}"
+        );
+        let spans = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            spans.contains(&audit_id),
+            "{name}: the deep write lost its span"
+        );
+        if name == "field" {
+            assert!(
+                stderr.contains("values nested deeper than 64 levels"),
+                "{stderr}"
+            );
+            assert!(
+                spans.contains("nested deeper than 64 levels: "),
+                "{name}: no marker"
+            );
+        }
+        let (tree, _) = run(&[
+            "trace",
+            "--resource",
+            "configmaps",
+            "--namespace",
+            "config-demo",
+            "--name",
+            "app-config",
+        ]);
+        assert!(tree.contains("patch"), "{name}: {tree}");
+        run(&["explain"]);
+        run(&["analyze"]);
+    }
+}

@@ -527,3 +527,47 @@ async fn writes_stamped_at_the_same_instant_take_causes_only_from_earlier_arriva
         "no effect waited for its cause's cascade"
     );
 }
+
+/// The collector's side of a value nested as deep as the apiserver accepts:
+/// the batch is answered 200, the value becomes a marker in the write's
+/// span, it is counted, and the collector goes on (a body of nothing but
+/// brackets is a 400). Each of these aborted the process before.
+#[tokio::test]
+async fn values_nested_as_deep_as_the_apiserver_accepts_are_markers_and_the_collector_goes_on() {
+    let (srv, pipeline) = serve(|_| {}).await;
+    let client = reqwest::Client::new();
+    let post = |body: String| client.post(format!("{}/audit", srv.url)).body(body).send();
+    let mut ids = Vec::new();
+    for deep in [
+        common::with_deep_annotation as fn(&str) -> String,
+        common::with_deep_field,
+    ] {
+        let (lines, audit_id) = common::config_with_deep_patch(deep);
+        let r = post(common::event_list(&lines)).await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        ids.push(audit_id);
+    }
+    let brackets = format!("{}{}", "[".repeat(20_000), "]".repeat(20_000));
+    let r = post(brackets).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("not a JSON EventList"));
+    let r = client
+        .get(format!("{}/healthz", srv.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let m = metrics_text(&srv.url).await;
+    // The deep field only: the annotation is a string to every reader.
+    assert_eq!(
+        metric(&m, "kascade_audit_deep_values_total{source=\"test\"}"),
+        1,
+        "{m}"
+    );
+    pipeline.finish().await;
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    for id in ids {
+        assert!(out.contains(&id), "the span of {id} is missing");
+    }
+    assert!(out.contains("<nested deeper than 64 levels: "), "no marker");
+}

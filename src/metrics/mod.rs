@@ -37,6 +37,8 @@ pub struct Metrics {
     pub events_filtered: Family<FilterLabel, Counter>,
     /// Accepted audit events whose objects carried `metadata.managedFields`.
     pub events_with_managed_fields: Family<ClusterLabel, Counter>,
+    /// Values of logged objects nested too deep to read, left as markers.
+    pub deep_values: Family<ClusterLabel, Counter>,
     pub events_processed: Counter,
     pub watch_spans: Counter,
     pub watch_changes: Family<ClusterLabel, Counter>,
@@ -72,6 +74,8 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
+    /// Spooled batches moved aside after processes died replaying them.
+    pub spool_quarantined: Counter,
     pub cache_evictions: Family<CacheEvictionLabel, Counter>,
     pub spans_trimmed: Family<TrimLabel, Counter>,
     pub span_events_trimmed: Counter,
@@ -130,6 +134,11 @@ impl Metrics {
             self.spool_records_lost.clone(),
         );
         r.register(
+            "spool_quarantined_batches",
+            "Spooled batches moved aside to the spool's quarantine/ directory because processes died twice while replaying them",
+            self.spool_quarantined.clone(),
+        );
+        r.register(
             "spool_replayed_batches",
             "Audit batches replayed from the spool at start (accepted by a previous run, not yet exported)",
             self.spool_replayed.clone(),
@@ -148,6 +157,11 @@ impl Metrics {
             "audit_events_filtered",
             "Audit events dropped by the filter, by reason",
             self.events_filtered.clone(),
+        );
+        r.register(
+            "audit_deep_values",
+            "Values of audit events' objects nested deeper than kascade reads (64 levels), each shown as a marker, by cluster",
+            self.deep_values.clone(),
         );
         r.register(
             "audit_events_with_managed_fields",

@@ -51,6 +51,10 @@ pub struct AuditEvent {
     pub request_received_timestamp: SystemTime,
     #[serde(with = "rfc3339")]
     pub stage_timestamp: SystemTime,
+    /// Values of its objects nested deeper than kascade reads, each left as
+    /// a marker when the event was decoded (`json::depth`).
+    #[serde(skip)]
+    pub deep_values: u32,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -165,6 +169,16 @@ pub struct HeadMeta {
 
 impl AuditEvent {
     /// Checks the fields every event must carry, naming what is wrong.
+    /// Counts the depth markers its objects carry ([`AuditEvent::deep_values`]),
+    /// once its text was found nested too deep and capped.
+    pub fn count_deep_values(&mut self) {
+        self.deep_values = [&self.request_object, &self.response_object]
+            .into_iter()
+            .flatten()
+            .map(|o| crate::json::depth::markers_in(o.get()))
+            .fold(0, u32::saturating_add);
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if !self.api_version.is_empty() && self.api_version != AUDIT_API_VERSION {
             return Err(format!(

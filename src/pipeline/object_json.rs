@@ -145,8 +145,10 @@ impl ObjectText {
     /// The object as processing reads it. Nothing is left to strip: the
     /// decode cut `metadata.managedFields` (looking for them again cost
     /// ≈ 1 % of the collector's instructions).
+    /// Its nesting was bounded as the event was decoded
+    /// (`source::audit::parse_event`), so it is not scanned again.
     pub fn parse(&self) -> sonic_rs::Result<crate::json::Value> {
-        crate::json::parse(&self.text)
+        crate::json::parse_capped(&self.text)
     }
 
     /// `metadata.resourceVersion` as the number etcd gives it (its revision

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::bounds::clip_message;
+use crate::json::depth;
 use crate::pipeline::{AUDIT_API_VERSION, AuditEvent, FilterReason};
 
 /// Whether the request URI asks for a dry run (`?dryRun=All`, also among
@@ -125,13 +126,32 @@ pub struct DecodedBatch {
 /// take the rest of the batch down. Fails as a whole only when the envelope
 /// itself is not an `audit.k8s.io/v1` `EventList`.
 pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
+    // Nesting is bounded before sonic-rs, which recurses, sees the body:
+    // an event's objects sit at level 4 (list, items, event, object).
+    let capped = crate::json::utf8(body)
+        .ok()
+        .map(|text| depth::cap(text, depth::MAX_OBJECT_DEPTH, 3));
+    let deep = capped.as_ref().is_some_and(|c| c.markers > 0);
+    let mut batch = decode_bounded(body, capped.as_ref().map(|c| c.text.as_ref()))?;
+    if deep {
+        batch
+            .events
+            .iter_mut()
+            .for_each(AuditEvent::count_deep_values);
+    }
+    Ok(batch)
+}
+
+/// [`decode_event_list`] of a body whose nesting is bounded; `text` is the
+/// body as UTF-8, when it is.
+fn decode_bounded(body: &[u8], text: Option<&str>) -> Result<DecodedBatch, String> {
     // Almost every batch is well-formed: decode it in one pass, and go item by
     // item (to name the bad ones and keep the rest) only when that fails.
     // sonic-rs checks UTF-8 only in the strings it decodes, not in those it
     // skips or keeps raw (the objects' text): the body is checked whole, and
     // one that is not UTF-8 goes the item-by-item way, where serde_json
-    // checks every string.
-    if let Ok(text) = crate::json::utf8(body)
+    // checks every string (and each item's nesting is bounded on its own).
+    if let Some(text) = text
         && let Ok(list) = sonic_rs::from_str::<TypedEventList>(text)
     {
         check_envelope(&list.kind, &list.api_version)?;
@@ -145,6 +165,7 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
         }
         return Ok(DecodedBatch { events, errors });
     }
+    let body = text.map_or(body, str::as_bytes);
     let env: EventListEnvelope = serde_json::from_slice(body)
         .map_err(|e| clip_message(format!("body is not a JSON EventList: {e}")))?;
     check_envelope(&env.kind, &env.api_version)?;
@@ -159,11 +180,17 @@ pub fn decode_event_list(body: &[u8]) -> Result<DecodedBatch, String> {
     Ok(DecodedBatch { events, errors })
 }
 
-/// Parses one audit event (one line of an audit log file).
+/// Parses one audit event (one line of an audit log file). Its nesting is
+/// bounded first ([`depth::cap`]): its objects sit at level 2.
 pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
+    let capped = depth::cap(json, depth::MAX_OBJECT_DEPTH, 1);
     // serde's messages quote wrongly typed strings whole: clipped.
-    let ev: AuditEvent = sonic_rs::from_str(json).map_err(|e| clip_message(decode_error(&e)))?;
+    let mut ev: AuditEvent =
+        sonic_rs::from_str(&capped.text).map_err(|e| clip_message(decode_error(&e)))?;
     ev.validate()?;
+    if capped.markers > 0 {
+        ev.count_deep_values();
+    }
     Ok(ev)
 }
 

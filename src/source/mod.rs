@@ -79,6 +79,7 @@ pub fn accept(
         }
     };
     note_managed_fields(&ev, cluster, metrics);
+    note_deep_values(&ev, &object, cluster, metrics);
     Some(Accepted {
         event: ev,
         object,
@@ -88,6 +89,27 @@ pub fn accept(
         failed_create,
         batch_span: tracing::Span::none(),
     })
+}
+
+/// Counts and says the values of an object's write left out as nested too
+/// deep to read (`json::depth`): the write keeps its span, with a marker.
+fn note_deep_values(ev: &AuditEvent, object: &ObjectRef, cluster: &str, metrics: &Metrics) {
+    if ev.deep_values == 0 {
+        return;
+    }
+    metrics
+        .deep_values
+        .get_or_create(&Metrics::cluster(cluster))
+        .inc_by(u64::from(ev.deep_values));
+    tracing::warn!(
+        cluster,
+        audit_id = %ev.audit_id,
+        object = %object,
+        values = ev.deep_values,
+        "values nested deeper than {} levels are shown as a marker (\"{}…\")",
+        crate::json::depth::MAX_OBJECT_DEPTH,
+        crate::json::depth::MARKER_PREFIX,
+    );
 }
 
 /// Counts an event whose objects carried `metadata.managedFields` (kascade

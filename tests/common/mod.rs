@@ -188,3 +188,58 @@ pub fn int_attr(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -
             _ => None,
         })
 }
+
+/// Nesting the apiserver accepts (Go's decoder allows 10,000 levels).
+pub const APISERVER_DEPTH: usize = 10_000;
+
+/// The `config` scenario's log with its patch of ConfigMap `app-config`
+/// answered with an object carrying `deep`, as written by
+/// [`with_deep_annotation`] or [`with_deep_field`]: what a user allowed to
+/// annotate an object, or to write a custom resource, can make the
+/// apiserver log. Returns the lines and the patch's audit ID.
+pub fn config_with_deep_patch(deep: fn(&str) -> String) -> (Vec<String>, String) {
+    let mut lines = audit_lines("config");
+    let (at, ev) = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .enumerate()
+        .find(|(_, ev)| {
+            ev["verb"] == "patch"
+                && ev["objectRef"]["resource"] == "configmaps"
+                && ev["objectRef"]["name"] == "app-config"
+        })
+        .expect("the config scenario patches app-config");
+    lines[at] = deep(&lines[at]);
+    (lines, ev["auditID"].as_str().unwrap().to_string())
+}
+
+/// `line` with an annotation on its response object holding a copy of an
+/// object whose `data` nests [`APISERVER_DEPTH`] levels (a string to the
+/// apiserver, JSON to whoever reads the copy).
+pub fn with_deep_annotation(line: &str) -> String {
+    let mut ev: serde_json::Value = serde_json::from_str(line).unwrap();
+    let copy = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","data":{}{}}}"#,
+        "[".repeat(APISERVER_DEPTH),
+        "]".repeat(APISERVER_DEPTH)
+    );
+    ev["responseObject"]["metadata"]["annotations"] =
+        serde_json::json!({ "example.com/copy": copy });
+    ev.to_string()
+}
+
+/// `line` with a field nested [`APISERVER_DEPTH`] levels first in its
+/// response object (as a custom resource's spec can be), spliced in as
+/// text: no JSON library here would build it.
+pub fn with_deep_field(line: &str) -> String {
+    let deep = format!(
+        r#""spec":{}{},"#,
+        "[{\"a\":".repeat(APISERVER_DEPTH),
+        "}]".repeat(APISERVER_DEPTH)
+    );
+    line.replacen(
+        r#""responseObject":{"#,
+        &format!(r#""responseObject":{{{deep}"#),
+        1,
+    )
+}

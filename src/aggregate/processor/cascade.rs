@@ -160,7 +160,7 @@ impl Processor {
         if ANNOTATION.find(raw.get().as_bytes()).is_none() {
             return;
         }
-        let Ok(state) = crate::json::parse(raw.get()) else {
+        let Ok(state) = raw.parse() else {
             return;
         };
         if let Some(cpid) = self.object_cpid(&item.object, &state, false) {

@@ -124,7 +124,7 @@ pub(super) fn apply(
             let node = ev
                 .request_object
                 .as_ref()
-                .and_then(|r| crate::json::parse(r.get()).ok())
+                .and_then(|r| r.parse().ok())
                 .and_then(|b| crate::json::pointer(&b, "/target/name").cloned());
             node.map(|n| {
                 let mut s = old

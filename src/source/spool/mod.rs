@@ -39,8 +39,11 @@ use crate::metrics::Metrics;
 use record::{HEADER, Recovered, record_head, recover};
 use writer::{Append, writer_loop};
 
+mod quarantine;
 mod record;
 mod writer;
+
+pub use quarantine::{DEATHS_TO_QUARANTINE, QUARANTINE_DIR};
 
 /// Holds the highest released sequence number.
 const RELEASED_FILE: &str = "released";
@@ -137,6 +140,9 @@ pub struct Spool {
     // Held for the life of the spool: a second process on the same directory
     // would delete segments this one still needs.
     _lock: File,
+    /// The batch the previous process died replaying, with the deaths it
+    /// has seen (fewer than [`DEATHS_TO_QUARANTINE`]).
+    died_replaying: Option<(u64, u32)>,
 }
 
 fn io_err(dir: &Path, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SpoolError {
@@ -187,11 +193,33 @@ impl Spool {
         }
         let Recovered {
             segments,
-            pending,
+            mut pending,
             next_seq,
             released_upto,
             used,
         } = recover(&dir, &metrics)?;
+        // Moved aside by an earlier start but not yet released: not again.
+        let mut quarantined = quarantine::moved_aside(&dir);
+        pending.retain(|b| !quarantined.contains(&b.seq));
+        let died_replaying = match quarantine::deaths_in_flight(&dir)
+            .filter(|(seq, _)| pending.iter().any(|b| b.seq == *seq))
+        {
+            Some((seq, deaths)) if deaths >= DEATHS_TO_QUARANTINE => {
+                let at = pending.iter().position(|b| b.seq == seq).expect("filtered");
+                let path = quarantine::move_aside(&dir, &pending[at]).map_err(io_err(
+                    &dir,
+                    format!("cannot move batch {seq} to {QUARANTINE_DIR}/"),
+                ))?;
+                pending.remove(at);
+                metrics.spool_quarantined.inc();
+                tracing::error!(seq, deaths, file = %path.display(),
+                    "a spooled batch was being replayed each time the process died: moved aside, the rest is replayed; \
+                     inspect it with `kascade explain FILE` or send it on with `kascade replay FILE`");
+                quarantined.push(seq);
+                None
+            }
+            other => other,
+        };
         let (tx, rx) = std::sync::mpsc::channel::<Append>();
         let shared = Arc::new(Shared {
             cfg,
@@ -215,7 +243,12 @@ impl Spool {
             shared,
             writer: tx,
             _lock: lock,
+            died_replaying,
         });
+        for seq in quarantined {
+            // Moved aside: it holds back no release.
+            spool.mark_enqueued(seq);
+        }
         if !pending.is_empty() {
             tracing::info!(batches = pending.len(), bytes = used, dir = %dir.display(),
                 "replaying audit batches a previous run accepted but had not exported");
@@ -281,6 +314,28 @@ impl Spool {
             // Never answered 200: the apiserver retries (`unanswered` lets
             // the sequence number go).
             Err(e) => Err(io_err(&self.shared.cfg.dir, "cannot write a batch")(e)),
+        }
+    }
+
+    /// Batch `seq`, left by a previous process, is being replayed: should
+    /// the process die before [`Spool::replayed`] or the next call, the
+    /// next start counts that against it (see `quarantine`).
+    pub fn replaying(&self, seq: u64) {
+        let deaths = match self.died_replaying {
+            Some((died, deaths)) if died == seq => deaths,
+            _ => 0,
+        };
+        if let Err(e) = quarantine::note_in_flight(&self.shared.cfg.dir, seq, deaths) {
+            tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
+                "cannot note the batch being replayed (a batch that crashes processing would not be moved aside)");
+        }
+    }
+
+    /// Every batch left by a previous process was replayed and processed.
+    pub fn replayed(&self) {
+        if let Err(e) = quarantine::clear(&self.shared.cfg.dir) {
+            tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
+                "cannot clear the note of the batch being replayed");
         }
     }
 
@@ -499,6 +554,80 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(err, SpoolError::Locked { .. }), "{err}");
+    }
+
+    /// A batch in flight each time two processes died is moved aside as an
+    /// audit log the offline commands read; the others are replayed, and
+    /// one death alone moves nothing.
+    #[tokio::test]
+    async fn a_batch_two_processes_died_replaying_is_moved_aside_and_the_rest_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: Vec<String> = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/config/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .take(2)
+        .map(str::to_string)
+        .collect();
+        // As an apiserver may send it: pretty-printed across lines.
+        let poison = format!(
+            "{{\n \"kind\": \"EventList\",\n \"apiVersion\": \"audit.k8s.io/v1\",\n \"items\": [\n{}\n]}}",
+            lines.join(",\n")
+        );
+        {
+            let (spool, _) = open(dir.path(), 1 << 20, 1 << 20);
+            for body in ["a", poison.as_str(), "c"] {
+                let body = Bytes::from(body.to_string());
+                spool
+                    .append("c1", BodyEncoding::Identity, body)
+                    .await
+                    .unwrap();
+            }
+        }
+        for death in 1..=DEATHS_TO_QUARANTINE {
+            let (spool, pending) = open(dir.path(), 1 << 20, 1 << 20);
+            let seqs: Vec<u64> = pending.iter().map(|b| b.seq).collect();
+            assert_eq!(seqs, vec![1, 2, 3], "after {death} deaths");
+            spool.replaying(1);
+            spool.replaying(2);
+            // Dropped mid-replay: as when processing aborts.
+        }
+        let metrics = Arc::new(Metrics::default());
+        let (spool, pending) = Spool::open(SpoolConfig::new(dir.path()), metrics.clone()).unwrap();
+        let seqs: Vec<u64> = pending.iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, vec![1, 3]);
+        assert_eq!(metrics.spool_quarantined.get(), 1);
+        let aside = dir.path().join(QUARANTINE_DIR).join("2.log");
+        let mode = std::fs::metadata(&aside).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let log = std::fs::read_to_string(&aside).unwrap();
+        let events: Vec<_> = log
+            .lines()
+            .map(|l| crate::source::audit::parse_event(l).unwrap().audit_id)
+            .collect();
+        let expected: Vec<String> = lines
+            .iter()
+            .map(|l| crate::source::audit::parse_event(l).unwrap().audit_id)
+            .collect();
+        assert_eq!(events, expected);
+        // Moved aside, it holds back no release.
+        spool.mark_enqueued(1);
+        spool.mark_enqueued(3);
+        assert_eq!(spool.enqueued_upto(), 3);
+        spool.replaying(3);
+        spool.replayed();
+        drop(spool);
+        // A clean replay leaves nothing in flight: nothing more is moved.
+        let (_, pending) = open(dir.path(), 1 << 20, 1 << 20);
+        assert_eq!(pending.len(), 2);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(QUARANTINE_DIR))
+                .unwrap()
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -291,6 +291,7 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
         return;
     };
     for batch in pending {
+        spool.replaying(batch.seq);
         match decode_off_runtime(&st, &batch.cluster, batch.encoding, batch.body, true).await {
             Ok(decoded) => {
                 let n = decoded.accepted.len() as u64;
@@ -310,9 +311,15 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
                 tracing::error!(seq = batch.seq, error = %crate::bounds::clip_message(msg), "a spooled batch no longer decodes; skipped")
             }
         }
+        // Processed before the next batch is read: should processing
+        // die, the batch noted as in flight is the one that killed it.
+        if st.intake.barrier().await.is_err() {
+            return;
+        }
         st.metrics.spool_replayed.inc();
         spool.mark_enqueued(batch.seq);
     }
+    spool.replayed();
 }
 
 /// Releases spooled batches once everything made from them is exported:

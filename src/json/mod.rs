@@ -10,6 +10,8 @@
 //! The pointers here walk the segments as they are, without unescaping
 //! (`~0`/`~1`): the paths kascade looks up have none.
 
+pub mod depth;
+
 pub use sonic_rs::{
     Array, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Object, Value, ValueRef,
 };
@@ -121,8 +123,26 @@ pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
     }
 }
 
-/// Parses JSON text into the object model.
+/// Parses JSON text into the object model; text nested deeper than
+/// [`depth::MAX_OBJECT_DEPTH`] is refused (sonic-rs parses by recursion).
+///
+/// ```
+/// let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+/// assert!(kascade::json::parse(&deep).unwrap_err().to_string().contains("nested deeper"));
+/// ```
 pub fn parse(text: &str) -> sonic_rs::Result<Value> {
+    if depth::exceeds(text.as_bytes(), depth::MAX_OBJECT_DEPTH) {
+        return Err(<sonic_rs::Error as serde::de::Error>::custom(format_args!(
+            "JSON nested deeper than {} levels",
+            depth::MAX_OBJECT_DEPTH
+        )));
+    }
+    sonic_rs::from_str(text)
+}
+
+/// [`parse`] for text already bounded by [`depth::cap`] (an object cut from
+/// an audit event as it was decoded), which is not scanned again.
+pub(crate) fn parse_capped(text: &str) -> sonic_rs::Result<Value> {
     sonic_rs::from_str(text)
 }
 

@@ -1,0 +1,287 @@
+//! Nesting bounds for JSON from outside, checked by a loop that cannot run
+//! out of stack, before any parser that recurses sees the text.
+//!
+//! sonic-rs parses, skips and drops nested values by recursion, and so do
+//! kascade's own walks (redaction, diffs, comparisons): a value nested
+//! deeper than a thread's stack allows aborts the process. Go's decoder,
+//! and so the apiserver, accepts 10,000 levels, and an annotation value is
+//! any string. So every audit body and log line is scanned first, and a
+//! container nested deeper than the bound is replaced by a string marker
+//! (`"<nested deeper than 64 levels: 20012 bytes>"`): the write keeps its
+//! span, and only the part no reader could show is left out.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// The deepest nesting kept in an object: its root is level 1. Kubernetes'
+/// own kinds nest at most 14 levels in the captured fixtures (a
+/// Deployment); a custom resource's schema adds two levels per nested type,
+/// so 64 leaves room for 25 of them. The bound is set by the stack:
+/// sonic-rs's validating skip takes ≈ 21 KB a level (measured with gdb), so
+/// 64 levels need ≈ 1.35 MB, inside the 2 MiB a thread gets by default
+/// (an embedding runtime's), and far inside [`THREAD_STACK_BYTES`].
+pub const MAX_OBJECT_DEPTH: usize = 64;
+
+/// The stack of kascade's runtime threads: four times what
+/// [`MAX_OBJECT_DEPTH`] levels take, for the walks after the parse.
+pub const THREAD_STACK_BYTES: usize = 8 << 20;
+
+/// How every marker begins (the bound and the size follow).
+pub const MARKER_PREFIX: &str = "<nested deeper than ";
+
+const OTHER: u8 = 0;
+const OPEN: u8 = 1;
+const CLOSE: u8 = 2;
+const QUOTE: u8 = 3;
+
+static CLASS: [u8; 256] = {
+    let mut t = [OTHER; 256];
+    t[b'[' as usize] = OPEN;
+    t[b'{' as usize] = OPEN;
+    t[b']' as usize] = CLOSE;
+    t[b'}' as usize] = CLOSE;
+    t[b'"' as usize] = QUOTE;
+    t
+};
+
+/// Text whose nesting was bounded by [`cap`].
+#[derive(Debug)]
+pub struct Capped<'a> {
+    /// The text, with every container deeper than the bound a marker.
+    pub text: Cow<'a, str>,
+    /// How many containers were replaced.
+    pub markers: u32,
+}
+
+/// Whether `text` nests deeper than `limit` levels (the outermost container
+/// is level 1). Malformed text is scanned as far as it goes.
+///
+/// ```
+/// use kascade::json::depth::exceeds;
+/// assert!(!exceeds(br#"{"a": [1, {"b": "[[[["}]}"#, 3));
+/// assert!(exceeds(br#"{"a": [1, {"b": []}]}"#, 3));
+/// ```
+pub fn exceeds(text: &[u8], limit: usize) -> bool {
+    // Each level needs an opening byte: short text cannot nest deeper.
+    text.len() > limit && first_too_deep(text, 0, 0, limit).is_some()
+}
+
+/// `text` with every container nested deeper than `limit` levels below
+/// the level `above` replaced by a string marker naming `limit` and the
+/// container's size; borrowed as it is when nothing nests that deep. Valid
+/// JSON stays valid. `above` is where the values bounded sit in `text`: an
+/// audit event's objects are one level below the event, so a log line is
+/// capped with `above` 1, and the marker names the objects' own bound.
+///
+/// ```
+/// use kascade::json::depth::cap;
+/// let capped = cap(r#"{"a": {"b": [[1]], "c": 2}}"#, 2, 0);
+/// assert_eq!(capped.text, r#"{"a": {"b": "<nested deeper than 2 levels: 5 bytes>", "c": 2}}"#);
+/// assert_eq!(capped.markers, 1);
+/// ```
+pub fn cap(text: &str, limit: usize, above: usize) -> Capped<'_> {
+    let (named, limit) = (limit, limit + above);
+    let bytes = text.as_bytes();
+    let Some(mut at) = (text.len() > limit)
+        .then(|| first_too_deep(bytes, 0, 0, limit))
+        .flatten()
+    else {
+        return Capped {
+            text: Cow::Borrowed(text),
+            markers: 0,
+        };
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut markers = 0u32;
+    loop {
+        let end = container_end(bytes, at);
+        out.push_str(&text[copied..at]);
+        let _ = write!(
+            out,
+            "\"{MARKER_PREFIX}{named} levels: {} bytes>\"",
+            end - at
+        );
+        markers = markers.saturating_add(1);
+        copied = end;
+        // The container replaced opened at level `limit + 1`: its
+        // parent, where the scan goes on, is at `limit`.
+        match first_too_deep(bytes, end, limit, limit) {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    out.push_str(&text[copied..]);
+    Capped {
+        text: Cow::Owned(out),
+        markers,
+    }
+}
+
+/// How many markers [`cap`] left in `text` (counted where an object's text
+/// was cut from a capped event).
+pub fn markers_in(text: &str) -> u32 {
+    let finder = memchr::memmem::find_iter(text.as_bytes(), MARKER_PREFIX.as_bytes());
+    u32::try_from(finder.count()).unwrap_or(u32::MAX)
+}
+
+/// Where the first container that would open at level `limit + 1` starts,
+/// scanning from `from` at level `depth`.
+fn first_too_deep(bytes: &[u8], from: usize, mut depth: usize, limit: usize) -> Option<usize> {
+    let mut i = from;
+    while i < bytes.len() {
+        match CLASS[bytes[i] as usize] {
+            OPEN => {
+                depth += 1;
+                if depth > limit {
+                    return Some(i);
+                }
+            }
+            CLOSE => depth = depth.saturating_sub(1),
+            QUOTE => {
+                i = string_end(bytes, i + 1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Where the container opening at `at` ends (one past its closing byte),
+/// or the end of the text when it is not closed.
+fn container_end(bytes: &[u8], at: usize) -> usize {
+    let mut depth = 0usize;
+    let mut i = at;
+    while i < bytes.len() {
+        match CLASS[bytes[i] as usize] {
+            OPEN => depth += 1,
+            CLOSE => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            QUOTE => {
+                i = string_end(bytes, i + 1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// One past the quote that closes the string whose content starts at `i`.
+fn string_end(bytes: &[u8], mut i: usize) -> usize {
+    while let Some(found) = memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
+        let at = i + found;
+        if bytes[at] == b'"' {
+            return at + 1;
+        }
+        // An escape: the byte after the backslash is never the end.
+        i = at + 2;
+    }
+    bytes.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    /// The deepest level of `text` as serde_json counts it, for valid JSON
+    /// within its own bound.
+    fn reference_depth(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::Array(items) => {
+                1 + items.iter().map(reference_depth).max().unwrap_or(0)
+            }
+            serde_json::Value::Object(map) => {
+                1 + map.values().map(reference_depth).max().unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn the_depth_is_serde_jsons_on_captured_objects() {
+        let log = include_str!("../../e2e/fixtures/statefulset/audit.log");
+        let mut deepest = 0;
+        for line in log.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let depth = reference_depth(&v);
+            deepest = deepest.max(depth);
+            assert!(!exceeds(line.as_bytes(), depth), "{line}");
+            assert!(exceeds(line.as_bytes(), depth - 1), "{line}");
+            assert!(matches!(cap(line, depth, 0).text, Cow::Borrowed(_)));
+        }
+        assert!(deepest > 5, "{deepest}");
+    }
+
+    #[test]
+    fn brackets_in_strings_and_escapes_do_not_count() {
+        let text = r#"{"a": "]]]]\"[[[[", "b": ["\\", {"c": "}}}"}]}"#;
+        assert!(!exceeds(text.as_bytes(), 3));
+        assert!(exceeds(text.as_bytes(), 2));
+        // A string's closing brackets cannot hide a deeper level.
+        let hiding = r#"[["]]]]]]]", [["x"]]]]"#;
+        assert!(exceeds(hiding.as_bytes(), 3));
+    }
+
+    #[test]
+    fn every_container_too_deep_becomes_a_marker_and_the_rest_stays() {
+        let text = format!(
+            r#"{{"keep": [1, 2], "deep": {}, "also": {}, "tail": "t"}}"#,
+            nested(20),
+            nested(3)
+        );
+        let capped = cap(&text, 2, 0);
+        assert_eq!(capped.markers, 2);
+        let v: serde_json::Value = serde_json::from_str(&capped.text).unwrap();
+        assert_eq!(v["keep"], serde_json::json!([1, 2]));
+        assert_eq!(v["tail"], "t");
+        assert_eq!(
+            v["deep"],
+            serde_json::json!(["<nested deeper than 2 levels: 38 bytes>"])
+        );
+        assert_eq!(
+            v["also"],
+            serde_json::json!(["<nested deeper than 2 levels: 4 bytes>"])
+        );
+        assert_eq!(markers_in(&capped.text), 2);
+        assert!(!exceeds(capped.text.as_bytes(), 2));
+        // Bounded below a level: the marker names the values' own bound.
+        assert_eq!(
+            cap(r#"{"o": [[[1]]]}"#, 2, 1).text,
+            r#"{"o": [["<nested deeper than 2 levels: 3 bytes>"]]}"#
+        );
+    }
+
+    #[test]
+    fn a_huge_depth_is_capped_in_one_pass_without_recursion() {
+        let text = format!(r#"{{"x": {}}}"#, nested(1_000_000));
+        let capped = cap(&text, MAX_OBJECT_DEPTH, 0);
+        assert_eq!(capped.markers, 1);
+        let v: sonic_rs::Value = sonic_rs::from_str(&capped.text).unwrap();
+        // Level 65 is the 64th bracket: 1,000,000 - 63 pairs are cut.
+        assert!(crate::json::to_text(&v).contains("levels: 1999874 bytes"));
+    }
+
+    #[test]
+    fn malformed_text_is_scanned_as_far_as_it_goes() {
+        for text in ["[[[[", "]]]][[[[", "[\"unterminated", "{\"a\\", "[[\"\\"] {
+            let capped = cap(text, 2, 0);
+            assert!(!exceeds(capped.text.as_bytes(), 2), "{text}");
+        }
+        assert_eq!(
+            cap("[[[[", 2, 0).text,
+            "[[\"<nested deeper than 2 levels: 2 bytes>\""
+        );
+    }
+}
