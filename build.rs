@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
+        // A request that does not decode is the caller's error (InvalidArgument).
+        .codec_path("crate::frontend::proto::RequestCodec")
         // What GetTraces/FindTraces stream: a type of the frontend's, which
         // may carry the message already encoded (a cached trace's answer).
         .extern_path(

@@ -18,6 +18,7 @@ pub mod json;
 pub mod metrics;
 pub mod model;
 pub mod offline;
+pub mod output_file;
 pub mod pipeline;
 pub mod self_trace;
 pub mod source;

@@ -48,6 +48,57 @@ fn replay_writes_otlp_json_requests_one_per_line() {
     assert!(names.contains("kascade-e2e-admin create"));
 }
 
+/// What kascade writes for its user can hold what audit events carry: each
+/// output file is owner-only, a file that was there before included.
+#[test]
+fn output_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = common::fixture_path("deployment", "audit.log");
+    let (spans, changes, report) = (
+        dir.path().join("spans.jsonl"),
+        dir.path().join("changes.jsonl"),
+        dir.path().join("report.html"),
+    );
+    std::fs::write(&report, "an older report").unwrap();
+    std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let st = kascade()
+        .args(["replay", "--cluster", "fx", "--output"])
+        .arg(format!("otlp-json={}", spans.display()))
+        .arg("--output")
+        .arg(format!("changelog={}", changes.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let st = kascade()
+        .arg("explain")
+        .arg("--output")
+        .arg(format!("html={}", report.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    for file in [spans, changes, report] {
+        let meta = std::fs::metadata(&file).unwrap();
+        assert!(meta.len() > 0, "{} is empty", file.display());
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            0o600,
+            "{}",
+            file.display()
+        );
+    }
+}
+
 #[test]
 fn bad_lines_are_reported_with_file_and_line_and_skipped_unless_strict() {
     let dir = tempfile::tempdir().unwrap();

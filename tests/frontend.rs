@@ -840,6 +840,14 @@ async fn redirect_points_the_ui_at_a_trace_that_assembles() {
             "/redirect?resource=deployments&name=hello&scope=up",
             "scope",
         ),
+        (
+            "/redirect?resource=deployments&name=hello&namespace=%00%ff",
+            "holds the control character \\u{0}",
+        ),
+        (
+            "/redirect?resource=deployments&name=hel%ffo&view=explain",
+            "name: \"hel\u{fffd}o\" holds bytes that are not UTF-8",
+        ),
     ] {
         let resp = app
             .clone()
@@ -1137,6 +1145,78 @@ async fn find_traces(
         n += 1;
     }
     Ok(n)
+}
+
+/// A FindTracesRequest whose query's `service_name` (1) is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct QueryNotUtf8 {
+    #[prost(message, optional, tag = "1")]
+    query: Option<ServiceNameBytes>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ServiceNameBytes {
+    #[prost(bytes = "vec", tag = "1")]
+    service_name: Vec<u8>,
+}
+
+/// A FindTracesRequest whose query (1, a message) comes as a fixed64.
+#[derive(Clone, PartialEq, prost::Message)]
+struct QueryOfTheWrongWireType {
+    #[prost(fixed64, tag = "1")]
+    query: u64,
+}
+
+/// FindTraces with `request` as its message; the status it ends with.
+async fn find_traces_raw<M: prost::Message + Default + Send + 'static>(
+    channel: &tonic::transport::Channel,
+    request: M,
+) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let answer = grpc
+        .server_streaming(
+            tonic::Request::new(request),
+            tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/jaeger.storage.v2.TraceReader/FindTraces",
+            ),
+            tonic_prost::ProstCodec::<M, TracesData>::default(),
+        )
+        .await;
+    match answer {
+        Err(status) => status,
+        Ok(resp) => {
+            let mut stream = resp.into_inner();
+            loop {
+                match stream.message().await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return tonic::Status::ok(""),
+                    Err(status) => return status,
+                }
+            }
+        }
+    }
+}
+
+/// A request that does not decode is the caller's error: InvalidArgument
+/// saying so, not Internal.
+#[tokio::test]
+async fn grpc_requests_that_do_not_decode_get_invalid_argument() {
+    let (f, _) = frontend("deployment").await;
+    let channel = grpc_frontend(f).await;
+    let not_utf8 = QueryNotUtf8 {
+        query: Some(ServiceNameBytes {
+            service_name: b"kas\xffcade".to_vec(),
+        }),
+    };
+    let wrong_type = QueryOfTheWrongWireType { query: 7 };
+    for status in [
+        find_traces_raw(&channel, not_utf8).await,
+        find_traces_raw(&channel, wrong_type).await,
+    ] {
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("does not decode"), "{status:?}");
+    }
 }
 
 fn ts(seconds: i64, nanos: i32) -> Option<prost_types::Timestamp> {

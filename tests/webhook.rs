@@ -173,11 +173,28 @@ async fn oversized_body_is_413_and_missing_token_is_401() {
     let r = client
         .post(format!("{}/audit", srv.url))
         .bearer_auth("s3cret-token")
-        .body(small)
+        .body(small.clone())
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // Schemes are case-insensitive (RFC 7235); the token is not.
+    for (header, status) in [
+        ("bearer s3cret-token", 200),
+        ("BEARER  s3cret-token", 200),
+        ("Basic s3cret-token", 401),
+        ("Bearer S3CRET-TOKEN", 401),
+        ("Bearers3cret-token", 401),
+    ] {
+        let r = client
+            .post(format!("{}/audit", srv.url))
+            .header("Authorization", header)
+            .body(small.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{header}");
+    }
 
     // A gzip bomb is cut at the limit too.
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());

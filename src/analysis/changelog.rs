@@ -101,7 +101,7 @@ pub struct ChangelogWriter {
 impl ChangelogWriter {
     /// Creates (truncates) `path` and starts the writer thread.
     pub fn create(path: &Path, queue: usize, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        let file = File::create(path)
+        let file = crate::output_file::create(path)
             .map_err(|e| anyhow::anyhow!("cannot create the change log {}: {e}", path.display()))?;
         let (tx, rx) = sync_channel(queue.max(1));
         let thread = std::thread::Builder::new()

@@ -107,6 +107,10 @@ pub fn write_plots(dir: &Path, report: &Report, stats: &Stats) -> anyhow::Result
                 root.present()
                     .with_context(|| format!("writing {}", svg.display()))?;
             }
+            for file in [&png, &svg] {
+                crate::output_file::restrict(file)
+                    .with_context(|| format!("cannot make {} owner-only", file.display()))?;
+            }
             written.push(png);
             written.push(svg);
             Ok(())

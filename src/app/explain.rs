@@ -373,7 +373,7 @@ pub async fn run(config: ExplainConfig) -> anyhow::Result<bool> {
         }
     }
     for (format, path) in &config.outputs {
-        std::fs::write(path, render(&report, *format, false)).with_context(|| {
+        crate::output_file::write(path, render(&report, *format, false)).with_context(|| {
             format!(
                 "cannot write the {} report to {}",
                 format.name(),

@@ -58,10 +58,11 @@ pub(super) fn build_outputs(
                 ));
             }
             OutputSpec::OtlpJson(path) => {
-                let file = File::create(path).map_err(|source| SetupError::OutputFile {
-                    path: path.clone(),
-                    source,
-                })?;
+                let file =
+                    crate::output_file::create(path).map_err(|source| SetupError::OutputFile {
+                        path: path.clone(),
+                        source,
+                    })?;
                 outputs.push((
                     Output::Json {
                         writer: BufWriter::new(file),

@@ -128,7 +128,41 @@ async fn redirect<S: RawStore>(
     response
 }
 
+/// A parameter holding a control character, or bytes that were not UTF-8
+/// (decoded as U+FFFD): no Kubernetes name, time or choice holds one.
+fn check_printable(params: &[(&str, &Option<String>)]) -> Result<(), String> {
+    for (field, value) in params {
+        let Some(value) = value else { continue };
+        if let Some(c) = value
+            .chars()
+            .find(|c| c.is_control() || *c == char::REPLACEMENT_CHARACTER)
+        {
+            let what = if c == char::REPLACEMENT_CHARACTER {
+                "bytes that are not UTF-8".to_string()
+            } else {
+                format!("the control character {}", c.escape_unicode())
+            };
+            return Err(format!("{field}: {} holds {what}", quote(value)));
+        }
+    }
+    Ok(())
+}
+
 fn answer_redirect<S: RawStore>(st: &RedirectState<S>, p: RedirectParams) -> Response {
+    if let Err(e) = check_printable(&[
+        ("cluster", &p.cluster),
+        ("group", &p.group),
+        ("resource", &p.resource),
+        ("namespace", &p.namespace),
+        ("name", &p.name),
+        ("time", &p.time),
+        ("mode", &p.mode),
+        ("scope", &p.scope),
+        ("siblings", &p.siblings),
+        ("view", &p.view),
+    ]) {
+        return bad(e);
+    }
     if p.view.as_deref() == Some("explain") {
         return redirect_to_explain(p);
     }

@@ -3,7 +3,61 @@
 #![allow(clippy::all, missing_docs)]
 tonic::include_proto!("jaeger.storage.v2");
 
+pub use request_codec::RequestCodec;
 pub use traces_message::TracesMessage;
+
+mod request_codec {
+    #![warn(clippy::all)]
+    //! The generated services' codec: prost's, but a message that does not
+    //! decode (not protobuf, a string not UTF-8) is the caller's error,
+    //! `InvalidArgument`, where prost's codec says `Internal`.
+
+    use tonic::Status;
+    use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+    use tonic_prost::{ProstCodec, ProstDecoder};
+
+    /// See the module docs (`build.rs` names it as the codec).
+    #[derive(Debug, Clone, Default)]
+    pub struct RequestCodec<T, U>(ProstCodec<T, U>);
+
+    impl<T, U> Codec for RequestCodec<T, U>
+    where
+        T: prost::Message + Send + 'static,
+        U: prost::Message + Default + Send + 'static,
+    {
+        type Encode = T;
+        type Decode = U;
+        type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+        type Decoder = RequestDecoder<U>;
+
+        fn encoder(&mut self) -> Self::Encoder {
+            self.0.encoder()
+        }
+
+        fn decoder(&mut self) -> Self::Decoder {
+            RequestDecoder(self.0.decoder())
+        }
+    }
+
+    /// Decodes as prost does, refusing what does not decode as `InvalidArgument`.
+    #[derive(Debug)]
+    pub struct RequestDecoder<U>(ProstDecoder<U>);
+
+    impl<U: prost::Message + Default> Decoder for RequestDecoder<U> {
+        type Item = U;
+        type Error = Status;
+
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+            self.0.decode(buf).map_err(|e| {
+                Status::invalid_argument(format!("the message does not decode: {}", e.message()))
+            })
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            self.0.buffer_settings()
+        }
+    }
+}
 
 mod traces_message {
     #![warn(clippy::all)]

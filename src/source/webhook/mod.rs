@@ -131,10 +131,13 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
     let Some(expected) = &st.token else {
         return true;
     };
+    // The scheme is case-insensitive (RFC 7235 §2.1), then one or more spaces.
     let Some(got) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim_start_matches(' '))
     else {
         return false;
     };
