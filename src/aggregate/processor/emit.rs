@@ -506,4 +506,48 @@ mod tests {
         bare["responseStatus"]["message"] = "".into();
         assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
     }
+
+    /// The real Secret create of the `config` scenario, refused by an
+    /// admission webhook whose denial quotes its value: the audit span's
+    /// status says why without the value; an unquoting refusal is kept.
+    #[tokio::test]
+    async fn a_refusal_quoting_a_redacted_value_shows_its_marker() {
+        let values = audit_values("config");
+        let created = values
+            .iter()
+            .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "secrets")
+            .unwrap();
+        for (message, secret_shown) in [
+            (
+                "admission webhook \"policy.example.com\" denied the request: password \"kascade-fixture-s3cr3t-value\" is on the breach list",
+                false,
+            ),
+            (
+                "admission webhook \"policy.example.com\" denied the request: no label team",
+                true,
+            ),
+        ] {
+            let mut refused = created.clone();
+            refused["responseStatus"] =
+                serde_json::json!({"code": 400, "status": "Failure", "message": message});
+            refused.as_object_mut().unwrap().remove("responseObject");
+            let (p, mut rx, _) = processor(ProcessorConfig::default());
+            p.process(&accepted(&refused).unwrap()).await.unwrap();
+            let spans = drain(&mut rx);
+            let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
+            let shown = &audit.status.as_ref().unwrap().message;
+            assert_eq!(status(audit), StatusCode::Error);
+            assert!(
+                shown.starts_with("admission webhook \"policy.example.com\" denied"),
+                "{shown}"
+            );
+            assert!(!shown.contains("s3cr3t"), "{shown}");
+            assert_eq!(
+                shown.contains(crate::aggregate::redact::MARKER_PREFIX),
+                !secret_shown,
+                "{shown}"
+            );
+            assert_eq!(shown == message, secret_shown);
+        }
+    }
 }

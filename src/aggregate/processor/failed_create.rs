@@ -3,7 +3,7 @@
 
 use super::super::relations::CLASS_OWNER;
 use super::super::rules::{Relation, Role};
-use super::emit::{add_snapshot, audit_write, failure_message};
+use super::emit::{add_snapshot, audit_write};
 use super::{ProcessError, Processor, cascade};
 use crate::model::ObjectWindow;
 use crate::pipeline::{Accepted, FailedCreate};
@@ -79,7 +79,7 @@ impl Processor {
         }
         self.ensure_object_span(&ow, holder_uid, item.replayed)
             .await?;
-        let write = audit_write(ev, "", "", "", Some(failure_message(ev)));
+        let write = audit_write(ev, "", "", "", Some(self.failure_message(ev)));
         let name = format!(
             "{} {} {} (generateName {})",
             ev.user.username,

@@ -293,6 +293,23 @@ impl Processor {
         !self.cfg.changes_only || self.change_sinks.iter().any(|s| s.wants_objects())
     }
 
+    /// [`failure_message`], without the values redaction hides in the
+    /// write's objects: an admission webhook's denial may quote them.
+    fn failure_message(&self, ev: &crate::pipeline::AuditEvent) -> String {
+        let message = failure_message(ev);
+        let Some(r) = ev.object_ref.as_ref().filter(|_| self.sees_whole_objects()) else {
+            return message;
+        };
+        let objects: Vec<&str> = [&ev.request_object, &ev.response_object]
+            .into_iter()
+            .flatten()
+            .map(ObjectText::get)
+            .collect();
+        self.redactor
+            .scrub(&r.api_group, &r.resource, &objects, &message)
+            .unwrap_or(message)
+    }
+
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
         self.process_parsed(item, None).await
     }
@@ -565,8 +582,8 @@ impl Processor {
         let ev = &item.event;
         // A write refused by optimistic concurrency is routine: its writer
         // reads the object again and retries. Shown, but not as an error.
-        let conflict = is_conflict(ev).then(|| failure_message(ev));
-        let error = (ev.code() >= 400 && conflict.is_none()).then(|| failure_message(ev));
+        let conflict = is_conflict(ev).then(|| self.failure_message(ev));
+        let error = (ev.code() >= 400 && conflict.is_none()).then(|| self.failure_message(ev));
         let write = audit_write(ev, ev.subresource(), &w.old_rv, &w.new_rv, error);
         let mut span = span_model::audit_span(&w.ow, &write);
         if let Some(msg) = &conflict {

@@ -60,6 +60,9 @@ const COPY_ANNOTATIONS: &[&str] = &[
 /// replaced whole rather than parsed again.
 const MAX_COPY_DEPTH: u32 = 4;
 
+/// Values this short are not scrubbed from messages ([`Redactor::scrub`]).
+pub const MIN_SCRUBBED_BYTES: usize = 4;
+
 /// Default extra redaction: env var values whose names look like credentials.
 pub const DEFAULT_REDACT_PATHS: &str =
     r"(?i)\.env\[[^\]]*(password|passwd|secret|token|apikey|api_key|credential)[^\]]*\]\.value$";
@@ -68,6 +71,61 @@ pub const DEFAULT_REDACT_PATHS: &str =
 pub struct Redactor {
     paths: Option<std::sync::Arc<PathPattern>>,
     seed: u64,
+}
+
+/// The values `redacted` (a redacted clone of `original`) replaced, each
+/// with its marker: walked side by side; an annotation copy that changed is
+/// read as JSON and walked too. Objects are at most
+/// [`crate::json::depth::MAX_OBJECT_DEPTH`] deep, so the recursion is bounded.
+fn collect_hidden(original: &Value, redacted: &Value, hidden: &mut Vec<(String, String)>) {
+    match (original.as_ref(), redacted.as_ref()) {
+        (ValueRef::Object(a), ValueRef::Object(b)) => {
+            for (k, v) in a.iter() {
+                if let Some(w) = b.get(&k) {
+                    collect_hidden(v, w, hidden);
+                }
+            }
+        }
+        (ValueRef::Array(a), ValueRef::Array(b)) => {
+            for (v, w) in a.iter().zip(b.iter()) {
+                collect_hidden(v, w, hidden);
+            }
+        }
+        (_, ValueRef::String(marker)) if marker.starts_with(MARKER_PREFIX) => {
+            if let ValueRef::String(value) = original.as_ref() {
+                use base64::Engine as _;
+                if let Some(decoded) = base64::engine::general_purpose::STANDARD
+                    .decode(value)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                {
+                    hidden.push((decoded, marker.to_string()));
+                }
+                hidden.push((value.to_string(), marker.to_string()));
+            } else {
+                let mut leaves = Vec::new();
+                string_leaves(original, &mut leaves);
+                hidden.extend(leaves.into_iter().map(|l| (l, marker.to_string())));
+                hidden.push((crate::json::to_text(original), marker.to_string()));
+            }
+        }
+        (ValueRef::String(a), ValueRef::String(b)) if a != b => {
+            if let (Ok(x), Ok(y)) = (crate::json::parse(a), crate::json::parse(b)) {
+                collect_hidden(&x, &y, hidden);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every string in `v`.
+fn string_leaves(v: &Value, out: &mut Vec<String>) {
+    match v.as_ref() {
+        ValueRef::String(s) => out.push(s.to_string()),
+        ValueRef::Object(m) => m.iter().for_each(|(_, v)| string_leaves(v, out)),
+        ValueRef::Array(a) => a.iter().for_each(|v| string_leaves(v, out)),
+        _ => {}
+    }
 }
 
 /// What reading an annotation as a copy of an object found.
@@ -128,6 +186,41 @@ impl Redactor {
     pub fn redact_parsed(&self, group: &str, resource: &str, obj: &mut Value, text: &str) -> bool {
         let paths = self.paths.as_deref().filter(|p| p.may_match_in(text));
         self.redact_top(group, resource, obj, paths)
+    }
+
+    /// `message` (a refused write's Status message, which an admission
+    /// webhook may have written quoting the object) with every value this
+    /// redactor replaces in the write's objects (`objects`, JSON texts of
+    /// `group`/`resource`) replaced by that value's marker, a Secret's
+    /// base64-decoded values too; `None` when none occurs. Values shorter
+    /// than [`MIN_SCRUBBED_BYTES`] are left: they would match ordinary words.
+    pub fn scrub(
+        &self,
+        group: &str,
+        resource: &str,
+        objects: &[&str],
+        message: &str,
+    ) -> Option<String> {
+        let mut hidden: Vec<(String, String)> = Vec::new();
+        for text in objects {
+            let Ok(original) = crate::json::parse(text) else {
+                continue;
+            };
+            let mut redacted = original.clone();
+            if self.redact_top(group, resource, &mut redacted, self.paths.as_deref()) {
+                collect_hidden(&original, &redacted, &mut hidden);
+            }
+        }
+        hidden.retain(|(value, _)| value.len() >= MIN_SCRUBBED_BYTES);
+        // The longest first: a value that holds another is replaced whole.
+        hidden.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
+        let mut out = message.to_string();
+        for (value, marker) in &hidden {
+            if out.contains(value.as_str()) {
+                out = out.replace(value.as_str(), marker);
+            }
+        }
+        (out != message).then_some(out)
     }
 
     fn redact_top(
@@ -540,6 +633,42 @@ mod tests {
     use super::*;
     use crate::aggregate::diff::walk_leaves;
     use sonic_rs::json;
+
+    /// The request object of the `config` scenario's first create of
+    /// `resource` (its Secret, its ConfigMap).
+    fn config_objects(resource: &str) -> String {
+        let log = include_str!("../../../e2e/fixtures/config/audit.log");
+        log.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == resource)
+            .map(|e| e["requestObject"].to_string())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_denial_quoting_a_redacted_value_is_scrubbed_and_others_are_left() {
+        let r = Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()));
+        let secret = config_objects("secrets");
+        let encoded = "a2FzY2FkZS1maXh0dXJlLXMzY3IzdC12YWx1ZQ==";
+        assert!(secret.contains(encoded));
+        // What an admission webhook's denial may say, quoting the value
+        // decoded and as sent.
+        let denial = format!(
+            "admission webhook \"policy.example.com\" denied the request: \
+             password \"kascade-fixture-s3cr3t-value\" ({encoded}) is on the breach list"
+        );
+        let scrubbed = r.scrub("", "secrets", &[&secret], &denial).unwrap();
+        assert!(!scrubbed.contains("s3cr3t"), "{scrubbed}");
+        assert!(!scrubbed.contains(encoded), "{scrubbed}");
+        assert_eq!(scrubbed.matches(MARKER_PREFIX).count(), 2, "{scrubbed}");
+        assert!(scrubbed.starts_with("admission webhook \"policy.example.com\" denied"));
+        // A message quoting nothing redacted is left as it is.
+        let plain = "secrets \"app-secret\" already exists";
+        assert_eq!(r.scrub("", "secrets", &[&secret], plain), None);
+        // Nothing of a ConfigMap is redacted: nothing is scrubbed.
+        let cm = config_objects("configmaps");
+        assert_eq!(r.scrub("", "configmaps", &[&cm], &denial), None);
+    }
 
     #[test]
     fn secret_data_and_last_applied_are_redacted() {
