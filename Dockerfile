@@ -29,8 +29,8 @@ COPY benches ./benches
 COPY src ./src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin kascade \
-    && install -D -m 0755 target/release/kascade /out/kascade
+    cargo build --profile dist --locked --bin kascade \
+    && install -D -m 0755 target/dist/kascade /out/kascade
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 RUN apt-get update \

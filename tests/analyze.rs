@@ -410,7 +410,7 @@ fn the_changelog_holds_redacted_objects_only() {
 /// change log, from the deployment fixture posted to the audit webhook.
 #[tokio::test]
 async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
-    use kascade::app::collect::{self, CollectConfig, serve_webhook};
+    use kascade::app::collect::{self, CollectConfig};
     use kascade::export::OutputSpec;
     let dir = tempfile::tempdir().unwrap();
     let changelog = dir.path().join("changes.jsonl");
@@ -422,15 +422,8 @@ async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
         OutputSpec::Changelog(changelog.clone()),
     ];
     let (apps, pipeline) = collect::build(&config).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(serve_webhook(
-        listener,
-        None,
-        apps.audit.merge(apps.admin),
-        config.header_read_timeout,
-        std::future::pending(),
-    ));
+    let url =
+        common::collector::spawn_server(apps.audit.merge(apps.admin), config.header_read_timeout);
     let lines = common::audit_lines("deployment");
     let client = reqwest::Client::new();
     let r = client

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use clap::Parser;
-use kascade::app::collect::{self, CollectConfig, serve_webhook};
+use kascade::app::collect::{self, CollectConfig};
 use kascade::cli::{Cli, Command};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -115,15 +115,7 @@ async fn a_webhook_batch_is_one_trace_of_decode_admit_and_process_and_exports_ar
     };
     let config: CollectConfig = (*args).into();
     let (apps, _pipeline) = collect::build(&config).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(serve_webhook(
-        listener,
-        None,
-        apps.audit,
-        config.header_read_timeout,
-        std::future::pending(),
-    ));
+    let url = common::collector::spawn_server(apps.audit, config.header_read_timeout);
 
     let lines = common::audit_lines("deployment");
     let r = reqwest::Client::new()

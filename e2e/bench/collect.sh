@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Load benchmark of `kascade collect`: a real OTLP receiver (Jaeger v2 with a
-# discarding pipeline), kascade (release build), and the load generator
+# discarding pipeline), kascade (dist profile), and the load generator
 # benches/collect_load.rs posting real audit batches. Prints the numbers
 # README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load,
 # BENCH_COPY_SPACING_MS how far apart in time the copies happen (default 5:
@@ -18,8 +18,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || cargo build --profile dist --locked --bin kascade >&2
 [[ -n "${LOAD_BIN:-}" ]] || cargo bench --locked --bench collect_load --no-run >&2
 RUN="$(mktemp -d)"
 pids=()

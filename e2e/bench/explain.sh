@@ -3,7 +3,7 @@
 # once with no scope and once for one namespace of it. Prints wall time, CPU
 # seconds and peak RSS (from /usr/bin/time -v) and the findings' totals.
 # Targets (issue 14): no scope ≤ 30 s and ≤ 1 GiB; one namespace ≤ 5 s.
-#   KASCADE_BIN       the binary to measure (default: a release build of this tree)
+#   KASCADE_BIN       the binary to measure (default: a dist-profile build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture (default 7700)
 #   BENCH_COPY_SPACING_MS  copy i happens i × N ms after the first (default 5,
 #                 overlapping, as e2e/bench/collect.sh sends them); 0: the
@@ -14,8 +14,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-KASCADE_BIN="${KASCADE_BIN:-$TARGET/release/kascade}"
-[[ "$KASCADE_BIN" != "$TARGET/release/kascade" ]] || (cd "$ROOT" && cargo build --release --locked --bin kascade >&2)
+KASCADE_BIN="${KASCADE_BIN:-$TARGET/dist/kascade}"
+[[ "$KASCADE_BIN" != "$TARGET/dist/kascade" ]] || (cd "$ROOT" && cargo build --profile dist --locked --bin kascade >&2)
 [[ -x /usr/bin/time ]] || { echo "/usr/bin/time is needed (apt-get install time)" >&2; exit 1; }
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT

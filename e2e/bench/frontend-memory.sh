@@ -10,7 +10,7 @@
 # Each Deployment is the deployment fixture copied into a namespace of its
 # own, with one Pod's audit lines copied under fresh names (as
 # e2e/bench/read-path.sh makes its 1,000 Pods); replayed into the harness's
-# raw Jaeger; a release `kascade frontend` (defaults, gRPC reads) and a
+# raw Jaeger; a dist-profile `kascade frontend` (defaults, gRPC reads) and a
 # query Jaeger in front; the searches are the Jaeger UI's.
 # Prints a line "burst: …": the frontend's RSS once the cache is full, its
 # peak RSS (VmHWM) over the burst, the cache's bytes, the Pods each trace
@@ -19,13 +19,13 @@
 # (FILL + 1 + SMALL traces, up to the UI's limit of 20, in one answer) and
 # the frontend's peak RSS over it; again with `--cache-bytes 0`, where no
 # trace of the answer is cached.
-#   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   KASCADE_BIN   the binary to measure (default: a dist-profile build of this tree)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || cargo build --profile dist --locked --bin kascade >&2
 FILL="${FILL:-11}"
 WIDE_PODS="${WIDE_PODS:-2000}"
 SMALL="${SMALL:-3}"

@@ -4,7 +4,7 @@
 # worker over the deployment fixture copied into BENCH_NAMESPACES namespaces
 # (default 150 ≈ 20,100 audit events; Events left out, as the load generator
 # does). Prints one line: instructions, events, instructions per event.
-#   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   KASCADE_BIN   the binary to measure (default: a dist-profile build of this tree)
 #   BENCH_NAMESPACES  copies of the fixture
 #   BENCH_COPY_SPACING_MS  0 (default): every copy at the fixture's times, one
 #                 after the other; N: copy i happens i × N ms after the first
@@ -19,8 +19,8 @@
 #   CALLGRIND_OUT keep callgrind's profile there (for callgrind_annotate)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || (cd "$ROOT" && cargo build --release --locked --bin kascade >&2)
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || (cd "$ROOT" && cargo build --profile dist --locked --bin kascade >&2)
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT

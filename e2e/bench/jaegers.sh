@@ -1,6 +1,6 @@
 # The real Jaegers of e2e/bench/read-path.sh and e2e/bench/frontend-memory.sh:
 # the harness's raw Jaeger (e2e/jaeger/raw.yaml) with audit logs replayed
-# into it, and a release `kascade frontend` over it with a query Jaeger
+# into it, and a dist-profile `kascade frontend` over it with a query Jaeger
 # (e2e/jaeger/query.yaml) in front, as the Jaeger UI reaches it.
 # Sourced, not run; needs ROOT, BIN (e2e/build.sh's), KASCADE_BIN, RUN and a
 # `pids` array the caller kills on exit.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Latency to queryable: how long after a write its span can be found. A
-# release `kascade collect` (defaults: --export-batch-timeout 1s) exports to
+# dist-profile `kascade collect` (defaults: --export-batch-timeout 1s) exports to
 # the harness's raw Jaeger (e2e/jaeger/raw.yaml); `kascade frontend` and a
 # query Jaeger (e2e/jaeger/query.yaml) serve the assembled traces. A paced
 # sender posts the deployment fixture's real audit events (Event writes left
@@ -13,13 +13,13 @@
 # p50/p99/max of stageTimestamp → found for both, and the rate reached.
 # The apiserver is not in the loop: it adds its own batching before this
 # (--audit-webhook-batch-max-wait, 1 s in the harness, 30 s by default).
-#   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   KASCADE_BIN   the binary to measure (default: a dist-profile build of this tree)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || cargo build --profile dist --locked --bin kascade >&2
 RATES="${RATES:-1000 10000}"
 DURATION="${SECONDS_PER_RATE:-60}"
 RUN="$(mktemp -d)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mergelog intake of `kascade collect`: a real OTLP receiver (Jaeger v2 with
-# a discarding pipeline), kascade (release build), and a Python generator
+# a discarding pipeline), kascade (dist profile), and a Python generator
 # posting batches of mergelogs (each merging 2 CPIDs, as a controller would)
 # to POST /cpid/mergelogs over one keep-alive connection. Prints mergelogs
 # per kascade CPU-second (utime + stime of the kascade process) and its peak
@@ -9,8 +9,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || cargo build --profile dist --locked --bin kascade >&2
 RUN="$(mktemp -d)"
 pids=()
 cleanup() {

@@ -2,7 +2,7 @@
 # The Jaeger UI's read path through real Jaegers: a Deployment with PODS Pods
 # (default 1,000: the deployment fixture with one Pod's audit lines copied
 # under fresh names, as benches/assemble.rs makes it) replayed into the
-# harness's raw Jaeger (e2e/jaeger/raw.yaml), a release `kascade frontend`
+# harness's raw Jaeger (e2e/jaeger/raw.yaml), a dist-profile `kascade frontend`
 # over it and a query Jaeger (e2e/jaeger/query.yaml) in front. Timed: the
 # UI's two calls, `/api/traces?service=tracing&tags=…` (the search, which
 # assembles the trace) then `/api/traces/{id}` (the trace page opened by its
@@ -15,7 +15,7 @@
 # Prints one line per store: cold and warm medians over RUNS (default 5), of
 # both calls and of the search alone, and the frontend's raw reads and
 # requests of one cold assembly.
-#   KASCADE_BIN   the binary to measure (default: a release build of this tree)
+#   KASCADE_BIN   the binary to measure (default: a dist-profile build of this tree)
 #   SIBLINGS      summary (default: the UI's search as users type it, the
 #                 ReplicaSet's Pods beyond --max-siblings summarised by one
 #                 span) or all (the search tag siblings=all: every Pod a span)
@@ -26,8 +26,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ "$KASCADE_BIN" != "$ROOT/target/release/kascade" ]] || cargo build --release --locked --bin kascade >&2
+KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/dist/kascade}"
+[[ "$KASCADE_BIN" != "$ROOT/target/dist/kascade" ]] || cargo build --profile dist --locked --bin kascade >&2
 PODS="${PODS:-1000}"
 RUNS="${RUNS:-5}"
 SIBLINGS="${SIBLINGS:-summary}"

@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PODS="${PODS:-10000}"
 NAME=watchmem
-cargo build --release --locked --bin kascade >&2
+cargo build --profile dist --locked --bin kascade >&2
 "$ROOT/e2e/cluster.sh" up --name "$NAME" --port-base 30500 >&2
 KPID=""
 cleanup() {
@@ -19,7 +19,7 @@ trap cleanup EXIT
 # shellcheck source=/dev/null
 source "$ROOT/e2e/.run-$NAME/env"
 LOG="$KASCADE_E2E_RUN_DIR/kascade-watch.log"
-"$ROOT/target/release/kascade" collect --listen 127.0.0.1:30590 --admin-listen 127.0.0.1:30591 \
+"$ROOT/target/dist/kascade" collect --listen 127.0.0.1:30590 --admin-listen 127.0.0.1:30591 \
   --cluster "$NAME" --watch-cluster "$NAME=$KASCADE_KUBECONFIG" --output otlp-json=/dev/null --spool-dir "$KASCADE_E2E_RUN_DIR/spool" >"$LOG" 2>&1 &
 KPID=$!
 metric() { curl -sf http://127.0.0.1:30591/metrics | awk -v m="$1" '$1==m {print $2}'; }

@@ -57,6 +57,11 @@ pub struct CollectConfig {
     pub header_read_timeout: Duration,
     /// A client must send its whole request body within this time.
     pub body_read_timeout: Duration,
+    /// Webhook connections open at once; one more is answered 429.
+    pub max_connections: usize,
+    /// Bytes of webhook bodies being read and decoded at once; a request
+    /// that would pass it is answered 429 before its body is read.
+    pub max_intake_bytes: u64,
     /// Durable intake directory; `None`: under `$XDG_STATE_HOME` (or `~/.local/state`).
     pub spool_dir: Option<PathBuf>,
     /// Most bytes of accepted batches waiting on disk for export.
@@ -87,6 +92,8 @@ impl Default for CollectConfig {
             admission_wait: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            max_connections: crate::source::server::DEFAULT_MAX_CONNECTIONS,
+            max_intake_bytes: 512 << 20,
             spool_dir: None,
             spool_bytes: 1 << 30,
             no_spool: false,
@@ -231,6 +238,13 @@ pub struct CollectApps {
 /// [`run`] and by tests that serve them on an ephemeral port).
 pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> {
     validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
+    if config.max_intake_bytes < 2 * config.max_body_bytes as u64 {
+        bail!(
+            "--max-intake-bytes {} is smaller than twice --max-body-bytes {}: a full-size gzipped body (and its inflated copy) could never be read",
+            config.max_intake_bytes,
+            config.max_body_bytes
+        );
+    }
     let token = match &config.webhook_token_file {
         Some(p) => {
             let t = std::fs::read_to_string(p)
@@ -301,6 +315,11 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         body_timeout: config.body_read_timeout,
         admission_wait: config.admission_wait,
         decode_slots: Arc::new(tokio::sync::Semaphore::new(pipeline_config.workers.max(1))),
+        intake_bytes: Arc::new(tokio::sync::Semaphore::new(
+            usize::try_from(config.max_intake_bytes.div_ceil(1024))
+                .unwrap_or(usize::MAX)
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         spool: spool.clone(),
         refusal_log: crate::bounds::LogEvery::new(std::time::Duration::from_secs(10)),
         metrics,
@@ -328,6 +347,25 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
 /// Runs the collector until SIGINT or SIGTERM, then processes and exports
 /// what was accepted.
 pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
+    match crate::source::server::raise_open_files_limit() {
+        Ok((before, after)) => {
+            if after > before {
+                tracing::info!(
+                    from = before,
+                    to = after,
+                    "raised the open-files limit to its hard limit"
+                );
+            }
+            if (config.max_connections as u64).saturating_add(256) > after {
+                tracing::warn!(
+                    max_connections = config.max_connections,
+                    open_files = after,
+                    "--max-connections leaves under 256 of the open-files limit for everything else: lower it, or raise the hard limit (ulimit -Hn)"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
     if config.tls_cert_file.is_some() != config.tls_key_file.is_some() {
         bail!("--tls-cert-file and --tls-key-file go together");
     }
@@ -388,7 +426,11 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
         listener,
         tls,
         apps.audit,
-        config.header_read_timeout,
+        crate::source::server::ConnectionLimits {
+            header_read_timeout: config.header_read_timeout,
+            max_connections: config.max_connections,
+            refused: pipeline.metrics.webhook_connections_refused.clone(),
+        },
         shutdown_signal(),
     )
     .await

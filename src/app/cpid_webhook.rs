@@ -178,7 +178,11 @@ pub async fn run(config: CpidWebhookConfig) -> anyhow::Result<()> {
         listener,
         Some(tls),
         app,
-        config.header_read_timeout,
+        crate::source::server::ConnectionLimits {
+            header_read_timeout: config.header_read_timeout,
+            max_connections: crate::source::server::DEFAULT_MAX_CONNECTIONS,
+            refused: Default::default(),
+        },
         shutdown_signal(),
     )
     .await

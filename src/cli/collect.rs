@@ -49,6 +49,15 @@ pub struct CollectArgs {
     /// A client must send its whole request body within this time, else 408.
     #[arg(long, default_value_t = collect().body_read_timeout.into(), env = "KASCADE_BODY_READ_TIMEOUT")]
     pub body_read_timeout: Duration,
+    /// Webhook connections open at once; one more is answered 429 (Retry-After) and closed unread
+    /// (over TLS, closed). kascade raises its open-files limit to the hard limit at start.
+    #[arg(long, default_value_t = collect().max_connections, env = "KASCADE_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// Bytes of webhook bodies being read and decoded at once (a body counts by its Content-Length,
+    /// or --max-body-bytes when it announces none; a gzipped one adds --max-body-bytes). A request
+    /// that would pass it is answered 429 (Retry-After) before its body is read.
+    #[arg(long, default_value_t = collect().max_intake_bytes, env = "KASCADE_MAX_INTAKE_BYTES")]
+    pub max_intake_bytes: u64,
     /// Durable intake: accepted webhook batches are written here (and flushed) before the 200,
     /// and replayed at start until their spans are exported. Default: $XDG_STATE_HOME/kascade/spool
     /// (else ~/.local/state/kascade/spool). One directory per process.
@@ -89,6 +98,8 @@ impl From<CollectArgs> for CollectConfig {
             admission_wait: a.admission_wait.into(),
             header_read_timeout: a.header_read_timeout.into(),
             body_read_timeout: a.body_read_timeout.into(),
+            max_connections: a.max_connections,
+            max_intake_bytes: a.max_intake_bytes,
             spool_dir: a.spool_dir,
             spool_bytes: a.spool_bytes,
             no_spool: a.no_spool,

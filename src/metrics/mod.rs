@@ -74,6 +74,10 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
+    /// Webhook connections refused at `--max-connections`.
+    pub webhook_connections_refused: Counter,
+    /// Bytes of webhook bodies being read and decoded now (`--max-intake-bytes`).
+    pub intake_bytes: Gauge,
     /// Spooled batches moved aside after processes died replaying them.
     pub spool_quarantined: Counter,
     pub cache_evictions: Family<CacheEvictionLabel, Counter>,
@@ -132,6 +136,16 @@ impl Metrics {
             "spool_damaged_segments",
             "Spool segments found damaged at start (the damaged tail, never answered 200, is skipped)",
             self.spool_records_lost.clone(),
+        );
+        r.register(
+            "webhook_connections_refused",
+            "Webhook connections answered 429 and closed because --max-connections were open",
+            self.webhook_connections_refused.clone(),
+        );
+        r.register(
+            "webhook_intake_bytes",
+            "Bytes of webhook bodies being read and decoded now (bounded by --max-intake-bytes; over it a request is answered 429 before its body is read)",
+            self.intake_bytes.clone(),
         );
         r.register(
             "spool_quarantined_batches",

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::accept::Accept;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why the `--tls-*` files give no server configuration; each names the
 /// flag and the file.
@@ -129,15 +131,179 @@ where
     }
 }
 
+/// At most `open` connections at once: one more is answered `429` with
+/// `Retry-After` and closed before anything of it is read (over TLS, where
+/// no answer can be sent before the handshake, it is closed). Idle
+/// connections can then not take every file descriptor the process has.
+#[derive(Clone)]
+struct CountConnections<A> {
+    inner: A,
+    open: Arc<Semaphore>,
+    limit: usize,
+    plain: bool,
+    refused: prometheus_client::metrics::counter::Counter,
+}
+
+impl<A, S> Accept<TcpStream, S> for CountConnections<A>
+where
+    A: Accept<TcpStream, S> + Clone + Send + 'static,
+    A::Future: Send,
+    A::Stream: Unpin,
+    S: Send + 'static,
+{
+    type Stream = Counted<A::Stream>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, A::Service)>> + Send>>;
+
+    fn accept(&self, mut stream: TcpStream, service: S) -> Self::Future {
+        let inner = self.inner.clone();
+        let permit = self.open.clone().try_acquire_owned();
+        let (limit, plain, refused) = (self.limit, self.plain, self.refused.clone());
+        Box::pin(async move {
+            let Ok(permit) = permit else {
+                refused.inc();
+                if plain {
+                    let msg =
+                        format!("{limit} connections are open (--max-connections); retry later\n");
+                    let answer = format!(
+                        "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nConnection: close\r\n\
+                         Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{msg}",
+                        msg.len()
+                    );
+                    // Best effort: the client may be gone already.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        stream.write_all(answer.as_bytes()).await?;
+                        stream.shutdown().await
+                    })
+                    .await;
+                }
+                return Err(io::Error::other(
+                    "connection limit reached (--max-connections)",
+                ));
+            };
+            let (stream, service) = inner.accept(stream, service).await?;
+            Ok((
+                Counted {
+                    inner: stream,
+                    _permit: permit,
+                },
+                service,
+            ))
+        })
+    }
+}
+
+/// A connection holding its place among `--max-connections` until it closes.
+pub struct Counted<S> {
+    inner: S,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Connections a server keeps open at once unless told otherwise: far
+/// below the open-files limit kascade raises itself to (1,048,576 on most
+/// distributions; 524,288 in many containers), far above what the
+/// apiservers of a central collector keep open (a few each).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// How the webhook's server holds its clients to account.
+#[derive(Clone, Debug)]
+pub struct ConnectionLimits {
+    /// A client must send its request headers within this time.
+    pub header_read_timeout: Duration,
+    /// Connections open at once; one more is refused (see `CountConnections`).
+    pub max_connections: usize,
+    /// Counts the connections refused for the limit.
+    pub refused: prometheus_client::metrics::counter::Counter,
+}
+
+/// Raises this process's soft limit of open files to its hard limit (a
+/// burst of connections otherwise exhausts the default 1,024, and then
+/// `/healthz` too goes unanswered); the limits before and after.
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the one struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let before = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((before, lim.rlim_cur))
+}
+
 /// Serves the webhook app on `listener` (HTTPS with `tls`) until `shutdown`
 /// resolves, then lets requests in flight finish for up to 10 s.
 pub async fn serve_webhook(
     listener: std::net::TcpListener,
     tls: Option<rustls::ServerConfig>,
     app: axum::Router,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let header_read_timeout = limits.header_read_timeout;
+    fn count<A>(inner: A, limits: &ConnectionLimits, plain: bool) -> CountConnections<A> {
+        CountConnections {
+            inner,
+            open: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            limit: limits.max_connections.max(1),
+            plain,
+            refused: limits.refused.clone(),
+        }
+    }
     listener.set_nonblocking(true)?;
     let handle = axum_server::Handle::new();
     let h = handle.clone();
@@ -155,7 +321,8 @@ pub async fn serve_webhook(
             .map(|inner| FirstByteWithin {
                 inner,
                 timeout: header_read_timeout,
-            });
+            })
+            .map(|inner| count(inner, &limits, false));
             limit_connections(server.http_builder(), header_read_timeout);
             server.serve(app.into_make_service()).await
         }
@@ -165,7 +332,8 @@ pub async fn serve_webhook(
                 .map(|inner| FirstByteWithin {
                     inner,
                     timeout: header_read_timeout,
-                });
+                })
+                .map(|inner| count(inner, &limits, true));
             limit_connections(server.http_builder(), header_read_timeout);
             server.serve(app.into_make_service()).await
         }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use kascade::app::collect::{self, CollectConfig, serve_webhook};
 use kascade::export::OutputSpec;
+use kascade::source::server::ConnectionLimits;
 
 pub struct Server {
     pub url: String,
@@ -15,13 +16,30 @@ pub struct Server {
 
 /// Serves `collect` the way `kascade collect` does (same server settings).
 pub fn spawn_server(app: axum::Router, header_read_timeout: Duration) -> String {
+    spawn_server_limited(
+        app,
+        header_read_timeout,
+        CollectConfig::default().max_connections,
+    )
+}
+
+/// [`spawn_server`] keeping at most `max_connections` open.
+pub fn spawn_server_limited(
+    app: axum::Router,
+    header_read_timeout: Duration,
+    max_connections: usize,
+) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(serve_webhook(
         listener,
         None,
         app,
-        header_read_timeout,
+        ConnectionLimits {
+            header_read_timeout,
+            max_connections,
+            refused: Default::default(),
+        },
         std::future::pending(),
     ));
     url
@@ -37,7 +55,7 @@ pub async fn serve(configure: impl FnOnce(&mut CollectConfig)) -> (Server, kasca
     configure(&mut config);
     let (apps, pipeline) = collect::build(&config).unwrap();
     let app = apps.audit.merge(apps.admin);
-    let url = spawn_server(app, config.header_read_timeout);
+    let url = spawn_server_limited(app, config.header_read_timeout, config.max_connections);
     (
         Server {
             url,

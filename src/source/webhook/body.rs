@@ -21,6 +21,71 @@ pub(super) fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal
     }
 }
 
+/// A place for a body among `--max-intake-bytes`, taken before any of it
+/// is read: its `Content-Length` (else `--max-body-bytes`), plus
+/// `--max-body-bytes` for the inflated copy of a gzipped one. Without room
+/// the answer is 429 with `Retry-After`: the apiserver retries the batch.
+pub(super) fn reserve_intake(
+    st: &WebhookState,
+    headers: &HeaderMap,
+    encoding: BodyEncoding,
+) -> Result<IntakePermit, Box<Response>> {
+    let limit = st.max_body_bytes as u64;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(limit, |n| n.min(limit));
+    let inflated = if encoding == BodyEncoding::Gzip {
+        limit
+    } else {
+        0
+    };
+    let bytes = announced + inflated;
+    let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    match st.intake_bytes.clone().try_acquire_many_owned(kib) {
+        Ok(permit) => {
+            st.metrics.intake_bytes.inc_by(i64::from(kib) << 10);
+            Ok(IntakePermit {
+                _permit: permit,
+                bytes: i64::from(kib) << 10,
+                gauge: st.metrics.intake_bytes.clone(),
+            })
+        }
+        Err(_) => {
+            st.metrics
+                .events_rejected
+                .get_or_create(&Metrics::rejected(RejectReason::Overload))
+                .inc();
+            let msg = format!(
+                "{} bytes of webhook bodies are being read and decoded; this one's {bytes} would pass --max-intake-bytes: retry",
+                st.metrics.intake_bytes.get()
+            );
+            if st.refusal_log.should_log() {
+                tracing::warn!(bytes, error = %msg,
+                    "refused an audit batch before reading it (further refusals within 10 s are only counted)");
+            }
+            let mut resp = error(StatusCode::TOO_MANY_REQUESTS, msg);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Err(Box::new(resp))
+        }
+    }
+}
+
+/// A body's place among `--max-intake-bytes` (see [`reserve_intake`]).
+pub(super) struct IntakePermit {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for IntakePermit {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.bytes);
+    }
+}
+
 /// Reads the whole body within `--body-read-timeout`, refusing more than
 /// `--max-body-bytes` as soon as it is announced or exceeded.
 pub(super) async fn read_body(

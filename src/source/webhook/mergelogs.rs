@@ -43,6 +43,13 @@ async fn handle(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: Bod
         Ok(e) => e,
         Err(r) => return refused(r),
     };
+    let _intake = match reserve_intake(st, headers, encoding) {
+        Ok(permit) => permit,
+        Err(resp) => {
+            st.metrics.mergelogs_rejected.inc();
+            return *resp;
+        }
+    };
     let raw = match read_body(st, headers, body).await {
         Ok(b) => b,
         Err(r) => return refused(r),

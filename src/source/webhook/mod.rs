@@ -42,6 +42,9 @@ pub struct WebhookState {
     pub body_timeout: Duration,
     /// How long a batch may wait for room in a full queue before 429.
     pub admission_wait: Duration,
+    /// Bytes of bodies being read and decoded at once, in KiB permits
+    /// (`--max-intake-bytes`; see [`body::reserve_intake`]).
+    pub intake_bytes: Arc<Semaphore>,
     /// Bounds the batches being decompressed and decoded at once; that work
     /// runs on blocking threads so `/healthz` and other requests stay quick.
     pub decode_slots: Arc<Semaphore>,
@@ -196,6 +199,12 @@ async fn answer_audit(
     let encoding = match body_encoding(headers) {
         Ok(e) => e,
         Err(r) => return refuse(st, RejectReason::BadBody, r),
+    };
+    // Held until the batch is queued or refused: its bytes, and what
+    // decoding makes of them, count against --max-intake-bytes.
+    let _intake = match reserve_intake(st, headers, encoding) {
+        Ok(permit) => permit,
+        Err(resp) => return *resp,
     };
     let raw = match read_body(st, headers, body).await {
         Ok(b) => b,
