@@ -206,7 +206,7 @@ KUBECONFIG="$KUBECONFIG" "$CONFIG_ROLLER" --kascade-url https://127.0.0.1:8090 \
   >"$KASCADE_E2E_RUN_DIR/config-roller.log" 2>&1 &
 ROLLER_PID=$!
 
-for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook config-roller; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook config-roller deep; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

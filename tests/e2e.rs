@@ -367,6 +367,52 @@ async fn replay_of_the_audit_log_gives_the_same_spans_as_the_webhook() {
     );
 }
 
+/// deep.sh, through the real apiserver: a ConfigMap annotated with a copy
+/// of an object nested 10,000 levels, and a custom resource whose spec nests
+/// 9,000. Each of them aborted the collector, for good (its spool replayed
+/// the batch at every restart). Now both writes have their spans, the CR's
+/// deep part a marker, counted.
+#[tokio::test]
+#[ignore]
+async fn writes_nested_as_deep_as_the_apiserver_accepts_keep_their_spans() {
+    let cluster = env("CLUSTER_NAME");
+    for (resource, name, verb) in [
+        ("configmaps", "deep-cm", "patch"),
+        ("deepthings", "deep", "create"),
+    ] {
+        let tags = serde_json::json!({"cluster": cluster, "resource": resource, "namespace": "deep-demo", "name": name});
+        let traces = search(tags, |t| {
+            spans_of(t)
+                .iter()
+                .any(|s| tag_str(s, "audit.verb") == Some(verb))
+        })
+        .await;
+        let spans = spans_of(&traces);
+        assert!(
+            spans
+                .iter()
+                .any(|s| tag_str(s, "kascade.span") == Some("object") && tag_str(s, "name") == Some(name)),
+            "{resource}/{name} has no object span"
+        );
+        if resource == "deepthings" {
+            let marker = spans.iter().any(|s| s.to_string().contains("nested deeper than 64 levels"));
+            assert!(marker, "the custom resource's deep spec is not a marker");
+        }
+    }
+    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let deep = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("kascade_audit_deep_values_total{{source=\"{cluster}\"}} ")))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(deep >= 1.0, "the deep spec was not counted: {metrics}");
+}
+
 #[tokio::test]
 #[ignore]
 async fn kascade_metrics_count_what_it_did() {
