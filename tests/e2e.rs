@@ -391,11 +391,14 @@ async fn writes_nested_as_deep_as_the_apiserver_accepts_keep_their_spans() {
         assert!(
             spans
                 .iter()
-                .any(|s| tag_str(s, "kascade.span") == Some("object") && tag_str(s, "name") == Some(name)),
+                .any(|s| tag_str(s, "kascade.span") == Some("object")
+                    && tag_str(s, "name") == Some(name)),
             "{resource}/{name} has no object span"
         );
         if resource == "deepthings" {
-            let marker = spans.iter().any(|s| s.to_string().contains("nested deeper than 64 levels"));
+            let marker = spans
+                .iter()
+                .any(|s| s.to_string().contains("nested deeper than 64 levels"));
             assert!(marker, "the custom resource's deep spec is not a marker");
         }
     }
@@ -407,7 +410,11 @@ async fn writes_nested_as_deep_as_the_apiserver_accepts_keep_their_spans() {
         .unwrap();
     let deep = metrics
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("kascade_audit_deep_values_total{{source=\"{cluster}\"}} ")))
+        .find_map(|l| {
+            l.strip_prefix(&format!(
+                "kascade_audit_deep_values_total{{source=\"{cluster}\"}} "
+            ))
+        })
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(deep >= 1.0, "the deep spec was not counted: {metrics}");

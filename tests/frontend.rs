@@ -2639,3 +2639,195 @@ async fn a_summarised_level_shows_the_searched_path_then_the_failed() {
         );
     }
 }
+
+/// A raw store whose searches wait until the test lets them through, and
+/// count themselves: a real Jaeger cannot be made to hold a read for as
+/// long as a test needs (a fake for timing only; the traces are the
+/// deployment scenario's, captured).
+struct GatedStore {
+    inner: MemoryStore,
+    gate: tokio::sync::Semaphore,
+    finds: std::sync::atomic::AtomicUsize,
+}
+
+impl GatedStore {
+    fn open(&self) {
+        self.gate
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+
+    fn finds(&self) -> usize {
+        self.finds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl RawStore for GatedStore {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<kascade::frontend::raw::TraceIdBytes>, kascade::frontend::raw::RawError> {
+        self.finds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.gate.acquire().await.unwrap().forget();
+        self.inner.find(tags, range, limit).await
+    }
+
+    async fn get(
+        &self,
+        id: kascade::frontend::raw::TraceIdBytes,
+    ) -> Result<Vec<Span>, kascade::frontend::raw::RawError> {
+        self.inner.get(id).await
+    }
+
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<kascade::frontend::raw::RelationCounts, kascade::frontend::raw::RawError> {
+        self.inner.relation_counts(range, limit).await
+    }
+
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<BTreeSet<String>, kascade::frontend::raw::RawError> {
+        self.inner.clusters(range, limit).await
+    }
+
+    fn describe(&self) -> String {
+        "gated memory store".into()
+    }
+}
+
+async fn gated(cfg: FrontendConfig) -> (Arc<Frontend<GatedStore>>, Arc<GatedStore>, TimeRange) {
+    let inner = store("deployment").await;
+    let range = whole_range(&inner);
+    let s = Arc::new(GatedStore {
+        inner,
+        gate: tokio::sync::Semaphore::new(0),
+        finds: Default::default(),
+    });
+    (Arc::new(Frontend::new(s.clone(), cfg)), s, range)
+}
+
+fn query_of(range: TimeRange, t: &[(&str, &str)]) -> SearchQuery {
+    SearchQuery {
+        mode: Mode::Tracing,
+        scope: Scope::Full,
+        all_siblings: false,
+        tags: tags(t),
+        range,
+        limit: 20,
+    }
+}
+
+/// A burst of 200 identical searches (a dashboard's refresh, many users)
+/// is one raw read: every search is answered, none refused.
+#[tokio::test]
+async fn a_burst_of_identical_searches_shares_one_raw_read() {
+    let (f, s, range) = gated(FrontendConfig::default()).await;
+    let q = query_of(range, &[("resource", "deployments"), ("name", "hello")]);
+    let searches: Vec<_> = (0..200)
+        .map(|_| {
+            let (f, q) = (f.clone(), q.clone());
+            tokio::spawn(async move { f.search(&q).await })
+        })
+        .collect();
+    while s.finds() == 0 {
+        tokio::task::yield_now().await;
+    }
+    s.open();
+    for search in searches {
+        let found = search.await.unwrap().unwrap();
+        assert_eq!(found.len(), 1);
+    }
+    assert_eq!(s.finds(), 1, "identical searches read the raw store once");
+    assert_eq!(f.metrics().searches_shared.get(), 199);
+}
+
+/// Searches beyond --max-searches queue: one that waits longer than
+/// --search-wait is refused saying why; a burst of 200 different searches
+/// is served, late, but served.
+#[tokio::test(start_paused = true)]
+async fn searches_beyond_the_limit_queue_and_are_refused_only_after_the_wait() {
+    let cfg = FrontendConfig {
+        max_searches: 1,
+        search_wait: Duration::from_secs(60),
+        ..FrontendConfig::default()
+    };
+    let (f, s, range) = gated(cfg).await;
+    let first = {
+        let f = f.clone();
+        tokio::spawn(async move { f.search(&query_of(range, &[("name", "hello")])).await })
+    };
+    while s.finds() == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The one place is taken: the next waits out --search-wait (paused
+    // clock: time passes only when every task waits).
+    let err = f
+        .search(&query_of(range, &[("resource", "pods")]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, FrontendError::Shared(ref e) if matches!(**e, FrontendError::Busy(_))),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--search-wait"), "{err}");
+    assert!(err.to_string().contains("--max-searches"), "{err}");
+    assert_eq!(f.metrics().searches_refused.get(), 1);
+    s.open();
+    assert_eq!(first.await.unwrap().unwrap().len(), 1);
+    // 200 different searches, one raw read at a time: all answered.
+    let burst: Vec<_> = (0..200)
+        .map(|i| {
+            let f = f.clone();
+            let q = query_of(range, &[("name", &format!("object-{i}"))]);
+            tokio::spawn(async move { f.search(&q).await })
+        })
+        .collect();
+    for search in burst {
+        search.await.unwrap().unwrap();
+    }
+    assert_eq!(f.metrics().searches_refused.get(), 1);
+}
+
+/// A search answer stops before the trace that would pass
+/// --max-search-bytes, with ResourceExhausted naming the flag; the first
+/// trace is always answered.
+#[tokio::test]
+async fn a_search_answer_stops_at_its_byte_bound_saying_so() {
+    let s = store("deployment").await;
+    let range = whole_range(&s);
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    };
+    let query = TraceQueryParameters {
+        attributes: vec![kv("resource", "pods")],
+        start_time_min: ts(secs(range.start), 0),
+        start_time_max: ts(secs(range.end) + 1, 0),
+        ..Default::default()
+    };
+    let unbounded = grpc_frontend(Arc::new(Frontend::new(
+        Arc::new(s),
+        FrontendConfig::default(),
+    )))
+    .await;
+    let all = find_traces(&unbounded, query.clone()).await.unwrap();
+    assert!(all >= 2, "{all}");
+    let cfg = FrontendConfig {
+        max_search_bytes: 1,
+        ..FrontendConfig::default()
+    };
+    let bounded = grpc_frontend(Arc::new(Frontend::new(
+        Arc::new(store("deployment").await),
+        cfg,
+    )))
+    .await;
+    let err = find_traces(&bounded, query).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("--max-search-bytes"), "{err:?}");
+    assert!(err.message().contains("after 1 traces"), "{err:?}");
+}

@@ -178,6 +178,12 @@ pub struct FrontendServerConfig {
     pub assembly_timeout: Duration,
     /// Assemblies in flight at once ([`crate::frontend::FrontendConfig::max_assemblies`]).
     pub max_assemblies: usize,
+    /// Searches reading the raw store at once ([`crate::frontend::FrontendConfig::max_searches`]).
+    pub max_searches: usize,
+    /// Longest a search queues for one of `max_searches`.
+    pub search_wait: Duration,
+    /// Bytes one search's answer may stream.
+    pub max_search_bytes: u64,
     pub assembly: AssemblyConfig,
 }
 
@@ -199,6 +205,9 @@ impl Default for FrontendServerConfig {
             cache_bytes: crate::frontend::DEFAULT_CACHE_BYTES,
             assembly_timeout: Duration::from_secs(30),
             max_assemblies: crate::frontend::DEFAULT_MAX_ASSEMBLIES,
+            max_searches: crate::frontend::DEFAULT_MAX_SEARCHES,
+            search_wait: Duration::from_secs(60),
+            max_search_bytes: crate::frontend::DEFAULT_MAX_SEARCH_BYTES,
             assembly: AssemblyConfig::default(),
         }
     }
@@ -250,6 +259,9 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     cfg.clusters = config.clusters.clone();
     cfg.assembly_timeout = config.assembly_timeout;
     cfg.max_assemblies = config.max_assemblies;
+    cfg.max_searches = config.max_searches;
+    cfg.search_wait = config.search_wait;
+    cfg.max_search_bytes = config.max_search_bytes;
     // The server answers from the encoded stream only.
     cfg.keep_assembly = false;
     let tls = ClientTls {

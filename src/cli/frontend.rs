@@ -135,6 +135,22 @@ pub struct FrontendArgs {
         env = "KASCADE_MAX_ASSEMBLIES"
     )]
     pub max_assemblies: usize,
+    /// Searches reading the raw Jaeger at once; further ones queue up to --search-wait, then fail
+    /// saying the frontend is busy. Identical searches in flight share one read.
+    #[arg(
+        long,
+        default_value_t = frontend().max_searches,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+        env = "KASCADE_MAX_SEARCHES"
+    )]
+    pub max_searches: usize,
+    /// Longest a search waits for one of --max-searches.
+    #[arg(long, default_value_t = frontend().search_wait.into(), env = "KASCADE_SEARCH_WAIT")]
+    pub search_wait: Duration,
+    /// Bytes one search's answer may stream; it stops before a trace that would pass them,
+    /// with a message saying so.
+    #[arg(long, default_value_t = frontend().max_search_bytes, env = "KASCADE_MAX_SEARCH_BYTES")]
+    pub max_search_bytes: u64,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -157,6 +173,9 @@ impl From<FrontendArgs> for FrontendServerConfig {
             cache_bytes: a.cache_bytes,
             assembly_timeout: a.assembly_timeout.into(),
             max_assemblies: a.max_assemblies,
+            max_searches: a.max_searches,
+            search_wait: a.search_wait.into(),
+            max_search_bytes: a.max_search_bytes,
             assembly: a.assembly.into(),
         }
     }

@@ -11,6 +11,14 @@ use super::cpid;
 /// assemblies and the wide one peak near 350 MB together.
 pub const DEFAULT_MAX_ASSEMBLIES: usize = 4;
 
+/// Default of [`FrontendConfig::max_searches`]: a search's raw read asks
+/// the raw Jaeger for up to `raw_search_limit` traces' ids; two hundred at
+/// once made it time every one of them out.
+pub const DEFAULT_MAX_SEARCHES: usize = 4;
+
+/// Default of [`FrontendConfig::max_search_bytes`].
+pub const DEFAULT_MAX_SEARCH_BYTES: u64 = 64 << 20;
+
 /// Settings of a [`super::Frontend`]; `kascade frontend` and `kascade
 /// trace` fill it from their flags.
 #[derive(Clone, Debug)]
@@ -50,6 +58,17 @@ pub struct FrontendConfig {
     /// wide assembly, so memory stays bounded under a burst of requests;
     /// the rest wait, the wait counting against `assembly_timeout`.
     pub max_assemblies: usize,
+    /// Searches reading the raw store at once; further ones queue, each
+    /// for at most `search_wait`, then fail saying the frontend is busy.
+    /// Identical searches in flight (same tags and time range) share one
+    /// read, and its answer serves repeats for a second or two.
+    pub max_searches: usize,
+    /// Longest a search waits in the queue for one of `max_searches`.
+    pub search_wait: Duration,
+    /// Bytes one search's answer may stream (its traces encoded); the
+    /// answer stops with a message saying so before a trace that would
+    /// pass it.
+    pub max_search_bytes: u64,
     /// Keep each assembled trace whole: its object tree, cascades and
     /// rendered spans (`kascade trace`, the library). `kascade frontend`
     /// keeps only what the Jaeger API serves, the encoded stream and its
@@ -74,6 +93,9 @@ impl Default for FrontendConfig {
             change_lookback: cpid::LOOKBACK,
             assembly_timeout: Duration::from_secs(30),
             max_assemblies: DEFAULT_MAX_ASSEMBLIES,
+            max_searches: DEFAULT_MAX_SEARCHES,
+            search_wait: Duration::from_secs(60),
+            max_search_bytes: DEFAULT_MAX_SEARCH_BYTES,
             keep_assembly: true,
         }
     }

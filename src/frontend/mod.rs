@@ -8,7 +8,9 @@ pub mod assemble;
 pub mod cache_weight;
 pub mod cascade;
 mod config;
-pub use config::{DEFAULT_MAX_ASSEMBLIES, FrontendConfig};
+pub use config::{
+    DEFAULT_MAX_ASSEMBLIES, DEFAULT_MAX_SEARCH_BYTES, DEFAULT_MAX_SEARCHES, FrontendConfig,
+};
 pub mod cpid;
 pub use cpid::RelatedCpids;
 pub mod display;
@@ -73,6 +75,13 @@ pub enum FrontendError {
     InvalidArgument(String),
     #[error("assembling the trace took longer than --assembly-timeout ({0:?})")]
     Timeout(Duration),
+    /// A search queued longer than `--search-wait` for a place among
+    /// `--max-searches`.
+    #[error("{0}")]
+    Busy(String),
+    /// A search's answer stopped at `--max-search-bytes`.
+    #[error("{0}")]
+    AnswerCut(String),
     /// The failure of an assembly that concurrent requests for the same
     /// trace waited for together.
     #[error(transparent)]
@@ -239,9 +248,27 @@ pub struct Frontend<S> {
     cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
     /// [`FrontendConfig::max_assemblies`] permits, one per assembly in flight.
     assemblies: tokio::sync::Semaphore,
+    /// [`FrontendConfig::max_searches`] permits, one per raw search read.
+    searches: tokio::sync::Semaphore,
+    /// Raw search reads by tags and time range: concurrent identical ones
+    /// share one read (moka runs one initialiser per key), and repeats
+    /// within [`RAW_SEARCH_REUSE`] reuse its answer.
+    raw_searches: moka::future::Cache<RawSearchKey, Arc<Vec<TraceIdBytes>>>,
     clusters: moka::sync::Cache<String, ()>,
     /// When the clusters were last read from the raw store.
     clusters_read: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// How long a raw search's answer serves identical searches: a burst of
+/// one dashboard's refreshes, not later searches (those see new writes).
+const RAW_SEARCH_REUSE: Duration = Duration::from_secs(2);
+
+/// What a raw search read depends on: its tags (sorted) and time range.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RawSearchKey {
+    tags: Vec<(String, String)>,
+    start: u64,
+    end: u64,
 }
 
 /// How often the clusters offered as operations are read from the raw
@@ -295,6 +322,14 @@ impl<S: RawStore> Frontend<S> {
                 cfg.max_assemblies
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             ),
+            searches: tokio::sync::Semaphore::new(
+                cfg.max_searches
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            ),
+            raw_searches: moka::future::Cache::builder()
+                .max_capacity(1024)
+                .time_to_live(RAW_SEARCH_REUSE)
+                .build(),
             clusters,
             clusters_read: std::sync::Mutex::new(None),
             cfg,
@@ -432,14 +467,11 @@ impl<S: RawStore> Frontend<S> {
             check_tag(k, v).map_err(FrontendError::InvalidArgument)?;
         }
         let range_windows = self.windows_between(q.range.start, q.range.end);
-        let raw_ids = self
-            .store()
-            .find(&q.tags, q.range, self.cfg.raw_search_limit)
-            .await?;
+        let raw_ids = self.raw_search(&q.tags, q.range).await?;
         span.record("raw_traces", raw_ids.len());
         // A raw id is `object hash ‖ window start`: group windows by object.
         let mut objects: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for id in &raw_ids {
+        for id in raw_ids.iter() {
             let hash = u64::from_be_bytes(id[..8].try_into().expect("8 bytes"));
             let window = u64::from_be_bytes(id[8..].try_into().expect("8 bytes"));
             objects.entry(hash).or_default().push(window);
@@ -464,6 +496,55 @@ impl<S: RawStore> Frontend<S> {
             })
             .collect();
         Ok((None, ids))
+    }
+
+    /// The raw store's traces for `tags` in `range`, read by one of
+    /// `--max-searches` (queued up to `--search-wait`), shared by identical
+    /// searches in flight.
+    async fn raw_search(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+    ) -> Result<Arc<Vec<TraceIdBytes>>, FrontendError> {
+        let mut sorted = tags.to_vec();
+        sorted.sort();
+        let key = RawSearchKey {
+            tags: sorted,
+            start: nanos(range.start),
+            end: nanos(range.end),
+        };
+        let mut ran = false;
+        let read = self.raw_searches.try_get_with(key, async {
+            ran = true;
+            let _permit = match self.searches.try_acquire() {
+                Ok(p) => p,
+                Err(_) => {
+                    self.metrics.search_waits.inc();
+                    let wait = self.cfg.search_wait;
+                    match tokio::time::timeout(wait, self.searches.acquire()).await {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            self.metrics.searches_refused.inc();
+                            return Err(FrontendError::Busy(format!(
+                                "{} searches were reading the raw store for longer than --search-wait ({wait:?}) \
+                                 (--max-searches {}): retry, or narrow the search",
+                                self.cfg.max_searches, self.cfg.max_searches
+                            )));
+                        }
+                    }
+                }
+            };
+            let ids = self
+                .store()
+                .find(tags, range, self.cfg.raw_search_limit)
+                .await?;
+            Ok(Arc::new(ids))
+        });
+        let ids = read.await.map_err(FrontendError::Shared)?;
+        if !ran {
+            self.metrics.searches_shared.inc();
+        }
+        Ok(ids)
     }
 
     /// [`Frontend::find`]'s traces as a stream, each assembled when the

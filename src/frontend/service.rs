@@ -105,6 +105,11 @@ fn status_of(e: &FrontendError) -> Status {
             tracing::warn!(error = %e, "assembly stopped");
             Status::deadline_exceeded(e.to_string())
         }
+        FrontendError::AnswerCut(m) => Status::resource_exhausted(m.clone()),
+        FrontendError::Busy(m) => {
+            tracing::warn!(error = %m, "search refused");
+            Status::unavailable(m.clone())
+        }
         FrontendError::Shared(inner) => status_of(inner),
     }
 }
@@ -345,6 +350,41 @@ fn stream_of<S: RawStore>(
     )
 }
 
+/// `traces` until the next would take the answer past `max_bytes`
+/// (encoded), then an error saying the answer was cut and how to narrow it.
+fn within_bytes(
+    traces: impl Stream<Item = Result<Arc<AssembledTrace>, FrontendError>> + Send + 'static,
+    max_bytes: u64,
+    metrics: Arc<crate::metrics::FrontendMetrics>,
+) -> impl Stream<Item = Result<Arc<AssembledTrace>, FrontendError>> + Send + 'static {
+    use futures::StreamExt as _;
+    traces
+        .scan((0u64, 0usize, false), move |(sent, count, cut), t| {
+            if *cut {
+                return futures::future::ready(None);
+            }
+            let item = match t {
+                Ok(t) => {
+                    let bytes: u64 = encoded_chunks(&t).iter().map(|c| c.len() as u64).sum();
+                    if *count > 0 && *sent + bytes > max_bytes {
+                        *cut = true;
+                        metrics.search_answers_cut.inc();
+                        Err(FrontendError::AnswerCut(format!(
+                            "the answer was cut after {count} traces ({sent} bytes): the next would pass \
+                             --max-search-bytes ({max_bytes}); narrow the search (namespace, name, a shorter time range)"
+                        )))
+                    } else {
+                        *sent += bytes;
+                        *count += 1;
+                        Ok(t)
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            futures::future::ready(Some(item))
+        })
+}
+
 fn proto_ts(ns: u64) -> prost_types::Timestamp {
     let t = from_nanos(ns);
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -441,10 +481,15 @@ impl<S: RawStore> TraceReader for JaegerStorage<S> {
             .find(&q)
             .await
             .map_err(|e| self.fail(Rpc::FindTraces, e))?;
+        let traces = within_bytes(
+            self.frontend.clone().found_stream(found),
+            self.frontend.config().max_search_bytes,
+            self.frontend.metrics().clone(),
+        );
         Ok(Response::new(stream_of(
             self.frontend.clone(),
             Rpc::FindTraces,
-            self.frontend.clone().found_stream(found),
+            traces,
         )))
     }
 

@@ -38,6 +38,14 @@ pub struct FrontendMetrics {
     /// Assemblies that waited for one of the `--max-assemblies` in flight
     /// to finish.
     pub assembly_waits: Counter,
+    /// Searches that waited for one of the `--max-searches` in flight.
+    pub search_waits: Counter,
+    /// Searches refused after waiting `--search-wait`.
+    pub searches_refused: Counter,
+    /// Searches answered by an identical search's raw read.
+    pub searches_shared: Counter,
+    /// Search answers stopped at `--max-search-bytes`.
+    pub search_answers_cut: Counter,
 }
 
 impl Default for FrontendMetrics {
@@ -60,6 +68,10 @@ impl Default for FrontendMetrics {
             links_not_followed: Family::default(),
             wide_assembly_waits: Counter::default(),
             assembly_waits: Counter::default(),
+            search_waits: Counter::default(),
+            searches_refused: Counter::default(),
+            searches_shared: Counter::default(),
+            search_answers_cut: Counter::default(),
         }
     }
 }
@@ -134,6 +146,26 @@ impl FrontendMetrics {
             "assembly_waits",
             "Assemblies that waited for one of the --max-assemblies in flight to finish",
             self.assembly_waits.clone(),
+        );
+        r.register(
+            "search_waits",
+            "Searches that waited for one of the --max-searches reading the raw store",
+            self.search_waits.clone(),
+        );
+        r.register(
+            "searches_refused",
+            "Searches refused after waiting --search-wait for one of the --max-searches",
+            self.searches_refused.clone(),
+        );
+        r.register(
+            "searches_shared",
+            "Searches answered by the raw read of an identical search in flight (or just done)",
+            self.searches_shared.clone(),
+        );
+        r.register(
+            "search_answers_cut",
+            "Search answers stopped before a trace that would pass --max-search-bytes",
+            self.search_answers_cut.clone(),
         );
     }
 
