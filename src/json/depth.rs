@@ -61,6 +61,8 @@ pub struct Capped<'a> {
 /// assert!(!exceeds(br#"{"a": [1, {"b": "[[[["}]}"#, 3));
 /// assert!(exceeds(br#"{"a": [1, {"b": []}]}"#, 3));
 /// ```
+// Not inlined: one call per text, and a profile shows what the scan costs.
+#[inline(never)]
 pub fn exceeds(text: &[u8], limit: usize) -> bool {
     // Each level needs an opening byte: short text cannot nest deeper.
     text.len() > limit && first_too_deep(text, 0, 0, limit).is_some()
@@ -79,6 +81,8 @@ pub fn exceeds(text: &[u8], limit: usize) -> bool {
 /// assert_eq!(capped.text, r#"{"a": {"b": "<nested deeper than 2 levels: 5 bytes>", "c": 2}}"#);
 /// assert_eq!(capped.markers, 1);
 /// ```
+// Not inlined: one call per text, and a profile shows what the scan costs.
+#[inline(never)]
 pub fn cap(text: &str, limit: usize, above: usize) -> Capped<'_> {
     let (named, limit) = (limit, limit + above);
     let bytes = text.as_bytes();
