@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fault suite: kascade under overload, a Jaeger outage, kill -9 with a
-# restart, oversized objects, and a slow then vanished etcd with two replicas.
+# restart, oversized objects, a slow then vanished etcd with two replicas,
+# and its limits probed as an attacker would (e2e/faults/limits.py).
 # Real parts: kascade (release build), Jaeger v2 with persistent (badger)
 # storage so an outage loses nothing stored before it, etcd from the harness.
 # The load (benches/fault_load.rs) behaves as the apiserver's webhook backend:
@@ -23,7 +24,7 @@ BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
 cargo build --release --locked --bin kascade >&2
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
 KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
-SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd}"
+SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"
 COPIES="${FAULT_COPIES:-150}"
 RUN="$(mktemp -d)"
@@ -189,6 +190,19 @@ for s in $SCENARIOS; do
     replayed="$(metric a kascade_spool_replayed_batches_total)"
     verify etcd "two replicas; etcd paused 3 s; replica a killed -9 and restarted (replayed ${replayed:-0} batches); etcd killed"
     stop_kascade a; stop_kascade b
+    ;;
+  limits)
+    # The bound README states for --max-intake-bytes at its default (512 MiB
+    # of bodies, plus per decoding batch its copy and decoded events) and
+    # the process's own ≈ 200 MiB.
+    log "limits: a body of 20,000 '[', 600 idle connections, 80 concurrent 30 MiB bodies"
+    start_kascade a 31090 31091
+    rc=0
+    out="$(python3 "$ROOT/e2e/faults/limits.py" "${WEBHOOK[a]}" "${ADMIN[a]}" "${KPID[a]}" 1536 2>>"$RUN/limits.log")" || rc=$?
+    log "limits: $out"
+    ROWS+=("| limits | - | - | - | - | - | $out |")
+    if [[ $rc -ne 0 ]]; then failed=1; cat "$RUN/limits.log" >&2; fi
+    stop_kascade a
     ;;
   *) log "unknown scenario $s"; exit 2 ;;
   esac
