@@ -34,7 +34,12 @@ fn audit_lines(pods: usize) -> Vec<String> {
     for i in 0..pods {
         let name = format!("hello-54f9b65d48-b{i:05}");
         for l in &template {
-            lines.push(l.replace(TEMPLATE_POD, &name));
+            // Each copy its own requests: an audit ID logged twice is one event.
+            lines.push(l.replace(TEMPLATE_POD, &name).replacen(
+                r#""auditID":""#,
+                &format!(r#""auditID":"{name}-"#),
+                1,
+            ));
         }
     }
     lines

@@ -513,8 +513,22 @@ fn a_label_selector_scopes_to_the_labelled_objects_and_what_they_own() {
         r.findings
     );
     assert_eq!(r.scope.description, "objects labelled app=web");
-    let none = run(log, selected("app=other"));
-    assert!(none.findings.is_empty(), "{:#?}", none.findings);
+    // A selector that matches nothing is an error naming it, not an
+    // all-clear.
+    let config = ExplainConfig {
+        files: log,
+        scope: selected("app=other"),
+        ..ExplainConfig::default()
+    };
+    let err = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&config))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nothing in scope (objects labelled app=other)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -277,6 +277,15 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     if config.files.is_empty() {
         bail!("no audit log files given");
     }
+    if let (Some(from), Some(to)) = (config.scope.from, config.scope.to)
+        && from > to
+    {
+        bail!(
+            "--from {} is later than --to {}: the time range holds nothing",
+            humantime::format_rfc3339_seconds(from),
+            humantime::format_rfc3339_seconds(to)
+        );
+    }
     let total = total_size(&config.files)?;
     let (files, note) = in_time_order(config.files.clone());
     if let Some(note) = note {
@@ -350,7 +359,38 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         malformed_examples: located.into_iter().take(config.max_errors_shown).collect(),
         ..Inputs::default()
     };
-    Ok(explain::report(collector, inputs))
+    let report = explain::report(collector, inputs);
+    let time = |t: &str| humantime::parse_rfc3339_weak(t).ok();
+    if let (Some(first), Some(last)) = (time(&report.inputs.from), time(&report.inputs.to)) {
+        let after = config.scope.from.filter(|f| *f > last);
+        let before = config.scope.to.filter(|t| *t < first);
+        if let Some((flag, t)) = after.map(|f| ("--from", f)).or(before.map(|t| ("--to", t))) {
+            bail!(
+                "{flag} {} is outside the log, which runs from {} to {}: nothing in scope",
+                humantime::format_rfc3339_seconds(t),
+                report.inputs.from,
+                report.inputs.to
+            );
+        }
+    }
+    // A scope that matches nothing (a typo, a time range outside the log)
+    // must not read as "no problems found".
+    let scope = config.scope.describe();
+    let names_objects = config.scope.object.is_some() || config.scope.selector.is_some();
+    let nothing =
+        report.inputs.events_in_scope == 0 || names_objects && report.inputs.objects_in_scope == 0;
+    if nothing && scope != "everything" {
+        bail!(
+            "nothing in scope ({scope}) among the {} audit lines of {}: check the namespace, object, selector and time range",
+            report.inputs.lines,
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(report)
 }
 
 /// The report in `format`; `color` for the terminal.

@@ -92,6 +92,9 @@ pub struct Lines {
     bar: ProgressBar,
     shared: Arc<Mutex<LinesState>>,
     keep: Option<memchr::memmem::Finder<'static>>,
+    /// The current file is gzipped: a read error there is damage (a CI
+    /// artefact cut short), read up to, not the end of the input.
+    gzipped: bool,
 }
 
 /// What reading found, shared with the caller.
@@ -105,6 +108,8 @@ pub struct LinesState {
     /// Lines the filter skipped.
     pub skipped: u64,
     pub io_error: Option<anyhow::Error>,
+    /// Gzipped files read only up to damage, as `file: why`.
+    pub damaged: Vec<String>,
 }
 
 impl LinesState {
@@ -143,6 +148,7 @@ impl Lines {
             bar,
             shared,
             keep: None,
+            gzipped: false,
         }
     }
 
@@ -162,7 +168,8 @@ impl Lines {
             }
         };
         let read = self.bar.wrap_read(file);
-        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+        self.gzipped = path.extension().is_some_and(|e| e == "gz");
+        let reader: Box<dyn Read> = if self.gzipped {
             Box::new(flate2::read::MultiGzDecoder::new(read))
         } else {
             Box::new(read)
@@ -214,7 +221,20 @@ impl Iterator for Lines {
                 }
                 Err(e) => {
                     let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-                    let (f, _) = st.starts.last().cloned().unwrap_or_default();
+                    let (f, start) = st.starts.last().cloned().unwrap_or_default();
+                    if self.gzipped {
+                        // What decoded is kept (a partial last line is
+                        // dropped); the next file is read.
+                        let read = st.yielded - start;
+                        let why = format!(
+                            "{}: damaged after line {read} ({e}): read up to there",
+                            f.display()
+                        );
+                        self.bar.suspend(|| eprintln!("warning: {why}"));
+                        st.damaged.push(why);
+                        self.current = None;
+                        continue;
+                    }
                     st.io_error = Some(anyhow::anyhow!("cannot read {}: {e}", f.display()));
                     return None;
                 }

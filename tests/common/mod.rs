@@ -158,7 +158,14 @@ pub fn deployment_with_pods(pods: usize) -> Vec<String> {
         .collect();
     for i in 0..pods {
         let name = format!("hello-54f9b65d48-b{i:05}");
-        lines.extend(template.iter().map(|l| l.replace(TEMPLATE_POD, &name)));
+        // Each copy its own requests: an audit ID logged twice is one event.
+        lines.extend(template.iter().map(|l| {
+            l.replace(TEMPLATE_POD, &name).replacen(
+                r#""auditID":""#,
+                &format!(r#""auditID":"b{i:05}-"#),
+                1,
+            )
+        }));
     }
     lines
 }

@@ -436,6 +436,7 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
         ));
     }
     inputs.events_in_scope = st.in_scope;
+    inputs.objects_in_scope = members.len() as u64;
     inputs.from = st.first.map(rfc3339).unwrap_or_default();
     inputs.to = st.last.map(rfc3339).unwrap_or_default();
     Report {

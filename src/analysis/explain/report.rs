@@ -218,6 +218,10 @@ pub struct Inputs {
     pub malformed_examples: Vec<String>,
     /// Audit events in the scope.
     pub events_in_scope: u64,
+    /// Objects the scope named (or found under them); 0 when an `--object`
+    /// or `--selector` matches nothing in the inputs.
+    #[serde(skip)]
+    pub objects_in_scope: u64,
     /// First and last audit time in the scope (RFC 3339; empty without any).
     pub from: String,
     pub to: String,
