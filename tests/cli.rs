@@ -1187,3 +1187,37 @@ fn a_scope_that_matches_nothing_is_an_error_not_an_all_clear() {
     assert_eq!(code, Some(3), "{out}{err}");
     assert!(out.contains("ERROR"), "{out}");
 }
+
+/// `replay` reads gzipped logs as `explain` does: the same spans as from
+/// the plain log, and a log cut short replayed up to its damage.
+#[test]
+fn replay_reads_gzipped_logs_and_a_cut_one_up_to_its_damage() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = common::fixture_path("deployment", "audit.log");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&std::fs::read(&plain).unwrap()).unwrap();
+    let gz = gz.finish().unwrap();
+    let whole = dir.path().join("audit.log.gz");
+    std::fs::write(&whole, &gz).unwrap();
+    let cut = dir.path().join("cut.log.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
+    let replay = |log: &std::path::Path, name: &str| {
+        let out = dir.path().join(name);
+        let st = kascade()
+            .args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!("otlp-json={}", out.display()))
+            .arg(log)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&st.stderr).to_string();
+        assert!(st.status.success(), "{stderr}");
+        (span_ids(&out), stderr)
+    };
+    let (from_plain, _) = replay(&plain, "plain.jsonl");
+    let (from_gz, _) = replay(&whole, "gz.jsonl");
+    assert_eq!(from_gz, from_plain);
+    let (from_cut, stderr) = replay(&cut, "cut.jsonl");
+    assert!(stderr.contains("damaged after line"), "{stderr}");
+    assert!(!from_cut.is_empty() && from_cut.len() < from_plain.len());
+}
