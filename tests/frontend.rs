@@ -882,7 +882,7 @@ async fn unreachable_raw_jaeger_is_an_error_naming_its_url() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, FrontendError::Raw(_)));
+    assert!(matches!(err.root(), FrontendError::Raw(_)), "{err:?}");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
 

@@ -88,6 +88,17 @@ pub enum FrontendError {
     Shared(Arc<FrontendError>),
 }
 
+impl FrontendError {
+    /// The error itself, through the [`FrontendError::Shared`] layers of
+    /// work that concurrent requests waited for together.
+    pub fn root(&self) -> &FrontendError {
+        match self {
+            FrontendError::Shared(inner) => inner.root(),
+            other => other,
+        }
+    }
+}
+
 /// Why a trace is not in the cache after loading it.
 enum Miss {
     NotFound,
