@@ -5,7 +5,9 @@
 # built by e2e/build.sh, then the fault suite.
 .PHONY: test lint unit browser e2e faults fixtures
 
-test: lint unit browser e2e faults
+# Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
+test:
+	@bash .ci/stages.sh lint unit browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show.

@@ -1221,3 +1221,61 @@ fn replay_reads_gzipped_logs_and_a_cut_one_up_to_its_damage() {
     assert!(stderr.contains("damaged after line"), "{stderr}");
     assert!(!from_cut.is_empty() && from_cut.len() < from_plain.len());
 }
+
+/// `-` reads standard input, as a pipe gives it (`zcat audit.log.gz |
+/// kascade explain -`): the same report and the same spans as the file.
+#[test]
+fn standard_input_is_read_as_the_file_would_be() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let log = common::fixture_path("rollout-stuck", "audit.log");
+    let piped = |args: &[&str]| {
+        let mut child = kascade()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&std::fs::read(&log).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let from_file = kascade().arg("explain").arg(&log).output().unwrap();
+    assert!(from_file.status.success());
+    assert_eq!(
+        piped(&["explain", "-"]),
+        String::from_utf8_lossy(&from_file.stdout)
+    );
+
+    let (file_out, stdin_out) = (
+        dir.path().join("file.jsonl"),
+        dir.path().join("stdin.jsonl"),
+    );
+    let st = kascade()
+        .args(["replay", "--cluster", "fx", "--output"])
+        .arg(format!("otlp-json={}", file_out.display()))
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    piped(&[
+        "replay",
+        "--cluster",
+        "fx",
+        "--output",
+        &format!("otlp-json={}", stdin_out.display()),
+        "-",
+    ]);
+    assert_eq!(span_ids(&stdin_out), span_ids(&file_out));
+}

@@ -24,11 +24,15 @@ pub fn progress_bar(total: u64) -> ProgressBar {
     bar
 }
 
-/// The total size of `files` (for the progress bar); fails naming the
-/// first file that cannot be read.
+/// The name that reads standard input (`kascade explain -`), as a pipe
+/// gives it: `zcat audit.log.gz | kascade explain -`.
+pub const STDIN: &str = "-";
+
+/// The total size of `files` (for the progress bar; standard input counts
+/// nothing); fails naming the first file that cannot be read.
 pub fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
     let mut total = 0;
-    for f in files {
+    for f in files.iter().filter(|f| f.as_os_str() != STDIN) {
         total += std::fs::metadata(f)
             .with_context(|| format!("cannot read {}", f.display()))?
             .len();
@@ -159,6 +163,15 @@ impl Lines {
     }
 
     fn open(&mut self, path: PathBuf) -> Option<()> {
+        if path.as_os_str() == STDIN {
+            self.gzipped = false;
+            let read = self.bar.wrap_read(std::io::stdin());
+            self.current = Some(BufReader::with_capacity(1 << 20, Box::new(read)));
+            let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            let at = st.yielded;
+            st.starts.push((path, at));
+            return Some(());
+        }
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) => {
@@ -275,6 +288,10 @@ fn read_line<R: BufRead + ?Sized>(reader: &mut R, buf: &mut Vec<u8>) -> std::io:
 /// The audit time of a file's first event (`requestReceivedTimestamp`),
 /// when its first line has one.
 fn first_time(path: &PathBuf) -> Option<String> {
+    // Standard input is read once, in its place.
+    if path.as_os_str() == STDIN {
+        return None;
+    }
     let file = File::open(path).ok()?;
     let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
         Box::new(flate2::read::MultiGzDecoder::new(file))

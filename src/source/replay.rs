@@ -56,7 +56,9 @@ pub async fn replay_files(
     metrics: &Arc<Metrics>,
 ) -> Result<ReplayStats, ReplayError> {
     let mut total = 0;
-    for f in files {
+    // `-` is standard input (its size is not known).
+    let stdin = |f: &PathBuf| f.as_os_str() == "-";
+    for f in files.iter().filter(|f| !stdin(f)) {
         total += std::fs::metadata(f)
             .map_err(io_error(format!("cannot read audit log {}", f.display())))?
             .len();
@@ -72,7 +74,9 @@ pub async fn replay_files(
     let source = Metrics::source(Source::Replay);
     for f in files {
         let gzipped = f.extension().is_some_and(|e| e == "gz");
-        let reader: Box<dyn AsyncRead + Send + Unpin> = if gzipped {
+        let reader: Box<dyn AsyncRead + Send + Unpin> = if stdin(f) {
+            Box::new(tokio::io::stdin())
+        } else if gzipped {
             let file = std::fs::File::open(f)
                 .map_err(io_error(format!("cannot open audit log {}", f.display())))?;
             Box::new(Inflated::of(file))
