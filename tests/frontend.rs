@@ -2735,7 +2735,8 @@ async fn a_burst_of_identical_searches_shares_one_raw_read() {
             tokio::spawn(async move { f.search(&q).await })
         })
         .collect();
-    while s.finds() == 0 {
+    // Every search has joined the first one's read, held at the gate.
+    while f.metrics().searches_shared.get() < 199 {
         tokio::task::yield_now().await;
     }
     s.open();

@@ -61,7 +61,7 @@ pub struct FrontendConfig {
     /// Searches reading the raw store at once; further ones queue, each
     /// for at most `search_wait`, then fail saying the frontend is busy.
     /// Identical searches in flight (same tags and time range) share one
-    /// read, and its answer serves repeats for a second or two.
+    /// read.
     pub max_searches: usize,
     /// Longest a search waits in the queue for one of `max_searches`.
     pub search_wait: Duration,

@@ -24,7 +24,7 @@ pub mod service;
 pub mod text;
 pub mod trace_id;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -260,19 +260,25 @@ pub struct Frontend<S> {
     /// [`FrontendConfig::max_assemblies`] permits, one per assembly in flight.
     assemblies: tokio::sync::Semaphore,
     /// [`FrontendConfig::max_searches`] permits, one per raw search read.
-    searches: tokio::sync::Semaphore,
-    /// Raw search reads by tags and time range: concurrent identical ones
-    /// share one read (moka runs one initialiser per key), and repeats
-    /// within [`RAW_SEARCH_REUSE`] reuse its answer.
-    raw_searches: moka::future::Cache<RawSearchKey, Arc<Vec<TraceIdBytes>>>,
+    searches: Arc<tokio::sync::Semaphore>,
+    /// Raw search reads in flight by tags and time range: an identical
+    /// search joins the read instead of starting its own. At most
+    /// [`MAX_SHARED_SEARCHES`] are listed; beyond, a search reads alone.
+    raw_searches: std::sync::Mutex<HashMap<RawSearchKey, RawSearch>>,
     clusters: moka::sync::Cache<String, ()>,
     /// When the clusters were last read from the raw store.
     clusters_read: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
-/// How long a raw search's answer serves identical searches: a burst of
-/// one dashboard's refreshes, not later searches (those see new writes).
-const RAW_SEARCH_REUSE: Duration = Duration::from_secs(2);
+/// Raw search reads listed for joining at once (each entry is a key and a
+/// future: an entry whose every waiter went away stays until an identical
+/// search finishes it).
+const MAX_SHARED_SEARCHES: usize = 1024;
+
+/// A raw search read, awaited by every identical search in flight.
+type RawSearch = futures::future::Shared<
+    futures::future::BoxFuture<'static, Result<Arc<Vec<TraceIdBytes>>, Arc<FrontendError>>>,
+>;
 
 /// What a raw search read depends on: its tags (sorted) and time range.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -333,14 +339,11 @@ impl<S: RawStore> Frontend<S> {
                 cfg.max_assemblies
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             ),
-            searches: tokio::sync::Semaphore::new(
+            searches: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_searches
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-            ),
-            raw_searches: moka::future::Cache::builder()
-                .max_capacity(1024)
-                .time_to_live(RAW_SEARCH_REUSE)
-                .build(),
+            )),
+            raw_searches: std::sync::Mutex::new(HashMap::new()),
             clusters,
             clusters_read: std::sync::Mutex::new(None),
             cfg,
@@ -524,38 +527,69 @@ impl<S: RawStore> Frontend<S> {
             start: nanos(range.start),
             end: nanos(range.end),
         };
-        let mut ran = false;
-        let read = self.raw_searches.try_get_with(key, async {
-            ran = true;
-            let _permit = match self.searches.try_acquire() {
+        let (read, joined) = {
+            let mut in_flight = self.raw_searches.lock().unwrap_or_else(|e| e.into_inner());
+            match in_flight.get(&key) {
+                Some(read) => (read.clone(), true),
+                None => {
+                    let read = self.read_raw(tags.to_vec(), range);
+                    if in_flight.len() < MAX_SHARED_SEARCHES {
+                        in_flight.insert(key.clone(), read.clone());
+                    }
+                    (read, false)
+                }
+            }
+        };
+        if joined {
+            self.metrics.searches_shared.inc();
+        }
+        let result = read.clone().await;
+        {
+            let mut in_flight = self.raw_searches.lock().unwrap_or_else(|e| e.into_inner());
+            if in_flight.get(&key).is_some_and(|r| r.ptr_eq(&read)) {
+                in_flight.remove(&key);
+            }
+        }
+        result.map_err(FrontendError::Shared)
+    }
+
+    /// One raw search read, once one of `--max-searches` is free (waiting
+    /// at most `--search-wait`).
+    fn read_raw(&self, tags: Vec<(String, String)>, range: TimeRange) -> RawSearch {
+        use futures::FutureExt as _;
+        let store = self.store().clone();
+        let searches = self.searches.clone();
+        let metrics = self.metrics.clone();
+        let (wait, max, limit) = (
+            self.cfg.search_wait,
+            self.cfg.max_searches,
+            self.cfg.raw_search_limit,
+        );
+        async move {
+            let _permit = match searches.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
-                    self.metrics.search_waits.inc();
-                    let wait = self.cfg.search_wait;
-                    match tokio::time::timeout(wait, self.searches.acquire()).await {
+                    metrics.search_waits.inc();
+                    match tokio::time::timeout(wait, searches.acquire_owned()).await {
                         Ok(Ok(p)) => p,
                         _ => {
-                            self.metrics.searches_refused.inc();
-                            return Err(FrontendError::Busy(format!(
-                                "{} searches were reading the raw store for longer than --search-wait ({wait:?}) \
-                                 (--max-searches {}): retry, or narrow the search",
-                                self.cfg.max_searches, self.cfg.max_searches
-                            )));
+                            metrics.searches_refused.inc();
+                            return Err(Arc::new(FrontendError::Busy(format!(
+                                "{max} searches were reading the raw store for longer than --search-wait ({wait:?}) \
+                                 (--max-searches {max}): retry, or narrow the search"
+                            ))));
                         }
                     }
                 }
             };
-            let ids = self
-                .store()
-                .find(tags, range, self.cfg.raw_search_limit)
-                .await?;
+            let ids = store
+                .find(&tags, range, limit)
+                .await
+                .map_err(|e| Arc::new(FrontendError::Raw(e)))?;
             Ok(Arc::new(ids))
-        });
-        let ids = read.await.map_err(FrontendError::Shared)?;
-        if !ran {
-            self.metrics.searches_shared.inc();
         }
-        Ok(ids)
+        .boxed()
+        .shared()
     }
 
     /// [`Frontend::find`]'s traces as a stream, each assembled when the

@@ -159,7 +159,7 @@ impl FrontendMetrics {
         );
         r.register(
             "searches_shared",
-            "Searches answered by the raw read of an identical search in flight (or just done)",
+            "Searches answered by the raw read of an identical search in flight",
             self.searches_shared.clone(),
         );
         r.register(
