@@ -9,6 +9,14 @@ fn kascade() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kascade"))
 }
 
+/// Runs `cmd`, which must succeed; its stdout and stderr.
+fn succeeded(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{cmd:?}: {stderr}");
+    (String::from_utf8_lossy(&out.stdout).to_string(), stderr)
+}
+
 #[test]
 fn replay_writes_otlp_json_requests_one_per_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -62,30 +70,20 @@ fn output_files_are_owner_only() {
     );
     std::fs::write(&report, "an older report").unwrap();
     std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let st = kascade()
-        .args(["replay", "--cluster", "fx", "--output"])
-        .arg(format!("otlp-json={}", spans.display()))
-        .arg("--output")
-        .arg(format!("changelog={}", changes.display()))
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    succeeded(
+        kascade()
+            .args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!("otlp-json={}", spans.display()))
+            .arg("--output")
+            .arg(format!("changelog={}", changes.display()))
+            .arg(&log),
     );
-    let st = kascade()
-        .arg("explain")
-        .arg("--output")
-        .arg(format!("html={}", report.display()))
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    succeeded(
+        kascade()
+            .arg("explain")
+            .arg("--output")
+            .arg(format!("html={}", report.display()))
+            .arg(&log),
     );
     for file in [spans, changes, report] {
         let meta = std::fs::metadata(&file).unwrap();
@@ -1048,12 +1046,7 @@ fn values_nested_as_deep_as_the_apiserver_accepts_are_markers_in_every_offline_c
         lines.push(brackets.clone());
         let log = dir.path().join(format!("{name}.log"));
         std::fs::write(&log, lines.join("\n") + "\n").unwrap();
-        let run = |args: &[&str]| {
-            let st = kascade().args(args).arg(&log).output().unwrap();
-            let stderr = String::from_utf8_lossy(&st.stderr).to_string();
-            assert!(st.status.success(), "{name} {args:?}: {stderr}");
-            (String::from_utf8_lossy(&st.stdout).to_string(), stderr)
-        };
+        let run = |args: &[&str]| succeeded(kascade().args(args).arg(&log));
         let out = dir.path().join(format!("{name}.jsonl"));
         let (_, stderr) = run(&[
             "replay",
@@ -1106,12 +1099,7 @@ fn a_log_given_twice_is_read_once_and_a_cut_gz_up_to_its_damage() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let log = common::fixture_path("rollout-stuck", "audit.log");
-    let explain = |files: &[&std::path::Path]| {
-        let st = kascade().arg("explain").args(files).output().unwrap();
-        let stderr = String::from_utf8_lossy(&st.stderr).to_string();
-        assert!(st.status.success(), "{stderr}");
-        (String::from_utf8_lossy(&st.stdout).to_string(), stderr)
-    };
+    let explain = |files: &[&std::path::Path]| succeeded(kascade().arg("explain").args(files));
     let (once, _) = explain(&[&log]);
     let (twice, stderr) = explain(&[&log, &log]);
     assert!(once.contains("ERROR"), "{once}");
@@ -1204,14 +1192,12 @@ fn replay_reads_gzipped_logs_and_a_cut_one_up_to_its_damage() {
     std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
     let replay = |log: &std::path::Path, name: &str| {
         let out = dir.path().join(name);
-        let st = kascade()
-            .args(["replay", "--cluster", "fx", "--output"])
-            .arg(format!("otlp-json={}", out.display()))
-            .arg(log)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&st.stderr).to_string();
-        assert!(st.status.success(), "{stderr}");
+        let (_, stderr) = succeeded(
+            kascade()
+                .args(["replay", "--cluster", "fx", "--output"])
+                .arg(format!("otlp-json={}", out.display()))
+                .arg(log),
+        );
         (span_ids(&out), stderr)
     };
     let (from_plain, _) = replay(&plain, "plain.jsonl");

@@ -402,12 +402,7 @@ async fn writes_nested_as_deep_as_the_apiserver_accepts_keep_their_spans() {
             assert!(marker, "the custom resource's deep spec is not a marker");
         }
     }
-    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = kascade_metrics().await;
     let deep = metrics
         .lines()
         .find_map(|l| {
@@ -423,12 +418,7 @@ async fn writes_nested_as_deep_as_the_apiserver_accepts_keep_their_spans() {
 #[tokio::test]
 #[ignore]
 async fn kascade_metrics_count_what_it_did() {
-    let text = reqwest::get(env("KASCADE_METRICS_URL"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = kascade_metrics().await;
     // Summed over the series `prefix` starts (e.g. every drop reason).
     let value = |prefix: &str| -> f64 {
         text.lines()
@@ -984,6 +974,16 @@ fn has_error_tag(span: &Value) -> bool {
     tag(span, "error").is_some_and(|v| v == &Value::Bool(true) || v == "true")
 }
 
+/// The collector's metrics as Prometheus serves them.
+async fn kascade_metrics() -> String {
+    reqwest::get(env("KASCADE_METRICS_URL"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn kubectl(args: &[&str]) -> String {
     let out = std::process::Command::new(env("KUBECTL"))
         .args(args)
@@ -1337,12 +1337,7 @@ async fn an_object_in_cluster_b_linked_to_cluster_a_appears_under_it() {
 async fn no_event_is_lost_or_duplicated_across_an_apiserver_restart() {
     // The suite killed and restarted the apiserver before the scenarios: the watchers
     // noticed (errors counted) and re-listed.
-    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = kascade_metrics().await;
     let errors: f64 = metrics
         .lines()
         .find(|l| {
@@ -1466,12 +1461,7 @@ async fn server_dry_runs_leave_no_spans() {
             .all(|r| r == "configmaps" || r == "serviceaccounts"),
         "objects of the dry-run chart got spans: {objects:?}"
     );
-    let metrics = reqwest::get(env("KASCADE_METRICS_URL"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = kascade_metrics().await;
     assert!(
         metrics.contains("kascade_audit_events_filtered_total{reason=\"dry_run\"}"),
         "no dry run was filtered: did validate-deploy.sh run?"

@@ -21,6 +21,14 @@ pub(super) fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal
     }
 }
 
+/// The body's size as its `Content-Length` announces it, if it does.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
 /// A place for a body among `--max-intake-bytes`, taken before any of it
 /// is read: its `Content-Length` (else `--max-body-bytes`), plus
 /// `--max-body-bytes` for the inflated copy of a gzipped one. Without room
@@ -31,11 +39,7 @@ pub(super) fn reserve_intake(
     encoding: BodyEncoding,
 ) -> Result<IntakePermit, Box<Response>> {
     let limit = st.max_body_bytes as u64;
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(limit, |n| n.min(limit));
+    let announced = content_length(headers).map_or(limit, |n| n.min(limit));
     let inflated = if encoding == BodyEncoding::Gzip {
         limit
     } else {
@@ -94,10 +98,7 @@ pub(super) async fn read_body(
     body: Body,
 ) -> Result<Bytes, Refusal> {
     let limit = st.max_body_bytes;
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let announced = content_length(headers);
     if announced.is_some_and(|n| n > limit as u64) {
         return Err((
             StatusCode::PAYLOAD_TOO_LARGE,
