@@ -61,6 +61,10 @@ pub struct Report {
     pub changes: u64,
     /// Refused writes (HTTP code ≥ 400), not counted as hops.
     pub refused: u64,
+    /// Accepted retries of refused writes (after their writer's back-off),
+    /// not counted as hops.
+    #[serde(default)]
+    pub retries: u64,
     /// Successful writes with no cause: cascade roots.
     pub roots: u64,
     /// Successful writes with an inferred cause (the hops below).
@@ -176,6 +180,7 @@ impl Report {
             malformed_lines,
             changes: stats.changes,
             refused: stats.refused,
+            retries: stats.retries,
             roots: stats.roots,
             effects: stats.effects,
             unexplained: stats.unexplained_total(),
@@ -236,9 +241,10 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} changes ({} refused), {} roots, {} hops, {} unexplained; {} lines, {} malformed",
+            "{} changes ({} refused, {} retries after a back-off), {} roots, {} hops, {} unexplained; {} lines, {} malformed",
             self.changes,
             self.refused,
+            self.retries,
             self.roots,
             self.effects,
             self.unexplained,

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::analysis::cascade::{Attempt, Retries};
 use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink};
 
 /// Samples kept exactly per class; past this, percentiles come from the
@@ -122,6 +123,9 @@ pub struct Stats {
     pub changes: u64,
     /// Refused writes (code ≥ 400): not counted as hops.
     pub refused: u64,
+    /// Accepted writes that retried a refused one (after their writer's
+    /// back-off): one intent with the first attempt, not hops.
+    pub retries: u64,
     pub roots: u64,
     pub effects: u64,
     /// Controller writes whose cause the inference did not find (out of
@@ -142,10 +146,14 @@ impl Stats {
         self.unexplained.values().sum()
     }
 
-    fn add(&mut self, c: &ChangeRecord) {
+    fn add(&mut self, c: &ChangeRecord, attempt: Attempt) {
         self.changes += 1;
         if c.code >= 400 {
             self.refused += 1;
+            return;
+        }
+        if attempt.is_retry() {
+            self.retries += 1;
             return;
         }
         match c.role {
@@ -178,6 +186,7 @@ pub fn write_class(c: &ChangeRecord) -> String {
 #[derive(Default)]
 pub struct PropagationStats {
     stats: Mutex<Stats>,
+    retries: Mutex<Retries>,
 }
 
 impl PropagationStats {
@@ -209,7 +218,12 @@ impl PropagationStats {
 
 impl ChangeSink for PropagationStats {
     fn record(&self, change: &ChangeRecord) {
-        self.lock().add(change);
+        let attempt = self
+            .retries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(change);
+        self.lock().add(change, attempt);
     }
 }
 

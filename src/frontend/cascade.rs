@@ -123,8 +123,29 @@ pub fn record_from_span(
             .to_string(),
         hop: Duration::from_micros(int_attr(a, attr::CASCADE_HOP_US).unwrap_or(0).max(0) as u64),
     });
+    // A create refused before its object was named is shown on its owner's
+    // span: the record is of what it tried to create.
+    let object = match string_attr(a, attr::AUDIT_ATTEMPT_RESOURCE) {
+        Some(resource) => {
+            // By its `generateName` prefix, as explain names it: the
+            // names the apiserver drew for refused attempts differ each
+            // time, the prefix tells they are one writer's retries.
+            let name = string_attr(a, attr::AUDIT_ATTEMPT_GENERATE_NAME)
+                .filter(|n| !n.is_empty())
+                .or_else(|| string_attr(a, attr::AUDIT_ATTEMPT_NAME))
+                .unwrap_or_default();
+            ObjectRef::new(
+                &object.cluster,
+                string_attr(a, attr::AUDIT_ATTEMPT_GROUP).unwrap_or_default(),
+                resource,
+                string_attr(a, attr::AUDIT_ATTEMPT_NAMESPACE).unwrap_or_default(),
+                name.to_string(),
+            )
+        }
+        None => object.clone(),
+    };
     Some(ChangeRecord {
-        object: object.clone(),
+        object,
         uid: uid.to_string(),
         source,
         user,

@@ -7,6 +7,7 @@
 //! observes `kascade_cascade_completion_seconds{kind}`.
 
 mod completion;
+mod retry;
 mod text;
 mod tracker;
 
@@ -17,6 +18,7 @@ use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
 pub use completion::{Completion, Waiting, settles};
 pub(crate) use completion::{Settling, counts};
+pub use retry::{Attempt, Retries, attempts};
 pub use text::{InPart, format_duration, render_text, render_text_in_part};
 pub use tracker::{CascadeTracker, TrackerConfig};
 
@@ -34,7 +36,11 @@ pub struct Cascade {
     /// cascade is partial (it started earlier).
     pub missing_cause: Option<Cause>,
     pub completion: Completion,
-    /// Indices from the root to the change that ended last.
+    /// Each change's place in its writer's attempts: retries of a refused
+    /// write are one intent, the wait between them back-off.
+    pub attempts: Vec<Attempt>,
+    /// Indices from the root to the change that ended last, retries left
+    /// out as its end (their wait is back-off, not propagation).
     pub critical_path: Vec<usize>,
 }
 
@@ -183,7 +189,9 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
         _ => None,
     };
     let completion = completion::completion(&changes);
+    let attempts = retry::attempts(&changes);
     let last = (0..changes.len())
+        .filter(|&i| !attempts[i].is_retry())
         .max_by_key(|&i| (changes[i].completed, std::cmp::Reverse(i)))
         .unwrap_or(0);
     let mut critical_path = vec![last];
@@ -199,6 +207,7 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
         children,
         missing_cause,
         completion,
+        attempts,
         critical_path,
     }
 }

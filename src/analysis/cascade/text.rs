@@ -114,7 +114,21 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
             if i != 0
                 && let Some(k) = &ch.cause
             {
-                let _ = write!(line, "  [{}, hop {}]", k.edge, format_duration(k.hop));
+                match c.attempts[i] {
+                    super::Attempt::Retry {
+                        attempt, backoff, ..
+                    } => {
+                        let _ = write!(
+                            line,
+                            "  [{}, retry {attempt} after a back-off of {}]",
+                            k.edge,
+                            format_duration(backoff)
+                        );
+                    }
+                    super::Attempt::First => {
+                        let _ = write!(line, "  [{}, hop {}]", k.edge, format_duration(k.hop));
+                    }
+                }
             }
             if let Some(r) = &ch.readiness {
                 let _ = write!(line, "  → {}", r.status);
@@ -135,7 +149,10 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
             let _ = writeln!(out, "{line}");
         }
         if c.changes.len() > 1 {
-            let _ = writeln!(out, "★ critical path: the chain of writes that ended last");
+            let _ = writeln!(
+                out,
+                "★ critical path: the chain of writes that ended last (retries aside: their wait is back-off)"
+            );
         }
     }
     if cascades.is_empty() {

@@ -206,9 +206,12 @@ impl ChangeSink for CascadeTracker {
         let open = match st.open.entry(root) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             // A change of a cascade not followed (evicted, observed already,
-            // or started before this process) is left out.
+            // or started before this process) is left out; so is a refused
+            // root write: nothing changed, nothing cascades from it.
             std::collections::hash_map::Entry::Vacant(_)
-                if change.role == CascadeRole::Effect || change.span != root =>
+                if change.role == CascadeRole::Effect
+                    || change.span != root
+                    || change.code >= 400 =>
             {
                 return;
             }

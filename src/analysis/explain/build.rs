@@ -137,6 +137,7 @@ impl Builder<'_> {
                 .trigger(r.root)
                 .or_else(|| ranked.symptoms.iter().find_map(|s| self.trigger(s.root))),
             symptoms: ranked.symptoms.iter().map(|s| self.symptom(s)).collect(),
+            background: ranked.background,
         }
     }
 
@@ -150,7 +151,12 @@ impl Builder<'_> {
                     .get(&span)
                     .map(|c| self.st.objects[c.obj as usize].object.clone())
                     .unwrap_or_else(|| ObjectRef::new("", "", "", "", "")),
-                name: String::new(),
+                // Only its writer matters here (a writer's own write is no
+                // new cause of its retries).
+                name: by_span
+                    .get(&span)
+                    .map(|c| format!("{} {}", strings.get(c.user), strings.get(c.verb)))
+                    .unwrap_or_default(),
                 edge: strings.get(row.edge).to_string(),
                 rule: String::new(),
                 hop: completed
@@ -215,12 +221,25 @@ impl Builder<'_> {
             .iter()
             .map(|&(i, depth)| {
                 let ch = &c.changes[i];
+                let (attempt, backoff_ms) = match c.attempts[i] {
+                    cascade::Attempt::Retry {
+                        attempt, backoff, ..
+                    } => (attempt, Some(backoff.as_secs_f64() * 1000.0)),
+                    cascade::Attempt::First => (1, None),
+                };
                 TimelineEntry {
                     write: cascade::change_name(ch),
                     object: object_name(&ch.object),
-                    start_ms: c.parent[i].map_or(ms(ch.received), |p| {
-                        ms(c.changes[p].completed).min(ms(ch.received))
-                    }),
+                    // A retry starts at its own request: the wait before it
+                    // is back-off.
+                    start_ms: match c.parent[i] {
+                        Some(p) if backoff_ms.is_none() => {
+                            ms(c.changes[p].completed).min(ms(ch.received))
+                        }
+                        _ => ms(ch.received),
+                    },
+                    attempt,
+                    backoff_ms,
                     end_ms: ms(ch.completed),
                     cause: c.parent[i].and_then(|p| position.get(&p).copied()),
                     depth: depth as u32,
@@ -381,7 +400,7 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
         .collect();
     // The cascades the top findings happened in, in finding order.
     let mut roots: Vec<(SpanRef, Vec<String>)> = Vec::new();
-    for (r, f) in ranked.iter().zip(&findings) {
+    for (r, f) in ranked.iter().zip(&findings).filter(|(r, _)| !r.background) {
         let Some(root) = r
             .finding
             .root
@@ -409,6 +428,10 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
     let (tree, tree_omitted) = b.tree(&findings, &on);
     let mut totals = Totals::default();
     for f in &findings {
+        if f.background {
+            totals.background += 1;
+            continue;
+        }
         match f.severity {
             Severity::Error => totals.error += 1,
             Severity::Warning => totals.warning += 1,

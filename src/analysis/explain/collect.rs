@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::scope::Scope;
-use crate::analysis::cascade::Settling;
+use crate::analysis::cascade::{Attempt, Retries, Settling};
+use crate::analysis::judgement::{Refusal, Writer};
 use crate::analysis::stats::Latencies;
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
@@ -84,6 +85,8 @@ pub(super) struct Obj {
     pub delete_root: Option<SpanRef>,
     /// The uid of the object that exists under this name now.
     uid: Option<Arc<str>>,
+    /// A cascade a user started changed it (or tried to).
+    pub user_touched: bool,
 }
 
 /// A refused write.
@@ -101,6 +104,8 @@ pub(super) struct Failed {
     pub root: SpanRef,
     /// A 409 conflict that its writer retried successfully.
     pub retried: bool,
+    /// Its place in its writer's attempts at the target.
+    pub attempt: Attempt,
 }
 
 /// Warning Events, merged by object, reason and message.
@@ -129,6 +134,10 @@ pub(super) struct SlowHop {
 #[derive(Default)]
 pub(super) struct Edge {
     pub latencies: Latencies,
+    /// Retries of refused writes along the edge (not hops), and their
+    /// writers' back-off in all.
+    pub retries: u64,
+    pub backoff: std::time::Duration,
     /// Slowest first.
     pub slowest: Vec<SlowHop>,
 }
@@ -175,6 +184,13 @@ pub(super) struct State {
     occurrences: HashSet<(String, String, i64)>,
     pub edges: BTreeMap<String, Edge>,
     pub roots: HashMap<SpanRef, RootInfo>,
+    /// Who started each cascade (refused roots and roots outside the
+    /// scope too: the background judgement needs them all).
+    pub root_writers: HashMap<SpanRef, Writer>,
+    /// When the first cascade a user started began, anywhere in the log.
+    pub first_user_cascade: Option<SystemTime>,
+    /// Writers' refused attempts, to tell retries from new intents.
+    pub retries: Retries,
     pub rows: Vec<Row>,
     pub rows_by_root: HashMap<SpanRef, Vec<u32>>,
     pub rows_dropped: u64,
@@ -208,6 +224,9 @@ impl State {
             occurrences: HashSet::new(),
             edges: BTreeMap::new(),
             roots: HashMap::new(),
+            root_writers: HashMap::new(),
+            first_user_cascade: None,
+            retries: Retries::default(),
             rows: Vec::new(),
             rows_by_root: HashMap::new(),
             rows_dropped: 0,
@@ -238,6 +257,7 @@ impl State {
             deleting: None,
             delete_root: None,
             uid: None,
+            user_touched: false,
         });
         self.index.insert(o.clone(), i);
         i
@@ -271,11 +291,22 @@ impl State {
     }
 
     pub(super) fn record(&mut self, c: &ChangeRecord) {
+        if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
+            let writer = Writer::of(&c.user);
+            self.root_writers.insert(c.span, writer);
+            if writer == Writer::User {
+                let first = self.first_user_cascade.get_or_insert(c.received);
+                *first = (*first).min(c.received);
+            }
+        }
+        let attempt = self.retries.observe(c);
         if !self.scope.admits_time(c.received) || !self.scope.may_concern(&c.object) {
             return;
         }
         self.seen(c.received, c.completed);
         let obj = self.obj(&c.object);
+        let by_user = self.root_writers.get(&c.root) == Some(&Writer::User);
+        self.objects[obj as usize].user_touched |= by_user;
         for r in &c.related {
             let other = self.obj(&r.object);
             if r.is_parent {
@@ -291,7 +322,7 @@ impl State {
         }
         let user = self.strings.id(&c.user);
         if c.code >= 400 {
-            self.record_failure(c, obj, user);
+            self.record_failure(c, obj, user, attempt);
         } else if let Some(open) = self.conflicts.remove(&(obj, user)) {
             for i in open {
                 self.failed[i].retried = true;
@@ -307,20 +338,26 @@ impl State {
                 },
             );
         }
-        if let Some(cause) = &c.cause
-            && c.role == CascadeRole::Effect
-        {
-            self.record_hop(c, obj, cause);
+        match (&c.cause, attempt) {
+            (Some(cause), Attempt::First) if c.role == CascadeRole::Effect => {
+                self.record_hop(c, obj, cause);
+            }
+            // A retry's wait is its writer's back-off, not a hop.
+            (Some(cause), Attempt::Retry { backoff, .. }) if c.role == CascadeRole::Effect => {
+                let edge = self.edges.entry(cause.edge.clone()).or_default();
+                edge.retries += 1;
+                edge.backoff += backoff;
+            }
+            _ => {}
         }
         self.apply_state(c, obj);
         self.keep_row(c, obj, user);
     }
 
-    fn record_failure(&mut self, c: &ChangeRecord, obj: Idx, user: u32) {
-        // An idempotent delete of something already gone, or a write to an
-        // object already removed (a kubelet's late status update): nothing
-        // went wrong.
-        if c.code == 404 && (c.verb == "delete" || self.objects[obj as usize].gone) {
+    fn record_failure(&mut self, c: &ChangeRecord, obj: Idx, user: u32, attempt: Attempt) {
+        let gone = self.objects[obj as usize].gone;
+        let message = c.failure.as_deref().unwrap_or_default();
+        if Refusal::of(c.code, &c.verb, message, gone) == Refusal::AlreadyGone {
             return;
         }
         if self.failed.len() >= MAX_FAILED {
@@ -342,8 +379,10 @@ impl State {
         } else {
             self.strings.id(&format!("{} {}", c.verb, c.subresource))
         };
-        let conflict = c.code == 409 && matches!(c.verb.as_str(), "update" | "patch");
-        if conflict {
+        if self.root_writers.get(&c.root) == Some(&Writer::User) {
+            self.objects[shown as usize].user_touched = true;
+        }
+        if Refusal::of(c.code, &c.verb, message, gone) == Refusal::Conflict {
             self.conflicts
                 .entry((obj, user))
                 .or_default()
@@ -359,6 +398,7 @@ impl State {
             received: c.received,
             root: c.root,
             retried: false,
+            attempt,
         });
     }
 

@@ -9,33 +9,9 @@ use std::time::{Duration, SystemTime};
 use super::collect::{Idx, State};
 use super::message::normalize;
 use super::report::{Evidence, FindingKind, Severity};
-use crate::analysis::cascade::format_duration;
+use crate::analysis::cascade::{Attempt, format_duration};
+use crate::analysis::judgement::{Refusal, warning_severity};
 use crate::pipeline::SpanRef;
-
-/// Event reasons that report a failure (an Error when the object did not
-/// recover); other Warning Events are Warnings.
-const FAILURE_REASONS: &[&str] = &[
-    "FailedScheduling",
-    "FailedCreate",
-    "FailedDelete",
-    "FailedMount",
-    "FailedAttachVolume",
-    "FailedMapVolume",
-    "ProvisioningFailed",
-    "BackOff",
-    "Failed",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InspectFailed",
-    "BackoffLimitExceeded",
-    "DeadlineExceeded",
-    "FailedKillPod",
-    "FailedCreatePodSandBox",
-    "Evicted",
-    "OOMKilling",
-    "FailedBinding",
-    "ExceededGracePeriod",
-];
 
 /// A hop counts as slow from this long…
 const SLOW_HOP_FLOOR: Duration = Duration::from_secs(1);
@@ -79,24 +55,6 @@ pub(super) fn one_line(s: &str) -> String {
     }
 }
 
-/// Whether a refused write was refused by a policy (quota, admission,
-/// RBAC, Pod Security), and which.
-pub(super) fn denial(code: i32, message: &str) -> Option<&'static str> {
-    if message.contains("exceeded quota") {
-        Some("quota")
-    } else if message.contains("admission webhook") || message.contains("denied the request") {
-        Some("admission")
-    } else if message.contains("violates PodSecurity") {
-        Some("Pod Security admission")
-    } else if code == 403 && message.contains(" cannot ") {
-        Some("RBAC")
-    } else if code == 403 {
-        Some("policy")
-    } else {
-        None
-    }
-}
-
 pub(super) fn raw_findings(st: &mut State, members: &HashSet<usize>) -> Vec<Raw> {
     let mut out = Vec::new();
     failed_writes(st, members, &mut out);
@@ -118,20 +76,39 @@ fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         } else {
             one_line(&f.message)
         };
-        let denied = denial(f.code, &message);
+        let verb = st.strings.get(f.verb);
+        let verb = verb.split(' ').next().unwrap_or(verb);
+        let refusal = Refusal::of(f.code, verb, &message, false);
+        let Some(severity) = refusal.severity(f.code) else {
+            continue;
+        };
+        // A conflict at the end of the log, its retry not in it, on an
+        // object that settled: routine.
+        let o = &st.objects[f.obj as usize];
+        if refusal == Refusal::Conflict && o.problem.is_none() && o.last_status.0 != 0 {
+            continue;
+        }
+        let denied = match refusal {
+            Refusal::Denied(policy) => Some(policy),
+            _ => None,
+        };
         let kind = if denied.is_some() {
             FindingKind::DeniedWrite
         } else {
             FindingKind::FailedWrite
         };
-        let severity = match (kind, f.code) {
-            (FindingKind::DeniedWrite, _) => Severity::Error,
-            (_, 409) | (_, 404) => Severity::Warning,
-            _ => Severity::Error,
-        };
         let attempted = crate::analysis::cascade::object_name(&f.attempted);
+        let retry = match f.attempt {
+            Attempt::Retry {
+                attempt, waited, ..
+            } => format!(
+                ", attempt {attempt}, {} after the first (its writer's back-off)",
+                format_duration(waited)
+            ),
+            Attempt::First => String::new(),
+        };
         let summary = format!(
-            "{} {} {attempted} → {}{}",
+            "{} {} {attempted} → {}{}{retry}",
             st.strings.get(f.user),
             st.strings.get(f.verb),
             f.code,
@@ -189,13 +166,9 @@ fn warning_events(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         let reason = st.strings.get(e.reason);
         let o = &st.objects[e.obj as usize];
         // An object that settled after the Event recovered: what it
-        // reported was passing.
-        let recovered = o.problem.is_none();
-        let severity = if FAILURE_REASONS.contains(&reason) && !recovered {
-            Severity::Error
-        } else {
-            Severity::Warning
-        };
+        // reported was passing. One whose readiness is unknown may not have.
+        let recovered = o.problem.is_none() && o.last_status.0 != 0;
+        let severity = warning_severity(reason, recovered);
         let message = one_line(&e.message);
         let component = st.strings.get(e.component);
         let times = if e.count > 1 {

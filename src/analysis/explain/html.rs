@@ -112,6 +112,7 @@ mod tests {
                 changes: vec!["+ spec.a = \"b\"".into()],
             }),
             symptoms: Vec::new(),
+            background: false,
         }
     }
 

@@ -10,6 +10,7 @@ use super::collect::{Idx, State};
 use super::findings::Raw;
 use super::message::same_message;
 use super::report::FindingKind;
+use crate::analysis::judgement::is_background;
 
 /// Objects looked at below one finding at most (bounds the fold on huge
 /// object trees).
@@ -19,6 +20,8 @@ const MAX_SUBTREE: usize = 20_000;
 pub(super) struct Ranked {
     pub finding: Raw,
     pub symptoms: Vec<Raw>,
+    /// The cluster's own, before and apart from any user's change.
+    pub background: bool,
 }
 
 /// Higher explains more: a refusal is closer to the cause than the Event
@@ -169,6 +172,7 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
             out.push(Ranked {
                 finding: slots[i].take().expect("each finding once"),
                 symptoms: Vec::new(),
+                background: false,
             });
         }
     }
@@ -181,6 +185,7 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
                 out.push(Ranked {
                     finding: s,
                     symptoms: Vec::new(),
+                    background: false,
                 });
             }
         }
@@ -192,13 +197,36 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
             r.finding.severity = r.finding.severity.max(worst);
         }
     }
+    for r in &mut out {
+        r.background = background(st, r);
+    }
     out.sort_by(|a, b| {
+        let background = a.background.cmp(&b.background);
         let (a, b) = (&a.finding, &b.finding);
-        b.severity
-            .cmp(&a.severity)
+        background
+            .then(b.severity.cmp(&a.severity))
             .then(priority(b.kind).cmp(&priority(a.kind)))
             .then(a.first.cmp(&b.first))
             .then(a.obj.cmp(&b.obj))
     });
     out
+}
+
+/// Whether a finding belongs to the cluster's background: its cascade was
+/// started by the cluster (or by nothing the log shows), it began before
+/// the first cascade a user started, and no user's cascade touched its
+/// objects (see `analysis::judgement`).
+fn background(st: &State, r: &Ranked) -> bool {
+    let all = || std::iter::once(&r.finding).chain(&r.symptoms);
+    let started_by = all()
+        .filter_map(|f| f.root)
+        .filter_map(|root| st.root_writers.get(&root).copied())
+        .max_by_key(|w| *w == crate::analysis::judgement::Writer::User);
+    let began = all().map(|f| f.first).min().unwrap_or(r.finding.first);
+    let touched = all().any(|f| {
+        std::iter::once(&f.obj)
+            .chain(&f.also)
+            .any(|&o| st.objects[o as usize].user_touched)
+    });
+    is_background(started_by, began, st.first_user_cascade, touched)
 }

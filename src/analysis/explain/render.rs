@@ -11,13 +11,24 @@ use super::report::{Finding, Report, Severity};
 /// Findings shown in full in Markdown; the rest are listed by headline.
 const MARKDOWN_FULL: usize = 10;
 
+/// Introduces the background findings (the last ones).
+const BACKGROUND_HEADING: &str = "background: the cluster's own problems, there before this run's \
+     changes and apart from them (not counted by --fail-on)";
+
 fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
 pub(super) fn totals_line(r: &Report) -> String {
-    if r.findings.is_empty() {
-        return "no problems found".to_string();
+    let t = &r.totals;
+    if t.error + t.warning + t.info == 0 {
+        return match t.background {
+            0 => "no problems found".to_string(),
+            n => format!(
+                "no problems found ({})",
+                plural(n, "background finding", "background findings")
+            ),
+        };
     }
     let mut parts = Vec::new();
     if r.totals.error > 0 {
@@ -28,6 +39,9 @@ pub(super) fn totals_line(r: &Report) -> String {
     }
     if r.totals.info > 0 {
         parts.push(plural(r.totals.info, "note", "notes"));
+    }
+    if r.totals.background > 0 {
+        parts.push(format!("{} background", r.totals.background));
     }
     parts.join(", ")
 }
@@ -121,8 +135,14 @@ pub fn render_text(r: &Report, color: bool) -> String {
             style(Style::new().yellow()).apply_to(format!("note: {n}"))
         );
     }
+    let mut background_said = false;
     for f in &r.findings {
         let _ = writeln!(out);
+        if f.background && !background_said {
+            background_said = true;
+            let _ = writeln!(out, "{}", bold.apply_to(BACKGROUND_HEADING));
+            let _ = writeln!(out);
+        }
         let _ = writeln!(
             out,
             "{}{}  {}",
@@ -227,7 +247,21 @@ pub fn render_markdown(r: &Report) -> String {
     for n in &r.inputs.notes {
         let _ = writeln!(out, "> **Note:** {}\n", md_escape(n));
     }
+    let foreground = r.findings.iter().filter(|f| !f.background).count();
     for (n, f) in r.findings.iter().enumerate() {
+        if f.background {
+            if n == foreground {
+                let _ = writeln!(out, "#### Background\n");
+                let _ = writeln!(out, "{}\n", md_escape(BACKGROUND_HEADING));
+            }
+            let _ = writeln!(
+                out,
+                "- **{}** {}",
+                f.severity.as_str(),
+                md_escape(&f.headline)
+            );
+            continue;
+        }
         if n == MARKDOWN_FULL {
             let _ = writeln!(out, "#### More findings\n");
         }

@@ -9,28 +9,7 @@ use serde::Serialize;
 /// Bumped when a field changes meaning or goes away (adding one does not).
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// How bad a finding is. Ordered: `Info` < `Warning` < `Error`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Worth knowing (a hop far slower than its edge's usual).
-    Info,
-    /// Something did not finish, without a failure that says why.
-    Warning,
-    /// A refused write, a failure reported by a controller, an object
-    /// that ended failed.
-    Error,
-}
-
-impl Severity {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-        }
-    }
-}
+pub use crate::analysis::judgement::Severity;
 
 /// What kind of thing went wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -157,6 +136,10 @@ pub struct Finding {
     pub trigger: Option<Trigger>,
     /// Findings this one explains.
     pub symptoms: Vec<Symptom>,
+    /// The cluster's own problem, there before any user's change and apart
+    /// from it (start-up, system components): listed last, never counted
+    /// by `--fail-on`.
+    pub background: bool,
 }
 
 /// One write of a cascade, for the timeline.
@@ -168,6 +151,11 @@ pub struct TimelineEntry {
     /// From the cascade's root write, milliseconds.
     pub start_ms: f64,
     pub end_ms: f64,
+    /// Which attempt of its writer at this write it is (1: the first; a
+    /// refused write retried later makes 2, 3, …).
+    pub attempt: u32,
+    /// For a retry: its writer's back-off since the previous attempt.
+    pub backoff_ms: Option<f64>,
     /// Index of the entry that caused it (None for the root).
     pub cause: Option<usize>,
     pub depth: u32,
@@ -243,6 +231,8 @@ pub struct Totals {
     pub error: u64,
     pub warning: u64,
     pub info: u64,
+    /// Background findings (not in the counts above).
+    pub background: u64,
 }
 
 /// The whole report.
@@ -264,9 +254,13 @@ pub struct Report {
 }
 
 impl Report {
-    /// The most severe finding's severity.
+    /// The most severe finding's severity, background left out.
     pub fn worst(&self) -> Option<Severity> {
-        self.findings.iter().map(|f| f.severity).max()
+        self.findings
+            .iter()
+            .filter(|f| !f.background)
+            .map(|f| f.severity)
+            .max()
     }
 
     /// JSON (pretty, one document).

@@ -72,16 +72,42 @@ pub(super) fn is_error(span: &Span) -> bool {
         .is_some_and(|s| s.code == StatusCode::Error as i32)
 }
 
-/// A failed request a controller expects and handles: an optimistic
-/// concurrency conflict (409, retried with the newer version) or the
-/// delete of an object already gone (404: the goal holds). Spans stored
-/// by older collectors mark conflicts as errors; neither is what went wrong.
-pub(super) fn is_routine_failure(span: &Span) -> bool {
-    let a = &span.attributes;
-    match crate::frontend::raw::int_attr(a, attr::AUDIT_CODE) {
-        Some(409) => true,
-        Some(404) => string_attr(a, attr::AUDIT_VERB) == Some("delete"),
-        _ => false,
+/// Whether the object was ready at the end of the trace: the last
+/// readiness the collector recorded (aggregate/status/) is `Current`.
+pub(super) fn recovered(n: &Node) -> bool {
+    n.history
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| string_attr(&e.span.attributes, attr::OBJECT_STATUS))
+        == Some("Current")
+}
+
+/// Whether an entry is shown in error, as `analysis::judgement` decides
+/// for every output: a refused write judged an error (not a conflict its
+/// writer retries, the delete of something already gone, a create of
+/// something that exists); a Warning Event that
+/// reports a failure the object did not recover from. `recovered` is
+/// [`recovered`] of the entry's object.
+pub(super) fn is_error_mark(e: &Entry, recovered: bool) -> bool {
+    if !is_error(&e.span) {
+        return false;
+    }
+    let a = &e.span.attributes;
+    match e.source {
+        Source::Event => {
+            let reason = string_attr(a, attr::EVENT_REASON).unwrap_or(&e.span.name);
+            judgement::warning_severity(reason, recovered) == judgement::Severity::Error
+        }
+        _ => match crate::frontend::raw::int_attr(a, attr::AUDIT_CODE) {
+            Some(code) => {
+                let verb = string_attr(a, attr::AUDIT_VERB).unwrap_or_default();
+                let message = e.span.status.as_ref().map_or("", |s| s.message.as_str());
+                let code = code as i32;
+                judgement::Refusal::of(code, verb, message, false).is_error(code)
+            }
+            None => true,
+        },
     }
 }
 
@@ -108,11 +134,12 @@ pub fn problem(n: &Node) -> Option<String> {
         Some(("Failed", m)) => return Some(with_message("failed", m)),
         _ => {}
     }
+    let recovered = recovered(n);
     let failed: Vec<&Entry> = n
         .history
         .entries
         .iter()
-        .filter(|e| is_error(&e.span) && !is_routine_failure(&e.span))
+        .filter(|e| is_error_mark(e, recovered))
         .collect();
     let first = failed.first()?;
     let what = match first.source {
@@ -120,13 +147,25 @@ pub fn problem(n: &Node) -> Option<String> {
         _ => first.span.name.clone(),
     };
     let message = first.span.status.as_ref().map(|s| s.message.as_str());
-    let head = if failed.len() == 1 {
-        what
-    } else {
-        format!(
-            "{} failed writes or Warning Events, first {what}",
-            failed.len()
-        )
+    let events = failed.iter().filter(|e| e.source == Source::Event).count();
+    let writes = failed.len() - events;
+    let head = match (writes, events) {
+        (1, 0) | (0, 1) => what,
+        (w, 0) => format!("{w} failed writes, first {what}"),
+        (0, v) => format!("{v} failure Events, first {what}"),
+        (w, v) => format!(
+            "{} and {}, first {what}",
+            if w == 1 {
+                "1 failed write".to_string()
+            } else {
+                format!("{w} failed writes")
+            },
+            if v == 1 {
+                "1 failure Event".to_string()
+            } else {
+                format!("{v} failure Events")
+            },
+        ),
     };
     Some(with_message(&head, message))
 }
@@ -176,8 +215,9 @@ pub(super) fn error_statuses(asm: &Assembly) -> Vec<Option<String>> {
     out
 }
 
-/// An entry folded into one log of its object's span.
-pub(super) fn entry_log(e: &Entry) -> Event {
+/// An entry folded into one log of its object's span; `recovered` as
+/// for [`is_error_mark`].
+pub(super) fn entry_log(e: &Entry, recovered: bool) -> Event {
     let mut attributes = visible(&e.span.attributes);
     attributes.insert(0, kv("source", e.source.name()));
     let diff = diff_lines(&e.span);
@@ -187,10 +227,19 @@ pub(super) fn entry_log(e: &Entry) -> Event {
     if let Some(s) = snapshot(&e.span) {
         attributes.push(kv("snapshot", s));
     }
-    if is_error(&e.span) {
+    if is_error_mark(e, recovered) {
         attributes.push(kv("level", "error"));
         if let Some(st) = &e.span.status {
             attributes.push(kv("error.message", st.message.clone()));
+        }
+    } else if is_error(&e.span) {
+        // Failed, but routine or recovered from: said, not in error.
+        attributes.push(kv("level", "info"));
+        if let Some(st) = &e.span.status {
+            attributes.push(kv("message", st.message.clone()));
+        }
+        if e.source == Source::Event {
+            attributes.push(kv("recovered", "true"));
         }
     }
     let name = match e.source {
@@ -205,9 +254,22 @@ pub(super) fn entry_log(e: &Entry) -> Event {
     }
 }
 
-/// The raw entry span, re-parented into the assembled trace.
-pub(super) fn entry_span(e: &Entry, trace_id: &TraceIdBytes, parent: &[u8], name: String) -> Span {
+/// The raw entry span, re-parented into the assembled trace, in error
+/// only when [`is_error_mark`] says so.
+pub(super) fn entry_span(
+    e: &Entry,
+    recovered: bool,
+    trace_id: &TraceIdBytes,
+    parent: &[u8],
+    name: String,
+) -> Span {
     let mut s = e.span.clone();
+    if s.status.is_some() && !is_error_mark(e, recovered) {
+        let message = s.status.take().map(|st| st.message).unwrap_or_default();
+        if !message.is_empty() {
+            s.attributes.push(kv("message", message));
+        }
+    }
     s.trace_id = trace_id.to_vec();
     s.parent_span_id = parent.to_vec();
     s.name = name;

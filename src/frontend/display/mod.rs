@@ -16,6 +16,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use super::assemble::{Assembly, Node};
 use super::merge::{Entry, Source};
 use super::raw::{TraceIdBytes, int_attr, kv, string_attr};
+use crate::analysis::judgement;
 use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
 pub mod cascade;
@@ -246,6 +247,7 @@ pub fn render(
         let n = &asm.nodes[i];
         let parent = n.parent.map(|p| &asm.nodes[p]);
         let service = n.history.object.resource.as_str();
+        let recovered = recovered(n);
         let mut attributes = visible(&n.history.attributes);
         if attributes.is_empty() {
             // A placeholder: known only from a link.
@@ -309,7 +311,12 @@ pub fn render(
             // `cascade` is rendered from the cascades (`cascade::render`);
             // an object tree asked for in it is shown as in `tracing`.
             Mode::Tracing | Mode::Cascade => {
-                obj.events = n.history.entries.iter().map(entry_log).collect();
+                obj.events = n
+                    .history
+                    .entries
+                    .iter()
+                    .map(|e| entry_log(e, recovered))
+                    .collect();
             }
             Mode::Tree => {
                 for e in &n.history.entries {
@@ -317,14 +324,14 @@ pub fn render(
                         Source::Event => format!("event {}", e.span.name),
                         _ => e.span.name.clone(),
                     };
-                    out.push(service, entry_span(e, trace_id, &ids[i], name));
+                    out.push(service, entry_span(e, recovered, trace_id, &ids[i], name));
                 }
             }
             Mode::Timeline => {
                 let label = format!("{} {}", service, object_label(n, None));
                 for e in &n.history.entries {
                     let name = format!("{label}: {}", e.span.name);
-                    out.push(service, entry_span(e, trace_id, &ids[0], name));
+                    out.push(service, entry_span(e, recovered, trace_id, &ids[0], name));
                 }
             }
             Mode::Grouped => {
@@ -335,7 +342,7 @@ pub fn render(
                 for (source, entries) in by_source {
                     let start = entries.iter().map(|e| e.span.start_time_unix_nano).min();
                     let end = entries.iter().map(|e| e.span.end_time_unix_nano).max();
-                    let any_error = entries.iter().any(|e| is_error(&e.span));
+                    let any_error = entries.iter().any(|e| is_error_mark(e, recovered));
                     out.push(
                         service,
                         Span {
@@ -347,7 +354,7 @@ pub fn render(
                             start_time_unix_nano: start.unwrap_or(times[i].0),
                             end_time_unix_nano: end.unwrap_or(times[i].1),
                             attributes: vec![kv("source", source.name())],
-                            events: entries.iter().map(|e| entry_log(e)).collect(),
+                            events: entries.iter().map(|e| entry_log(e, recovered)).collect(),
                             status: any_error.then(|| Status {
                                 message: format!("a {} entry failed", source.name()),
                                 code: StatusCode::Error as i32,

@@ -8,7 +8,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
 
 use super::{Out, span_id};
-use crate::analysis::cascade::{Cascade, Completion, change_name, format_duration};
+use crate::analysis::cascade::{Attempt, Cascade, Completion, change_name, format_duration};
 use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::pipeline::ChangeRecord;
@@ -19,12 +19,6 @@ pub use siblings::{WRITES_NOT_SHOWN, select_for_text};
 
 /// Marks the critical path in span names.
 pub const CRITICAL_MARK: &str = "★ ";
-
-/// Whether a failed write is one its writer expects (conflicts are retried,
-/// a delete finding nothing is done).
-fn expected_failure(code: i32, verb: &str) -> bool {
-    code == 409 || (code == 404 && verb == "delete")
-}
 
 /// Why a write failed: the apiserver's refusal when the span carries it.
 fn failure_message(ch: &ChangeRecord) -> String {
@@ -37,11 +31,13 @@ fn failure_message(ch: &ChangeRecord) -> String {
 /// Whether the write failed in a way its writer does not expect: shown in
 /// error.
 fn fails(ch: &ChangeRecord) -> bool {
-    ch.code >= 400 && !expected_failure(ch.code, &ch.verb)
+    use crate::analysis::judgement::Refusal;
+    let message = ch.failure.as_deref().unwrap_or_default();
+    ch.code >= 400 && Refusal::of(ch.code, &ch.verb, message, false).is_error(ch.code)
 }
 
 /// Each change's span (ns): from its cause's response completed (the
-/// root: its own request received) to its own response completed, widened
+/// root and retries: its own request received) to its own response completed, widened
 /// to cover the spans it caused, and the root to the completion, so every
 /// span lies within its parent (Jaeger adjusts spans that do not, taking
 /// them for clock skew). The request and response are events on the span.
@@ -63,6 +59,13 @@ fn span_times(c: &Cascade) -> Vec<(u64, u64)> {
             None => {
                 let s = nanos(c.changes[i].received).min(end[i]);
                 (s, end[i])
+            }
+            // A retry spans its own request: the wait before it is its
+            // writer's back-off, not a hop.
+            Some(p) if c.attempts[i].is_retry() => {
+                let (ps, _) = times[p];
+                let s = nanos(c.changes[i].received).min(end[i]).max(ps);
+                (s, end[i].max(s))
             }
             Some(p) => {
                 let (ps, _) = times[p];
@@ -172,19 +175,50 @@ pub fn render(
                 name: format!("response completed ({})", ch.code),
                 ..Default::default()
             });
-            if let Some(k) = &ch.cause {
-                attributes.push(kv("cascade.edge", k.edge.clone()));
-                attributes.push(kv("cascade.rule", k.rule.clone()));
-                attributes.push(kv_int("cascade.hop_us", k.hop.as_micros() as i64));
-                attributes.push(kv("cascade.hop", format_duration(k.hop)));
-                events.push(Event {
-                    time_unix_nano: nanos(ch.received),
-                    name: format!(
-                        "request received ({} after the cause)",
-                        format_duration(k.hop)
-                    ),
-                    ..Default::default()
-                });
+            match (&ch.cause, c.attempts[i]) {
+                (
+                    Some(k),
+                    Attempt::Retry {
+                        attempt,
+                        backoff,
+                        waited,
+                        first_hop,
+                    },
+                ) => {
+                    attributes.push(kv("cascade.edge", k.edge.clone()));
+                    attributes.push(kv("cascade.rule", k.rule.clone()));
+                    // The hop is the first attempt's: the retry's wait is
+                    // back-off.
+                    attributes.push(kv_int("cascade.hop_us", first_hop.as_micros() as i64));
+                    attributes.push(kv("cascade.hop", format_duration(first_hop)));
+                    attributes.push(kv_int("cascade.attempt", i64::from(attempt)));
+                    attributes.push(kv_int("cascade.backoff_us", backoff.as_micros() as i64));
+                    attributes.push(kv("cascade.backoff", format_duration(backoff)));
+                    events.push(Event {
+                        time_unix_nano: nanos(ch.received),
+                        name: format!(
+                            "request received: attempt {attempt}, after a back-off of {} ({} since the first attempt)",
+                            format_duration(backoff),
+                            format_duration(waited)
+                        ),
+                        ..Default::default()
+                    });
+                }
+                (Some(k), Attempt::First) => {
+                    attributes.push(kv("cascade.edge", k.edge.clone()));
+                    attributes.push(kv("cascade.rule", k.rule.clone()));
+                    attributes.push(kv_int("cascade.hop_us", k.hop.as_micros() as i64));
+                    attributes.push(kv("cascade.hop", format_duration(k.hop)));
+                    events.push(Event {
+                        time_unix_nano: nanos(ch.received),
+                        name: format!(
+                            "request received ({} after the cause)",
+                            format_duration(k.hop)
+                        ),
+                        ..Default::default()
+                    });
+                }
+                (None, _) => {}
             }
             if i == 0 {
                 attributes.push(kv("cascade.writes", c.changes.len().to_string()));
@@ -236,8 +270,12 @@ pub fn render(
                     }
                 }
             }
+            let retry = match c.attempts[i] {
+                Attempt::Retry { attempt, .. } => format!("retry {attempt}: "),
+                Attempt::First => String::new(),
+            };
             let name = format!(
-                "{}{}",
+                "{}{retry}{}",
                 if critical { CRITICAL_MARK } else { "" },
                 change_name(ch)
             );

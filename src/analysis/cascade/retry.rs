@@ -1,0 +1,270 @@
+//! Retries: a controller whose write was refused tries again later, after
+//! a back-off of its own (the ReplicaSet controller under a quota retries
+//! its Pod creates for minutes). Those attempts are one intent: the cause
+//! of every attempt is the first attempt's, the wait between attempts is
+//! back-off — never a hop's latency, never on the critical path.
+//!
+//! A write is a retry when its writer's previous attempt at the same
+//! target (the object; a create by `generateName`: the owner's prefix) was
+//! refused, and its inferred cause is that attempt's cause or a write the
+//! writer made itself since (its own status update noting the failure).
+//! Any other cause is a new intent.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use crate::pipeline::{ChangeRecord, SpanRef};
+
+/// Open attempts followed at most (the oldest is forgotten beyond).
+const MAX_OPEN: usize = 100_000;
+
+/// What a write is in its writer's attempts at one target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// A write of its own intent (the first attempt, or no refusal before).
+    First,
+    /// Attempt `attempt` (2, 3, …) of the intent the refused first attempt
+    /// began; `backoff` is the wait since the previous attempt's response,
+    /// `waited` since the first attempt's request.
+    Retry {
+        attempt: u32,
+        backoff: Duration,
+        waited: Duration,
+        /// The first attempt's hop from the cause: the propagation latency.
+        first_hop: Duration,
+    },
+}
+
+impl Attempt {
+    pub fn is_retry(self) -> bool {
+        matches!(self, Attempt::Retry { .. })
+    }
+}
+
+/// Writer, verb, subresource, resource, namespace.
+type Key = (String, String, String, String, String);
+
+struct Open {
+    /// The object's name, or a `generateName` prefix (ends with `-`).
+    target: String,
+    cause: Option<SpanRef>,
+    first_received: SystemTime,
+    last_completed: SystemTime,
+    first_hop: Duration,
+    attempts: u32,
+    /// Order of opening, for eviction.
+    seq: u64,
+}
+
+/// Follows writers' refused attempts through a stream of changes (in
+/// request order) and tells each change whether it retries one.
+#[derive(Default)]
+pub struct Retries {
+    open: HashMap<Key, Vec<Open>>,
+    len: usize,
+    seq: u64,
+    /// Attempts forgotten at the bound: their retries count as first
+    /// attempts.
+    pub forgotten: u64,
+}
+
+fn matches_target(open: &str, name: &str) -> bool {
+    open == name || (open.ends_with('-') && name.starts_with(open))
+}
+
+impl Retries {
+    /// Judges `c`, then remembers it: a refused write opens (or continues)
+    /// an attempt; an accepted one closes it.
+    pub fn observe(&mut self, c: &ChangeRecord) -> Attempt {
+        if c.user.is_empty() {
+            return Attempt::First;
+        }
+        let key: Key = (
+            c.user.clone(),
+            c.verb.clone(),
+            c.subresource.clone(),
+            c.object.resource.clone(),
+            c.object.namespace.clone(),
+        );
+        let refused = c.code >= 400;
+        let name = &c.object.name;
+        let cause = c.cause.as_ref();
+        let own_write = cause.is_some_and(|k| {
+            k.name
+                .strip_prefix(c.user.as_str())
+                .is_some_and(|rest| rest.starts_with(' '))
+        });
+        let list = self.open.entry(key.clone()).or_default();
+        let found = list.iter().position(|o| matches_target(&o.target, name));
+        let mut opens = refused;
+        let verdict = match found {
+            // Sent before the previous attempt's answer: one of several
+            // writes of the same pass (a ReplicaSet creating two Pods), not
+            // a retry.
+            Some(i) if c.received < list[i].last_completed => {
+                list[i].last_completed = list[i].last_completed.max(c.completed);
+                opens = false;
+                Attempt::First
+            }
+            Some(i) if cause.map(|k| k.span) == list[i].cause || own_write => {
+                let o = &mut list[i];
+                o.attempts += 1;
+                let verdict = Attempt::Retry {
+                    attempt: o.attempts,
+                    backoff: c
+                        .received
+                        .duration_since(o.last_completed)
+                        .unwrap_or_default(),
+                    waited: c
+                        .received
+                        .duration_since(o.first_received)
+                        .unwrap_or_default(),
+                    first_hop: o.first_hop,
+                };
+                o.last_completed = o.last_completed.max(c.completed);
+                if !refused {
+                    list.swap_remove(i);
+                    self.len -= 1;
+                }
+                opens = false;
+                verdict
+            }
+            Some(i) => {
+                // A new intent: the old attempt is over.
+                list.swap_remove(i);
+                self.len -= 1;
+                Attempt::First
+            }
+            None => Attempt::First,
+        };
+        if opens {
+            self.seq += 1;
+            list.push(Open {
+                target: name.clone(),
+                cause: cause.map(|k| k.span),
+                first_received: c.received,
+                last_completed: c.completed,
+                first_hop: cause.map_or(Duration::ZERO, |k| k.hop),
+                attempts: 1,
+                seq: self.seq,
+            });
+            self.len += 1;
+        }
+        if list.is_empty() {
+            self.open.remove(&key);
+        }
+        if self.len > MAX_OPEN {
+            self.forget_oldest();
+        }
+        verdict
+    }
+
+    fn forget_oldest(&mut self) {
+        let oldest = self
+            .open
+            .iter()
+            .flat_map(|(k, v)| v.iter().map(move |o| (o.seq, k)))
+            .min_by_key(|(seq, _)| *seq)
+            .map(|(seq, k)| (seq, k.clone()));
+        if let Some((seq, key)) = oldest
+            && let Some(list) = self.open.get_mut(&key)
+        {
+            list.retain(|o| o.seq != seq);
+            if list.is_empty() {
+                self.open.remove(&key);
+            }
+            self.len -= 1;
+            self.forgotten += 1;
+        }
+    }
+}
+
+/// Each change's place in its writer's attempts, for changes in request
+/// order.
+pub fn attempts<'a>(changes: impl IntoIterator<Item = &'a ChangeRecord>) -> Vec<Attempt> {
+    let mut r = Retries::default();
+    changes.into_iter().map(|c| r.observe(c)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::cascade::testing::{caused_by, change, obj};
+
+    fn refused(mut c: ChangeRecord) -> ChangeRecord {
+        c.code = 403;
+        c
+    }
+
+    #[test]
+    fn refused_creates_retried_later_are_one_intent_with_back_off() {
+        let rs = change(1, obj("replicasets", "web-1"), "create", 0, 5, None);
+        let mut tries = Vec::new();
+        // Attempts at 10 ms, 1 s, 3 s; the last one accepted.
+        for (i, (at, ok)) in [(10u64, false), (1_000, false), (3_000, true)]
+            .into_iter()
+            .enumerate()
+        {
+            let name = if ok { "web-1-abcde" } else { "web-1-" };
+            let mut c = change(10 + i as u8, obj("pods", name), "create", at, at + 2, None);
+            c.user = "system:serviceaccount:kube-system:replicaset-controller".into();
+            let c = caused_by(c, &rs, "replicasets → pods create");
+            tries.push(if ok { c } else { refused(c) });
+        }
+        let a = attempts(&tries);
+        assert_eq!(a[0], Attempt::First);
+        let Attempt::Retry {
+            attempt,
+            backoff,
+            waited,
+            first_hop,
+        } = a[1]
+        else {
+            panic!("{:?}", a[1]);
+        };
+        assert_eq!(attempt, 2);
+        assert_eq!(backoff, Duration::from_millis(1_000 - 12));
+        assert_eq!(waited, Duration::from_millis(1_000 - 10));
+        assert_eq!(first_hop, Duration::from_millis(5));
+        assert!(
+            a[2].is_retry(),
+            "the accepted create ends the attempts: {:?}",
+            a[2]
+        );
+        // After the accepted one, the next refusal starts anew.
+        let mut again = refused(change(
+            20,
+            obj("pods", "web-1-"),
+            "create",
+            9_000,
+            9_001,
+            None,
+        ));
+        again.user = tries[0].user.clone();
+        let again = caused_by(again, &rs, "replicasets → pods create");
+        let mut all = tries.clone();
+        all.push(again);
+        assert_eq!(attempts(&all)[3], Attempt::First);
+    }
+
+    #[test]
+    fn a_write_with_a_new_cause_is_a_new_intent() {
+        let rs = change(1, obj("replicasets", "web-1"), "create", 0, 5, None);
+        let scaled = change(2, obj("replicasets", "web-1"), "update", 500, 505, None);
+        let user = "system:serviceaccount:kube-system:replicaset-controller";
+        let mut first = refused(change(10, obj("pods", "web-1-"), "create", 10, 12, None));
+        first.user = user.into();
+        let first = caused_by(first, &rs, "replicasets → pods create");
+        let mut next = change(11, obj("pods", "web-1-x"), "create", 600, 602, None);
+        next.user = user.into();
+        let next = caused_by(next, &scaled, "replicasets → pods create");
+        assert_eq!(
+            attempts([&first, &next]),
+            vec![Attempt::First, Attempt::First]
+        );
+        // Another writer, or a write nothing refused before: first attempts.
+        let mut other = next.clone();
+        other.user = "someone-else".into();
+        assert_eq!(attempts([&first, &other])[1], Attempt::First);
+    }
+}
