@@ -441,7 +441,11 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
         } else {
             "response.completed"
         };
-        let from = if starts_at == "request.received" { s } else { parent };
+        let from = if starts_at == "request.received" {
+            s
+        } else {
+            parent
+        };
         let start =
             humantime::parse_rfc3339_weak(string_attr(&from.attributes, starts_at).unwrap())
                 .unwrap();
@@ -849,9 +853,7 @@ async fn a_summarised_cascade_level_keeps_its_failures_in_sight() {
     let summary = all
         .iter()
         .map(|(_, s)| s)
-        .find(|s| {
-            s.parent_span_id == shown.parent_span_id && s.name.ends_with(" more create pods")
-        })
+        .find(|s| s.parent_span_id == shown.parent_span_id && s.name.ends_with(" more create pods"))
         .expect("the refused creates summarised");
     let failed = int_attr(summary, "writes.failed").unwrap();
     assert_eq!(failed, int_attr(summary, "writes.not_shown").unwrap());

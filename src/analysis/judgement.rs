@@ -102,10 +102,16 @@ pub enum Refusal {
     /// The delete of an object already gone, or a write to an object
     /// already removed (a kubelet's late status update): the goal holds.
     AlreadyGone,
+    /// A create of something that exists: a controller's idempotent
+    /// create (it treats the answer as success), a user's failed command.
+    AlreadyExists,
+    /// Refused because its namespace is being deleted (a controller
+    /// recreating content): what the namespace's own state says, not a
+    /// failure of its own.
+    NamespaceTerminating,
     /// Refused by a policy: quota, admission, Pod Security, RBAC.
     Denied(&'static str),
-    /// Anything else: invalid (422), already exists (409 on a create),
-    /// not found, server errors.
+    /// Anything else: invalid (422), not found, server errors.
     Failed,
 }
 
@@ -119,6 +125,12 @@ impl Refusal {
         if code == 409 && matches!(verb, "update" | "patch") {
             return Refusal::Conflict;
         }
+        if code == 409 && verb == "create" {
+            return Refusal::AlreadyExists;
+        }
+        if code == 403 && message.contains("because it is being terminated") {
+            return Refusal::NamespaceTerminating;
+        }
         if let Some(policy) = denial(code, message) {
             return Refusal::Denied(policy);
         }
@@ -127,27 +139,33 @@ impl Refusal {
 
     /// Expected and handled by its writer.
     pub fn is_routine(self) -> bool {
-        matches!(self, Refusal::Conflict | Refusal::AlreadyGone)
+        matches!(
+            self,
+            Refusal::Conflict | Refusal::AlreadyGone | Refusal::NamespaceTerminating
+        )
     }
 
     /// Whether the refused write is shown in error (red in every display
     /// mode, an error in explain): only when its severity is
     /// [`Severity::Error`].
     pub fn is_error(self, code: i32) -> bool {
-        self.severity(code) == Some(Severity::Error)
+        self.severity(code, Writer::User) == Some(Severity::Error)
     }
 
     /// How bad it is, before knowing whether it was retried: a policy's
     /// refusal and failures are errors; a conflict is a warning until its
     /// writer's next write succeeds (then it is not reported at all); a
-    /// create of something that exists (409) or of something missing (404)
-    /// is a warning; a delete of something gone is nothing.
-    pub fn severity(self, code: i32) -> Option<Severity> {
+    /// user's create of something that exists and a write of something
+    /// missing are warnings; a delete of something gone, a cluster
+    /// component's idempotent create and content refused in a namespace
+    /// being deleted are nothing.
+    pub fn severity(self, code: i32, writer: Writer) -> Option<Severity> {
         match self {
-            Refusal::AlreadyGone => None,
-            Refusal::Conflict => Some(Severity::Warning),
+            Refusal::AlreadyGone | Refusal::NamespaceTerminating => None,
+            Refusal::AlreadyExists if writer == Writer::Cluster => None,
+            Refusal::Conflict | Refusal::AlreadyExists => Some(Severity::Warning),
             Refusal::Denied(_) => Some(Severity::Error),
-            Refusal::Failed if code == 409 || code == 404 => Some(Severity::Warning),
+            Refusal::Failed if code == 404 => Some(Severity::Warning),
             Refusal::Failed => Some(Severity::Error),
         }
     }
@@ -206,6 +224,67 @@ pub fn warning_severity(reason: &str, recovered: bool) -> Severity {
         Severity::Error
     } else {
         Severity::Warning
+    }
+}
+
+/// Who set one field of an object, write by write: tells writers fighting
+/// over it (the field changing hands back and forth between writers that
+/// each set it again and again) from a new owner taking over or a person
+/// correcting a controller once.
+#[derive(Clone, Debug)]
+pub struct FieldOwnership<W> {
+    last: Option<W>,
+    handovers: u64,
+    /// (writer, times it set the field), at most [`FIELD_WRITERS`].
+    writers: Vec<(W, u64)>,
+}
+
+impl<W> Default for FieldOwnership<W> {
+    fn default() -> Self {
+        Self {
+            last: None,
+            handovers: 0,
+            writers: Vec::new(),
+        }
+    }
+}
+
+/// Writers remembered per field.
+const FIELD_WRITERS: usize = 4;
+/// A field that changed hands this often, between at least two writers
+/// that each set it twice or more, is fought over.
+const FIGHT_HANDOVERS: u64 = 4;
+
+impl<W: PartialEq + Clone> FieldOwnership<W> {
+    /// `writer` changed the field.
+    pub fn set(&mut self, writer: &W) {
+        if self.last.as_ref().is_some_and(|l| l != writer) {
+            self.handovers += 1;
+        }
+        self.last = Some(writer.clone());
+        match self.writers.iter().position(|(w, _)| w == writer) {
+            Some(i) => self.writers[i].1 += 1,
+            None if self.writers.len() < FIELD_WRITERS => self.writers.push((writer.clone(), 1)),
+            None => {}
+        }
+    }
+
+    /// Times the field changed hands.
+    pub fn handovers(&self) -> u64 {
+        self.handovers
+    }
+
+    /// The writers that set it twice or more, with how often.
+    pub fn repeat_writers(&self) -> impl Iterator<Item = (&W, u64)> {
+        self.writers
+            .iter()
+            .filter(|(_, n)| *n >= 2)
+            .map(|(w, n)| (w, *n))
+    }
+
+    /// Whether the writers fight over the field: an error wherever shown.
+    pub fn is_fight(&self) -> bool {
+        self.handovers >= FIGHT_HANDOVERS && self.repeat_writers().count() >= 2
     }
 }
 
@@ -268,15 +347,22 @@ mod tests {
         // A create of something that exists, a write to something missing:
         // not routine, but not an error either.
         let exists = Refusal::of(409, "create", "already exists", false);
-        assert!(!exists.is_routine());
-        assert_eq!(exists.severity(409), Some(Severity::Warning));
+        assert_eq!(exists, Refusal::AlreadyExists);
+        assert_eq!(exists.severity(409, Writer::User), Some(Severity::Warning));
+        assert_eq!(exists.severity(409, Writer::Cluster), None);
         assert_eq!(
-            Refusal::of(404, "update", "not found", false).severity(404),
+            Refusal::of(404, "update", "not found", false).severity(404, Writer::User),
             Some(Severity::Warning)
         );
+        let terminating = "pods \"a-\" is forbidden: unable to create new content in namespace x because it is being terminated";
+        assert_eq!(
+            Refusal::of(403, "create", terminating, false),
+            Refusal::NamespaceTerminating
+        );
+        assert!(!Refusal::NamespaceTerminating.is_error(403));
         assert!(!exists.is_error(409));
         let invalid = Refusal::of(422, "create", "is invalid", false);
-        assert_eq!(invalid.severity(422), Some(Severity::Error));
+        assert_eq!(invalid.severity(422, Writer::User), Some(Severity::Error));
         assert!(invalid.is_error(422));
         assert!(Refusal::of(500, "update", "etcdserver: timeout", false).is_error(500));
     }
@@ -299,7 +385,7 @@ mod tests {
             Refusal::Denied("admission")
         );
         assert_eq!(
-            Refusal::Denied("quota").severity(403),
+            Refusal::Denied("quota").severity(403, Writer::Cluster),
             Some(Severity::Error)
         );
     }
@@ -309,6 +395,28 @@ mod tests {
         assert_eq!(warning_severity("FailedScheduling", true), Severity::Info);
         assert_eq!(warning_severity("FailedScheduling", false), Severity::Error);
         assert_eq!(warning_severity("Unhealthy", false), Severity::Warning);
+    }
+
+    #[test]
+    fn a_field_fought_over_changes_hands_again_and_again() {
+        let mut f = FieldOwnership::default();
+        for w in ["a", "b", "a", "b", "a"] {
+            f.set(&w);
+        }
+        assert!(f.is_fight());
+        // A person correcting a controller once, then the controller alone.
+        let mut g = FieldOwnership::default();
+        for w in ["ctl", "ctl", "person", "ctl", "ctl", "ctl"] {
+            g.set(&w);
+        }
+        assert_eq!(g.handovers(), 2);
+        assert!(!g.is_fight());
+        // Many writers each taking over once (a rolling owner): no fight.
+        let mut h = FieldOwnership::default();
+        for w in ["a", "b", "c", "d", "e", "f"] {
+            h.set(&w);
+        }
+        assert!(!h.is_fight());
     }
 
     #[test]

@@ -338,7 +338,8 @@ impl<S: RawStore> Frontend<S> {
             let id = cpid.to_bytes();
             // Every write: the trace id is the CPID, with no room for the
             // choice `siblings=all` makes in an object's trace id.
-            let resource_spans = display::cascade::render(&cascades, &id, &all_notes, None, 0);
+            let resource_spans =
+                display::cascade::render(&cascades, &id, &all_notes, None, 0, &Default::default());
             self.metrics.traces_assembled.inc();
             let assembly = Assembly {
                 nodes: Vec::new(),

@@ -789,8 +789,15 @@ impl<S: RawStore> Frontend<S> {
                 .nodes
                 .get(assembly.searched)
                 .map(|n| &n.history.object);
-            let spans =
-                display::cascade::render(&cascades, &encoded, &notes, searched, max_siblings);
+            let fought = display::fight_writes(&assembly);
+            let spans = display::cascade::render(
+                &cascades,
+                &encoded,
+                &notes,
+                searched,
+                max_siblings,
+                &fought,
+            );
             (cascades, spans)
         } else {
             let spans = display::render(

@@ -299,8 +299,16 @@ impl AuditEvent {
             // deletecollection, or a create that failed before naming.
             return Ok(None);
         }
+        // A namespace is cluster-scoped, but the apiserver names it as its
+        // own namespace in requests to its URL (update, delete, status):
+        // one object, whichever request wrote it.
+        let namespace = if r.api_group.is_empty() && r.resource == "namespaces" {
+            ""
+        } else {
+            r.namespace.as_str()
+        };
         Ok(Some((
-            ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name),
+            ObjectRef::new(cluster, &r.api_group, &r.resource, namespace, name),
             uid,
         )))
     }

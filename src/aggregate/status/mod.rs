@@ -306,6 +306,27 @@ impl Condition<'_> {
     }
 }
 
+/// Conditions of a namespace being deleted that say what holds it, most
+/// telling first.
+const NAMESPACE_DELETION_HOLDS: [&str; 5] = [
+    "NamespaceFinalizersRemaining",
+    "NamespaceDeletionContentFailure",
+    "NamespaceDeletionDiscoveryFailure",
+    "NamespaceDeletionGroupVersionParsingFailure",
+    "NamespaceContentRemaining",
+];
+
+/// Whether a `Terminating` status message (as [`object_status`] words it)
+/// says something holds the deletion: finalizers, or a namespace's content.
+/// A graceful deletion in progress holds nothing.
+pub fn deletion_is_held(message: &str) -> bool {
+    message.contains(WAITING_FOR_FINALIZERS) || message.contains(HELD_BY)
+}
+
+const WAITING_FOR_FINALIZERS: &str = ", waiting for finalizers: ";
+/// Separates a namespace's holding conditions from the rest.
+const HELD_BY: &str = "; held: ";
+
 fn terminating(v: &View) -> Option<ObjectStatus> {
     let meta = v.metadata?;
     meta.get("deletionTimestamp")
@@ -318,16 +339,23 @@ fn terminating(v: &View) -> Option<ObjectStatus> {
         .map(|f| f.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     if !finalizers.is_empty() {
-        let _ = write!(
-            message,
-            ", waiting for finalizers: {}",
-            finalizers.join(", ")
-        );
+        let _ = write!(message, "{WAITING_FOR_FINALIZERS}{}", finalizers.join(", "));
     } else if let Some(grace) = meta
         .get("deletionGracePeriodSeconds")
         .and_then(Value::as_i64)
     {
         let _ = write!(message, ", grace period {grace}s");
+    }
+    // A namespace's controller says what holds its deletion: content left,
+    // finalizers of that content, content it failed to delete.
+    let holds: Vec<&str> = NAMESPACE_DELETION_HOLDS
+        .iter()
+        .filter_map(|kind| v.condition(kind).filter(Condition::is_true))
+        .map(|c| c.message)
+        .filter(|m| !m.is_empty())
+        .collect();
+    if !holds.is_empty() {
+        let _ = write!(message, "{HELD_BY}{}", holds.join("; "));
     }
     Some(ObjectStatus::new(Status::Terminating, message))
 }

@@ -17,6 +17,7 @@ use crate::analysis::stats::Latencies;
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 
+mod fights;
 mod settling;
 use settling::labels_of;
 
@@ -191,6 +192,9 @@ pub(super) struct State {
     pub first_user_cascade: Option<SystemTime>,
     /// Writers' refused attempts, to tell retries from new intents.
     pub retries: Retries,
+    /// Spec fields by (object, path): who set them (writers fighting).
+    pub fields: fights::Fields,
+    pub fields_dropped: u64,
     pub rows: Vec<Row>,
     pub rows_by_root: HashMap<SpanRef, Vec<u32>>,
     pub rows_dropped: u64,
@@ -227,6 +231,8 @@ impl State {
             root_writers: HashMap::new(),
             first_user_cascade: None,
             retries: Retries::default(),
+            fields: HashMap::new(),
+            fields_dropped: 0,
             rows: Vec::new(),
             rows_by_root: HashMap::new(),
             rows_dropped: 0,
@@ -350,6 +356,7 @@ impl State {
             }
             _ => {}
         }
+        self.record_fields(c, obj, user);
         self.apply_state(c, obj);
         self.keep_row(c, obj, user);
     }

@@ -10,7 +10,7 @@ use super::collect::{Idx, State};
 use super::message::normalize;
 use super::report::{Evidence, FindingKind, Severity};
 use crate::analysis::cascade::{Attempt, format_duration};
-use crate::analysis::judgement::{Refusal, warning_severity};
+use crate::analysis::judgement::{Refusal, Writer, warning_severity};
 use crate::pipeline::SpanRef;
 
 /// A hop counts as slow from this long…
@@ -61,7 +61,64 @@ pub(super) fn raw_findings(st: &mut State, members: &HashSet<usize>) -> Vec<Raw>
     warning_events(st, members, &mut out);
     unsettled(st, members, &mut out);
     slow_hops(st, members, &mut out);
+    fights(st, members, &mut out);
     out
+}
+
+fn fights(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    let mut fought: Vec<_> = st
+        .fields
+        .iter()
+        .filter(|((obj, _), f)| {
+            f.ownership.is_fight()
+                && members.contains(&(*obj as usize))
+                && st.scope.admits_finding(f.last)
+        })
+        .collect();
+    fought.sort_by(|a, b| a.0.cmp(b.0));
+    for ((obj, path), f) in fought {
+        let who: Vec<String> = f
+            .ownership
+            .repeat_writers()
+            .map(|(w, n)| {
+                let value = f
+                    .values
+                    .iter()
+                    .find(|(v, _)| v == w)
+                    .map_or("?", |(_, v)| v.as_str());
+                format!("{} sets {value} (×{n})", st.strings.get(*w))
+            })
+            .collect();
+        let during = format_duration(f.last.duration_since(f.first).unwrap_or_default());
+        let title = format!(
+            "{path} is set back and forth by {} writers, {} times in {during}: {}",
+            who.len(),
+            f.ownership.handovers() + 1,
+            who.join(", ")
+        );
+        out.push(Raw {
+            kind: FindingKind::WritersFight,
+            severity: Severity::Error,
+            obj: *obj,
+            key: format!("fight {path}"),
+            first: f.first,
+            last: f.last,
+            count: f.ownership.handovers() + 1,
+            evidence: vec![(
+                f.last,
+                Evidence {
+                    kind: "write".into(),
+                    time: rfc3339(f.last),
+                    summary: format!("{} set {path} last", st.strings.get(f.last_writer)),
+                    detail: String::new(),
+                },
+            )],
+            title,
+            root: Some(f.root),
+            also: Vec::new(),
+            also_total: 0,
+        });
+    }
 }
 
 fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
@@ -79,7 +136,8 @@ fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         let verb = st.strings.get(f.verb);
         let verb = verb.split(' ').next().unwrap_or(verb);
         let refusal = Refusal::of(f.code, verb, &message, false);
-        let Some(severity) = refusal.severity(f.code) else {
+        let writer = Writer::of(st.strings.get(f.user));
+        let Some(severity) = refusal.severity(f.code, writer) else {
             continue;
         };
         // A conflict at the end of the log, its retry not in it, on an

@@ -28,6 +28,7 @@ pub(super) struct Ranked {
 /// that reports it, which is closer than the state it left.
 fn priority(k: FindingKind) -> u8 {
     match k {
+        FindingKind::WritersFight => 6,
         FindingKind::DeniedWrite => 5,
         FindingKind::FailedWrite => 4,
         FindingKind::WarningEvent => 3,
@@ -129,7 +130,10 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
         let gx = &grouped[x];
         if matches!(
             gx.kind,
-            FindingKind::DeniedWrite | FindingKind::FailedWrite | FindingKind::SlowHop
+            FindingKind::DeniedWrite
+                | FindingKind::FailedWrite
+                | FindingKind::SlowHop
+                | FindingKind::WritersFight
         ) {
             continue;
         }
@@ -140,6 +144,7 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
                 below[x].contains(&gy.obj)
                     || gy.also.iter().any(|o| below[x].contains(o))
                     || (gy.obj == gx.obj && priority(gy.kind) > priority(gx.kind))
+                    || namespace_held(st, gy, gx)
             })
             .max_by_key(|&y| {
                 (
@@ -229,4 +234,18 @@ fn background(st: &State, r: &Ranked) -> bool {
             .any(|&o| st.objects[o as usize].user_touched)
     });
     is_background(started_by, began, st.first_user_cascade, touched)
+}
+
+/// Whether `cause` is the deletion of `symptom`'s namespace, not finished:
+/// what is left in a namespace being deleted cannot settle (its
+/// controllers' creates are refused).
+fn namespace_held(st: &State, cause: &Raw, symptom: &Raw) -> bool {
+    let ns = &st.objects[cause.obj as usize].object;
+    let o = &st.objects[symptom.obj as usize].object;
+    cause.kind == FindingKind::NotCompleted
+        && ns.resource == "namespaces"
+        && ns.group.is_empty()
+        && !o.namespace.is_empty()
+        && o.namespace == ns.name
+        && symptom.last >= cause.first
 }

@@ -28,6 +28,9 @@ pub enum FindingKind {
     NotCompleted,
     /// A hop far outside its edge's usual latency.
     SlowHop,
+    /// A spec field set back and forth by several writers: none of them
+    /// gets its way for long.
+    WritersFight,
 }
 
 impl FindingKind {
@@ -38,6 +41,7 @@ impl FindingKind {
             FindingKind::WarningEvent => "warning_event",
             FindingKind::NotCompleted => "not_completed",
             FindingKind::SlowHop => "slow_hop",
+            FindingKind::WritersFight => "writers_fight",
         }
     }
 }

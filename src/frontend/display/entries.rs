@@ -72,6 +72,73 @@ pub(super) fn is_error(span: &Span) -> bool {
         .is_some_and(|s| s.code == StatusCode::Error as i32)
 }
 
+/// The spec fields of an object its writers fight over (set back and
+/// forth, as `analysis::judgement::FieldOwnership` judges it), with the
+/// writes that set them.
+fn fought_fields(n: &Node) -> Vec<(&str, judgement::FieldOwnership<&str>, Vec<&Span>)> {
+    let mut fields: BTreeMap<&str, (judgement::FieldOwnership<&str>, Vec<&Span>)> = BTreeMap::new();
+    for e in &n.history.entries {
+        let a = &e.span.attributes;
+        if e.source != Source::Audit
+            || is_error(&e.span)
+            || string_attr(a, attr::AUDIT_SUBRESOURCE).is_some_and(|s| !s.is_empty())
+        {
+            continue;
+        }
+        let Some(user) = string_attr(a, attr::AUDIT_USER) else {
+            continue;
+        };
+        for d in e.span.events.iter().filter(|d| d.name == EVENT_DIFF) {
+            if let Some(path) = string_attr(&d.attributes, attr::DIFF_PATH)
+                && path.starts_with("spec")
+            {
+                let (f, writes) = fields.entry(path).or_default();
+                f.set(&user);
+                writes.push(&e.span);
+            }
+        }
+    }
+    fields
+        .into_iter()
+        .filter(|(_, (f, _))| f.is_fight())
+        .map(|(path, (f, writes))| (path, f, writes))
+        .collect()
+}
+
+/// [`fought_fields`]' first, said in one line.
+fn fought_field(n: &Node) -> Option<String> {
+    let (path, f, _) = fought_fields(n).into_iter().next()?;
+    Some(fight_line(path, &f))
+}
+
+/// The writes (by span id) that set a field their writers fight over, each
+/// with what is wrong: in error in the cascade mode.
+pub fn fight_writes(asm: &Assembly) -> HashMap<Vec<u8>, String> {
+    let mut out = HashMap::new();
+    for n in &asm.nodes {
+        for (path, f, writes) in fought_fields(n) {
+            let line = fight_line(path, &f);
+            for w in writes {
+                out.insert(w.span_id.clone(), line.clone());
+            }
+        }
+    }
+    out
+}
+
+fn fight_line(path: &str, f: &judgement::FieldOwnership<&str>) -> String {
+    let who: Vec<String> = f
+        .repeat_writers()
+        .map(|(w, times)| format!("{w} (×{times})"))
+        .collect();
+    format!(
+        "{path} set back and forth by {} writers, {} times: {}",
+        who.len(),
+        f.handovers() + 1,
+        who.join(", ")
+    )
+}
+
 /// Whether the object was ready at the end of the trace: the last
 /// readiness the collector recorded (aggregate/status/) is `Current`.
 pub(super) fn recovered(n: &Node) -> bool {
@@ -111,20 +178,51 @@ pub(super) fn is_error_mark(e: &Entry, recovered: bool) -> bool {
     }
 }
 
+/// Whether the write or watch change `e` removed its object (a delete the
+/// collector recorded no readiness for, answered 2xx or 404; a watch
+/// `DELETED`), as the cascade records read it (`frontend::cascade`).
+fn removed_by(e: &Entry) -> bool {
+    let a = &e.span.attributes;
+    match e.source {
+        Source::Watch => string_attr(a, attr::WATCH_TYPE) == Some("deleted"),
+        Source::Audit => {
+            let code = crate::frontend::raw::int_attr(a, attr::AUDIT_CODE).unwrap_or(200);
+            string_attr(a, attr::AUDIT_VERB) == Some("delete")
+                && string_attr(a, attr::OBJECT_STATUS).is_none()
+                && (code < 300 || code == 404)
+        }
+        _ => false,
+    }
+}
+
 /// What is wrong with an object at the end of the trace, if anything: a
 /// state that is not ready (the last readiness recorded), else failed
 /// writes and Warning Events.
 pub fn problem(n: &Node) -> Option<String> {
     // The readiness the collector recorded after each write
-    // (aggregate/status/): Current, InProgress, Failed, Terminating.
-    let last_status = n.history.entries.iter().rev().find_map(|e| {
-        string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
-            (
-                s,
-                string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
-            )
-        })
-    });
+    // (aggregate/status/): Current, InProgress, Failed, Terminating. An
+    // object removed at the end has none (what it was waiting for is over).
+    let last_status = n
+        .history
+        .entries
+        .iter()
+        .rev()
+        .find(|e| e.source != Source::Event);
+    let removed = last_status.is_some_and(|e| removed_by(e));
+    let last_status = n
+        .history
+        .entries
+        .iter()
+        .rev()
+        .filter(|_| !removed)
+        .find_map(|e| {
+            string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
+                (
+                    s,
+                    string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
+                )
+            })
+        });
     let with_message = |what: &str, m: Option<&str>| match m.filter(|m| !m.is_empty()) {
         Some(m) => format!("{what}: {m}"),
         None => what.to_string(),
@@ -132,7 +230,15 @@ pub fn problem(n: &Node) -> Option<String> {
     match last_status {
         Some(("InProgress", m)) => return Some(with_message("not ready", m)),
         Some(("Failed", m)) => return Some(with_message("failed", m)),
+        // A deletion something holds (finalizers, a namespace's content);
+        // a graceful one in progress is not a problem.
+        Some(("Terminating", Some(m))) if crate::aggregate::status::deletion_is_held(m) => {
+            return Some(with_message("not deleted", Some(m)));
+        }
         _ => {}
+    }
+    if let Some(fight) = fought_field(n) {
+        return Some(fight);
     }
     let recovered = recovered(n);
     let failed: Vec<&Entry> = n

@@ -3,7 +3,7 @@
 //! (with the cluster where it differs from the parent's); kascade's internal
 //! attributes are hidden.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
@@ -24,7 +24,7 @@ mod entries;
 mod siblings;
 
 use entries::*;
-pub use entries::{diff_lines, problem, snapshot};
+pub use entries::{diff_lines, fight_writes, problem, snapshot};
 pub use siblings::{
     DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, TextSelection, parse_siblings,
     select_for_text,

@@ -3,6 +3,8 @@
 //! response to the effect's, so the timeline shows where the time went.
 //! Service = the written object's resource, as in the other modes.
 
+use std::collections::HashMap;
+
 use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
@@ -87,6 +89,7 @@ pub fn render(
     notes: &[String],
     searched: Option<&ObjectRef>,
     max_siblings: usize,
+    fought: &HashMap<Vec<u8>, String>,
 ) -> Vec<ResourceSpans> {
     let mut out = Out::default();
     for (n, c) in cascades.iter().enumerate() {
@@ -164,10 +167,17 @@ pub fn render(
                 attributes.push(kv(attr::CPID_ORIGIN, c.origin.as_str()));
             }
             let mut events = Vec::new();
-            let mut status = fails(ch).then(|| Status {
-                message: failure_message(ch),
-                code: StatusCode::Error as i32,
-            });
+            let mut status = if fails(ch) {
+                Some(Status {
+                    message: failure_message(ch),
+                    code: StatusCode::Error as i32,
+                })
+            } else {
+                fought.get(ch.span.span_id.as_slice()).map(|m| Status {
+                    message: format!("writers fight: {m}"),
+                    code: StatusCode::Error as i32,
+                })
+            };
             let parent = c.parent[i].map(|p| ids[p].clone()).unwrap_or_default();
             let (start, end) = times[i];
             events.push(Event {
