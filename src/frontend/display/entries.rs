@@ -208,7 +208,7 @@ pub fn problem(n: &Node) -> Option<String> {
         .iter()
         .rev()
         .find(|e| e.source != Source::Event);
-    let removed = last_status.is_some_and(|e| removed_by(e));
+    let removed = last_status.is_some_and(removed_by);
     let last_status = n
         .history
         .entries
