@@ -7,7 +7,7 @@ mod common;
 
 use common::int_attr;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -404,11 +404,32 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
     .await;
     let all = spans(&t);
     let by_id: HashMap<Vec<u8>, &Span> = all.iter().map(|(_, s)| (s.span_id.clone(), s)).collect();
+    // The cascades hang under one span, the trace's only root, named by
+    // the latest cascade (none failed).
+    let tops: Vec<&Span> = all
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(
+        tops.len(),
+        1,
+        "{:?}",
+        tops.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    let top = tops[0];
+    assert!(
+        top.name.starts_with("deployments default/hello: ")
+            && top.name.contains(" cascades, latest: "),
+        "{}",
+        top.name
+    );
+    assert!(top.status.is_none(), "{:?}", top.status);
     let root = all
         .iter()
         .map(|(_, s)| s)
-        .find(|s| s.parent_span_id.is_empty() && s.name.ends_with(PATCH))
-        .expect("the image patch is a root span");
+        .find(|s| s.parent_span_id == top.span_id && s.name.ends_with(PATCH))
+        .expect("the image patch roots a cascade under the top span");
     assert_eq!(
         string_attr(&root.attributes, "cascade.complete"),
         Some("true")
@@ -423,13 +444,14 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
     // starts when its cause's response completed and ends with its own.
     let mut below = 0;
     for (service, s) in &all {
+        // Below the patch's root (which is below the top span).
         let mut at = s;
-        let mut top = s;
+        let mut under_root = false;
         while let Some(p) = by_id.get(&at.parent_span_id) {
-            top = p;
+            under_root |= p.span_id == root.span_id;
             at = p;
         }
-        if top.span_id != root.span_id || s.span_id == root.span_id {
+        if !under_root {
             continue;
         }
         below += 1;
@@ -487,10 +509,17 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
         ],
     )
     .await;
+    let pod_spans = spans(&t);
+    let roots: HashSet<&Vec<u8>> = pod_spans
+        .iter()
+        .filter(|(_, s)| s.parent_span_id.is_empty())
+        .map(|(_, s)| &s.span_id)
+        .collect();
     assert!(
-        spans(&t)
-            .iter()
-            .any(|(_, s)| s.parent_span_id.is_empty() && s.name.ends_with(PATCH)),
+        pod_spans.iter().any(|(_, s)| {
+            (s.parent_span_id.is_empty() || roots.contains(&s.parent_span_id))
+                && s.name.ends_with(PATCH)
+        }),
         "the Pod's trace holds the patch's cascade"
     );
     assert!(t.cascades.iter().any(|x| change_name(x.root()) == PATCH));

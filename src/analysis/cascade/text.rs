@@ -49,6 +49,35 @@ pub fn render_text(cascades: &[Cascade]) -> String {
 /// (whole when it has none).
 pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
     let mut out = String::new();
+    if cascades.len() > 1 {
+        // The one that matters first: the latest that went wrong.
+        let wrong = cascades.iter().rposition(|c| {
+            !c.completion.is_complete()
+                || c.changes.iter().any(|ch| {
+                    let message = ch.failure.as_deref().unwrap_or_default();
+                    ch.code >= 400
+                        && crate::analysis::judgement::Refusal::of(
+                            ch.code, &ch.verb, message, false,
+                        )
+                        .is_error(ch.code)
+                })
+        });
+        let _ = match wrong {
+            Some(k) => writeln!(
+                out,
+                "{} cascades; the latest that went wrong is cascade {}: {}\n",
+                cascades.len(),
+                k + 1,
+                change_name(cascades[k].root())
+            ),
+            None => writeln!(
+                out,
+                "{} cascades, all complete without a failed write; the latest is cascade {}\n",
+                cascades.len(),
+                cascades.len()
+            ),
+        };
+    }
     for (n, c) in cascades.iter().enumerate() {
         if n > 0 {
             out.push('\n');

@@ -92,6 +92,13 @@ pub fn render(
     fought: &HashMap<Vec<u8>, String>,
 ) -> Vec<ResourceSpans> {
     let mut out = Out::default();
+    // Several cascades hang under one span that names the one that matters
+    // (the title in Jaeger's search results and at the top of the trace).
+    let top = (cascades.len() > 1).then(|| headline(cascades, fought, trace_id, searched));
+    let top_id = top
+        .as_ref()
+        .map(|(s, _)| s.span_id.clone())
+        .unwrap_or_default();
     for (n, c) in cascades.iter().enumerate() {
         let root = c.root();
         let ids: Vec<Vec<u8>> = c
@@ -178,7 +185,9 @@ pub fn render(
                     code: StatusCode::Error as i32,
                 })
             };
-            let parent = c.parent[i].map(|p| ids[p].clone()).unwrap_or_default();
+            let parent = c.parent[i]
+                .map(|p| ids[p].clone())
+                .unwrap_or_else(|| top_id.clone());
             let (start, end) = times[i];
             events.push(Event {
                 time_unix_nano: nanos(ch.completed),
@@ -307,5 +316,89 @@ pub fn render(
             );
         }
     }
+    if let Some((span, service)) = top {
+        out.push(&service, span);
+    }
     out.finish()
+}
+
+/// Whether a cascade went wrong: not complete, or a write in it failed or
+/// undid another writer's.
+fn failing(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> bool {
+    !c.completion.is_complete()
+        || c.changes
+            .iter()
+            .any(|ch| fails(ch) || fought.contains_key(ch.span.span_id.as_slice()))
+}
+
+/// The span above several cascades, named by the one that matters: the
+/// latest failing one, else the latest; with its service (resource).
+fn headline(
+    cascades: &[Cascade],
+    fought: &HashMap<Vec<u8>, String>,
+    trace_id: &TraceIdBytes,
+    searched: Option<&ObjectRef>,
+) -> (Span, String) {
+    let latest = |failing_only: bool| {
+        cascades
+            .iter()
+            .filter(|c| !failing_only || failing(c, fought))
+            .max_by_key(|c| (c.root().received, c.root().span))
+    };
+    let failed = latest(true);
+    let chosen = failed.or_else(|| latest(false)).expect("several cascades");
+    let start = cascades
+        .iter()
+        .map(|c| nanos(c.root().received))
+        .min()
+        .unwrap_or(0);
+    let end = cascades
+        .iter()
+        .flat_map(|c| c.changes.iter().map(|ch| nanos(ch.completed)))
+        .chain(cascades.iter().filter_map(|c| match &c.completion {
+            Completion::Complete { at } => Some(nanos(*at)),
+            Completion::Waiting(_) => None,
+        }))
+        .max()
+        .unwrap_or(start)
+        .max(start);
+    let what = if failed.is_some() {
+        "failing"
+    } else {
+        "latest"
+    };
+    let object = searched.map_or_else(
+        || crate::analysis::cascade::object_name(&chosen.root().object),
+        crate::analysis::cascade::object_name,
+    );
+    let name = format!(
+        "{object}: {} cascades, {what}: {}",
+        cascades.len(),
+        change_name(chosen.root())
+    );
+    let service = searched.map_or_else(
+        || chosen.root().object.resource.clone(),
+        |o| o.resource.clone(),
+    );
+    let span = Span {
+        trace_id: trace_id.to_vec(),
+        span_id: span_id(&chosen.root().span.span_hex(), 0x746f70),
+        name,
+        kind: 1,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: vec![
+            kv("cascade.count", cascades.len().to_string()),
+            kv(&format!("cascade.{what}"), change_name(chosen.root())),
+        ],
+        status: failed.map(|_| Status {
+            message: format!(
+                "the {what} cascade went wrong: {}",
+                change_name(chosen.root())
+            ),
+            code: StatusCode::Error as i32,
+        }),
+        ..Default::default()
+    };
+    (span, service)
 }
