@@ -15,6 +15,7 @@ pub mod cpid_webhook;
 pub mod export;
 pub mod frontend;
 pub mod json;
+pub mod judgement;
 pub mod metrics;
 pub mod model;
 pub mod offline;

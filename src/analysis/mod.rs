@@ -2,15 +2,14 @@
 //! cascades (which write caused which, completion, critical path:
 //! `cascade`), propagation statistics (`stats`), their report and plots
 //! (`report`, `plot`), the change log (`changelog`) and the live propagation
-//! metric (`live`), `explain` (findings: what went wrong, and why),
-//! `judgement` (what counts as a problem, for every output), and
-//! `tree_text` (how a tree is drawn in the terminal, for both of its trees).
-//! Depends on `pipeline`, `model`, `span_model` constants and `metrics`.
+//! metric (`live`), `explain` (findings: what went wrong, and why, as
+//! `crate::judgement` judges it), and `tree_text` (how a tree is drawn in
+//! the terminal, for both of its trees). Depends on `pipeline`, `model`,
+//! `judgement`, `span_model` constants and `metrics`.
 
 pub mod cascade;
 pub mod changelog;
 pub mod explain;
-pub mod judgement;
 pub mod live;
 pub mod plot;
 pub mod report;

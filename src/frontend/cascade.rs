@@ -94,12 +94,14 @@ pub fn record_from_span(
     });
     // The processor leaves readiness out on writes that removed the object;
     // a delete answered 404 found it gone.
-    let deleted = match source {
-        ChangeSource::Watch => verb == "deleted",
-        ChangeSource::Audit => {
-            verb == "delete" && readiness.is_none() && (code < 300 || code == 404)
-        }
-    };
+    let deleted = string_attr(a, attr::OBJECT_REMOVED) == Some("true")
+        || match source {
+            ChangeSource::Watch => verb == "deleted",
+            // Spans of collectors that did not mark removals.
+            ChangeSource::Audit => {
+                verb == "delete" && readiness.is_none() && (code < 300 || code == 404)
+            }
+        };
     let role = match string_attr(a, attr::CASCADE_ROLE) {
         Some(CASCADE_ROLE_EFFECT) => CascadeRole::Effect,
         Some(CASCADE_ROLE_UNEXPLAINED) => CascadeRole::Unexplained,
@@ -133,7 +135,7 @@ pub fn record_from_span(
             let name = string_attr(a, attr::AUDIT_ATTEMPT_GENERATE_NAME)
                 .filter(|n| !n.is_empty())
                 .or_else(|| string_attr(a, attr::AUDIT_ATTEMPT_NAME))
-                .unwrap_or_default();
+                .unwrap_or(&object.name);
             ObjectRef::new(
                 &object.cluster,
                 string_attr(a, attr::AUDIT_ATTEMPT_GROUP).unwrap_or_default(),

@@ -106,11 +106,16 @@ pub struct StatusDetails {
     pub name: String,
 }
 
+/// The name given to the object of a create refused before anything named
+/// it (its body unread or not logged): `widgets crd-demo/(unnamed)`.
+pub const UNNAMED_OBJECT: &str = "(unnamed)";
+
 /// A create refused before its object had a name (it asked for
-/// `generateName`, e.g. a ReplicaSet's Pod denied by a quota): what it tried,
-/// and on whose behalf.
+/// `generateName`, e.g. a ReplicaSet's Pod denied by a quota; or its body
+/// was never read): what it tried, and on whose behalf.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FailedCreate {
+    /// Empty when the request's body is not in the event.
     pub generate_name: String,
     /// The name the apiserver generated for it (the refusal's
     /// `details.name`), empty when not said.
@@ -313,11 +318,11 @@ impl AuditEvent {
         )))
     }
 
-    /// A create refused before naming its object (no name in `objectRef`,
-    /// `generateName` in the request object), for an event that names no
-    /// object otherwise. `Ok(None)` when it is not one, or the request object
-    /// was not logged (a Metadata-level policy); an error when a field read
-    /// from the request is beyond Kubernetes' bounds.
+    /// A create refused before naming its object (no name in `objectRef`:
+    /// `generateName` in the request object, or no request object at all),
+    /// for an event that names no object otherwise. `Ok(None)` when it is
+    /// not one; an error when a field read from the request is beyond
+    /// Kubernetes' bounds.
     pub fn failed_create(&self) -> Result<Option<FailedCreate>, String> {
         use crate::bounds::{MAX_NAME_BYTES, check_len};
         let unnamed = self
@@ -327,17 +332,24 @@ impl AuditEvent {
         if self.verb != "create" || self.code() < 400 || !unnamed {
             return Ok(None);
         }
-        let Some(head) = self
+        let head = self
             .request_object
             .as_ref()
-            .and_then(|r| sonic_rs::from_str::<RequestHead>(r.get()).ok())
+            .and_then(|r| sonic_rs::from_str::<RequestHead>(r.get()).ok());
+        let Some(meta) = head
+            .map(|h| h.metadata)
+            .filter(|m| !m.generate_name.is_empty())
         else {
-            return Ok(None);
+            // Refused before its body was read (a resource the apiserver
+            // does not serve: a custom resource whose CRD is missing), or
+            // its body not logged: still a write that failed, of an object
+            // the event cannot name.
+            return Ok(Some(FailedCreate {
+                generate_name: String::new(),
+                attempted_name: String::new(),
+                owner: None,
+            }));
         };
-        let meta = head.metadata;
-        if meta.generate_name.is_empty() {
-            return Ok(None);
-        }
         check_len(
             "requestObject.metadata.generateName",
             &meta.generate_name,

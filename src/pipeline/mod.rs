@@ -21,7 +21,7 @@ use crate::json::Value;
 
 pub use audit::{
     AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
-    ResponseStatus, StatusDetails, UserInfo,
+    ResponseStatus, StatusDetails, UNNAMED_OBJECT, UserInfo,
 };
 pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,

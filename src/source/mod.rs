@@ -48,13 +48,12 @@ pub fn accept(
                     .object_ref
                     .as_ref()
                     .expect("failed_create needs an objectRef");
-                let object = ObjectRef::new(
-                    cluster,
-                    &r.api_group,
-                    &r.resource,
-                    &r.namespace,
-                    attempt.generate_name.clone(),
-                );
+                let name = if attempt.generate_name.is_empty() {
+                    crate::pipeline::UNNAMED_OBJECT.to_string()
+                } else {
+                    attempt.generate_name.clone()
+                };
+                let object = ObjectRef::new(cluster, &r.api_group, &r.resource, &r.namespace, name);
                 (object, String::new(), Some(Box::new(attempt)))
             }
             Ok(None) => {

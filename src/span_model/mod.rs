@@ -55,6 +55,10 @@ pub mod attr {
     pub const OBJECT_STATUS: &str = "object.status";
     /// Why, short and human: `2/3 updated`, `Unschedulable: 0/2 nodes are available: …`.
     pub const OBJECT_STATUS_MESSAGE: &str = "object.status.message";
+    /// `true` on the write that removed its object: a delete with nothing
+    /// to wait for, or the update that took away a deleted object's last
+    /// finalizer.
+    pub const OBJECT_REMOVED: &str = "object.removed";
 
     pub const WATCH_TYPE: &str = "watch.type";
     pub const WATCH_RV_OLD: &str = "watch.resource_version.old";

@@ -283,7 +283,13 @@ pub(super) fn failure_message(ev: &AuditEvent) -> String {
     let msg = st.map(|s| s.message.as_str()).unwrap_or("");
     let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
     match (reason.is_empty(), msg.is_empty()) {
-        (true, true) => format!("HTTP {code}"),
+        (true, true) => {
+            let (resource, group) = ev
+                .object_ref
+                .as_ref()
+                .map_or(("", ""), |r| (r.resource.as_str(), r.api_group.as_str()));
+            crate::judgement::unexplained_refusal(resource, group, &ev.verb, code)
+        }
         (false, true) => format!("{reason} (HTTP {code})"),
         (_, false) => msg.to_string(),
     }

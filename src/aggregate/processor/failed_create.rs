@@ -80,13 +80,22 @@ impl Processor {
         self.ensure_object_span(&ow, holder_uid, item.replayed)
             .await?;
         let write = audit_write(ev, "", "", "", Some(self.failure_message(ev)));
-        let name = format!(
-            "{} {} {} (generateName {})",
-            ev.user.username,
-            ev.verb,
-            tried.group_resource(),
-            attempt.generate_name
-        );
+        let name = if attempt.generate_name.is_empty() {
+            format!(
+                "{} {} {} (unnamed)",
+                ev.user.username,
+                ev.verb,
+                tried.group_resource()
+            )
+        } else {
+            format!(
+                "{} {} {} (generateName {})",
+                ev.user.username,
+                ev.verb,
+                tried.group_resource(),
+                attempt.generate_name
+            )
+        };
         let mut span = span_model::audit_span_named(&ow, &write, &name);
         cascade::add_cascade(&mut span, &inference);
         if !tried.group.is_empty() {

@@ -433,6 +433,9 @@ impl Processor {
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }
+        if w.deleted {
+            span.attr(attr::OBJECT_REMOVED, "true");
+        }
         let relations = std::mem::take(&mut w.relations);
         let uid = std::mem::take(&mut w.uid);
         let ow = self.keep_state(w)?;

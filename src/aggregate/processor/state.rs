@@ -213,16 +213,30 @@ pub(super) fn prepare_watched(
 /// even though its response still carries `deletionTimestamp` (a kubelet's
 /// final delete of a Pod).
 pub(super) fn removes_object(ev: &AuditEvent, outcome: &Outcome) -> bool {
-    matches!(ev.verb.as_str(), "delete" | "deletecollection")
-        && outcome.state.as_ref().is_none_or(|s| {
-            let meta = s.get("metadata");
-            let field = |k: &str| meta.and_then(|m| m.get(k));
-            field("deletionTimestamp").is_none()
-                || (field("deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
-                    && field("finalizers")
-                        .and_then(Value::as_array)
-                        .is_none_or(|f| f.is_empty()))
-        })
+    // Deleted with nothing left to wait for: no grace period, no finalizer.
+    let nothing_holds = |s: &Value| {
+        let meta = s.get("metadata");
+        let field = |k: &str| meta.and_then(|m| m.get(k));
+        field("deletionTimestamp").is_some()
+            && field("deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
+            && field("finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(|f| f.is_empty())
+    };
+    match ev.verb.as_str() {
+        "delete" | "deletecollection" => outcome.state.as_ref().is_none_or(|s| {
+            s.get("metadata")
+                .and_then(|m| m.get("deletionTimestamp"))
+                .is_none()
+                || nothing_holds(s)
+        }),
+        // The write that removed the last finalizer of an object being
+        // deleted: the apiserver removes it then, with no delete of its own.
+        "update" | "patch" => {
+            ev.code() < 300 && outcome.state.as_ref().is_some_and(|s| nothing_holds(s))
+        }
+        _ => false,
+    }
 }
 
 /// The version a write replaced, reported only when it is known to

@@ -153,6 +153,14 @@ pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
     for i in 0..all.len() {
         members.entry(top(i)).or_default().push(i);
     }
+    // When each object was removed, by whichever cascade removed it.
+    let mut removed: HashMap<&crate::model::ObjectRef, SystemTime> = HashMap::new();
+    for c in all.iter().filter(|c| c.deleted) {
+        let t = removed.entry(&c.object).or_insert(c.completed);
+        *t = (*t).max(c.completed);
+    }
+    let removed: HashMap<crate::model::ObjectRef, SystemTime> =
+        removed.into_iter().map(|(o, t)| (o.clone(), t)).collect();
     let mut roots: Vec<usize> = members.keys().copied().collect();
     roots.sort_unstable();
     let mut slots: Vec<Option<ChangeRecord>> = all.into_iter().map(Some).collect();
@@ -170,9 +178,32 @@ pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
                 .map(|&g| parent[g].and_then(|p| local.get(&p).copied()))
                 .collect();
             let changes: Vec<ChangeRecord> = ids.iter().filter_map(|&g| slots[g].take()).collect();
-            assemble(changes, local_parent)
+            let mut c = assemble(changes, local_parent);
+            settle_removed(&mut c, &removed);
+            c
         })
         .collect()
+}
+
+/// An object a cascade left being deleted that another cascade removed
+/// later (the write that took away its last finalizer): settled then.
+fn settle_removed(c: &mut Cascade, removed: &HashMap<crate::model::ObjectRef, SystemTime>) {
+    let Completion::Waiting(waiting) = &mut c.completion else {
+        return;
+    };
+    let mut at = c.changes.iter().map(|ch| ch.completed).max();
+    waiting.retain(|w| match removed.get(&w.object) {
+        Some(&t) if w.status == "Terminating" && t >= w.since => {
+            at = at.max(Some(t));
+            false
+        }
+        _ => true,
+    });
+    if waiting.is_empty()
+        && let Some(at) = at
+    {
+        c.completion = Completion::Complete { at };
+    }
 }
 
 /// A cascade from its changes (root first, the rest in time order) and

@@ -56,10 +56,8 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
                 || c.changes.iter().any(|ch| {
                     let message = ch.failure.as_deref().unwrap_or_default();
                     ch.code >= 400
-                        && crate::analysis::judgement::Refusal::of(
-                            ch.code, &ch.verb, message, false,
-                        )
-                        .is_error(ch.code)
+                        && crate::judgement::Refusal::of(ch.code, &ch.verb, message, false)
+                            .is_error()
                 })
         });
         let _ = match wrong {

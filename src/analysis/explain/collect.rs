@@ -12,8 +12,8 @@ use std::time::SystemTime;
 
 use super::scope::Scope;
 use crate::analysis::cascade::{Attempt, Retries, Settling};
-use crate::analysis::judgement::{Refusal, Writer};
 use crate::analysis::stats::Latencies;
+use crate::judgement::{Refusal, Writer};
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 

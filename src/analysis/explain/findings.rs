@@ -10,7 +10,7 @@ use super::collect::{Idx, State};
 use super::message::normalize;
 use super::report::{Evidence, FindingKind, Severity};
 use crate::analysis::cascade::{Attempt, format_duration};
-use crate::analysis::judgement::{Refusal, Writer, warning_severity};
+use crate::judgement::{Refusal, Writer, warning_severity};
 use crate::pipeline::SpanRef;
 
 /// A hop counts as slow from this long…
@@ -129,7 +129,12 @@ fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
             continue;
         }
         let message = if f.message.is_empty() {
-            format!("HTTP {}", f.code)
+            crate::judgement::unexplained_refusal(
+                &f.attempted.resource,
+                &f.attempted.group,
+                st.strings.get(f.verb),
+                f.code,
+            )
         } else {
             one_line(&f.message)
         };
@@ -137,7 +142,7 @@ fn failed_writes(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
         let verb = verb.split(' ').next().unwrap_or(verb);
         let refusal = Refusal::of(f.code, verb, &message, false);
         let writer = Writer::of(st.strings.get(f.user));
-        let Some(severity) = refusal.severity(f.code, writer) else {
+        let Some(severity) = refusal.severity(writer) else {
             continue;
         };
         // A conflict at the end of the log, its retry not in it, on an

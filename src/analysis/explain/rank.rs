@@ -10,7 +10,7 @@ use super::collect::{Idx, State};
 use super::findings::Raw;
 use super::message::same_message;
 use super::report::FindingKind;
-use crate::analysis::judgement::is_background;
+use crate::judgement::is_background;
 
 /// Objects looked at below one finding at most (bounds the fold on huge
 /// object trees).
@@ -220,13 +220,13 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
 /// Whether a finding belongs to the cluster's background: its cascade was
 /// started by the cluster (or by nothing the log shows), it began before
 /// the first cascade a user started, and no user's cascade touched its
-/// objects (see `analysis::judgement`).
+/// objects (see `judgement`).
 fn background(st: &State, r: &Ranked) -> bool {
     let all = || std::iter::once(&r.finding).chain(&r.symptoms);
     let started_by = all()
         .filter_map(|f| f.root)
         .filter_map(|root| st.root_writers.get(&root).copied())
-        .max_by_key(|w| *w == crate::analysis::judgement::Writer::User);
+        .max_by_key(|w| *w == crate::judgement::Writer::User);
     let began = all().map(|f| f.first).min().unwrap_or(r.finding.first);
     let touched = all().any(|f| {
         std::iter::once(&f.obj)

@@ -9,7 +9,7 @@ use serde::Serialize;
 /// Bumped when a field changes meaning or goes away (adding one does not).
 pub const SCHEMA_VERSION: u32 = 1;
 
-pub use crate::analysis::judgement::Severity;
+pub use crate::judgement::Severity;
 
 /// What kind of thing went wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

@@ -73,7 +73,7 @@ pub(super) fn is_error(span: &Span) -> bool {
 }
 
 /// The spec fields of an object its writers fight over (set back and
-/// forth, as `analysis::judgement::FieldOwnership` judges it), with the
+/// forth, as `judgement::FieldOwnership` judges it), with the
 /// writes that set them.
 fn fought_fields(n: &Node) -> Vec<(&str, judgement::FieldOwnership<&str>, Vec<&Span>)> {
     let mut fields: BTreeMap<&str, (judgement::FieldOwnership<&str>, Vec<&Span>)> = BTreeMap::new();
@@ -150,7 +150,7 @@ pub(super) fn recovered(n: &Node) -> bool {
         == Some("Current")
 }
 
-/// Whether an entry is shown in error, as `analysis::judgement` decides
+/// Whether an entry is shown in error, as `judgement` decides
 /// for every output: a refused write judged an error (not a conflict its
 /// writer retries, the delete of something already gone, a create of
 /// something that exists); a Warning Event that
@@ -171,7 +171,7 @@ pub(super) fn is_error_mark(e: &Entry, recovered: bool) -> bool {
                 let verb = string_attr(a, attr::AUDIT_VERB).unwrap_or_default();
                 let message = e.span.status.as_ref().map_or("", |s| s.message.as_str());
                 let code = code as i32;
-                judgement::Refusal::of(code, verb, message, false).is_error(code)
+                judgement::Refusal::of(code, verb, message, false).is_error()
             }
             None => true,
         },
@@ -183,6 +183,9 @@ pub(super) fn is_error_mark(e: &Entry, recovered: bool) -> bool {
 /// `DELETED`), as the cascade records read it (`frontend::cascade`).
 fn removed_by(e: &Entry) -> bool {
     let a = &e.span.attributes;
+    if string_attr(a, attr::OBJECT_REMOVED) == Some("true") {
+        return true;
+    }
     match e.source {
         Source::Watch => string_attr(a, attr::WATCH_TYPE) == Some("deleted"),
         Source::Audit => {

@@ -16,7 +16,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 use super::assemble::{Assembly, Node};
 use super::merge::{Entry, Source};
 use super::raw::{TraceIdBytes, int_attr, kv, string_attr};
-use crate::analysis::judgement;
+use crate::judgement;
 use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
 pub mod cascade;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::{Idx, State};
 use crate::aggregate::diff;
-use crate::analysis::judgement::FieldOwnership;
+use crate::judgement::FieldOwnership;
 use crate::pipeline::{ChangeRecord, SpanRef};
 
 /// Fields followed at most (further ones are not).

@@ -33,9 +33,9 @@ fn failure_message(ch: &ChangeRecord) -> String {
 /// Whether the write failed in a way its writer does not expect: shown in
 /// error.
 fn fails(ch: &ChangeRecord) -> bool {
-    use crate::analysis::judgement::Refusal;
+    use crate::judgement::Refusal;
     let message = ch.failure.as_deref().unwrap_or_default();
-    ch.code >= 400 && Refusal::of(ch.code, &ch.verb, message, false).is_error(ch.code)
+    ch.code >= 400 && Refusal::of(ch.code, &ch.verb, message, false).is_error()
 }
 
 /// Each change's span (ns): from its cause's response completed (the
@@ -167,7 +167,7 @@ pub fn render(
                 }
             }
             if ch.deleted {
-                attributes.push(kv("object.removed", "true"));
+                attributes.push(kv(attr::OBJECT_REMOVED, "true"));
             }
             if let Some(c) = &ch.cpid {
                 attributes.push(kv(attr::CPID, c.cpid.to_string()));

@@ -111,7 +111,11 @@ pub enum Refusal {
     NamespaceTerminating,
     /// Refused by a policy: quota, admission, Pod Security, RBAC.
     Denied(&'static str),
-    /// Anything else: invalid (422), not found, server errors.
+    /// A write of an object that does not exist (an update, patch or
+    /// status write answered 404).
+    NotFound,
+    /// Anything else: invalid (422), a create answered 404 (the resource
+    /// is not served), server errors.
     Failed,
 }
 
@@ -124,6 +128,9 @@ impl Refusal {
         }
         if code == 409 && matches!(verb, "update" | "patch") {
             return Refusal::Conflict;
+        }
+        if code == 404 && verb != "create" {
+            return Refusal::NotFound;
         }
         if code == 409 && verb == "create" {
             return Refusal::AlreadyExists;
@@ -148,8 +155,8 @@ impl Refusal {
     /// Whether the refused write is shown in error (red in every display
     /// mode, an error in explain): only when its severity is
     /// [`Severity::Error`].
-    pub fn is_error(self, code: i32) -> bool {
-        self.severity(code, Writer::User) == Some(Severity::Error)
+    pub fn is_error(self) -> bool {
+        self.severity(Writer::User) == Some(Severity::Error)
     }
 
     /// How bad it is, before knowing whether it was retried: a policy's
@@ -159,15 +166,37 @@ impl Refusal {
     /// missing are warnings; a delete of something gone, a cluster
     /// component's idempotent create and content refused in a namespace
     /// being deleted are nothing.
-    pub fn severity(self, code: i32, writer: Writer) -> Option<Severity> {
+    pub fn severity(self, writer: Writer) -> Option<Severity> {
         match self {
             Refusal::AlreadyGone | Refusal::NamespaceTerminating => None,
             Refusal::AlreadyExists if writer == Writer::Cluster => None,
-            Refusal::Conflict | Refusal::AlreadyExists => Some(Severity::Warning),
-            Refusal::Denied(_) => Some(Severity::Error),
-            Refusal::Failed if code == 404 => Some(Severity::Warning),
-            Refusal::Failed => Some(Severity::Error),
+            Refusal::Conflict | Refusal::AlreadyExists | Refusal::NotFound => {
+                Some(Severity::Warning)
+            }
+            Refusal::Denied(_) | Refusal::Failed => Some(Severity::Error),
         }
+    }
+}
+
+/// A refusal the apiserver gave no message for, in words: a create
+/// answered 404 means no API serves the resource (for a custom resource:
+/// its CustomResourceDefinition is missing).
+pub fn unexplained_refusal(resource: &str, group: &str, verb: &str, code: i32) -> String {
+    if code == 404 && verb == "create" {
+        let resource = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
+        // Custom resources' groups have a dot (CRDs require one).
+        let hint = if group.contains('.') {
+            ": is its CustomResourceDefinition installed?"
+        } else {
+            ""
+        };
+        format!("the apiserver does not serve {resource} (HTTP 404 on create){hint}")
+    } else {
+        format!("HTTP {code}")
     }
 }
 
@@ -342,29 +371,31 @@ mod tests {
         assert_eq!(Refusal::of(404, "delete", "", false), Refusal::AlreadyGone);
         assert_eq!(Refusal::of(404, "update", "", true), Refusal::AlreadyGone);
         assert!(Refusal::of(404, "delete", "", false).is_routine());
-        assert!(!Refusal::of(404, "delete", "", false).is_error(404));
-        assert!(!Refusal::of(409, "update", "", false).is_error(409));
+        assert!(!Refusal::of(404, "delete", "", false).is_error());
+        assert!(!Refusal::of(409, "update", "", false).is_error());
         // A create of something that exists, a write to something missing:
         // not routine, but not an error either.
         let exists = Refusal::of(409, "create", "already exists", false);
         assert_eq!(exists, Refusal::AlreadyExists);
-        assert_eq!(exists.severity(409, Writer::User), Some(Severity::Warning));
-        assert_eq!(exists.severity(409, Writer::Cluster), None);
+        assert_eq!(exists.severity(Writer::User), Some(Severity::Warning));
+        assert_eq!(exists.severity(Writer::Cluster), None);
         assert_eq!(
-            Refusal::of(404, "update", "not found", false).severity(404, Writer::User),
+            Refusal::of(404, "update", "not found", false).severity(Writer::User),
             Some(Severity::Warning)
         );
+        // A create answered 404: the resource is not served.
+        assert!(Refusal::of(404, "create", "", false).is_error());
         let terminating = "pods \"a-\" is forbidden: unable to create new content in namespace x because it is being terminated";
         assert_eq!(
             Refusal::of(403, "create", terminating, false),
             Refusal::NamespaceTerminating
         );
-        assert!(!Refusal::NamespaceTerminating.is_error(403));
-        assert!(!exists.is_error(409));
+        assert!(!Refusal::NamespaceTerminating.is_error());
+        assert!(!exists.is_error());
         let invalid = Refusal::of(422, "create", "is invalid", false);
-        assert_eq!(invalid.severity(422, Writer::User), Some(Severity::Error));
-        assert!(invalid.is_error(422));
-        assert!(Refusal::of(500, "update", "etcdserver: timeout", false).is_error(500));
+        assert_eq!(invalid.severity(Writer::User), Some(Severity::Error));
+        assert!(invalid.is_error());
+        assert!(Refusal::of(500, "update", "etcdserver: timeout", false).is_error());
     }
 
     #[test]
@@ -385,7 +416,7 @@ mod tests {
             Refusal::Denied("admission")
         );
         assert_eq!(
-            Refusal::Denied("quota").severity(403, Writer::Cluster),
+            Refusal::Denied("quota").severity(Writer::Cluster),
             Some(Severity::Error)
         );
     }
