@@ -193,10 +193,6 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
         ),
         ("job", "kascade-e2e-admin create jobs job-demo/pi"),
         (
-            "cronjob",
-            "kascade-e2e-admin create cronjobs cron-demo/tick",
-        ),
-        (
             "config",
             "kascade-e2e-admin create deployments config-demo/app",
         ),
@@ -234,6 +230,27 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
         );
         assert!(c.changes.len() > 1, "{scenario}: {root} caused nothing");
     }
+    // The CronJob's Jobs are made by its schedule, not by the CronJob's
+    // create: each roots a cascade of its own, named by its timer, through
+    // its Pod to the Job's completion.
+    let cron = cascades("cronjob").await;
+    let scheduled: Vec<&Cascade> = cron
+        .iter()
+        .filter(|c| c.root().object.resource == "jobs" && c.root().verb == "create")
+        .collect();
+    assert!(!scheduled.is_empty());
+    for c in scheduled {
+        assert_eq!(c.root().timer.as_deref(), Some("cronjob-schedule"));
+        assert!(c.root().cause.is_none());
+        assert!(c.completion.is_complete(), "{:?}", c.completion);
+        assert!(c.changes.iter().any(|x| x.object.resource == "pods"));
+    }
+    let create = rooted_at(&cron, "kascade-e2e-admin create cronjobs cron-demo/tick");
+    assert!(
+        create.changes.iter().all(|x| x.object.resource != "jobs"),
+        "the CronJob's create did not make its Jobs"
+    );
+
     // The Job's Pod ran to Succeeded: the Job is Complete after it.
     let job = rooted_at(
         &by_scenario["job"],
@@ -280,9 +297,16 @@ async fn every_scenario_cascade_completes_or_says_what_it_waits_for() {
             "rollout-stuck",
             "kascade-e2e-admin patch deployments rollout-demo/web",
             &[
-                "deployments rollout-demo/web Failed (ProgressDeadlineExceeded: ",
+                "deployments rollout-demo/web InProgress",
                 "Failed (Unschedulable: ",
             ],
+        ),
+        // The progress deadline is a timer's cascade of its own, not the
+        // last hop of the patch's.
+        (
+            "rollout-stuck",
+            "system:serviceaccount:kube-system:deployment-controller update status deployments rollout-demo/web",
+            &["deployments rollout-demo/web Failed (ProgressDeadlineExceeded: "],
         ),
         (
             "quota",

@@ -42,6 +42,7 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
         "rules/storage.yaml",
         include_str!("../../rules/storage.yaml"),
     ),
+    ("rules/timers.yaml", include_str!("../../rules/timers.yaml")),
 ];
 
 /// The rules of `dir`, or the built-in ones; every problem named.

@@ -164,6 +164,7 @@ pub fn record_from_span(
         role,
         cause,
         root,
+        timer: string_attr(a, attr::CASCADE_TIMER).map(str::to_string),
         depth: int_attr(a, attr::CASCADE_DEPTH).unwrap_or(0).max(0) as u32,
         cpid: write_cpid(a),
         failure: (code >= 400)

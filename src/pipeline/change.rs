@@ -151,6 +151,9 @@ pub struct ChangeRecord {
     pub cause: Option<Cause>,
     /// The cascade's root (this change's own span for a root).
     pub root: SpanRef,
+    /// The timer rule that says a clock made this write (a root of its
+    /// own): `cronjob-schedule`, `progress-deadline`.
+    pub timer: Option<String>,
     /// Hops from the root.
     pub depth: u32,
     /// The change propagation ID the object carries after the write, or

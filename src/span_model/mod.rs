@@ -118,6 +118,9 @@ pub mod attr {
     pub const CASCADE_ROOT_SPAN_ID: &str = "cascade.root.span_id";
     /// Hops from the root (a root is 0).
     pub const CASCADE_DEPTH: &str = "cascade.depth";
+    /// The timer rule that made a cascade's root write (`rules/`,
+    /// `timers:`): a clock, not a change, started the cascade.
+    pub const CASCADE_TIMER: &str = "cascade.timer";
 
     /// The change propagation ID of the change the write belongs to (on
     /// audit and watch spans): users search `cpid=<id>`.

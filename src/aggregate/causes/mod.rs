@@ -90,6 +90,9 @@ pub struct Effect<'a> {
     /// The object carried that same CPID before the write: the write kept
     /// it rather than set it (an uninstrumented writer keeps a stale one).
     pub cpid_kept: bool,
+    /// A timer rule says a clock made this write: it roots a cascade of its
+    /// own, whatever changed before it.
+    pub timer: Option<&'a str>,
 }
 
 /// What was inferred for one write.
@@ -101,6 +104,8 @@ pub struct Inference {
     pub depth: u32,
     /// The object's own CPID, else its cause's (marked inferred).
     pub cpid: Option<WriteCpid>,
+    /// The timer that made the write (a root then).
+    pub timer: Option<String>,
 }
 
 pub struct CauseIndex {
@@ -316,7 +321,11 @@ impl CauseIndex {
         relations: &[(Relation, String)],
         own: Option<&Arc<ChangeEntry>>,
     ) -> Inference {
-        let (found, later_only) = self.best_candidate(effect, relations);
+        let (found, later_only) = if effect.timer.is_some() {
+            (None, false)
+        } else {
+            self.best_candidate(effect, relations)
+        };
         let inference = match found {
             Some(c) => {
                 // Only a cause that arrived first is waited for: a later
@@ -352,6 +361,7 @@ impl CauseIndex {
                     root: resolved.root,
                     depth: resolved.depth + 1,
                     cpid: effect_cpid(effect, resolved.cpid),
+                    timer: None,
                     cause: Some(Cause {
                         span: c.entry.span,
                         // Joined, not formatted: one per write.
@@ -370,7 +380,8 @@ impl CauseIndex {
                 }
             }
             None => {
-                let controller = effect.writer.is_some()
+                let controller = effect.timer.is_none()
+                    && effect.writer.is_some()
                     && effect.class.is_some_and(|class| {
                         let mut writer = self.writers.of(effect.writer);
                         self.propagations.iter().any(|p| {
@@ -394,6 +405,7 @@ impl CauseIndex {
                     root: effect.span,
                     depth: 0,
                     cpid: effect.cpid,
+                    timer: effect.timer.map(str::to_string),
                 }
             }
         };

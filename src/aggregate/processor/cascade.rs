@@ -231,6 +231,14 @@ impl Processor {
             },
             None => (old.and_then(|o| self.object_cpid(w.object, o, true)), true),
         };
+        let timer = w.class.and_then(|class| {
+            let writer = (w.source == ChangeSource::Audit).then_some(w.user);
+            self.rules
+                .timers()
+                .iter()
+                .find(|t| t.fires(w.object, writer, class, old.map(|o| &**o), new))
+                .map(|t| t.name.as_str())
+        });
         let effect = Effect {
             cpid,
             cpid_kept,
@@ -244,6 +252,7 @@ impl Processor {
             completed: w.completed,
             revision: own.map_or_else(Revision::default, |o| o.revision),
             new_phase,
+            timer,
         };
         let inference = self.causes.infer(&effect, relations, own).await;
         self.causes.register_relations(w.object, relations);
@@ -270,6 +279,7 @@ impl Processor {
                 role: inference.role,
                 cause: inference.cause.clone(),
                 root: inference.root,
+                timer: inference.timer.clone(),
                 depth: inference.depth,
                 cpid: inference.cpid,
                 failure: w.failure.clone(),
@@ -327,6 +337,9 @@ pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
     span.attr(attr::CASCADE_ROOT_TRACE_ID, &inference.root.trace_hex());
     span.attr(attr::CASCADE_ROOT_SPAN_ID, &inference.root.span_hex());
     span.attr_int(attr::CASCADE_DEPTH, inference.depth as i64);
+    if let Some(timer) = &inference.timer {
+        span.attr(attr::CASCADE_TIMER, timer);
+    }
     if let Some(c) = &inference.cause {
         span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
         span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());

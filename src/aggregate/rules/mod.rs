@@ -9,9 +9,11 @@ mod finder;
 mod propagation;
 mod selector;
 mod spec;
+mod timer;
 
 pub use propagation::{ChangeClass, Propagation, Via};
 pub use selector::LabelSelector;
+pub use timer::Timer;
 
 use finder::Finder;
 use spec::RuleFile;
@@ -121,6 +123,7 @@ pub struct RuleSet {
     any_resource: Vec<Rule>,
     count: usize,
     propagations: Vec<Propagation>,
+    timers: Vec<Timer>,
 }
 
 impl RuleSet {
@@ -156,6 +159,11 @@ impl RuleSet {
     /// The declared propagations, in file order.
     pub fn propagations(&self) -> &[Propagation] {
         &self.propagations
+    }
+
+    /// The declared timers, in file order.
+    pub fn timers(&self) -> &[Timer] {
+        &self.timers
     }
 
     /// Parses one rule file's text; `source` names it in errors.
@@ -215,6 +223,21 @@ impl RuleSet {
                     p.share_writers(&self.propagations);
                     self.propagations.push(p)
                 }
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut timer_names: std::collections::HashSet<String> =
+            self.timers.iter().map(|t| t.name.clone()).collect();
+        for spec in file.timers {
+            if !timer_names.insert(spec.name().to_string()) {
+                errors.push(RuleError {
+                    location: format!("{source}: timer {:?}", spec.name()),
+                    message: "duplicate timer name".into(),
+                });
+                continue;
+            }
+            match spec.compile(source) {
+                Ok(t) => self.timers.push(t),
                 Err(e) => errors.push(e),
             }
         }

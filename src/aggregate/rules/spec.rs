@@ -17,6 +17,9 @@ pub(super) struct RuleFile {
     /// Which relations carry changes (`propagation.rs`).
     #[serde(default)]
     pub(super) propagations: Vec<super::propagation::PropagationSpec>,
+    /// Writes a clock makes (`timer.rs`).
+    #[serde(default)]
+    pub(super) timers: Vec<super::timer::TimerSpec>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -61,6 +61,7 @@ pub fn change(
         role: CascadeRole::Root,
         cause: None,
         root: span(n),
+        timer: None,
         depth: 0,
         cpid: None,
         failure: None,

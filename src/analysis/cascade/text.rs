@@ -50,8 +50,9 @@ pub fn render_text(cascades: &[Cascade]) -> String {
 pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
     let mut out = String::new();
     if cascades.len() > 1 {
-        // The one that matters first: the latest that went wrong.
-        let wrong = cascades.iter().rposition(|c| {
+        // The one that matters first: the latest that went wrong (one a
+        // change started before one a timer did).
+        let went_wrong = |c: &Cascade| {
             !c.completion.is_complete()
                 || c.changes.iter().any(|ch| {
                     let message = ch.failure.as_deref().unwrap_or_default();
@@ -59,7 +60,13 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
                         && crate::judgement::Refusal::of(ch.code, &ch.verb, message, false)
                             .is_error()
                 })
-        });
+        };
+        let wrong_of = |changes_only: bool| {
+            cascades
+                .iter()
+                .rposition(|c| (!changes_only || c.root().timer.is_none()) && went_wrong(c))
+        };
+        let wrong = wrong_of(true).or_else(|| wrong_of(false));
         let _ = match wrong {
             Some(k) => writeln!(
                 out,
@@ -81,9 +88,14 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
             out.push('\n');
         }
         let root = c.root();
+        let timer = root
+            .timer
+            .as_ref()
+            .map(|t| format!("  (timer {t}: a clock, not a change, made it)"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "cascade {} of {}: {}  at {}",
+            "cascade {} of {}: {}  at {}{timer}",
             n + 1,
             cascades.len(),
             change_name(root),

@@ -187,6 +187,7 @@ impl Builder<'_> {
             role: row.role,
             cause,
             root: row.span,
+            timer: None,
             depth: row.depth,
             cpid: None,
             failure: None,

@@ -241,6 +241,9 @@ pub fn render(
             }
             if i == 0 {
                 attributes.push(kv("cascade.writes", c.changes.len().to_string()));
+                if let Some(t) = &ch.timer {
+                    attributes.push(kv(attr::CASCADE_TIMER, t.clone()));
+                }
                 if let Some(k) = &c.missing_cause {
                     attributes.push(kv(
                         "cascade.partial",
@@ -293,8 +296,12 @@ pub fn render(
                 Attempt::Retry { attempt, .. } => format!("retry {attempt}: "),
                 Attempt::First => String::new(),
             };
+            let timer = match (&ch.timer, i) {
+                (Some(t), 0) => format!("timer {t}: "),
+                _ => String::new(),
+            };
             let name = format!(
-                "{}{retry}{}",
+                "{}{retry}{timer}{}",
                 if critical { CRITICAL_MARK } else { "" },
                 change_name(ch)
             );
@@ -332,21 +339,27 @@ fn failing(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> bool {
 }
 
 /// The span above several cascades, named by the one that matters: the
-/// latest failing one, else the latest; with its service (resource).
+/// latest failing one a change started (else one a timer started), else
+/// the latest; with its service (resource).
 fn headline(
     cascades: &[Cascade],
     fought: &HashMap<Vec<u8>, String>,
     trace_id: &TraceIdBytes,
     searched: Option<&ObjectRef>,
 ) -> (Span, String) {
-    let latest = |failing_only: bool| {
+    let latest = |failing_only: bool, changes_only: bool| {
         cascades
             .iter()
             .filter(|c| !failing_only || failing(c, fought))
+            .filter(|c| !changes_only || c.root().timer.is_none())
             .max_by_key(|c| (c.root().received, c.root().span))
     };
-    let failed = latest(true);
-    let chosen = failed.or_else(|| latest(false)).expect("several cascades");
+    // A change that went wrong tells more than the timer that later noticed
+    // it (a progress deadline).
+    let failed = latest(true, true).or_else(|| latest(true, false));
+    let chosen = failed
+        .or_else(|| latest(false, false))
+        .expect("several cascades");
     let start = cascades
         .iter()
         .map(|c| nanos(c.root().received))
