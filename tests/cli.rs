@@ -332,8 +332,16 @@ fn rules_check_accepts_the_shipped_rules_and_names_bad_ones() {
     .lines()
     .filter(|l| l.starts_with("  - name:"))
     .count();
+    let timers = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/rules/timers.yaml"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("  - name:"))
+        .count();
+    assert!(timers >= 2);
     assert!(
-        out.contains(&format!(" rules, {propagations} propagations OK")),
+        out.contains(&format!(
+            " rules, {propagations} propagations, {timers} timers OK"
+        )),
         "{out}"
     );
 

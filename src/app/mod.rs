@@ -74,10 +74,11 @@ pub fn load_rules(dir: Option<&Path>) -> anyhow::Result<RuleSet> {
 pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
     let set = load_rules(Some(dir))?;
     println!(
-        "{}: {} rules, {} propagations OK",
+        "{}: {} rules, {} propagations, {} timers OK",
         dir.display(),
         set.len(),
-        set.propagations().len()
+        set.propagations().len(),
+        set.timers().len()
     );
     Ok(())
 }
