@@ -790,12 +790,12 @@ async fn the_jaeger_ui_shows_the_image_change_as_a_cascade_of_writes() {
         .map(|s| s["operationName"].as_str().unwrap())
         .collect();
     for want in [
-        ":deployment-controller create replicasets default/hello-",
-        ":replicaset-controller create pods default/hello-",
-        "system:kube-scheduler create binding pods default/hello-",
+        "deployment-controller create replicasets default/hello-",
+        "replicaset-controller create pods default/hello-",
+        "kube-scheduler create binding pods default/hello-",
         " patch status pods default/hello-",
-        ":deployment-controller update replicasets default/hello-",
-        ":replicaset-controller delete pods default/hello-",
+        "deployment-controller update replicasets default/hello-",
+        "replicaset-controller delete pods default/hello-",
     ] {
         assert!(
             names.iter().any(|n| n.contains(want)),
@@ -833,10 +833,7 @@ async fn the_jaeger_ui_shows_the_image_change_as_a_cascade_of_writes() {
     // Searching one of the Pods the rollout created finds the same cascade.
     let pod = names
         .iter()
-        .find_map(|n| {
-            n.split(":replicaset-controller create pods default/")
-                .nth(1)
-        })
+        .find_map(|n| n.split("replicaset-controller create pods default/").nth(1))
         .unwrap()
         .to_string();
     let traces = ui_search(
@@ -2024,7 +2021,7 @@ async fn the_second_clusters_pod_is_a_cascade_of_scheduling_and_kubelet_writes()
     assert!(
         under
             .iter()
-            .any(|n| n.contains("system:kube-scheduler create binding pods remote-demo/labeled")),
+            .any(|n| n.contains("kube-scheduler create binding pods remote-demo/labeled")),
         "{under:#?}"
     );
     assert!(
@@ -2109,7 +2106,7 @@ async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
                 s["operationName"]
                     .as_str()
                     .unwrap()
-                    .contains("system:kube-scheduler create binding pods cpid-demo/")
+                    .contains("kube-scheduler create binding pods cpid-demo/")
             })
     };
     let traces = ui_search("cascade", serde_json::json!({ "cpid": CPID_FIRST }), named).await;
@@ -2135,7 +2132,7 @@ async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
         origin_of("kascade-e2e-admin create deployments cpid-demo/web"),
         ["annotation"]
     );
-    let bindings = origin_of("system:kube-scheduler create binding pods cpid-demo/");
+    let bindings = origin_of("kube-scheduler create binding pods cpid-demo/");
     assert!(!bindings.is_empty() && bindings.iter().all(|o| *o == "inferred"));
     // The trace's id is the CPID: the UI reloads it from any frontend.
     assert_eq!(traces[0]["traceID"], CPID_FIRST.replace('-', ""));
@@ -2159,7 +2156,7 @@ async fn a_change_is_searched_past_the_raw_search_limit_in_the_raw_jaeger() {
                 s["operationName"]
                     .as_str()
                     .unwrap()
-                    .contains("system:kube-scheduler create binding pods cpid-demo/")
+                    .contains("kube-scheduler create binding pods cpid-demo/")
             })
     })
     .await;
@@ -2317,7 +2314,7 @@ async fn rollout_change(
     extra: impl Fn(&[Value]) -> Result<(), String>,
 ) -> Vec<Value> {
     let patch = format!(" patch deployments {namespace}/web");
-    let binding = format!("system:kube-scheduler create binding pods {namespace}/");
+    let binding = format!("kube-scheduler create binding pods {namespace}/");
     let rolled = |traces: &[Value]| {
         let ops: Vec<&str> = traces
             .iter()

@@ -98,6 +98,34 @@ pub fn change_name(c: &ChangeRecord) -> String {
     s
 }
 
+/// A writer's name as a column of names shows it: a kube-system service
+/// account by its own name (`deployment-controller`), another namespace's as
+/// `namespace/name`, other `system:` identities without the prefix
+/// (`kube-scheduler`, `node:worker-1`); anyone else as is. The full name
+/// stays in the `audit.user` tag.
+pub fn short_writer(user: &str) -> &str {
+    if let Some(sa) = user.strip_prefix("system:serviceaccount:") {
+        return match sa.split_once(':') {
+            Some(("kube-system", name)) => name,
+            _ => sa,
+        };
+    }
+    if user == "system:admin" {
+        return user;
+    }
+    user.strip_prefix("system:").unwrap_or(user)
+}
+
+/// `name` with its leading writer `user` shortened ([`short_writer`]).
+pub fn with_short_writer(name: &str, user: &str) -> String {
+    match name.strip_prefix(user) {
+        Some(rest) if !user.is_empty() && rest.starts_with(' ') => {
+            format!("{}{rest}", short_writer(user))
+        }
+        _ => name.to_string(),
+    }
+}
+
 /// `<resource> <ns>/<name>` (`<resource> <name>` when cluster-scoped).
 pub fn object_name(o: &crate::model::ObjectRef) -> String {
     if o.namespace.is_empty() {

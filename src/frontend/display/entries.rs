@@ -18,10 +18,16 @@ pub(super) fn is_visible(key: &str) -> bool {
     !key.starts_with("kascade.") && !key.starts_with("link.") && !key.starts_with("@jaeger@")
 }
 
+/// The attributes a person sees: kascade's internal ones left out, and a
+/// core object's empty `group`.
 pub(super) fn visible(attrs: &[KeyValue]) -> Vec<KeyValue> {
     attrs
         .iter()
         .filter(|kv| is_visible(&kv.key))
+        .filter(|kv| {
+            !(kv.key == attr::GROUP
+                && string_attr(std::slice::from_ref(*kv), attr::GROUP) == Some(""))
+        })
         .cloned()
         .collect()
 }
@@ -322,6 +328,16 @@ pub(super) fn error_statuses(asm: &Assembly) -> Vec<Option<String>> {
         ));
     }
     out
+}
+
+/// An audit entry's span name with its writer shortened
+/// (`deployment-controller update status`); the full name stays in the
+/// `audit.user` tag.
+pub(super) fn short_writer_name(e: &Entry) -> String {
+    match string_attr(&e.span.attributes, attr::AUDIT_USER) {
+        Some(user) => crate::analysis::cascade::with_short_writer(&e.span.name, user),
+        None => e.span.name.clone(),
+    }
 }
 
 /// An entry folded into one log of its object's span; `recovered` as

@@ -260,6 +260,7 @@ pub fn render(
                 kv(attr::NAME, o.name.clone()),
                 kv("note", "no writes or Events in range"),
             ];
+            attributes.retain(|a| !(a.key == attr::GROUP && o.group.is_empty()));
         }
         if let Some(c) = &n.class {
             attributes.push(kv("relation", c.clone()));
@@ -322,7 +323,7 @@ pub fn render(
                 for e in &n.history.entries {
                     let name = match e.source {
                         Source::Event => format!("event {}", e.span.name),
-                        _ => e.span.name.clone(),
+                        _ => short_writer_name(e),
                     };
                     out.push(service, entry_span(e, recovered, trace_id, &ids[i], name));
                 }
@@ -330,7 +331,7 @@ pub fn render(
             Mode::Timeline => {
                 let label = format!("{} {}", service, object_label(n, None));
                 for e in &n.history.entries {
-                    let name = format!("{label}: {}", e.span.name);
+                    let name = format!("{label}: {}", short_writer_name(e));
                     out.push(service, entry_span(e, recovered, trace_id, &ids[0], name));
                 }
             }

@@ -128,7 +128,6 @@ pub fn render(
             let o = &ch.object;
             let mut attributes = vec![
                 kv(attr::CLUSTER, o.cluster.clone()),
-                kv(attr::GROUP, o.group.clone()),
                 kv(attr::RESOURCE, o.resource.clone()),
                 kv(attr::NAMESPACE, o.namespace.clone()),
                 kv(attr::NAME, o.name.clone()),
@@ -157,6 +156,9 @@ pub fn render(
                     humantime::format_rfc3339_micros(ch.completed).to_string(),
                 ),
             ];
+            if !o.group.is_empty() {
+                attributes.insert(1, kv(attr::GROUP, o.group.clone()));
+            }
             if !ch.subresource.is_empty() {
                 attributes.push(kv(attr::AUDIT_SUBRESOURCE, ch.subresource.clone()));
             }
@@ -303,7 +305,7 @@ pub fn render(
             let name = format!(
                 "{}{retry}{timer}{}",
                 if critical { CRITICAL_MARK } else { "" },
-                change_name(ch)
+                crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user)
             );
             out.push(
                 &o.resource,

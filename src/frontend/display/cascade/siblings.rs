@@ -206,7 +206,7 @@ pub(super) fn summary_span(
             }
             Event {
                 time_unix_nano: nanos(ch.received),
-                name: change_name(ch),
+                name: crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user),
                 attributes,
                 ..Default::default()
             }
