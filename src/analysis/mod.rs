@@ -1,7 +1,8 @@
 //! Analysis of the changes the processor records (`pipeline::ChangeRecord`):
 //! cascades (which write caused which, completion, critical path:
 //! `cascade`), propagation statistics (`stats`), their report and plots
-//! (`report`, `plot`), the change log (`changelog`) and the live propagation
+//! (`report`, `plot`; `foreground`: what they count), the change log
+//! (`changelog`) and the live propagation
 //! metric (`live`), `explain` (findings: what went wrong, and why, as
 //! `crate::judgement` judges it), and `tree_text` (how a tree is drawn in
 //! the terminal, for both of its trees). Depends on `pipeline`, `model`,
@@ -10,6 +11,7 @@
 pub mod cascade;
 pub mod changelog;
 pub mod explain;
+pub mod foreground;
 pub mod live;
 pub mod plot;
 pub mod report;

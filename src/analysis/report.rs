@@ -65,6 +65,13 @@ pub struct Report {
     /// not counted as hops.
     #[serde(default)]
     pub retries: u64,
+    /// Changes of the cluster's start-up cascades, left out (see
+    /// `analysis::foreground`; `--with-background` counts them).
+    #[serde(default)]
+    pub background: u64,
+    /// Changes outside `--namespace` or `--from`/`--to`, left out.
+    #[serde(default)]
+    pub out_of_scope: u64,
     /// Successful writes with no cause: cascade roots.
     pub roots: u64,
     /// Successful writes with an inferred cause (the hops below).
@@ -181,6 +188,8 @@ impl Report {
             changes: stats.changes,
             refused: stats.refused,
             retries: stats.retries,
+            background: 0,
+            out_of_scope: 0,
             roots: stats.roots,
             effects: stats.effects,
             unexplained: stats.unexplained_total(),
@@ -251,6 +260,13 @@ impl Report {
             self.lines,
             self.malformed_lines
         );
+        if self.background + self.out_of_scope > 0 {
+            let _ = writeln!(
+                out,
+                "left out: {} changes of the cluster's start-up (--with-background counts them), {} outside the scope",
+                self.background, self.out_of_scope
+            );
+        }
         out.push('\n');
         let width = self
             .edges

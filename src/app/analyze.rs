@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 
 use super::{PipelineConfig, load_rules};
 use crate::analysis::cascade::{CascadeTracker, TrackerConfig};
+use crate::analysis::foreground::{ForegroundScope, ForegroundSink};
 use crate::analysis::plot::write_plots;
 use crate::analysis::report::Report;
 use crate::analysis::stats::PropagationStats;
@@ -50,6 +51,8 @@ pub struct AnalyzeConfig {
     pub rules: Option<PathBuf>,
     /// Malformed lines listed on stderr at most (all are counted).
     pub max_errors_shown: usize,
+    /// Which changes count (namespace, time, the cluster's background).
+    pub scope: ForegroundScope,
 }
 
 impl Default for AnalyzeConfig {
@@ -61,6 +64,7 @@ impl Default for AnalyzeConfig {
             plot: None,
             rules: None,
             max_errors_shown: 20,
+            scope: ForegroundScope::default(),
         }
     }
 }
@@ -72,6 +76,15 @@ pub async fn analyze(
 ) -> anyhow::Result<(Report, crate::analysis::stats::Stats)> {
     if config.files.is_empty() {
         bail!("no audit log files given");
+    }
+    if let (Some(from), Some(to)) = (config.scope.from, config.scope.to)
+        && from > to
+    {
+        bail!(
+            "--from {} is later than --to {}",
+            humantime::format_rfc3339(from),
+            humantime::format_rfc3339(to)
+        );
     }
     let total = super::lines::total_size(&config.files)?;
     let bar = super::lines::progress_bar(total);
@@ -97,6 +110,10 @@ pub async fn analyze(
             })),
         )
     };
+    let foreground = Arc::new(ForegroundSink::new(
+        config.scope.clone(),
+        vec![sink.clone(), tracker.clone()],
+    ));
     let errors = changes_to_sinks(
         lines,
         &config.cluster,
@@ -104,7 +121,7 @@ pub async fn analyze(
         &pipeline.filter()?,
         pipeline.processor_config()?,
         pipeline.redactor()?,
-        vec![sink.clone(), tracker.clone()],
+        vec![foreground.clone()],
     )
     .await;
     tracker.flush();
@@ -128,7 +145,16 @@ pub async fn analyze(
     let mut stats = Arc::try_unwrap(sink)
         .map(PropagationStats::into_stats)
         .unwrap_or_else(|s| s.snapshot());
-    let report = Report::new(&mut stats, st.non_empty, errors.len() as u64, true);
+    let mut report = Report::new(&mut stats, st.non_empty, errors.len() as u64, true);
+    let left_out = foreground.left_out();
+    report.background = left_out.background;
+    report.out_of_scope = left_out.out_of_scope;
+    if report.changes == 0 && left_out.out_of_scope > 0 {
+        bail!(
+            "no change of the audit log is in the scope asked for ({} left out): check --namespace, --from and --to",
+            left_out.out_of_scope
+        );
+    }
     Ok((report, stats))
 }
 

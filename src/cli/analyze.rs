@@ -1,9 +1,11 @@
 //! Flags of `kascade analyze`.
 
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use clap::Args;
 
+use crate::analysis::foreground::ForegroundScope;
 use crate::app::analyze::{AnalyzeConfig, AnalyzeFormat};
 
 super::value_enum_by_name!(AnalyzeFormat);
@@ -29,6 +31,18 @@ pub struct AnalyzeArgs {
     /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
     #[arg(long, env = "KASCADE_RULES")]
     pub rules: Option<PathBuf>,
+    /// Only this namespace's objects (and the cluster-scoped ones its cascades write).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Leave out what was requested before this time (RFC 3339).
+    #[arg(long, value_parser = super::explain::parse_time)]
+    pub from: Option<SystemTime>,
+    /// Leave out what was requested after this time (RFC 3339).
+    #[arg(long, value_parser = super::explain::parse_time)]
+    pub to: Option<SystemTime>,
+    /// Count the cascades the cluster started before any user's (its start-up), left out by default.
+    #[arg(long)]
+    pub with_background: bool,
 }
 
 impl From<AnalyzeArgs> for AnalyzeConfig {
@@ -39,6 +53,12 @@ impl From<AnalyzeArgs> for AnalyzeConfig {
             format: a.format,
             plot: a.plot,
             rules: a.rules,
+            scope: ForegroundScope {
+                namespace: a.namespace,
+                from: a.from,
+                to: a.to,
+                with_background: a.with_background,
+            },
             ..AnalyzeConfig::default()
         }
     }

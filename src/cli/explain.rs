@@ -15,7 +15,7 @@ fn explain() -> ExplainConfig {
     ExplainConfig::default()
 }
 
-fn parse_time(s: &str) -> Result<SystemTime, String> {
+pub(super) fn parse_time(s: &str) -> Result<SystemTime, String> {
     humantime::parse_rfc3339_weak(s)
         .map_err(|e| format!("{s:?}: {e} (expected RFC 3339, e.g. 2026-11-23T10:00:00Z)"))
 }

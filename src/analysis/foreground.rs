@@ -1,0 +1,196 @@
+//! What `kascade analyze` counts: the changes of a run's own cascades in
+//! the scope asked for. The cluster's background — cascades the cluster
+//! itself started before any user's (its start-up: the apiserver creating
+//! its namespaces, controllers filling in defaults as they come up) — is
+//! left out, as `kascade explain` leaves it out (`crate::judgement`), unless
+//! asked for; so are changes outside `--namespace` and `--from`/`--to`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::judgement::Writer;
+use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
+
+/// Which changes count.
+#[derive(Clone, Debug, Default)]
+pub struct ForegroundScope {
+    /// Only this namespace's objects (and cluster-scoped ones its
+    /// cascades write: nodes, volumes).
+    pub namespace: Option<String>,
+    /// Only changes requested from then on.
+    pub from: Option<SystemTime>,
+    /// Only changes requested until then.
+    pub to: Option<SystemTime>,
+    /// Count the cluster's start-up cascades too.
+    pub with_background: bool,
+}
+
+/// Counts of what was left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Changes of cascades the cluster started before any user's.
+    pub background: u64,
+    /// Changes outside the namespace or the time range.
+    pub out_of_scope: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Roots of the cluster's background cascades (only its start-up's:
+    /// bounded by what a cluster does before its first user).
+    background: HashSet<SpanRef>,
+    user_seen: bool,
+    /// Roots of cascades that touched the namespace.
+    in_namespace: HashSet<SpanRef>,
+    left_out: LeftOut,
+}
+
+/// A [`ChangeSink`] that hands the changes in scope to `sinks`.
+pub struct ForegroundSink {
+    scope: ForegroundScope,
+    sinks: Vec<Arc<dyn ChangeSink>>,
+    state: Mutex<State>,
+}
+
+/// Cascades remembered as touching the namespace at most (past it, a
+/// cascade's later changes on cluster-scoped objects are left out).
+const MAX_NAMESPACE_ROOTS: usize = 1 << 20;
+
+impl ForegroundSink {
+    pub fn new(scope: ForegroundScope, sinks: Vec<Arc<dyn ChangeSink>>) -> Self {
+        Self {
+            scope,
+            sinks,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// What was left out so far.
+    pub fn left_out(&self) -> LeftOut {
+        self.lock().left_out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn admits(&self, c: &ChangeRecord) -> bool {
+        let mut st = self.lock();
+        if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
+            match Writer::of(&c.user) {
+                Writer::User if !c.user.is_empty() => st.user_seen = true,
+                Writer::Cluster if !st.user_seen => {
+                    st.background.insert(c.span);
+                }
+                _ => {}
+            }
+        }
+        if !self.scope.with_background && st.background.contains(&c.root) {
+            st.left_out.background += 1;
+            return false;
+        }
+        let in_time = self.scope.from.is_none_or(|f| c.received >= f)
+            && self.scope.to.is_none_or(|t| c.received <= t);
+        let in_namespace = match &self.scope.namespace {
+            None => true,
+            Some(ns)
+                if c.object.namespace == *ns
+                    || (c.object.resource == "namespaces" && c.object.name == *ns) =>
+            {
+                if st.in_namespace.len() < MAX_NAMESPACE_ROOTS {
+                    st.in_namespace.insert(c.root);
+                }
+                true
+            }
+            // A cluster-scoped object a cascade of the namespace wrote.
+            Some(_) => c.object.namespace.is_empty() && st.in_namespace.contains(&c.root),
+        };
+        if !(in_time && in_namespace) {
+            st.left_out.out_of_scope += 1;
+            return false;
+        }
+        true
+    }
+}
+
+impl ChangeSink for ForegroundSink {
+    fn wants_objects(&self) -> bool {
+        self.sinks.iter().any(|s| s.wants_objects())
+    }
+
+    fn record(&self, change: &ChangeRecord) {
+        if self.admits(change) {
+            for s in &self.sinks {
+                s.record(change);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::cascade::testing::{caused_by, change, obj};
+
+    struct Count(Mutex<Vec<String>>);
+    impl ChangeSink for Count {
+        fn record(&self, c: &ChangeRecord) {
+            self.0.lock().unwrap().push(c.object.name.clone());
+        }
+    }
+
+    #[test]
+    fn the_clusters_start_up_is_left_out_and_the_users_cascades_counted() {
+        let count = Arc::new(Count(Mutex::new(Vec::new())));
+        let sink = ForegroundSink::new(ForegroundScope::default(), vec![count.clone()]);
+        let mut boot = change(1, obj("namespaces", "kube-system"), "create", 0, 1, None);
+        boot.user = "system:apiserver".into();
+        let mut sa = change(
+            2,
+            obj("serviceaccounts", "default"),
+            "create",
+            3_000,
+            3_001,
+            None,
+        );
+        sa.user = "system:serviceaccount:kube-system:service-account-controller".into();
+        let sa = caused_by(sa, &boot, "namespaces → serviceaccounts create");
+        let user = change(3, obj("deployments", "web"), "create", 5_000, 5_001, None);
+        let mut rs = change(4, obj("replicasets", "web-1"), "create", 5_002, 5_003, None);
+        rs.user = "system:serviceaccount:kube-system:deployment-controller".into();
+        let rs = caused_by(rs, &user, "deployments → replicasets create");
+        // After the first user's cascade, a cascade the cluster starts is the run's.
+        let mut later = change(5, obj("nodes", "n1"), "patch", 6_000, 6_001, None);
+        later.user = "system:node:n1".into();
+        for c in [&boot, &sa, &user, &rs, &later] {
+            sink.record(c);
+        }
+        assert_eq!(*count.0.lock().unwrap(), ["web", "web-1", "n1"]);
+        assert_eq!(sink.left_out().background, 2);
+    }
+
+    #[test]
+    fn a_namespace_keeps_its_objects_and_the_cluster_scoped_ones_its_cascades_write() {
+        let count = Arc::new(Count(Mutex::new(Vec::new())));
+        let scope = ForegroundScope {
+            namespace: Some("default".into()),
+            with_background: true,
+            ..ForegroundScope::default()
+        };
+        let sink = ForegroundSink::new(scope, vec![count.clone()]);
+        let pod = change(1, obj("pods", "p"), "create", 0, 1, None);
+        let mut pv = change(2, obj("persistentvolumes", "pv-1"), "update", 5, 6, None);
+        pv.object.namespace.clear();
+        let pv = caused_by(pv, &pod, "pods → persistentvolumes update");
+        let mut other = change(3, obj("pods", "q"), "create", 10, 11, None);
+        other.object.namespace = "other".into();
+        let mut lone = change(4, obj("nodes", "n1"), "patch", 12, 13, None);
+        lone.object.namespace.clear();
+        for c in [&pod, &pv, &other, &lone] {
+            sink.record(c);
+        }
+        assert_eq!(*count.0.lock().unwrap(), ["p", "pv-1"]);
+        assert_eq!(sink.left_out().out_of_scope, 2);
+    }
+}
