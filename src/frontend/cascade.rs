@@ -240,6 +240,48 @@ pub async fn cascades_of<S: RawStore>(
 ) -> Result<(Vec<Cascade>, Vec<String>), RawError> {
     let mut notes = Vec::new();
     // Roots by the time of the write that named them, latest last.
+    // The searched object's first write: cascades over before it, which
+    // never touched it, are the history of what it came to use (the
+    // PersistentVolumes a cluster's set-up created for its claims), not its
+    // own.
+    let searched = asm.nodes.get(asm.searched);
+    let born = searched
+        .and_then(|n| {
+            n.history
+                .entries
+                .iter()
+                .map(|e| e.span.start_time_unix_nano)
+                .min()
+        })
+        .unwrap_or(0);
+    let own: HashSet<SpanRef> = searched
+        .map(|n| {
+            n.history
+                .entries
+                .iter()
+                .filter_map(|e| root_of(&e.span))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut last_write: std::collections::HashMap<SpanRef, u64> = Default::default();
+    for n in asm
+        .nodes
+        .iter()
+        .filter(|n| !n.shared && n.copy_of.is_none())
+    {
+        for e in n
+            .history
+            .entries
+            .iter()
+            .filter(|e| e.span.start_time_unix_nano <= clip.until)
+        {
+            if let Some(r) = root_of(&e.span) {
+                let t = last_write.entry(r).or_insert(0);
+                *t = (*t).max(e.span.end_time_unix_nano);
+            }
+        }
+    }
+    let mut earlier = 0;
     let mut named: Vec<(u64, SpanRef)> = asm
         .nodes
         .iter()
@@ -249,7 +291,18 @@ pub async fn cascades_of<S: RawStore>(
         .flat_map(|n| n.history.entries.iter())
         .filter(|e| e.span.start_time_unix_nano <= clip.until)
         .filter_map(|e| root_of(&e.span).map(|r| (e.span.start_time_unix_nano, r)))
+        .filter(|(_, r)| {
+            let keep = own.contains(r) || last_write.get(r).is_none_or(|&t| t >= born);
+            earlier += usize::from(!keep);
+            keep
+        })
         .collect();
+    if earlier > 0 {
+        notes.push(
+            "cascades of the objects it uses that were over before it was first written are left out"
+                .to_string(),
+        );
+    }
     named.sort();
     let mut roots: Vec<SpanRef> = Vec::new();
     for (_, r) in named.iter().rev() {
