@@ -213,15 +213,16 @@ pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
         .collect()
 }
 
-/// An object a cascade left being deleted that another cascade removed
-/// later (the write that took away its last finalizer): settled then.
+/// An object a cascade left unsettled that another cascade removed later
+/// (the write that took away a deleted object's last finalizer; a Pod a
+/// later scale-down deleted before it was scheduled): its wait ended then.
 fn settle_removed(c: &mut Cascade, removed: &HashMap<crate::model::ObjectRef, SystemTime>) {
     let Completion::Waiting(waiting) = &mut c.completion else {
         return;
     };
     let mut at = c.changes.iter().map(|ch| ch.completed).max();
     waiting.retain(|w| match removed.get(&w.object) {
-        Some(&t) if w.status == "Terminating" && t >= w.since => {
+        Some(&t) if t >= w.since => {
             at = at.max(Some(t));
             false
         }
