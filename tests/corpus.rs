@@ -458,3 +458,34 @@ async fn a_statefulsets_cascades_leave_out_the_volume_set_up_before_it() {
         "{roots:#?}"
     );
 }
+
+#[tokio::test]
+async fn writers_are_named_short_in_the_name_column_and_in_full_in_a_tag() {
+    let (f, range) = frontend("rolling-update").await;
+    for mode in [Mode::Cascade, Mode::Tree, Mode::Timeline] {
+        let t = search(&f, range, mode, ("deployments", "catalog", "catalog")).await;
+        let all = spans(&t);
+        let long: Vec<&str> = all
+            .iter()
+            .map(|s| s.name.as_str())
+            .filter(|n| n.contains("system:serviceaccount:kube-system:"))
+            .collect();
+        assert!(long.is_empty(), "{mode:?}: {long:#?}");
+        let controller = all
+            .iter()
+            .find(|s| s.name.contains("replicaset-controller create"))
+            .unwrap_or_else(|| panic!("{mode:?}: no Pod create by the ReplicaSet controller"));
+        assert_eq!(
+            string_attr(controller, "audit.user"),
+            Some("system:serviceaccount:kube-system:replicaset-controller"),
+            "{mode:?}"
+        );
+        // A core object's group is not an empty tag.
+        assert!(
+            all.iter()
+                .filter(|s| string_attr(s, "resource") == Some("pods"))
+                .all(|s| string_attr(s, "group").is_none()),
+            "{mode:?}"
+        );
+    }
+}
