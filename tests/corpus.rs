@@ -489,3 +489,54 @@ async fn writers_are_named_short_in_the_name_column_and_in_full_in_a_tag() {
         );
     }
 }
+
+/// Writes `lines` to a temporary file and explains it.
+fn explain_lines(lines: &[String]) -> Report {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.log");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let config = ExplainConfig {
+        files: vec![path],
+        scope: Scope::default(),
+        ..ExplainConfig::default()
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(explain(&config))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_log_that_starts_mid_run_or_comes_out_of_order_points_no_cause_forward() {
+    // The last 60 % of the quota run (no start-up, the Deployment's create
+    // missing), and the whole run with every 50-line block reversed (out of
+    // order the way two apiservers' interleaved logs are).
+    let all = lines("quota-exceeded");
+    let tail: Vec<String> = all[all.len() * 2 / 5..].to_vec();
+    let shuffled: Vec<String> = all
+        .chunks(50)
+        .flat_map(|c| c.iter().rev().cloned().collect::<Vec<_>>())
+        .collect();
+    for (what, input) in [("tail", tail), ("out of order", shuffled)] {
+        let changes = common::changes_of_lines(input.clone(), CLUSTER).await;
+        let by_span: std::collections::HashMap<_, _> =
+            changes.iter().map(|c| (c.span, c)).collect();
+        for c in &changes {
+            if let Some(cause) = c.cause.as_ref().and_then(|k| by_span.get(&k.span)) {
+                assert!(
+                    cause.received <= c.received,
+                    "{what}: {} caused by the later {}",
+                    kascade::analysis::cascade::change_name(c),
+                    kascade::analysis::cascade::change_name(cause)
+                );
+            }
+        }
+        // The refusals are still the first finding, whatever else is missing.
+        let r = tokio::task::spawn_blocking(move || explain_lines(&input))
+            .await
+            .unwrap();
+        let f = &r.findings[0];
+        assert!(f.title.contains("exceeded quota"), "{what}: {}", f.headline);
+        assert!(!f.background, "{what}");
+    }
+}
