@@ -160,13 +160,15 @@ pub(super) struct PropagationSpec {
     matcher: Option<EffectMatch>,
 }
 
+/// `match:` of a propagation or a timer: the group and resource of the
+/// object written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EffectMatch {
+pub(super) struct EffectMatch {
     #[serde(default)]
-    group: Option<String>,
+    pub(super) group: Option<String>,
     #[serde(default)]
-    resource: Option<String>,
+    pub(super) resource: Option<String>,
 }
 
 const SAME_OBJECT: &str = "self";

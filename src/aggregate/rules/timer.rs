@@ -22,7 +22,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::RuleError;
-use super::propagation::ChangeClass;
+use super::propagation::{ChangeClass, EffectMatch};
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 use crate::model::ObjectRef;
 
@@ -92,18 +92,9 @@ pub(super) struct TimerSpec {
     #[serde(default)]
     writers: Option<String>,
     #[serde(default, rename = "match")]
-    matcher: Option<TimerMatch>,
+    matcher: Option<EffectMatch>,
     #[serde(default)]
     sets_condition: Option<ConditionSpec>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TimerMatch {
-    #[serde(default)]
-    group: Option<String>,
-    #[serde(default)]
-    resource: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -67,6 +67,12 @@ impl Cascade {
         out
     }
 
+    /// Whether the cascade went wrong: not complete, or a write in it was
+    /// refused in a way its writer does not expect.
+    pub fn went_wrong(&self) -> bool {
+        !self.completion.is_complete() || self.changes.iter().any(write_failed)
+    }
+
     /// From the root's request received to completion, when complete.
     pub fn duration(&self) -> Option<Duration> {
         match &self.completion {
@@ -77,6 +83,13 @@ impl Cascade {
             Completion::Waiting(_) => None,
         }
     }
+}
+
+/// Whether a write was refused in a way its writer does not expect (as
+/// `crate::judgement` judges refusals): shown in error.
+pub fn write_failed(ch: &ChangeRecord) -> bool {
+    let message = ch.failure.as_deref().unwrap_or_default();
+    ch.code >= 400 && crate::judgement::Refusal::of(ch.code, &ch.verb, message, false).is_error()
 }
 
 /// `<user> <verb>[ <subresource>] <resource> <ns>/<name>` (`watch <type>`

@@ -52,19 +52,10 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
     if cascades.len() > 1 {
         // The one that matters first: the latest that went wrong (one a
         // change started before one a timer did).
-        let went_wrong = |c: &Cascade| {
-            !c.completion.is_complete()
-                || c.changes.iter().any(|ch| {
-                    let message = ch.failure.as_deref().unwrap_or_default();
-                    ch.code >= 400
-                        && crate::judgement::Refusal::of(ch.code, &ch.verb, message, false)
-                            .is_error()
-                })
-        };
         let wrong_of = |changes_only: bool| {
             cascades
                 .iter()
-                .rposition(|c| (!changes_only || c.root().timer.is_none()) && went_wrong(c))
+                .rposition(|c| (!changes_only || c.root().timer.is_none()) && c.went_wrong())
         };
         let wrong = wrong_of(true).or_else(|| wrong_of(false));
         let _ = match wrong {

@@ -364,7 +364,8 @@ impl State {
     fn record_failure(&mut self, c: &ChangeRecord, obj: Idx, user: u32, attempt: Attempt) {
         let gone = self.objects[obj as usize].gone;
         let message = c.failure.as_deref().unwrap_or_default();
-        if Refusal::of(c.code, &c.verb, message, gone) == Refusal::AlreadyGone {
+        let refusal = Refusal::of(c.code, &c.verb, message, gone);
+        if refusal == Refusal::AlreadyGone {
             return;
         }
         if self.failed.len() >= MAX_FAILED {
@@ -389,7 +390,7 @@ impl State {
         if self.root_writers.get(&c.root) == Some(&Writer::User) {
             self.objects[shown as usize].user_touched = true;
         }
-        if Refusal::of(c.code, &c.verb, message, gone) == Refusal::Conflict {
+        if refusal == Refusal::Conflict {
             self.conflicts
                 .entry((obj, user))
                 .or_default()

@@ -10,7 +10,9 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
 
 use super::{Out, span_id};
-use crate::analysis::cascade::{Attempt, Cascade, Completion, change_name, format_duration};
+use crate::analysis::cascade::{
+    Attempt, Cascade, Completion, change_name, format_duration, write_failed,
+};
 use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::pipeline::ChangeRecord;
@@ -28,14 +30,6 @@ fn failure_message(ch: &ChangeRecord) -> String {
         Some(m) => format!("request failed with {}: {m}", ch.code),
         None => format!("request failed with {}", ch.code),
     }
-}
-
-/// Whether the write failed in a way its writer does not expect: shown in
-/// error.
-fn fails(ch: &ChangeRecord) -> bool {
-    use crate::judgement::Refusal;
-    let message = ch.failure.as_deref().unwrap_or_default();
-    ch.code >= 400 && Refusal::of(ch.code, &ch.verb, message, false).is_error()
 }
 
 /// Each change's span (ns): from its cause's response completed (the
@@ -176,7 +170,7 @@ pub fn render(
                 attributes.push(kv(attr::CPID_ORIGIN, c.origin.as_str()));
             }
             let mut events = Vec::new();
-            let mut status = if fails(ch) {
+            let mut status = if write_failed(ch) {
                 Some(Status {
                     message: failure_message(ch),
                     code: StatusCode::Error as i32,
@@ -334,10 +328,10 @@ pub fn render(
 /// Whether a cascade went wrong: not complete, or a write in it failed or
 /// undid another writer's.
 fn failing(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> bool {
-    !c.completion.is_complete()
+    c.went_wrong()
         || c.changes
             .iter()
-            .any(|ch| fails(ch) || fought.contains_key(ch.span.span_id.as_slice()))
+            .any(|ch| fought.contains_key(ch.span.span_id.as_slice()))
 }
 
 /// The span above several cascades, named by the one that matters: the

@@ -14,7 +14,8 @@ use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 
 use super::super::entries::span_id;
 use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
-use super::{fails, failure_message};
+use super::failure_message;
+use crate::analysis::cascade::write_failed;
 use crate::analysis::cascade::{Cascade, InPart, change_name, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
 use crate::model::ObjectRef;
@@ -37,7 +38,7 @@ impl Subtrees {
     pub fn of(c: &Cascade, searched: Option<&ObjectRef>) -> Subtrees {
         let n = c.changes.len();
         let mut t = Subtrees {
-            failed: c.changes.iter().map(fails).collect(),
+            failed: c.changes.iter().map(write_failed).collect(),
             searched: c
                 .changes
                 .iter()
@@ -199,7 +200,7 @@ pub(super) fn summary_span(
             if subtrees.size[i] > 1 {
                 attributes.push(kv_int("writes.caused", subtrees.size[i] as i64 - 1));
             }
-            if fails(ch) {
+            if write_failed(ch) {
                 attributes.push(kv("error", failure_message(ch)));
             } else if subtrees.failed[i] {
                 attributes.push(kv("error", "a write it caused failed"));
