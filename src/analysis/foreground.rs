@@ -33,6 +33,9 @@ pub struct LeftOut {
     pub background: u64,
     /// Changes outside the namespace or the time range.
     pub out_of_scope: u64,
+    /// Start-up cascades not remembered as background (bound reached):
+    /// their changes were counted.
+    pub background_untracked: u64,
 }
 
 #[derive(Default)]
@@ -52,6 +55,11 @@ pub struct ForegroundSink {
     sinks: Vec<Arc<dyn ChangeSink>>,
     state: Mutex<State>,
 }
+
+/// The cluster's start-up cascades remembered at most (a log with no
+/// user's write at all would otherwise keep every root); past it, their
+/// changes are counted as the run's.
+const MAX_BACKGROUND_ROOTS: usize = 1 << 20;
 
 /// Cascades remembered as touching the namespace at most (past it, a
 /// cascade's later changes on cluster-scoped objects are left out).
@@ -81,7 +89,11 @@ impl ForegroundSink {
             match Writer::of(&c.user) {
                 Writer::User if !c.user.is_empty() => st.user_seen = true,
                 Writer::Cluster if !st.user_seen => {
-                    st.background.insert(c.span);
+                    if st.background.len() < MAX_BACKGROUND_ROOTS {
+                        st.background.insert(c.span);
+                    } else {
+                        st.left_out.background_untracked += 1;
+                    }
                 }
                 _ => {}
             }

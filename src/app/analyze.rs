@@ -147,6 +147,12 @@ pub async fn analyze(
         .unwrap_or_else(|s| s.snapshot());
     let mut report = Report::new(&mut stats, st.non_empty, errors.len() as u64, true);
     let left_out = foreground.left_out();
+    if left_out.background_untracked > 0 {
+        tracing::warn!(
+            roots = left_out.background_untracked,
+            "the cluster's start-up cascades beyond the bound were counted as the run's (no user's write for over a million cascades)"
+        );
+    }
     report.background = left_out.background;
     report.out_of_scope = left_out.out_of_scope;
     if report.changes == 0 && left_out.out_of_scope > 0 {

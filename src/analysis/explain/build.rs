@@ -459,6 +459,26 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
             st.failed_dropped
         ));
     }
+    for (dropped, what) in [
+        (
+            st.fields_dropped,
+            "spec field changes were not followed for writers fighting",
+        ),
+        (
+            st.retries.forgotten,
+            "refused writes were forgotten before their retries: those retries count as first attempts",
+        ),
+        (
+            st.root_writers_dropped,
+            "cascade roots' writers were not kept: their problems are not judged background",
+        ),
+    ] {
+        if dropped > 0 {
+            inputs
+                .notes
+                .push(format!("{dropped} {what} (bound reached)"));
+        }
+    }
     inputs.events_in_scope = st.in_scope;
     inputs.objects_in_scope = members.len() as u64;
     inputs.from = st.first.map(rfc3339).unwrap_or_default();

@@ -26,6 +26,8 @@ pub(super) type Idx = u32;
 
 /// Changes kept for timelines at most (each about 150 bytes).
 const MAX_TIMELINE_ROWS: usize = 4_000_000;
+/// Cascade roots whose writer is kept at most (each about 40 bytes).
+const MAX_ROOT_WRITERS: usize = 4_000_000;
 /// Refused writes kept at most (the rest are counted).
 const MAX_FAILED: usize = 100_000;
 /// Slowest hops kept per edge.
@@ -188,6 +190,9 @@ pub(super) struct State {
     /// Who started each cascade (refused roots and roots outside the
     /// scope too: the background judgement needs them all).
     pub root_writers: HashMap<SpanRef, Writer>,
+    /// Cascade roots whose writer was not kept (bound reached): their
+    /// problems are never judged background.
+    pub root_writers_dropped: u64,
     /// When the first cascade a user started began, anywhere in the log.
     pub first_user_cascade: Option<SystemTime>,
     /// Writers' refused attempts, to tell retries from new intents.
@@ -229,6 +234,7 @@ impl State {
             edges: BTreeMap::new(),
             roots: HashMap::new(),
             root_writers: HashMap::new(),
+            root_writers_dropped: 0,
             first_user_cascade: None,
             retries: Retries::default(),
             fields: HashMap::new(),
@@ -299,7 +305,11 @@ impl State {
     pub(super) fn record(&mut self, c: &ChangeRecord) {
         if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
             let writer = Writer::of(&c.user);
-            self.root_writers.insert(c.span, writer);
+            if self.root_writers.len() < MAX_ROOT_WRITERS {
+                self.root_writers.insert(c.span, writer);
+            } else {
+                self.root_writers_dropped += 1;
+            }
             if writer == Writer::User {
                 let first = self.first_user_cascade.get_or_insert(c.received);
                 *first = (*first).min(c.received);
