@@ -412,10 +412,17 @@ fn bad_flags_are_named() {
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
+/// The flag reference README links to: every subcommand's flag tables.
+const CONFIGURATION_REFERENCE: &str = "docs/configuration.md";
+
+fn configuration_reference() -> String {
+    let path = format!("{}/{CONFIGURATION_REFERENCE}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 #[test]
-fn every_flag_in_help_is_documented_in_the_readme() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn readme_configuration_reference_documents_every_flag_in_help() {
+    let reference = configuration_reference();
     let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z0-9-]+)").unwrap();
     let mut checked = 0;
     for sub in [
@@ -438,8 +445,8 @@ fn every_flag_in_help_is_documented_in_the_readme() {
                 let f = &c[1];
                 checked += 1;
                 assert!(
-                    readme.contains(&format!("`{f}`")) || readme.contains(&format!("`{f} ")),
-                    "`kascade {} --help` lists {f}, which README.md does not document",
+                    reference.contains(&format!("`{f}`")) || reference.contains(&format!("`{f} ")),
+                    "`kascade {} --help` lists {f}, which {CONFIGURATION_REFERENCE} does not document",
                     sub.join(" ")
                 );
             }
@@ -507,28 +514,25 @@ fn otlp_settings_from_the_environment_are_checked_and_named() {
     );
 }
 
-/// A flag's row in one of README's configuration tables.
+/// A flag's row in one of the configuration reference's tables.
 struct ReadmeRow {
     /// The cell of the default, as written (`\|` unescaped).
     default: String,
     line: usize,
 }
 
-/// The flag tables of README's "Configuration reference", by the
-/// subcommands each applies to ("" for the global flags), read from the
-/// caption above each table.
-fn readme_flag_tables()
+/// The flag tables of the configuration reference, by the subcommands
+/// each applies to ("" for the global flags), read from the caption above
+/// each table.
+fn configuration_flag_tables()
 -> std::collections::HashMap<String, std::collections::HashMap<String, ReadmeRow>> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
-        .split("\n## Configuration reference\n")
-        .nth(1)
-        .expect("README has a Configuration reference")
-        .split("\n## ")
-        .next()
-        .unwrap();
-    let first_line = readme[..readme.find(section).unwrap()].lines().count() + 1;
+    let section = configuration_reference();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("]({CONFIGURATION_REFERENCE}")),
+        "README.md does not link the configuration reference {CONFIGURATION_REFERENCE}"
+    );
+    let first_line = 1;
     let flag = regex::Regex::new(r"`(--[a-z0-9-]+)`").unwrap();
     let mut tables: std::collections::HashMap<
         String,
@@ -572,7 +576,7 @@ fn readme_flag_tables()
         };
         assert!(
             !subcommands.is_empty(),
-            "README.md:{}: the caption {caption:?} above this table names no subcommand",
+            "{CONFIGURATION_REFERENCE}:{}: the caption {caption:?} above this table names no subcommand",
             first_line + i
         );
         for f in flag.captures_iter(first) {
@@ -626,7 +630,7 @@ fn help_flags(sub: &[&str]) -> Vec<(String, Option<String>)> {
     flags
 }
 
-/// Whether README's default cell states `default`: as a code span (a list
+/// Whether the reference's default cell states `default`: as a code span (a list
 /// comma-separated, as typed, where clap shows it space-separated), or in
 /// words when the default is described rather than a value.
 fn states_default(cell: &str, default: &str) -> bool {
@@ -638,8 +642,8 @@ fn states_default(cell: &str, default: &str) -> bool {
 }
 
 #[test]
-fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
-    let tables = readme_flag_tables();
+fn readme_configuration_reference_tables_match_each_subcommands_help_in_names_and_defaults() {
+    let tables = configuration_flag_tables();
     let global = &tables[""];
     let lone = regex::Regex::new(r"^`[^`]*`$").unwrap();
     let mut checked_defaults = 0;
@@ -660,7 +664,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         for (flag, default) in &help {
             let Some(row) = own.and_then(|t| t.get(flag)).or_else(|| global.get(flag)) else {
                 problems.push(format!(
-                    "`kascade {key} --help` lists {flag}, which no README table of `{key}` documents"
+                    "`kascade {key} --help` lists {flag}, which no table of `{key}` in {CONFIGURATION_REFERENCE} documents"
                 ));
                 continue;
             };
@@ -669,7 +673,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
                     checked_defaults += 1;
                     if !states_default(&row.default, d) {
                         problems.push(format!(
-                            "README.md:{}: {flag} of `kascade {key}` defaults to `{d}` (its --help), README says {:?}",
+                            "{CONFIGURATION_REFERENCE}:{}: {flag} of `kascade {key}` defaults to `{d}` (its --help), the table says {:?}",
                             row.line, row.default
                         ));
                     }
@@ -678,7 +682,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
                     // A lone value would claim a default the flag does not have.
                     if lone.is_match(&row.default) {
                         problems.push(format!(
-                            "README.md:{}: {flag} of `kascade {key}` has no default in its --help, README says {:?}",
+                            "{CONFIGURATION_REFERENCE}:{}: {flag} of `kascade {key}` has no default in its --help, the table says {:?}",
                             row.line, row.default
                         ));
                     }
@@ -691,7 +695,7 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         for (flag, row) in documented.into_iter().flatten() {
             if !in_help.contains(flag.as_str()) {
                 problems.push(format!(
-                    "README.md:{}: documents {flag} for `kascade {key}`, whose --help has no such flag",
+                    "{CONFIGURATION_REFERENCE}:{}: documents {flag} for `kascade {key}`, whose --help has no such flag",
                     row.line
                 ));
             }
