@@ -10,7 +10,7 @@
 //! | `sh exit=N` | the same, and it must exit with N |
 //! | `sh synopsis` | a usage line with placeholders: every `--flag` in it must be in `kascade <subcommand> --help` |
 //! | `yaml` | a rule file: `kascade rules check` must accept it |
-//! | `console` | a transcript: each `$ ` line is run as a `sh` block's command (it must exit 0), and every other line that elides nothing (no `…`) must be a line of what the commands printed |
+//! | `console` | a transcript: each `$ ` line is run as a `sh` block's command (it must exit 0), and every other line that elides nothing (no `…` or `⋮`) must be a line of what the commands printed |
 //! | `text output`, `text diagram` | what a command prints, or a picture: not run |
 //! | `… cluster` | needs a live cluster, a running collector, frontend or Jaeger, a CI runner or the network |
 //! | `… docker`, `… helm` | needs a Docker engine, or Helm and a cluster |
@@ -338,7 +338,7 @@ fn check_transcript(block: &Block, scratch: &Scratch) -> Result<(), String> {
                 }
                 printed.push_str(&String::from_utf8_lossy(&out.stdout));
             }
-            None if !line.trim().is_empty() && !line.contains('…') => expected.push(line),
+            None if !line.trim().is_empty() && !line.contains(['…', '⋮']) => expected.push(line),
             None => {}
         }
     }
