@@ -527,7 +527,8 @@ struct ReadmeRow {
 fn configuration_flag_tables()
 -> std::collections::HashMap<String, std::collections::HashMap<String, ReadmeRow>> {
     let section = configuration_reference();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     assert!(
         readme.contains(&format!("]({CONFIGURATION_REFERENCE}")),
         "README.md does not link the configuration reference {CONFIGURATION_REFERENCE}"

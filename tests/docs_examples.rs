@@ -34,7 +34,9 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const RUN_LIMIT: &str = "120";
 
 /// Markers of blocks that cannot run here, with what each needs.
-const NOT_RUN: &[&str] = &["cluster", "docker", "helm", "harness", "install", "fragment"];
+const NOT_RUN: &[&str] = &[
+    "cluster", "docker", "helm", "harness", "install", "fragment",
+];
 
 /// One fenced code block.
 struct Block {
@@ -71,8 +73,7 @@ impl Block {
 /// The fenced blocks of one Markdown file (fences may be indented, as in
 /// a list item; the indent is taken off the body).
 fn blocks_of(path: &Path) -> Vec<Block> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let file = path
         .strip_prefix(ROOT)
         .unwrap_or(path)
@@ -197,7 +198,7 @@ fn commands(script: &str) -> Vec<String> {
 fn program(command: &str) -> &str {
     command
         .split_whitespace()
-        .find(|w| !(w.contains('=') && !w.starts_with('-')))
+        .find(|w| !w.contains('=') || w.starts_with('-'))
         .unwrap_or("")
 }
 
@@ -338,7 +339,9 @@ fn check_transcript(block: &Block, scratch: &Scratch) -> Result<(), String> {
                 }
                 printed.push_str(&String::from_utf8_lossy(&out.stdout));
             }
-            None if !line.trim().is_empty() && !line.contains(['…', '⋮']) => expected.push(line),
+            None if !line.trim().is_empty() && !line.contains(['…', '⋮']) => {
+                expected.push(line)
+            }
             None => {}
         }
     }
@@ -366,9 +369,11 @@ fn check_synopsis(block: &Block) -> Result<(), String> {
     let help = help_of(&[words[1]]);
     let flag = regex::Regex::new(r"--[a-z0-9-]+").unwrap();
     for f in flag.find_iter(&text) {
-        let listed = help
-            .lines()
-            .any(|l| l.trim_start().split([',', ' ', '=']).any(|w| w == f.as_str()));
+        let listed = help.lines().any(|l| {
+            l.trim_start()
+                .split([',', ' ', '='])
+                .any(|w| w == f.as_str())
+        });
         if !listed {
             return Err(format!(
                 "{}: `kascade {} --help` has no {}",
@@ -414,7 +419,10 @@ fn a_rule_example_with_an_unknown_field_is_refused() {
         body: "rules:\n- name: pod-node\n  class: node\n  match: {group: \"\", resource: pods}\n  role: child\n  target: {fieldPath: spec.nodeName, resource: nodes, namespaced: false}\n".into(),
     };
     let err = check(&block, &scratch).unwrap_err();
-    assert!(err.contains("example.md:1") && err.contains("fieldPath"), "{err}");
+    assert!(
+        err.contains("example.md:1") && err.contains("fieldPath"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -428,5 +436,72 @@ fn a_shell_example_running_another_program_must_be_marked() {
         body: "kubectl get pods\n".into(),
     };
     let err = check(&block, &scratch).unwrap_err();
-    assert!(err.contains("example.md:3") && err.contains("`kubectl`"), "{err}");
+    assert!(
+        err.contains("example.md:3") && err.contains("`kubectl`"),
+        "{err}"
+    );
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces
+/// as hyphens.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors_of(markdown: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(markdown).unwrap_or_default();
+    let mut in_block = false;
+    let mut anchors = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        } else if !in_block && line.starts_with('#') {
+            anchors.push(anchor_of(line.trim_start_matches('#')));
+        }
+    }
+    anchors
+}
+
+#[test]
+fn every_relative_link_in_readme_and_docs_leads_to_a_file_and_heading() {
+    // Guides moved out of README: a link left pointing at a section that
+    // moved would lead nowhere.
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let mut problems = Vec::new();
+    for file in documents() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let at = file.strip_prefix(ROOT).unwrap().display().to_string();
+        for (i, line) in text.lines().enumerate() {
+            for c in link.captures_iter(line) {
+                let target = &c[1];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let resolved = if path.is_empty() {
+                    file.clone()
+                } else {
+                    file.parent().unwrap().join(path)
+                };
+                if !resolved.exists() {
+                    problems.push(format!("{at}:{}: {target}: no such file", i + 1));
+                    continue;
+                }
+                let markdown = resolved.extension().is_some_and(|e| e == "md");
+                if !anchor.is_empty()
+                    && markdown
+                    && !anchors_of(&resolved).iter().any(|a| a == anchor)
+                {
+                    problems.push(format!("{at}:{}: {target}: no such heading", i + 1));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
