@@ -10,7 +10,7 @@
 //! | `sh exit=N` | the same, and it must exit with N |
 //! | `sh synopsis` | a usage line with placeholders: every `--flag` in it must be in `kascade <subcommand> --help` |
 //! | `yaml` | a rule file: `kascade rules check` must accept it |
-//! | `console` | a transcript: each `$ ` line is run as a `sh` block's command (it must exit 0), and every other line that elides nothing (no `…` or `⋮`) must be a line of what the commands printed |
+//! | `console` | a transcript: each `$ ` line is run as a `sh` block's command (it must exit 0, or N with `exit=N`), and every other line that elides nothing (no `…` or `⋮`) must be a line of what the commands printed |
 //! | `text output`, `text diagram` | what a command prints, or a picture: not run |
 //! | `… cluster` | needs a live cluster, a running collector, frontend or Jaeger, a CI runner or the network |
 //! | `… docker`, `… helm` | needs a Docker engine, or Helm and a cluster |
@@ -329,9 +329,10 @@ fn check_transcript(block: &Block, scratch: &Scratch) -> Result<(), String> {
                     ));
                 }
                 let out = scratch.bash(&["-e", "-o", "pipefail", "-c"], command);
-                if !out.status.success() {
+                let expected = block.expected_exit()?;
+                if out.status.code() != Some(expected) {
                     return Err(format!(
-                        "{}: `{command}` exited with {:?}: {}",
+                        "{}: `{command}` exited with {:?}, the doc implies {expected}: {}",
                         block.at(),
                         out.status.code(),
                         String::from_utf8_lossy(&out.stderr)
