@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::Redactor;
 use kascade::analysis::cascade::{self, Cascade, Completion, change_name, format_duration};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::frontend::assemble::Scope;
 use kascade::frontend::display::Mode;
 use kascade::frontend::display::cascade::CRITICAL_MARK;
@@ -358,7 +358,7 @@ async fn frontend(scenario: &str) -> (Frontend<MemoryStore>, TimeRange) {
     let (store, errors) = store_from_audit_lines(
         common::audit_lines(scenario),
         CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(None),
