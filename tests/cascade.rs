@@ -443,8 +443,7 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
     );
     let top = tops[0];
     assert!(
-        top.name.starts_with("deployments default/hello: ")
-            && top.name.contains(" cascades, latest: "),
+        top.name.starts_with("default/hello: ") && top.name.contains(" cascades, latest: "),
         "{}",
         top.name
     );
