@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::frontend::assemble::Scope;
 use kascade::frontend::display::Mode;
 use kascade::frontend::offline::store_from_audit_lines;
@@ -49,7 +49,7 @@ fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRa
     let (store, errors) = rt.block_on(store_from_audit_lines(
         audit_lines(pods),
         "bench",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(Some(

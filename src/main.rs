@@ -38,8 +38,15 @@ async fn run() -> std::process::ExitCode {
         Command::Analyze(args) => app::analyze::run(args.into()).await,
         Command::CpidWebhook(args) => app::cpid_webhook::run(args.into()).await,
         Command::Rules {
-            command: RulesCommand::Check { dir },
-        } => app::run_rules_check(&dir),
+            command:
+                RulesCommand::Check {
+                    dir,
+                    no_builtin_rules,
+                },
+        } => app::run_rules_check(&dir, !no_builtin_rules),
+        Command::Rules {
+            command: RulesCommand::List { rules },
+        } => app::run_rules_list(&rules.into()),
     };
     telemetry.shutdown();
     match result {

@@ -14,7 +14,7 @@ use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::Redactor;
 use kascade::analysis::report::Report;
 use kascade::analysis::stats::PropagationStats;
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::offline::changes_from_audit_lines;
 use kascade::pipeline::ChangeRecord;
 use kascade::source::audit::AuditFilter;
@@ -35,7 +35,7 @@ async fn report(scenario: &str) -> Report {
     let errors = changes_from_audit_lines(
         lines,
         "fixture",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(None),

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::Redactor;
 use kascade::analysis::cascade::{self, Cascade, Completion, change_name, format_duration};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::frontend::assemble::Scope;
 use kascade::frontend::display::Mode;
 use kascade::frontend::display::cascade::CRITICAL_MARK;
@@ -358,7 +358,7 @@ async fn frontend(scenario: &str) -> (Frontend<MemoryStore>, TimeRange) {
     let (store, errors) = store_from_audit_lines(
         common::audit_lines(scenario),
         CLUSTER,
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(None),
@@ -443,8 +443,7 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
     );
     let top = tops[0];
     assert!(
-        top.name.starts_with("deployments default/hello: ")
-            && top.name.contains(" cascades, latest: "),
+        top.name.starts_with("default/hello: ") && top.name.contains(" cascades, latest: "),
         "{}",
         top.name
     );

@@ -1278,3 +1278,182 @@ fn standard_input_is_read_as_the_file_would_be() {
     ]);
     assert_eq!(span_ids(&stdin_out), span_ids(&file_out));
 }
+
+/// The names of `part:` items (`rules`, `propagations`, `timers`) in the
+/// shipped rule files, with each file's path as `kascade rules list` names
+/// the built-in ones (`rules/NAME.yaml`).
+fn shipped_names(part: &str) -> Vec<(String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut in_part = false;
+        for line in text.lines() {
+            if !line.starts_with(' ') && !line.starts_with('#') && line.ends_with(':') {
+                in_part = line == format!("{part}:");
+            } else if in_part && let Some(name) = line.strip_prefix("  - name: ") {
+                let file = path.file_name().unwrap().to_string_lossy();
+                out.push((name.trim().to_string(), format!("rules/{file}")));
+            }
+        }
+    }
+    out
+}
+
+const EXTRA_RULE: &str = "rules:\n  - name: team-dashboard\n    description: a ConfigMap naming its dashboard\n    match: {resource: configmaps}\n    class: dashboard\n    role: child\n    target: {annotation: example.com/dashboard}\n";
+
+#[test]
+fn a_rules_directory_adds_to_the_built_in_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("extra.yaml"), EXTRA_RULE).unwrap();
+    let propagations = shipped_names("propagations").len();
+    assert!(propagations >= 10);
+
+    let check = kascade()
+        .args(["rules", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        out.contains(": 1 rules, 0 propagations, 0 timers OK"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "with the built-in rules: {} rules, {propagations} propagations",
+            shipped_names("rules").len() + 1
+        )),
+        "{out}"
+    );
+
+    // The stuck rollout's trigger is the user's patch with or without the
+    // extra rule: the built-in propagations still explain the controllers'
+    // writes (replacing them made the scheduler's status patch the trigger).
+    let out = kascade()
+        .args(["explain", "--format", "json", "--rules"])
+        .arg(dir.path())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/rollout-stuck/audit.log"
+        ))
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(
+        r["findings"][0]["trigger"]["write"],
+        "kascade-e2e-admin patch deployments rollout-demo/web"
+    );
+}
+
+#[test]
+fn rules_list_names_every_effective_rule_and_where_it_comes_from() {
+    let out = kascade().args(["rules", "list"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for part in ["rules", "propagations", "timers"] {
+        let names = shipped_names(part);
+        assert!(!names.is_empty(), "{part}");
+        assert!(
+            listed.contains(&format!("{} ({})", part.to_uppercase(), names.len())),
+            "{part}: {listed}"
+        );
+        for (name, file) in names {
+            assert!(
+                listed.lines().any(
+                    |l| l.split_whitespace().next() == Some(name.as_str()) && l.contains(&file)
+                ),
+                "{name} from {file} not listed:\n{listed}"
+            );
+        }
+    }
+
+    // A propagation of a built-in's name replaces it in its place; the
+    // list says so, and the count stays the built-in one.
+    let (replaced, file) = shipped_names("propagations").remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ours.yaml"),
+        format!("propagations:\n  - name: {replaced}\n    relation: owner\n    cause: parent\n    on: [create]\n    writes: [create]\n    writers: '^system:serviceaccount:team:.+$'\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("extra.yaml"), EXTRA_RULE).unwrap();
+    let out = kascade()
+        .args(["rules", "list", "--rules"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let propagations = shipped_names("propagations").len();
+    assert!(
+        listed.contains(&format!("PROPAGATIONS ({propagations})")),
+        "{listed}"
+    );
+    let line = listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(replaced.as_str()))
+        .unwrap();
+    assert!(
+        line.contains("ours.yaml") && line.contains(&format!("(replaces {file})")),
+        "{line}"
+    );
+    assert!(listed.contains(&format!("RULES ({})", shipped_names("rules").len() + 1)));
+
+    // Without the built-in rules only the directory's are left.
+    let out = kascade()
+        .args(["rules", "list", "--no-builtin-rules", "--rules"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains("RULES (1)")
+            && listed.contains("PROPAGATIONS (1)")
+            && listed.contains("TIMERS (0)"),
+        "{listed}"
+    );
+    // --no-builtin-rules alone would leave no rules at all.
+    let out = kascade()
+        .args(["rules", "list", "--no-builtin-rules"])
+        .env_remove("KASCADE_RULES")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rules"));
+}
+
+#[test]
+fn a_name_given_twice_in_one_rules_directory_names_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), EXTRA_RULE).unwrap();
+    std::fs::write(dir.path().join("b.yaml"), EXTRA_RULE).unwrap();
+    let out = kascade()
+        .args(["rules", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("b.yaml: rule \"team-dashboard\"")
+            && err.contains("duplicate rule name (also in")
+            && err.contains("a.yaml"),
+        "{err}"
+    );
+}

@@ -375,7 +375,8 @@ async fn a_stuck_rollouts_cascade_trace_is_titled_by_the_failing_change() {
     );
     let top = tops[0];
     assert!(
-        top.name.contains(" cascades, failing: ")
+        top.name
+            .starts_with("checkout/checkout: 3 cascades, failing: ")
             && top.name.contains(" patch deployments checkout/checkout"),
         "{}",
         top.name

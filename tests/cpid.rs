@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::Redactor;
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::frontend::raw::string_attr;
 use kascade::pipeline::{ChangeRecord, CpidOrigin};
 use kascade::source::audit::AuditFilter;
@@ -130,7 +130,7 @@ async fn fixture_spans() -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
     let (spans, errors) = kascade::offline::spans_from_audit_lines(
         common::audit_lines(SCENARIO),
         "fixture",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(None),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::model::Windowing;
 use kascade::offline::spans_from_audit_lines;
 use kascade::pipeline::FilterReason;
@@ -64,7 +64,7 @@ async fn build(scenario: &str, window: Duration) -> Vec<Span> {
 }
 
 async fn build_with(scenario: &str, cfg: ProcessorConfig) -> Vec<Span> {
-    let rules = Arc::new(load_rules(None).unwrap());
+    let rules = Arc::new(RuleSources::default().load().unwrap());
     let redactor = Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap()));
     let (spans, errors) = spans_from_audit_lines(
         common::audit_lines(scenario),
@@ -889,7 +889,7 @@ async fn build_lines(lines: Vec<String>) -> Vec<Span> {
     let (spans, errors) = spans_from_audit_lines(
         lines,
         "fixture",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(None),
@@ -959,7 +959,7 @@ async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted
     let processor = Processor::new(
         ProcessorConfig::default(),
         Redactor::new(None),
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         Arc::new(LocalSpanCache::new(1000, Duration::from_secs(3600))),
         tx,
         metrics.clone(),
@@ -1060,7 +1060,7 @@ async fn audit_and_watch_in(
     let processor = Processor::new(
         cfg,
         Redactor::new(None),
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(7200))),
         tx,
         metrics.clone(),
@@ -1297,7 +1297,7 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
             ..ProcessorConfig::default()
         },
         Redactor::new(None),
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(7200))),
         tx,
         Arc::new(Metrics::default()),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kascade::aggregate::ProcessorConfig;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::offline::spans_from_audit_lines;
 use kascade::source::audit::AuditFilter;
 use kascade::span_model::{Span, attr as key};
@@ -32,7 +32,7 @@ async fn build(scenario: &str) -> Vec<Span> {
     let (spans, errors) = spans_from_audit_lines(
         common::audit_lines(scenario),
         "fixture",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(Some(
@@ -250,7 +250,7 @@ async fn pods_from_the_watch_only() -> Vec<Span> {
             ..ProcessorConfig::default()
         },
         Redactor::new(None),
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(7200))),
         tx,
         metrics.clone(),

@@ -23,7 +23,7 @@ use base64::Engine as _;
 use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::aggregate::span_cache::LocalSpanCache;
 use kascade::aggregate::{Processor, ProcessorConfig};
-use kascade::app::load_rules;
+use kascade::app::RuleSources;
 use kascade::metrics::Metrics;
 use kascade::model::{ObjectRef, Windowing};
 use kascade::offline::spans_from_audit_lines;
@@ -259,7 +259,7 @@ async fn run_audit(lines: Vec<String>, config: ProcessorConfig) -> Vec<Span> {
     let (spans, errors) = spans_from_audit_lines(
         lines,
         "fixture",
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         &AuditFilter::default(),
         config,
         redactor(),
@@ -281,7 +281,7 @@ async fn run_watch_then_audit(
     let processor = Processor::new(
         config,
         redactor(),
-        Arc::new(load_rules(None).unwrap()),
+        Arc::new(RuleSources::default().load().unwrap()),
         Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(3600 * 48))),
         tx,
         metrics.clone(),

@@ -9,7 +9,7 @@ use super::lines::{Lines, LinesState};
 
 use anyhow::{Context, bail};
 
-use super::{PipelineConfig, load_rules};
+use super::PipelineConfig;
 use crate::analysis::cascade::{CascadeTracker, TrackerConfig};
 use crate::analysis::foreground::{ForegroundScope, ForegroundSink};
 use crate::analysis::plot::write_plots;
@@ -47,8 +47,8 @@ pub struct AnalyzeConfig {
     pub format: AnalyzeFormat,
     /// Directory for the PNG and SVG plots.
     pub plot: Option<PathBuf>,
-    /// Relation rules directory (default: the built-in rules).
-    pub rules: Option<PathBuf>,
+    /// The relation rules: the built-in ones and a user's directory over them.
+    pub rules: super::RuleSources,
     /// Malformed lines listed on stderr at most (all are counted).
     pub max_errors_shown: usize,
     /// Which changes count (namespace, time, the cluster's background).
@@ -62,7 +62,7 @@ impl Default for AnalyzeConfig {
             cluster: super::trace::TraceConfig::default().cluster,
             format: AnalyzeFormat::Text,
             plot: None,
-            rules: None,
+            rules: Default::default(),
             max_errors_shown: 20,
             scope: ForegroundScope::default(),
         }
@@ -92,7 +92,7 @@ pub async fn analyze(
         rules: config.rules.clone(),
         ..PipelineConfig::offline()
     };
-    let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
+    let rules = Arc::new(pipeline.rules.load()?);
     let shared = Arc::new(Mutex::new(LinesState::default()));
     let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone());
     let sink = Arc::new(PropagationStats::default());

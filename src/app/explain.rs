@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 
+use super::PipelineConfig;
 use super::lines::{Lines, LinesState, in_time_order, progress_bar, total_size};
-use super::{PipelineConfig, load_rules};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, Severity};
 use crate::offline::changes_with_watch_to_sinks;
 use crate::pipeline::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind};
@@ -96,7 +96,9 @@ pub struct ExplainConfig {
     /// Captured watch streams (`{"type":…,"object":…}` per line).
     pub watch: Vec<PathBuf>,
     pub cluster: String,
-    pub rules: Option<PathBuf>,
+
+    /// The relation rules: the built-in ones and a user's directory over them.
+    pub rules: super::RuleSources,
     /// The secret key of the redaction markers; `None`: a random key.
     pub redaction_key_file: Option<PathBuf>,
     pub scope: Scope,
@@ -116,7 +118,7 @@ impl Default for ExplainConfig {
             events: Vec::new(),
             watch: Vec::new(),
             cluster: super::trace::TraceConfig::default().cluster,
-            rules: None,
+            rules: Default::default(),
             redaction_key_file: None,
             scope: Scope::default(),
             format: ExplainFormat::Text,
@@ -297,7 +299,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         redaction_key_file: config.redaction_key_file.clone(),
         ..PipelineConfig::offline()
     };
-    let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
+    let rules = Arc::new(pipeline.rules.load()?);
     let shared = Arc::new(Mutex::new(LinesState::default()));
     let mut lines = Lines::new(files.clone(), bar.clone(), shared.clone());
     // One namespace: lines that do not mention it are not parsed at all.

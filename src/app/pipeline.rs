@@ -38,8 +38,8 @@ use crate::source::spool::Spool;
 pub struct PipelineConfig {
     /// Width of the time window: each object gets one span per window.
     pub window: Duration,
-    /// Directory of relation rule files (`*.yaml`); `None`: the built-in rules.
-    pub rules: Option<PathBuf>,
+    /// The relation rules: the built-in ones and a user's directory over them.
+    pub rules: super::RuleSources,
     /// Audit verbs that become spans.
     pub verbs: Vec<String>,
     /// Resources ignored, as `resource` or `resource.group`.
@@ -115,7 +115,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         Self {
             window: Duration::from_secs(30 * 60),
-            rules: None,
+            rules: Default::default(),
             verbs: DEFAULT_VERBS.iter().map(|s| s.to_string()).collect(),
             exclude_resources: DEFAULT_EXCLUDED_RESOURCES
                 .iter()
@@ -165,9 +165,16 @@ impl PipelineConfig {
         self
     }
 
-    /// Loads the relation rules from this directory instead of the built-in ones.
+    /// Adds the relation rules of this directory to the built-in ones
+    /// (replacing those of the same name).
     pub fn rules(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.rules = Some(dir.into());
+        self.rules = super::RuleSources::with_dir(dir);
+        self
+    }
+
+    /// Where the relation rules come from.
+    pub fn rule_sources(mut self, sources: super::RuleSources) -> Self {
+        self.rules = sources;
         self
     }
 
@@ -320,7 +327,7 @@ impl Pipeline {
             .filter(|o| o.takes_spans())
             .cloned()
             .collect();
-        let rules = Arc::new(super::load_rules(p.rules.as_deref())?);
+        let rules = Arc::new(p.rules.load()?);
         tracing::info!(rules = rules.len(), "relation rules loaded");
         let cfg = p.processor_config()?;
         let export_progress = Arc::new(export::ExportProgress::default());

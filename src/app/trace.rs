@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::bail;
 
 use super::lines::{Lines, LinesState, no_audit_events, print_skipped, progress_bar, total_size};
-use super::{AssemblyConfig, PipelineConfig, load_rules};
+use super::{AssemblyConfig, PipelineConfig};
 use crate::analysis::cascade::{InPart, render_text_in_part};
 use crate::frontend::assemble::Scope;
 use crate::frontend::display::Mode;
@@ -76,8 +76,8 @@ pub struct TraceConfig {
     pub max_diff_lines: usize,
     /// Show the create/delete snapshots in text output.
     pub snapshots: bool,
-    /// Directory of relation rule files; `None`: the built-in rules.
-    pub rules: Option<PathBuf>,
+    /// The relation rules: the built-in ones and a user's directory over them.
+    pub rules: super::RuleSources,
     /// The secret key of the redaction markers; `None`: a random key.
     pub redaction_key_file: Option<PathBuf>,
     pub assembly: AssemblyConfig,
@@ -98,7 +98,7 @@ impl Default for TraceConfig {
             mode: Mode::Tracing,
             max_diff_lines: 8,
             snapshots: false,
-            rules: None,
+            rules: Default::default(),
             redaction_key_file: None,
             assembly: AssemblyConfig::default(),
         }
@@ -151,7 +151,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         redaction_key_file: config.redaction_key_file.clone(),
         ..PipelineConfig::default()
     };
-    let rules = Arc::new(load_rules(pipeline.rules.as_deref())?);
+    let rules = Arc::new(pipeline.rules.load()?);
     let (store, errors) = store_from_audit_lines(
         lines,
         &config.cluster,

@@ -28,9 +28,8 @@ pub struct AnalyzeArgs {
     /// Write a PNG and an SVG histogram per edge class (and per completion class) into DIR.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
-    #[arg(long, env = "KASCADE_RULES")]
-    pub rules: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: super::RulesArgs,
     /// Only this namespace's objects (and the cluster-scoped ones its cascades write).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
@@ -52,7 +51,7 @@ impl From<AnalyzeArgs> for AnalyzeConfig {
             cluster: a.cluster,
             format: a.format,
             plot: a.plot,
-            rules: a.rules,
+            rules: a.rules.into(),
             scope: ForegroundScope {
                 namespace: a.namespace,
                 from: a.from,

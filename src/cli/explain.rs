@@ -66,9 +66,8 @@ pub struct ExplainArgs {
     /// Cluster name given to the audit log's objects.
     #[arg(long, default_value_t = explain().cluster, env = "KASCADE_CLUSTER")]
     pub cluster: String,
-    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
-    #[arg(long, env = "KASCADE_RULES")]
-    pub rules: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: super::RulesArgs,
     /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
     #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
     pub redaction_key_file: Option<PathBuf>,
@@ -81,7 +80,7 @@ impl From<ExplainArgs> for ExplainConfig {
             events: a.events,
             watch: a.watch,
             cluster: a.cluster,
-            rules: a.rules,
+            rules: a.rules.into(),
             redaction_key_file: a.redaction_key_file,
             scope: Scope {
                 namespace: a.namespace,

@@ -9,9 +9,8 @@ pub mod explain;
 pub mod frontend;
 pub mod pipeline;
 pub mod replay;
+pub mod rules;
 pub mod trace;
-
-use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +21,7 @@ pub use explain::ExplainArgs;
 pub use frontend::{AssemblyArgs, FrontendArgs};
 pub use pipeline::{ExportArgs, PipelineArgs};
 pub use replay::ReplayArgs;
+pub use rules::{RulesArgs, RulesCommand};
 pub use trace::TraceArgs;
 
 #[derive(Parser, Debug)]
@@ -62,19 +62,10 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Mutating admission webhook: a fresh change propagation ID (CPID) on each user write that carries none.
     CpidWebhook(CpidWebhookArgs),
-    /// Work with relation rule files.
+    /// The relation rules: check rule files, list the effective rules.
     Rules {
         #[command(subcommand)]
         command: RulesCommand,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum RulesCommand {
-    /// Validate every rule file in DIR; exits non-zero naming each bad rule.
-    Check {
-        /// Directory of *.yaml rule files.
-        dir: PathBuf,
     },
 }
 

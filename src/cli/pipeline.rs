@@ -22,9 +22,8 @@ pub struct PipelineArgs {
     /// Width of the time window: each object gets one span per window.
     #[arg(long, default_value_t = pipeline().window.into(), env = "KASCADE_WINDOW")]
     pub window: Duration,
-    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
-    #[arg(long, env = "KASCADE_RULES")]
-    pub rules: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: super::RulesArgs,
     /// Audit verbs that become spans (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = pipeline().verbs, env = "KASCADE_VERBS")]
     pub verbs: Vec<String>,
@@ -72,7 +71,7 @@ impl From<PipelineArgs> for PipelineConfig {
     fn from(a: PipelineArgs) -> Self {
         PipelineConfig {
             window: a.window.into(),
-            rules: a.rules,
+            rules: a.rules.into(),
             verbs: a.verbs,
             exclude_resources: a.exclude_resources,
             exclude_user_agent: a.exclude_user_agent,

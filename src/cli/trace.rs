@@ -55,9 +55,8 @@ pub struct TraceArgs {
     /// Show the create/delete snapshots in text output.
     #[arg(long)]
     pub snapshots: bool,
-    /// Directory of relation rule files (*.yaml); default: the rules built into the binary.
-    #[arg(long, env = "KASCADE_RULES")]
-    pub rules: Option<PathBuf>,
+    #[command(flatten)]
+    pub rules: super::RulesArgs,
     /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
     #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
     pub redaction_key_file: Option<PathBuf>,
@@ -84,7 +83,7 @@ impl From<TraceArgs> for TraceConfig {
             mode: a.mode,
             max_diff_lines: a.max_diff_lines,
             snapshots: a.snapshots,
-            rules: a.rules,
+            rules: a.rules.into(),
             redaction_key_file: a.redaction_key_file,
             assembly: a.assembly.into(),
         }

@@ -112,7 +112,7 @@ pub async fn changes_and_errors_of_lines(
     let errors = kascade::offline::changes_from_audit_lines(
         lines,
         cluster,
-        Arc::new(kascade::app::load_rules(None).unwrap()),
+        Arc::new(kascade::app::RuleSources::default().load().unwrap()),
         &kascade::source::audit::AuditFilter::default(),
         kascade::aggregate::ProcessorConfig::default(),
         kascade::aggregate::redact::Redactor::new(None),
@@ -132,7 +132,7 @@ pub async fn raw_store_of_lines(
     let (store, errors) = kascade::frontend::offline::store_from_audit_lines(
         lines,
         cluster,
-        std::sync::Arc::new(kascade::app::load_rules(None).unwrap()),
+        std::sync::Arc::new(kascade::app::RuleSources::default().load().unwrap()),
         &kascade::source::audit::AuditFilter::default(),
         kascade::aggregate::ProcessorConfig {
             windowing: kascade::model::Windowing::new(std::time::Duration::from_secs(1800)),

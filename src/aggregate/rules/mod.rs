@@ -105,6 +105,28 @@ struct ResourceRules {
     fields: finder::FieldTree,
 }
 
+impl Rule {
+    /// One line: what it matches, the target it finds and how.
+    pub fn summary(&self) -> String {
+        let how = match &self.finder {
+            Finder::Field(_) => "field",
+            Finder::NameRegex(_) => "name",
+            Finder::Annotation(_) => "annotation",
+            Finder::Selector(_) => "selector",
+        };
+        let target = match self.target_resource.as_str() {
+            "" => "(annotated)".to_string(),
+            r => propagation::resource_name(Some(&self.target_group), Some(r)),
+        };
+        format!(
+            "{} → {target} by {how}, class {}, target is {}",
+            propagation::resource_name(Some(&self.group), Some(&self.resource)),
+            self.class,
+            self.role
+        )
+    }
+}
+
 impl ResourceRules {
     fn push(&mut self, rule: Rule) {
         if let Finder::Field(steps) = &rule.finder {
@@ -124,6 +146,131 @@ pub struct RuleSet {
     count: usize,
     propagations: Vec<Propagation>,
     timers: Vec<Timer>,
+    overrides: Vec<Override>,
+}
+
+/// The three parts of a rule file, each with its own names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    Rule,
+    Propagation,
+    Timer,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Part::Rule => "rule",
+            Part::Propagation => "propagation",
+            Part::Timer => "timer",
+        })
+    }
+}
+
+/// A rule, propagation or timer of a later layer that replaced an earlier
+/// one of the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    pub part: Part,
+    pub name: String,
+    /// The file it now comes from.
+    pub source: String,
+    /// The file of the one it replaced.
+    pub replaced: String,
+}
+
+/// One named item of a rule file, with the file it came from.
+enum Entry {
+    Rule(String, spec::RuleSpec),
+    Propagation(String, propagation::PropagationSpec),
+    Timer(String, timer::TimerSpec),
+}
+
+impl Entry {
+    fn of_file(source: &str, file: RuleFile) -> impl Iterator<Item = Entry> {
+        let rules = file
+            .rules
+            .into_iter()
+            .map(|s| Entry::Rule(source.to_string(), s));
+        let propagations = file
+            .propagations
+            .into_iter()
+            .map(|s| Entry::Propagation(source.to_string(), s));
+        let timers = file
+            .timers
+            .into_iter()
+            .map(|s| Entry::Timer(source.to_string(), s));
+        rules.chain(propagations).chain(timers)
+    }
+
+    fn part(&self) -> Part {
+        match self {
+            Entry::Rule(..) => Part::Rule,
+            Entry::Propagation(..) => Part::Propagation,
+            Entry::Timer(..) => Part::Timer,
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Entry::Rule(_, s) => &s.name,
+            Entry::Propagation(_, s) => s.name(),
+            Entry::Timer(_, s) => s.name(),
+        }
+    }
+
+    fn source(&self) -> &str {
+        match self {
+            Entry::Rule(source, _) | Entry::Propagation(source, _) | Entry::Timer(source, _) => {
+                source
+            }
+        }
+    }
+}
+
+fn parse_file(source: &str, text: &str) -> Result<RuleFile, RuleError> {
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        let location = match e.location() {
+            Some(l) => format!("{source}:{}:{}", l.line(), l.column()),
+            None => source.to_string(),
+        };
+        RuleError {
+            location,
+            message: e.to_string(),
+        }
+    })
+}
+
+/// `(source, text)` of every `*.yaml`/`*.yml` file of `dir`, in name order.
+pub fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, Vec<RuleError>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        vec![RuleError {
+            location: dir.display().to_string(),
+            message: format!("cannot read rules directory: {e}"),
+        }]
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        let source = f.display().to_string();
+        match std::fs::read_to_string(&f) {
+            Ok(text) => out.push((source, text)),
+            Err(e) => errors.push(RuleError {
+                location: source,
+                message: format!("cannot read: {e}"),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
 }
 
 impl RuleSet {
@@ -166,79 +313,32 @@ impl RuleSet {
         &self.timers
     }
 
-    /// Parses one rule file's text; `source` names it in errors.
+    /// Parses one rule file's text; `source` names it in errors. A name
+    /// already in the set is an error (see [`Self::from_layers`] for
+    /// overriding).
     pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), Vec<RuleError>> {
-        let file: RuleFile = serde_yaml_ng::from_str(text).map_err(|e| {
-            let location = match e.location() {
-                Some(l) => format!("{source}:{}:{}", l.line(), l.column()),
-                None => source.to_string(),
-            };
-            vec![RuleError {
-                location,
-                message: e.to_string(),
-            }]
-        })?;
+        let file = parse_file(source, text).map_err(|e| vec![e])?;
         let mut errors = Vec::new();
-        let mut names = std::collections::HashSet::new();
-        for existing in self.rules() {
-            names.insert(existing.name.clone());
-        }
-        for spec in file.rules {
-            if !names.insert(spec.name.clone()) {
+        let mut taken: std::collections::HashSet<(Part, String)> = self
+            .rules()
+            .map(|r| (Part::Rule, r.name.clone()))
+            .chain(
+                self.propagations
+                    .iter()
+                    .map(|p| (Part::Propagation, p.name.clone())),
+            )
+            .chain(self.timers.iter().map(|t| (Part::Timer, t.name.clone())))
+            .collect();
+        for entry in Entry::of_file(source, file) {
+            if !taken.insert((entry.part(), entry.name().to_string())) {
                 errors.push(RuleError {
-                    location: format!("{source}: rule {:?}", spec.name),
-                    message: "duplicate rule name".into(),
+                    location: format!("{source}: {} {:?}", entry.part(), entry.name()),
+                    message: format!("duplicate {} name", entry.part()),
                 });
                 continue;
             }
-            match Rule::compile(spec, source) {
-                Ok(rule) => {
-                    self.count += 1;
-                    if rule.resource == "*" {
-                        self.any_resource.push(rule);
-                    } else {
-                        self.by_resource
-                            .entry(rule.group.clone())
-                            .or_default()
-                            .entry(rule.resource.clone())
-                            .or_default()
-                            .push(rule);
-                    }
-                }
-                Err(e) => errors.push(e),
-            }
-        }
-        let mut propagation_names: std::collections::HashSet<String> =
-            self.propagations.iter().map(|p| p.name.clone()).collect();
-        for spec in file.propagations {
-            if !propagation_names.insert(spec.name().to_string()) {
-                errors.push(RuleError {
-                    location: format!("{source}: propagation {:?}", spec.name()),
-                    message: "duplicate propagation name".into(),
-                });
-                continue;
-            }
-            match spec.compile(source) {
-                Ok(mut p) => {
-                    p.share_writers(&self.propagations);
-                    self.propagations.push(p)
-                }
-                Err(e) => errors.push(e),
-            }
-        }
-        let mut timer_names: std::collections::HashSet<String> =
-            self.timers.iter().map(|t| t.name.clone()).collect();
-        for spec in file.timers {
-            if !timer_names.insert(spec.name().to_string()) {
-                errors.push(RuleError {
-                    location: format!("{source}: timer {:?}", spec.name()),
-                    message: "duplicate timer name".into(),
-                });
-                continue;
-            }
-            match spec.compile(source) {
-                Ok(t) => self.timers.push(t),
-                Err(e) => errors.push(e),
+            if let Err(e) = self.insert(entry) {
+                errors.push(e);
             }
         }
         if errors.is_empty() {
@@ -248,40 +348,105 @@ impl RuleSet {
         }
     }
 
-    /// Loads every `*.yaml`/`*.yml` file of `dir`, in name order.
-    pub fn load_dir(dir: &Path) -> Result<RuleSet, Vec<RuleError>> {
-        let mut set = RuleSet::default();
-        let entries = std::fs::read_dir(dir).map_err(|e| {
-            vec![RuleError {
-                location: dir.display().to_string(),
-                message: format!("cannot read rules directory: {e}"),
-            }]
-        })?;
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
-            .collect();
-        files.sort();
+    /// The set built from layers of rule files (`(source, text)`), in order:
+    /// a rule, propagation or timer of a later layer replaces the one of an
+    /// earlier layer with the same name, in its place (the built-in rules
+    /// are the first layer, a user's directory the second); a name given
+    /// twice within one layer is an error.
+    pub fn from_layers(layers: &[Vec<(String, String)>]) -> Result<RuleSet, Vec<RuleError>> {
+        let mut entries: Vec<Entry> = Vec::new();
+        // (part, name) → (index in `entries`, layer it came from).
+        let mut by_name: std::collections::HashMap<(Part, String), (usize, usize)> =
+            std::collections::HashMap::new();
+        let mut overrides = Vec::new();
         let mut errors = Vec::new();
-        for f in files {
-            let source = f.display().to_string();
-            match std::fs::read_to_string(&f) {
-                Ok(text) => {
-                    if let Err(mut e) = set.add_yaml(&source, &text) {
-                        errors.append(&mut e);
+        for (layer, files) in layers.iter().enumerate() {
+            for (source, text) in files {
+                let file = match parse_file(source, text) {
+                    Ok(file) => file,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                };
+                for entry in Entry::of_file(source, file) {
+                    let key = (entry.part(), entry.name().to_string());
+                    match by_name.get(&key) {
+                        Some(&(i, earlier)) if earlier == layer => errors.push(RuleError {
+                            location: format!("{source}: {} {:?}", entry.part(), entry.name()),
+                            message: format!(
+                                "duplicate {} name (also in {})",
+                                entry.part(),
+                                entries[i].source()
+                            ),
+                        }),
+                        Some(&(i, _)) => {
+                            overrides.push(Override {
+                                part: entry.part(),
+                                name: key.1.clone(),
+                                source: source.clone(),
+                                replaced: entries[i].source().to_string(),
+                            });
+                            by_name.insert(key, (i, layer));
+                            entries[i] = entry;
+                        }
+                        None => {
+                            by_name.insert(key, (entries.len(), layer));
+                            entries.push(entry);
+                        }
                     }
                 }
-                Err(e) => errors.push(RuleError {
-                    location: source,
-                    message: format!("cannot read: {e}"),
-                }),
             }
         }
+        let mut set = RuleSet::default();
+        for entry in entries {
+            if let Err(e) = set.insert(entry) {
+                errors.push(e);
+            }
+        }
+        set.overrides = overrides;
         if errors.is_empty() {
             Ok(set)
         } else {
             Err(errors)
         }
+    }
+
+    /// What a later layer replaced (see [`Self::from_layers`]).
+    pub fn overrides(&self) -> &[Override] {
+        &self.overrides
+    }
+
+    /// Compiles one entry into the set.
+    fn insert(&mut self, entry: Entry) -> Result<(), RuleError> {
+        match entry {
+            Entry::Rule(source, spec) => {
+                let rule = Rule::compile(spec, &source)?;
+                self.count += 1;
+                if rule.resource == "*" {
+                    self.any_resource.push(rule);
+                } else {
+                    self.by_resource
+                        .entry(rule.group.clone())
+                        .or_default()
+                        .entry(rule.resource.clone())
+                        .or_default()
+                        .push(rule);
+                }
+            }
+            Entry::Propagation(source, spec) => {
+                let mut p = spec.compile(&source)?;
+                p.share_writers(&self.propagations);
+                self.propagations.push(p);
+            }
+            Entry::Timer(source, spec) => self.timers.push(spec.compile(&source)?),
+        }
+        Ok(())
+    }
+
+    /// Loads every `*.yaml`/`*.yml` file of `dir`, in name order.
+    pub fn load_dir(dir: &Path) -> Result<RuleSet, Vec<RuleError>> {
+        RuleSet::from_layers(&[read_dir(dir)?])
     }
 
     /// Selector rules that apply to `obj`: (rule, the selector in `state`).

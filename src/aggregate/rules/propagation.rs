@@ -63,6 +63,35 @@ impl ChangeClass {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ChangeClass::Create => "create",
+            ChangeClass::Update => "update",
+            ChangeClass::Status => "status",
+            ChangeClass::Delete => "delete",
+            ChangeClass::Binding => "binding",
+        }
+    }
+
+    /// The names of the classes in a bit set (`,`-separated).
+    pub(super) fn names(bits: u8) -> String {
+        ChangeClass::ALL
+            .iter()
+            .filter(|c| bits & (1 << c.index()) != 0)
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// `group/resource`, `resource` for the core group, `*` for any.
+pub(super) fn resource_name(group: Option<&str>, resource: Option<&str>) -> String {
+    match (group.filter(|g| !g.is_empty()), resource) {
+        (_, None) | (_, Some("*")) => "*".to_string(),
+        (None, Some(r)) => r.to_string(),
+        (Some(g), Some(r)) => format!("{r}.{g}"),
+    }
 }
 
 /// The relation a propagation follows.
@@ -94,6 +123,21 @@ pub struct Propagation {
 }
 
 impl Propagation {
+    /// One line: the relation, what triggers it and what it explains.
+    pub fn summary(&self) -> String {
+        let via = match &self.via {
+            Via::SameObject => "self".to_string(),
+            Via::Namespace => "namespace".to_string(),
+            Via::Relation { class, cause_role } => format!("{class} ({cause_role} causes)"),
+        };
+        format!(
+            "{via}: {} → {} {}",
+            ChangeClass::names(self.on),
+            ChangeClass::names(self.writes),
+            resource_name(self.group.as_deref(), self.resource.as_deref())
+        )
+    }
+
     pub fn triggered_by(&self, class: ChangeClass) -> bool {
         self.on & (1 << class.index()) != 0
     }

@@ -43,6 +43,15 @@ pub struct Timer {
 }
 
 impl Timer {
+    /// One line: the writes it makes and to what.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} {}",
+            ChangeClass::names(self.writes),
+            super::propagation::resource_name(self.group.as_deref(), self.resource.as_deref())
+        )
+    }
+
     /// Whether the write of `class` by `writer` to `obj`, from `old` to
     /// `new`, is this timer firing.
     pub fn fires(

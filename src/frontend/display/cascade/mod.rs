@@ -376,19 +376,19 @@ fn headline(
     } else {
         "latest"
     };
-    let object = searched.map_or_else(
-        || crate::analysis::cascade::object_name(&chosen.root().object),
-        crate::analysis::cascade::object_name,
-    );
+    // The service is the object's resource, which the UI shows before the
+    // name: the name does not repeat it.
+    let object = searched.unwrap_or(&chosen.root().object);
+    let object_name = match object.namespace.as_str() {
+        "" => object.name.clone(),
+        ns => format!("{ns}/{}", object.name),
+    };
     let name = format!(
-        "{object}: {} cascades, {what}: {}",
+        "{object_name}: {} cascades, {what}: {}",
         cascades.len(),
         change_name(chosen.root())
     );
-    let service = searched.map_or_else(
-        || chosen.root().object.resource.clone(),
-        |o| o.resource.clone(),
-    );
+    let service = object.resource.clone();
     let span = Span {
         trace_id: trace_id.to_vec(),
         span_id: span_id(&chosen.root().span.span_hex(), 0x746f70),
