@@ -436,6 +436,7 @@ fn readme_configuration_reference_documents_every_flag_in_help() {
         vec!["cpid-webhook"],
         vec!["rules"],
         vec!["rules", "check"],
+        vec!["rules", "list"],
     ] {
         let out = kascade().args(&sub).arg("--help").output().unwrap();
         assert!(out.status.success(), "{sub:?} --help");
@@ -568,6 +569,8 @@ fn configuration_flag_tables()
                 "analyze",
                 "explain",
                 "cpid-webhook",
+                "rules check",
+                "rules list",
             ]
             .into_iter()
             .filter(|s| {
@@ -659,6 +662,7 @@ fn readme_configuration_reference_tables_match_each_subcommands_help_in_names_an
         (vec!["explain"], "explain"),
         (vec!["cpid-webhook"], "cpid-webhook"),
         (vec!["rules", "check"], "rules check"),
+        (vec!["rules", "list"], "rules list"),
     ] {
         let help = help_flags(&sub);
         let own = tables.get(key);
