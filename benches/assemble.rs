@@ -5,7 +5,7 @@
 //! lines (its create, binding, status, Events, deletes) copied under fresh
 //! names to reach N Pods. Target: ≤ 300 ms at 1,000 Pods, linear in spans.
 //!
-//! Run: `cargo bench --bench assemble` (README, Benchmarks).
+//! Run: `cargo bench --bench assemble` (docs/benchmarks.md).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 # After each scenario kascade drains (its spool is empty: everything it
 # accepted is exported) and every event answered 200 is looked up in Jaeger.
 #
-#   e2e/faults.sh                      # all scenarios; prints the table README shows
+#   e2e/faults.sh                      # all scenarios; prints the table docs/testing.md shows
 #   FAULT_SCENARIOS="kill9 outage" e2e/faults.sh
 #   FAULT_OUTAGE_SECONDS=60 (default)  FAULT_COPIES=150 (deployment fixture copies per scenario)
 #   FAULT_KEEP=1                       # keep the logs and spools (path printed at the end)
@@ -192,7 +192,7 @@ for s in $SCENARIOS; do
     stop_kascade a; stop_kascade b
     ;;
   limits)
-    # The bound README states for --max-intake-bytes at its default (512 MiB
+    # The bound docs/configuration.md states for --max-intake-bytes at its default (512 MiB
     # of bodies, plus per decoding batch its copy and decoded events) and
     # the process's own ≈ 200 MiB.
     log "limits: a body of 20,000 '[', 600 idle connections, 80 concurrent 30 MiB bodies"

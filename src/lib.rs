@@ -30,7 +30,7 @@ pub mod telemetry;
 // on one thread is often allocated on another (the webhook decodes, the
 // shards free). jemalloc, purging freed pages from a background thread,
 // measured as fast per event as mimalloc and kept the collector's peak RSS
-// 40–60 MiB lower (see README, Benchmarks: *Allocator*).
+// 40–60 MiB lower (measured with the collector benchmark, docs/benchmarks.md).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -39,7 +39,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// in every arena, present and future — unless `_RJEM_MALLOC_CONF` is set,
 /// whose settings are then left as they are. `kascade frontend` frees tens
 /// of MB at the end of each assembly; kept 10 s, they stood beside the
-/// trace cache and doubled its resident size (README, *The frontend's peak
+/// trace cache and doubled its resident size (docs/benchmarks.md, *The frontend's peak
 /// memory*). Returns the setting in force afterwards.
 pub fn return_freed_pages_after(ms: u32) -> Result<isize, tikv_jemalloc_ctl::Error> {
     use tikv_jemalloc_ctl::raw;
@@ -69,7 +69,7 @@ pub fn return_freed_pages_after(ms: u32) -> Result<isize, tikv_jemalloc_ctl::Err
 /// Turns transparent huge pages off for this process (Linux), unless
 /// `KASCADE_ALLOW_THP` is set: a 2 MiB page partly used by long-lived small
 /// objects stays resident whole — the collector's peak RSS was ≈ 50 MiB
-/// higher with them, for no measurable speed (see README, Benchmarks). Call
+/// higher with them, for no measurable speed (see docs/benchmarks.md). Call
 /// first thing in `main`, before the runtime allocates much.
 pub fn disable_transparent_huge_pages() {
     #[cfg(target_os = "linux")]

@@ -2,7 +2,7 @@
 # Load benchmark of `kascade collect`: a real OTLP receiver (Jaeger v2 with a
 # discarding pipeline), kascade (dist profile), and the load generator
 # benches/collect_load.rs posting real audit batches. Prints the numbers
-# README.md reports. BENCH_COPIES / BENCH_SENDERS tune the load,
+# docs/benchmarks.md reports. BENCH_COPIES / BENCH_SENDERS tune the load,
 # BENCH_COPY_SPACING_MS how far apart in time the copies happen (default 5:
 # they overlap, sent in time order; 0: the same times, one after the other);
 # BENCH_OMIT_MANAGED_FIELDS=1 sends the objects without

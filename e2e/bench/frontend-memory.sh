@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The frontend's peak memory at its defaults, measured in the burst its
-# bounds are sized for (README, *The Jaeger UI's read path*): the trace
+# bounds are sized for (docs/benchmarks.md, *The Jaeger UI's read path*): the trace
 # cache filled with 1,000-Pod Deployments' traces (FILL of them, default 11:
 # ≈ 17 MB each once served, past the 192 MiB --cache-bytes), then, all at
 # once, one Deployment too big for --max-trace-bytes (WIDE_PODS, default

@@ -2,7 +2,7 @@
 # Memory of the list-watch: a harness cluster of its own, kascade collect
 # watching it, then N Pods (default 10,000; kwok runs them on fake nodes).
 # Prints kascade's RSS and state-cache size before and after, per object.
-# README.md reports the result. PODS=N to change the count.
+# docs/benchmarks.md reports the result. PODS=N to change the count.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"

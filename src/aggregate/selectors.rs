@@ -187,7 +187,7 @@ impl SelectorIndex {
         }
     }
 
-    /// Objects whose labels are indexed (for metrics and the README's memory note).
+    /// Objects whose labels are indexed (for metrics and the memory note of docs/benchmarks.md).
     pub fn indexed_objects(&self) -> usize {
         let inner = self.inner.lock().expect("selector index");
         inner.labels.values().map(HashMap::len).sum()

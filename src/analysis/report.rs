@@ -1,5 +1,5 @@
 //! `kascade analyze`'s report: the [`Report`] (stable JSON field names, see
-//! README "kascade analyze"), as a text table with histogram bars, JSON or
+//! docs/offline.md), as a text table with histogram bars, JSON or
 //! CSV.
 
 use std::fmt::Write as _;

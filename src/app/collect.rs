@@ -70,7 +70,7 @@ pub struct CollectConfig {
     pub no_spool: bool,
     /// No live cascade metrics (`kascade_propagation_seconds`,
     /// `kascade_cascade_completion_seconds`): the collector then skips
-    /// building a change record per write (README, Benchmarks: what they cost).
+    /// building a change record per write (docs/benchmarks.md: what they cost).
     pub no_cascade_metrics: bool,
     pub span_cache: SpanCacheConfig,
     pub watch: WatchersConfig,

@@ -2,7 +2,7 @@
 //!
 //! Objects are [`sonic_rs::Value`]s: one parse makes one arena for the whole
 //! object (a `serde_json::Value` is a `String` and a map node per key), which
-//! was most of the collector's CPU (README, Benchmarks). A node is made an
+//! was most of the collector's CPU (docs/benchmarks.md). A node is made an
 //! owned, key-sorted map (`sort_keys`) only when mutated through it, so the
 //! hot path reads, and mutates only what it must (`get_mut` on an object
 //! converts it: look first, immutably).

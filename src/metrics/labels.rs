@@ -274,7 +274,7 @@ mod tests {
     use prometheus_client::registry::Registry;
 
     /// The label values as /metrics shows them: dashboards, alerts, the
-    /// e2e scripts and README name them.
+    /// e2e scripts and docs/metrics.md name them.
     #[test]
     fn label_values_are_spelt_as_before_they_were_enums() {
         let m = Metrics::default();

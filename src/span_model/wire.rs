@@ -7,7 +7,7 @@ use prost::encoding::{WireType, encoded_len_varint, fixed32, fixed64};
 /// A varint as protobuf writes it. prost's `encode_varint` writes each
 /// byte through `BufMut` (a reserve and a copy per byte); lengths and keys
 /// are nearly always one byte, and the span writer writes ten of them per
-/// attribute (≈ 2 % of the collector's instructions, README).
+/// attribute (≈ 2 % of the collector's instructions, docs/benchmarks.md).
 #[inline]
 fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {

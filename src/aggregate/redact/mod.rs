@@ -20,7 +20,7 @@
 //!   rules included for a copy of a Secret; a known copy annotation that does
 //!   not parse is replaced by a marker as a whole.
 //!
-//! Not covered (documented in README): credentials in container `args` or
+//! Not covered (documented in docs/redaction.md): credentials in container `args` or
 //! `command`, in ConfigMaps, or in env vars whose names do not say what they
 //! hold (add a `--redact-paths` pattern for those).
 

@@ -7,7 +7,7 @@
 //!   moves it on from its parent's state, so a leaf's test costs its own
 //!   segment, not a whole path searched again.
 //!
-//! Both were measured (README, Benchmarks): the forward walk was ≈ 10 % of
+//! Both were measured (docs/benchmarks.md): the forward walk was ≈ 10 % of
 //! the collector's instructions, the backward test a fraction of that.
 //! A pattern that ends every match with a key's last bytes (the default
 //! ends with `value`) also yields a search of an object's JSON text for
