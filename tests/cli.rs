@@ -429,6 +429,8 @@ fn every_flag_in_help_is_documented_in_the_readme() {
         vec!["cpid-webhook"],
         vec!["rules"],
         vec!["rules", "check"],
+        vec!["completions"],
+        vec!["man"],
     ] {
         let out = kascade().args(&sub).arg("--help").output().unwrap();
         assert!(out.status.success(), "{sub:?} --help");
@@ -563,6 +565,7 @@ fn readme_flag_tables()
                 "analyze",
                 "explain",
                 "cpid-webhook",
+                "man",
             ]
             .into_iter()
             .filter(|s| {
@@ -654,6 +657,8 @@ fn readme_flag_tables_match_each_subcommands_help_in_names_and_defaults() {
         (vec!["explain"], "explain"),
         (vec!["cpid-webhook"], "cpid-webhook"),
         (vec!["rules", "check"], "rules check"),
+        (vec!["completions"], "completions"),
+        (vec!["man"], "man"),
     ] {
         let help = help_flags(&sub);
         let own = tables.get(key);

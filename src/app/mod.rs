@@ -73,13 +73,13 @@ pub fn load_rules(dir: Option<&Path>) -> anyhow::Result<RuleSet> {
 /// `kascade rules check DIR`.
 pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
     let set = load_rules(Some(dir))?;
-    println!(
-        "{}: {} rules, {} propagations, {} timers OK",
+    crate::terminal::print(&format!(
+        "{}: {} rules, {} propagations, {} timers OK\n",
         dir.display(),
         set.len(),
         set.propagations().len(),
         set.timers().len()
-    );
+    ))?;
     Ok(())
 }
 
