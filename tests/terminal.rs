@@ -8,8 +8,11 @@ mod common;
 use std::process::{Command, Output, Stdio};
 
 fn kascade() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kascade"));
-    // The tests' own environment must not decide what they check.
+    without_the_tests_settings(Command::new(env!("CARGO_BIN_EXE_kascade")))
+}
+
+/// The tests' own environment must not decide what they check.
+fn without_the_tests_settings(mut cmd: Command) -> Command {
     for var in [
         "NO_COLOR",
         "KASCADE_COLOR",
@@ -421,4 +424,38 @@ fn man_pages_describe_every_subcommand() {
     // The trace page documents trace's own flags.
     let trace = std::fs::read_to_string(pages.join("kascade-trace.1")).unwrap();
     assert!(trace.contains("\\-\\-max\\-diff\\-lines"), "{trace}");
+}
+
+/// What `kascade ARGS` prints on a terminal 70 columns wide (a pty made by
+/// util-linux's `script`), escapes kept, line ends as the terminal gets them.
+fn on_a_terminal(args: &str, env: &[(&str, &str)]) -> String {
+    let command = format!(
+        "stty rows 24 cols 70; {} {args}",
+        env!("CARGO_BIN_EXE_kascade")
+    );
+    let out = without_the_tests_settings(Command::new("script"))
+        .args(["-qec", &command, "/dev/null"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("util-linux's script runs kascade on a terminal");
+    assert!(out.status.success(), "{args}: {}", text(&out.stdout));
+    text(&out.stdout).replace("\r\n", "\n")
+}
+
+#[test]
+fn on_a_terminal_auto_colours_and_wraps_to_its_width() {
+    let log = rollout_log();
+    let args = format!("--quiet explain {log}");
+    let coloured = on_a_terminal(&args, &[]);
+    assert!(coloured.contains(ESC), "{coloured}");
+    let ansi = regex::Regex::new("\u{1b}\\[[0-9;]*m").unwrap();
+    let plain = ansi.replace_all(&coloured, "");
+    assert!(plain.contains("kascade explain"), "{plain}");
+    for line in plain.lines() {
+        assert!(width(line) <= 70, "{line:?}");
+    }
+    let uncoloured = on_a_terminal(&args, &[("NO_COLOR", "1")]);
+    assert!(!uncoloured.contains(ESC), "{uncoloured}");
+    assert_eq!(uncoloured, plain);
 }
