@@ -458,4 +458,9 @@ fn on_a_terminal_auto_colours_and_wraps_to_its_width() {
     let uncoloured = on_a_terminal(&args, &[("NO_COLOR", "1")]);
     assert!(!uncoloured.contains(ESC), "{uncoloured}");
     assert_eq!(uncoloured, plain);
+    // Quiet, the report is all there is: no progress bar before it, as
+    // there is without --quiet.
+    assert!(uncoloured.starts_with("kascade explain"), "{uncoloured}");
+    let loud = on_a_terminal(&format!("explain {log}"), &[("NO_COLOR", "1")]);
+    assert!(loud.contains("KiB/"), "no progress bar: {loud}");
 }

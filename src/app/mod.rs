@@ -15,6 +15,8 @@ pub mod trace;
 
 use std::path::Path;
 
+use anyhow::Context as _;
+
 pub use collect::{CollectApps, CollectConfig, WatchersConfig};
 pub use cpid_webhook::CpidWebhookConfig;
 pub use frontend::{AssemblyConfig, FrontendServerConfig};
@@ -79,7 +81,8 @@ pub fn run_rules_check(dir: &Path) -> anyhow::Result<()> {
         set.len(),
         set.propagations().len(),
         set.timers().len()
-    ))?;
+    ))
+    .context("writing the rules check")?;
     Ok(())
 }
 
