@@ -25,6 +25,7 @@ pub mod self_trace;
 pub mod source;
 pub mod span_model;
 pub mod telemetry;
+pub mod terminal;
 
 // The pipeline allocates many small strings per event, and memory freed
 // on one thread is often allocated on another (the webhook decodes, the

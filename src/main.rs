@@ -19,6 +19,7 @@ fn main() -> std::process::ExitCode {
 
 async fn run() -> std::process::ExitCode {
     let cli = Cli::parse();
+    kascade::terminal::init(cli.manners());
     let telemetry = match kascade::telemetry::init(cli.log_format, cli.command.telemetry_role()) {
         Ok(t) => t,
         Err(e) => {
@@ -47,6 +48,12 @@ async fn run() -> std::process::ExitCode {
         Command::Rules {
             command: RulesCommand::List { rules },
         } => app::run_rules_list(&rules.into()),
+        Command::Completions { shell } => kascade::cli::docs::print_completions(shell),
+        Command::Man { dir } => kascade::cli::docs::man(dir.as_deref()).map(|written| {
+            if let Some(dir) = dir.filter(|_| !cli.quiet) {
+                eprintln!("wrote {} man pages to {}", written.len(), dir.display());
+            }
+        }),
     };
     telemetry.shutdown();
     match result {

@@ -572,6 +572,8 @@ async fn an_incomplete_cascade_names_what_it_waits_for_on_its_root_span() {
 #[test]
 fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        // Text is wrapped to COLUMNS when set: one line per write here.
+        .env_remove("COLUMNS")
         .args([
             "trace",
             "--resource",
@@ -604,6 +606,8 @@ fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
     assert!(text.contains("★ critical path"), "{text}");
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        // Text is wrapped to COLUMNS when set: one line per write here.
+        .env_remove("COLUMNS")
         .args([
             "trace",
             "--resource",

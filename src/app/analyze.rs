@@ -169,17 +169,15 @@ pub async fn run(config: AnalyzeConfig) -> anyhow::Result<()> {
     let (report, stats) = analyze(&config).await?;
     if let Some(dir) = &config.plot {
         let files = write_plots(dir, &report, &stats)?;
-        eprintln!("wrote {} plots to {}", files.len(), dir.display());
+        if !crate::terminal::quiet() {
+            eprintln!("wrote {} plots to {}", files.len(), dir.display());
+        }
     }
     let out = match config.format {
         AnalyzeFormat::Text => report.to_text(&stats, 40),
         AnalyzeFormat::Json => report.to_json() + "\n",
         AnalyzeFormat::Csv => report.to_csv(),
     };
-    use std::io::Write as _;
-    std::io::stdout()
-        .lock()
-        .write_all(out.as_bytes())
-        .context("writing the report")?;
+    crate::terminal::print(&out).context("writing the report")?;
     Ok(())
 }

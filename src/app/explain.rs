@@ -290,7 +290,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     }
     let total = total_size(&config.files)?;
     let (files, note) = in_time_order(config.files.clone());
-    if let Some(note) = note {
+    if let Some(note) = note.filter(|_| !crate::terminal::quiet()) {
         eprintln!("{note}");
     }
     let bar = progress_bar(total);
@@ -423,14 +423,15 @@ pub async fn run(config: ExplainConfig) -> anyhow::Result<bool> {
             )
         })?;
     }
-    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && console::Term::stdout().is_term()
-        && console::colors_enabled();
-    use std::io::Write as _;
-    std::io::stdout()
-        .lock()
-        .write_all(render(&report, config.format, color).as_bytes())
-        .context("writing the report")?;
+    let text = match config.format {
+        ExplainFormat::Text => crate::terminal::fit_to_stdout(render(
+            &report,
+            config.format,
+            crate::terminal::colors(crate::terminal::Stream::Stdout),
+        )),
+        _ => render(&report, config.format, false),
+    };
+    crate::terminal::print(&text).context("writing the report")?;
     Ok(config
         .fail_on
         .threshold()

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// A progress bar over `total` bytes, drawn only when stderr is a terminal.
+/// A progress bar over `total` bytes, drawn only when stderr is a terminal
+/// (and not under `--quiet`).
 pub fn progress_bar(total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
+    let bar = crate::terminal::progress_bar(total);
     bar.set_style(
         ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}",

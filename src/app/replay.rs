@@ -99,18 +99,20 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
     let stats = result?;
     let exported = export::spans_exported(&metrics);
     let dropped = export::spans_dropped(&metrics);
-    eprintln!(
-        "replayed {} lines: {} events accepted, {} malformed lines skipped; {} spans exported{}",
-        stats.lines,
-        stats.accepted,
-        stats.bad_lines,
-        exported,
-        if dropped > 0 {
-            format!(", {dropped} DROPPED")
-        } else {
-            String::new()
-        }
-    );
+    if dropped > 0 || !crate::terminal::quiet() {
+        eprintln!(
+            "replayed {} lines: {} events accepted, {} malformed lines skipped; {} spans exported{}",
+            stats.lines,
+            stats.accepted,
+            stats.bad_lines,
+            exported,
+            if dropped > 0 {
+                format!(", {dropped} DROPPED")
+            } else {
+                String::new()
+            }
+        );
+    }
     if dropped > 0 {
         bail!("{dropped} spans could not be exported");
     }

@@ -1,7 +1,7 @@
 //! Where the relation rules come from (the built-in `rules/` and a user's
 //! directory layered over them) and `kascade rules check|list`.
 
-use std::io::Write as _;
+use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
 use crate::aggregate::rules::{Part, RuleError, RuleSet, read_dir};
@@ -130,7 +130,8 @@ pub fn run_rules_check(dir: &Path, builtin: bool) -> anyhow::Result<()> {
             effective.timers().len()
         ));
     }
-    print_out(&out)
+    crate::terminal::print(&format!("{out}\n")).context("writing the rules check")?;
+    Ok(())
 }
 
 /// `kascade rules list`: every effective rule, propagation and timer, with
@@ -177,14 +178,6 @@ pub fn run_rules_list(sources: &RuleSources) -> anyhow::Result<()> {
             overridden(Part::Timer, &t.name)
         ));
     }
-    print_out(out.trim_end())
-}
-
-/// Prints to stdout; a closed pipe (`| head`) ends the output quietly.
-fn print_out(text: &str) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    crate::terminal::print(&format!("{}\n", out.trim_end())).context("writing the rules list")?;
+    Ok(())
 }

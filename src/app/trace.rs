@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use super::lines::{Lines, LinesState, no_audit_events, print_skipped, progress_bar, total_size};
 use super::{AssemblyConfig, PipelineConfig};
@@ -16,6 +16,7 @@ use crate::frontend::offline::store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
 use crate::frontend::{Frontend, SearchQuery};
+use crate::terminal::fit_to_stdout;
 
 /// How `kascade trace` prints the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -240,25 +241,30 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 .collect();
             return print_cascades(trace, config.format, &in_part);
         }
-        TraceFormat::Text => print!(
-            "{}",
-            render_text(
-                &trace.assembly,
-                &TextOptions {
-                    max_diff_lines: config.max_diff_lines,
-                    snapshots: config.snapshots,
-                    max_siblings: config.assembly.max_siblings,
-                }
-            )
-        ),
-        TraceFormat::OtlpJson => {
-            let data = opentelemetry_proto::tonic::trace::v1::TracesData {
-                resource_spans: trace.resource_spans.clone(),
-            };
-            println!("{}", serde_json::to_string(&data)?);
-        }
+        TraceFormat::Text => print(fit_to_stdout(render_text(
+            &trace.assembly,
+            &TextOptions {
+                max_diff_lines: config.max_diff_lines,
+                snapshots: config.snapshots,
+                max_siblings: config.assembly.max_siblings,
+            },
+        )))?,
+        TraceFormat::OtlpJson => print_otlp_json(trace)?,
     }
     Ok(())
+}
+
+/// The assembled trace as one line of OTLP/JSON.
+fn print_otlp_json(trace: &crate::frontend::AssembledTrace) -> anyhow::Result<()> {
+    let data = opentelemetry_proto::tonic::trace::v1::TracesData {
+        resource_spans: trace.resource_spans.clone(),
+    };
+    print(serde_json::to_string(&data)? + "\n")
+}
+
+/// Writes the trace on stdout (a closed stdout ends it quietly).
+fn print(text: String) -> anyhow::Result<()> {
+    crate::terminal::print(&text).context("writing the trace")
 }
 
 /// A trace shown as cascades: notes and the cascades' text (each in part
@@ -270,17 +276,13 @@ fn print_cascades(
 ) -> anyhow::Result<()> {
     match format {
         TraceFormat::Text => {
+            let mut text = String::new();
             for note in trace.assembly.notes.iter() {
-                println!("note: {note}");
+                text.push_str(&format!("note: {note}\n"));
             }
-            print!("{}", render_text_in_part(&trace.cascades, in_part));
+            text.push_str(&render_text_in_part(&trace.cascades, in_part));
+            print(fit_to_stdout(text))
         }
-        TraceFormat::OtlpJson => {
-            let data = opentelemetry_proto::tonic::trace::v1::TracesData {
-                resource_spans: trace.resource_spans.clone(),
-            };
-            println!("{}", serde_json::to_string(&data)?);
-        }
+        TraceFormat::OtlpJson => print_otlp_json(trace),
     }
-    Ok(())
 }

@@ -5,6 +5,7 @@
 pub mod analyze;
 pub mod collect;
 pub mod cpid_webhook;
+pub mod docs;
 pub mod explain;
 pub mod frontend;
 pub mod pipeline;
@@ -40,11 +41,35 @@ pub struct Cli {
         env = "KASCADE_LOG_FORMAT"
     )]
     pub log_format: LogFormat,
+    /// Colour logs and the explain report: `auto` on a terminal unless NO_COLOR is set (not empty), `always`, `never`.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = ColorChoice::Auto,
+        env = "KASCADE_COLOR"
+    )]
+    pub color: ColorChoice,
+    /// Only warnings and errors on stderr: no INFO logs, progress bars or summaries (caps RUST_LOG at warn).
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
 
 pub use crate::telemetry::LogFormat;
+pub use crate::terminal::ColorChoice;
+
+impl Cli {
+    /// The terminal manners the flags ask for.
+    pub fn manners(&self) -> crate::terminal::Manners {
+        crate::terminal::Manners {
+            color: self.color,
+            quiet: self.quiet,
+        }
+    }
+}
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -66,6 +91,18 @@ pub enum Command {
     Rules {
         #[command(subcommand)]
         command: RulesCommand,
+    },
+    /// Print the shell completion script for SHELL on stdout (e.g. `kascade completions bash > /etc/bash_completion.d/kascade`).
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, or write one page per subcommand into a directory.
+    Man {
+        /// Write kascade.1 and kascade-SUBCOMMAND.1 for every subcommand into DIR (created if missing) instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
     },
 }
 
@@ -104,6 +141,8 @@ impl Command {
             Command::Explain(_) => ("explain", None),
             Command::CpidWebhook(_) => ("cpid-webhook", None),
             Command::Rules { .. } => ("rules", None),
+            Command::Completions { .. } => ("completions", None),
+            Command::Man { .. } => ("man", None),
         };
         crate::telemetry::Role {
             component,

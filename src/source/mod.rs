@@ -16,12 +16,37 @@ use crate::model::ObjectRef;
 use crate::pipeline::{Accepted, AuditEvent, FilterReason};
 use audit::AuditFilter;
 
-/// Filters an event and resolves its object; `None` if it is dropped (counted).
+/// Who is told that audit events carry `metadata.managedFields`, and how
+/// to spare them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyAdvice {
+    /// The collector's operator, who can change the apiserver's audit
+    /// policy: logged at INFO, once per cluster.
+    Operator,
+    /// The user of an offline command, who reads logs someone else's
+    /// policy wrote: at DEBUG only.
+    DebugOnly,
+}
+
+/// Filters an event and resolves its object; `None` if it is dropped
+/// (counted). As an offline command does: managedFields are mentioned at
+/// DEBUG only (the collector's webhook uses [`accept_advising`]).
 pub fn accept(
     ev: AuditEvent,
     cluster: &str,
     filter: &AuditFilter,
     metrics: &Arc<Metrics>,
+) -> Option<Accepted> {
+    accept_advising(ev, cluster, filter, metrics, PolicyAdvice::DebugOnly)
+}
+
+/// [`accept`], telling `advice` about managedFields.
+pub fn accept_advising(
+    ev: AuditEvent,
+    cluster: &str,
+    filter: &AuditFilter,
+    metrics: &Arc<Metrics>,
+    advice: PolicyAdvice,
 ) -> Option<Accepted> {
     if let Err(reason) = filter.check(&ev) {
         metrics
@@ -77,7 +102,7 @@ pub fn accept(
             return None;
         }
     };
-    note_managed_fields(&ev, cluster, metrics);
+    note_managed_fields(&ev, cluster, metrics, advice);
     note_deep_values(&ev, &object, cluster, metrics);
     Some(Accepted {
         event: ev,
@@ -113,7 +138,7 @@ fn note_deep_values(ev: &AuditEvent, object: &ObjectRef, cluster: &str, metrics:
 
 /// Counts an event whose objects carried `metadata.managedFields` (kascade
 /// cuts them out unread), and says once per cluster how to spare them.
-fn note_managed_fields(ev: &AuditEvent, cluster: &str, metrics: &Metrics) {
+fn note_managed_fields(ev: &AuditEvent, cluster: &str, metrics: &Metrics, advice: PolicyAdvice) {
     let carried = [&ev.request_object, &ev.response_object]
         .into_iter()
         .flatten()
@@ -126,13 +151,14 @@ fn note_managed_fields(ev: &AuditEvent, cluster: &str, metrics: &Metrics) {
         .get_or_create(&Metrics::cluster(cluster))
         .inc();
     if before == 0 {
-        tracing::info!(
-            cluster,
-            "audit events carry metadata.managedFields, which kascade never shows: \
+        const ADVICE: &str = "audit events carry metadata.managedFields, which kascade never shows: \
              `omitManagedFields: true` in the apiserver's audit policy (as in \
              kascade's example policies) spares the apiserver, the network and \
-             kascade about a fifth of each event"
-        );
+             kascade about a fifth of each event";
+        match advice {
+            PolicyAdvice::Operator => tracing::info!(cluster, "{ADVICE}"),
+            PolicyAdvice::DebugOnly => tracing::debug!(cluster, "{ADVICE}"),
+        }
     }
 }
 
@@ -181,6 +207,57 @@ mod tests {
             .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .get();
         assert_eq!(malformed, 1);
+    }
+
+    /// The lines logged while the deployment fixture's events are accepted
+    /// telling `advice`, at DEBUG and above.
+    fn logged_while_accepting(advice: PolicyAdvice) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let log = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        tracing::subscriber::with_default(subscriber, || {
+            for line in log.lines() {
+                let parsed = audit::parse_event(line).unwrap();
+                accept_advising(parsed, "east", &AuditFilter::default(), &metrics, advice);
+            }
+        });
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn only_the_collectors_operator_is_told_at_info_to_leave_managed_fields_out() {
+        let advice = |text: &str, level: &str| {
+            text.lines()
+                .filter(|l| l.contains(level) && l.contains("omitManagedFields: true"))
+                .count()
+        };
+        // Once per cluster, however many events carried them.
+        let operator = logged_while_accepting(PolicyAdvice::Operator);
+        assert_eq!(advice(&operator, " INFO "), 1, "{operator}");
+        let offline = logged_while_accepting(PolicyAdvice::DebugOnly);
+        assert_eq!(advice(&offline, " INFO "), 0, "{offline}");
+        assert_eq!(advice(&offline, "DEBUG "), 1, "{offline}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressStyle;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 
 use super::audit::{AuditFilter, parse_event};
@@ -63,7 +63,7 @@ pub async fn replay_files(
             .map_err(io_error(format!("cannot read audit log {}", f.display())))?
             .len();
     }
-    let bar = ProgressBar::new(total);
+    let bar = crate::terminal::progress_bar(total);
     bar.set_style(
         ProgressStyle::with_template(
             "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",

@@ -90,14 +90,23 @@ impl Telemetry {
     }
 }
 
-/// Logs to stderr (`RUST_LOG`, default `info`) and, when the environment
-/// asks for it, self-tracing. Call once, inside the Tokio runtime.
+/// Logs to stderr (`RUST_LOG`, default `info`; at most warnings under
+/// `--quiet`; coloured as `--color` says, see [`crate::terminal`]) and,
+/// when the environment asks for it, self-tracing. Call once, inside the
+/// Tokio runtime, after [`crate::terminal::init`].
 pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryError> {
     let cfg = config_from_env(&|k| std::env::var(k).ok(), role)?;
     let provider = cfg.as_ref().map(tracer_provider).transpose()?;
-    let log_filter =
-        log_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
-    let log_layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let most = if crate::terminal::quiet() {
+        LevelFilter::WARN
+    } else {
+        LevelFilter::TRACE
+    };
+    let log_filter = log_filter(levels, most);
+    let log_layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(crate::terminal::colors(crate::terminal::Stream::Stderr));
     let log_layer = match format {
         LogFormat::Json => log_layer.json().with_filter(log_filter).boxed(),
         LogFormat::Text => log_layer.with_filter(log_filter).boxed(),
@@ -114,16 +123,17 @@ pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryErr
     Ok(Telemetry { provider })
 }
 
-/// What is logged: what `levels` (`RUST_LOG`) enables, without the
-/// self-tracing spans. The hint keeps the levels' maximum, so that
-/// `tracing` and `log` calls below it stay disabled at their call sites.
-fn log_filter<S>(levels: EnvFilter) -> impl Filter<S>
+/// What is logged: what `levels` (`RUST_LOG`) enables up to `most`
+/// (`--quiet`: warnings), without the self-tracing spans. The hint keeps
+/// the lower maximum, so that `tracing` and `log` calls below it stay
+/// disabled at their call sites.
+fn log_filter<S>(levels: EnvFilter, most: LevelFilter) -> impl Filter<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     levels.and(
-        filter_fn(|m| !(m.is_span() && m.target() == TARGET))
-            .with_max_level_hint(LevelFilter::TRACE),
+        filter_fn(move |m| !(m.is_span() && m.target() == TARGET) && most >= *m.level())
+            .with_max_level_hint(most),
     )
 }
 
@@ -256,13 +266,25 @@ mod tests {
     fn logging_keeps_the_level_limit_of_rust_log() {
         type S = tracing_subscriber::Registry;
         // Without a hint, calls below the level would each be asked about.
+        let all = LevelFilter::TRACE;
         assert_eq!(
-            Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("info"))),
+            Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("info"), all)),
             Some(LevelFilter::INFO)
         );
         assert_eq!(
-            Filter::<S>::max_level_hint(&log_filter::<S>(EnvFilter::new("kascade=debug,warn"))),
+            Filter::<S>::max_level_hint(&log_filter::<S>(
+                EnvFilter::new("kascade=debug,warn"),
+                all
+            )),
             Some(LevelFilter::DEBUG)
+        );
+        // --quiet caps RUST_LOG.
+        assert_eq!(
+            Filter::<S>::max_level_hint(&log_filter::<S>(
+                EnvFilter::new("kascade=debug,warn"),
+                LevelFilter::WARN
+            )),
+            Some(LevelFilter::WARN)
         );
     }
 }

@@ -199,7 +199,15 @@ pub(super) fn decode_batch(
     let accepted = batch
         .events
         .into_iter()
-        .filter_map(|ev| crate::source::accept(ev, cluster, &st.filter, &st.metrics))
+        .filter_map(|ev| {
+            crate::source::accept_advising(
+                ev,
+                cluster,
+                &st.filter,
+                &st.metrics,
+                crate::source::PolicyAdvice::Operator,
+            )
+        })
         .map(|mut a| {
             a.replayed = replayed;
             a
