@@ -15,6 +15,8 @@ use crate::frontend::display::cascade::select_for_text;
 use crate::frontend::offline::store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
+use crate::frontend::tree_json::render_json;
+use crate::resources::ResourceArg;
 use crate::frontend::{Frontend, SearchQuery};
 
 /// How `kascade trace` prints the trace.
@@ -23,17 +25,20 @@ pub enum TraceFormat {
     /// A tree for the terminal.
     #[default]
     Text,
+    /// The object tree as plain JSON (docs/trace-json.md).
+    Json,
     /// The assembled trace as OTLP/JSON, in a display mode.
     OtlpJson,
 }
 
 impl TraceFormat {
-    pub const ALL: [TraceFormat; 2] = [TraceFormat::Text, TraceFormat::OtlpJson];
+    pub const ALL: [TraceFormat; 3] = [TraceFormat::Text, TraceFormat::Json, TraceFormat::OtlpJson];
 
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             TraceFormat::Text => "text",
+            TraceFormat::Json => "json",
             TraceFormat::OtlpJson => "otlp-json",
         }
     }
@@ -53,7 +58,9 @@ impl TraceFormat {
 pub struct TraceConfig {
     /// Audit log files (JSON lines) to build the trace from.
     pub files: Vec<PathBuf>,
-    /// Resource of the object, e.g. deployments.
+    /// Resource of the object as kubectl takes it (`deployments`, `deploy`,
+    /// `Deployment`, `deployments.apps`), or as the audit log names a
+    /// custom resource.
     pub resource: String,
     /// Name of the object.
     pub name: String,
@@ -69,8 +76,9 @@ pub struct TraceConfig {
     /// Scope of the tree; `None`: the assembly's default scope.
     pub scope: Option<Scope>,
     pub format: TraceFormat,
-    /// Display mode for [`TraceFormat::OtlpJson`]; [`Mode::Cascade`] also
-    /// in text (the cascades the object took part in).
+    /// Display mode for [`TraceFormat::OtlpJson`]; text shows
+    /// [`Mode::Tracing`] (the object tree) and [`Mode::Cascade`] (the
+    /// cascades the object took part in), JSON [`Mode::Tracing`] only.
     pub mode: Mode,
     /// Changed paths shown per write in text output.
     pub max_diff_lines: usize,
@@ -139,6 +147,20 @@ const MAX_ERRORS_SHOWN: usize = 10;
 
 /// Builds the trace from the files and prints it on stdout.
 pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
+    check_mode(config.format, config.mode)?;
+    // A bad resource is refused before the files are read.
+    let resource = if config.cpid.is_none() {
+        let arg: ResourceArg = config
+            .resource
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--resource {e}"))?;
+        Some(match &config.group {
+            Some(g) => arg.in_group(g).map_err(anyhow::Error::msg)?,
+            None => arg,
+        })
+    } else {
+        None
+    };
     // As `analyze` and `explain` read them: `.gz` too, a line that is not
     // UTF-8 skipped (not the whole file), errors named by file:line.
     let bar = progress_bar(total_size(&config.files)?);
@@ -184,6 +206,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
             "no write in the audit log (kascade shows creates, updates, patches and deletes at stage ResponseComplete)"
         );
     };
+    let seen = store.resources();
     let store = Arc::new(store);
     let frontend = Frontend::new(store, config.assembly.frontend_config()?);
     let range = TimeRange::new(from_nanos(first), from_nanos(last));
@@ -194,13 +217,19 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         // Every write, as the UI shows a change's trace.
         return print_cascades(&trace, config.format, &[]);
     }
+    let Some(resource) = resource else {
+        bail!("no resource given");
+    };
+    let resolved = resource
+        .resolve(seen.iter().map(|(g, r)| (g.as_str(), r.as_str())))
+        .map_err(anyhow::Error::msg)?;
     let mut tags = vec![
         ("cluster".to_string(), config.cluster.clone()),
-        ("resource".to_string(), config.resource.clone()),
+        ("resource".to_string(), resolved.resource.clone()),
         ("namespace".to_string(), config.namespace.clone()),
         ("name".to_string(), config.name.clone()),
     ];
-    if let Some(g) = &config.group {
+    if let Some(g) = &resolved.group {
         tags.push(("group".to_string(), g.clone()));
     }
     let found = frontend
@@ -216,7 +245,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     let Some(trace) = found.first() else {
         bail!(
             "no {} {}{} in the audit log (cluster {})",
-            config.resource,
+            resolved.resource,
             if config.namespace.is_empty() {
                 String::new()
             } else {
@@ -251,12 +280,33 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 }
             )
         ),
+        TraceFormat::Json => println!("{}", render_json(&trace.assembly)?),
         TraceFormat::OtlpJson => {
             let data = opentelemetry_proto::tonic::trace::v1::TracesData {
                 resource_spans: trace.resource_spans.clone(),
             };
             println!("{}", serde_json::to_string(&data)?);
         }
+    }
+    Ok(())
+}
+
+/// Refuses a display mode the format cannot show (rather than showing
+/// another one silently).
+fn check_mode(format: TraceFormat, mode: Mode) -> anyhow::Result<()> {
+    let shown: &[Mode] = match format {
+        TraceFormat::Text => &[Mode::Tracing, Mode::Cascade],
+        TraceFormat::Json => &[Mode::Tracing],
+        TraceFormat::OtlpJson => &Mode::ALL,
+    };
+    if !shown.contains(&mode) {
+        let names: Vec<&str> = shown.iter().map(|m| m.name()).collect();
+        bail!(
+            "--mode {} cannot be shown as --format {}, which shows {}; --format otlp-json shows every mode",
+            mode.name(),
+            format.name(),
+            names.join(" and ")
+        );
     }
     Ok(())
 }
@@ -269,6 +319,9 @@ fn print_cascades(
     in_part: &[InPart],
 ) -> anyhow::Result<()> {
     match format {
+        TraceFormat::Json => bail!(
+            "--format json shows an object tree, not cascades (--cpid, --mode cascade): use --format text or otlp-json"
+        ),
         TraceFormat::Text => {
             for note in trace.assembly.notes.iter() {
                 println!("note: {note}");

@@ -30,6 +30,20 @@ impl MemoryStore {
         (a <= b).then_some((a, b))
     }
 
+    /// The `(group, resource)` pairs of the objects held.
+    pub fn resources(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.traces
+            .values()
+            .flatten()
+            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+            .filter_map(|s| {
+                let resource = string_attr(&s.attributes, attr::RESOURCE)?;
+                let group = string_attr(&s.attributes, attr::GROUP).unwrap_or("");
+                Some((group.to_string(), resource.to_string()))
+            })
+            .collect()
+    }
+
     pub fn span_count(&self) -> usize {
         self.traces.values().map(Vec::len).sum()
     }
