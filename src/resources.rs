@@ -70,7 +70,13 @@ pub(crate) const BUILTIN_RESOURCES: &[BuiltinResource] = &[
     r("apps", "ReplicaSet", "replicasets", &["rs"], true),
     r("apps", "StatefulSet", "statefulsets", &["sts"], true),
     r("apps", "DaemonSet", "daemonsets", &["ds"], true),
-    r("apps", "ControllerRevision", "controllerrevisions", &[], true),
+    r(
+        "apps",
+        "ControllerRevision",
+        "controllerrevisions",
+        &[],
+        true,
+    ),
     r("batch", "Job", "jobs", &[], true),
     r("batch", "CronJob", "cronjobs", &["cj"], true),
     r(
@@ -488,7 +494,11 @@ mod tests {
             ("Endpoints", "endpoints", ""),
             ("ingress", "ingresses", "networking.k8s.io"),
         ] {
-            assert_eq!(resolve(given, &[]), resolved(plural, Some(group)), "{given}");
+            assert_eq!(
+                resolve(given, &[]),
+                resolved(plural, Some(group)),
+                "{given}"
+            );
         }
         // Served by two groups: either.
         assert_eq!(resolve("events", &[]), resolved("events", None));

@@ -16,8 +16,8 @@ use crate::frontend::offline::store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
 use crate::frontend::tree_json::render_json;
-use crate::resources::ResourceArg;
 use crate::frontend::{Frontend, SearchQuery};
+use crate::resources::ResourceArg;
 
 /// How `kascade trace` prints the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,9 +10,14 @@ use crate::app::replay::DEFAULT_CLUSTER;
 
 #[derive(Args, Debug)]
 // The pipeline's flags are `collect`'s too; what a full queue does is not.
-#[command(mut_arg("queue_size", |a| a.help(
-    "Audit events read ahead of processing; a full queue pauses reading"
-)))]
+#[command(
+    mut_arg("queue_size", |a| a.help(
+        "Audit events read ahead of processing; a full queue pauses reading"
+    )),
+    mut_arg("redaction_key_file", |a| a.help(
+        "File holding a secret key (at least 16 bytes) for the redaction markers, so that replays and collectors sharing it show one value with one marker; default: a random key per run"
+    )),
+)]
 pub struct ReplayArgs {
     /// Audit log files, one JSON event per line.
     #[arg(required = true)]

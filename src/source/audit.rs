@@ -223,7 +223,9 @@ fn not_an_audit_event(line: &str, why: String) -> String {
                 ("EventList", AUDIT_API_VERSION) => format!(
                     "an audit EventList (the webhook's request body) where {EXPECTED} per line was expected"
                 ),
-                ("", "") => format!("a JSON object without kind and apiVersion where {EXPECTED} was expected ({why})"),
+                ("", "") => format!(
+                    "a JSON object without kind and apiVersion where {EXPECTED} was expected ({why})"
+                ),
                 _ => format!(
                     "an object of kind {kind:?}, apiVersion {api_version:?} where {EXPECTED} was expected ({why})"
                 ),
