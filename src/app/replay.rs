@@ -82,11 +82,7 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
     validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     let metrics = Arc::new(Metrics::default());
     let filter = config.pipeline.filter()?;
-    // Spans of a file have nowhere else to go: an absent receiver is said
-    // at once, not after each batch's retries.
-    if let Some(otlp) = config.export.resolve()?.otlp {
-        wait_for_receiver(&otlp.endpoint, &otlp.endpoint_source, config.otlp_wait).await?;
-    }
+
     // A file has no latency to protect: each line waits for the lines
     // logged after it, so the causes found do not depend on how fast the
     // file is read.
@@ -95,6 +91,16 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         ..config.pipeline.clone()
     };
     let pipeline = Pipeline::start(&pipeline_config, &config.export, metrics.clone())?;
+    // Spans of a file have nowhere else to go: an absent receiver is said
+    // before reading, not after each batch's retries. (Started first, the
+    // pipeline has checked the exporter's settings and files.)
+    if let Some(otlp) = config.export.resolve()?.otlp
+        && let Err(e) =
+            wait_for_receiver(&otlp.endpoint, &otlp.endpoint_source, config.otlp_wait).await
+    {
+        pipeline.finish().await;
+        return Err(e);
+    }
     let result = replay::replay_files(
         &config.files,
         &config.cluster,
