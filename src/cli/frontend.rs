@@ -23,10 +23,10 @@ pub struct AssemblyArgs {
     /// Levels of links followed up and down from the searched object.
     #[arg(long, default_value_t = assembly().max_depth, env = "KASCADE_MAX_DEPTH")]
     pub max_depth: usize,
-    /// Objects in one assembled trace; further links are noted on the root span.
+    /// Objects in one assembled trace; further links are noted (the UI shows the notes on the root span).
     #[arg(long, default_value_t = assembly().max_objects, env = "KASCADE_MAX_OBJECTS")]
     pub max_objects: usize,
-    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted on the root span. The searched object and its owners are loaded whatever it says, so it must be at least 1.
+    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted (the UI shows the notes on the root span). The searched object and its owners are loaded whatever it says, so it must be at least 1.
     #[arg(
         long,
         default_value_t = assembly().max_trace_bytes,
@@ -45,7 +45,7 @@ pub struct AssemblyArgs {
     /// Link classes whose objects are grouped under a virtual span named by the class (comma-separated).
     #[arg(long, value_delimiter = ',', env = "KASCADE_GROUP_CLASSES")]
     pub group_classes: Vec<String>,
-    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span summarises the rest. 0 shows all.
+    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span (one line in text) summarises the rest. 0 shows all.
     #[arg(long, default_value_t = assembly().max_siblings, env = "KASCADE_MAX_SIBLINGS")]
     pub max_siblings: usize,
 }

@@ -19,6 +19,10 @@ fn trace() -> TraceConfig {
 }
 
 #[derive(Args, Debug)]
+// Virtual spans exist in OTLP only: the text and JSON trees show objects.
+#[command(mut_arg("group_classes", |a| a.help(
+    "Link classes whose objects are grouped under a virtual span named by the class, in --format otlp-json (comma-separated)"
+)))]
 pub struct TraceArgs {
     /// Audit log files (JSON lines) to build the trace from.
     #[arg(required = true)]
