@@ -82,6 +82,14 @@ fn trace_takes_the_object_as_kubectl_names_it_and_as_explain_does() {
         let by_object = stdout_of(&["trace", &log, "--object", &object, "-n", "default"]);
         assert_eq!(by_object, expected, "--object {object}");
     }
+    // Without its namespace, the object is one flag away.
+    let e = error_of(&["trace", &log, "--object", "deploy/hello"]);
+    assert!(
+        e.contains(
+            "no deployments hello in the audit log (cluster default); there is one with -n default"
+        ),
+        "{e}"
+    );
     // A ReplicaSet the fixture's Deployment created, by its short name.
     let rs = common::created("deployment", "replicasets")
         .into_iter()

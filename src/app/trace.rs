@@ -208,7 +208,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     };
     let seen = store.resources();
     let store = Arc::new(store);
-    let frontend = Frontend::new(store, config.assembly.frontend_config()?);
+    let frontend = Frontend::new(store.clone(), config.assembly.frontend_config()?);
     let range = TimeRange::new(from_nanos(first), from_nanos(last));
     if let Some(cpid) = config.cpid {
         let Some(trace) = frontend.change_trace(cpid, range).await? else {
@@ -243,8 +243,21 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         })
         .await?;
     let Some(trace) = found.first() else {
+        // The object in other namespaces (or cluster-scoped) is one flag away.
+        let elsewhere: Vec<String> = store
+            .namespaces_of(&resolved.resource, resolved.group.as_deref(), &config.name)
+            .into_iter()
+            .filter(|ns| *ns != config.namespace)
+            .map(|ns| {
+                if ns.is_empty() {
+                    "cluster-scoped (no -n)".to_string()
+                } else {
+                    format!("-n {ns}")
+                }
+            })
+            .collect();
         bail!(
-            "no {} {}{} in the audit log (cluster {})",
+            "no {} {}{} in the audit log (cluster {}){}",
             resolved.resource,
             if config.namespace.is_empty() {
                 String::new()
@@ -252,7 +265,12 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 format!("{}/", config.namespace)
             },
             config.name,
-            config.cluster
+            config.cluster,
+            if elsewhere.is_empty() {
+                String::new()
+            } else {
+                format!("; there is one with {}", elsewhere.join(", "))
+            }
         );
     };
     match config.format {

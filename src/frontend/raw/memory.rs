@@ -44,6 +44,32 @@ impl MemoryStore {
             .collect()
     }
 
+    /// The namespaces holding an object of `resource` (in `group` when
+    /// given) named `name`.
+    pub fn namespaces_of(
+        &self,
+        resource: &str,
+        group: Option<&str>,
+        name: &str,
+    ) -> std::collections::BTreeSet<String> {
+        self.traces
+            .values()
+            .flatten()
+            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+            .filter(|s| {
+                string_attr(&s.attributes, attr::RESOURCE) == Some(resource)
+                    && string_attr(&s.attributes, attr::NAME) == Some(name)
+                    && group
+                        .is_none_or(|g| string_attr(&s.attributes, attr::GROUP).unwrap_or("") == g)
+            })
+            .map(|s| {
+                string_attr(&s.attributes, attr::NAMESPACE)
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    }
+
     pub fn span_count(&self) -> usize {
         self.traces.values().map(Vec::len).sum()
     }
