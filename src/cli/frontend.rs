@@ -71,6 +71,10 @@ fn frontend() -> FrontendServerConfig {
 }
 
 #[derive(Args, Debug)]
+// The UI's search tag is the frontend's only.
+#[command(mut_arg("max_siblings", |a| a.help(
+    "Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all"
+)))]
 pub struct FrontendArgs {
     /// Address of the Jaeger remote storage API v2 (gRPC) that Jaeger query uses.
     #[arg(long, default_value_t = frontend().grpc_listen, env = "KASCADE_GRPC_LISTEN")]
