@@ -21,6 +21,7 @@ pub mod model;
 pub mod offline;
 pub mod output_file;
 pub mod pipeline;
+pub mod resources;
 pub mod self_trace;
 pub mod source;
 pub mod span_model;

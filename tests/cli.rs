@@ -725,14 +725,9 @@ fn readme_configuration_reference_tables_match_each_subcommands_help_in_names_an
 fn a_bad_value_of_a_choice_flag_names_the_flag_and_the_choices() {
     let log = common::fixture_path("deployment", "audit.log");
     for (flag, value, choices) in [
-        ("--format", "yaml", "text, otlp-json"),
+        ("--format", "yaml", "text, json, otlp-json"),
         ("--mode", "flat", "tracing, tree, timeline, grouped"),
         ("--scope", "all", "full, ancestors, descendants, object"),
-        (
-            "--default-scope",
-            "all",
-            "full, ancestors, descendants, object",
-        ),
         ("--log-format", "xml", "text, json"),
     ] {
         let st = kascade()

@@ -17,81 +17,16 @@ pub struct KindRegistry {
     map: RwLock<FastHashMap<(String, String), (String, bool)>>,
 }
 
-/// (group, kind, resource, namespaced) of the built-in kinds that own things
-/// or are commonly referenced.
-const BUILTIN_KINDS: &[(&str, &str, &str, bool)] = &[
-    ("", "Pod", "pods", true),
-    ("", "Node", "nodes", false),
-    ("", "Namespace", "namespaces", false),
-    ("", "Service", "services", true),
-    ("", "Endpoints", "endpoints", true),
-    ("", "ConfigMap", "configmaps", true),
-    ("", "Secret", "secrets", true),
-    ("", "ServiceAccount", "serviceaccounts", true),
-    ("", "PersistentVolume", "persistentvolumes", false),
-    ("", "PersistentVolumeClaim", "persistentvolumeclaims", true),
-    ("", "ReplicationController", "replicationcontrollers", true),
-    ("apps", "Deployment", "deployments", true),
-    ("apps", "ReplicaSet", "replicasets", true),
-    ("apps", "StatefulSet", "statefulsets", true),
-    ("apps", "DaemonSet", "daemonsets", true),
-    ("apps", "ControllerRevision", "controllerrevisions", true),
-    ("batch", "Job", "jobs", true),
-    ("batch", "CronJob", "cronjobs", true),
-    ("discovery.k8s.io", "EndpointSlice", "endpointslices", true),
-    (
-        "policy",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-        true,
-    ),
-    (
-        "autoscaling",
-        "HorizontalPodAutoscaler",
-        "horizontalpodautoscalers",
-        true,
-    ),
-    ("networking.k8s.io", "Ingress", "ingresses", true),
-    ("storage.k8s.io", "StorageClass", "storageclasses", false),
-    (
-        "storage.k8s.io",
-        "VolumeAttachment",
-        "volumeattachments",
-        false,
-    ),
-    ("coordination.k8s.io", "Lease", "leases", true),
-    (
-        "rbac.authorization.k8s.io",
-        "ClusterRole",
-        "clusterroles",
-        false,
-    ),
-    (
-        "rbac.authorization.k8s.io",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-    ),
-    ("rbac.authorization.k8s.io", "Role", "roles", true),
-    (
-        "rbac.authorization.k8s.io",
-        "RoleBinding",
-        "rolebindings",
-        true,
-    ),
-    (
-        "apiextensions.k8s.io",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        false,
-    ),
-];
-
 impl Default for KindRegistry {
     fn default() -> Self {
-        let map = BUILTIN_KINDS
+        let map = crate::resources::BUILTIN_RESOURCES
             .iter()
-            .map(|(g, k, r, ns)| ((g.to_string(), k.to_string()), (r.to_string(), *ns)))
+            .map(|b| {
+                (
+                    (b.group.to_string(), b.kind.to_string()),
+                    (b.plural.to_string(), b.namespaced),
+                )
+            })
             .collect();
         Self {
             map: RwLock::new(map),
@@ -126,15 +61,7 @@ impl KindRegistry {
         {
             return v.clone();
         }
-        let lower = kind.to_ascii_lowercase();
-        let plural = if let Some(stem) = lower.strip_suffix('y') {
-            format!("{stem}ies")
-        } else if lower.ends_with('s') || lower.ends_with("ch") || lower.ends_with('x') {
-            format!("{lower}es")
-        } else {
-            format!("{lower}s")
-        };
-        (plural, true)
+        (crate::resources::guess_plural(kind), true)
     }
 
     /// The object a reference by `apiVersion` and `kind` names (an owner

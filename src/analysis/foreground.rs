@@ -18,6 +18,9 @@ pub struct ForegroundScope {
     /// Only this namespace's objects (and cluster-scoped ones its
     /// cascades write: nodes, volumes).
     pub namespace: Option<String>,
+    /// Only this object's cascades: its own changes, and from each of them
+    /// on, the rest of the cascade that made it.
+    pub object: Option<crate::resources::ObjectArg>,
     /// Only changes requested from then on.
     pub from: Option<SystemTime>,
     /// Only changes requested until then.
@@ -46,6 +49,10 @@ struct State {
     user_seen: bool,
     /// Roots of cascades that touched the namespace.
     in_namespace: HashSet<SpanRef>,
+    /// Roots of cascades that wrote the object (`--object`).
+    of_object: HashSet<SpanRef>,
+    /// The `(group, resource)` pairs changed, to resolve `--object`'s.
+    resources_seen: std::collections::BTreeSet<(String, String)>,
     left_out: LeftOut,
 }
 
@@ -61,8 +68,9 @@ pub struct ForegroundSink {
 /// changes are counted as the run's.
 const MAX_BACKGROUND_ROOTS: usize = 1 << 20;
 
-/// Cascades remembered as touching the namespace at most (past it, a
-/// cascade's later changes on cluster-scoped objects are left out).
+/// Cascades remembered as touching the namespace (or as writing
+/// `--object`) at most (past it, a cascade's later changes on
+/// cluster-scoped objects, or after the object's, are left out).
 const MAX_NAMESPACE_ROOTS: usize = 1 << 20;
 
 impl ForegroundSink {
@@ -72,6 +80,12 @@ impl ForegroundSink {
             sinks,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The `(group, resource)` pairs of the changes seen so far (kept
+    /// only when `--object` is given).
+    pub fn resources_seen(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.lock().resources_seen.clone()
     }
 
     /// What was left out so far.
@@ -118,7 +132,22 @@ impl ForegroundSink {
             // A cluster-scoped object a cascade of the namespace wrote.
             Some(_) => c.object.namespace.is_empty() && st.in_namespace.contains(&c.root),
         };
-        if !(in_time && in_namespace) {
+        let of_object = match &self.scope.object {
+            None => true,
+            Some(o) => {
+                let resource = (c.object.group.to_string(), c.object.resource.to_string());
+                st.resources_seen.insert(resource);
+                if o.names(&c.object, self.scope.namespace.as_deref()) {
+                    if st.of_object.len() < MAX_NAMESPACE_ROOTS {
+                        st.of_object.insert(c.root);
+                    }
+                    true
+                } else {
+                    st.of_object.contains(&c.root)
+                }
+            }
+        };
+        if !(in_time && in_namespace && of_object) {
             st.left_out.out_of_scope += 1;
             return false;
         }

@@ -155,9 +155,20 @@ pub async fn analyze(
     }
     report.background = left_out.background;
     report.out_of_scope = left_out.out_of_scope;
+    if let Some(o) = &config.scope.object
+        && report.changes == 0
+    {
+        let seen = foreground.resources_seen();
+        if let Err(e) = o
+            .resource
+            .resolve(seen.iter().map(|(g, r)| (g.as_str(), r.as_str())))
+        {
+            bail!("--object {}/{}: {e}", o.resource, o.name);
+        }
+    }
     if report.changes == 0 && left_out.out_of_scope > 0 {
         bail!(
-            "no change of the audit log is in the scope asked for ({} left out): check --namespace, --from and --to",
+            "no change of the audit log is in the scope asked for ({} left out): check --namespace, --object, --from and --to",
             left_out.out_of_scope
         );
     }

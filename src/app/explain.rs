@@ -138,36 +138,35 @@ fn read_events(
 ) -> anyhow::Result<usize> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let objects: Vec<serde_json::Value> = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(v) => match v.get("items").and_then(|i| i.as_array()) {
-            Some(items) => items.clone(),
-            None => vec![v],
-        },
-        Err(_) => text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l).with_context(|| {
-                    format!(
-                        "{}:{}: not an Event list or JSON line",
-                        path.display(),
-                        i + 1
-                    )
+    // Each item with where it is, for messages: `FILE: item N` of a list
+    // document, `FILE:LINE` of JSON lines.
+    let objects: Vec<(String, serde_json::Value)> =
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v) => match v.get("items").and_then(|i| i.as_array()) {
+                Some(items) => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| (format!("{}: item {}", path.display(), i + 1), item.clone()))
+                    .collect(),
+                None => vec![(format!("{}:1", path.display()), v)],
+            },
+            Err(_) => text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| {
+                    let at = format!("{}:{}", path.display(), i + 1);
+                    serde_json::from_str(l)
+                        .with_context(|| format!("{at}: not an Event list or JSON line"))
+                        .map(|v| (at, v))
                 })
-            })
-            .collect::<anyhow::Result<_>>()?,
-    };
+                .collect::<anyhow::Result<_>>()?,
+        };
     let kinds = crate::aggregate::relations::KindRegistry::default();
     let mut n = 0;
-    for (i, obj) in objects.iter().enumerate() {
+    for (at, obj) in &objects {
         let Some(e) = K8sEvent::from_object(obj) else {
-            bail!(
-                "{}: item {} is not an Event (kind {:?})",
-                path.display(),
-                i + 1,
-                obj.get("kind").and_then(|k| k.as_str()).unwrap_or("none")
-            );
+            bail!("{at}: {}", not_a_kubernetes_event(obj));
         };
         let Some(at) = e.occurred else { continue };
         let involved = kinds.referenced_object(
@@ -185,6 +184,35 @@ fn read_events(
         n += 1;
     }
     Ok(n)
+}
+
+/// What an item of an `--events` file is instead of a Kubernetes Event.
+fn not_a_kubernetes_event(obj: &serde_json::Value) -> String {
+    const EXPECTED: &str = "a Kubernetes Event (kind \"Event\", apiVersion events.k8s.io/v1 or v1)";
+    let text = |k: &str| obj.get(k).and_then(|x| x.as_str()).unwrap_or("");
+    let (kind, api_version) = (text("kind"), text("apiVersion"));
+    let found = if api_version == crate::pipeline::AUDIT_API_VERSION {
+        return format!(
+            "an audit event (kind {kind:?}, apiVersion {api_version}) where {EXPECTED} was expected; audit logs go in FILES, not --events"
+        );
+    } else if !obj.is_object() {
+        match obj {
+            serde_json::Value::Array(_) => "an array".to_string(),
+            serde_json::Value::String(_) => "a string".to_string(),
+            serde_json::Value::Number(_) => "a number".to_string(),
+            serde_json::Value::Bool(_) => "a boolean".to_string(),
+            _ => "null".to_string(),
+        }
+    } else if kind == "Event" || kind.is_empty() && obj.get("regarding").is_some() {
+        return "an Event that names no object it is about (involvedObject or regarding, with kind and name, within Kubernetes' bounds)".to_string();
+    } else if kind.is_empty() {
+        "an object without kind".to_string()
+    } else {
+        crate::bounds::clip_message(format!(
+            "an object of kind {kind:?}, apiVersion {api_version:?}"
+        ))
+    };
+    format!("{found} where {EXPECTED} was expected")
 }
 
 /// When a watch event's object last changed, as far as the object says
@@ -347,6 +375,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     for path in &config.events {
         read_events(path, &config.cluster, &collector)?;
     }
+    let resources_seen = collector.resources_seen();
     let collector = Arc::try_unwrap(collector)
         .map_err(|_| anyhow::anyhow!("the pipeline still holds the explain collector"))?;
     let inputs = Inputs {
@@ -381,6 +410,14 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     let names_objects = config.scope.object.is_some() || config.scope.selector.is_some();
     let nothing =
         report.inputs.events_in_scope == 0 || names_objects && report.inputs.objects_in_scope == 0;
+    // A resource nothing in the log is: say so, with the names it may mean.
+    if let Some(o) = &config.scope.object
+        && let Err(e) = o
+            .resource
+            .resolve(resources_seen.iter().map(|(g, r)| (g.as_str(), r.as_str())))
+    {
+        bail!("--object {}/{}: {e}", o.resource, o.name);
+    }
     if nothing && scope != "everything" {
         bail!(
             "nothing in scope ({scope}) among the {} audit lines of {}: check the namespace, object, selector and time range",

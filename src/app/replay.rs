@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use super::{Pipeline, PipelineConfig};
 use crate::export::{self, config::ExportSettings};
@@ -30,6 +31,8 @@ pub struct ReplayConfig {
     pub cluster: String,
     /// Fail on the first malformed line instead of reporting and skipping it.
     pub strict: bool,
+    /// How long to try reaching the OTLP receiver before reading.
+    pub otlp_wait: Duration,
     pub pipeline: PipelineConfig,
     pub export: ExportSettings,
 }
@@ -43,6 +46,7 @@ impl Default for ReplayConfig {
             files: Vec::new(),
             cluster: DEFAULT_CLUSTER.to_string(),
             strict: false,
+            otlp_wait: Duration::from_secs(30),
             pipeline: PipelineConfig::default(),
             export: ExportSettings::default(),
         }
@@ -78,6 +82,7 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
     validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     let metrics = Arc::new(Metrics::default());
     let filter = config.pipeline.filter()?;
+
     // A file has no latency to protect: each line waits for the lines
     // logged after it, so the causes found do not depend on how fast the
     // file is read.
@@ -86,6 +91,16 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         ..config.pipeline.clone()
     };
     let pipeline = Pipeline::start(&pipeline_config, &config.export, metrics.clone())?;
+    // Spans of a file have nowhere else to go: an absent receiver is said
+    // before reading, not after each batch's retries. (Started first, the
+    // pipeline has checked the exporter's settings and files.)
+    if let Some(otlp) = config.export.resolve()?.otlp
+        && let Err(e) =
+            wait_for_receiver(&otlp.endpoint, &otlp.endpoint_source, config.otlp_wait).await
+    {
+        pipeline.finish().await;
+        return Err(e);
+    }
     let result = replay::replay_files(
         &config.files,
         &config.cluster,
@@ -125,4 +140,44 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// Longest pause between two attempts to reach the receiver.
+const MAX_PAUSE: Duration = Duration::from_secs(8);
+
+/// Connects to the receiver of `endpoint` (TCP) until it answers or `wait`
+/// is over (one attempt at least), pausing twice as long after each
+/// failure; the error names the address, where it came from and why.
+async fn wait_for_receiver(endpoint: &str, source: &str, wait: Duration) -> anyhow::Result<()> {
+    let url = reqwest::Url::parse(endpoint)
+        .with_context(|| format!("OTLP endpoint {endpoint:?} ({source}) is not a URL"))?;
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        bail!("OTLP endpoint {endpoint:?} ({source}) names no host and port");
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(500);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let connect = tokio::net::TcpStream::connect((host, port));
+        let why = match tokio::time::timeout(left.clamp(Duration::from_secs(1), MAX_PAUSE), connect)
+            .await
+        {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer".to_string(),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            bail!(
+                "cannot reach the OTLP receiver at {endpoint} ({source}): {why} ({attempts} attempts in {}); --otlp-wait waits longer, --output otlp-json=PATH writes a file instead",
+                humantime::format_duration(wait)
+            );
+        }
+        tracing::warn!(endpoint, error = %why, retry_in = ?pause.min(left), "cannot reach the OTLP receiver yet");
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
 }

@@ -15,7 +15,9 @@ use crate::frontend::display::cascade::select_for_text;
 use crate::frontend::offline::store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
+use crate::frontend::tree_json::render_json;
 use crate::frontend::{Frontend, SearchQuery};
+use crate::resources::ResourceArg;
 use crate::terminal::fit_to_stdout;
 
 /// How `kascade trace` prints the trace.
@@ -24,17 +26,20 @@ pub enum TraceFormat {
     /// A tree for the terminal.
     #[default]
     Text,
+    /// The object tree as plain JSON (docs/trace-json.md).
+    Json,
     /// The assembled trace as OTLP/JSON, in a display mode.
     OtlpJson,
 }
 
 impl TraceFormat {
-    pub const ALL: [TraceFormat; 2] = [TraceFormat::Text, TraceFormat::OtlpJson];
+    pub const ALL: [TraceFormat; 3] = [TraceFormat::Text, TraceFormat::Json, TraceFormat::OtlpJson];
 
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             TraceFormat::Text => "text",
+            TraceFormat::Json => "json",
             TraceFormat::OtlpJson => "otlp-json",
         }
     }
@@ -54,7 +59,9 @@ impl TraceFormat {
 pub struct TraceConfig {
     /// Audit log files (JSON lines) to build the trace from.
     pub files: Vec<PathBuf>,
-    /// Resource of the object, e.g. deployments.
+    /// Resource of the object as kubectl takes it (`deployments`, `deploy`,
+    /// `Deployment`, `deployments.apps`), or as the audit log names a
+    /// custom resource.
     pub resource: String,
     /// Name of the object.
     pub name: String,
@@ -70,8 +77,9 @@ pub struct TraceConfig {
     /// Scope of the tree; `None`: the assembly's default scope.
     pub scope: Option<Scope>,
     pub format: TraceFormat,
-    /// Display mode for [`TraceFormat::OtlpJson`]; [`Mode::Cascade`] also
-    /// in text (the cascades the object took part in).
+    /// Display mode for [`TraceFormat::OtlpJson`]; text shows
+    /// [`Mode::Tracing`] (the object tree) and [`Mode::Cascade`] (the
+    /// cascades the object took part in), JSON [`Mode::Tracing`] only.
     pub mode: Mode,
     /// Changed paths shown per write in text output.
     pub max_diff_lines: usize,
@@ -140,6 +148,20 @@ const MAX_ERRORS_SHOWN: usize = 10;
 
 /// Builds the trace from the files and prints it on stdout.
 pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
+    check_mode(config.format, config.mode)?;
+    // A bad resource is refused before the files are read.
+    let resource = if config.cpid.is_none() {
+        let arg: ResourceArg = config
+            .resource
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--resource {e}"))?;
+        Some(match &config.group {
+            Some(g) => arg.in_group(g).map_err(anyhow::Error::msg)?,
+            None => arg,
+        })
+    } else {
+        None
+    };
     // As `analyze` and `explain` read them: `.gz` too, a line that is not
     // UTF-8 skipped (not the whole file), errors named by file:line.
     let bar = progress_bar(total_size(&config.files)?);
@@ -185,8 +207,9 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
             "no write in the audit log (kascade shows creates, updates, patches and deletes at stage ResponseComplete)"
         );
     };
+    let seen = store.resources();
     let store = Arc::new(store);
-    let frontend = Frontend::new(store, config.assembly.frontend_config()?);
+    let frontend = Frontend::new(store.clone(), config.assembly.frontend_config()?);
     let range = TimeRange::new(from_nanos(first), from_nanos(last));
     if let Some(cpid) = config.cpid {
         let Some(trace) = frontend.change_trace(cpid, range).await? else {
@@ -195,13 +218,19 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         // Every write, as the UI shows a change's trace.
         return print_cascades(&trace, config.format, &[]);
     }
+    let Some(resource) = resource else {
+        bail!("no resource given");
+    };
+    let resolved = resource
+        .resolve(seen.iter().map(|(g, r)| (g.as_str(), r.as_str())))
+        .map_err(anyhow::Error::msg)?;
     let mut tags = vec![
         ("cluster".to_string(), config.cluster.clone()),
-        ("resource".to_string(), config.resource.clone()),
+        ("resource".to_string(), resolved.resource.clone()),
         ("namespace".to_string(), config.namespace.clone()),
         ("name".to_string(), config.name.clone()),
     ];
-    if let Some(g) = &config.group {
+    if let Some(g) = &resolved.group {
         tags.push(("group".to_string(), g.clone()));
     }
     let found = frontend
@@ -215,16 +244,34 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         })
         .await?;
     let Some(trace) = found.first() else {
+        // The object in other namespaces (or cluster-scoped) is one flag away.
+        let elsewhere: Vec<String> = store
+            .namespaces_of(&resolved.resource, resolved.group.as_deref(), &config.name)
+            .into_iter()
+            .filter(|ns| *ns != config.namespace)
+            .map(|ns| {
+                if ns.is_empty() {
+                    "cluster-scoped (no -n)".to_string()
+                } else {
+                    format!("-n {ns}")
+                }
+            })
+            .collect();
         bail!(
-            "no {} {}{} in the audit log (cluster {})",
-            config.resource,
+            "no {} {}{} in the audit log (cluster {}){}",
+            resolved.resource,
             if config.namespace.is_empty() {
                 String::new()
             } else {
                 format!("{}/", config.namespace)
             },
             config.name,
-            config.cluster
+            config.cluster,
+            if elsewhere.is_empty() {
+                String::new()
+            } else {
+                format!("; there is one with {}", elsewhere.join(", "))
+            }
         );
     };
     match config.format {
@@ -249,6 +296,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 max_siblings: config.assembly.max_siblings,
             },
         )))?,
+        TraceFormat::Json => print(render_json(&trace.assembly)? + "\n")?,
         TraceFormat::OtlpJson => print_otlp_json(trace)?,
     }
     Ok(())
@@ -267,6 +315,26 @@ fn print(text: String) -> anyhow::Result<()> {
     crate::terminal::print(&text).context("writing the trace")
 }
 
+/// Refuses a display mode the format cannot show (rather than showing
+/// another one silently).
+fn check_mode(format: TraceFormat, mode: Mode) -> anyhow::Result<()> {
+    let shown: &[Mode] = match format {
+        TraceFormat::Text => &[Mode::Tracing, Mode::Cascade],
+        TraceFormat::Json => &[Mode::Tracing],
+        TraceFormat::OtlpJson => &Mode::ALL,
+    };
+    if !shown.contains(&mode) {
+        let names: Vec<&str> = shown.iter().map(|m| m.name()).collect();
+        bail!(
+            "--mode {} cannot be shown as --format {}, which shows {}; --format otlp-json shows every mode",
+            mode.name(),
+            format.name(),
+            names.join(" and ")
+        );
+    }
+    Ok(())
+}
+
 /// A trace shown as cascades: notes and the cascades' text (each in part
 /// as `in_part` says), or OTLP/JSON.
 fn print_cascades(
@@ -275,6 +343,9 @@ fn print_cascades(
     in_part: &[InPart],
 ) -> anyhow::Result<()> {
     match format {
+        TraceFormat::Json => bail!(
+            "--format json shows an object tree, not cascades (--cpid, --mode cascade): use --format text or otlp-json"
+        ),
         TraceFormat::Text => {
             let mut text = String::new();
             for note in trace.assembly.notes.iter() {

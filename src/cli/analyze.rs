@@ -33,6 +33,9 @@ pub struct AnalyzeArgs {
     /// Only this namespace's objects (and the cluster-scoped ones its cascades write).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Only this object's cascades: RESOURCE/NAME (`deploy/web`, `deployments.apps/web`; with --namespace): its own changes and, from each, the rest of the cascade that made it.
+    #[arg(long, value_name = "RESOURCE/NAME")]
+    pub object: Option<crate::resources::ObjectArg>,
     /// Leave out what was requested before this time (RFC 3339).
     #[arg(long, value_parser = super::explain::parse_time)]
     pub from: Option<SystemTime>,
@@ -54,6 +57,7 @@ impl From<AnalyzeArgs> for AnalyzeConfig {
             rules: a.rules.into(),
             scope: ForegroundScope {
                 namespace: a.namespace,
+                object: a.object,
                 from: a.from,
                 to: a.to,
                 with_background: a.with_background,

@@ -45,8 +45,8 @@ pub struct ExplainArgs {
     /// Only objects with these labels and what they own (`app=web,tier!=db`).
     #[arg(long, short = 'l', value_parser = |s: &str| parse_selector(s).map(|sel| (s.to_string(), sel)))]
     pub selector: Option<(String, crate::aggregate::rules::LabelSelector)>,
-    /// Only this object and what it owns: RESOURCE/NAME (`deployments/web`; with --namespace).
-    #[arg(long)]
+    /// Only this object and what it owns: RESOURCE/NAME (`deploy/web`, `deployments.apps/web`; with --namespace), the resource as `trace --resource` takes it.
+    #[arg(long, value_name = "RESOURCE/NAME")]
     pub object: Option<ObjectFilter>,
     /// Leave out what happened before this time (RFC 3339).
     #[arg(long, value_parser = parse_time)]

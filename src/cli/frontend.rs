@@ -15,22 +15,18 @@ fn assembly() -> AssemblyConfig {
     AssemblyConfig::default()
 }
 
-/// How linked objects are followed and shown (shared by `frontend` and `trace`).
+/// How linked objects are followed and shown (shared by `frontend` and
+/// `trace`; the window, the default scope and the raw reads are each
+/// subcommand's own flags).
 #[derive(Args, Debug, Clone)]
 pub struct AssemblyArgs {
-    /// Window width the collector uses (its --window); whole minutes.
-    #[arg(long, default_value_t = assembly().window.into(), env = "KASCADE_WINDOW")]
-    pub window: Duration,
-    /// Scope when the search does not name one.
-    #[arg(long, value_enum, default_value_t = assembly().default_scope, env = "KASCADE_DEFAULT_SCOPE")]
-    pub default_scope: Scope,
     /// Levels of links followed up and down from the searched object.
     #[arg(long, default_value_t = assembly().max_depth, env = "KASCADE_MAX_DEPTH")]
     pub max_depth: usize,
-    /// Objects in one assembled trace; further links are noted on the root span.
+    /// Objects in one assembled trace; further links are noted (the UI shows the notes on the root span).
     #[arg(long, default_value_t = assembly().max_objects, env = "KASCADE_MAX_OBJECTS")]
     pub max_objects: usize,
-    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted on the root span. The searched object and its owners are loaded whatever it says, so it must be at least 1.
+    /// Bytes of object histories one assembly loads (a Pod's are about 40 KB); further links are noted (the UI shows the notes on the root span). The searched object and its owners are loaded whatever it says, so it must be at least 1.
     #[arg(
         long,
         default_value_t = assembly().max_trace_bytes,
@@ -38,9 +34,6 @@ pub struct AssemblyArgs {
         env = "KASCADE_MAX_TRACE_BYTES"
     )]
     pub max_trace_bytes: u64,
-    /// Raw reads in flight at once.
-    #[arg(long, default_value_t = assembly().concurrency, env = "KASCADE_CONCURRENCY")]
-    pub concurrency: usize,
     /// Link classes whose targets are shared by many objects: shown below, never climbed from (comma-separated).
     #[arg(
         long,
@@ -52,23 +45,23 @@ pub struct AssemblyArgs {
     /// Link classes whose objects are grouped under a virtual span named by the class (comma-separated).
     #[arg(long, value_delimiter = ',', env = "KASCADE_GROUP_CLASSES")]
     pub group_classes: Vec<String>,
-    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all.
+    /// Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span (one line in text) summarises the rest. 0 shows all.
     #[arg(long, default_value_t = assembly().max_siblings, env = "KASCADE_MAX_SIBLINGS")]
     pub max_siblings: usize,
 }
 
-impl From<AssemblyArgs> for AssemblyConfig {
-    fn from(a: AssemblyArgs) -> Self {
+impl AssemblyArgs {
+    /// The assembly settings: these flags over `base` (the subcommand's
+    /// window, default scope and raw reads).
+    pub(crate) fn over(self, base: AssemblyConfig) -> AssemblyConfig {
         AssemblyConfig {
-            window: a.window.into(),
-            default_scope: a.default_scope,
-            max_depth: a.max_depth,
-            max_objects: a.max_objects,
-            max_trace_bytes: a.max_trace_bytes,
-            concurrency: a.concurrency,
-            shared_classes: a.shared_classes,
-            group_classes: a.group_classes,
-            max_siblings: a.max_siblings,
+            max_depth: self.max_depth,
+            max_objects: self.max_objects,
+            max_trace_bytes: self.max_trace_bytes,
+            shared_classes: self.shared_classes,
+            group_classes: self.group_classes,
+            max_siblings: self.max_siblings,
+            ..base
         }
     }
 }
@@ -78,6 +71,10 @@ fn frontend() -> FrontendServerConfig {
 }
 
 #[derive(Args, Debug)]
+// The UI's search tag is the frontend's only.
+#[command(mut_arg("max_siblings", |a| a.help(
+    "Objects of one resource and link class shown under one object (a ReplicaSet's Pods), and in mode cascade writes of one verb and resource caused by one write; beyond it the failed, the slowest to get ready and the longest-lived (latest to settle) are shown and one span summarises the rest, which the search tag siblings=all shows. 0 shows all"
+)))]
 pub struct FrontendArgs {
     /// Address of the Jaeger remote storage API v2 (gRPC) that Jaeger query uses.
     #[arg(long, default_value_t = frontend().grpc_listen, env = "KASCADE_GRPC_LISTEN")]
@@ -151,6 +148,15 @@ pub struct FrontendArgs {
     /// with a message saying so.
     #[arg(long, default_value_t = frontend().max_search_bytes, env = "KASCADE_MAX_SEARCH_BYTES")]
     pub max_search_bytes: u64,
+    /// Window width the collector uses (its --window); whole minutes.
+    #[arg(long, default_value_t = assembly().window.into(), env = "KASCADE_WINDOW")]
+    pub window: Duration,
+    /// Scope when the search does not name one.
+    #[arg(long, value_enum, default_value_t = assembly().default_scope, env = "KASCADE_DEFAULT_SCOPE")]
+    pub default_scope: Scope,
+    /// Raw reads in flight at once.
+    #[arg(long, default_value_t = assembly().concurrency, env = "KASCADE_CONCURRENCY")]
+    pub concurrency: usize,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -176,7 +182,12 @@ impl From<FrontendArgs> for FrontendServerConfig {
             max_searches: a.max_searches,
             search_wait: a.search_wait.into(),
             max_search_bytes: a.max_search_bytes,
-            assembly: a.assembly.into(),
+            assembly: a.assembly.over(AssemblyConfig {
+                window: a.window.into(),
+                default_scope: a.default_scope,
+                concurrency: a.concurrency,
+                ..AssemblyConfig::default()
+            }),
         }
     }
 }

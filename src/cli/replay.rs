@@ -9,6 +9,15 @@ use crate::app::ReplayConfig;
 use crate::app::replay::DEFAULT_CLUSTER;
 
 #[derive(Args, Debug)]
+// The pipeline's flags are `collect`'s too; what a full queue does is not.
+#[command(
+    mut_arg("queue_size", |a| a.help(
+        "Audit events read ahead of processing; a full queue pauses reading"
+    )),
+    mut_arg("redaction_key_file", |a| a.help(
+        "File holding a secret key (at least 16 bytes) for the redaction markers, so that replays and collectors sharing it show one value with one marker; default: a random key per run"
+    )),
+)]
 pub struct ReplayArgs {
     /// Audit log files, one JSON event per line.
     #[arg(required = true)]
@@ -19,6 +28,9 @@ pub struct ReplayArgs {
     /// Fail on the first malformed line instead of reporting and skipping it.
     #[arg(long)]
     pub strict: bool,
+    /// How long to try reaching the OTLP receiver (--output otlp) before reading, with growing pauses between attempts; still unreachable, replay fails naming the address.
+    #[arg(long, default_value_t = ReplayConfig::default().otlp_wait.into(), env = "KASCADE_OTLP_WAIT")]
+    pub otlp_wait: humantime::Duration,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     #[command(flatten)]
@@ -31,6 +43,7 @@ impl From<ReplayArgs> for ReplayConfig {
             files: a.files,
             cluster: a.cluster,
             strict: a.strict,
+            otlp_wait: a.otlp_wait.into(),
             pipeline: a.pipeline.into(),
             export: (*a.export).into(),
         }

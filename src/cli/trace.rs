@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use humantime::Duration;
+
 use super::AssemblyArgs;
-use crate::app::{TraceConfig, TraceFormat};
+use crate::app::{AssemblyConfig, TraceConfig, TraceFormat};
 use crate::frontend::assemble::Scope;
 use crate::frontend::display::Mode;
 
@@ -17,36 +19,43 @@ fn trace() -> TraceConfig {
 }
 
 #[derive(Args, Debug)]
+// Virtual spans exist in OTLP only: the text and JSON trees show objects.
+#[command(mut_arg("group_classes", |a| a.help(
+    "Link classes whose objects are grouped under a virtual span named by the class, in --format otlp-json (comma-separated)"
+)))]
 pub struct TraceArgs {
     /// Audit log files (JSON lines) to build the trace from.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Resource of the object, e.g. deployments.
-    #[arg(long, required_unless_present = "cpid")]
+    /// The object: RESOURCE/NAME (`deploy/web`, `deployments.apps/web`; with --namespace), as `explain --object`.
+    #[arg(long, value_name = "RESOURCE/NAME", conflicts_with_all = ["resource", "name"])]
+    pub object: Option<crate::resources::ObjectArg>,
+    /// Resource of the object, as kubectl takes it: plural, singular, kind or short name, optionally with its group (`deployments`, `deployment`, `Deployment`, `deploy`, `deployments.apps`); custom resources by the names the audit log gives them.
+    #[arg(long, required_unless_present_any = ["cpid", "object"], requires = "name")]
     pub resource: Option<String>,
     /// Name of the object.
-    #[arg(long, required_unless_present = "cpid")]
+    #[arg(long, required_unless_present_any = ["cpid", "object"], requires = "resource")]
     pub name: Option<String>,
     /// Instead of an object: the writes of one change, by its change
     /// propagation ID (the `kascade.io/cpid` annotation), as cascades.
-    #[arg(long, conflicts_with_all = ["resource", "name"], value_parser = parse_cpid)]
+    #[arg(long, conflicts_with_all = ["resource", "name", "object"], value_parser = parse_cpid)]
     pub cpid: Option<kascade_cpid::Cpid>,
     /// Namespace of the object (omit for cluster-scoped objects).
-    #[arg(long, default_value_t = trace().namespace)]
+    #[arg(long, short = 'n', default_value_t = trace().namespace)]
     pub namespace: String,
-    /// API group of the object (empty for the core group); default: any.
+    /// API group of the object (empty for the core group); default: the resource's, or any.
     #[arg(long)]
     pub group: Option<String>,
     /// Cluster name given to the audit log's objects.
     #[arg(long, default_value_t = trace().cluster, env = "KASCADE_CLUSTER")]
     pub cluster: String,
-    /// Scope of the tree; default: --default-scope.
-    #[arg(long, value_enum)]
-    pub scope: Option<Scope>,
-    /// `text` (a tree for the terminal) or `otlp-json` (the assembled trace in a display mode).
+    /// Scope of the tree.
+    #[arg(long, value_enum, default_value_t = trace().assembly.default_scope)]
+    pub scope: Scope,
+    /// `text` (a tree for the terminal), `json` (the object tree as plain JSON, see docs/trace-json.md) or `otlp-json` (the assembled trace in a display mode).
     #[arg(long, value_enum, default_value_t = trace().format)]
     pub format: TraceFormat,
-    /// Display mode for --format otlp-json; `cascade` also in text (the cascades the object took part in).
+    /// Display mode for --format otlp-json; text shows `tracing` (the object tree) and `cascade` (the cascades the object took part in), json `tracing` only.
     #[arg(long, value_enum, default_value_t = trace().mode)]
     pub mode: Mode,
     /// Changed paths shown per write in text output.
@@ -60,6 +69,9 @@ pub struct TraceArgs {
     /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
     #[arg(long, env = "KASCADE_REDACTION_KEY_FILE")]
     pub redaction_key_file: Option<PathBuf>,
+    /// Width of the time windows the object spans are built in (as the collector's --window); whole minutes.
+    #[arg(long, default_value_t = trace().assembly.window.into(), env = "KASCADE_WINDOW")]
+    pub window: Duration,
     #[command(flatten)]
     pub assembly: AssemblyArgs,
 }
@@ -72,20 +84,28 @@ impl From<TraceArgs> for TraceConfig {
     fn from(a: TraceArgs) -> Self {
         TraceConfig {
             files: a.files,
-            resource: a.resource.unwrap_or_default(),
-            name: a.name.unwrap_or_default(),
+            resource: a
+                .object
+                .as_ref()
+                .map(|o| o.resource.to_string())
+                .or(a.resource)
+                .unwrap_or_default(),
+            name: a.object.map(|o| o.name).or(a.name).unwrap_or_default(),
             cpid: a.cpid,
             namespace: a.namespace,
             group: a.group,
             cluster: a.cluster,
-            scope: a.scope,
+            scope: Some(a.scope),
             format: a.format,
             mode: a.mode,
             max_diff_lines: a.max_diff_lines,
             snapshots: a.snapshots,
             rules: a.rules.into(),
             redaction_key_file: a.redaction_key_file,
-            assembly: a.assembly.into(),
+            assembly: a.assembly.over(AssemblyConfig {
+                window: a.window.into(),
+                ..AssemblyConfig::default()
+            }),
         }
     }
 }

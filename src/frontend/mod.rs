@@ -23,6 +23,7 @@ pub mod raw;
 pub mod service;
 pub mod text;
 pub mod trace_id;
+pub(crate) mod tree_json;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

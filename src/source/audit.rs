@@ -185,13 +185,55 @@ fn decode_bounded(body: &[u8], text: Option<&str>) -> Result<DecodedBatch, Strin
 pub fn parse_event(json: &str) -> Result<AuditEvent, String> {
     let capped = depth::cap(json, depth::MAX_OBJECT_DEPTH, 1);
     // serde's messages quote wrongly typed strings whole: clipped.
-    let mut ev: AuditEvent =
-        sonic_rs::from_str(&capped.text).map_err(|e| clip_message(decode_error(&e)))?;
-    ev.validate()?;
+    let mut ev: AuditEvent = sonic_rs::from_str(&capped.text)
+        .map_err(|e| not_an_audit_event(&capped.text, clip_message(decode_error(&e))))?;
+    ev.validate()
+        .map_err(|e| not_an_audit_event(&capped.text, e))?;
     if capped.markers > 0 {
         ev.count_deep_values();
     }
     Ok(ev)
+}
+
+/// What a line that is no audit event is instead, said for the reader:
+/// an array, a number, a Kubernetes Event, another object (`why` is the
+/// decoder's complaint, kept for an object that is almost an audit event).
+fn not_an_audit_event(line: &str, why: String) -> String {
+    const EXPECTED: &str = "an audit event (kind \"Event\", apiVersion audit.k8s.io/v1)";
+    let found = match line.trim_start().as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'-' | b'0'..=b'9') => "a number",
+        Some(b'{') => {
+            // Only a bad line gets here: parsing it once more to say what
+            // it is costs nothing on a good log.
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                return format!("not valid JSON ({why}); expected {EXPECTED}");
+            };
+            let text = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("");
+            let (kind, api_version) = (text("kind"), text("apiVersion"));
+            return clip_message(match (kind, api_version) {
+                // An audit event with a bad field: the decoder says which.
+                ("Event", AUDIT_API_VERSION) => why,
+                ("Event", "v1" | "events.k8s.io/v1" | "events.k8s.io/v1beta1") => format!(
+                    "a Kubernetes Event (kind \"Event\", apiVersion {api_version}) where {EXPECTED} was expected; Events go in `kascade explain --events`"
+                ),
+                ("EventList", AUDIT_API_VERSION) => format!(
+                    "an audit EventList (the webhook's request body) where {EXPECTED} per line was expected"
+                ),
+                ("", "") => format!(
+                    "a JSON object without kind and apiVersion where {EXPECTED} was expected ({why})"
+                ),
+                _ => format!(
+                    "an object of kind {kind:?}, apiVersion {api_version:?} where {EXPECTED} was expected ({why})"
+                ),
+            });
+        }
+        _ => return format!("not valid JSON ({why}); expected {EXPECTED}"),
+    };
+    format!("expected a JSON object, {EXPECTED}; found {found}")
 }
 
 /// A decode error without the fragment of input sonic-rs quotes after the

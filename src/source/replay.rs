@@ -127,7 +127,7 @@ pub async fn replay_files(
                 Err(format!("longer than {MAX_LINE_BYTES} bytes"))
             } else {
                 match crate::json::utf8(&buf) {
-                    Ok(line) => parse_event(line).map_err(|e| format!("not an audit event: {e}")),
+                    Ok(line) => parse_event(line),
                     Err(e) => Err(format!("not UTF-8 ({e})")),
                 }
             };

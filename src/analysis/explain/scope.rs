@@ -9,36 +9,9 @@ use std::time::SystemTime;
 use crate::aggregate::rules::LabelSelector;
 use crate::model::ObjectRef;
 
-/// An object named by the user: `resource/name` (`deployments/web`,
+/// An object named by the user: `resource/name` (`deploy/web`,
 /// `deployments.apps/web`), in [`Scope::namespace`] unless cluster-scoped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectFilter {
-    /// Plural resource, lower case (`deployments`).
-    pub resource: String,
-    /// API group when given (`apps` of `deployments.apps`).
-    pub group: Option<String>,
-    pub name: String,
-}
-
-impl std::str::FromStr for ObjectFilter {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (res, name) = s
-            .split_once('/')
-            .filter(|(r, n)| !r.is_empty() && !n.is_empty() && !n.contains('/'))
-            .ok_or_else(|| format!("{s:?}: expected RESOURCE/NAME, e.g. deployments/web"))?;
-        let (resource, group) = match res.split_once('.') {
-            Some((r, g)) => (r, Some(g.to_string())),
-            None => (res, None),
-        };
-        Ok(ObjectFilter {
-            resource: resource.to_ascii_lowercase(),
-            group,
-            name: name.to_string(),
-        })
-    }
-}
+pub use crate::resources::ObjectArg as ObjectFilter;
 
 /// The scope of an explanation. `Default` is everything.
 #[derive(Clone, Debug, Default)]
@@ -57,10 +30,7 @@ impl Scope {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(o) = &self.object {
-            let res = match &o.group {
-                Some(g) => format!("{}.{g}", o.resource),
-                None => o.resource.clone(),
-            };
+            let res = &o.resource;
             match &self.namespace {
                 Some(ns) => parts.push(format!("{res} {ns}/{}", o.name)),
                 None => parts.push(format!("{res} {}", o.name)),
@@ -110,9 +80,7 @@ impl Scope {
             return false;
         }
         if let Some(f) = &self.object
-            && !(f.name == o.name
-                && resource_matches(&f.resource, &o.resource)
-                && f.group.as_ref().is_none_or(|g| *g == o.group))
+            && !f.names(o, None)
         {
             return false;
         }
@@ -147,32 +115,6 @@ impl Scope {
     pub(super) fn admits_finding(&self, last: SystemTime) -> bool {
         self.from.is_none_or(|f| last >= f)
     }
-}
-
-/// Whether `given` (plural, singular or kubectl's short name) names `resource`.
-fn resource_matches(given: &str, resource: &str) -> bool {
-    const SHORT: [(&str, &str); 16] = [
-        ("po", "pods"),
-        ("svc", "services"),
-        ("rs", "replicasets"),
-        ("deploy", "deployments"),
-        ("sts", "statefulsets"),
-        ("ds", "daemonsets"),
-        ("cm", "configmaps"),
-        ("pvc", "persistentvolumeclaims"),
-        ("pv", "persistentvolumes"),
-        ("ns", "namespaces"),
-        ("no", "nodes"),
-        ("ep", "endpoints"),
-        ("ing", "ingresses"),
-        ("cj", "cronjobs"),
-        ("sa", "serviceaccounts"),
-        ("quota", "resourcequotas"),
-    ];
-    given == resource
-        || resource.strip_suffix('s') == Some(given)
-        || resource.strip_suffix("es") == Some(given)
-        || SHORT.contains(&(given, resource))
 }
 
 /// Parses a label selector as kubectl takes it: `app=web,tier!=db`,
@@ -265,18 +207,6 @@ mod tests {
         }
         for bad in ["", "app in web", "a b"] {
             assert!(parse_selector(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn an_object_is_resource_slash_name() {
-        let f: ObjectFilter = "deployments.apps/web".parse().unwrap();
-        assert_eq!(f.resource, "deployments");
-        assert_eq!(f.group.as_deref(), Some("apps"));
-        assert_eq!(f.name, "web");
-        for bad in ["web", "deployments/", "/web", "a/b/c"] {
-            let e = bad.parse::<ObjectFilter>().unwrap_err();
-            assert!(e.contains("RESOURCE/NAME"), "{e}");
         }
     }
 }

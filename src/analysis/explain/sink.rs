@@ -20,6 +20,16 @@ impl ExplainCollector {
         }
     }
 
+    /// The `(group, resource)` pairs of the objects seen, for resolving
+    /// a resource the user named.
+    pub fn resources_seen(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.lock()
+            .objects
+            .iter()
+            .map(|o| (o.object.group.to_string(), o.object.resource.to_string()))
+            .collect()
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

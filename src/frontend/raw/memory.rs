@@ -30,6 +30,46 @@ impl MemoryStore {
         (a <= b).then_some((a, b))
     }
 
+    /// The `(group, resource)` pairs of the objects held.
+    pub fn resources(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.traces
+            .values()
+            .flatten()
+            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+            .filter_map(|s| {
+                let resource = string_attr(&s.attributes, attr::RESOURCE)?;
+                let group = string_attr(&s.attributes, attr::GROUP).unwrap_or("");
+                Some((group.to_string(), resource.to_string()))
+            })
+            .collect()
+    }
+
+    /// The namespaces holding an object of `resource` (in `group` when
+    /// given) named `name`.
+    pub fn namespaces_of(
+        &self,
+        resource: &str,
+        group: Option<&str>,
+        name: &str,
+    ) -> std::collections::BTreeSet<String> {
+        self.traces
+            .values()
+            .flatten()
+            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+            .filter(|s| {
+                string_attr(&s.attributes, attr::RESOURCE) == Some(resource)
+                    && string_attr(&s.attributes, attr::NAME) == Some(name)
+                    && group
+                        .is_none_or(|g| string_attr(&s.attributes, attr::GROUP).unwrap_or("") == g)
+            })
+            .map(|s| {
+                string_attr(&s.attributes, attr::NAMESPACE)
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    }
+
     pub fn span_count(&self) -> usize {
         self.traces.values().map(Vec::len).sum()
     }
