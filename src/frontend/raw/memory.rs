@@ -54,31 +54,7 @@ impl RawStore for MemoryStore {
         let mut found: Vec<(u64, TraceIdBytes)> = self
             .traces
             .iter()
-            .filter_map(|(id, spans)| {
-                let obj = spans.iter().find(|s| {
-                    string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
-                })?;
-                // As Jaeger's search: some span of the trace carries every
-                // tag and starts within the range (object tags are on the
-                // object span, `cascade.*` and `cpid` on audit and watch
-                // spans), so `find_all` can split a range. Unlike Jaeger,
-                // the object span matches when its window overlaps the
-                // range: offline searches name objects by the windows
-                // they had.
-                let overlaps = obj.start_time_unix_nano <= to && obj.end_time_unix_nano >= from;
-                let matches = spans.iter().any(|s| {
-                    let within = if std::ptr::eq(s, obj) {
-                        overlaps
-                    } else {
-                        (from..=to).contains(&s.start_time_unix_nano)
-                    };
-                    within
-                        && tags
-                            .iter()
-                            .all(|(k, v)| string_attr(&s.attributes, k) == Some(v.as_str()))
-                });
-                matches.then_some((obj.start_time_unix_nano, *id))
-            })
+            .filter_map(|(id, spans)| Some((search_match(spans, tags, from, to)?, *id)))
             .collect();
         found.sort();
         Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
