@@ -183,8 +183,8 @@ impl SpillWriter {
         };
         tracing::debug!(
             raw_traces = store.traces.len(),
-            spilled_bytes = store.spilled_bytes,
-            held_bytes = store.held_bytes,
+            spilled_bytes = store.spilled_bytes(),
+            held_bytes = store.held_bytes(),
             "spans spilled to a temporary file"
         );
         Ok(store)
