@@ -333,6 +333,7 @@ mod tests {
     use super::*;
     use crate::aggregate::ProcessorConfig;
     use crate::aggregate::redact::Redactor;
+    use crate::aggregate::rules::RuleSet;
     use crate::source::audit::AuditFilter;
 
     /// The spans as the processor emits them, encoded.
@@ -367,7 +368,10 @@ mod tests {
         let (out, errors) = crate::offline::encoded_spans_from_audit_lines(
             log.lines().map(str::to_string).collect::<Vec<_>>(),
             "c",
-            Arc::new(crate::app::load_rules(None).unwrap()),
+            Arc::new(
+                RuleSet::load_dir(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/rules")))
+                    .unwrap(),
+            ),
             &AuditFilter::default(),
             ProcessorConfig::default(),
             Redactor::new(None),
