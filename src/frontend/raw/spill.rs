@@ -216,7 +216,7 @@ fn indexed_tags(attributes: Vec<KeyValue>) -> Box<[(u8, Box<str>)]> {
 }
 
 /// Raw spans in a temporary file, indexed in memory by trace.
-pub struct SpillStore {
+pub(crate) struct SpillStore {
     file: File,
     traces: crate::model::FastHashMap<TraceIdBytes, Vec<SpanEntry>>,
     spilled_bytes: u64,
