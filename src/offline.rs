@@ -99,7 +99,7 @@ pub async fn changes_to_sinks(
         cfg,
         redactor,
         sinks,
-        false,
+        SpansKept::new(false),
     )
     .await
     .1
@@ -120,7 +120,15 @@ pub async fn changes_with_watch_to_sinks(
     sinks: Vec<Arc<dyn ChangeSink>>,
 ) -> Vec<String> {
     run_with(
-        lines, watch, cluster, rules, filter, cfg, redactor, sinks, false,
+        lines,
+        watch,
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        sinks,
+        SpansKept::new(false),
     )
     .await
     .1
@@ -138,7 +146,8 @@ async fn run(
     keep_spans: bool,
 ) -> (Vec<crate::span_model::Span>, Vec<String>) {
     let sinks = sink.into_iter().collect();
-    run_with(
+    let out = SpansKept::new(keep_spans);
+    let (kept, errors) = run_with(
         lines,
         Vec::new(),
         cluster,
@@ -147,13 +156,79 @@ async fn run(
         cfg,
         redactor,
         sinks,
-        keep_spans,
+        out,
+    )
+    .await;
+    (kept.spans, errors)
+}
+
+/// Runs audit log lines through the full processing path, handing every
+/// span, encoded, to `out` in emission order; returns `out` and the
+/// malformed lines (`line number: message`).
+pub(crate) async fn encoded_spans_from_audit_lines<O: SpanOut>(
+    lines: impl IntoIterator<Item = String>,
+    cluster: &str,
+    rules: Arc<RuleSet>,
+    filter: &AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+    out: O,
+) -> (O, Vec<String>) {
+    run_with(
+        lines,
+        Vec::new(),
+        cluster,
+        rules,
+        filter,
+        cfg,
+        redactor,
+        Vec::new(),
+        out,
     )
     .await
 }
 
+/// Where an offline run's spans go, one at a time as the processor emits
+/// them.
+pub(crate) trait SpanOut: Send + 'static {
+    /// Whether the spans are wanted at all: when not, the processor builds
+    /// none (changes only).
+    fn wants_spans(&self) -> bool {
+        true
+    }
+
+    fn put(&mut self, span: crate::span_model::EncodedSpan);
+}
+
+/// Spans decoded and kept in memory, or none built.
+struct SpansKept {
+    keep: bool,
+    spans: Vec<crate::span_model::Span>,
+}
+
+impl SpansKept {
+    fn new(keep: bool) -> Self {
+        Self {
+            keep,
+            spans: Vec::new(),
+        }
+    }
+}
+
+impl SpanOut for SpansKept {
+    fn wants_spans(&self) -> bool {
+        self.keep
+    }
+
+    fn put(&mut self, span: crate::span_model::EncodedSpan) {
+        if self.keep {
+            self.spans.push(span.decode());
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
-async fn run_with(
+async fn run_with<O: SpanOut>(
     lines: impl IntoIterator<Item = String>,
     watch: Vec<WatchChange>,
     cluster: &str,
@@ -162,12 +237,12 @@ async fn run_with(
     cfg: ProcessorConfig,
     redactor: Redactor,
     sinks: Vec<Arc<dyn ChangeSink>>,
-    keep_spans: bool,
-) -> (Vec<crate::span_model::Span>, Vec<String>) {
+    mut out: O,
+) -> (O, Vec<String>) {
     let metrics = Arc::new(Metrics::default());
     // Spans nobody keeps are not built.
     let cfg = ProcessorConfig {
-        changes_only: !keep_spans,
+        changes_only: !out.wants_spans(),
         ..cfg
     };
     let (tx, mut rx) = mpsc::channel(1 << 16);
@@ -188,11 +263,8 @@ async fn run_with(
     // processor would have.
     let redactor_ahead = processor.sees_whole_objects().then_some(redactor_ahead);
     let collector = tokio::spawn(async move {
-        let mut out = Vec::new();
         while let Some(s) = rx.recv().await {
-            if keep_spans {
-                out.push(crate::span_model::EncodedSpan::decode(&s));
-            }
+            out.put(s);
         }
         out
     });
@@ -272,7 +344,10 @@ async fn run_with(
         }
     }
     drop(processor);
-    (collector.await.unwrap_or_default(), errors)
+    match collector.await {
+        Ok(out) => (out, errors),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
 
 /// What makes an audit event the same event wherever it is logged.

@@ -12,7 +12,7 @@ use crate::analysis::cascade::{InPart, render_text_in_part};
 use crate::frontend::assemble::Scope;
 use crate::frontend::display::Mode;
 use crate::frontend::display::cascade::select_for_text;
-use crate::frontend::offline::store_from_audit_lines;
+use crate::frontend::offline::spilled_store_from_audit_lines;
 use crate::frontend::raw::{TimeRange, from_nanos};
 use crate::frontend::text::{TextOptions, render_text};
 use crate::frontend::tree_json::render_json;
@@ -175,7 +175,9 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         ..PipelineConfig::default()
     };
     let rules = Arc::new(pipeline.rules.load()?);
-    let (store, errors) = store_from_audit_lines(
+    // Spans spilled to a temporary file: memory holds their index, not a
+    // large log's every history.
+    let (store, errors) = spilled_store_from_audit_lines(
         lines,
         &config.cluster,
         rules,
@@ -183,7 +185,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         pipeline.processor_config()?,
         pipeline.redactor()?,
     )
-    .await;
+    .await?;
     bar.finish_and_clear();
     let (located, non_empty) = {
         let mut st = shared.lock().unwrap_or_else(|e| e.into_inner());

@@ -32,16 +32,7 @@ impl MemoryStore {
 
     /// The `(group, resource)` pairs of the objects held.
     pub fn resources(&self) -> std::collections::BTreeSet<(String, String)> {
-        self.traces
-            .values()
-            .flatten()
-            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
-            .filter_map(|s| {
-                let resource = string_attr(&s.attributes, attr::RESOURCE)?;
-                let group = string_attr(&s.attributes, attr::GROUP).unwrap_or("");
-                Some((group.to_string(), resource.to_string()))
-            })
-            .collect()
+        super::resources_of(self.traces.values().flatten())
     }
 
     /// The namespaces holding an object of `resource` (in `group` when
@@ -52,22 +43,7 @@ impl MemoryStore {
         group: Option<&str>,
         name: &str,
     ) -> std::collections::BTreeSet<String> {
-        self.traces
-            .values()
-            .flatten()
-            .filter(|s| string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
-            .filter(|s| {
-                string_attr(&s.attributes, attr::RESOURCE) == Some(resource)
-                    && string_attr(&s.attributes, attr::NAME) == Some(name)
-                    && group
-                        .is_none_or(|g| string_attr(&s.attributes, attr::GROUP).unwrap_or("") == g)
-            })
-            .map(|s| {
-                string_attr(&s.attributes, attr::NAMESPACE)
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .collect()
+        super::namespaces_of(self.traces.values().flatten(), resource, group, name)
     }
 
     pub fn span_count(&self) -> usize {
@@ -94,31 +70,7 @@ impl RawStore for MemoryStore {
         let mut found: Vec<(u64, TraceIdBytes)> = self
             .traces
             .iter()
-            .filter_map(|(id, spans)| {
-                let obj = spans.iter().find(|s| {
-                    string_attr(&s.attributes, attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT)
-                })?;
-                // As Jaeger's search: some span of the trace carries every
-                // tag and starts within the range (object tags are on the
-                // object span, `cascade.*` and `cpid` on audit and watch
-                // spans), so `find_all` can split a range. Unlike Jaeger,
-                // the object span matches when its window overlaps the
-                // range: offline searches name objects by the windows
-                // they had.
-                let overlaps = obj.start_time_unix_nano <= to && obj.end_time_unix_nano >= from;
-                let matches = spans.iter().any(|s| {
-                    let within = if std::ptr::eq(s, obj) {
-                        overlaps
-                    } else {
-                        (from..=to).contains(&s.start_time_unix_nano)
-                    };
-                    within
-                        && tags
-                            .iter()
-                            .all(|(k, v)| string_attr(&s.attributes, k) == Some(v.as_str()))
-                });
-                matches.then_some((obj.start_time_unix_nano, *id))
-            })
+            .filter_map(|(id, spans)| Some((search_match(spans, tags, from, to)?, *id)))
             .collect();
         found.sort();
         Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())

@@ -20,10 +20,12 @@ use crate::span_model::{SPAN_KIND_OBJECT, attr};
 mod grpc;
 mod jaeger;
 mod memory;
+mod spill;
 
 pub use grpc::JaegerGrpc;
 pub use jaeger::JaegerHttp;
 pub use memory::MemoryStore;
+pub(crate) use spill::{SpillStore, SpillWriter};
 
 pub type TraceIdBytes = [u8; 16];
 
@@ -54,6 +56,92 @@ fn count_child_links<T>(
             *counts.entry((resource.clone(), child)).or_default() += 1;
         }
     }
+}
+
+/// A span as an offline store's search reads it: its times and its string
+/// attributes.
+trait SearchedSpan {
+    fn start(&self) -> u64;
+    fn end(&self) -> u64;
+    fn tag(&self, key: &str) -> Option<&str>;
+}
+
+impl SearchedSpan for Span {
+    fn start(&self) -> u64 {
+        self.start_time_unix_nano
+    }
+
+    fn end(&self) -> u64 {
+        self.end_time_unix_nano
+    }
+
+    fn tag(&self, key: &str) -> Option<&str> {
+        string_attr(&self.attributes, key)
+    }
+}
+
+/// `(group, resource)` of every object span among `spans`.
+fn resources_of<'a, T: SearchedSpan + 'a>(
+    spans: impl Iterator<Item = &'a T>,
+) -> std::collections::BTreeSet<(String, String)> {
+    spans
+        .filter(|s| s.tag(attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+        .filter_map(|s| {
+            let resource = s.tag(attr::RESOURCE)?;
+            let group = s.tag(attr::GROUP).unwrap_or("");
+            Some((group.to_string(), resource.to_string()))
+        })
+        .collect()
+}
+
+/// The namespaces of the object spans among `spans` of `resource` (in
+/// `group` when given) named `name`.
+fn namespaces_of<'a, T: SearchedSpan + 'a>(
+    spans: impl Iterator<Item = &'a T>,
+    resource: &str,
+    group: Option<&str>,
+    name: &str,
+) -> std::collections::BTreeSet<String> {
+    spans
+        .filter(|s| s.tag(attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+        .filter(|s| {
+            s.tag(attr::RESOURCE) == Some(resource)
+                && s.tag(attr::NAME) == Some(name)
+                && group.is_none_or(|g| s.tag(attr::GROUP).unwrap_or("") == g)
+        })
+        .map(|s| s.tag(attr::NAMESPACE).unwrap_or("").to_string())
+        .collect()
+}
+
+/// Whether one raw trace matches an offline store's search for `tags`
+/// within `from..=to` (ns): the start of its object span (the order of the
+/// answer) if it does.
+fn search_match<T: SearchedSpan>(
+    spans: &[T],
+    tags: &[(String, String)],
+    from: u64,
+    to: u64,
+) -> Option<u64> {
+    let obj = spans
+        .iter()
+        .position(|s| s.tag(attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))?;
+    let (obj_start, obj_end) = (spans[obj].start(), spans[obj].end());
+    // As Jaeger's search: some span of the trace carries every tag and
+    // starts within the range (object tags are on the object span,
+    // `cascade.*` and `cpid` on audit and watch spans), so `find_all` can
+    // split a range. Unlike Jaeger, the object span matches when its window
+    // overlaps the range: offline searches name objects by the windows they
+    // had.
+    let overlaps = obj_start <= to && obj_end >= from;
+    let matches = spans.iter().enumerate().any(|(i, s)| {
+        let within = if i == obj {
+            overlaps
+        } else {
+            (from..=to).contains(&s.start())
+        };
+        within && tags.iter().all(|(k, v)| s.tag(k) == Some(v.as_str()))
+    });
+    matches.then_some(obj_start)
 }
 
 /// Tags of the spans that record a child link (the service graph's input).
@@ -211,6 +299,10 @@ pub enum RawError {
     },
     #[error("cannot build the client of {url}: {message}")]
     Client { url: String, message: String },
+    /// Spans an offline command spilled to a temporary file could not be
+    /// read back.
+    #[error("cannot read back the spans spilled to a temporary file: {message}")]
+    Spill { message: String },
 }
 
 /// Where raw object-window traces are read from.
