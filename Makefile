@@ -11,13 +11,17 @@ test:
 	@bash .ci/stages.sh lint unit corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
-# for CI, so this is where a syntax error in it would show.
+# for CI, so this is where a syntax error in it would show. The GitHub
+# Actions workflows are checked by actionlint (built by e2e/build.sh, pinned
+# in e2e/versions.env), with shellcheck on their scripts when it is installed.
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	@for f in e2e/*.sh e2e/*/*.sh e2e/corpus/runs/*.sh .ci/*.sh examples/ci/*.sh; do bash -n "$$f" || exit 1; done
 	python3 -c 'import sys, yaml; [yaml.safe_load(open(f)) for f in sys.argv[1:]]' examples/ci/*.yaml
 	node --check e2e/browser/report-test.mjs
+	@out="$$(bash e2e/build.sh actionlint)" && echo "actionlint .github/workflows/*.yml examples/ci/github-actions.yaml" \
+	  && "$${out#ACTIONLINT=}" .github/workflows/*.yml examples/ci/github-actions.yaml
 
 # The unit suite runs while two CPU-burning processes keep both cores busy
 # (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
