@@ -23,25 +23,33 @@ lint:
 	@out="$$(bash e2e/build.sh actionlint)" && echo "actionlint .github/workflows/*.yml examples/ci/github-actions.yaml" \
 	  && "$${out#ACTIONLINT=}" .github/workflows/*.yml examples/ci/github-actions.yaml
 
-# The unit suite runs while two CPU-burning processes keep both cores busy
-# (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
-# machine is. It is built first, without the burners, which would only make
-# the compiler slower.
+# The unit suite runs while both cores are kept busy (.ci/busy.sh): no test
+# may depend on how fast the machine is. The load is the build of what the
+# e2e and fault stages run (.ci/prebuild.sh: the static kascade a release
+# ships, checked to be static and to run, and the release test programs),
+# then CPU-burning processes (BURNERS=N, default 2) if the tests outlast it.
+# The tests are built first, alone: a load would only slow the compiler.
 unit:
 	cargo test --workspace --locked --no-run
-	bash .ci/busy.sh cargo test --workspace --locked
+	bash .ci/busy.sh --load .ci/prebuild.sh cargo test --workspace --locked
+
+# The debug kascade that `cargo test --workspace` built (the unit stage's):
+# `cargo build --bin kascade` would build it again, and much of what it
+# depends on, without the features the dev-dependencies turn on.
+TESTED_KASCADE = cargo test --workspace --locked --no-run --quiet \
+	&& echo "$${CARGO_TARGET_DIR:-$$PWD/target}/debug/kascade"
 
 # explain and the UI's error marks scored against the truth of every
 # whole-cluster run in e2e/corpus/ (score.sh): every failing run's first
 # finding is its true cause, no healthy run raises an alarm.
 corpus:
-	bash e2e/corpus/score.sh
+	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash e2e/corpus/score.sh
 
 # The HTML report of `kascade explain` in Debian's headless Chromium, driven
 # by playwright-core (e2e/browser/: setup installs both when missing); the
 # screenshot stays in target/explain/report.png.
 browser:
-	bash e2e/browser/run.sh
+	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash e2e/browser/run.sh
 
 e2e:
 	bash e2e/suite.sh
