@@ -28,10 +28,11 @@ lint:
 # e2e and fault stages run (.ci/prebuild.sh: the static kascade a release
 # ships, checked to be static and to run, and the release test programs),
 # then CPU-burning processes (BURNERS=N, default 2) if the tests outlast it.
-# The tests are built first, alone: a load would only slow the compiler.
+# The tests are built beside that build (each fills the cores the other
+# leaves idle) but never beside the burners, which would only slow it.
 unit:
-	cargo test --workspace --locked --no-run
-	bash .ci/busy.sh --load .ci/prebuild.sh cargo test --workspace --locked
+	bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
+	  cargo test --workspace --locked
 
 # The debug kascade that `cargo test --workspace` built (the unit stage's):
 # `cargo build --bin kascade` would build it again, and much of what it
