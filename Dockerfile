@@ -8,6 +8,13 @@
 # The builder is pinned to the toolchain the project is developed and tested
 # with (`rustc --version`: 1.95.0); the runtime is Debian slim of the same
 # release as the builder (same glibc), with curl only for the health check.
+#
+# The release workflow (.github/workflows/release.yml) builds the image of
+# the released static binaries instead, one per platform, without compiling
+# under emulation (target `prebuilt`; dist/linux-amd64/kascade and
+# dist/linux-arm64/kascade in the context):
+#
+#   docker buildx build --target prebuilt --platform linux/amd64,linux/arm64 .
 
 ARG RUST_VERSION=1.95.0
 ARG DEBIAN_RELEASE=trixie
@@ -32,14 +39,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --profile dist --locked --bin kascade \
     && install -D -m 0755 target/dist/kascade /out/kascade
 
-FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime-base
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 kascade \
     && useradd --system --uid 10001 --gid kascade --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kascade \
     && install -d -o 10001 -g 10001 -m 0700 /var/lib/kascade/spool
-COPY --from=builder /out/kascade /usr/local/bin/kascade
 # 8090 audit webhook, 8091 collector admin (/metrics /healthz /readyz),
 # 8092 frontend HTTP (/redirect /healthz /readyz), 17271 frontend gRPC (Jaeger remote storage).
 EXPOSE 8090 8091 8092 17271
@@ -55,3 +61,14 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD curl -fsS -o /dev/null "$HEALTHCHECK_URL" || exit 1
 ENTRYPOINT ["/usr/local/bin/kascade"]
 CMD ["--help"]
+
+# The released static binary of the platform being built (static: it needs
+# nothing of the image's libc).
+FROM runtime-base AS prebuilt
+ARG TARGETARCH
+COPY --chmod=0755 dist/linux-${TARGETARCH}/kascade /usr/local/bin/kascade
+
+# Last, so that a plain `docker build .` (and docker-compose.yml) builds from
+# source.
+FROM runtime-base AS runtime
+COPY --from=builder /out/kascade /usr/local/bin/kascade

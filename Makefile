@@ -11,33 +11,46 @@ test:
 	@bash .ci/stages.sh lint unit corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
-# for CI, so this is where a syntax error in it would show.
+# for CI, so this is where a syntax error in it would show. The GitHub
+# Actions workflows are checked by actionlint (built by e2e/build.sh, pinned
+# in e2e/versions.env), with shellcheck on their scripts when it is installed.
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	@for f in e2e/*.sh e2e/*/*.sh e2e/corpus/runs/*.sh .ci/*.sh examples/ci/*.sh; do bash -n "$$f" || exit 1; done
 	python3 -c 'import sys, yaml; [yaml.safe_load(open(f)) for f in sys.argv[1:]]' examples/ci/*.yaml
 	node --check e2e/browser/report-test.mjs
+	@out="$$(bash e2e/build.sh actionlint)" && echo "actionlint .github/workflows/*.yml examples/ci/github-actions.yaml" \
+	  && "$${out#ACTIONLINT=}" .github/workflows/*.yml examples/ci/github-actions.yaml
 
-# The unit suite runs while two CPU-burning processes keep both cores busy
-# (.ci/busy.sh; BURNERS=N to change): no test may depend on how fast the
-# machine is. It is built first, without the burners, which would only make
-# the compiler slower.
+# The unit suite runs while both cores are kept busy (.ci/busy.sh): no test
+# may depend on how fast the machine is. The load is the build of what the
+# e2e and fault stages run (.ci/prebuild.sh: the static kascade a release
+# ships, checked to be static and to run, and the release test programs),
+# then CPU-burning processes (BURNERS=N, default 2) if the tests outlast it.
+# The tests are built beside that build (each fills the cores the other
+# leaves idle) but never beside the burners, which would only slow it.
 unit:
-	cargo test --workspace --locked --no-run
-	bash .ci/busy.sh cargo test --workspace --locked
+	bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
+	  cargo test --workspace --locked
+
+# The debug kascade that `cargo test --workspace` built (the unit stage's):
+# `cargo build --bin kascade` would build it again, and much of what it
+# depends on, without the features the dev-dependencies turn on.
+TESTED_KASCADE = cargo test --workspace --locked --no-run --quiet \
+	&& echo "$${CARGO_TARGET_DIR:-$$PWD/target}/debug/kascade"
 
 # explain and the UI's error marks scored against the truth of every
 # whole-cluster run in e2e/corpus/ (score.sh): every failing run's first
 # finding is its true cause, no healthy run raises an alarm.
 corpus:
-	bash e2e/corpus/score.sh
+	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash e2e/corpus/score.sh
 
 # The HTML report of `kascade explain` in Debian's headless Chromium, driven
 # by playwright-core (e2e/browser/: setup installs both when missing); the
 # screenshot stays in target/explain/report.png.
 browser:
-	bash e2e/browser/run.sh
+	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash e2e/browser/run.sh
 
 e2e:
 	bash e2e/suite.sh

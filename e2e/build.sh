@@ -3,11 +3,13 @@
 # e2e/versions.env, into a cache outside the repo. A component whose binary for
 # the pinned version is already cached is skipped.
 #
-#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|all]   (default: all)
+#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|all]   (default: all)
 #
 # Prints the bin directory on its last line of stdout-friendly output as
 #   KASCADE_E2E_BIN=<dir>
-# (`helm` and `compose-check` alone print HELM=<path> / COMPOSE_CHECK=<path>).
+# (`helm`, `compose-check` and `actionlint` alone print HELM=<path> /
+# COMPOSE_CHECK=<path> / ACTIONLINT=<path>; `all` leaves actionlint out: only
+# `make lint` uses it).
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -210,6 +212,20 @@ compose_check_bin() {
   echo "$(bin_dir compose-check "$COMPOSE_GO_VERSION-$key")/compose-check"
 }
 
+build_actionlint() {
+  local out; out="$(bin_dir actionlint "$ACTIONLINT_VERSION")"
+  if [[ -x "$out/actionlint" ]]; then log "actionlint $ACTIONLINT_VERSION cached"; return; fi
+  log "building actionlint $ACTIONLINT_VERSION"
+  local t0=$SECONDS
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/actionlint-$ACTIONLINT_VERSION"; mkdir -p "$work"
+  GOBIN="$work" run_logged "$work/build.log" go install -trimpath \
+    -ldflags "-s -w -X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION" \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  mv "$work/actionlint" "$out/actionlint"
+  log "actionlint $ACTIONLINT_VERSION built in $((SECONDS - t0))s"
+}
+
 link_bins() {
   local bin="$CACHE_DIR/bin"
   mkdir -p "$bin"
@@ -232,6 +248,7 @@ case "$what" in
   jaeger) build_jaeger ;;
   helm) build_helm; echo "HELM=$(bin_dir helm "$HELM_VERSION")/helm" ;;
   compose-check) build_compose_check; echo "COMPOSE_CHECK=$(compose_check_bin)" ;;
+  actionlint) build_actionlint; echo "ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint" ;;
   all) build_etcd; build_kwok; build_jaeger; build_kubernetes; build_helm; build_compose_check; link_bins ;;
-  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|all]" >&2; exit 2 ;;
 esac

@@ -2,8 +2,9 @@
 # The fault suite: kascade under overload, a Jaeger outage, kill -9 with a
 # restart, oversized objects, a slow then vanished etcd with two replicas,
 # and its limits probed as an attacker would (e2e/faults/limits.py).
-# Real parts: kascade (release build), Jaeger v2 with persistent (badger)
-# storage so an outage loses nothing stored before it, etcd from the harness.
+# Real parts: kascade (the static release build, e2e/static-kascade.sh),
+# Jaeger v2 with persistent (badger) storage so an outage loses nothing
+# stored before it, etcd from the harness.
 # The load (benches/fault_load.rs) behaves as the apiserver's webhook backend:
 # a refused batch or a broken connection is sent again until answered 200.
 # After each scenario kascade drains (its spool is empty: everything it
@@ -21,9 +22,9 @@ cd "$ROOT"
 log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-cargo build --release --locked --bin kascade >&2
+# kascade as a release ships it: static (musl), checked to run.
+KASCADE="$("$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
-KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
 SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"
 COPIES="${FAULT_COPIES:-150}"

@@ -11,9 +11,9 @@ started=$SECONDS
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 "$E2E_DIR/build.sh" all >/dev/null
-log "building kascade (release)"
-cargo build --release --locked --bin kascade 2>&1 | tail -n 2 >&2
-KASCADE="${CARGO_TARGET_DIR:-$ROOT/target}/release/kascade"
+# kascade as a release ships it: static (musl), checked to run.
+log "building kascade (static, release)"
+KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 cargo build --release --locked --example config_roller 2>&1 | tail -n 2 >&2
 CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/config_roller"
 

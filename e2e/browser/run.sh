@@ -10,8 +10,11 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 OUT="$ROOT/target/explain"
 mkdir -p "$OUT"
 eval "$(bash "$ROOT/e2e/browser/setup.sh")"
-(cd "$ROOT" && cargo build --locked --bin kascade >&2)
-KASCADE="$TARGET/debug/kascade"
+# KASCADE=BIN tests that binary (make browser: the one the unit tests ran).
+if [[ -z "${KASCADE:-}" ]]; then
+  (cd "$ROOT" && cargo build --locked --bin kascade >&2)
+  KASCADE="$TARGET/debug/kascade"
+fi
 LOG="$ROOT/e2e/fixtures/unschedulable/audit.log"
 "$KASCADE" explain "$LOG" --format json --output html="$OUT/unschedulable.html" >"$OUT/unschedulable.json"
 KASCADE_BROWSER_MODULES="$MODULES" CHROMIUM="$CHROMIUM" node "$ROOT/e2e/browser/report-test.mjs" \

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds ahead what the e2e and fault stages run, so that they find it fresh.
+# The unit stage runs it as the load beside its tests (.ci/busy.sh --load):
+# the cores its burners would only heat build this instead.
+#   - kascade as a release ships it, static (musl): e2e/static-kascade.sh,
+#     which also checks that it is static and that it runs;
+#   - the release-profile test programs: tests/e2e.rs and
+#     tests/span_cache_etcd.rs (e2e/suite.sh, e2e/scale-out.sh), the
+#     config_roller example, the fault suite's load generator (benches/
+#     fault_load.rs; the bench profile builds the same as the release one);
+#   - the e2e harness (e2e/build.sh all: etcd, Kubernetes, kwok, Jaeger,
+#     helm, the compose checker), which with a warm cache is only looked up
+#     and with a cold one is built here, beside the unit tests, instead of
+#     at the start of the e2e stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t0=$SECONDS
+bash e2e/static-kascade.sh
+echo "prebuild: static kascade in $((SECONDS - t0))s"
+t1=$SECONDS
+cargo build --release --locked --example config_roller
+cargo test --release --locked --no-run --test e2e --test span_cache_etcd
+cargo bench --locked --no-run --bench fault_load
+echo "prebuild: release test programs in $((SECONDS - t1))s"
+t2=$SECONDS
+bash e2e/build.sh all
+echo "prebuild: e2e harness in $((SECONDS - t2))s"

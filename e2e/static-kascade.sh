@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds kascade as a release ships it: a static Linux binary (musl, for this
+# machine's architecture), checks that it is static and that it runs, and
+# prints KASCADE=<path> as its last line. e2e/suite.sh and e2e/faults.sh test
+# this binary, so the end-to-end suites run what a release ships.
+#
+#   e2e/static-kascade.sh                 # profile `release`
+#   KASCADE_STATIC_PROFILE=dist e2e/static-kascade.sh
+#
+# The release workflow (.github/workflows/release.yml) builds the same target
+# with the `dist` profile; the tests use `release`: fat LTO and one codegen
+# unit take several times longer and link the same code and C libraries.
+# What the build needs is installed when missing (idempotent): Debian's
+# musl-tools (musl-gcc, for the C in ring and jemalloc; apt-get, sudo when
+# not root) and the rustup target.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '[static %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+triple="$(uname -m)-unknown-linux-musl"
+profile="${KASCADE_STATIC_PROFILE:-release}"
+
+if ! command -v musl-gcc >/dev/null; then
+  log "installing Debian's musl-tools"
+  SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+  "${SUDO[@]}" apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq musl-tools >&2
+fi
+if ! rustup target list --installed | grep -qx "$triple"; then
+  log "adding the rustup target $triple"
+  rustup target add "$triple" >&2
+fi
+
+log "building kascade for $triple (profile $profile)"
+cargo build --profile "$profile" --locked --target "$triple" --bin kascade >&2
+target="${CARGO_TARGET_DIR:-target}"
+[[ "$target" = /* ]] || target="$ROOT/$target"
+bin="$target/$triple/$profile/kascade"
+
+# Static: no program interpreter, no shared library (`file` says "static-pie
+# linked" or "statically linked"; glibc's ldd refuses or says so).
+kind="$(file -b "$bin")"
+if [[ "$kind" != *"static"*" linked"* ]] || ldd "$bin" 2>&1 | grep -q '=>'; then
+  log "FAIL: $bin is not a static executable: $kind"
+  ldd "$bin" >&2 || true
+  exit 1
+fi
+"$bin" --version >&2
+# It runs: the trace of a Deployment from a captured audit log.
+fixture="$ROOT/e2e/fixtures/deployment/audit.log"
+out="$("$bin" trace "$fixture" --resource deployments --namespace default --name hello 2>/dev/null)" \
+  || { log "FAIL: $bin trace $fixture exited with $?"; exit 1; }
+grep -q 'deployments default/hello .*◀ searched' <<<"$out" \
+  || { log "FAIL: $bin trace $fixture printed no trace of deployments default/hello:"; head -n 20 <<<"$out" >&2; exit 1; }
+grep -q 'replicasets default/hello-' <<<"$out" \
+  || { log "FAIL: the trace of deployments default/hello from $bin has no ReplicaSet:"; head -n 20 <<<"$out" >&2; exit 1; }
+log "$bin: $kind; runs (--version, trace of the deployment fixture)"
+echo "KASCADE=$bin"
