@@ -20,7 +20,7 @@ t0=$SECONDS
 bash e2e/static-kascade.sh
 echo "prebuild: static kascade in $((SECONDS - t0))s"
 t1=$SECONDS
-export CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo build --release --locked --example config_roller
 cargo test --release --locked --no-run --test e2e --test span_cache_etcd
 cargo bench --locked --no-run --bench fault_load

@@ -26,7 +26,7 @@ BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
 KASCADE="$("$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 # The load generator for the same target: one release build of the
 # dependencies for all (.ci/prebuild.sh builds it ahead).
-export CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
 SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"

@@ -16,7 +16,7 @@ log "building kascade (static, release)"
 KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 # The release test programs for the same target: one release build of the
 # dependencies for all (.ci/prebuild.sh builds them ahead).
-export CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo build --release --locked --example config_roller 2>&1 | tail -n 2 >&2
 CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/$CARGO_BUILD_TARGET/release/examples/config_roller"
 
