@@ -4,7 +4,9 @@
 # the cores its burners would only heat build this instead.
 #   - kascade as a release ships it, static (musl): e2e/static-kascade.sh,
 #     which also checks that it is static and that it runs;
-#   - the release-profile test programs: tests/e2e.rs and
+#   - the release-profile test programs, for the same musl target, so that
+#     one release build of the dependencies serves all (CARGO_BUILD_TARGET,
+#     as e2e/suite.sh and e2e/faults.sh set it): tests/e2e.rs and
 #     tests/span_cache_etcd.rs (e2e/suite.sh, e2e/scale-out.sh), the
 #     config_roller example, the fault suite's load generator (benches/
 #     fault_load.rs; the bench profile builds the same as the release one);
@@ -18,6 +20,7 @@ t0=$SECONDS
 bash e2e/static-kascade.sh
 echo "prebuild: static kascade in $((SECONDS - t0))s"
 t1=$SECONDS
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo build --release --locked --example config_roller
 cargo test --release --locked --no-run --test e2e --test span_cache_etcd
 cargo bench --locked --no-run --bench fault_load

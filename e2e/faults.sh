@@ -24,6 +24,9 @@ log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
 # kascade as a release ships it: static (musl), checked to run.
 KASCADE="$("$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+# The load generator for the same target: one release build of the
+# dependencies for all (.ci/prebuild.sh builds it ahead).
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
 SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"

@@ -14,8 +14,11 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # kascade as a release ships it: static (musl), checked to run.
 log "building kascade (static, release)"
 KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+# The release test programs for the same target: one release build of the
+# dependencies for all (.ci/prebuild.sh builds them ahead).
+CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo build --release --locked --example config_roller 2>&1 | tail -n 2 >&2
-CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/config_roller"
+CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/$CARGO_BUILD_TARGET/release/examples/config_roller"
 
 KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""; CPID_WEBHOOK_PID=""; ROLLER_PID=""
 cleanup() {
