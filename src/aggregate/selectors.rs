@@ -79,22 +79,7 @@ impl SelectorIndex {
             .contains(&(obj.group.clone(), obj.resource.clone()))
         {
             let labels = labels_of(state);
-            if let Some(holders) = inner.selectors.get(&own_scope) {
-                for (holder, sels) in holders {
-                    for (rule, sel) in sels {
-                        if sel.matches(&labels) {
-                            out.push(SelectorLink {
-                                holder: holder.clone(),
-                                relation: Relation {
-                                    target: obj.clone(),
-                                    role: rule.role,
-                                    class: rule.class.clone(),
-                                },
-                            });
-                        }
-                    }
-                }
-            }
+            Self::selecting(&inner, &own_scope, obj, &labels, &mut out);
             inner
                 .labels
                 .entry(own_scope)
@@ -140,6 +125,55 @@ impl SelectorIndex {
                 .push((rule, sel));
         }
         out
+    }
+
+    /// The selectors that pick `obj` in its new `state`, as links, without
+    /// recording anything: what [`Self::update`] found as a selected
+    /// object, asked again once others' selectors may have been indexed.
+    pub fn selected_by(&self, obj: &ObjectRef, state: &Value) -> Vec<SelectorLink> {
+        let mut out = Vec::new();
+        if !self
+            .targets
+            .contains(&(obj.group.clone(), obj.resource.clone()))
+        {
+            return out;
+        }
+        let scope = (
+            obj.cluster.clone(),
+            obj.namespace.clone(),
+            obj.group.clone(),
+            obj.resource.clone(),
+        );
+        let inner = self.inner.lock().expect("selector index");
+        Self::selecting(&inner, &scope, obj, &labels_of(state), &mut out);
+        out
+    }
+
+    /// Links from every selector of `scope` that matches `labels` to `obj`.
+    fn selecting(
+        inner: &Inner,
+        scope: &Scope,
+        obj: &ObjectRef,
+        labels: &BTreeMap<String, String>,
+        out: &mut Vec<SelectorLink>,
+    ) {
+        let Some(holders) = inner.selectors.get(scope) else {
+            return;
+        };
+        for (holder, sels) in holders {
+            for (rule, sel) in sels {
+                if sel.matches(labels) {
+                    out.push(SelectorLink {
+                        holder: holder.clone(),
+                        relation: Relation {
+                            target: obj.clone(),
+                            role: rule.role,
+                            class: rule.class.clone(),
+                        },
+                    });
+                }
+            }
+        }
     }
 
     /// The object is gone: it selects and is selected no more.

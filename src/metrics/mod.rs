@@ -90,6 +90,7 @@ pub struct Metrics {
     pub cascade_unexplained: Counter,
     pub cascade_causes_after_effect: Counter,
     pub cascade_resolve_timeouts: Counter,
+    pub cascade_waits_for_earlier: Counter,
     pub cascade_causes_arrived_later: Counter,
     pub cascade_holders_dropped: Counter,
     pub cascade_candidates_dropped: Counter,
@@ -229,8 +230,13 @@ impl Metrics {
         );
         r.register(
             "cascade_resolve_timeouts",
-            "Effects whose cause's cascade was not known within 10 s (the cause's shard lagged): shown under the cause alone",
+            "Effects whose cause's cascade, or whose earlier arrivals, were not known within 10 s (another shard lagged): shown under the cause alone, or looked at again with what was known then",
             self.cascade_resolve_timeouts.clone(),
+        );
+        r.register(
+            "cascade_waits_for_earlier",
+            "Controller writes that found no cause while writes that arrived before them were still being processed in other shards, and waited for those (at most 10 s) before looking again",
+            self.cascade_waits_for_earlier.clone(),
         );
         r.register(
             "cascade_causes_arrived_later",

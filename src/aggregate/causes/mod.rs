@@ -121,12 +121,14 @@ pub struct CauseIndex {
     writers: WriterPatterns,
     metrics: Arc<Metrics>,
     /// Entries the dispatcher noted, by place in arrival order, until their
-    /// shard takes them: the shard then completes the very entry effects
-    /// may already wait on, even when the index compacted or evicted it
-    /// meanwhile (a shard more than [`CAUSE_IDLE`] behind). Holds only work
-    /// in flight between the dispatcher and the shards (bounded by their
-    /// queues).
-    in_flight: std::sync::Mutex<crate::model::FastHashMap<u64, Arc<ChangeEntry>>>,
+    /// shard has processed them ([`Self::settle`]): the shard completes the
+    /// very entry effects may already wait on, even when the index
+    /// compacted or evicted it meanwhile (a shard more than [`CAUSE_IDLE`]
+    /// behind); and a write that finds no cause waits for the earlier ones
+    /// still here ([`Self::wait_for_earlier`]). Holds only work in flight
+    /// between the dispatcher and the end of its processing (bounded by the
+    /// shards' queues).
+    in_flight: std::sync::Mutex<std::collections::BTreeMap<u64, Arc<ChangeEntry>>>,
     /// The CPIDs creates gave their objects, by place in arrival order, from
     /// arrival until the create is resolved: an effect that finds the create
     /// not resolved yet (it arrived later) carries this one on. Bounded.
@@ -203,7 +205,8 @@ impl CauseIndex {
     }
 
     /// Keeps the dispatcher's entry of a write for the shard that processes
-    /// it ([`Self::take_noted`]).
+    /// it ([`Self::take_noted`]) until that shard has done so
+    /// ([`Self::settle`]).
     pub fn hand_to_shard(&self, entry: &Arc<ChangeEntry>) {
         self.in_flight
             .lock()
@@ -216,7 +219,59 @@ impl CauseIndex {
         self.in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&arrival)
+            .get(&arrival)
+            .cloned()
+    }
+
+    /// Ends the processing of the write that arrived `arrival`-th, however
+    /// it ended: its entry leaves the writes in flight, and if its cascade
+    /// was never inferred (its processing failed) the write stands for its
+    /// own, so that no effect waits for it longer.
+    pub fn settle(&self, arrival: u64) {
+        if arrival == 0 {
+            return;
+        }
+        let entry = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&arrival);
+        if let Some(entry) = entry
+            && entry.resolved_now().is_none()
+        {
+            let r = self.unresolved(&entry).unwrap_or(Resolved {
+                root: entry.span,
+                depth: 0,
+                cpid: None,
+            });
+            self.resolve_own(&entry, r);
+        }
+    }
+
+    /// The earliest write that arrived before the `arrival`-th and whose
+    /// cascade is not inferred yet (its shard has not got to it).
+    fn earlier_unresolved(&self, arrival: u64) -> Option<Arc<ChangeEntry>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(..arrival)
+            .find(|(_, e)| e.resolved_now().is_none())
+            .map(|(_, e)| e.clone())
+    }
+
+    /// Waits until every write that arrived before the `arrival`-th is
+    /// placed in its cascade, at most [`RESOLVE_WAIT`]; false when the wait
+    /// ran out. Shards process in arrival order, so every wait points to an
+    /// earlier arrival: no cycle.
+    async fn wait_for_earlier(&self, arrival: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + RESOLVE_WAIT;
+        while let Some(entry) = self.earlier_unresolved(arrival) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if entry.resolved(left, &self.ready).await.is_none() {
+                return false;
+            }
+        }
+        true
     }
 
     /// Compacts every object of the index as if it had been idle long enough.
@@ -315,17 +370,40 @@ impl CauseIndex {
     /// The cause of `effect`, given the relations its state shows, and the
     /// cascade it joins. `own` is the effect's own entry (a successful
     /// write), resolved here so its effects can go on.
+    ///
+    /// A controller's write that finds no cause while writes that arrived
+    /// before it are still being processed in other shards waits for them
+    /// (the relation that explains it may be one of theirs: the selector of
+    /// a StatefulSet created 16 ms before its first claim), then looks again
+    /// with the relations `relations_now` finds then.
     pub async fn infer(
         &self,
         effect: &Effect<'_>,
         relations: &[(Relation, String)],
         own: Option<&Arc<ChangeEntry>>,
+        relations_now: impl FnOnce() -> Vec<(Relation, String)>,
     ) -> Inference {
-        let (found, later_only) = if effect.timer.is_some() {
+        let (mut found, mut later_only) = if effect.timer.is_some() {
             (None, false)
         } else {
             self.best_candidate(effect, relations)
         };
+        if found.is_none()
+            && self.is_controller_write(effect)
+            && self.earlier_unresolved(effect.arrival).is_some()
+        {
+            self.metrics.cascade_waits_for_earlier.inc();
+            if !self.wait_for_earlier(effect.arrival).await {
+                self.metrics.cascade_resolve_timeouts.inc();
+            }
+            let more = relations_now();
+            let relations: std::borrow::Cow<'_, [(Relation, String)]> = if more.is_empty() {
+                relations.into()
+            } else {
+                [relations, &more].concat().into()
+            };
+            (found, later_only) = self.best_candidate(effect, &relations);
+        }
         let inference = match found {
             Some(c) => {
                 // Only a cause that arrived first is waited for: a later
@@ -380,15 +458,7 @@ impl CauseIndex {
                 }
             }
             None => {
-                let controller = effect.timer.is_none()
-                    && effect.writer.is_some()
-                    && effect.class.is_some_and(|class| {
-                        let mut writer = self.writers.of(effect.writer);
-                        self.propagations.iter().any(|p| {
-                            p.explains_given(effect.object, class, |re| writer.matches(re))
-                        })
-                    });
-                let role = if controller {
+                let role = if self.is_controller_write(effect) {
                     self.metrics.cascade_unexplained.inc();
                     if later_only {
                         // Only changes received after this request: clock
@@ -420,6 +490,20 @@ impl CauseIndex {
             );
         }
         inference
+    }
+
+    /// Whether a propagation says the effect's writer reacts to changes (a
+    /// controller's write, not a user's nor a timer's): one without a cause
+    /// is `unexplained`.
+    fn is_controller_write(&self, effect: &Effect<'_>) -> bool {
+        effect.timer.is_none()
+            && effect.writer.is_some()
+            && effect.class.is_some_and(|class| {
+                let mut writer = self.writers.of(effect.writer);
+                self.propagations
+                    .iter()
+                    .any(|p| p.explains_given(effect.object, class, |re| writer.matches(re)))
+            })
     }
 
     /// The latest change a propagation says the effect's writer reacts to,

@@ -254,8 +254,18 @@ impl Processor {
             new_phase,
             timer,
         };
-        let inference = self.causes.infer(&effect, relations, own).await;
+        // Before its own cascade is known: a write that waits for this one
+        // ([`super::super::causes::CauseIndex::infer`]) then finds them.
         self.causes.register_relations(w.object, relations);
+        let inference = self
+            .causes
+            .infer(&effect, relations, own, || {
+                new.map(|state| {
+                    holder_relations(&self.selectors.selected_by(w.object, state), w.object)
+                })
+                .unwrap_or_default()
+            })
+            .await;
         self.role_counters[inference.role as usize].inc();
         if !self.change_sinks.is_empty() {
             let readiness = readiness.filter(|_| !w.deleted).map(|st| Readiness {
@@ -304,6 +314,26 @@ impl Processor {
         }
         inference
     }
+}
+
+/// The relations of `object` towards the selecting objects of `links` that
+/// pick it (a claim towards its StatefulSet).
+pub(super) fn holder_relations(
+    links: &[crate::aggregate::selectors::SelectorLink],
+    object: &ObjectRef,
+) -> Vec<(Relation, String)> {
+    links
+        .iter()
+        .filter(|l| l.relation.target == *object)
+        .map(|l| {
+            let rel = Relation {
+                target: l.holder.clone(),
+                role: l.relation.role.reverse(),
+                class: l.relation.class.clone(),
+            };
+            (rel, String::new())
+        })
+        .collect()
 }
 
 /// The writes counters by role, in [`CascadeRole`] order (looked up once).

@@ -352,6 +352,17 @@ impl Processor {
         item: &Accepted,
         response: Option<ParsedResponse>,
     ) -> Result<Option<Emission>, ProcessError> {
+        let result = self.process_audit(item, response).await;
+        // However it ended: no later write waits for this one any more.
+        self.causes.settle(item.arrival);
+        result
+    }
+
+    async fn process_audit(
+        &self,
+        item: &Accepted,
+        response: Option<ParsedResponse>,
+    ) -> Result<Option<Emission>, ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
             if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
                 return Ok(None);
@@ -375,18 +386,7 @@ impl Processor {
             _ => Vec::new(),
         };
         // Only a write that joined a selector copies its relations.
-        let holders_by_selector: Vec<(Relation, String)> = selector_links
-            .iter()
-            .filter(|l| l.relation.target == *obj)
-            .map(|l| {
-                let rel = Relation {
-                    target: l.holder.clone(),
-                    role: l.relation.role.reverse(),
-                    class: l.relation.class.clone(),
-                };
-                (rel, String::new())
-            })
-            .collect();
+        let holders_by_selector = cascade::holder_relations(&selector_links, obj);
         let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
             if holders_by_selector.is_empty() {
                 std::borrow::Cow::Borrowed(&w.relations)

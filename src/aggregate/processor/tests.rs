@@ -206,3 +206,134 @@ async fn change_records_share_the_kept_state_instead_of_copying_it() {
     }
     assert!(shared > 20, "{shared} records checked");
 }
+
+/// Keeps every change record, for tests that read the inferred causes.
+#[derive(Default)]
+struct CauseRecords(std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+
+impl crate::pipeline::ChangeSink for CauseRecords {
+    fn record(&self, change: &crate::pipeline::ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
+    }
+}
+
+/// The volumes scenario noted in arrival order as the dispatcher notes it,
+/// its first claim create taken apart.
+struct ClaimApart {
+    p: Arc<Processor>,
+    records: Arc<CauseRecords>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// What arrived before the claim.
+    earlier: Vec<Accepted>,
+    claim: Accepted,
+    /// Kept open: the processor stops when its spans have nowhere to go.
+    _spans: tokio::sync::mpsc::Receiver<crate::span_model::EncodedSpan>,
+}
+
+fn volumes_with_claim_apart() -> ClaimApart {
+    let records = Arc::new(CauseRecords::default());
+    let (p, spans, metrics) = processor(ProcessorConfig::default());
+    let p = Arc::new(p.with_change_sink(records.clone()));
+    let mut items: Vec<Accepted> = audit_values("volumes")
+        .iter()
+        .filter_map(super::test_support::accepted)
+        .collect();
+    for item in &mut items {
+        item.arrival = p.note_arrival(item);
+    }
+    let claim_at = items
+        .iter()
+        .position(|i| i.object.resource == "persistentvolumeclaims" && i.event.verb == "create")
+        .expect("the volumes scenario's StatefulSet creates claims");
+    let claim = items.remove(claim_at);
+    items.truncate(claim_at);
+    ClaimApart {
+        p,
+        records,
+        metrics,
+        earlier: items,
+        claim,
+        _spans: spans,
+    }
+}
+
+/// A StatefulSet's first claim is created 16 ms after the StatefulSet and
+/// is found related to it only through the StatefulSet's selector, which
+/// the StatefulSet's shard indexes when it processes the create. With
+/// several shards the claim's may get there first: it then waits for the
+/// writes that arrived before it instead of rooting a cascade of its own.
+#[tokio::test]
+async fn a_claim_processed_before_its_statefulset_waits_for_it_and_finds_its_cause() {
+    let ClaimApart {
+        p,
+        records,
+        metrics,
+        earlier,
+        claim,
+        _spans,
+    } = volumes_with_claim_apart();
+    let claim_object = claim.object.clone();
+    let ahead = {
+        let p = p.clone();
+        tokio::spawn(async move { p.process(&claim).await })
+    };
+    // The claim's shard runs first, until it waits (or ends).
+    while !ahead.is_finished() && metrics.cascade_waits_for_earlier.get() == 0 {
+        tokio::task::yield_now().await;
+    }
+    for item in &earlier {
+        p.process(item).await.unwrap();
+    }
+    ahead.await.unwrap().unwrap();
+    let records = records.0.lock().unwrap();
+    let claim = records
+        .iter()
+        .find(|r| r.object == claim_object && r.verb == "create")
+        .expect("the claim's create recorded");
+    assert_eq!(claim.role, crate::pipeline::CascadeRole::Effect);
+    let cause = claim.cause.as_ref().expect("a cause");
+    assert_eq!(cause.object.resource, "statefulsets", "{}", cause.name);
+    assert!(cause.name.contains("create"), "{}", cause.name);
+    assert_eq!(metrics.cascade_waits_for_earlier.get(), 1);
+    assert_eq!(metrics.cascade_resolve_timeouts.get(), 0);
+}
+
+/// The wait is bounded: an earlier write whose shard never gets to it
+/// holds a write that found no cause at most the resolve wait (the clock is
+/// paused and jumps ahead while everything waits), which then goes on as
+/// unexplained, counted.
+#[tokio::test(start_paused = true)]
+async fn a_write_waits_for_an_earlier_arrival_never_processed_at_most_the_bound() {
+    let ClaimApart {
+        p,
+        records,
+        metrics,
+        claim,
+        _spans,
+        ..
+    } = volumes_with_claim_apart();
+    let before = tokio::time::Instant::now();
+    p.process(&claim).await.unwrap();
+    assert!(before.elapsed() >= super::super::causes::RESOLVE_WAIT);
+    let records = records.0.lock().unwrap();
+    assert_eq!(records[0].role, crate::pipeline::CascadeRole::Unexplained);
+    assert_eq!(metrics.cascade_resolve_timeouts.get(), 1);
+}
+
+/// A write whose processing failed still leaves the writes in flight, and
+/// stands for its own cascade: nothing waits for it any longer.
+#[tokio::test]
+async fn settling_a_write_never_inferred_places_it_in_its_own_cascade() {
+    let ClaimApart {
+        p, earlier, _spans, ..
+    } = volumes_with_claim_apart();
+    let create = earlier
+        .iter()
+        .find(|i| i.object.resource == "statefulsets")
+        .expect("the StatefulSet's create");
+    let entry = p.causes.take_noted(create.arrival).expect("noted");
+    assert!(entry.resolved_now().is_none());
+    p.causes.settle(create.arrival);
+    assert_eq!(entry.resolved_now().map(|r| r.root), Some(entry.span));
+    assert!(p.causes.take_noted(create.arrival).is_none());
+}
