@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
+use crate::json::Value;
 
 use super::rules::{LabelSelector, Relation, RuleSet, SelectorRule};
 use crate::model::{FastHashMap as HashMap, FastHashSet as HashSet, ObjectRef};
@@ -36,14 +36,7 @@ pub struct SelectorLink {
 }
 
 fn labels_of(state: &Value) -> BTreeMap<String, String> {
-    crate::json::pointer(state, "/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+    super::rules::labels_of(state).unwrap_or_default()
 }
 
 impl SelectorIndex {

@@ -21,6 +21,10 @@ pub struct ForegroundScope {
     /// Only this object's cascades: its own changes, and from each of them
     /// on, the rest of the cascade that made it.
     pub object: Option<crate::resources::ObjectArg>,
+    /// Only the cascades of objects these labels select (before or after
+    /// a change): their own changes and, from each, the rest of the
+    /// cascade that made it. The text as given, and the selector.
+    pub selector: Option<(String, crate::aggregate::rules::LabelSelector)>,
     /// Only changes requested from then on.
     pub from: Option<SystemTime>,
     /// Only changes requested until then.
@@ -41,15 +45,52 @@ pub struct LeftOut {
     pub background_untracked: u64,
 }
 
+/// The cluster's start-up as changes arrive in log order: the cascades the
+/// cluster itself started before any user's. What `kascade analyze` leaves
+/// out, and what `kascade explain` keeps out of its hop statistics.
+#[derive(Default)]
+pub struct StartUp {
+    /// Roots of the start-up's cascades (bounded by what a cluster does
+    /// before its first user).
+    roots: HashSet<SpanRef>,
+    user_seen: bool,
+    /// Start-up roots not remembered (bound reached): their changes count
+    /// as the run's.
+    pub untracked: u64,
+}
+
+impl StartUp {
+    /// Notes `c` if it starts a cascade.
+    pub fn observe(&mut self, c: &ChangeRecord) {
+        if !matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
+            return;
+        }
+        match Writer::of(&c.user) {
+            Writer::User if !c.user.is_empty() => self.user_seen = true,
+            Writer::Cluster if !self.user_seen => {
+                if self.roots.len() < MAX_BACKGROUND_ROOTS {
+                    self.roots.insert(c.span);
+                } else {
+                    self.untracked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether the cascade rooted at `root` is the cluster's start-up.
+    pub fn started(&self, root: &SpanRef) -> bool {
+        self.roots.contains(root)
+    }
+}
+
 #[derive(Default)]
 struct State {
-    /// Roots of the cluster's background cascades (only its start-up's:
-    /// bounded by what a cluster does before its first user).
-    background: HashSet<SpanRef>,
-    user_seen: bool,
+    start_up: StartUp,
     /// Roots of cascades that touched the namespace.
     in_namespace: HashSet<SpanRef>,
-    /// Roots of cascades that wrote the object (`--object`).
+    /// Roots of cascades that wrote an object named by `--object` or
+    /// `--selector`.
     of_object: HashSet<SpanRef>,
     /// The `(group, resource)` pairs changed, to resolve `--object`'s.
     resources_seen: std::collections::BTreeSet<(String, String)>,
@@ -90,7 +131,11 @@ impl ForegroundSink {
 
     /// What was left out so far.
     pub fn left_out(&self) -> LeftOut {
-        self.lock().left_out
+        let st = self.lock();
+        LeftOut {
+            background_untracked: st.start_up.untracked,
+            ..st.left_out
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -99,20 +144,8 @@ impl ForegroundSink {
 
     fn admits(&self, c: &ChangeRecord) -> bool {
         let mut st = self.lock();
-        if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
-            match Writer::of(&c.user) {
-                Writer::User if !c.user.is_empty() => st.user_seen = true,
-                Writer::Cluster if !st.user_seen => {
-                    if st.background.len() < MAX_BACKGROUND_ROOTS {
-                        st.background.insert(c.span);
-                    } else {
-                        st.left_out.background_untracked += 1;
-                    }
-                }
-                _ => {}
-            }
-        }
-        if !self.scope.with_background && st.background.contains(&c.root) {
+        st.start_up.observe(c);
+        if !self.scope.with_background && st.start_up.started(&c.root) {
             st.left_out.background += 1;
             return false;
         }
@@ -132,19 +165,20 @@ impl ForegroundSink {
             // A cluster-scoped object a cascade of the namespace wrote.
             Some(_) => c.object.namespace.is_empty() && st.in_namespace.contains(&c.root),
         };
-        let of_object = match &self.scope.object {
-            None => true,
-            Some(o) => {
+        let of_object = if self.scope.object.is_none() && self.scope.selector.is_none() {
+            true
+        } else {
+            if self.scope.object.is_some() {
                 let resource = (c.object.group.to_string(), c.object.resource.to_string());
                 st.resources_seen.insert(resource);
-                if o.names(&c.object, self.scope.namespace.as_deref()) {
-                    if st.of_object.len() < MAX_NAMESPACE_ROOTS {
-                        st.of_object.insert(c.root);
-                    }
-                    true
-                } else {
-                    st.of_object.contains(&c.root)
+            }
+            if self.names(c) {
+                if st.of_object.len() < MAX_NAMESPACE_ROOTS {
+                    st.of_object.insert(c.root);
                 }
+                true
+            } else {
+                st.of_object.contains(&c.root)
             }
         };
         if !(in_time && in_namespace && of_object) {
@@ -155,9 +189,30 @@ impl ForegroundSink {
     }
 }
 
+impl ForegroundSink {
+    /// Whether `--object` and `--selector` name the changed object itself.
+    fn names(&self, c: &ChangeRecord) -> bool {
+        if let Some(o) = &self.scope.object
+            && !o.names(&c.object, self.scope.namespace.as_deref())
+        {
+            return false;
+        }
+        if let Some((_, selector)) = &self.scope.selector {
+            let labelled = |state: &Option<Arc<crate::json::Value>>| {
+                state
+                    .as_deref()
+                    .and_then(crate::aggregate::rules::labels_of)
+                    .is_some_and(|labels| selector.matches(&labels))
+            };
+            return labelled(&c.new) || labelled(&c.old);
+        }
+        true
+    }
+}
+
 impl ChangeSink for ForegroundSink {
     fn wants_objects(&self) -> bool {
-        self.sinks.iter().any(|s| s.wants_objects())
+        self.scope.selector.is_some() || self.sinks.iter().any(|s| s.wants_objects())
     }
 
     fn record(&self, change: &ChangeRecord) {

@@ -168,7 +168,7 @@ pub async fn analyze(
     }
     if report.changes == 0 && left_out.out_of_scope > 0 {
         bail!(
-            "no change of the audit log is in the scope asked for ({} left out): check --namespace, --object, --from and --to",
+            "no change of the audit log is in the scope asked for ({} left out): check --namespace, --object, --selector, --from and --to",
             left_out.out_of_scope
         );
     }

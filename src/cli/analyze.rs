@@ -36,6 +36,9 @@ pub struct AnalyzeArgs {
     /// Only this object's cascades: RESOURCE/NAME (`deploy/web`, `deployments.apps/web`; with --namespace): its own changes and, from each, the rest of the cascade that made it.
     #[arg(long, value_name = "RESOURCE/NAME")]
     pub object: Option<crate::resources::ObjectArg>,
+    /// Only the cascades of objects with these labels (`app=web,tier!=db`, as kubectl takes them): their own changes and, from each, the rest of the cascade that made it.
+    #[arg(long, short = 'l', value_parser = |s: &str| crate::analysis::explain::parse_selector(s).map(|sel| (s.to_string(), sel)))]
+    pub selector: Option<(String, crate::aggregate::rules::LabelSelector)>,
     /// Leave out what was requested before this time (RFC 3339).
     #[arg(long, value_parser = super::explain::parse_time)]
     pub from: Option<SystemTime>,
@@ -58,6 +61,7 @@ impl From<AnalyzeArgs> for AnalyzeConfig {
             scope: ForegroundScope {
                 namespace: a.namespace,
                 object: a.object,
+                selector: a.selector,
                 from: a.from,
                 to: a.to,
                 with_background: a.with_background,

@@ -12,7 +12,7 @@ mod spec;
 mod timer;
 
 pub use propagation::{ChangeClass, Propagation, Via};
-pub use selector::LabelSelector;
+pub use selector::{LabelSelector, labels_of};
 pub use timer::Timer;
 
 use finder::Finder;

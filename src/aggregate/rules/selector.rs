@@ -51,6 +51,17 @@ impl LabelSelector {
     }
 }
 
+/// An object's labels (`metadata.labels`; values that are not strings left
+/// out); `None` when it has none.
+pub fn labels_of(state: &Value) -> Option<BTreeMap<String, String>> {
+    let m = crate::json::pointer(state, "/metadata/labels")?.as_object()?;
+    Some(
+        m.iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 
 mod fights;
 mod settling;
-use settling::labels_of;
+use crate::aggregate::rules::labels_of;
 
 /// Index of an object in [`State::objects`].
 pub(super) type Idx = u32;
@@ -195,6 +195,10 @@ pub(super) struct State {
     pub root_writers_dropped: u64,
     /// When the first cascade a user started began, anywhere in the log.
     pub first_user_cascade: Option<SystemTime>,
+    /// The cascades the cluster started before any user's, as `kascade
+    /// analyze` leaves them out: their hops are not counted in the edges'
+    /// statistics (the slow-hop baseline), so both count the same hops.
+    start_up: crate::analysis::foreground::StartUp,
     /// Writers' refused attempts, to tell retries from new intents.
     pub retries: Retries,
     /// Spec fields by (object, path): who set them (writers fighting).
@@ -236,6 +240,7 @@ impl State {
             root_writers: HashMap::new(),
             root_writers_dropped: 0,
             first_user_cascade: None,
+            start_up: Default::default(),
             retries: Retries::default(),
             fields: HashMap::new(),
             fields_dropped: 0,
@@ -315,6 +320,7 @@ impl State {
                 *first = (*first).min(c.received);
             }
         }
+        self.start_up.observe(c);
         let attempt = self.retries.observe(c);
         if !self.scope.admits_time(c.received) || !self.scope.may_concern(&c.object) {
             return;
@@ -354,12 +360,15 @@ impl State {
                 },
             );
         }
+        // Hops as `kascade analyze` counts them: effects outside the
+        // cluster's start-up; a refused write is a failure, not a hop.
+        let counted = c.role == CascadeRole::Effect && !self.start_up.started(&c.root);
         match (&c.cause, attempt) {
-            (Some(cause), Attempt::First) if c.role == CascadeRole::Effect => {
+            (Some(cause), Attempt::First) if counted && c.code < 400 => {
                 self.record_hop(c, obj, cause);
             }
             // A retry's wait is its writer's back-off, not a hop.
-            (Some(cause), Attempt::Retry { backoff, .. }) if c.role == CascadeRole::Effect => {
+            (Some(cause), Attempt::Retry { backoff, .. }) if counted => {
                 let edge = self.edges.entry(cause.edge.clone()).or_default();
                 edge.retries += 1;
                 edge.backoff += backoff;

@@ -58,6 +58,18 @@ impl ExplainCollector {
         }
     }
 
+    /// Hops counted per edge (`cascade.edge`) so far: the baseline of
+    /// slow-hop findings, the cluster's start-up and retries left out as
+    /// `kascade analyze` leaves them out.
+    pub fn hop_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.lock()
+            .edges
+            .iter()
+            .map(|(edge, e)| (edge.clone(), e.latencies.count()))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     pub(super) fn into_state(self) -> State {
         self.state.into_inner().unwrap_or_else(|e| e.into_inner())
     }

@@ -2,7 +2,6 @@
 //! when), being deleted (with its finalizers), gone; and a uid that changes
 //! under a live name (logs of two clusters mixed).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
@@ -93,15 +92,6 @@ impl State {
             _ => o.uid = Some(Arc::from(c.uid.as_str())),
         }
     }
-}
-
-pub(super) fn labels_of(v: &Value) -> Option<BTreeMap<String, String>> {
-    let m = crate::json::pointer(v, "/metadata/labels")?.as_object()?;
-    Some(
-        m.iter()
-            .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_string())))
-            .collect(),
-    )
 }
 
 /// The finalizers of an object whose deletion was requested.
