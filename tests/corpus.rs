@@ -539,6 +539,18 @@ async fn a_log_that_starts_mid_run_or_comes_out_of_order_points_no_cause_forward
         let f = &r.findings[0];
         assert!(f.title.contains("exceeded quota"), "{what}: {}", f.headline);
         assert!(!f.background, "{what}");
+        // What may be missing is said, not guessed.
+        let out_of_order = r
+            .inputs
+            .notes
+            .iter()
+            .any(|n| n.contains("out of time order"));
+        assert_eq!(
+            out_of_order,
+            what == "out of order",
+            "{what}: {:?}",
+            r.inputs.notes
+        );
     }
 }
 

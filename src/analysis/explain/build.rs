@@ -447,6 +447,15 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
             st.uid_conflict_example.clone().unwrap_or_default()
         ));
     }
+    if st.out_of_order > 0 {
+        inputs.notes.push(format!(
+            "{} changes were logged out of time order, up to {} before a change logged ahead of them \
+             (several apiservers' logs interleaved, or files given out of order): causes are inferred \
+             from what was logged before each change, so some of theirs may be missing",
+            st.out_of_order,
+            humantime::format_duration(std::time::Duration::from_secs(st.out_of_order_by.as_secs().max(1)))
+        ));
+    }
     if st.rows_dropped > 0 {
         inputs.notes.push(format!(
             "{} changes were left out of the cascade timelines (bound reached)",

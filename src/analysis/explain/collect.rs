@@ -218,7 +218,20 @@ pub(super) struct State {
     pub in_scope: u64,
     pub first: Option<SystemTime>,
     pub last: Option<SystemTime>,
+    /// The latest completion logged so far, and the changes logged more
+    /// than [`OUT_OF_ORDER_SLACK`] before it (several apiservers' logs
+    /// interleaved, files given out of order): causes are inferred from
+    /// what was logged before a change, so some of theirs may be missed.
+    latest_completed: Option<SystemTime>,
+    pub out_of_order: u64,
+    /// How far back the furthest of them went.
+    pub out_of_order_by: std::time::Duration,
 }
+
+/// How far a change may complete before one logged ahead of it and still
+/// count as in order: an apiserver writes its audit log in batches, close
+/// to completion order, not exactly in it.
+pub const OUT_OF_ORDER_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl State {
     pub(super) fn new(scope: Scope) -> Self {
@@ -253,6 +266,9 @@ impl State {
             in_scope: 0,
             first: None,
             last: None,
+            latest_completed: None,
+            out_of_order: 0,
+            out_of_order_by: std::time::Duration::ZERO,
         }
     }
 
@@ -301,6 +317,19 @@ impl State {
         }
     }
 
+    fn note_order(&mut self, completed: SystemTime) {
+        match self.latest_completed {
+            Some(latest) if completed < latest => {
+                let back = latest.duration_since(completed).unwrap_or_default();
+                if back > OUT_OF_ORDER_SLACK {
+                    self.out_of_order += 1;
+                    self.out_of_order_by = self.out_of_order_by.max(back);
+                }
+            }
+            _ => self.latest_completed = Some(completed),
+        }
+    }
+
     fn seen(&mut self, from: SystemTime, to: SystemTime) {
         self.in_scope += 1;
         self.first = Some(self.first.map_or(from, |f| f.min(from)));
@@ -308,6 +337,7 @@ impl State {
     }
 
     pub(super) fn record(&mut self, c: &ChangeRecord) {
+        self.note_order(c.completed);
         if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
             let writer = Writer::of(&c.user);
             if self.root_writers.len() < MAX_ROOT_WRITERS {
