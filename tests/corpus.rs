@@ -673,3 +673,73 @@ fn analyze_by_selector_counts_the_labelled_objects_cascades_only() {
     assert_eq!(code, Some(1));
     assert!(err.contains("--selector"), "{err}");
 }
+
+/// An object deleted and created again under its name (Deployment shop/web
+/// and ConfigMap shop/settings, each twice) has two lives: the second
+/// life's cascade starts at its own create, never at the first life's
+/// writes; nothing is a uid conflict, and the healthy run raises nothing.
+#[tokio::test]
+async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
+    let changes = common::changes_of_lines(lines("recreate-same-name"), CLUSTER).await;
+    let of = |resource: &str, verb: &str| -> Vec<&kascade::pipeline::ChangeRecord> {
+        changes
+            .iter()
+            .filter(|c| {
+                c.object.resource == resource
+                    && c.verb == verb
+                    && c.code < 300
+                    && c.subresource.is_empty()
+            })
+            .collect()
+    };
+    let creates = of("deployments", "create");
+    assert_eq!(creates.len(), 2, "the run creates shop/web twice");
+    assert_ne!(creates[0].uid, creates[1].uid);
+    let second = creates[1];
+    // The second life's ReplicaSet and Pods are of the second create's cascade.
+    let replicasets = of("replicasets", "create");
+    let later_rs: Vec<_> = replicasets
+        .iter()
+        .filter(|c| c.received > second.received)
+        .collect();
+    assert!(!later_rs.is_empty());
+    for rs in &later_rs {
+        let cause = rs.cause.as_ref().expect("caused by the Deployment");
+        assert_eq!(cause.span, second.span, "{}", cause.name);
+        assert_eq!(rs.root, second.span);
+    }
+    let later_pods: Vec<_> = of("pods", "create")
+        .into_iter()
+        .filter(|c| c.received > second.received)
+        .collect();
+    assert_eq!(later_pods.len(), 2);
+    for pod in later_pods {
+        assert_eq!(pod.root, second.span, "{}", pod.object);
+    }
+    // No change of the second life points back to the first.
+    let first_life_end = of("deployments", "delete")[0].received;
+    let by_span: std::collections::HashMap<_, _> = changes.iter().map(|c| (c.span, c)).collect();
+    for c in changes.iter().filter(|c| c.received > second.received) {
+        if let Some(cause) = c.cause.as_ref().and_then(|k| by_span.get(&k.span))
+            && c.object.namespace == "shop"
+            && cause.object.namespace == "shop"
+        {
+            assert!(
+                cause.received > first_life_end || cause.object.resource == "namespaces",
+                "{} caused by the first life's {}",
+                kascade::analysis::cascade::change_name(c),
+                kascade::analysis::cascade::change_name(cause)
+            );
+        }
+    }
+    let r = tokio::task::spawn_blocking(|| explain_run("recreate-same-name"))
+        .await
+        .unwrap();
+    assert!(r.inputs.notes.is_empty(), "{:?}", r.inputs.notes);
+    assert_eq!(
+        (r.totals.error, r.totals.warning),
+        (0, 0),
+        "{:?}",
+        r.findings.first().map(|f| &f.headline)
+    );
+}
