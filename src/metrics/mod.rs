@@ -174,7 +174,7 @@ impl Metrics {
         );
         r.register(
             "audit_deep_values",
-            "Values of audit events' objects nested deeper than kascade reads (64 levels), each shown as a marker, by cluster",
+            "Values of audit events' objects and of listed or watched objects nested deeper than kascade reads (64 levels), each shown as a marker, by cluster",
             self.deep_values.clone(),
         );
         r.register(
