@@ -92,6 +92,9 @@ label_values! {
         Causes => "causes",
         /// Mergelogs already shown (a sender's retry is shown once).
         SeenMergelogs => "seen_mergelogs",
+        /// Hashes of the values redaction replaced in recent objects, for
+        /// the Events about them.
+        HiddenValues => "hidden_values",
     }
 }
 
