@@ -131,6 +131,8 @@ struct State {
 struct LiveNote {
     file: File,
     hi: u64,
+    /// A failing note is said at most this often (it is tried per batch).
+    warned: crate::bounds::LogEvery,
 }
 
 /// What the writer thread shares with the spool (not the directory lock:
@@ -280,7 +282,11 @@ impl Spool {
             writer: tx,
             _lock: lock,
             died_replaying,
-            live: Mutex::new(LiveNote { file: live, hi: 0 }),
+            live: Mutex::new(LiveNote {
+                file: live,
+                hi: 0,
+                warned: crate::bounds::LogEvery::new(std::time::Duration::from_secs(60)),
+            }),
         });
         for seq in quarantined {
             // Moved aside: it holds back no release.
@@ -381,9 +387,11 @@ impl Spool {
             .saturating_add(1);
         let mut live = self.live.lock().expect("spool live note");
         live.hi = live.hi.max(seq);
-        if let Err(e) = quarantine::note_live(&live.file, lo.min(live.hi), live.hi) {
+        if let Err(e) = quarantine::note_live(&live.file, lo.min(live.hi), live.hi)
+            && live.warned.should_log()
+        {
             tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
-                "cannot note the batches being processed (a batch that crashes processing would be moved aside one restart later)");
+                "cannot note the batches being processed (a batch that crashes processing would be moved aside one restart later; said at most once a minute)");
         }
     }
 
