@@ -371,6 +371,7 @@ mod tests {
             "span_cache",
             "causes",
             "seen_mergelogs",
+            "hidden_values",
         ] {
             for cause in ["size", "expired"] {
                 expected.push(format!(
