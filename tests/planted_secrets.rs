@@ -12,7 +12,10 @@
 //!   without duplicate env names (duplicates make diffs label items by index);
 //! - `kubectl.kubernetes.io/last-applied-configuration` and another
 //!   annotation holding a copy of the object (with all of the above in it),
-//!   and a last-applied annotation that is not valid JSON.
+//!   and a last-applied annotation that is not valid JSON;
+//! - the message of every Kubernetes Event (core/v1 `message`,
+//!   events.k8s.io/v1 `note`) about an object planted before it: it quotes
+//!   the last credential planted in that object (a Secret's value decoded).
 
 mod common;
 
@@ -59,13 +62,50 @@ struct Planter {
     n: usize,
     /// Credential values planted so far.
     secrets: usize,
+    /// Credential values planted in the object being planted.
+    current: Vec<String>,
+    /// The credential values last planted in each object, by kind,
+    /// namespace and name.
+    planted_in: std::collections::HashMap<(String, String, String), Vec<String>>,
+    /// Events whose message was made to quote a planted credential.
+    quoting_events: usize,
+    /// Objects planted now are requests, not the object as stored: an
+    /// Event about it does not quote them.
+    planting_requests: bool,
 }
 
 impl Planter {
     fn secret(&mut self) -> String {
         self.n += 1;
         self.secrets += 1;
-        format!("{SECRET}{:06}z", self.n)
+        let value = format!("{SECRET}{:06}z", self.n);
+        self.current.push(value.clone());
+        value
+    }
+
+    /// An Event about an object planted before: its message quotes the
+    /// last credential planted there.
+    fn quote_in_event(&mut self, event: &mut Value) {
+        let (about, message) = if event["apiVersion"] == "events.k8s.io/v1" {
+            ("regarding", "note")
+        } else {
+            ("involvedObject", "message")
+        };
+        let about = &event[about];
+        let key = (
+            about["kind"].as_str().unwrap_or("").to_string(),
+            about["namespace"].as_str().unwrap_or("").to_string(),
+            about["name"].as_str().unwrap_or("").to_string(),
+        );
+        let Some(value) = self.planted_in.get(&key).and_then(|v| v.first()) else {
+            return;
+        };
+        let quoted = format!(
+            "{} (quoting {value})",
+            event[message].as_str().unwrap_or("")
+        );
+        event[message] = quoted.into();
+        self.quoting_events += 1;
     }
 
     /// A Secret `data` value: the base64 of a marker.
@@ -85,6 +125,27 @@ impl Planter {
         if !obj.get("metadata").is_some_and(Value::is_object) {
             return;
         }
+        if obj["kind"] == "Event" {
+            self.quote_in_event(obj);
+            return;
+        }
+        self.current.clear();
+        self.plant_object(obj);
+        let key = (
+            obj["kind"].as_str().unwrap_or("").to_string(),
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        );
+        let planted = std::mem::take(&mut self.current);
+        if !planted.is_empty() && !self.planting_requests {
+            self.planted_in.insert(key, planted);
+        }
+    }
+
+    fn plant_object(&mut self, obj: &mut Value) {
         let is_secret = obj["kind"] == "Secret";
         if is_secret {
             if let Some(data) = obj.get_mut("data").and_then(Value::as_object_mut) {
@@ -122,6 +183,8 @@ impl Planter {
         if self.n.is_multiple_of(5) {
             // Cut short, as a truncated or hand-edited annotation would be.
             let cut = format!("{{\"data\":{{\"k\":\"{}\"", self.secret());
+            // Hidden whole with its annotation: no Event quotes it.
+            self.current.pop();
             annotations[LAST_APPLIED] = cut.into();
         }
     }
@@ -202,10 +265,12 @@ fn planted_audit_lines(scenario: &str, p: &mut Planter) -> Vec<String> {
         .map(|line| {
             let mut ev: Value = serde_json::from_str(line).unwrap();
             for field in ["requestObject", "responseObject"] {
+                p.planting_requests = field == "requestObject";
                 if let Some(obj) = ev.get_mut(field) {
                     p.plant(obj);
                 }
             }
+            p.planting_requests = false;
             ev.to_string()
         })
         .collect()
@@ -378,6 +443,13 @@ async fn planted_secrets_in_audit_objects_never_leave_the_process() {
     }
     // The planted values reached snapshots, diffs of env values (also of
     // lists labelled by index) and of the copies in annotations.
+    // Events quoting a credential of the object they are about: shown,
+    // with the credential's marker.
+    assert!(p.quoting_events > 0, "no Event quotes a planted credential");
+    assert!(
+        exported_text(&all).contains("(quoting <redacted:"),
+        "no Event quoting a credential was shown"
+    );
     let snapshots = event_values(&all, "snapshot");
     assert!(snapshots.iter().any(|s| s.contains(VISIBLE)));
     // The last-applied copy is kept as JSON, its credentials redacted.
@@ -433,6 +505,74 @@ async fn planted_secrets_in_watched_objects_never_leave_the_process() {
 /// scenarios with markers planted: its findings quote messages, triggers
 /// quote what a write changed and fights quote field values, all from the
 /// redacted objects.
+/// The Event watch: the Events the Event list served (the fixture's
+/// `events.json`) about objects the list-watch delivered, each quoting a
+/// credential planted in the object it is about.
+#[tokio::test]
+async fn planted_secrets_quoted_by_watched_events_never_leave_the_process() {
+    let mut p = Planter::default();
+    let mut shown = String::new();
+    for scenario in SCENARIOS {
+        let Ok(text) = std::fs::read_to_string(common::fixture_path(scenario, "events.json"))
+        else {
+            continue;
+        };
+        let metrics = Arc::new(Metrics::default());
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 20);
+        let processor = Processor::new(
+            config(),
+            redactor(),
+            Arc::new(RuleSources::default().load().unwrap()),
+            Arc::new(LocalSpanCache::new(1 << 16, Duration::from_secs(3600 * 48))),
+            tx,
+            metrics.clone(),
+        );
+        for change in planted_watch(scenario, &mut p) {
+            processor.process_watch(change).await.unwrap();
+        }
+        let list: Value = serde_json::from_str(&text).unwrap();
+        for mut item in list["items"].as_array().cloned().unwrap_or_default() {
+            item["apiVersion"] = "v1".into();
+            item["kind"] = "Event".into();
+            p.plant(&mut item);
+            let Some(event) = kascade::pipeline::K8sEvent::from_object(&item) else {
+                continue;
+            };
+            let meta = &item["metadata"];
+            let own = ObjectRef::new(
+                "fixture",
+                "",
+                "events",
+                meta["namespace"].as_str().unwrap_or(""),
+                meta["name"].as_str().unwrap().to_string(),
+            );
+            let uid = meta["uid"].as_str().unwrap_or("").to_string();
+            let at = std::time::SystemTime::now();
+            processor
+                .process_k8s_event(&own, &uid, event, at)
+                .await
+                .unwrap();
+        }
+        processor.flush_watch(true).await.unwrap();
+        drop(processor);
+        let mut spans = Vec::new();
+        while let Some(s) = rx.recv().await {
+            spans.push(s.decode());
+        }
+        assert_nothing_leaks(&format!("{scenario} (Event watch)"), &spans, &p);
+        shown.push_str(&exported_text(&spans));
+        assert_eq!(
+            metrics.event_messages_scrubbed.get() as usize > 0,
+            shown.contains("(quoting <redacted:")
+        );
+    }
+    assert!(p.quoting_events > 0, "no Event quotes a planted credential");
+    assert!(
+        shown.contains("(quoting <redacted:"),
+        "no Event quoting a credential was shown"
+    );
+}
+
 #[test]
 fn planted_secrets_never_reach_an_explain_report() {
     use kascade::analysis::explain::{Scope, html::render_html, render_markdown, render_text};

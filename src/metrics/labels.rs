@@ -92,6 +92,9 @@ label_values! {
         Causes => "causes",
         /// Mergelogs already shown (a sender's retry is shown once).
         SeenMergelogs => "seen_mergelogs",
+        /// Hashes of the values redaction replaced in recent objects, for
+        /// the Events about them.
+        HiddenValues => "hidden_values",
     }
 }
 
@@ -368,6 +371,7 @@ mod tests {
             "span_cache",
             "causes",
             "seen_mergelogs",
+            "hidden_values",
         ] {
             for cause in ["size", "expired"] {
                 expected.push(format!(

@@ -40,6 +40,8 @@ pub struct Metrics {
     /// Values of logged objects nested too deep to read, left as markers.
     pub deep_values: Family<ClusterLabel, Counter>,
     pub events_processed: Counter,
+    /// Kubernetes Event messages that quoted a redacted value.
+    pub event_messages_scrubbed: Counter,
     pub watch_spans: Counter,
     pub watch_changes: Family<ClusterLabel, Counter>,
     pub watch_errors: Family<ClusterLabel, Counter>,
@@ -175,7 +177,7 @@ impl Metrics {
         );
         r.register(
             "audit_deep_values",
-            "Values of audit events' objects nested deeper than kascade reads (64 levels), each shown as a marker, by cluster",
+            "Values of audit events' objects and of listed or watched objects nested deeper than kascade reads (64 levels), each shown as a marker, by cluster",
             self.deep_values.clone(),
         );
         r.register(
@@ -187,6 +189,11 @@ impl Metrics {
             "audit_events_processed",
             "Audit events turned into spans",
             self.events_processed.clone(),
+        );
+        r.register(
+            "event_messages_scrubbed",
+            "Kubernetes Event messages that quoted a value redaction replaced in the object they are about, shown with its marker instead",
+            self.event_messages_scrubbed.clone(),
         );
         r.register(
             "watch_spans_created",

@@ -33,7 +33,7 @@ pub use k8s_event::{
 };
 #[cfg(test)]
 pub(crate) use object_json::fixture_objects;
-pub use object_json::{FieldHashes, ObjectText, OwnerReference, owner_references_of};
+pub use object_json::{FieldHashes, ObjectText, OwnerReference, object_text, owner_references_of};
 pub use progress::{ExportProgress, Gauges};
 
 use crate::model::ObjectRef;

@@ -70,6 +70,15 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
     }))
 }
 
+/// An object's JSON text from elsewhere than an audit event (a list or a
+/// watch event) cut as [`without_managed_fields`] cuts an event's objects;
+/// `None` when it is `null` or not JSON. Its nesting must be bounded first
+/// (`json::depth::cap`): sonic-rs recurses.
+pub fn object_text(text: &str) -> Option<ObjectText> {
+    let mut de = sonic_rs::Deserializer::from_str(text);
+    without_managed_fields(&mut de).ok().flatten()
+}
+
 /// Hashes of an object's top-level fields as written (xxh3-128 of each
 /// field's JSON text, found by the xxh3-64 of its key), taken while the
 /// object is decoded. Two versions of an object whose hashes of a field

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::json::{JsonValueMutTrait as _, JsonValueTrait as _, Value};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, ObjectMeta};
 use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
@@ -362,7 +362,7 @@ pub async fn supervise(
     }
 }
 
-fn object_ref(cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> Option<ObjectRef> {
+fn object_ref(cluster: &str, ar: &ApiResource, obj: &RawObject) -> Option<ObjectRef> {
     Some(ObjectRef::new(
         cluster,
         ar.group.clone(),
@@ -372,8 +372,98 @@ fn object_ref(cluster: &str, ar: &ApiResource, obj: &DynamicObject) -> Option<Ob
     ))
 }
 
-fn to_value(ar: &ApiResource, obj: DynamicObject) -> Value {
-    let mut v = sonic_rs::to_value(&obj).unwrap_or_default();
+/// An object as the apiserver listed or watched it: its JSON text kept as
+/// sent, and the few `metadata` fields the watcher reads. serde_json, which
+/// kube-rs decodes every list and watch event with, refuses a value nested
+/// deeper than 128 levels (and the apiserver accepts 10,000): decoded into
+/// an object model, such an object failed its whole list page, which was
+/// asked again with backoff for ever, or, in a watch event, was lost. Kept
+/// as text, it is skipped by a loop (no recursion), and bounded as an audit
+/// event's objects are ([`depth::cap`]) when it is read.
+#[derive(Clone, Debug)]
+pub struct RawObject {
+    metadata: ObjectMeta,
+    text: Box<serde_json::value::RawValue>,
+}
+
+impl<'de> serde::Deserialize<'de> for RawObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// `metadata`'s fields the watcher reads (`managedFields`, which
+        /// nest as deep as the object, are skipped unread).
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase", default)]
+        struct Meta {
+            name: Option<String>,
+            namespace: Option<String>,
+            uid: Option<String>,
+            resource_version: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        let text = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let head: Head = serde_json::from_str(text.get()).map_err(serde::de::Error::custom)?;
+        let Meta {
+            name,
+            namespace,
+            uid,
+            resource_version,
+        } = head.metadata;
+        Ok(RawObject {
+            metadata: ObjectMeta {
+                name,
+                namespace,
+                uid,
+                resource_version,
+                ..ObjectMeta::default()
+            },
+            text,
+        })
+    }
+}
+
+impl kube::Resource for RawObject {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The object as processing reads it: without `metadata.managedFields`,
+/// every value nested deeper than [`depth::MAX_OBJECT_DEPTH`] a marker (as
+/// in an audit event's objects), with its type when a list left it out;
+/// and how many markers it holds.
+fn to_value(ar: &ApiResource, obj: &RawObject) -> (Value, u32) {
+    use crate::json::depth;
+    let capped = depth::cap(obj.text.get(), depth::MAX_OBJECT_DEPTH, 0);
+    let text = crate::pipeline::object_text(&capped.text);
+    let markers = match (&text, capped.markers) {
+        (_, 0) | (None, _) => 0,
+        (Some(text), _) => depth::markers_in(text.get()),
+    };
+    let mut v = text.and_then(|t| t.parse().ok()).unwrap_or_default();
     // Items of a list carry no type; diffs and relations want it.
     let missing = |v: &Value, key| v.is_object() && v.get(key).is_none();
     let (api_version, kind) = (missing(&v, "apiVersion"), missing(&v, "kind"));
@@ -385,14 +475,40 @@ fn to_value(ar: &ApiResource, obj: DynamicObject) -> Value {
             m.insert(&"kind", ar.kind.as_str());
         }
     }
-    v
+    (v, markers)
+}
+
+/// Counts and says the values of a watched object left out as nested too
+/// deep to read, as the audit path does for a write's objects.
+fn note_deep_values(
+    object: &ObjectRef,
+    resource_version: Option<&str>,
+    values: u32,
+    metrics: &Metrics,
+) {
+    if values == 0 {
+        return;
+    }
+    metrics
+        .deep_values
+        .get_or_create(&Metrics::cluster(&object.cluster))
+        .inc_by(u64::from(values));
+    tracing::warn!(
+        cluster = %object.cluster,
+        object = %object,
+        resource_version = resource_version.unwrap_or_default(),
+        values,
+        "values nested deeper than {} levels of a watched object are shown as a marker (\"{}…\")",
+        crate::json::depth::MAX_OBJECT_DEPTH,
+        crate::json::depth::MARKER_PREFIX,
+    );
 }
 
 /// A list-watch of every object of `api`, re-listed with kube-runtime's
 /// backoff after an error.
 fn watch_stream(
-    api: &Api<DynamicObject>,
-) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>> {
+    api: &Api<RawObject>,
+) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<RawObject>>> {
     watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed()
@@ -402,8 +518,8 @@ fn watch_stream(
 /// errors are counted and re-listed with backoff, refusals waited out (see
 /// [`Refusal`]). Both watchers read their resource through it.
 struct ResourceWatch<'a> {
-    api: Api<DynamicObject>,
-    stream: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>>,
+    api: Api<RawObject>,
+    stream: futures::stream::BoxStream<'static, watcher::Result<watcher::Event<RawObject>>>,
     rbac: Refusal<'a>,
     errors: prometheus_client::metrics::counter::Counter,
     cluster: &'a str,
@@ -418,7 +534,7 @@ impl<'a> ResourceWatch<'a> {
         resource: &'a str,
         metrics: &Metrics,
     ) -> Self {
-        let api: Api<DynamicObject> = Api::all_with(client, ar);
+        let api: Api<RawObject> = Api::all_with(client, ar);
         ResourceWatch {
             stream: watch_stream(&api),
             api,
@@ -440,7 +556,7 @@ impl<'a> ResourceWatch<'a> {
 
     /// The next object listed, changed or deleted; `None` once the
     /// watcher's stream ends.
-    async fn next(&mut self) -> Option<(WatchKind, DynamicObject)> {
+    async fn next(&mut self) -> Option<(WatchKind, RawObject)> {
         loop {
             let (kind, obj) = match self.stream.next().await? {
                 Ok(watcher::Event::Apply(o)) => (WatchKind::Modified, o),
@@ -487,10 +603,17 @@ async fn watch_objects(
             continue;
         };
         metrics.watch_changes.get_or_create(&label).inc();
+        let (state, deep) = to_value(&ar, &obj);
+        note_deep_values(
+            &object,
+            obj.metadata.resource_version.as_deref(),
+            deep,
+            &metrics,
+        );
         let change = WatchChange {
             object,
             kind,
-            state: to_value(&ar, obj),
+            state,
             observed: SystemTime::now(),
         };
         if intake.submit_work(Work::Watch(change)).await.is_err() {
@@ -522,7 +645,11 @@ async fn watch_events(
             continue;
         };
         let uid = obj.metadata.uid.clone().unwrap_or_default();
-        let Some(event) = K8sEvent::from_object(&serde_json::to_value(obj).unwrap_or_default())
+        // Events nest a few levels; bounded all the same before the
+        // recursive parse.
+        let text = crate::json::depth::cap(obj.text.get(), crate::json::depth::MAX_OBJECT_DEPTH, 0);
+        let Some(event) =
+            K8sEvent::from_object(&serde_json::from_str(&text.text).unwrap_or_default())
         else {
             continue;
         };
@@ -545,5 +672,114 @@ async fn watch_events(
         if intake.submit_work(work).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{Request, Response};
+
+    /// The custom resource `e2e/scenarios/deep.sh` writes (its `spec.tree`
+    /// nests 9,000 levels, under the apiserver's 10,000), as the apiserver
+    /// serves it: with the metadata it adds.
+    fn deep_thing(resource_version: u32) -> String {
+        let depth = 9000;
+        format!(
+            r#"{{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThing","metadata":{{"name":"deep","namespace":"deep-demo","uid":"5d6f0c1e-9d47-4bd4-a3a5-7f1d8b8f1c2e","resourceVersion":"{resource_version}","generation":1}},"spec":{{"tree":{}1{}}}}}"#,
+            r#"{"a":"#.repeat(depth),
+            "}".repeat(depth)
+        )
+    }
+
+    /// An apiserver serving the list (the deep object beside a plain one),
+    /// then one watch event modifying the deep object, then empty watches.
+    fn client() -> kube::Client {
+        let watched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let watched = watched.clone();
+            async move {
+                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+                let body = if !watch {
+                    let plain = r#"{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThing","metadata":{"name":"plain","namespace":"deep-demo","uid":"0b7a3c55-4f0e-4a57-9bd8-e0b0c4b5d1a2","resourceVersion":"99"},"spec":{"tree":1}}"#;
+                    format!(
+                        r#"{{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThingList","metadata":{{"resourceVersion":"100"}},"items":[{plain},{}]}}"#,
+                        deep_thing(100)
+                    )
+                } else if !watched.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    format!("{{\"type\":\"MODIFIED\",\"object\":{}}}\n", deep_thing(101))
+                } else {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    String::new()
+                };
+                Ok::<_, std::convert::Infallible>(Response::new(kube::client::Body::from(
+                    body.into_bytes(),
+                )))
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A listed or watched object nested deeper than serde_json's 128
+    /// levels reaches processing, its deep part a marker counted as the
+    /// audit path counts it; the watch goes on with no error.
+    #[tokio::test]
+    async fn an_object_nested_deeper_than_serde_json_reads_is_watched_with_a_marker() {
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("e2e.kascade.io", "v1", "DeepThing"),
+            "deepthings",
+        );
+        let metrics = Arc::new(Metrics::default());
+        let (intake, mut rx) = Intake::new(16, metrics.queue_depth.clone());
+        let cfg = WatchConfig {
+            cluster: "c1".into(),
+            kubeconfig: PathBuf::new(),
+            include: HashSet::new(),
+            exclude: HashSet::new(),
+            event_max_age: Duration::from_secs(3600),
+            watch_events: false,
+        };
+        let task = tokio::spawn(watch_objects(cfg, client(), ar, intake, metrics.clone()));
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let work = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "only {seen:?} reached processing; watch errors: {}",
+                        metrics
+                            .watch_errors
+                            .get_or_create(&Metrics::cluster("c1"))
+                            .get()
+                    )
+                })
+                .expect("the watch goes on");
+            let Work::Watch(change) = work else {
+                continue;
+            };
+            let text = crate::json::to_text(&change.state);
+            let name = change.object.name.clone();
+            if name == "deep" {
+                assert!(
+                    text.contains(r#""<nested deeper than 64 levels: "#),
+                    "{}",
+                    &text[..text.len().min(300)]
+                );
+                assert!(text.contains(r#""kind":"DeepThing""#));
+            }
+            seen.push((name, change.kind));
+        }
+        task.abort();
+        assert_eq!(
+            seen,
+            vec![
+                ("plain".to_string(), WatchKind::Listed),
+                ("deep".to_string(), WatchKind::Listed),
+                ("deep".to_string(), WatchKind::Modified),
+            ]
+        );
+        let label = Metrics::cluster("c1");
+        assert_eq!(metrics.deep_values.get_or_create(&label).get(), 2);
+        assert_eq!(metrics.watch_errors.get_or_create(&label).get(), 0);
     }
 }

@@ -2,6 +2,7 @@
 //! Event watch, becomes an event span on the object the Event is about,
 //! once per occurrence (Event uid and count) however often it is seen.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use moka::policy::EvictionPolicy;
@@ -9,6 +10,7 @@ use moka::policy::EvictionPolicy;
 use serde_json::Value;
 
 use super::{Emission, Pending, ProcessError, Processor};
+use crate::aggregate::redact::HiddenValues;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::{
@@ -18,6 +20,30 @@ use crate::span_model::{self, EventFields};
 
 /// Event occurrences remembered (window + 5 min) so each is shown once.
 const SEEN_EVENTS: u64 = 1 << 20;
+
+/// Bytes of hashed hidden values kept, for the objects that had some
+/// redacted most recently (at most `MAX_HIDDEN_VALUES` values each, ≈ 50
+/// bytes a value).
+const HIDDEN_VALUES_BYTES: u64 = 16 << 20;
+
+/// The values redaction replaced in recent objects (see
+/// [`Processor::note_hidden`]), bounded in bytes, the least recently used
+/// forgotten first.
+pub(super) fn hidden_values(metrics: &Metrics) -> moka::sync::Cache<ObjectRef, Arc<HiddenValues>> {
+    let evictions = CacheEvictions::new(
+        metrics,
+        Cache::HiddenValues,
+        "an Event about an object whose redacted values were forgotten is no longer scrubbed of them",
+    );
+    moka::sync::Cache::builder()
+        .max_capacity(HIDDEN_VALUES_BYTES)
+        .weigher(|k: &ObjectRef, v: &Arc<HiddenValues>| {
+            u32::try_from(v.bytes() + k.name.len() + k.namespace.len() + 64).unwrap_or(u32::MAX)
+        })
+        .eviction_policy(EvictionPolicy::lru())
+        .eviction_listener(move |_, _, cause| evictions.record(cause))
+        .build()
+}
 
 /// The Event occurrences (`cluster|Event uid|count`) already shown.
 pub(super) fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Cache<String, ()> {
@@ -55,6 +81,33 @@ fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
 }
 
 impl Processor {
+    /// Keeps the values redaction replaced in `object`'s latest version
+    /// (with those of its earlier versions still kept), so that an Event
+    /// about the object quoting one shows its marker instead.
+    pub(super) fn note_hidden(&self, object: &ObjectRef, hidden: HiddenValues) {
+        if hidden.is_empty() {
+            return;
+        }
+        let kept = match self.hidden_values.get(object) {
+            Some(older) => hidden.merged(&older),
+            None => hidden,
+        };
+        self.hidden_values.insert(object.clone(), Arc::new(kept));
+    }
+
+    /// `e`'s message without the values redaction replaced in the object
+    /// it is about (an Event may quote them: a failed mount, a probe's
+    /// output), each replaced by its marker.
+    fn scrub_event(&self, involved: &ObjectRef, e: &mut K8sEvent) {
+        let Some(hidden) = self.hidden_values.get(involved) else {
+            return;
+        };
+        if let Some(scrubbed) = hidden.scrub(&e.message) {
+            self.metrics.event_messages_scrubbed.inc();
+            e.message = scrubbed;
+        }
+    }
+
     pub(super) fn count_filtered(&self, reason: FilterReason) {
         self.metrics
             .events_filtered
@@ -115,6 +168,8 @@ impl Processor {
             &e.involved.namespace,
             &e.involved.name,
         );
+        let mut e = e;
+        self.scrub_event(&involved, &mut e);
         let ow = ObjectWindow {
             object: involved,
             window_start: self.cfg.windowing.window_start(at),

@@ -54,6 +54,8 @@ use state::{is_older, resource_version};
 #[derive(Debug)]
 pub struct ParsedResponse {
     object: Option<Value>,
+    /// The values that redaction replaced.
+    hidden: crate::aggregate::redact::HiddenValues,
     /// Redacted by the processor's redactor already.
     redacted: bool,
     /// That redaction replaced something: `object` is no longer the text
@@ -76,8 +78,9 @@ impl ParsedResponse {
         let text = item.event.response_object.as_ref()?;
         let mut object = text.parse().ok();
         let mut changed = false;
+        let mut hidden = Default::default();
         if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
-            changed = redactor.redact_parsed(
+            (changed, hidden) = redactor.redact_parsed_noting(
                 &item.object.group,
                 &item.object.resource,
                 object,
@@ -86,6 +89,7 @@ impl ParsedResponse {
         }
         Some(ParsedResponse {
             object,
+            hidden,
             redacted: redactor.is_some(),
             changed,
         })
@@ -225,6 +229,10 @@ pub struct Processor {
     cpid_warned: crate::bounds::LogEvery,
     /// Mergelogs already shown (by new CPID).
     seen_mergelogs: moka::sync::Cache<[u8; 16], ()>,
+    /// The values redaction replaced in recent objects (hashed), to scrub
+    /// them from the Events about those objects.
+    hidden_values:
+        moka::sync::Cache<crate::model::ObjectRef, Arc<crate::aggregate::redact::HiddenValues>>,
 }
 
 impl Processor {
@@ -246,6 +254,7 @@ impl Processor {
             role_counters: cascade::role_counters(&metrics),
             cpid_warned: crate::bounds::LogEvery::new(Duration::from_secs(10)),
             seen_mergelogs: mergelog::seen_mergelogs(&metrics),
+            hidden_values: events::hidden_values(&metrics),
             cfg,
             redactor,
             rules,
@@ -506,6 +515,7 @@ impl Processor {
             self.sees_whole_objects().then_some(&self.redactor),
             response,
         );
+        self.note_hidden(obj, std::mem::take(&mut outcome.hidden));
 
         // A state that is the response as logged: its uid and version as the
         // decode read them (a lookup each in the parsed state cost ≈ 1 % of

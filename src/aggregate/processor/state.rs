@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::json::{JsonContainerTrait as _, JsonValueMutTrait as _, JsonValueTrait as _, Value};
 
 use super::super::diff::{self, Change};
-use super::super::redact::Redactor;
+use super::super::redact::{HiddenValues, Redactor};
 use super::super::relations::KindRegistry;
 use super::ParsedResponse;
 use crate::model::ObjectRef;
@@ -28,6 +28,8 @@ pub(super) struct Outcome {
     pub changes: Vec<Change>,
     /// The whole object, for a create or a delete.
     pub snapshot: Option<Arc<Value>>,
+    /// The values redaction replaced in the response (hashed).
+    pub hidden: HiddenValues,
 }
 
 fn set_path(state: &mut Value, path: &[&str], v: Value) {
@@ -73,12 +75,17 @@ pub(super) fn apply(
     }
     // Parsed ahead, the response may be redacted already: a Scale's
     // replicas are then carried over as redaction left them.
+    let mut out = Outcome::default();
     let (response, redacted, mut as_logged) = match parsed {
         Some(ParsedResponse {
             object,
+            hidden,
             redacted,
             changed,
-        }) => (object, redacted, !changed),
+        }) => {
+            out.hidden = hidden;
+            (object, redacted, !changed)
+        }
         None => (
             ev.response_object.as_ref().and_then(|r| r.parse().ok()),
             false,
@@ -93,7 +100,6 @@ pub(super) fn apply(
         .to_string();
     let kind = kind.as_str();
     let subresource = ev.subresource();
-    let mut out = Outcome::default();
     // The one field a Scale or a binding writes onto the last state.
     let mut written_field: Option<&[&str]> = None;
     let new_state = match (kind, subresource) {
@@ -150,7 +156,10 @@ pub(super) fn apply(
             if let Some(redactor) = redactor.filter(|_| !redacted) {
                 // Without a response `r` is null: nothing to redact.
                 let text = ev.response_object.as_ref().map_or("", |t| t.get());
-                as_logged &= !redactor.redact_parsed(&obj.group, &obj.resource, &mut r, text);
+                let (changed, hidden) =
+                    redactor.redact_parsed_noting(&obj.group, &obj.resource, &mut r, text);
+                as_logged &= !changed;
+                out.hidden = hidden;
             }
             if as_logged {
                 out.state_text = ev.response_object.as_ref().map(|t| t.get().into());
@@ -193,18 +202,19 @@ pub(super) fn apply(
 }
 
 /// A state the list-watch delivered, made comparable with the audit side's:
-/// its kind learned, noise stripped, secrets redacted.
+/// its kind learned, noise stripped, secrets redacted; the values redaction
+/// replaced.
 pub(super) fn prepare_watched(
     obj: &ObjectRef,
     state: &mut Value,
     kinds: &KindRegistry,
     redactor: &Redactor,
-) {
+) -> HiddenValues {
     if let Some(kind) = state.get("kind").and_then(Value::as_str) {
         kinds.learn(&obj.group, kind, &obj.resource, !obj.namespace.is_empty());
     }
     diff::strip_noise(state);
-    redactor.redact(&obj.group, &obj.resource, state);
+    redactor.redact_noting(&obj.group, &obj.resource, state)
 }
 
 /// Whether this write removed the object (not only requested its deletion):

@@ -135,6 +135,7 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
                 object: Some(object),
                 redacted,
                 changed,
+                ..
             }) = &response
             {
                 assert!(redacted);

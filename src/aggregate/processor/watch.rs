@@ -26,7 +26,8 @@ impl Processor {
     pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
         let obj = change.object.clone();
         let key = obj.key();
-        prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
+        let hidden = prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
+        self.note_hidden(&obj, hidden);
         let new_rv = resource_version(&change.state).to_string();
         let old = self.states.get(&key);
         let old_rv = old

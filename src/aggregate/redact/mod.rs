@@ -31,7 +31,11 @@ use crate::json::{
 };
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+mod hidden;
 mod paths;
+
+use hidden::Sink;
+pub use hidden::{HiddenValues, MAX_VALUES as MAX_HIDDEN_VALUES};
 
 pub use paths::{Backwards, PathCursor, PathPattern};
 
@@ -71,61 +75,6 @@ pub const DEFAULT_REDACT_PATHS: &str =
 pub struct Redactor {
     paths: Option<std::sync::Arc<PathPattern>>,
     seed: u64,
-}
-
-/// The values `redacted` (a redacted clone of `original`) replaced, each
-/// with its marker: walked side by side; an annotation copy that changed is
-/// read as JSON and walked too. Objects are at most
-/// [`crate::json::depth::MAX_OBJECT_DEPTH`] deep, so the recursion is bounded.
-fn collect_hidden(original: &Value, redacted: &Value, hidden: &mut Vec<(String, String)>) {
-    match (original.as_ref(), redacted.as_ref()) {
-        (ValueRef::Object(a), ValueRef::Object(b)) => {
-            for (k, v) in a.iter() {
-                if let Some(w) = b.get(&k) {
-                    collect_hidden(v, w, hidden);
-                }
-            }
-        }
-        (ValueRef::Array(a), ValueRef::Array(b)) => {
-            for (v, w) in a.iter().zip(b.iter()) {
-                collect_hidden(v, w, hidden);
-            }
-        }
-        (_, ValueRef::String(marker)) if marker.starts_with(MARKER_PREFIX) => {
-            if let ValueRef::String(value) = original.as_ref() {
-                use base64::Engine as _;
-                if let Some(decoded) = base64::engine::general_purpose::STANDARD
-                    .decode(value)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                {
-                    hidden.push((decoded, marker.to_string()));
-                }
-                hidden.push((value.to_string(), marker.to_string()));
-            } else {
-                let mut leaves = Vec::new();
-                string_leaves(original, &mut leaves);
-                hidden.extend(leaves.into_iter().map(|l| (l, marker.to_string())));
-                hidden.push((crate::json::to_text(original), marker.to_string()));
-            }
-        }
-        (ValueRef::String(a), ValueRef::String(b)) if a != b => {
-            if let (Ok(x), Ok(y)) = (crate::json::parse(a), crate::json::parse(b)) {
-                collect_hidden(&x, &y, hidden);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Every string in `v`.
-fn string_leaves(v: &Value, out: &mut Vec<String>) {
-    match v.as_ref() {
-        ValueRef::String(s) => out.push(s.to_string()),
-        ValueRef::Object(m) => m.iter().for_each(|(_, v)| string_leaves(v, out)),
-        ValueRef::Array(a) => a.iter().for_each(|v| string_leaves(v, out)),
-        _ => {}
-    }
 }
 
 /// What reading an annotation as a copy of an object found.
@@ -174,7 +123,21 @@ impl Redactor {
 
     /// Redacts `obj` in place, an object of `group`/`resource`.
     pub fn redact(&self, group: &str, resource: &str, obj: &mut Value) {
-        self.redact_top(group, resource, obj, self.paths.as_deref());
+        self.redact_top(
+            group,
+            resource,
+            obj,
+            self.paths.as_deref(),
+            &mut Sink::none(),
+        );
+    }
+
+    /// [`Self::redact`], returning the values it replaced (see
+    /// [`HiddenValues`]): nothing is kept, nor costs, when it replaced none.
+    pub fn redact_noting(&self, group: &str, resource: &str, obj: &mut Value) -> HiddenValues {
+        let mut sink = Sink::keeping();
+        self.redact_top(group, resource, obj, self.paths.as_deref(), &mut sink);
+        HiddenValues::new(sink.into_pairs(), self.seed)
     }
 
     /// [`Self::redact`] for an object parsed from `text`: the walk for
@@ -185,7 +148,40 @@ impl Redactor {
     /// store may keep `text` for it.
     pub fn redact_parsed(&self, group: &str, resource: &str, obj: &mut Value, text: &str) -> bool {
         let paths = self.paths.as_deref().filter(|p| p.may_match_in(text));
-        self.redact_top(group, resource, obj, paths)
+        self.redact_top(group, resource, obj, paths, &mut Sink::none())
+    }
+
+    /// [`Self::redact_parsed`], returning the values it replaced as well.
+    pub fn redact_parsed_noting(
+        &self,
+        group: &str,
+        resource: &str,
+        obj: &mut Value,
+        text: &str,
+    ) -> (bool, HiddenValues) {
+        let paths = self.paths.as_deref().filter(|p| p.may_match_in(text));
+        let mut sink = Sink::keeping();
+        let changed = self.redact_top(group, resource, obj, paths, &mut sink);
+        (changed, HiddenValues::new(sink.into_pairs(), self.seed))
+    }
+
+    /// The values this redactor replaces in `objects` (JSON texts of
+    /// `group`/`resource`), a Secret's base64-decoded values too.
+    pub fn hidden_in(&self, group: &str, resource: &str, objects: &[&str]) -> HiddenValues {
+        let mut sink = Sink::keeping();
+        for text in objects {
+            let Ok(mut object) = crate::json::parse(text) else {
+                continue;
+            };
+            self.redact_top(
+                group,
+                resource,
+                &mut object,
+                self.paths.as_deref(),
+                &mut sink,
+            );
+        }
+        HiddenValues::new(sink.into_pairs(), self.seed)
     }
 
     /// `message` (a refused write's Status message, which an admission
@@ -194,6 +190,9 @@ impl Redactor {
     /// `group`/`resource`) replaced by that value's marker, a Secret's
     /// base64-decoded values too; `None` when none occurs. Values shorter
     /// than [`MIN_SCRUBBED_BYTES`] are left: they would match ordinary words.
+    /// Kubernetes Events' messages are scrubbed by the same
+    /// [`HiddenValues::scrub`], with the values redaction replaced in the
+    /// object they are about.
     pub fn scrub(
         &self,
         group: &str,
@@ -201,26 +200,7 @@ impl Redactor {
         objects: &[&str],
         message: &str,
     ) -> Option<String> {
-        let mut hidden: Vec<(String, String)> = Vec::new();
-        for text in objects {
-            let Ok(original) = crate::json::parse(text) else {
-                continue;
-            };
-            let mut redacted = original.clone();
-            if self.redact_top(group, resource, &mut redacted, self.paths.as_deref()) {
-                collect_hidden(&original, &redacted, &mut hidden);
-            }
-        }
-        hidden.retain(|(value, _)| value.len() >= MIN_SCRUBBED_BYTES);
-        // The longest first: a value that holds another is replaced whole.
-        hidden.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
-        let mut out = message.to_string();
-        for (value, marker) in &hidden {
-            if out.contains(value.as_str()) {
-                out = out.replace(value.as_str(), marker);
-            }
-        }
-        (out != message).then_some(out)
+        self.hidden_in(group, resource, objects).scrub(message)
     }
 
     fn redact_top(
@@ -229,9 +209,10 @@ impl Redactor {
         resource: &str,
         obj: &mut Value,
         paths: Option<&PathPattern>,
+        sink: &mut Sink,
     ) -> bool {
         let secret = (group.is_empty() && resource == "secrets") || is_secret_kind(obj);
-        self.redact_object(secret, obj, 0, paths)
+        self.redact_object(secret, obj, 0, paths, sink)
     }
 
     /// Redacts an object (or a copy of one found in an annotation, at
@@ -243,12 +224,13 @@ impl Redactor {
         obj: &mut Value,
         depth: u32,
         paths: Option<&PathPattern>,
+        sink: &mut Sink,
     ) -> bool {
         let mut changed = false;
         if secret {
-            changed |= self.redact_secret(obj);
+            changed |= self.redact_secret(obj, sink);
         }
-        changed |= self.redact_copies(secret, obj, depth, paths);
+        changed |= self.redact_copies(secret, obj, depth, paths, sink);
         if let Some(pattern) = paths {
             // Found in a walk that reads, replaced after it (see `Edits`).
             let mut edits = Edits::default();
@@ -258,12 +240,12 @@ impl Redactor {
                 let root = pattern.root();
                 self.redact_paths(pattern, obj, root, None, &mut String::new(), &mut edits);
             }
-            changed |= apply_edits(edits.found, obj);
+            changed |= apply_edits(edits.found, obj, sink);
         }
         changed
     }
 
-    fn redact_secret(&self, obj: &mut Value) -> bool {
+    fn redact_secret(&self, obj: &mut Value, sink: &mut Sink) -> bool {
         let mut changed = false;
         for field in ["data", "stringData"] {
             if obj.get(field).is_none_or(|v| v.is_null()) {
@@ -274,12 +256,16 @@ impl Redactor {
             };
             if let Some(map) = v.as_object_mut() {
                 for (_, v) in map.iter_mut() {
-                    *v = self.marker(v);
+                    let marker = self.marker(v);
+                    sink.note(v, &marker);
+                    *v = marker;
                     changed = true;
                 }
             } else {
                 // Not a map (the apiserver would refuse it): hidden whole.
-                *v = self.marker(v);
+                let marker = self.marker(v);
+                sink.note(v, &marker);
+                *v = marker;
                 changed = true;
             }
         }
@@ -293,6 +279,7 @@ impl Redactor {
         obj: &mut Value,
         depth: u32,
         paths: Option<&PathPattern>,
+        sink: &mut Sink,
     ) -> bool {
         let Some(annotations) =
             crate::json::pointer(obj, "/metadata/annotations").and_then(Value::as_object)
@@ -304,7 +291,7 @@ impl Redactor {
             let known = COPY_ANNOTATIONS.contains(&key);
             let found = match v.as_ref() {
                 ValueRef::String(text) if known || text.trim_start().starts_with('{') => {
-                    self.redact_copy(secret, text, known, depth, paths)
+                    self.redact_copy(secret, text, known, depth, paths, sink)
                 }
                 ValueRef::String(_) | ValueRef::Null => Copy::Unchanged,
                 // Annotations are strings: anything else is not shown.
@@ -315,7 +302,11 @@ impl Redactor {
                 Copy::Redacted(text) => {
                     replaced.push((key.to_string(), Value::from(text.as_str())))
                 }
-                Copy::Hidden => replaced.push((key.to_string(), self.marker(v))),
+                Copy::Hidden => {
+                    let marker = self.marker(v);
+                    sink.note(v, &marker);
+                    replaced.push((key.to_string(), marker));
+                }
             }
         }
         if replaced.is_empty() {
@@ -341,6 +332,7 @@ impl Redactor {
         known: bool,
         depth: u32,
         paths: Option<&PathPattern>,
+        sink: &mut Sink,
     ) -> Copy {
         let parsed = crate::json::parse(text);
         let is_copy = |v: &Value| {
@@ -355,7 +347,7 @@ impl Redactor {
                     return Copy::Hidden;
                 }
                 let secret = secret || is_secret_kind(&copy);
-                if !self.redact_object(secret, &mut copy, depth + 1, paths) {
+                if !self.redact_object(secret, &mut copy, depth + 1, paths, sink) {
                     return Copy::Unchanged;
                 }
                 match sonic_rs::to_string(&copy) {
@@ -552,7 +544,7 @@ impl Edits<'_> {
 
 /// Makes the replacements [`Edits`] found in `obj` (the object walked);
 /// whether there were any.
-fn apply_edits(found: Vec<(Vec<OwnedHop>, Value)>, obj: &mut Value) -> bool {
+fn apply_edits(found: Vec<(Vec<OwnedHop>, Value)>, obj: &mut Value, sink: &mut Sink) -> bool {
     let changed = !found.is_empty();
     for (path, by) in found {
         let slot = path.iter().try_fold(&mut *obj, |cur, hop| match hop {
@@ -560,6 +552,7 @@ fn apply_edits(found: Vec<(Vec<OwnedHop>, Value)>, obj: &mut Value) -> bool {
             OwnedHop::Item(i) => cur.as_array_mut()?.get_mut(*i),
         });
         if let Some(slot) = slot {
+            sink.note(slot, &by);
             *slot = by;
         }
     }
@@ -789,10 +782,22 @@ mod tests {
             let mut redacted = 0;
             for object in &objects {
                 let (mut a, mut b) = (object.clone(), object.clone());
-                let changed = backwards.redact_object(false, &mut a, 0, backwards.paths.as_deref());
+                let changed = backwards.redact_object(
+                    false,
+                    &mut a,
+                    0,
+                    backwards.paths.as_deref(),
+                    &mut Sink::none(),
+                );
                 assert_eq!(
                     changed,
-                    forwards.redact_object(false, &mut b, 0, forwards.paths.as_deref()),
+                    forwards.redact_object(
+                        false,
+                        &mut b,
+                        0,
+                        forwards.paths.as_deref(),
+                        &mut Sink::none()
+                    ),
                     "{pattern}"
                 );
                 assert_eq!(a, b, "{pattern} on {object}");

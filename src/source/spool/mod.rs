@@ -123,6 +123,16 @@ struct State {
     enqueued_upto: u64,
     enqueued_ahead: BTreeSet<u64>,
     released_upto: u64,
+    /// Every record `≤` this was processed (as of the last release's barrier).
+    processed_upto: u64,
+}
+
+/// `DIR/processing` and the highest live batch noted in it.
+struct LiveNote {
+    file: File,
+    hi: u64,
+    /// A failing note is said at most this often (it is tried per batch).
+    warned: crate::bounds::LogEvery,
 }
 
 /// What the writer thread shares with the spool (not the directory lock:
@@ -141,8 +151,23 @@ pub struct Spool {
     // would delete segments this one still needs.
     _lock: File,
     /// The batch the previous process died replaying, with the deaths it
-    /// has seen (fewer than [`DEATHS_TO_QUARANTINE`]).
+    /// has seen.
     died_replaying: Option<(u64, u32)>,
+    live: Mutex<LiveNote>,
+}
+
+/// How many processes died with batch `seq` in processing: as the batch in
+/// flight during a replay, and as one of the live batches in processing.
+fn deaths_before(replaying: Option<(u64, u32)>, live: &[(u64, u64)], seq: u64) -> u32 {
+    let replayed = match replaying {
+        Some((died, deaths)) if died == seq => deaths,
+        _ => 0,
+    };
+    let live = live
+        .iter()
+        .filter(|(lo, hi)| (*lo..=*hi).contains(&seq))
+        .count();
+    replayed.saturating_add(u32::try_from(live).unwrap_or(u32::MAX))
 }
 
 fn io_err(dir: &Path, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SpoolError {
@@ -201,25 +226,36 @@ impl Spool {
         // Moved aside by an earlier start but not yet released: not again.
         let mut quarantined = quarantine::moved_aside(&dir);
         pending.retain(|b| !quarantined.contains(&b.seq));
-        let died_replaying = match quarantine::deaths_in_flight(&dir)
-            .filter(|(seq, _)| pending.iter().any(|b| b.seq == *seq))
-        {
-            Some((seq, deaths)) if deaths >= DEATHS_TO_QUARANTINE => {
-                let at = pending.iter().position(|b| b.seq == seq).expect("filtered");
-                let path = quarantine::move_aside(&dir, &pending[at]).map_err(io_err(
-                    &dir,
-                    format!("cannot move batch {seq} to {QUARANTINE_DIR}/"),
-                ))?;
-                pending.remove(at);
-                metrics.spool_quarantined.inc();
-                tracing::error!(seq, deaths, file = %path.display(),
-                    "a spooled batch was being replayed each time the process died: moved aside, the rest is replayed; \
-                     inspect it with `kascade explain FILE` or send it on with `kascade replay FILE`");
-                quarantined.push(seq);
-                None
+        // Deaths so far: the batch in flight when a replay died (exact), and
+        // one for each batch that may have been in processing when live
+        // processing died (see `quarantine`).
+        let died_replaying = quarantine::deaths_in_flight(&dir)
+            .filter(|(seq, _)| pending.iter().any(|b| b.seq == *seq));
+        let died_live = quarantine::live_in_flight(&dir).map_err(io_err(
+            &dir,
+            "cannot keep the batches in processing at the last death",
+        ))?;
+        let deaths = |seq: u64| deaths_before(died_replaying, &died_live, seq);
+        let mut at = 0;
+        while at < pending.len() {
+            let seq = pending[at].seq;
+            let deaths = deaths(seq);
+            if deaths < DEATHS_TO_QUARANTINE {
+                at += 1;
+                continue;
             }
-            other => other,
-        };
+            let path = quarantine::move_aside(&dir, &pending[at]).map_err(io_err(
+                &dir,
+                format!("cannot move batch {seq} to {QUARANTINE_DIR}/"),
+            ))?;
+            pending.remove(at);
+            metrics.spool_quarantined.inc();
+            tracing::error!(seq, deaths, file = %path.display(),
+                "a spooled batch was being processed each time the process died: moved aside, the rest is replayed; \
+                 inspect it with `kascade explain FILE` or send it on with `kascade replay FILE`");
+            quarantined.push(seq);
+        }
+        let live = quarantine::open_live(&dir).map_err(io_err(&dir, "cannot open processing"))?;
         let (tx, rx) = std::sync::mpsc::channel::<Append>();
         let shared = Arc::new(Shared {
             cfg,
@@ -231,6 +267,8 @@ impl Spool {
                 enqueued_upto: released_upto,
                 enqueued_ahead: BTreeSet::new(),
                 released_upto,
+                // Older batches are replayed, under their own note.
+                processed_upto: next_seq.saturating_sub(1),
             }),
             metrics,
         });
@@ -244,6 +282,11 @@ impl Spool {
             writer: tx,
             _lock: lock,
             died_replaying,
+            live: Mutex::new(LiveNote {
+                file: live,
+                hi: 0,
+                warned: crate::bounds::LogEvery::new(std::time::Duration::from_secs(60)),
+            }),
         });
         for seq in quarantined {
             // Moved aside: it holds back no release.
@@ -321,14 +364,42 @@ impl Spool {
     /// the process die before [`Spool::replayed`] or the next call, the
     /// next start counts that against it (see `quarantine`).
     pub fn replaying(&self, seq: u64) {
-        let deaths = match self.died_replaying {
-            Some((died, deaths)) if died == seq => deaths,
-            _ => 0,
-        };
+        // Deaths during replay only: those in live processing stay in
+        // `processing.died` until the replay ends.
+        let deaths = deaths_before(self.died_replaying, &[], seq);
         if let Err(e) = quarantine::note_in_flight(&self.shared.cfg.dir, seq, deaths) {
             tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
                 "cannot note the batch being replayed (a batch that crashes processing would not be moved aside)");
         }
+    }
+
+    /// Live batch `seq` goes into the queue now: should the process die
+    /// while it (or an earlier one not yet known processed) is in
+    /// processing, the next start counts that against it (see `quarantine`).
+    /// One write in place of 42 bytes, not flushed.
+    pub fn processing(&self, seq: u64) {
+        let lo = self
+            .shared
+            .state
+            .lock()
+            .expect("spool state")
+            .processed_upto
+            .saturating_add(1);
+        let mut live = self.live.lock().expect("spool live note");
+        live.hi = live.hi.max(seq);
+        if let Err(e) = quarantine::note_live(&live.file, lo.min(live.hi), live.hi)
+            && live.warned.should_log()
+        {
+            tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
+                "cannot note the batches being processed (a batch that crashes processing would be moved aside one restart later; said at most once a minute)");
+        }
+    }
+
+    /// Every record `≤ n` was processed (a barrier passed every shard after
+    /// they were in the queue).
+    pub fn processed(&self, n: u64) {
+        let mut st = self.shared.state.lock().expect("spool state");
+        st.processed_upto = st.processed_upto.max(n);
     }
 
     /// Every batch left by a previous process was replayed and processed.
@@ -387,6 +458,11 @@ impl Spool {
     /// At a graceful stop, after everything accepted was exported.
     pub fn release_all(&self) {
         self.release(self.enqueued_upto());
+        let live = self.live.lock().expect("spool live note");
+        if let Err(e) = quarantine::clear_live(&live.file) {
+            tracing::warn!(dir = %self.shared.cfg.dir.display(), error = %e,
+                "cannot clear the note of the batches being processed");
+        }
     }
 
     /// Bytes of unreleased records on disk.
@@ -628,6 +704,70 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// A death in live processing counts too: a batch that may have been in
+    /// processing when the process died live, then in flight when the next
+    /// one died replaying it, is moved aside at the start after; one that
+    /// a release's barrier had seen processed is not.
+    #[tokio::test]
+    async fn a_live_death_and_a_replay_death_move_the_batch_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (spool, _) = open(dir.path(), 1 << 20, 1 << 20);
+            for body in ["a", "b", "c"] {
+                // As the webhook admits a batch.
+                let seq = spool
+                    .append("c1", BodyEncoding::Identity, Bytes::from(body))
+                    .await
+                    .unwrap();
+                spool.processing(seq);
+                spool.mark_enqueued(seq);
+                if seq == 1 {
+                    // A release's barrier saw batch 1 processed.
+                    spool.processed(1);
+                }
+            }
+            // Dropped with 2 and 3 in processing: as when processing aborts.
+        }
+        {
+            let (spool, pending) = open(dir.path(), 1 << 20, 1 << 20);
+            let seqs: Vec<u64> = pending.iter().map(|b| b.seq).collect();
+            assert_eq!(seqs, vec![1, 2, 3], "one death moves nothing aside");
+            spool.replaying(1);
+            // Dropped replaying 1, which was processed before the first death.
+        }
+        {
+            let (spool, pending) = open(dir.path(), 1 << 20, 1 << 20);
+            let seqs: Vec<u64> = pending.iter().map(|b| b.seq).collect();
+            assert_eq!(seqs, vec![1, 2, 3], "batch 1 died once, in replay");
+            spool.replaying(1);
+            spool.replaying(2);
+            // Dropped replaying 2: its second death.
+        }
+        let metrics = Arc::new(Metrics::default());
+        let (spool, pending) = Spool::open(SpoolConfig::new(dir.path()), metrics.clone()).unwrap();
+        let seqs: Vec<u64> = pending.iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, vec![1, 3]);
+        assert_eq!(metrics.spool_quarantined.get(), 1);
+        assert!(dir.path().join(QUARANTINE_DIR).join("2.body").exists());
+        // A graceful stop leaves no live batch in processing.
+        for seq in [1, 3] {
+            spool.replaying(seq);
+            spool.mark_enqueued(seq);
+        }
+        spool.replayed();
+        let seq = spool
+            .append("c1", BodyEncoding::Identity, Bytes::from("d"))
+            .await
+            .unwrap();
+        spool.processing(seq);
+        spool.mark_enqueued(seq);
+        spool.release_all();
+        drop(spool);
+        let (_, pending) = open(dir.path(), 1 << 20, 1 << 20);
+        assert!(pending.is_empty());
+        assert!(!dir.path().join("processing.died").exists());
     }
 
     #[test]

@@ -6,7 +6,18 @@
 //! While replaying, the spool keeps `DIR/replaying`: the sequence number of
 //! the batch in flight and how many processes already died with it in
 //! flight. Each replayed batch is processed before the next is read, so a
-//! death during replay is the batch's the file names. A quarantined batch
+//! death during replay is the batch's the file names.
+//!
+//! Live batches are processed many at a time, so a death there cannot name
+//! one of them: before each live batch goes into the queue, `DIR/processing`
+//! is overwritten in place with the range of batches that may be in
+//! processing (one `pwrite` of 42 bytes, no flush: from the lowest batch not
+//! known to be processed, as of the last release's barrier, to this one).
+//! The next start keeps that range in `DIR/processing.died` until its
+//! replay ends, and counts one death against each batch in it; a batch of
+//! the range that is then in flight at a death during replay has died twice
+//! and is moved aside at the start after.
+//! A quarantined batch
 //! is written as an audit log, one event a line (`DIR/quarantine/SEQ.log`,
 //! owner-only), which `kascade replay`, `explain` and `trace` read; a body
 //! that is not an `EventList` is kept as received (`SEQ.body`, `.gz` when
@@ -20,6 +31,13 @@ use super::{BodyEncoding, SpooledBatch};
 
 /// Names the batch in flight during replay (see the module docs).
 const MARKER_FILE: &str = "replaying";
+/// The range of live batches that may be in processing (see the module docs).
+const LIVE_FILE: &str = "processing";
+/// The ranges of live batches in processing at earlier deaths, kept until a
+/// replay ends.
+const DIED_FILE: &str = "processing.died";
+/// Ranges kept in [`DIED_FILE`]: one a death while a replay is unfinished.
+const MAX_LIVE_DEATHS: usize = 16;
 /// Where batches are moved aside, under the spool directory.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Processes that died with a batch in flight before it is moved aside:
@@ -49,12 +67,81 @@ pub(super) fn note_in_flight(dir: &Path, seq: u64, deaths: u32) -> std::io::Resu
     std::fs::rename(&tmp, dir.join(MARKER_FILE))
 }
 
-/// Replay is over: no batch is in flight.
-pub(super) fn clear(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(dir.join(MARKER_FILE)) {
+/// The ranges of live batches (`lo..=hi`) that were in processing when
+/// earlier processes died and that no replay has processed since: the one
+/// the previous process noted, after those kept by the starts before it
+/// (at most [`MAX_LIVE_DEATHS`], the latest). Kept in `DIR/processing.died`
+/// until a replay ends (see [`clear`]), then `DIR/processing` is emptied by
+/// [`open_live`].
+pub(super) fn live_in_flight(dir: &Path) -> std::io::Result<Vec<(u64, u64)>> {
+    let range = |line: &str| -> Option<(u64, u64)> {
+        let mut words = line.split_whitespace();
+        let lo = words.next()?.parse().ok()?;
+        let hi = words.next()?.parse().ok()?;
+        (lo <= hi).then_some((lo, hi))
+    };
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let mut ranges: Vec<(u64, u64)> = read(DIED_FILE).lines().filter_map(range).collect();
+    if let Some(latest) = read(LIVE_FILE).lines().find_map(range)
+        && !ranges.contains(&latest)
+    {
+        ranges.push(latest);
+    }
+    let cut = ranges.len().saturating_sub(MAX_LIVE_DEATHS);
+    ranges.drain(..cut);
+    if ranges.is_empty() {
+        remove(&dir.join(DIED_FILE))?;
+    } else {
+        let text: String = ranges
+            .iter()
+            .map(|(lo, hi)| format!("{lo} {hi}\n"))
+            .collect();
+        let tmp = dir.join(format!("{DIED_FILE}.tmp"));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, dir.join(DIED_FILE))?;
+    }
+    Ok(ranges)
+}
+
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// Opens `DIR/processing` for this process's notes, emptied: what the
+/// previous process noted was read by [`live_in_flight`] first.
+pub(super) fn open_live(dir: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(dir.join(LIVE_FILE))
+}
+
+/// Notes that live batches `lo..=hi` may be in processing: one write in
+/// place, of a fixed width, so the file never holds a mix of two notes. Not
+/// flushed to disk, as [`note_in_flight`].
+pub(super) fn note_live(file: &std::fs::File, lo: u64, hi: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut note = [b' '; 42];
+    let text = format!("{lo:020} {hi:020}\n");
+    note.copy_from_slice(text.as_bytes());
+    file.write_all_at(&note, 0)
+}
+
+/// A graceful stop: no live batch is in processing.
+pub(super) fn clear_live(file: &std::fs::File) -> std::io::Result<()> {
+    file.set_len(0)
+}
+
+/// Replay is over: no batch is in flight, and every batch that was in
+/// live processing at an earlier death was processed.
+pub(super) fn clear(dir: &Path) -> std::io::Result<()> {
+    remove(&dir.join(MARKER_FILE))?;
+    remove(&dir.join(DIED_FILE))
 }
 
 /// The sequence numbers of the batches already moved aside.

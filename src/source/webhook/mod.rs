@@ -289,6 +289,9 @@ async fn admit(
             item.batch_span = process.clone();
         }
     }
+    if let (Some(spool), Some(seq)) = (&st.spool, seq) {
+        spool.processing(seq);
+    }
     reserved.send(accepted);
     if let (Some(spool), Some(seq)) = (&st.spool, seq) {
         spool.mark_enqueued(seq);
@@ -354,6 +357,7 @@ pub async fn release_spool(
         if intake.barrier().await.is_err() {
             return;
         }
+        spool.processed(upto);
         progress.wait_finished(progress.sent()).await;
         spool.release(upto);
     }
