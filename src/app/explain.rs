@@ -334,7 +334,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     if let Some(ns) = &config.scope.namespace {
         lines = lines.containing(&format!("\"{ns}\""));
     }
-    let collector = Arc::new(ExplainCollector::new(config.scope.clone()));
+    let collector = Arc::new(ExplainCollector::on_own_thread(config.scope.clone()));
     let mut watch = Vec::new();
     for path in &config.watch {
         watch.extend(read_watch(path, &config.cluster)?);

@@ -92,7 +92,7 @@ pub fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
 /// line numbers stay right.
 pub struct Lines {
     files: std::vec::IntoIter<PathBuf>,
-    current: Option<BufReader<Box<dyn Read>>>,
+    current: Option<BufReader<Box<dyn Read + Send>>>,
     buf: Vec<u8>,
     bar: ProgressBar,
     shared: Arc<Mutex<LinesState>>,
@@ -183,7 +183,7 @@ impl Lines {
         };
         let read = self.bar.wrap_read(file);
         self.gzipped = path.extension().is_some_and(|e| e == "gz");
-        let reader: Box<dyn Read> = if self.gzipped {
+        let reader: Box<dyn Read + Send> = if self.gzipped {
             Box::new(flate2::read::MultiGzDecoder::new(read))
         } else {
             Box::new(read)

@@ -15,7 +15,7 @@ use crate::source::audit::AuditFilter;
 /// Runs audit log lines through the collector's processing and stores the
 /// spans; also returns the lines that could not be used (`line: error`).
 pub async fn store_from_audit_lines(
-    lines: impl IntoIterator<Item = String>,
+    lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
     rules: Arc<RuleSet>,
     filter: &AuditFilter,
@@ -30,7 +30,7 @@ pub async fn store_from_audit_lines(
 /// [`store_from_audit_lines`] with the spans in a temporary file and only
 /// their index in memory; fails when the file cannot be written.
 pub(crate) async fn spilled_store_from_audit_lines(
-    lines: impl IntoIterator<Item = String>,
+    lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
     rules: Arc<RuleSet>,
     filter: &AuditFilter,

@@ -125,7 +125,7 @@ pub async fn changes_and_errors_of_lines(
 /// A raw store holding the spans the collector's pipeline makes of `lines`
 /// (30-minute windows, the default redaction), as the frontend reads them.
 pub async fn raw_store_of_lines(
-    lines: impl IntoIterator<Item = String>,
+    lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
 ) -> kascade::frontend::raw::MemoryStore {
     use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
