@@ -83,7 +83,8 @@ pub struct ObjectHistory {
     /// Distinct relations, in the order first recorded.
     pub links: Vec<Link>,
     /// Entries left out because they lie outside the trace's time range
-    /// (activity of a shared Node or ConfigMap long before or after).
+    /// (activity of a shared Node or ConfigMap long before or after, a
+    /// volume's set-up before its claim).
     pub hidden_entries: usize,
 }
 
