@@ -588,6 +588,43 @@ fn write_time(run: &str, verb: &str, resource: &str, namespace: &str, name: &str
         .unwrap_or_else(|| panic!("{run}: no {verb} {resource} {namespace}/{name}"))
 }
 
+/// A span or log: name, start, tags (with `error.message` when in error).
+type Row = (String, u64, Vec<(String, String)>);
+
+/// Every span and log of a trace — in tracing mode entries are logs of
+/// their object's span.
+fn rows(t: &AssembledTrace) -> Vec<Row> {
+    let tags = |a: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> Vec<(String, String)> {
+        a.iter()
+            .map(|kv| {
+                let v = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                let v = match v {
+                    Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s),
+                    ) => s.clone(),
+                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i)) => {
+                        i.to_string()
+                    }
+                    other => format!("{other:?}"),
+                };
+                (kv.key.clone(), v)
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for s in spans(t) {
+        let mut t = tags(&s.attributes);
+        if in_error(&s) {
+            t.push(("error.message".into(), s.status.clone().unwrap().message));
+        }
+        out.push((s.name.clone(), s.start_time_unix_nano, t));
+        for e in &s.events {
+            out.push((e.name.clone(), e.time_unix_nano, tags(&e.attributes)));
+        }
+    }
+    out
+}
+
 #[tokio::test]
 async fn a_statefulsets_trace_starts_at_its_create_not_at_the_volumes_set_up() {
     // The harness created the PersistentVolumes at cluster start, seconds
@@ -647,5 +684,81 @@ async fn a_statefulsets_trace_starts_at_its_create_not_at_the_volumes_set_up() {
             mode == Mode::Timeline || all.iter().any(|s| s.name == "vol-demo/data-data-0"),
             "{mode:?}: no claim"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_the_trace() {
+    // The claim names a StorageClass that does not exist: the volume
+    // binder says so at once and again 13 s later, long after the last
+    // write (the Pod's scheduling status). The second says nothing new.
+    let run = "pvc-pending";
+    let (f, range) = frontend(run).await;
+    let last_write = write_time(run, "create", "pods", "pvc-demo", "db");
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        for object in [
+            ("persistentvolumeclaims", "pvc-demo", "data"),
+            ("pods", "pvc-demo", "db"),
+        ] {
+            let t = search(&f, range, mode, object).await;
+            let (_, end) = t.span_range.unwrap();
+            assert!(
+                end < last_write + 1_000_000_000,
+                "{mode:?} {object:?}: the trace ends {} ms after the last write",
+                (end - last_write) / 1_000_000
+            );
+            let rows = rows(&t);
+            let failed: Vec<_> = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("ProvisioningFailed"))
+                .collect();
+            assert_eq!(failed.len(), 1, "{mode:?} {object:?}: {failed:#?}");
+            let tag = |k: &str| {
+                failed[0]
+                    .2
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(tag("repeated.times").as_deref(), Some("1"), "{mode:?}");
+            assert_eq!(tag("repeated.count").as_deref(), Some("2"), "{mode:?}");
+            assert!(
+                tag("repeated").is_some_and(|v| v.starts_with("1 more time until 20")),
+                "{mode:?}: {failed:?}"
+            );
+            // Still the cause, in error.
+            assert!(
+                tag("error.message").is_some_and(|m| m.contains("no-such-class")),
+                "{mode:?} {object:?}: {failed:?}"
+            );
+        }
+    }
+    // `kascade trace` says it in one line.
+    let t = search(
+        &f,
+        range,
+        Mode::Tree,
+        ("persistentvolumeclaims", "pvc-demo", "data"),
+    )
+    .await;
+    let text = kascade::frontend::text::render_text(&t.assembly, &Default::default());
+    assert!(
+        text.contains("repeated 1 more time until +13.") && text.contains("(count 2)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_new_after_the_last_write_is_shown() {
+    // The kubelet's first BackOff comes a millisecond after the last write
+    // of the Deployment's tree: something new, shown in every mode.
+    let (f, range) = frontend("image-pull-error").await;
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        let t = search(&f, range, mode, ("deployments", "shop", "api")).await;
+        let backoffs = rows(&t)
+            .into_iter()
+            .filter(|(n, _, _)| n.ends_with("BackOff"))
+            .count();
+        assert!(backoffs >= 2, "{mode:?}: {backoffs}");
     }
 }

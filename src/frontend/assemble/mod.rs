@@ -15,11 +15,13 @@ use crate::metrics::{AssemblyLimit, AssemblyLimitLabel, FrontendMetrics};
 use crate::model::{ObjectRef, raw_trace_id};
 
 mod finish;
+mod repeats;
 mod scope;
 
 use finish::{
     child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
 };
+pub use repeats::{REPEATED, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL};
 pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, SET_UP_CLASSES, Scope};
 
 #[derive(Clone, Debug)]
@@ -346,6 +348,7 @@ impl<S: RawStore> Assembler<S> {
     /// ones shown (a volume's release after its claim's delete).
     fn clip_shared(&self, asm: &mut Assembly) {
         self.mark_shared(asm);
+        repeats::fold_repeats(asm);
         let set_up = set_up_nodes(asm);
         let own = asm
             .nodes
