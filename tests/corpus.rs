@@ -762,3 +762,37 @@ async fn an_event_new_after_the_last_write_is_shown() {
         assert!(backoffs >= 2, "{mode:?}: {backoffs}");
     }
 }
+
+#[tokio::test]
+async fn a_trace_is_the_same_whatever_order_its_raw_spans_come_in() {
+    use kascade::frontend::raw::RawStore as _;
+    for (run, object) in [
+        ("statefulset-volumes", ("statefulsets", "vol-demo", "data")),
+        ("rolling-update", ("deployments", "catalog", "catalog")),
+        ("crash-loop", ("deployments", "payments", "worker")),
+        ("service-endpoints", ("services", "svc-demo", "web")),
+    ] {
+        let store = common::raw_store_of_lines(lines(run), CLUSTER).await;
+        let (a, b) = store.time_span().unwrap();
+        let range = TimeRange::new(from_nanos(a), from_nanos(b));
+        let everything = TimeRange::new(from_nanos(0), from_nanos(u64::MAX / 2));
+        let mut all = Vec::new();
+        for id in store.find(&[], everything, usize::MAX).await.unwrap() {
+            all.extend(store.get(id).await.unwrap());
+        }
+        all.reverse();
+        let reversed = MemoryStore::new(all);
+        let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+        let g = Frontend::new(Arc::new(reversed), FrontendConfig::default());
+        for mode in MODES {
+            let once = spans(&*search(&f, range, mode, object).await);
+            let again = spans(&*search(&g, range, mode, object).await);
+            let names = |s: &[Span]| s.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+            assert_eq!(names(&once), names(&again), "{run} {mode:?}");
+            assert!(
+                once == again,
+                "{run} {mode:?}: same spans, not the same content"
+            );
+        }
+    }
+}
