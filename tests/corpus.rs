@@ -796,3 +796,138 @@ async fn a_trace_is_the_same_whatever_order_its_raw_spans_come_in() {
         }
     }
 }
+
+/// `run`'s log with Event `event`'s last patch repeated `times` more
+/// times, a minute apart (its count going up), and, if `then` is given,
+/// a new Event `(reason, message)` about the same object a minute after
+/// the last repeat: a stuck object whose controller keeps saying the same.
+fn with_repeats(run: &str, event: &str, times: i64, then: Option<(&str, &str)>) -> Vec<String> {
+    use serde_json::{Value, json};
+    let mut lines = lines(run);
+    let is_event = |e: &Value| {
+        e["objectRef"]["resource"] == "events"
+            && e["objectRef"]["name"] == event
+            && e["stage"] == "ResponseComplete"
+    };
+    let parsed: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(is_event)
+        .collect();
+    let create = parsed
+        .iter()
+        .find(|e| e["verb"] == "create")
+        .unwrap()
+        .clone();
+    let last = parsed
+        .iter()
+        .rfind(|e| e["verb"] == "patch")
+        .unwrap()
+        .clone();
+    let at = |e: &Value| {
+        humantime::parse_rfc3339_weak(e["requestReceivedTimestamp"].as_str().unwrap()).unwrap()
+    };
+    let stamp = |t: std::time::SystemTime, micros: bool| {
+        if micros {
+            humantime::format_rfc3339_micros(t).to_string()
+        } else {
+            humantime::format_rfc3339_seconds(t).to_string()
+        }
+    };
+    let count = last["requestObject"]["count"].as_i64().unwrap();
+    let rv: i64 = last["responseObject"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut t = at(&last);
+    for k in 1..=times {
+        t += Duration::from_secs(60);
+        let mut e = last.clone();
+        e["auditID"] = json!(format!("repeat-{event}-{k}"));
+        e["requestReceivedTimestamp"] = json!(stamp(t, true));
+        e["stageTimestamp"] = json!(stamp(t + Duration::from_millis(2), true));
+        e["requestObject"]["count"] = json!(count + k);
+        e["requestObject"]["lastTimestamp"] = json!(stamp(t, false));
+        e["responseObject"]["count"] = json!(count + k);
+        e["responseObject"]["lastTimestamp"] = json!(stamp(t, false));
+        e["responseObject"]["metadata"]["resourceVersion"] = json!((rv + k).to_string());
+        lines.push(e.to_string());
+    }
+    if let Some((reason, message)) = then {
+        t += Duration::from_secs(60);
+        let mut e = create;
+        let name = format!("{event}-new");
+        e["auditID"] = json!(format!("new-{event}"));
+        e["objectRef"]["name"] = json!(name);
+        e["requestReceivedTimestamp"] = json!(stamp(t, true));
+        e["stageTimestamp"] = json!(stamp(t + Duration::from_millis(2), true));
+        for body in ["requestObject", "responseObject"] {
+            let b = &mut e[body];
+            b["metadata"]["name"] = json!(name);
+            b["reason"] = json!(reason);
+            b["message"] = json!(message);
+            b["firstTimestamp"] = json!(stamp(t, false));
+            b["lastTimestamp"] = json!(stamp(t, false));
+        }
+        e["responseObject"]["metadata"]["uid"] = json!("00000000-0000-4000-8000-00000000beef");
+        e["responseObject"]["metadata"]["resourceVersion"] = json!((rv + times + 1).to_string());
+        lines.push(e.to_string());
+    }
+    lines
+}
+
+#[tokio::test]
+async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_is_shown() {
+    // pvc-pending's claim, still without its StorageClass ten minutes on:
+    // the volume binder says so every minute, nothing is written.
+    let run = "pvc-pending";
+    let event = "data.18ee63218c447888";
+    let last_write = write_time(run, "create", "pods", "pvc-demo", "db");
+    let claim = ("persistentvolumeclaims", "pvc-demo", "data");
+    for then in [
+        None,
+        Some((
+            "FailedBinding",
+            "no persistent volumes available for this claim",
+        )),
+    ] {
+        let store = common::raw_store_of_lines(with_repeats(run, event, 10, then), CLUSTER).await;
+        let (a, b) = store.time_span().unwrap();
+        let range = TimeRange::new(from_nanos(a), from_nanos(b));
+        let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+        for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+            let t = search(&f, range, mode, claim).await;
+            let rows = rows(&t);
+            let failed: Vec<&Row> = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("ProvisioningFailed"))
+                .collect();
+            assert_eq!(failed.len(), 1, "{mode:?} {then:?}: {failed:#?}");
+            let tag = |k: &str| {
+                let tags = &failed[0].2;
+                tags.iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(tag("repeated.times").as_deref(), Some("11"), "{mode:?}");
+            assert_eq!(tag("repeated.count").as_deref(), Some("12"), "{mode:?}");
+            let new = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("FailedBinding"))
+                .count();
+            let (_, end) = t.span_range.unwrap();
+            match then {
+                None => assert!(
+                    end < last_write + 1_000_000_000,
+                    "{mode:?}: the trace ends {} s after the last write",
+                    (end - last_write) / 1_000_000_000
+                ),
+                Some(_) => {
+                    assert_eq!(new, 1, "{mode:?}: the new Warning is not shown");
+                    assert!(end > last_write + 600_000_000_000, "{mode:?}");
+                }
+            }
+        }
+    }
+}
