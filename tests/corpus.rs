@@ -771,6 +771,10 @@ async fn a_trace_is_the_same_whatever_order_its_raw_spans_come_in() {
         ("rolling-update", ("deployments", "catalog", "catalog")),
         ("crash-loop", ("deployments", "payments", "worker")),
         ("service-endpoints", ("services", "svc-demo", "web")),
+        ("pvc-pending", ("pods", "pvc-demo", "db")),
+        ("quota-exceeded", ("deployments", "quota-demo", "capped")),
+        ("controller-fight", ("deployments", "fight-demo", "web")),
+        ("config-roller", ("configmaps", "roller", "app-config")),
     ] {
         let store = common::raw_store_of_lines(lines(run), CLUSTER).await;
         let (a, b) = store.time_span().unwrap();
