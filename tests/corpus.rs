@@ -733,6 +733,22 @@ async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_th
             );
         }
     }
+    // Cascades show writes, not Events: nothing to fold, nothing to note.
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("persistentvolumeclaims", "pvc-demo", "data"),
+    )
+    .await;
+    assert!(
+        rows(&t)
+            .iter()
+            .all(|(n, _, tags)| !n.contains("ProvisioningFailed")
+                && tags.iter().all(|(_, v)| !v.contains("folded"))),
+        "{:#?}",
+        rows(&t)
+    );
     // `kascade trace` says it in one line.
     let t = search(
         &f,

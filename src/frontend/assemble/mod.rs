@@ -21,7 +21,7 @@ mod scope;
 use finish::{
     child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
 };
-pub use repeats::{REPEATED, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL};
+pub use repeats::{REPEATED, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL, is_fold_note};
 pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, SET_UP_CLASSES, Scope};
 
 #[derive(Clone, Debug)]

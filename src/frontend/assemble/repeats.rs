@@ -52,6 +52,12 @@ pub(super) fn fold_repeats(asm: &mut Assembly) {
     }
 }
 
+/// Whether `note` is the one [`fold_repeats`] adds to a trace: about
+/// Events, which cascades (display mode `cascade`) do not show.
+pub fn is_fold_note(note: &str) -> bool {
+    note.ends_with(&format!("(tag {REPEATED})"))
+}
+
 /// What identifies an Event's repeats: its type, reason and message.
 fn event_key(e: &Entry) -> (String, String, String) {
     let a = &e.span.attributes;
