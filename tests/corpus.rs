@@ -749,6 +749,38 @@ async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_th
         "{:#?}",
         rows(&t)
     );
+    // `kascade trace --format json` gives the repeats on the Event.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("trace")
+        .arg(corpus_log(run))
+        .args(["--cluster", CLUSTER, "--resource", "persistentvolumeclaims"])
+        .args([
+            "--namespace",
+            "pvc-demo",
+            "--name",
+            "data",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claim = json["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "data")
+        .unwrap();
+    let failed = &claim["events"][0];
+    assert_eq!(failed["reason"], "ProvisioningFailed", "{claim:#}");
+    assert_eq!(failed["repeated_times"], 1, "{failed:#}");
+    assert_eq!(failed["repeated_count"], 2, "{failed:#}");
+    assert!(failed["repeated_until"].as_str().is_some(), "{failed:#}");
     // `kascade trace` says it in one line.
     let t = search(
         &f,
