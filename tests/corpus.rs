@@ -743,3 +743,445 @@ async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
         r.findings.first().map(|f| &f.headline)
     );
 }
+
+/// Like [`search`], with `tags` and `scope` of the caller's choosing.
+async fn search_with(
+    f: &Frontend<MemoryStore>,
+    range: TimeRange,
+    mode: Mode,
+    scope: TreeScope,
+    tags: &[(&str, &str)],
+) -> Arc<AssembledTrace> {
+    let found = f
+        .search(&SearchQuery {
+            mode,
+            scope,
+            all_siblings: false,
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            range,
+            limit: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{tags:?} {mode:?}");
+    found[0].clone()
+}
+
+/// When the audit log's write `verb resource namespace/name` was received
+/// (ns since the epoch).
+fn write_time(run: &str, verb: &str, resource: &str, namespace: &str, name: &str) -> u64 {
+    lines(run)
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| {
+            let o = &e["objectRef"];
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == verb
+                && o["resource"] == resource
+                && o["namespace"].as_str().unwrap_or_default() == namespace
+                && o["name"] == name
+                && o.get("subresource").is_none()
+        })
+        .and_then(|e| humantime::parse_rfc3339_weak(e["requestReceivedTimestamp"].as_str()?).ok())
+        .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
+        .unwrap_or_else(|| panic!("{run}: no {verb} {resource} {namespace}/{name}"))
+}
+
+/// A span or log: name, start, tags (with `error.message` when in error).
+type Row = (String, u64, Vec<(String, String)>);
+
+/// Every span and log of a trace — in tracing mode entries are logs of
+/// their object's span.
+fn rows(t: &AssembledTrace) -> Vec<Row> {
+    let tags = |a: &[opentelemetry_proto::tonic::common::v1::KeyValue]| -> Vec<(String, String)> {
+        a.iter()
+            .map(|kv| {
+                let v = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                let v = match v {
+                    Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s),
+                    ) => s.clone(),
+                    Some(opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i)) => {
+                        i.to_string()
+                    }
+                    other => format!("{other:?}"),
+                };
+                (kv.key.clone(), v)
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for s in spans(t) {
+        let mut t = tags(&s.attributes);
+        if in_error(&s) {
+            t.push(("error.message".into(), s.status.clone().unwrap().message));
+        }
+        out.push((s.name.clone(), s.start_time_unix_nano, t));
+        for e in &s.events {
+            out.push((e.name.clone(), e.time_unix_nano, tags(&e.attributes)));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_statefulsets_trace_starts_at_its_create_not_at_the_volumes_set_up() {
+    // The harness created the PersistentVolumes at cluster start, seconds
+    // before the StatefulSet whose claims bind them: their creates are
+    // hidden (counted in a note), their binding to the claims shown.
+    let run = "statefulset-volumes";
+    let created = write_time(run, "create", "statefulsets", "vol-demo", "data");
+    let (f, range) = frontend(run).await;
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        let t = search(&f, range, mode, ("statefulsets", "vol-demo", "data")).await;
+        let (start, _) = t.span_range.unwrap();
+        assert!(
+            start >= created,
+            "{mode:?}: the trace starts {} ms before the StatefulSet's create",
+            (created - start) / 1_000_000
+        );
+        if mode == Mode::Timeline {
+            // No object spans: every entry flat under the root.
+            continue;
+        }
+        let all = spans(&t);
+        let pv = all
+            .iter()
+            .find(|s| s.name == "pv-0" && string_attr(s, "relation") == Some("pv"))
+            .unwrap_or_else(|| panic!("{mode:?}: no pv-0"));
+        assert!(
+            pv.attributes.iter().any(|a| a.key == "note"
+                && format!("{:?}", a.value).contains("outside this trace's time range")),
+            "{mode:?}: {pv:?}"
+        );
+    }
+    // A volume searched for is the trace's own: its set-up is shown, and
+    // it still climbs to its claim and the claim's StatefulSet.
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        let t = search_with(
+            &f,
+            range,
+            mode,
+            TreeScope::Full,
+            &[("resource", "persistentvolumes"), ("name", "pv-0")],
+        )
+        .await;
+        let (start, _) = t.span_range.unwrap();
+        assert!(
+            start < created - 1_000_000_000,
+            "{mode:?}: the volume's create is not shown"
+        );
+        let all = spans(&t);
+        assert!(
+            all.iter()
+                .any(|s| s.name.starts_with("vol-demo/data ▸ persistentvolumes pv-0")),
+            "{mode:?}: {:#?}",
+            all.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        // Timeline mode has no object spans, its root names the climb.
+        assert!(
+            mode == Mode::Timeline || all.iter().any(|s| s.name == "vol-demo/data-data-0"),
+            "{mode:?}: no claim"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_the_trace() {
+    // The claim names a StorageClass that does not exist: the volume
+    // binder says so at once and again 13 s later, long after the last
+    // write (the Pod's scheduling status). The second says nothing new.
+    let run = "pvc-pending";
+    let (f, range) = frontend(run).await;
+    let last_write = write_time(run, "create", "pods", "pvc-demo", "db");
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        for object in [
+            ("persistentvolumeclaims", "pvc-demo", "data"),
+            ("pods", "pvc-demo", "db"),
+        ] {
+            let t = search(&f, range, mode, object).await;
+            let (_, end) = t.span_range.unwrap();
+            assert!(
+                end < last_write + 1_000_000_000,
+                "{mode:?} {object:?}: the trace ends {} ms after the last write",
+                (end - last_write) / 1_000_000
+            );
+            let rows = rows(&t);
+            let failed: Vec<_> = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("ProvisioningFailed"))
+                .collect();
+            assert_eq!(failed.len(), 1, "{mode:?} {object:?}: {failed:#?}");
+            let tag = |k: &str| {
+                failed[0]
+                    .2
+                    .iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(tag("repeated.times").as_deref(), Some("1"), "{mode:?}");
+            assert_eq!(tag("repeated.count").as_deref(), Some("2"), "{mode:?}");
+            assert!(
+                tag("repeated").is_some_and(|v| v.starts_with("1 more time until 20")),
+                "{mode:?}: {failed:?}"
+            );
+            // Still the cause, in error.
+            assert!(
+                tag("error.message").is_some_and(|m| m.contains("no-such-class")),
+                "{mode:?} {object:?}: {failed:?}"
+            );
+        }
+    }
+    // Cascades show writes, not Events: nothing to fold, nothing to note.
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("persistentvolumeclaims", "pvc-demo", "data"),
+    )
+    .await;
+    assert!(
+        rows(&t)
+            .iter()
+            .all(|(n, _, tags)| !n.contains("ProvisioningFailed")
+                && tags.iter().all(|(_, v)| !v.contains("folded"))),
+        "{:#?}",
+        rows(&t)
+    );
+    // `kascade trace --format json` gives the repeats on the Event.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("trace")
+        .arg(corpus_log(run))
+        .args(["--cluster", CLUSTER, "--resource", "persistentvolumeclaims"])
+        .args([
+            "--namespace",
+            "pvc-demo",
+            "--name",
+            "data",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claim = json["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "data")
+        .unwrap();
+    let failed = &claim["events"][0];
+    assert_eq!(failed["reason"], "ProvisioningFailed", "{claim:#}");
+    assert_eq!(failed["repeated_times"], 1, "{failed:#}");
+    assert_eq!(failed["repeated_count"], 2, "{failed:#}");
+    assert!(failed["repeated_until"].as_str().is_some(), "{failed:#}");
+    // `kascade trace` says it in one line.
+    let t = search(
+        &f,
+        range,
+        Mode::Tree,
+        ("persistentvolumeclaims", "pvc-demo", "data"),
+    )
+    .await;
+    let text = kascade::frontend::text::render_text(&t.assembly, &Default::default());
+    assert!(
+        text.contains("repeated 1 more time until +13.") && text.contains("(count 2)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_event_new_after_the_last_write_is_shown() {
+    // The kubelet's first BackOff comes a millisecond after the last write
+    // of the Deployment's tree: something new, shown in every mode.
+    let (f, range) = frontend("image-pull-error").await;
+    for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+        let t = search(&f, range, mode, ("deployments", "shop", "api")).await;
+        let backoffs = rows(&t)
+            .into_iter()
+            .filter(|(n, _, _)| n.ends_with("BackOff"))
+            .count();
+        assert!(backoffs >= 2, "{mode:?}: {backoffs}");
+    }
+}
+
+#[tokio::test]
+async fn a_trace_is_the_same_whatever_order_its_raw_spans_come_in() {
+    use kascade::frontend::raw::RawStore as _;
+    for (run, object) in [
+        ("statefulset-volumes", ("statefulsets", "vol-demo", "data")),
+        ("rolling-update", ("deployments", "catalog", "catalog")),
+        ("crash-loop", ("deployments", "payments", "worker")),
+        ("service-endpoints", ("services", "svc-demo", "web")),
+        ("pvc-pending", ("pods", "pvc-demo", "db")),
+        ("quota-exceeded", ("deployments", "quota-demo", "capped")),
+        ("controller-fight", ("deployments", "fight-demo", "web")),
+        ("config-roller", ("configmaps", "roller", "app-config")),
+    ] {
+        let store = common::raw_store_of_lines(lines(run), CLUSTER).await;
+        let (a, b) = store.time_span().unwrap();
+        let range = TimeRange::new(from_nanos(a), from_nanos(b));
+        let everything = TimeRange::new(from_nanos(0), from_nanos(u64::MAX / 2));
+        let mut all = Vec::new();
+        for id in store.find(&[], everything, usize::MAX).await.unwrap() {
+            all.extend(store.get(id).await.unwrap());
+        }
+        all.reverse();
+        let reversed = MemoryStore::new(all);
+        let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+        let g = Frontend::new(Arc::new(reversed), FrontendConfig::default());
+        for mode in MODES {
+            let once = spans(&*search(&f, range, mode, object).await);
+            let again = spans(&*search(&g, range, mode, object).await);
+            let names = |s: &[Span]| s.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+            assert_eq!(names(&once), names(&again), "{run} {mode:?}");
+            assert!(
+                once == again,
+                "{run} {mode:?}: same spans, not the same content"
+            );
+        }
+    }
+}
+
+/// `run`'s log with Event `event`'s last patch repeated `times` more
+/// times, a minute apart (its count going up), and, if `then` is given,
+/// a new Event `(reason, message)` about the same object a minute after
+/// the last repeat: a stuck object whose controller keeps saying the same.
+fn with_repeats(run: &str, event: &str, times: i64, then: Option<(&str, &str)>) -> Vec<String> {
+    use serde_json::{Value, json};
+    let mut lines = lines(run);
+    let is_event = |e: &Value| {
+        e["objectRef"]["resource"] == "events"
+            && e["objectRef"]["name"] == event
+            && e["stage"] == "ResponseComplete"
+    };
+    let parsed: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(is_event)
+        .collect();
+    let create = parsed
+        .iter()
+        .find(|e| e["verb"] == "create")
+        .unwrap()
+        .clone();
+    let last = parsed
+        .iter()
+        .rfind(|e| e["verb"] == "patch")
+        .unwrap()
+        .clone();
+    let at = |e: &Value| {
+        humantime::parse_rfc3339_weak(e["requestReceivedTimestamp"].as_str().unwrap()).unwrap()
+    };
+    let stamp = |t: std::time::SystemTime, micros: bool| {
+        if micros {
+            humantime::format_rfc3339_micros(t).to_string()
+        } else {
+            humantime::format_rfc3339_seconds(t).to_string()
+        }
+    };
+    let count = last["requestObject"]["count"].as_i64().unwrap();
+    let rv: i64 = last["responseObject"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut t = at(&last);
+    for k in 1..=times {
+        t += Duration::from_secs(60);
+        let mut e = last.clone();
+        e["auditID"] = json!(format!("repeat-{event}-{k}"));
+        e["requestReceivedTimestamp"] = json!(stamp(t, true));
+        e["stageTimestamp"] = json!(stamp(t + Duration::from_millis(2), true));
+        e["requestObject"]["count"] = json!(count + k);
+        e["requestObject"]["lastTimestamp"] = json!(stamp(t, false));
+        e["responseObject"]["count"] = json!(count + k);
+        e["responseObject"]["lastTimestamp"] = json!(stamp(t, false));
+        e["responseObject"]["metadata"]["resourceVersion"] = json!((rv + k).to_string());
+        lines.push(e.to_string());
+    }
+    if let Some((reason, message)) = then {
+        t += Duration::from_secs(60);
+        let mut e = create;
+        let name = format!("{event}-new");
+        e["auditID"] = json!(format!("new-{event}"));
+        e["objectRef"]["name"] = json!(name);
+        e["requestReceivedTimestamp"] = json!(stamp(t, true));
+        e["stageTimestamp"] = json!(stamp(t + Duration::from_millis(2), true));
+        for body in ["requestObject", "responseObject"] {
+            let b = &mut e[body];
+            b["metadata"]["name"] = json!(name);
+            b["reason"] = json!(reason);
+            b["message"] = json!(message);
+            b["firstTimestamp"] = json!(stamp(t, false));
+            b["lastTimestamp"] = json!(stamp(t, false));
+        }
+        e["responseObject"]["metadata"]["uid"] = json!("00000000-0000-4000-8000-00000000beef");
+        e["responseObject"]["metadata"]["resourceVersion"] = json!((rv + times + 1).to_string());
+        lines.push(e.to_string());
+    }
+    lines
+}
+
+#[tokio::test]
+async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_is_shown() {
+    // pvc-pending's claim, still without its StorageClass ten minutes on:
+    // the volume binder says so every minute, nothing is written.
+    let run = "pvc-pending";
+    let event = "data.18ee63218c447888";
+    let last_write = write_time(run, "create", "pods", "pvc-demo", "db");
+    let claim = ("persistentvolumeclaims", "pvc-demo", "data");
+    for then in [
+        None,
+        Some((
+            "FailedBinding",
+            "no persistent volumes available for this claim",
+        )),
+    ] {
+        let store = common::raw_store_of_lines(with_repeats(run, event, 10, then), CLUSTER).await;
+        let (a, b) = store.time_span().unwrap();
+        let range = TimeRange::new(from_nanos(a), from_nanos(b));
+        let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+        for mode in [Mode::Tracing, Mode::Tree, Mode::Timeline, Mode::Grouped] {
+            let t = search(&f, range, mode, claim).await;
+            let rows = rows(&t);
+            let failed: Vec<&Row> = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("ProvisioningFailed"))
+                .collect();
+            assert_eq!(failed.len(), 1, "{mode:?} {then:?}: {failed:#?}");
+            let tag = |k: &str| {
+                let tags = &failed[0].2;
+                tags.iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, v)| v.clone())
+            };
+            assert_eq!(tag("repeated.times").as_deref(), Some("11"), "{mode:?}");
+            assert_eq!(tag("repeated.count").as_deref(), Some("12"), "{mode:?}");
+            let new = rows
+                .iter()
+                .filter(|(n, _, _)| n.contains("FailedBinding"))
+                .count();
+            let (_, end) = t.span_range.unwrap();
+            match then {
+                None => assert!(
+                    end < last_write + 1_000_000_000,
+                    "{mode:?}: the trace ends {} s after the last write",
+                    (end - last_write) / 1_000_000_000
+                ),
+                Some(_) => {
+                    assert_eq!(new, 1, "{mode:?}: the new Warning is not shown");
+                    assert!(end > last_write + 600_000_000_000, "{mode:?}");
+                }
+            }
+        }
+    }
+}

@@ -351,6 +351,9 @@ fn print_cascades(
         TraceFormat::Text => {
             let mut text = String::new();
             for note in trace.assembly.notes.iter() {
+                if crate::frontend::assemble::is_fold_note(note) {
+                    continue; // about Events, which cascades do not show
+                }
                 text.push_str(&format!("note: {note}\n"));
             }
             text.push_str(&render_text_in_part(&trace.cascades, in_part));

@@ -83,7 +83,8 @@ pub struct ObjectHistory {
     /// Distinct relations, in the order first recorded.
     pub links: Vec<Link>,
     /// Entries left out because they lie outside the trace's time range
-    /// (activity of a shared Node or ConfigMap long before or after).
+    /// (activity of a shared Node or ConfigMap long before or after, a
+    /// volume's set-up before its claim).
     pub hidden_entries: usize,
 }
 
@@ -154,6 +155,7 @@ pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<
     let mut entries = Vec::new();
     let mut links = Vec::new();
     let mut seen_entries = HashSet::new();
+    let mut described: Option<(bool, u64, Vec<u8>)> = None;
     for span in spans {
         match string_attr(&span.attributes, attr::SPAN_KIND) {
             Some(SPAN_KIND_OBJECT) => {
@@ -169,13 +171,19 @@ pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<
                     links: Vec::new(),
                     hidden_entries: 0,
                 });
-                // The first object span with the uid describes the object
-                // (one sent before the uid was known lacks its `*.uid`s).
-                if h.uid.is_empty()
-                    && let Some(uid) = string_attr(&span.attributes, attr::UID)
-                {
-                    h.uid = uid.to_string();
+                // The earliest object span with the uid describes the object
+                // (one sent before the uid was known lacks its `*.uid`s),
+                // whatever order the store returned them in.
+                let uid = string_attr(&span.attributes, attr::UID);
+                let order = (
+                    uid.is_none(),
+                    span.start_time_unix_nano,
+                    span.span_id.clone(),
+                );
+                if described.as_ref().is_none_or(|d| order < *d) {
+                    h.uid = uid.unwrap_or_default().to_string();
                     h.attributes = span.attributes.clone();
+                    described = Some(order);
                 }
                 h.windows.push(span.start_time_unix_nano);
             }
@@ -221,12 +229,28 @@ pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<
         }
     }
     let mut h = history?;
+    // Ties broken by what the spans are, not by the order the raw store
+    // returned them in (which a store does not keep): the same trace loaded
+    // twice is laid out the same.
     entries.sort_by(|a, b| {
-        (a.span.start_time_unix_nano, a.span.end_time_unix_nano)
-            .cmp(&(b.span.start_time_unix_nano, b.span.end_time_unix_nano))
+        (
+            a.span.start_time_unix_nano,
+            a.span.end_time_unix_nano,
+            &a.span.name,
+            &a.span.span_id,
+        )
+            .cmp(&(
+                b.span.start_time_unix_nano,
+                b.span.end_time_unix_nano,
+                &b.span.name,
+                &b.span.span_id,
+            ))
     });
     h.entries = entries;
-    links.sort_by_key(|(t, _)| *t);
+    links.sort_by(|(ta, a), (tb, b)| {
+        let key = |l: &Link| (l.role == Role::Child, l.other.key(), l.class.clone());
+        (ta, key(a)).cmp(&(tb, key(b)))
+    });
     let mut seen_links = HashSet::new();
     h.links = links
         .into_iter()

@@ -785,7 +785,13 @@ impl<S: RawStore> Frontend<S> {
                 cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
                     .instrument(tracing::info_span!(target: TARGET, "cascades"))
                     .await?;
-            notes.extend(assembly.notes.iter().cloned());
+            notes.extend(
+                assembly
+                    .notes
+                    .iter()
+                    .filter(|n| !assemble::is_fold_note(n))
+                    .cloned(),
+            );
             let searched = assembly
                 .nodes
                 .get(assembly.searched)

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::assemble::Assembly;
+use super::assemble::{Assembly, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL};
 use super::display::{DEFAULT_MAX_SIBLINGS, diff_lines, problem, select_for_text, snapshot};
 use super::merge::Source;
 use super::raw::{from_nanos, string_attr};
@@ -124,6 +124,21 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
                         "{body}{t}  event {} {kind} ({comp}): {msg}",
                         e.span.name
                     );
+                    if let Some(times) = super::raw::int_attr(a, REPEATED_TIMES) {
+                        let until = string_attr(a, REPEATED_UNTIL).unwrap_or_default();
+                        let last = humantime::parse_rfc3339_weak(until)
+                            .ok()
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map_or_else(|| until.to_string(), |d| rel(d.as_nanos() as u64, base));
+                        let count = super::raw::int_attr(a, REPEATED_COUNT)
+                            .map(|c| format!(" (count {c})"))
+                            .unwrap_or_default();
+                        let s = if times == 1 { "" } else { "s" };
+                        let _ = writeln!(
+                            out,
+                            "{body}            repeated {times} more time{s} until {last}{count}"
+                        );
+                    }
                 }
                 _ => {
                     let code = string_attr(&e.span.attributes, "audit.code")

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::assemble::Assembly;
+use super::assemble::{Assembly, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL};
 use super::display::{problem, snapshot};
 use super::merge::{Entry, Source};
 use super::raw::{from_nanos, int_attr, string_attr};
@@ -76,6 +76,11 @@ struct EventJson<'a> {
     component: Option<&'a str>,
     count: Option<i64>,
     name: Option<&'a str>,
+    /// Later occurrences after the tree's last write folded into this one
+    /// (`assemble::repeats`), the last of them, and its count.
+    repeated_times: Option<i64>,
+    repeated_until: Option<&'a str>,
+    repeated_count: Option<i64>,
 }
 
 /// Nanoseconds since the epoch as RFC 3339 with nanoseconds, in UTC.
@@ -132,6 +137,9 @@ fn event(e: &Entry) -> EventJson<'_> {
         component: string_attr(a, attr::EVENT_COMPONENT),
         count: number(a, attr::EVENT_COUNT),
         name: string_attr(a, attr::EVENT_NAME),
+        repeated_times: number(a, REPEATED_TIMES),
+        repeated_until: string_attr(a, REPEATED_UNTIL),
+        repeated_count: number(a, REPEATED_COUNT),
     }
 }
 

@@ -59,3 +59,20 @@ pub(super) fn sort_children(asm: &mut Assembly) {
         n.children.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
     }
 }
+
+/// The nodes reached through a set-up class ([`SET_UP_CLASSES`]), or below
+/// one, that are neither shared nor on the path to the searched object: a
+/// volume searched for (or climbed from) is the trace's own.
+pub(super) fn set_up_nodes(asm: &Assembly) -> Vec<bool> {
+    let mut out = vec![false; asm.nodes.len()];
+    for (i, _) in asm.walk() {
+        let n = &asm.nodes[i];
+        let by_class = n
+            .class
+            .as_deref()
+            .is_some_and(|c| SET_UP_CLASSES.contains(&c));
+        out[i] =
+            !n.shared && !asm.on_searched_path(i) && (by_class || n.parent.is_some_and(|p| out[p]));
+    }
+    out
+}

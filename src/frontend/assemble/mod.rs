@@ -15,10 +15,14 @@ use crate::metrics::{AssemblyLimit, AssemblyLimitLabel, FrontendMetrics};
 use crate::model::{ObjectRef, raw_trace_id};
 
 mod finish;
+mod repeats;
 mod scope;
 
-use finish::{child_links, clip_shared_to_parents, is_ancestor_or_self, sort_children};
-pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, Scope};
+use finish::{
+    child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
+};
+pub use repeats::{REPEATED, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL, is_fold_note};
+pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, SET_UP_CLASSES, Scope};
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -338,14 +342,44 @@ impl<S: RawStore> Assembler<S> {
     /// Sets the trace's time range from the tree proper and hides the
     /// entries of shared objects outside it: a Node's or ConfigMap's
     /// activity since cluster start-up would otherwise set the start.
+    /// Objects reached through a set-up class ([`SET_UP_CLASSES`]: the
+    /// PersistentVolumes a cluster's set-up made for claims) do not set
+    /// the start either: their entries before it are hidden, the later
+    /// ones shown (a volume's release after its claim's delete).
     fn clip_shared(&self, asm: &mut Assembly) {
         self.mark_shared(asm);
+        repeats::fold_repeats(asm);
+        let set_up = set_up_nodes(asm);
         let own = asm
             .nodes
             .iter()
-            .filter(|n| !n.shared)
-            .filter_map(|n| n.history.active_range());
-        asm.range = own.fold(None, widen);
+            .zip(&set_up)
+            .filter(|(n, set_up)| !n.shared && !**set_up)
+            .filter_map(|(n, _)| n.history.active_range());
+        let Some(mut range) = own.fold(None, widen) else {
+            // Nothing but set-up objects has activity: theirs is the range.
+            let all = asm.nodes.iter().filter(|n| !n.shared);
+            asm.range = all
+                .filter_map(|n| n.history.active_range())
+                .fold(None, widen);
+            return self.hide_outside(asm);
+        };
+        for (n, _) in asm.nodes.iter_mut().zip(&set_up).filter(|(_, s)| **s) {
+            let before = n.history.entries.len();
+            n.history
+                .entries
+                .retain(|e| e.span.start_time_unix_nano >= range.0);
+            n.history.hidden_entries += before - n.history.entries.len();
+            if let Some(r) = n.history.active_range() {
+                range = (range.0, range.1.max(r.1));
+            }
+        }
+        asm.range = Some(range);
+        self.hide_outside(asm);
+    }
+
+    /// Hides the entries of shared objects outside the trace's range.
+    fn hide_outside(&self, asm: &mut Assembly) {
         let Some(range) = asm.range else {
             return;
         };

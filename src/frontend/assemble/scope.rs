@@ -90,6 +90,14 @@ pub const DEFAULT_SHARED_CLASSES: [&str; 6] = [
     "backend",
 ];
 
+/// Link classes of objects a cluster's set-up may have made long before
+/// the objects that come to use them (a PersistentVolume made for a claim
+/// to come). Unlike shared classes they are climbed (a volume's trace shows
+/// its claim), but when reached from another object their entries before
+/// the trace's start are hidden: they do not stretch the trace back to the
+/// cluster's start.
+pub const SET_UP_CLASSES: [&str; 1] = ["pv"];
+
 /// Bytes of object histories one assembly loads by default: 64 MiB, about
 /// 1,700 Pods under one Deployment, whose finished trace (≈ 2.5 times its
 /// histories in tree mode) still fits the default `--cache-bytes`.

@@ -264,6 +264,19 @@ pub fn problem(n: &Node) -> Option<String> {
     let message = first.span.status.as_ref().map(|s| s.message.as_str());
     let events = failed.iter().filter(|e| e.source == Source::Event).count();
     let writes = failed.len() - events;
+    // Repeats folded into an Event (`assemble::REPEATED_TIMES`) count too.
+    let events = events
+        + failed
+            .iter()
+            .filter(|e| e.source == Source::Event)
+            .filter_map(|e| {
+                crate::frontend::raw::int_attr(
+                    &e.span.attributes,
+                    crate::frontend::assemble::REPEATED_TIMES,
+                )
+            })
+            .map(|n| usize::try_from(n).unwrap_or(0))
+            .sum::<usize>();
     let head = match (writes, events) {
         (1, 0) | (0, 1) => what,
         (w, 0) => format!("{w} failed writes, first {what}"),
