@@ -567,7 +567,11 @@ async fn values_nested_as_deep_as_the_apiserver_accepts_are_markers_and_the_coll
     let brackets = format!("{}{}", "[".repeat(20_000), "]".repeat(20_000));
     let r = post(brackets).await.unwrap();
     assert_eq!(r.status(), 400);
-    assert!(r.text().await.unwrap().contains("not a JSON EventList"));
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("items[0]") && text.contains("accepted 0 events"),
+        "{text}"
+    );
     let r = client
         .get(format!("{}/healthz", srv.url))
         .send()
@@ -710,5 +714,100 @@ async fn connections_beyond_the_limit_are_answered_429_and_closed() {
         }
         assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Shippers post audit events as the log has them: one per line (Fluent
+/// Bit's `http` output with `format json_lines`, Vector's `http` sink), as
+/// a JSON array (Fluent Bit's `format json`, each record with the `date`
+/// key Fluent Bit adds), or as records holding the log line as text (`log`:
+/// Fluent Bit's `tail` without a parser; `message`: Vector's `file`
+/// source). The records are made here from the fixture's lines, as those
+/// shippers make them (no shipper runs in this test). Each form is accepted
+/// as the EventList of the same lines is: the same audit spans; a bad line
+/// is named by its number and the rest is kept.
+#[tokio::test]
+async fn shippers_bodies_of_lines_arrays_and_wrapped_records_are_accepted() {
+    let lines = common::audit_lines("deployment");
+    // Writes of Events become Event spans, not audit spans: left out.
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["objectRef"]["resource"] != "events")
+        .map(|v| v["auditID"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.len() > 20);
+    let chunk = lines.len() / 4;
+    let (a, rest) = lines.split_at(chunk);
+    let (b, rest) = rest.split_at(chunk);
+    let (c, d) = rest.split_at(chunk);
+    let ndjson = a.join("\n") + "\n";
+    let array = format!(
+        "[{}]",
+        b.iter()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["date"] = serde_json::json!(1733400000.123);
+                v.to_string()
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let wrapped_log = c
+        .iter()
+        .map(|l| serde_json::json!({"date": 1733400000.5, "log": format!("{l}\n")}).to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let wrapped_message = d
+        .iter()
+        .map(|l| serde_json::json!({"message": l, "source_type": "file"}).to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+
+    let (srv, pipeline) = serve(|_| {}).await;
+    let client = reqwest::Client::new();
+    for (what, body) in [
+        ("lines", ndjson),
+        ("array", array),
+        ("log records", wrapped_log),
+        ("message records", wrapped_message),
+    ] {
+        let r = client
+            .post(format!("{}/audit", srv.url))
+            .header("Content-Type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{what}: {}", r.text().await.unwrap());
+    }
+    // One bad line among good ones: 400 naming it, the others kept.
+    let extra = common::audit_lines("config");
+    let mixed = format!("{}\nnot an event\n{}\n", extra[0], extra[1]);
+    let r = client
+        .post(format!("{}/audit", srv.url))
+        .body(mixed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("accepted 2 events") && text.contains("line 2"),
+        "{text}"
+    );
+
+    let m = metrics_text(&srv.url).await;
+    assert_eq!(
+        metric(
+            &m,
+            "kascade_audit_events_received_total{source=\"webhook\"}"
+        ),
+        lines.len() as u64 + 3
+    );
+    pipeline.finish().await;
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    for id in &ids {
+        assert!(out.contains(id.as_str()), "audit span of {id} missing");
     }
 }

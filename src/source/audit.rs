@@ -122,6 +122,138 @@ pub struct DecodedBatch {
     pub errors: Vec<String>,
 }
 
+/// Decodes a webhook body in any of the forms audit events arrive in:
+/// - an `audit.k8s.io/v1` `EventList`: what the apiserver's audit webhook
+///   sends (one line, or pretty-printed);
+/// - audit events one per line (newline-delimited JSON): what Fluent Bit's
+///   `http` output (`format json_lines`) and Vector's `http` sink
+///   (newline-delimited framing) send, or `curl --data-binary @audit.log`;
+/// - a JSON array of audit events: Fluent Bit's `format json`.
+///
+/// A line or item may also be a shipper's record that holds the audit log
+/// line as text, under `log` (Fluent Bit's `tail` without a parser) or
+/// `message` (Vector's `file` source). Other fields shippers add (a `date`)
+/// are ignored. A malformed line or item is reported by its number
+/// (`line 3`, `items[2]`) and does not take the rest down.
+pub fn decode_body(body: &[u8]) -> Result<DecodedBatch, String> {
+    let start = body.trim_ascii_start();
+    match start.first() {
+        Some(b'[') => decode_array(body),
+        Some(b'{') if first_line_is_whole(start) && has_second_value(start) => {
+            Ok(decode_lines(body))
+        }
+        _ => decode_event_list(body).or_else(|list_error| {
+            // One line that is an audit event (or a shipper's record of
+            // one), not a list.
+            match decode_lines(body) {
+                DecodedBatch { events, errors } if errors.is_empty() && !events.is_empty() => {
+                    Ok(DecodedBatch { events, errors })
+                }
+                _ => Err(list_error),
+            }
+        }),
+    }
+}
+
+/// Whether the first line of `text` (which starts with `{`) holds a whole
+/// JSON value: brackets outside strings close on it. A scan, no recursion:
+/// any depth is fine.
+fn first_line_is_whole(text: &[u8]) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return true;
+                }
+            }
+            b'\n' => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether a non-blank line follows the first.
+fn has_second_value(text: &[u8]) -> bool {
+    memchr::memchr(b'\n', text).is_some_and(|nl| !text[nl..].trim_ascii().is_empty())
+}
+
+/// Audit events one per line; blank lines skipped.
+fn decode_lines(body: &[u8]) -> DecodedBatch {
+    let mut events = Vec::new();
+    let mut errors = Vec::new();
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(parse_shipped);
+        match parsed {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("line {}: {e}", i + 1)),
+        }
+    }
+    DecodedBatch { events, errors }
+}
+
+/// A JSON array of audit events (or shippers' records of them).
+fn decode_array(body: &[u8]) -> Result<DecodedBatch, String> {
+    let text = crate::json::utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
+    // Bounded before serde_json reads it: an item's objects sit at level 3.
+    let capped = depth::cap(text, depth::MAX_OBJECT_DEPTH, 2);
+    let items: Vec<Box<RawValue>> = serde_json::from_str(&capped.text)
+        .map_err(|e| clip_message(format!("body is not a JSON array of audit events: {e}")))?;
+    let mut events = Vec::with_capacity(items.len());
+    let mut errors = Vec::new();
+    for (i, raw) in items.iter().enumerate() {
+        match parse_shipped(raw.get()) {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("items[{i}]: {e}")),
+        }
+    }
+    Ok(DecodedBatch { events, errors })
+}
+
+/// An audit event, or a shipper's record holding one as text under `log`
+/// or `message`.
+fn parse_shipped(text: &str) -> Result<AuditEvent, String> {
+    parse_event(text).or_else(|why| {
+        #[derive(Deserialize)]
+        struct Shipped {
+            log: Option<String>,
+            message: Option<String>,
+        }
+        // serde_json stops at its own depth limit: no overflow.
+        match serde_json::from_str::<Shipped>(text) {
+            Ok(
+                Shipped {
+                    log: Some(line), ..
+                }
+                | Shipped {
+                    message: Some(line),
+                    ..
+                },
+            ) => parse_event(line.trim_end()),
+            _ => Err(why),
+        }
+    })
+}
+
 /// Decodes an `EventList`; a malformed item is reported by index and does not
 /// take the rest of the batch down. Fails as a whole only when the envelope
 /// itself is not an `audit.k8s.io/v1` `EventList`.
@@ -261,6 +393,39 @@ mod tests {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+    }
+
+    /// Every form a body takes is told apart by its shape, not by a
+    /// header: the apiserver's EventList (one line or pretty-printed), one
+    /// event, events one per line (the first nested deeper than any
+    /// decoder's limit: read without recursion), an array.
+    #[test]
+    fn each_body_form_is_recognised_whatever_its_depth() {
+        let events = fixture_events();
+        let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+        let list = serde_json::json!({"kind": "EventList", "apiVersion": AUDIT_API_VERSION, "items": events});
+        let n = events.len();
+        let count = |body: &str| {
+            let b = decode_body(body.as_bytes()).unwrap();
+            assert!(b.errors.is_empty(), "{:?}", b.errors);
+            b.events.len()
+        };
+        assert_eq!(count(&list.to_string()), n);
+        assert_eq!(count(&serde_json::to_string_pretty(&list).unwrap()), n);
+        assert_eq!(count(&lines[0]), 1);
+        assert_eq!(count(&format!("{}\n", lines[0])), 1);
+        assert_eq!(count(&format!("[{}]", lines.join(","))), n);
+        let mut deep: Value = events[0].clone();
+        deep["requestObject"] = serde_json::json!({"spec": {"copy": "x"}});
+        let deep_line = deep.to_string().replace("\"x\"", &nested_text(10_000));
+        let body = format!("{deep_line}\n{}\n", lines[1..].join("\n"));
+        assert_eq!(count(&body), n);
+    }
+
+    /// `depth` nested arrays around a string, as text (a `Value` that deep
+    /// would overflow serde_json's own writer).
+    fn nested_text(depth: usize) -> String {
+        format!("{}\"leaf\"{}", "[".repeat(depth), "]".repeat(depth))
     }
 
     #[test]

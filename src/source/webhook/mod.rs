@@ -19,7 +19,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 use tracing::{Instrument as _, field};
 
-use super::audit::{AuditFilter, decode_event_list};
+use super::audit::AuditFilter;
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
 use crate::metrics::{Metrics, RejectReason, Source};
 use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
