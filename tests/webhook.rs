@@ -811,3 +811,109 @@ async fn shippers_bodies_of_lines_arrays_and_wrapped_records_are_accepted() {
         assert!(out.contains(id.as_str()), "audit span of {id} missing");
     }
 }
+
+/// The OpenTelemetry Collector's `filelog` receiver tailing `audit.log`,
+/// exported with `otlphttp`: one log record per line, its body the line.
+/// The requests are made here from the fixture's lines as that pipeline
+/// makes them (no OpenTelemetry Collector runs in this test), protobuf and
+/// OTLP/JSON. Accepted as the EventList of the same lines is; a record
+/// whose body is no text is counted in OTLP's partial success; a body that
+/// is not OTLP is a 400, another media type a 415.
+#[tokio::test]
+async fn otlp_logs_of_audit_lines_are_accepted_and_answered_as_otlp() {
+    use opentelemetry_proto::tonic::collector::logs::v1::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use prost::Message as _;
+    let request = |lines: &[String], extra: Option<any_value::Value>| {
+        let mut records: Vec<LogRecord> = lines
+            .iter()
+            .map(|l| LogRecord {
+                body: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue(l.clone())),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        if let Some(v) = extra {
+            records.insert(
+                1,
+                LogRecord {
+                    body: Some(AnyValue { value: Some(v) }),
+                    ..Default::default()
+                },
+            );
+        }
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: records,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    };
+    let lines = common::audit_lines("deployment");
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["objectRef"]["resource"] != "events")
+        .map(|v| v["auditID"].as_str().unwrap().to_string())
+        .collect();
+    let half = lines.len() / 2;
+    let (srv, pipeline) = serve(|_| {}).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{}/v1/logs", srv.url))
+        .header("Content-Type", "application/x-protobuf")
+        .body(request(&lines[..half], Some(any_value::Value::IntValue(7))).encode_to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = ExportLogsServiceResponse::decode(r.bytes().await.unwrap()).unwrap();
+    let partial = answer.partial_success.expect("the int body is rejected");
+    assert_eq!(partial.rejected_log_records, 1);
+    assert!(
+        partial.error_message.contains("log record 1"),
+        "{}",
+        partial.error_message
+    );
+    let json = serde_json::to_string(&request(&lines[half..], None)).unwrap();
+    let r = client
+        .post(format!("{}/v1/logs/other-cluster", srv.url))
+        .header("Content-Type", "application/json")
+        .body(json)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = client
+        .post(format!("{}/v1/logs", srv.url))
+        .header("Content-Type", "application/x-protobuf")
+        .body("not protobuf at all, surely")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = client
+        .post(format!("{}/v1/logs", srv.url))
+        .header("Content-Type", "text/plain")
+        .body(lines[0].clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    pipeline.finish().await;
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    for id in &ids {
+        assert!(out.contains(id.as_str()), "audit span of {id} missing");
+    }
+    assert!(
+        out.contains("\"stringValue\":\"other-cluster\""),
+        "cluster from the path"
+    );
+}

@@ -1,5 +1,6 @@
 //! `kascade collect`'s HTTP server: the audit webhook (`POST /audit`,
-//! `POST /audit/{cluster}`), mergelogs of instrumented controllers
+//! `POST /audit/{cluster}`; also OTLP/HTTP logs of audit log lines, `POST
+//! /v1/logs[/{cluster}]`), mergelogs of instrumented controllers
 //! (`POST /cpid/mergelogs[/{cluster}]`, same authentication), Prometheus `/metrics`, `/healthz` and `/readyz`.
 
 use std::borrow::Cow;
@@ -27,6 +28,7 @@ use crate::self_trace::TARGET;
 
 mod body;
 mod mergelogs;
+mod otlp_logs;
 
 use body::*;
 
@@ -79,6 +81,8 @@ pub fn audit_router(state: Arc<WebhookState>) -> Router {
     Router::new()
         .route("/audit", post(audit_default))
         .route("/audit/{cluster}", post(audit_cluster))
+        .route("/v1/logs", post(otlp_logs_default))
+        .route("/v1/logs/{cluster}", post(otlp_logs_cluster))
         .route("/cpid/mergelogs", post(mergelogs::mergelogs_default))
         .route(
             "/cpid/mergelogs/{cluster}",
@@ -115,7 +119,7 @@ async fn audit_default(
     body: Body,
 ) -> Response {
     let cluster = st.default_cluster.clone();
-    handle_audit(&st, &cluster, &headers, body).await
+    handle_audit(&st, &cluster, &headers, body, Carrier::Audit).await
 }
 
 async fn audit_cluster(
@@ -127,7 +131,38 @@ async fn audit_cluster(
     if let Err(e) = super::validate_cluster_name(&cluster) {
         return error(StatusCode::BAD_REQUEST, e);
     }
-    handle_audit(&st, &cluster, &headers, body).await
+    handle_audit(&st, &cluster, &headers, body, Carrier::Audit).await
+}
+
+/// `POST /v1/logs` (OTLP/HTTP logs, the cluster from `--cluster`).
+async fn otlp_logs_default(
+    State(st): State<Arc<WebhookState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let format = match otlp_logs::Format::of(&headers) {
+        Ok(f) => f,
+        Err(r) => return refuse(&st, RejectReason::BadBody, r),
+    };
+    let cluster = st.default_cluster.clone();
+    handle_audit(&st, &cluster, &headers, body, Carrier::OtlpLogs(format)).await
+}
+
+/// `POST /v1/logs/{cluster}`.
+async fn otlp_logs_cluster(
+    State(st): State<Arc<WebhookState>>,
+    Path(cluster): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(e) = super::validate_cluster_name(&cluster) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let format = match otlp_logs::Format::of(&headers) {
+        Ok(f) => f,
+        Err(r) => return refuse(&st, RejectReason::BadBody, r),
+    };
+    handle_audit(&st, &cluster, &headers, body, Carrier::OtlpLogs(format)).await
 }
 
 fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
@@ -171,12 +206,13 @@ async fn handle_audit(
     cluster: &str,
     headers: &HeaderMap,
     body: Body,
+    carrier: Carrier,
 ) -> Response {
     let span = tracing::info_span!(target: TARGET, "webhook request",
         otel.kind = "server", cluster, events = field::Empty,
         http.response.status_code = field::Empty,
         otel.status_code = field::Empty, otel.status_description = field::Empty);
-    let response = answer_audit(st, cluster, headers, body, &span)
+    let response = answer_audit(st, cluster, headers, body, carrier, &span)
         .instrument(span.clone())
         .await;
     if !span.is_disabled() {
@@ -189,32 +225,111 @@ async fn handle_audit(
     response
 }
 
+/// How a body carries its audit events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carrier {
+    /// The audit webhook's `EventList`, or the events as shippers send them
+    /// (`audit::decode_body`).
+    Audit,
+    /// OTLP/HTTP logs whose records' bodies are audit log lines
+    /// (`otlp_logs`), answered as OTLP answers.
+    OtlpLogs(otlp_logs::Format),
+}
+
+/// What became of a batch that was read.
+enum Outcome {
+    /// `accepted` events queued; `malformed` items skipped, one message each.
+    Queued {
+        accepted: usize,
+        malformed: Vec<String>,
+    },
+    Refused(Response),
+}
+
 async fn answer_audit(
     st: &Arc<WebhookState>,
     cluster: &str,
     headers: &HeaderMap,
     body: Body,
+    carrier: Carrier,
     request_span: &tracing::Span,
 ) -> Response {
+    match queue_batch(st, cluster, headers, body, carrier, request_span).await {
+        Outcome::Refused(resp) => resp,
+        Outcome::Queued {
+            accepted,
+            malformed,
+        } => {
+            if !malformed.is_empty() {
+                tracing::warn!(cluster, bad = malformed.len(), first = %crate::bounds::clip_message(malformed[0].clone()), "audit batch had malformed items");
+            }
+            match carrier {
+                Carrier::Audit if malformed.is_empty() => {
+                    (StatusCode::OK, format!("accepted {accepted} events\n")).into_response()
+                }
+                Carrier::Audit => error(
+                    StatusCode::BAD_REQUEST,
+                    crate::bounds::clip_message(format!(
+                        "accepted {accepted} events; {} malformed items were skipped:\n{}",
+                        malformed.len(),
+                        malformed.join("\n")
+                    )),
+                ),
+                Carrier::OtlpLogs(format) => otlp_logs::answer(format, &malformed),
+            }
+        }
+    }
+}
+
+/// Reads, decodes and queues one batch (on disk first, with a spool).
+async fn queue_batch(
+    st: &Arc<WebhookState>,
+    cluster: &str,
+    headers: &HeaderMap,
+    body: Body,
+    carrier: Carrier,
+    request_span: &tracing::Span,
+) -> Outcome {
     let encoding = match body_encoding(headers) {
         Ok(e) => e,
-        Err(r) => return refuse(st, RejectReason::BadBody, r),
+        Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
     };
     // Held until the batch is queued or refused: its bytes, and what
     // decoding makes of them, count against --max-intake-bytes.
     let _intake = match reserve_intake(st, headers, encoding) {
         Ok(permit) => permit,
-        Err(resp) => return *resp,
+        Err(resp) => return Outcome::Refused(*resp),
     };
     let raw = match read_body(st, headers, body).await {
         Ok(b) => b,
-        Err(r) => return refuse(st, RejectReason::BadBody, r),
+        Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
     };
-    let Decoded { accepted, errors } =
+    // OTLP records become the audit lines they hold: the spool keeps (and
+    // a restart replays) a body of lines, as a shipper's.
+    let (raw, encoding, mut unreadable) = match carrier {
+        Carrier::Audit => (raw, encoding, Vec::new()),
+        Carrier::OtlpLogs(format) => {
+            match otlp_logs::lines_off_runtime(st, format, encoding, raw).await {
+                Ok((lines, unreadable)) => (lines, BodyEncoding::Identity, unreadable),
+                Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
+            }
+        }
+    };
+    let Decoded {
+        accepted,
+        mut errors,
+    } = if raw.is_empty() {
+        Decoded {
+            accepted: Vec::new(),
+            errors: Vec::new(),
+        }
+    } else {
         match decode_off_runtime(st, cluster, encoding, raw.clone(), false).await {
             Ok(d) => d,
-            Err((status, msg)) => return error(status, msg),
-        };
+            Err((status, msg)) => return Outcome::Refused(error(status, msg)),
+        }
+    };
+    unreadable.append(&mut errors);
     let n = accepted.len();
     request_span.record("events", n);
     if n > 0
@@ -226,24 +341,15 @@ async fn answer_audit(
             .events_rejected
             .get_or_create(&Metrics::rejected(RejectReason::Overload))
             .inc_by(n as u64);
-        return resp;
+        return Outcome::Refused(resp);
     }
     st.metrics
         .events_accepted
         .get_or_create(&Metrics::source(Source::Webhook))
         .inc_by(n as u64);
-    if errors.is_empty() {
-        (StatusCode::OK, format!("accepted {n} events\n")).into_response()
-    } else {
-        tracing::warn!(cluster, bad = errors.len(), first = %crate::bounds::clip_message(errors[0].clone()), "audit batch had malformed items");
-        error(
-            StatusCode::BAD_REQUEST,
-            crate::bounds::clip_message(format!(
-                "accepted {n} events; {} malformed items were skipped:\n{}",
-                errors.len(),
-                errors.join("\n")
-            )),
-        )
+    Outcome::Queued {
+        accepted: n,
+        malformed: unreadable,
     }
 }
 
