@@ -15,7 +15,7 @@ use crate::aggregate::{NOTE_AHEAD, ParsedResponse, Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
-use crate::source::audit::{AuditFilter, parse_event};
+use crate::source::audit::{AuditFilter, parse_line};
 
 /// Runs audit log lines through the full processing path and returns every
 /// span it would export, in emission order. Malformed lines are returned as
@@ -434,7 +434,7 @@ impl Decoder {
     }
 
     fn decode(&self, line: &str) -> Result<Option<Parsed>, String> {
-        let event = parse_event(line)?;
+        let event = parse_line(line)?;
         Ok(
             accept(event, &self.cluster, &self.filter, &self.metrics).map(|item| {
                 let response = ParsedResponse::ahead_of(&item, self.redactor.as_deref());

@@ -1185,3 +1185,52 @@ async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_
         }
     }
 }
+
+/// Managed clusters' audit logs as their providers export them — EKS's
+/// CloudWatch Logs export to S3 (`<time> <event>`), CloudWatch events as
+/// read back (the event under `message`), AKS's diagnostic records (the
+/// event under `properties.log`) — give the report the native log gives.
+/// The exports are converted here from the corpus's native logs by
+/// `e2e/tools/cloud-audit-formats.py`, following each provider's
+/// documented schema (no cloud account is used).
+#[test]
+fn cloud_exports_of_a_log_are_explained_as_the_log_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    for run in ["quota-exceeded", "rolling-update"] {
+        let native = explain_run(run);
+        for format in ["eks-s3", "eks-events", "aks-storage"] {
+            let out = dir.path().join(format!("{run}-{format}.log"));
+            let status = std::process::Command::new("python3")
+                .arg(
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                        .join("e2e/tools/cloud-audit-formats.py"),
+                )
+                .arg(format)
+                .arg(corpus_log(run))
+                .arg(&out)
+                .status()
+                .unwrap();
+            assert!(status.success(), "{format}");
+            let config = ExplainConfig {
+                files: vec![out],
+                scope: Scope::default(),
+                ..ExplainConfig::default()
+            };
+            let r = tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(explain(&config))
+                .unwrap();
+            assert_eq!(
+                r.inputs.malformed, 0,
+                "{run} {format}: {:?}",
+                r.inputs.malformed_examples
+            );
+            assert_eq!(
+                r.inputs.events_in_scope, native.inputs.events_in_scope,
+                "{run} {format}"
+            );
+            assert_eq!(r.totals, native.totals, "{run} {format}");
+            assert_eq!(r.findings, native.findings, "{run} {format}");
+        }
+    }
+}

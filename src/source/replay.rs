@@ -7,7 +7,7 @@ use std::sync::Arc;
 use indicatif::ProgressStyle;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 
-use super::audit::{AuditFilter, parse_event};
+use super::audit::{AuditFilter, parse_line};
 use crate::metrics::{Metrics, RejectReason, Source};
 use crate::pipeline::{AdmitError, Intake};
 
@@ -127,7 +127,7 @@ pub async fn replay_files(
                 Err(format!("longer than {MAX_LINE_BYTES} bytes"))
             } else {
                 match crate::json::utf8(&buf) {
-                    Ok(line) => parse_event(line),
+                    Ok(line) => parse_line(line),
                     Err(e) => Err(format!("not UTF-8 ({e})")),
                 }
             };
