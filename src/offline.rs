@@ -15,7 +15,8 @@ use crate::aggregate::{NOTE_AHEAD, ParsedResponse, Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
-use crate::source::audit::{AuditFilter, parse_line};
+use crate::source::audit::AuditFilter;
+use crate::source::exports::parse_line;
 
 /// Runs audit log lines through the full processing path and returns every
 /// span it would export, in emission order. Malformed lines are returned as

@@ -1189,7 +1189,9 @@ async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_
 /// Managed clusters' audit logs as their providers export them — EKS's
 /// CloudWatch Logs export to S3 (`<time> <event>`), CloudWatch events as
 /// read back (the event under `message`), AKS's diagnostic records (the
-/// event under `properties.log`) — give the report the native log gives.
+/// event under `properties.log`) — give the report the native log gives;
+/// GKE's Cloud Audit Logs entries (mapped from `protoPayload`) the same
+/// findings.
 /// The exports are converted here from the corpus's native logs by
 /// `e2e/tools/cloud-audit-formats.py`, following each provider's
 /// documented schema (no cloud account is used).
@@ -1232,5 +1234,40 @@ fn cloud_exports_of_a_log_are_explained_as_the_log_itself() {
             assert_eq!(r.totals, native.totals, "{run} {format}");
             assert_eq!(r.findings, native.findings, "{run} {format}");
         }
+        // GKE keeps one time per request (its end): the same findings, told
+        // with the times the entries keep.
+        let out = dir.path().join(format!("{run}-gke.log"));
+        let status = std::process::Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/tools/cloud-audit-formats.py"))
+            .args(["gke".as_ref(), corpus_log(run).as_os_str(), out.as_os_str()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "gke");
+        let config = ExplainConfig {
+            files: vec![out],
+            scope: Scope::default(),
+            ..ExplainConfig::default()
+        };
+        let r = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(explain(&config))
+            .unwrap();
+        let gist = |r: &Report| -> Vec<(Severity, String, bool)> {
+            r.findings
+                .iter()
+                .map(|f| (f.severity, f.title.clone(), f.background))
+                .collect()
+        };
+        assert_eq!(
+            r.inputs.malformed, 0,
+            "{run} gke: {:?}",
+            r.inputs.malformed_examples
+        );
+        assert_eq!(
+            r.inputs.events_in_scope, native.inputs.events_in_scope,
+            "{run} gke"
+        );
+        assert_eq!(r.totals, native.totals, "{run} gke");
+        assert_eq!(gist(&r), gist(&native), "{run} gke");
     }
 }

@@ -202,7 +202,7 @@ fn decode_lines(body: &[u8]) -> DecodedBatch {
         }
         let parsed = std::str::from_utf8(line)
             .map_err(|e| format!("not UTF-8: {e}"))
-            .and_then(parse_line);
+            .and_then(super::exports::parse_line);
         match parsed {
             Ok(ev) => events.push(ev),
             Err(e) => errors.push(format!("line {}: {e}", i + 1)),
@@ -221,70 +221,12 @@ fn decode_array(body: &[u8]) -> Result<DecodedBatch, String> {
     let mut events = Vec::with_capacity(items.len());
     let mut errors = Vec::new();
     for (i, raw) in items.iter().enumerate() {
-        match parse_line(raw.get()) {
+        match super::exports::parse_line(raw.get()) {
             Ok(ev) => events.push(ev),
             Err(e) => errors.push(format!("items[{i}]: {e}")),
         }
     }
     Ok(DecodedBatch { events, errors })
-}
-
-/// An audit event as a line of any form it is shipped or exported in:
-/// - the event itself (the apiserver's log, a shipper's record with its own
-///   fields added);
-/// - a record holding the log line as text under `log` (Fluent Bit's
-///   `tail` without a parser) or `message` (Vector's `file` source;
-///   Amazon CloudWatch Logs' events, as EKS control-plane logs are read
-///   back);
-/// - a line of a CloudWatch Logs export to S3: `<RFC 3339 time> <event>`;
-/// - an Azure diagnostic-settings record (AKS, categories `kube-audit` and
-///   `kube-audit-admin`): the event as text under `properties.log`.
-///
-/// The error is the event's own when none of these holds one.
-pub fn parse_line(text: &str) -> Result<AuditEvent, String> {
-    parse_event(text).or_else(|why| {
-        let text = text.trim();
-        if text.starts_with('{') {
-            #[derive(Deserialize)]
-            struct Properties {
-                log: Option<String>,
-            }
-            #[derive(Deserialize)]
-            struct Shipped {
-                log: Option<String>,
-                message: Option<String>,
-                properties: Option<Properties>,
-            }
-            // serde_json stops at its own depth limit: no overflow.
-            return match serde_json::from_str::<Shipped>(text) {
-                Ok(
-                    Shipped {
-                        log: Some(line), ..
-                    }
-                    | Shipped {
-                        message: Some(line),
-                        ..
-                    },
-                ) => parse_event(line.trim_end()),
-                Ok(Shipped {
-                    properties: Some(Properties { log: Some(line) }),
-                    ..
-                }) => parse_event(line.trim_end()),
-                _ => Err(why),
-            };
-        }
-        // `2026-12-05T20:44:34.138Z {"kind":"Event",…}`
-        match text.split_once(' ') {
-            Some((time, rest))
-                if time.as_bytes().first().is_some_and(u8::is_ascii_digit)
-                    && humantime::parse_rfc3339_weak(time).is_ok()
-                    && rest.trim_start().starts_with('{') =>
-            {
-                parse_event(rest.trim())
-            }
-            _ => Err(why),
-        }
-    })
 }
 
 /// Decodes an `EventList`; a malformed item is reported by index and does not

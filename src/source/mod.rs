@@ -2,6 +2,7 @@
 //! of objects and Events.
 
 pub mod audit;
+pub mod exports;
 pub mod mergelog;
 pub mod replay;
 pub mod server;

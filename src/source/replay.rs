@@ -7,7 +7,8 @@ use std::sync::Arc;
 use indicatif::ProgressStyle;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 
-use super::audit::{AuditFilter, parse_line};
+use super::audit::AuditFilter;
+use super::exports::parse_line;
 use crate::metrics::{Metrics, RejectReason, Source};
 use crate::pipeline::{AdmitError, Intake};
 
