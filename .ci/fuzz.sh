@@ -87,7 +87,7 @@ report() {
       log "$t: the input, base64: $(base64 -w0 "$artifact")"
     fi
     log "$t: what it does run once more (the panic):"
-    timeout 120 "$bin_dir/$t" "$artifact" 2>&1 | grep -v '^INFO:' | tail -n 30 >&2 || true
+    timeout 120 "$bin_dir/$t" "$artifact" 2>&1 | grep -v "^INFO:" | head -n 40 >&2 || true
   fi
   return 1
 }
