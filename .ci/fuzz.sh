@@ -101,7 +101,7 @@ run() {
   done
   # Built already (the prebuild), this only finds it fresh.
   build
-  python3 fuzz/seed.py | sed 's/^/fuzz: seeds: /' >&2
+  python3 fuzz/seed.py | sed 's/^/fuzz: corpus: /' >&2
   mkdir -p "$fuzz_dir/logs"
   log "running ${#targets[@]} targets for ${seconds}s each, $jobs at a time"
   local t0=$SECONDS failed=() pid rc

@@ -249,4 +249,4 @@ for windows in (1, 3, 255):
         put("trace_id", seed + (1800).to_bytes(8, "big") + b"6c3c5e1a9f0b2d4700000000690ea600")
 
 for target in sorted(p.name for p in corpus.iterdir()):
-    print(target, len(list((corpus / target).iterdir())), "seeds")
+    print(target, len(list((corpus / target).iterdir())), "inputs")
