@@ -1,14 +1,15 @@
 # `make test` is the project's test command (CI runs it through .ci/run):
 # formatting and lints, unit tests over the real fixtures (on a machine kept
-# busy), the judgements scored on the corpus of whole-cluster runs, the HTML
+# busy), the fuzz targets for a bounded time each, the judgements scored on
+# the corpus of whole-cluster runs, the HTML
 # report in a real browser (e2e/browser/), then the e2e
 # suite against a real control plane and a real Jaeger
 # built by e2e/build.sh, then the fault suite.
-.PHONY: test lint unit corpus browser e2e faults fixtures
+.PHONY: test lint unit fuzz corpus browser e2e faults fixtures
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
 test:
-	@bash .ci/stages.sh lint unit corpus browser e2e faults
+	@bash .ci/stages.sh lint unit fuzz corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show. The GitHub
@@ -39,6 +40,14 @@ unit:
 # depends on, without the features the dev-dependencies turn on.
 TESTED_KASCADE = cargo test --workspace --locked --no-run --quiet \
 	&& echo "$${CARGO_TARGET_DIR:-$$PWD/target}/debug/kascade"
+
+# The cargo-fuzz targets of fuzz/ (docs/testing.md, "Fuzzing"), each run
+# for a bounded time, two at a time (.ci/fuzz.sh run: FUZZ_SECONDS, default
+# 30); the unit stage's prebuild built them. Seeded from the fixtures, the
+# rules and the spans the tested kascade makes of the fixtures. A crash
+# fails, naming the input kept and how to reproduce it.
+fuzz:
+	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash .ci/fuzz.sh run
 
 # explain and the UI's error marks scored against the truth of every
 # whole-cluster run in e2e/corpus/ (score.sh): every failing run's first

@@ -17,6 +17,9 @@ pub mod trace;
 pub use collect::{CollectApps, CollectConfig, WatchersConfig};
 pub use cpid_webhook::CpidWebhookConfig;
 pub use frontend::{AssemblyConfig, FrontendServerConfig};
+// The offline commands' reader of audit logs (`.gz` too), for the fuzz
+// targets (fuzz/).
+pub use lines::{Lines, LinesState};
 pub use pipeline::{Pipeline, PipelineConfig};
 pub use replay::ReplayConfig;
 pub use rules::{BUILTIN_RULES, RuleSources, run_rules_check, run_rules_list};

@@ -101,6 +101,11 @@ pub fn cap(text: &str, limit: usize, above: usize) -> Capped<'_> {
     loop {
         let end = container_end(bytes, at);
         out.push_str(&text[copied..at]);
+        // After a backslash (not JSON), the marker's opening quote would be
+        // escaped: a space takes the escape.
+        if out.ends_with('\\') {
+            out.push(' ');
+        }
         let _ = write!(
             out,
             "\"{MARKER_PREFIX}{named} levels: {} bytes>\"",
@@ -147,41 +152,87 @@ fn first_too_deep(bytes: &[u8], from: usize, depth: usize, limit: usize) -> Opti
 /// [`first_too_deep`] a byte at a time (strings skipped by `memchr2`): the
 /// reference the wide scan is tested against.
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
-fn first_too_deep_bytewise(
+fn first_too_deep_bytewise(bytes: &[u8], from: usize, depth: usize, limit: usize) -> Option<usize> {
+    too_deep_from(bytes, from, depth, limit, Lexer::default())
+}
+
+/// [`first_too_deep`] from `from` in the lexer state `st`.
+fn too_deep_from(
     bytes: &[u8],
     from: usize,
     mut depth: usize,
     limit: usize,
+    st: Lexer,
 ) -> Option<usize> {
-    let mut i = from;
-    while i < bytes.len() {
-        match CLASS[bytes[i] as usize] {
-            OPEN => {
-                depth += 1;
-                if depth > limit {
-                    return Some(i);
-                }
-            }
-            CLOSE => depth = depth.saturating_sub(1),
-            QUOTE => {
-                i = string_end(bytes, i + 1);
-                continue;
-            }
-            _ => {}
+    st.brackets(bytes, from, |i, open| {
+        if open {
+            depth += 1;
+            (depth > limit).then_some(i)
+        } else {
+            depth = depth.saturating_sub(1);
+            None
         }
-        i += 1;
-    }
-    None
+    })
 }
 
-/// The scan 64 bytes a step, as simdjson's first stage finds structure:
-/// bit masks of quotes, backslashes and brackets from byte compares (four
-/// 16-byte SSE2 compares a mask), the bytes escaped by odd runs of
-/// backslashes (simdjson's carry trick), the bytes inside strings by a
-/// prefix XOR of the quotes left, and the depth by counting bracket bits —
-/// bit by bit only in a block that could pass the bound. Backslashes count
-/// as escapes outside strings too, where valid JSON has none: text that
-/// differs there is malformed, and no parser reads past that point.
+/// Where a scan is in the text. Every scan reads any text alike, JSON or
+/// not, as the wide scan's blocks do (simdjson's rules): a backslash makes
+/// the next byte neither a quote nor a backslash, in a string or not
+/// (outside one it is not JSON anyway); a quote not so escaped opens or
+/// closes a string; a bracket outside a string counts, escaped or not. Read
+/// otherwise by one scan than by another, malformed text could be capped by
+/// one and still nest too deep for the next.
+#[derive(Clone, Copy, Debug, Default)]
+struct Lexer {
+    in_string: bool,
+    escape_next: bool,
+}
+
+impl Lexer {
+    /// Calls `bracket(at, opens)` for each bracket outside strings from
+    /// `i`, until it returns something.
+    fn brackets<R>(
+        mut self,
+        bytes: &[u8],
+        mut i: usize,
+        mut bracket: impl FnMut(usize, bool) -> Option<R>,
+    ) -> Option<R> {
+        while i < bytes.len() {
+            let b = bytes[i];
+            if self.escape_next {
+                self.escape_next = false;
+            } else if b == b'\\' {
+                self.escape_next = true;
+                i += 1;
+                continue;
+            } else if b == b'"' {
+                self.in_string = !self.in_string;
+                i += 1;
+                continue;
+            } else if self.in_string {
+                // On to the string's next quote or backslash.
+                match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                    Some(k) => i += k,
+                    None => return None,
+                }
+                continue;
+            }
+            if !self.in_string {
+                let found = match CLASS[b as usize] {
+                    OPEN => bracket(i, true),
+                    CLOSE => bracket(i, false),
+                    _ => None,
+                };
+                if found.is_some() {
+                    return found;
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod wide {
     use core::arch::x86_64::{
@@ -293,36 +344,17 @@ mod wide {
     /// blocks' state.
     fn tail(
         bytes: &[u8],
-        mut i: usize,
-        mut depth: usize,
+        i: usize,
+        depth: usize,
         limit: usize,
-        mut in_string: bool,
-        mut escape_next: bool,
+        in_string: bool,
+        escape_next: bool,
     ) -> Option<usize> {
-        while i < bytes.len() {
-            let b = bytes[i];
-            if escape_next {
-                escape_next = false;
-            } else if b == b'\\' {
-                escape_next = true;
-            } else if in_string {
-                in_string = b != b'"';
-            } else {
-                match b {
-                    b'[' | b'{' => {
-                        depth += 1;
-                        if depth > limit {
-                            return Some(i);
-                        }
-                    }
-                    b']' | b'}' => depth = depth.saturating_sub(1),
-                    b'"' => in_string = true,
-                    _ => {}
-                }
-            }
-            i += 1;
-        }
-        None
+        let st = super::Lexer {
+            in_string,
+            escape_next,
+        };
+        super::too_deep_from(bytes, i, depth, limit, st)
     }
 }
 
@@ -330,38 +362,17 @@ mod wide {
 /// or the end of the text when it is not closed.
 fn container_end(bytes: &[u8], at: usize) -> usize {
     let mut depth = 0usize;
-    let mut i = at;
-    while i < bytes.len() {
-        match CLASS[bytes[i] as usize] {
-            OPEN => depth += 1,
-            CLOSE => {
+    Lexer::default()
+        .brackets(bytes, at, |i, open| {
+            if open {
+                depth += 1;
+                None
+            } else {
                 depth -= 1;
-                if depth == 0 {
-                    return i + 1;
-                }
+                (depth == 0).then_some(i + 1)
             }
-            QUOTE => {
-                i = string_end(bytes, i + 1);
-                continue;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    bytes.len()
-}
-
-/// One past the quote that closes the string whose content starts at `i`.
-fn string_end(bytes: &[u8], mut i: usize) -> usize {
-    while let Some(found) = memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
-        let at = i + found;
-        if bytes[at] == b'"' {
-            return at + 1;
-        }
-        // An escape: the byte after the backslash is never the end.
-        i = at + 2;
-    }
-    bytes.len()
+        })
+        .unwrap_or(bytes.len())
 }
 
 #[cfg(test)]
@@ -520,10 +531,10 @@ mod tests {
             random_json(&mut rng, depth, &mut text);
             texts.push(text);
         }
-        // Malformed text without backslashes reads alike in both.
+        // Malformed text, backslashes outside strings too, reads alike in both.
         for _ in 0..3000 {
             let text: String = (0..rng.below(80))
-                .map(|_| ["[", "]", "{", "}", "\"", "a", " "][rng.below(7) as usize])
+                .map(|_| ["[", "]", "{", "}", "\"", "a", " ", "\\"][rng.below(8) as usize])
                 .collect();
             texts.push(text);
         }
@@ -533,6 +544,44 @@ mod tests {
                 let shifted = format!("{}{text}", " ".repeat(shift));
                 let bytes = shifted.as_bytes();
                 for limit in [0, 1, 2, 3, 5, 8, 13, 21, 40] {
+                    assert_eq!(
+                        first_too_deep(bytes, 0, 0, limit),
+                        first_too_deep_bytewise(bytes, 0, 0, limit),
+                        "{shifted:?} at {limit}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Found by the fuzz target `depth`: a backslash outside a string was
+    /// read as escaping the next bracket by the bytes after the last block
+    /// but not by the blocks, so what `cap` left (longer than a block)
+    /// still nested too deep; a marker after a backslash had its quote
+    /// escaped.
+    #[test]
+    fn backslashes_outside_strings_read_alike_in_every_scan() {
+        for text in [
+            "[\t\\[[]\t+[[\\]",
+            "[\\[[[\\]]]]",
+            "[\\\"[[[\"]]]",
+            "{\\{\\{\\{}}}",
+        ] {
+            for limit in [1, 2, 3] {
+                let capped = cap(text, limit, 0);
+                assert!(
+                    !exceeds(capped.text.as_bytes(), limit),
+                    "{text:?} at {limit}"
+                );
+                // Past a block, as the marker makes the capped text.
+                let long = format!("{text}{}", " ".repeat(70));
+                assert!(
+                    !exceeds(cap(&long, limit, 0).text.as_bytes(), limit),
+                    "{long:?} at {limit}"
+                );
+                for shift in [0, 1, 63] {
+                    let shifted = format!("{}{text}", " ".repeat(shift));
+                    let bytes = shifted.as_bytes();
                     assert_eq!(
                         first_too_deep(bytes, 0, 0, limit),
                         first_too_deep_bytewise(bytes, 0, 0, limit),

@@ -216,6 +216,13 @@ impl JaegerHttp {
     }
 }
 
+/// The spans of a `/api/v3/traces/{id}` answer (OTLP JSON, `{"result":
+/// TracesData}`).
+pub fn decode_v3_trace(body: &[u8]) -> Result<Vec<Span>, serde_json::Error> {
+    let parsed: V3Trace = serde_json::from_slice(body)?;
+    Ok(spans_of(parsed.result.resource_spans))
+}
+
 /// `url` as self-traces show it: a password or user name in it (a
 /// `--jaeger-url` with credentials) never leaves the process.
 pub(super) fn without_credentials(url: &str) -> String {
@@ -270,11 +277,10 @@ impl RawStore for JaegerHttp {
         let Some(body) = self.fetch(&url).await? else {
             return Ok(Vec::new());
         };
-        let parsed: V3Trace = serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+        decode_v3_trace(&body).map_err(|e| RawError::Decode {
             url: url.clone(),
             message: e.to_string(),
-        })?;
-        Ok(spans_of(parsed.result.resource_spans))
+        })
     }
 
     async fn relation_counts(

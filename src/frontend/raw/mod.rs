@@ -23,7 +23,7 @@ mod memory;
 mod spill;
 
 pub use grpc::JaegerGrpc;
-pub use jaeger::JaegerHttp;
+pub use jaeger::{JaegerHttp, decode_v3_trace};
 pub use memory::MemoryStore;
 pub(crate) use spill::{SpillStore, SpillWriter};
 

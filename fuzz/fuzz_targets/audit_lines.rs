@@ -1,0 +1,127 @@
+//! Audit logs as the offline commands read them, from a file: `Lines`
+//! (`kascade trace`, `explain`, `analyze`), the bytes as a plain log, the
+//! same bytes gzipped and the bytes taken for a `.gz` (damage is read up
+//! to); `replay_files` (`kascade replay`, its own reader) over the plain
+//! and the `.gz` file; then the lines through the collector's processing
+//! in memory (`offline::spans_from_audit_lines`: parse, filter, windows,
+//! diffs, causes, spans).
+#![no_main]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use kascade::aggregate::ProcessorConfig;
+use kascade::aggregate::redact::Redactor;
+use kascade::aggregate::rules::RuleSet;
+use kascade::app::{Lines, LinesState, PipelineConfig};
+use kascade::metrics::Metrics;
+use kascade::offline::spans_from_audit_lines;
+use kascade::pipeline::Intake;
+use kascade::source::audit::AuditFilter;
+use kascade::source::replay::replay_files;
+use libfuzzer_sys::fuzz_target;
+
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    dir: PathBuf,
+    rules: Arc<RuleSet>,
+    filter: AuditFilter,
+    cfg: ProcessorConfig,
+    redactor: Redactor,
+}
+
+/// What `kascade analyze` and `trace` run with: the offline pipeline's
+/// defaults and the built-in rules.
+static SETUP: LazyLock<Setup> = LazyLock::new(|| {
+    let pipeline = PipelineConfig::offline();
+    let dir = std::env::temp_dir().join(format!("kascade-fuzz-audit-lines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    Setup {
+        rt: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        dir,
+        rules: Arc::new(pipeline.rules.load().unwrap()),
+        filter: pipeline.filter().unwrap(),
+        cfg: pipeline.processor_config().unwrap(),
+        redactor: pipeline.redactor().unwrap(),
+    }
+});
+
+fn write(path: &Path, data: &[u8]) {
+    std::fs::write(path, data).unwrap();
+}
+
+/// The file's lines as the offline commands get them, and what reading found.
+fn read_lines(path: &Path) -> (Vec<String>, LinesState) {
+    let shared = Arc::new(Mutex::new(LinesState::default()));
+    let lines: Vec<String> = Lines::new(
+        vec![path.to_path_buf()],
+        indicatif::ProgressBar::hidden(),
+        shared.clone(),
+    )
+    .collect();
+    let state = std::mem::take(&mut *shared.lock().unwrap());
+    assert!(state.io_error.is_none(), "{:?}", state.io_error);
+    (lines, state)
+}
+
+/// `kascade replay` over the file; returns the lines it read (not blank).
+fn replay(s: &Setup, path: &Path) -> u64 {
+    s.rt.block_on(async {
+        let metrics = Arc::new(Metrics::default());
+        let (intake, mut rx) = Intake::new(1 << 16, Default::default());
+        let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let stats = replay_files(
+            &[path.to_path_buf()],
+            "fuzz",
+            &s.filter,
+            &intake,
+            false,
+            &metrics,
+        )
+        .await
+        .unwrap();
+        drop(intake);
+        drain.await.unwrap();
+        assert!(stats.accepted + stats.bad_lines <= stats.lines, "{stats:?}");
+        stats.lines
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let s = &*SETUP;
+    let plain = s.dir.join("audit.log");
+    let gzipped = s.dir.join("audit.log.gz");
+    let raw_gz = s.dir.join("raw.log.gz");
+    write(&plain, data);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(data).unwrap();
+    write(&gzipped, &gz.finish().unwrap());
+    write(&raw_gz, data);
+
+    let (lines, state) = read_lines(&plain);
+    // Gzipped, the log reads the same.
+    let (unzipped, zstate) = read_lines(&gzipped);
+    assert_eq!(lines, unzipped);
+    assert!(zstate.damaged.is_empty(), "{:?}", zstate.damaged);
+    // Any bytes taken for a .gz: read up to the damage.
+    let _ = read_lines(&raw_gz);
+
+    // replay reads as many lines as the other commands.
+    assert_eq!(replay(s, &plain), state.non_empty);
+    let _ = replay(s, &raw_gz);
+
+    let (_spans, errors) = s.rt.block_on(spans_from_audit_lines(
+        lines,
+        "fuzz",
+        s.rules.clone(),
+        &s.filter,
+        s.cfg.clone(),
+        s.redactor.clone(),
+    ));
+    assert!(errors.len() as u64 <= state.non_empty);
+    let _ = state.located(&errors);
+});
