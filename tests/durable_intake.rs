@@ -1,6 +1,6 @@
-//! Durable intake with the real binary: a batch answered 200 survives
-//! `kill -9` and is exported after the restart; a graceful stop leaves the
-//! spool empty.
+//! Durable intake with the real binary: a batch answered 200 (an
+//! EventList, a shipper's lines, OTLP logs) survives `kill -9` and is
+//! exported after the restart; a graceful stop leaves the spool empty.
 
 mod common;
 
@@ -111,13 +111,57 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
     );
     ready(&mut first, &log).await;
     let lines = common::audit_lines("deployment");
-    let r = reqwest::Client::new()
-        .post(format!("{}/audit", first.webhook))
-        .body(common::event_list(&lines))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // In each form a batch arrives in: the apiserver's EventList, a
+    // shipper's lines, the OpenTelemetry Collector's OTLP logs (made here
+    // from the lines as its filelog receiver makes them).
+    let third = lines.len() / 3;
+    let otlp = {
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        use prost::Message as _;
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: lines[2 * third..]
+                        .iter()
+                        .map(|l| LogRecord {
+                            body: Some(AnyValue {
+                                value: Some(any_value::Value::StringValue(l.clone())),
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let client = reqwest::Client::new();
+    for (path, content_type, body) in [
+        (
+            "audit",
+            "application/json",
+            common::event_list(&lines[..third]).into_bytes(),
+        ),
+        (
+            "audit",
+            "application/x-ndjson",
+            lines[third..2 * third].join("\n").into_bytes(),
+        ),
+        ("v1/logs", "application/x-protobuf", otlp),
+    ] {
+        let r = client
+            .post(format!("{}/{path}", first.webhook))
+            .header("Content-Type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}: {}", r.text().await.unwrap());
+    }
     first.child.kill().unwrap(); // SIGKILL
     first.child.wait().unwrap();
     assert!(spool_segments(&spool) > 0, "nothing was spooled");
@@ -139,7 +183,7 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
             .await
             .unwrap();
         if m.lines()
-            .any(|l| l == "kascade_spool_replayed_batches_total 1")
+            .any(|l| l == "kascade_spool_replayed_batches_total 3")
         {
             break;
         }
