@@ -6,11 +6,120 @@
 //! it as the form keeps.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::audit::parse_event;
+use super::audit::{DecodedBatch, decode_event_list, parse_event};
+use crate::bounds::clip_message;
 use crate::json::depth;
 use crate::pipeline::AuditEvent;
+
+/// Decodes a webhook body in any of the forms audit events arrive in:
+/// - an `audit.k8s.io/v1` `EventList`: what the apiserver's audit webhook
+///   sends (one line, or pretty-printed);
+/// - audit events one per line (newline-delimited JSON): what Fluent Bit's
+///   `http` output (`format json_lines`) and Vector's `http` sink
+///   (newline-delimited framing) send, or `curl --data-binary @audit.log`;
+/// - a JSON array of audit events: Fluent Bit's `format json`.
+///
+/// A line or item may also be a shipper's record that holds the audit log
+/// line as text, under `log` (Fluent Bit's `tail` without a parser) or
+/// `message` (Vector's `file` source). Other fields shippers add (a `date`)
+/// are ignored. A malformed line or item is reported by its number
+/// (`line 3`, `items[2]`) and does not take the rest down.
+pub fn decode_body(body: &[u8]) -> Result<DecodedBatch, String> {
+    let start = body.trim_ascii_start();
+    match start.first() {
+        Some(b'[') => decode_array(body),
+        Some(b'{') if first_line_is_whole(start) && has_second_value(start) => {
+            Ok(decode_lines(body))
+        }
+        _ => decode_event_list(body).or_else(|list_error| {
+            // One line that is an audit event (or a shipper's record of
+            // one), not a list.
+            match decode_lines(body) {
+                DecodedBatch { events, errors } if errors.is_empty() && !events.is_empty() => {
+                    Ok(DecodedBatch { events, errors })
+                }
+                _ => Err(list_error),
+            }
+        }),
+    }
+}
+
+/// Whether the first line of `text` (which starts with `{`) holds a whole
+/// JSON value: brackets outside strings close on it. A scan, no recursion:
+/// any depth is fine.
+fn first_line_is_whole(text: &[u8]) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return true;
+                }
+            }
+            b'\n' => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether a non-blank line follows the first.
+fn has_second_value(text: &[u8]) -> bool {
+    memchr::memchr(b'\n', text).is_some_and(|nl| !text[nl..].trim_ascii().is_empty())
+}
+
+/// Audit events one per line; blank lines skipped.
+fn decode_lines(body: &[u8]) -> DecodedBatch {
+    let mut events = Vec::new();
+    let mut errors = Vec::new();
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(parse_line);
+        match parsed {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("line {}: {e}", i + 1)),
+        }
+    }
+    DecodedBatch { events, errors }
+}
+
+/// A JSON array of audit events (or shippers' records of them).
+fn decode_array(body: &[u8]) -> Result<DecodedBatch, String> {
+    let text = crate::json::utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
+    // Bounded before serde_json reads it: an item's objects sit at level 3.
+    let capped = depth::cap(text, depth::MAX_OBJECT_DEPTH, 2);
+    let items: Vec<Box<RawValue>> = serde_json::from_str(&capped.text)
+        .map_err(|e| clip_message(format!("body is not a JSON array of audit events: {e}")))?;
+    let mut events = Vec::with_capacity(items.len());
+    let mut errors = Vec::new();
+    for (i, raw) in items.iter().enumerate() {
+        match parse_line(raw.get()) {
+            Ok(ev) => events.push(ev),
+            Err(e) => errors.push(format!("items[{i}]: {e}")),
+        }
+    }
+    Ok(DecodedBatch { events, errors })
+}
 
 /// An audit event as a line of any form it is shipped or exported in:
 /// - the event itself (the apiserver's log, a shipper's record with its own
@@ -63,18 +172,24 @@ fn unwrap_record(text: &str) -> Option<Result<AuditEvent, String>> {
     // bounded before serde_json, which stops at its own limit otherwise.
     let capped = depth::cap(text, depth::MAX_OBJECT_DEPTH, 2);
     let record: Record = serde_json::from_str(&capped.text).ok()?;
+    // Only text that is a JSON object may be an event: a Kubernetes
+    // Event's `message` is prose, and the record is then no shipper's.
+    let held = |line: &str| {
+        let line = line.trim();
+        line.starts_with('{').then(|| parse_event(line))
+    };
     match record {
         Record {
             log: Some(line), ..
-        }
-        | Record {
+        } if line.trim_start().starts_with('{') => held(&line),
+        Record {
             message: Some(line),
             ..
-        } => Some(parse_event(line.trim_end())),
+        } if line.trim_start().starts_with('{') => held(&line),
         Record {
             properties: Some(Properties { log: Some(line) }),
             ..
-        } => Some(parse_event(line.trim_end())),
+        } => held(&line),
         Record {
             proto_payload: Some(_),
             ..
@@ -250,6 +365,46 @@ impl<'a> Target<'a> {
 mod tests {
     use super::*;
 
+    /// Every form a body takes is told apart by its shape, not by a
+    /// header: the apiserver's EventList (one line or pretty-printed), one
+    /// event, events one per line (the first nested deeper than any
+    /// decoder's limit: read without recursion), an array.
+    #[test]
+    fn each_body_form_is_recognised_whatever_its_depth() {
+        let events: Vec<Value> = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        ))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+        let list = serde_json::json!({"kind": "EventList", "apiVersion": crate::pipeline::AUDIT_API_VERSION, "items": events});
+        let n = events.len();
+        let count = |body: &str| {
+            let b = decode_body(body.as_bytes()).unwrap();
+            assert!(b.errors.is_empty(), "{:?}", b.errors);
+            b.events.len()
+        };
+        assert_eq!(count(&list.to_string()), n);
+        assert_eq!(count(&serde_json::to_string_pretty(&list).unwrap()), n);
+        assert_eq!(count(&lines[0]), 1);
+        assert_eq!(count(&format!("{}\n", lines[0])), 1);
+        assert_eq!(count(&format!("[{}]", lines.join(","))), n);
+        let mut deep: Value = events[0].clone();
+        deep["requestObject"] = serde_json::json!({"spec": {"copy": "x"}});
+        let deep_line = deep.to_string().replace("\"x\"", &nested_text(10_000));
+        let body = format!("{deep_line}\n{}\n", lines[1..].join("\n"));
+        assert_eq!(count(&body), n);
+    }
+
+    /// `depth` nested arrays around a string, as text (a `Value` that deep
+    /// would overflow serde_json's own writer).
+    fn nested_text(depth: usize) -> String {
+        format!("{}\"leaf\"{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
     /// A GKE entry names its object by a path: namespaced, cluster-scoped,
     /// a namespace itself, a subresource; other services are not audit
     /// events of a cluster.
@@ -292,6 +447,12 @@ mod tests {
     #[test]
     fn a_line_of_no_known_form_keeps_the_parsers_message() {
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(20_000), "]".repeat(20_000));
+        let k8s_event = r#"{"kind":"Event","apiVersion":"v1","reason":"Scheduled","message":"Successfully assigned default/web-1 to node-0"}"#;
+        assert!(
+            parse_line(k8s_event)
+                .unwrap_err()
+                .contains("Kubernetes Event")
+        );
         for line in [
             r#"{"kind":"Pod","apiVersion":"v1"}"#,
             "2026-12-05T20:44:34Z not json",

@@ -173,7 +173,7 @@ pub(super) fn decode_batch(
             .get_or_create(&Metrics::rejected(RejectReason::BadBody))
             .inc();
     })?;
-    let batch = crate::source::audit::decode_body(&body).map_err(|e| {
+    let batch = crate::source::exports::decode_body(&body).map_err(|e| {
         st.metrics
             .events_rejected
             .get_or_create(&Metrics::rejected(RejectReason::Malformed))

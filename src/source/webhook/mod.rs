@@ -229,7 +229,7 @@ async fn handle_audit(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Carrier {
     /// The audit webhook's `EventList`, or the events as shippers send them
-    /// (`audit::decode_body`).
+    /// (`exports::decode_body`).
     Audit,
     /// OTLP/HTTP logs whose records' bodies are audit log lines
     /// (`otlp_logs`), answered as OTLP answers.
