@@ -2261,7 +2261,11 @@ fn warned_cpid(file: &str) -> String {
     let path = format!("{}/{file}", env("KASCADE_E2E_RUN_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
     let re = regex::Regex::new(r"Warning: kascade\.io/cpid=([0-9a-f-]{36})").unwrap();
-    re.captures(&text)
+    // The last: the apiserver retries a patch that met a conflict within
+    // the one request, calling the CPID webhook again, and the object
+    // keeps the last attempt's CPID (kubectl prints every attempt's).
+    re.captures_iter(&text)
+        .last()
         .unwrap_or_else(|| panic!("{path}: no CPID warning in {text:?}"))[1]
         .to_string()
 }
