@@ -45,8 +45,12 @@ fn lines(run: &str) -> Vec<String> {
 }
 
 fn explain_run(run: &str) -> Report {
+    explain_file(corpus_log(run))
+}
+
+fn explain_file(path: PathBuf) -> Report {
     let config = ExplainConfig {
-        files: vec![corpus_log(run)],
+        files: vec![path],
         scope: Scope::default(),
         ..ExplainConfig::default()
     };
@@ -1198,30 +1202,25 @@ async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_
 #[test]
 fn cloud_exports_of_a_log_are_explained_as_the_log_itself() {
     let dir = tempfile::tempdir().unwrap();
+    // The run's log as `format` exports it, by the converter.
+    let exported = |run: &str, format: &str| {
+        let out = dir.path().join(format!("{run}-{format}.log"));
+        let status = std::process::Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/tools/cloud-audit-formats.py"))
+            .args([
+                format.as_ref(),
+                corpus_log(run).as_os_str(),
+                out.as_os_str(),
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{format}");
+        out
+    };
     for run in ["quota-exceeded", "rolling-update"] {
         let native = explain_run(run);
         for format in ["eks-s3", "eks-events", "aks-storage"] {
-            let out = dir.path().join(format!("{run}-{format}.log"));
-            let status = std::process::Command::new("python3")
-                .arg(
-                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                        .join("e2e/tools/cloud-audit-formats.py"),
-                )
-                .arg(format)
-                .arg(corpus_log(run))
-                .arg(&out)
-                .status()
-                .unwrap();
-            assert!(status.success(), "{format}");
-            let config = ExplainConfig {
-                files: vec![out],
-                scope: Scope::default(),
-                ..ExplainConfig::default()
-            };
-            let r = tokio::runtime::Runtime::new()
-                .unwrap()
-                .block_on(explain(&config))
-                .unwrap();
+            let r = explain_file(exported(run, format));
             assert_eq!(
                 r.inputs.malformed, 0,
                 "{run} {format}: {:?}",
@@ -1236,22 +1235,7 @@ fn cloud_exports_of_a_log_are_explained_as_the_log_itself() {
         }
         // GKE keeps one time per request (its end): the same findings, told
         // with the times the entries keep.
-        let out = dir.path().join(format!("{run}-gke.log"));
-        let status = std::process::Command::new("python3")
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/tools/cloud-audit-formats.py"))
-            .args(["gke".as_ref(), corpus_log(run).as_os_str(), out.as_os_str()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "gke");
-        let config = ExplainConfig {
-            files: vec![out],
-            scope: Scope::default(),
-            ..ExplainConfig::default()
-        };
-        let r = tokio::runtime::Runtime::new()
-            .unwrap()
-            .block_on(explain(&config))
-            .unwrap();
+        let r = explain_file(exported(run, "gke"));
         let gist = |r: &Report| -> Vec<(Severity, String, bool)> {
             r.findings
                 .iter()

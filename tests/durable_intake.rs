@@ -116,28 +116,8 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
     // from the lines as its filelog receiver makes them).
     let third = lines.len() / 3;
     let otlp = {
-        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-        use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
-        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
         use prost::Message as _;
-        ExportLogsServiceRequest {
-            resource_logs: vec![ResourceLogs {
-                scope_logs: vec![ScopeLogs {
-                    log_records: lines[2 * third..]
-                        .iter()
-                        .map(|l| LogRecord {
-                            body: Some(AnyValue {
-                                value: Some(any_value::Value::StringValue(l.clone())),
-                            }),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+        common::otlp_logs_of(&lines[2 * third..], None).encode_to_vec()
     };
     let client = reqwest::Client::new();
     for (path, content_type, body) in [

@@ -821,41 +821,10 @@ async fn shippers_bodies_of_lines_arrays_and_wrapped_records_are_accepted() {
 /// is not OTLP is a 400, another media type a 415.
 #[tokio::test]
 async fn otlp_logs_of_audit_lines_are_accepted_and_answered_as_otlp() {
-    use opentelemetry_proto::tonic::collector::logs::v1::{
-        ExportLogsServiceRequest, ExportLogsServiceResponse,
-    };
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
-    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
+    use opentelemetry_proto::tonic::common::v1::any_value;
     use prost::Message as _;
-    let request = |lines: &[String], extra: Option<any_value::Value>| {
-        let mut records: Vec<LogRecord> = lines
-            .iter()
-            .map(|l| LogRecord {
-                body: Some(AnyValue {
-                    value: Some(any_value::Value::StringValue(l.clone())),
-                }),
-                ..Default::default()
-            })
-            .collect();
-        if let Some(v) = extra {
-            records.insert(
-                1,
-                LogRecord {
-                    body: Some(AnyValue { value: Some(v) }),
-                    ..Default::default()
-                },
-            );
-        }
-        ExportLogsServiceRequest {
-            resource_logs: vec![ResourceLogs {
-                scope_logs: vec![ScopeLogs {
-                    log_records: records,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-    };
+    let request = common::otlp_logs_of;
     let lines = common::audit_lines("deployment");
     let ids: Vec<String> = lines
         .iter()

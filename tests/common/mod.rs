@@ -250,3 +250,34 @@ pub fn with_deep_field(line: &str) -> String {
         1,
     )
 }
+
+/// OTLP logs as the OpenTelemetry Collector's `filelog` receiver makes them
+/// of audit log `lines` (one record per line, its body the line), with a
+/// record of `other` body after the first line when given.
+pub fn otlp_logs_of(
+    lines: &[String],
+    other: Option<opentelemetry_proto::tonic::common::v1::any_value::Value>,
+) -> opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    let record = |value: any_value::Value| LogRecord {
+        body: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    };
+    let mut records: Vec<LogRecord> = lines
+        .iter()
+        .map(|l| record(any_value::Value::StringValue(l.clone())))
+        .collect();
+    if let Some(v) = other {
+        records.insert(1, record(v));
+    }
+    opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
