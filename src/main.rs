@@ -1,4 +1,3 @@
-use clap::Parser;
 use kascade::app;
 use kascade::cli::{Cli, Command, RulesCommand};
 
@@ -18,7 +17,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     kascade::terminal::init(cli.manners());
     let telemetry = match kascade::telemetry::init(cli.log_format, cli.command.telemetry_role()) {
         Ok(t) => t,

@@ -161,6 +161,39 @@ fn colour_only_where_asked_for() {
     }
     let (stdout, stderr) = run(&["--color", "never"], &[]);
     assert!(!stderr.contains(ESC) && !stdout.contains(ESC));
+
+    // clap's own help and errors follow the same choice.
+    let help = |flags: &[&str], env: &[(&str, &str)]| {
+        text(
+            &succeeded(
+                kascade()
+                    .args(flags)
+                    .args(["explain", "--help"])
+                    .envs(env.iter().copied()),
+            )
+            .stdout,
+        )
+    };
+    assert!(!help(&[], &[]).contains(ESC));
+    assert!(help(&["--color", "always"], &[]).contains(ESC));
+    assert!(help(&["--color=always"], &[]).contains(ESC));
+    assert!(help(&[], &[("KASCADE_COLOR", "always")]).contains(ESC));
+    assert!(!help(&["--color", "never"], &[("KASCADE_COLOR", "always")]).contains(ESC));
+    let refused = kascade()
+        .args(["--color", "always", "explain", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains(ESC),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(
+        text(&refused.stderr).contains("--no-such-flag"),
+        "{}",
+        text(&refused.stderr)
+    );
 }
 
 #[test]
@@ -313,6 +346,60 @@ fn text_is_wrapped_to_columns_and_left_whole_when_piped() {
     assert_eq!(printed(&narrow), printed(&tree("10000")));
 }
 
+#[test]
+fn analyze_fits_its_table_and_bars_to_columns() {
+    let log = deployment_log();
+    let analyze = |columns: Option<&str>| {
+        let mut cmd = kascade();
+        cmd.args(["analyze", &log]);
+        if let Some(c) = columns {
+            cmd.env("COLUMNS", c);
+        }
+        text(&succeeded(&mut cmd).stdout)
+    };
+    let bar = |text: &str| {
+        text.lines()
+            .map(|l| l.chars().filter(|c| *c == '█').count())
+            .max()
+            .unwrap()
+    };
+    // Piped: one row per edge (its name and figures), bars 40 wide.
+    let whole = analyze(None);
+    let row = whole
+        .lines()
+        .find(|l| l.starts_with("replicasets → pods create "))
+        .unwrap_or_else(|| panic!("no row of the edge: {whole}"));
+    assert!(row.ends_with('s'), "{row:?}");
+    assert_eq!(bar(&whole), 40, "{whole}");
+    assert!(whole.lines().map(width).max().unwrap() > 60, "{whole}");
+
+    // 60 columns: the same figures, the name above them, shorter bars.
+    let narrow = analyze(Some("60"));
+    for line in narrow.lines() {
+        assert!(width(line) <= 60, "{line:?}");
+    }
+    let lines: Vec<&str> = narrow.lines().collect();
+    let name = lines
+        .iter()
+        .position(|l| *l == "replicasets → pods create")
+        .unwrap_or_else(|| panic!("no line naming the edge: {narrow}"));
+    let figures: Vec<&str> = lines[name + 1].split_whitespace().collect();
+    let whole_figures: Vec<&str> = row.split_whitespace().skip(4).collect();
+    assert_eq!(figures, whole_figures);
+    assert_eq!(printed(&narrow), printed(&whole));
+
+    // 44 columns: shorter bars, nothing else changed but the layout.
+    let narrower = analyze(Some("44"));
+    for line in narrower.lines() {
+        assert!(width(line) <= 44, "{line:?}");
+    }
+    assert!(bar(&narrower) < 40, "{narrower}");
+    assert_eq!(
+        printed(&narrower).replace('█', ""),
+        printed(&whole).replace('█', "")
+    );
+}
+
 /// The text without its layout: what wrapping must not change.
 fn printed(text: &str) -> String {
     text.chars()
@@ -463,4 +550,7 @@ fn on_a_terminal_auto_colours_and_wraps_to_its_width() {
     assert!(uncoloured.starts_with("kascade explain"), "{uncoloured}");
     let loud = on_a_terminal(&format!("explain {log}"), &[("NO_COLOR", "1")]);
     assert!(loud.contains("KiB/"), "no progress bar: {loud}");
+    // On a terminal, `--color never` takes clap's help out of colour too.
+    assert!(on_a_terminal("explain --help", &[]).contains(ESC));
+    assert!(!on_a_terminal("--color never explain --help", &[]).contains(ESC));
 }

@@ -246,7 +246,16 @@ impl Report {
     }
 
     /// A table for the terminal, then each edge class's histogram as bars.
-    pub fn to_text(&self, stats: &Stats, bar_width: usize) -> String {
+    /// With a `width` (the terminal's), the bars shrink to fit it and a
+    /// table wider than it puts each edge's figures on a line of their own
+    /// under its name; prose lines are left to the caller to wrap.
+    pub fn to_text(&self, stats: &Stats, width: Option<usize>) -> String {
+        // `  {label:>9} │` before a bar, ` {count}` after it.
+        let bar_width = width.map_or(MAX_BAR_WIDTH, |w| {
+            let count_digits = stats_max_count(stats).to_string().len();
+            w.saturating_sub(13 + 1 + count_digits)
+                .clamp(MIN_BAR_WIDTH, MAX_BAR_WIDTH)
+        });
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -268,29 +277,45 @@ impl Report {
             );
         }
         out.push('\n');
-        let width = self
+        let width_of_names = self
             .edges
             .iter()
             .map(|e| e.edge.chars().count())
             .chain(std::iter::once(10))
             .max()
             .unwrap_or(10);
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
-            "edge", "count", "p50", "p90", "p99", "max"
-        );
-        for e in &self.edges {
-            let l = &e.latency;
+        // The figures' columns: "  {:>8}  {:>9}" and four more "  {:>9}".
+        const FIGURES_WIDTH: usize = 2 + 8 + 4 * (2 + 9);
+        // Stacked: the name on its line, the figures under it.
+        let stacked = width.is_some_and(|w| width_of_names + FIGURES_WIDTH > w);
+        let name_column = if stacked { 0 } else { width_of_names };
+        let mut row = |name: &str, figures: [&str; 5]| {
+            if stacked {
+                let _ = writeln!(out, "{name}");
+            }
             let _ = writeln!(
                 out,
-                "{:<width$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
-                e.edge,
-                l.count,
-                short_duration(l.p50_us),
-                short_duration(l.p90_us),
-                short_duration(l.p99_us),
-                short_duration(l.max_us)
+                "{:<name_column$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
+                if stacked { "" } else { name },
+                figures[0],
+                figures[1],
+                figures[2],
+                figures[3],
+                figures[4]
+            );
+        };
+        row("edge", ["count", "p50", "p90", "p99", "max"]);
+        for e in &self.edges {
+            let l = &e.latency;
+            row(
+                &e.edge,
+                [
+                    &l.count.to_string(),
+                    &short_duration(l.p50_us),
+                    &short_duration(l.p90_us),
+                    &short_duration(l.p99_us),
+                    &short_duration(l.max_us),
+                ],
             );
         }
         out.push('\n');
@@ -354,6 +379,22 @@ impl Report {
         }
         out
     }
+}
+
+/// Histogram bars on a wide terminal, when piped, and in files.
+const MAX_BAR_WIDTH: usize = 40;
+/// Bars on a narrow terminal keep this much resolution (the line overflows
+/// rather than lose it).
+const MIN_BAR_WIDTH: usize = 10;
+
+/// The largest bucket count of any histogram (its digits follow the bar).
+fn stats_max_count(stats: &Stats) -> u64 {
+    stats
+        .edges
+        .values()
+        .flat_map(|l| buckets(l).into_iter().map(|b| b.count))
+        .max()
+        .unwrap_or(0)
 }
 
 fn csv_field(s: &str) -> String {

@@ -185,7 +185,14 @@ pub async fn run(config: AnalyzeConfig) -> anyhow::Result<()> {
         }
     }
     let out = match config.format {
-        AnalyzeFormat::Text => report.to_text(&stats, 40),
+        AnalyzeFormat::Text => {
+            let width = crate::terminal::stdout_width();
+            let text = report.to_text(&stats, width);
+            match width {
+                Some(w) => crate::terminal::wrap_lines(&text, w),
+                None => text,
+            }
+        }
         AnalyzeFormat::Json => report.to_json() + "\n",
         AnalyzeFormat::Csv => report.to_csv(),
     };

@@ -31,7 +31,8 @@ pub struct ReplayConfig {
     pub cluster: String,
     /// Fail on the first malformed line instead of reporting and skipping it.
     pub strict: bool,
-    /// How long to try reaching the OTLP receiver before reading.
+    /// How long the OTLP receiver may be unreachable: before reading, and
+    /// (at most `--export-retry-for`) when it is lost midway.
     pub otlp_wait: Duration,
     pub pipeline: PipelineConfig,
     pub export: ExportSettings,
@@ -90,7 +91,15 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         look_ahead: crate::aggregate::LookAhead::Full,
         ..config.pipeline.clone()
     };
-    let pipeline = Pipeline::start(&pipeline_config, &config.export, metrics.clone())?;
+    // A receiver lost midway: the batch then sending is retried for
+    // `otlp_wait` at most, the rest are dropped at once and reading stops
+    // (below), rather than `--export-retry-for` (5 minutes) per batch.
+    let export_settings = ExportSettings {
+        retry_for: config.export.retry_for.min(config.otlp_wait),
+        give_up_once_lost: true,
+        ..config.export.clone()
+    };
+    let pipeline = Pipeline::start(&pipeline_config, &export_settings, metrics.clone())?;
     // Spans of a file have nowhere else to go: an absent receiver is said
     // before reading, not after each batch's retries. (Started first, the
     // pipeline has checked the exporter's settings and files.)
@@ -101,20 +110,26 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         pipeline.finish().await;
         return Err(e);
     }
-    let result = replay::replay_files(
+    let reading = replay::replay_files(
         &config.files,
         &config.cluster,
         &filter,
         &pipeline.intake,
         config.strict,
         &metrics,
-    )
-    .await;
+    );
+    let result = tokio::select! {
+        result = reading => Some(result),
+        () = receiver_lost(&metrics) => None,
+    };
     pipeline.finish().await;
-    let stats = result?;
+    let stopped_reading = result.is_none();
+    let stats = result.transpose()?;
     let exported = export::spans_exported(&metrics);
     let dropped = export::spans_dropped(&metrics);
-    if dropped > 0 || !crate::terminal::quiet() {
+    if let Some(stats) = &stats
+        && (dropped > 0 || !crate::terminal::quiet())
+    {
         eprintln!(
             "replayed {} lines: {} events accepted, {} malformed lines skipped; {} spans exported{}",
             stats.lines,
@@ -128,9 +143,35 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
             }
         );
     }
+    if export::spans_dropped_for(&metrics, export::DropReason::RetriesExhausted) > 0 {
+        let target = match export_settings.resolve()?.otlp {
+            Some(otlp) => format!(
+                "the OTLP receiver at {} ({})",
+                otlp.endpoint, otlp.endpoint_source
+            ),
+            None => "the output".to_string(),
+        };
+        bail!(
+            "{target} stopped taking spans: {dropped} could not be exported after {} of retries ({exported} were){}{}",
+            humantime::format_duration(export_settings.retry_for),
+            if stopped_reading {
+                "; replay stopped reading"
+            } else {
+                ""
+            },
+            if config.export.retry_for > config.otlp_wait {
+                "; --otlp-wait retries longer"
+            } else {
+                ""
+            }
+        );
+    }
     if dropped > 0 {
         bail!("{dropped} spans could not be exported");
     }
+    let Some(stats) = stats else {
+        bail!("replay stopped reading: its output gave up on its receiver");
+    };
     if let Some(e) = super::lines::no_audit_events(
         &config.files,
         stats.lines,
@@ -140,6 +181,17 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// Returns once an output has given up on its receiver (a batch's retries
+/// exhausted): reading on would only drop the rest
+/// (`ExportSettings::give_up_once_lost`). A span dropped for another reason
+/// (refused as too large) does not stop the replay.
+async fn receiver_lost(metrics: &Metrics) {
+    let mut poll = tokio::time::interval(Duration::from_millis(100));
+    while export::spans_dropped_for(metrics, export::DropReason::RetriesExhausted) == 0 {
+        poll.tick().await;
+    }
 }
 
 /// Longest pause between two attempts to reach the receiver.

@@ -13,7 +13,7 @@ pub mod replay;
 pub mod rules;
 pub mod trace;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use analyze::AnalyzeArgs;
 pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
@@ -58,10 +58,50 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// What `--color` (its last use before `--`) or `KASCADE_COLOR` asks of
+/// clap, which colours its help and errors before the flags are parsed.
+/// Anything it cannot read is left to clap's `auto` (a terminal, unless
+/// NO_COLOR), and to the parse to refuse.
+fn color_asked(
+    args: impl Iterator<Item = std::ffi::OsString>,
+    env: Option<&str>,
+) -> clap::ColorChoice {
+    let mut asked = env.map(str::to_owned);
+    let mut args = args.map(|a| a.to_string_lossy().into_owned());
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            break;
+        }
+        if let Some(value) = arg.strip_prefix("--color=") {
+            asked = Some(value.to_owned());
+        } else if arg == "--color" {
+            asked = args.next();
+        }
+    }
+    match asked.as_deref() {
+        Some("always") => clap::ColorChoice::Always,
+        Some("never") => clap::ColorChoice::Never,
+        _ => clap::ColorChoice::Auto,
+    }
+}
+
 pub use crate::telemetry::LogFormat;
 pub use crate::terminal::ColorChoice;
 
 impl Cli {
+    /// Parses this process's command line, exiting on an error or after
+    /// `--help`/`--version` as clap does; clap's own help and errors are
+    /// coloured as `--color` asks, like everything else.
+    pub fn parse_args() -> Self {
+        let color = color_asked(
+            std::env::args_os().skip(1),
+            std::env::var("KASCADE_COLOR").ok().as_deref(),
+        );
+        let mut command = Cli::command().color(color);
+        let matches = command.get_matches_mut();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit())
+    }
+
     /// The terminal manners the flags ask for.
     pub fn manners(&self) -> crate::terminal::Manners {
         crate::terminal::Manners {

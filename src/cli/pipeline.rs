@@ -179,6 +179,8 @@ impl From<ExportArgs> for ExportSettings {
             queue_size: a.export_queue_size,
             output_queue: a.export_output_queue,
             retry_for: a.export_retry_for.into(),
+            // A choice of the command (replay), not a flag.
+            give_up_once_lost: false,
             max_value_bytes: a.export_max_value_bytes,
             service_name: a.service_name,
         }

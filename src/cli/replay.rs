@@ -28,7 +28,7 @@ pub struct ReplayArgs {
     /// Fail on the first malformed line instead of reporting and skipping it.
     #[arg(long)]
     pub strict: bool,
-    /// How long to try reaching the OTLP receiver (--output otlp) before reading, with growing pauses between attempts; still unreachable, replay fails naming the address.
+    /// How long the OTLP receiver (--output otlp) may be unreachable: before reading, tried with growing pauses, then replay fails naming the address; lost midway, a batch is retried this long (at most --export-retry-for), then replay stops reading and fails, counting the spans not exported.
     #[arg(long, default_value_t = ReplayConfig::default().otlp_wait.into(), env = "KASCADE_OTLP_WAIT")]
     pub otlp_wait: humantime::Duration,
     #[command(flatten)]

@@ -122,6 +122,9 @@ pub struct ExportConfig {
     pub output_queue_batches: usize,
     /// How long a failing batch is retried before it is dropped (and counted).
     pub retry_for: Duration,
+    /// After one batch is dropped for exhausted retries, drop the later
+    /// ones at once (`ExportSettings::give_up_once_lost`).
+    pub give_up_once_lost: bool,
     /// Cap of every attribute and span-event value (`span_model`).
     pub max_value_bytes: usize,
     pub service_name: String,
@@ -145,13 +148,20 @@ pub fn spans_exported(metrics: &Metrics) -> u64 {
 
 /// Spans dropped, over every output and reason.
 pub fn spans_dropped(metrics: &Metrics) -> u64 {
+    DropReason::ALL
+        .iter()
+        .map(|r| spans_dropped_for(metrics, *r))
+        .sum()
+}
+
+/// Spans dropped for `reason`, over every output.
+pub fn spans_dropped_for(metrics: &Metrics, reason: DropReason) -> u64 {
     ExportOutput::ALL
         .iter()
-        .flat_map(|o| DropReason::ALL.iter().map(|r| (*o, *r)))
-        .map(|(o, r)| {
+        .map(|o| {
             metrics
                 .spans_dropped
-                .get_or_create(&Metrics::dropped(o, r))
+                .get_or_create(&Metrics::dropped(*o, reason))
                 .get()
         })
         .sum()
@@ -294,6 +304,9 @@ fn start_outputs(
             progress: progress.clone(),
             target,
             retry_for: cfg.retry_for,
+            gone: cfg
+                .give_up_once_lost
+                .then(|| std::sync::atomic::AtomicBool::new(false)),
             framer: framer.clone(),
             metrics: metrics.clone(),
         };

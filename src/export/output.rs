@@ -86,6 +86,9 @@ pub(super) struct OutputContext {
     pub(super) progress: Arc<ExportProgress>,
     pub(super) target: String,
     pub(super) retry_for: Duration,
+    /// Set once a batch exhausted its retries, when later batches are to be
+    /// dropped without retrying (`ExportConfig::give_up_once_lost`).
+    pub(super) gone: Option<std::sync::atomic::AtomicBool>,
     pub(super) framer: Arc<RequestFramer>,
     pub(super) metrics: Arc<Metrics>,
 }
@@ -103,6 +106,31 @@ impl OutputContext {
             .spans_dropped
             .get_or_create(&Metrics::dropped(self.label, reason))
             .inc_by(n as u64);
+    }
+
+    /// Whether this output gave up on its receiver (or file) for good: then
+    /// the `n` spans of a batch are counted as dropped and true returned.
+    pub(super) fn dropped_as_gone(&self, n: usize) -> bool {
+        let gone = self
+            .gone
+            .as_ref()
+            .is_some_and(|g| g.load(std::sync::atomic::Ordering::Relaxed));
+        if gone {
+            self.dropped(DropReason::RetriesExhausted, n);
+        }
+        gone
+    }
+
+    /// Counts `n` spans dropped after exhausted retries, and gives up on
+    /// the receiver when that is asked for.
+    pub(super) fn retries_exhausted(&self, n: usize) {
+        self.dropped(DropReason::RetriesExhausted, n);
+        if let Some(g) = &self.gone
+            && !g.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::error!(output = %self.target,
+                "giving up on this output: the spans still queued for it are dropped without retrying");
+        }
     }
 
     pub(super) fn failed_attempt(&self) {
@@ -171,6 +199,9 @@ pub(super) async fn export_batch<T: Transport>(
     batch: &Batch,
     ctx: &OutputContext,
 ) {
+    if ctx.dropped_as_gone(batch.spans.len()) {
+        return;
+    }
     let deadline = Instant::now() + ctx.retry_for;
     let mut parts = VecDeque::from([Part {
         spans: batch.spans.clone(),
@@ -232,9 +263,15 @@ pub(super) async fn export_batch<T: Transport>(
                     "the receiver refused the request for good (not retried); spans dropped");
             }
             Err(GiveUp::RetriesExhausted(message)) => {
-                ctx.dropped(DropReason::RetriesExhausted, n);
                 tracing::error!(output = %ctx.target, spans = n, error = %message,
                     "export kept failing for {:?} (--export-retry-for); spans dropped", ctx.retry_for);
+                ctx.retries_exhausted(n);
+                // The rest of this batch goes the same way.
+                if ctx.gone.is_some() {
+                    for part in parts.drain(..) {
+                        ctx.retries_exhausted(part.spans.len());
+                    }
+                }
             }
         }
     }
@@ -243,6 +280,9 @@ pub(super) async fn export_batch<T: Transport>(
 /// Appends one batch as an OTLP/JSON line, retrying a failed write (a full
 /// disk may get room) until `--export-retry-for`.
 pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx: &OutputContext) {
+    if ctx.dropped_as_gone(batch.spans.len()) {
+        return;
+    }
     let deadline = Instant::now() + ctx.retry_for;
     let line = match ExportTraceServiceRequest::decode(batch.protobuf.as_ref())
         .map_err(|e| e.to_string())
@@ -269,9 +309,9 @@ pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx:
                 ctx.failed_attempt();
                 let now = Instant::now();
                 if now >= deadline {
-                    ctx.dropped(DropReason::RetriesExhausted, batch.spans.len());
                     tracing::error!(output = %ctx.target, spans = batch.spans.len(), error = %e,
                         "writing kept failing for {:?}; batch dropped", ctx.retry_for);
+                    ctx.retries_exhausted(batch.spans.len());
                     return;
                 }
                 tracing::warn!(output = %ctx.target, error = %e, retry_in = ?backoff, "cannot write; retrying");

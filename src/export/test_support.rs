@@ -86,6 +86,7 @@ pub(super) fn test_config() -> ExportConfig {
         queue_capacity: 10_000,
         output_queue_batches: DEFAULT_OUTPUT_QUEUE_BATCHES,
         retry_for: Duration::from_secs(300),
+        give_up_once_lost: false,
         // Tests never change the process-wide cap: spans written by
         // other tests running at the same time depend on it.
         max_value_bytes: crate::span_model::DEFAULT_MAX_VALUE_BYTES,

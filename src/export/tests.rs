@@ -214,6 +214,47 @@ async fn retries_end_at_the_deadline_and_the_spans_are_counted() {
     assert_eq!(started.elapsed(), Duration::from_secs(60));
 }
 
+/// Three batches of two spans to a receiver that never answers, each
+/// retried for 60 s unless the exporter gives up once lost.
+async fn three_batches_to_a_lost_receiver(
+    give_up_once_lost: bool,
+) -> (Arc<Metrics>, usize, Duration) {
+    let (mut receiver, log) = ScriptedReceiver::new(JAEGER_GRPC_LIMIT);
+    for _ in 0..1000 {
+        receiver.script.push_back(SendError {
+            failure: Failure::Retryable { after: None },
+            message: "connection refused".into(),
+        });
+    }
+    let mut cfg = test_config();
+    cfg.retry_for = Duration::from_secs(60);
+    cfg.batch_size = 2;
+    cfg.give_up_once_lost = give_up_once_lost;
+    let started = Instant::now();
+    let metrics = export_all(
+        cfg,
+        vec![(Output::Scripted(receiver), "r".into())],
+        (0..6).map(small_span).collect(),
+    )
+    .await;
+    let attempts = log.lock().unwrap().attempts;
+    (metrics, attempts, started.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exporter_that_gives_up_once_lost_retries_one_batch_only() {
+    // As collect exports: each batch has its own 60 s.
+    let (metrics, attempts, took) = three_batches_to_a_lost_receiver(false).await;
+    assert_eq!(dropped(&metrics, "otlp", DropReason::RetriesExhausted), 6);
+    assert_eq!(attempts, 3 * 18);
+    assert_eq!(took, Duration::from_secs(180));
+    // As replay exports: the first batch's 60 s, then the rest dropped.
+    let (metrics, attempts, took) = three_batches_to_a_lost_receiver(true).await;
+    assert_eq!(dropped(&metrics, "otlp", DropReason::RetriesExhausted), 6);
+    assert_eq!(attempts, 18);
+    assert_eq!(took, Duration::from_secs(60));
+}
+
 #[tokio::test(start_paused = true)]
 async fn rejected_spans_of_an_accepted_request_are_counted() {
     struct PartlyRejecting;
@@ -232,6 +273,7 @@ async fn rejected_spans_of_an_accepted_request_are_counted() {
         progress: Default::default(),
         target: "r".into(),
         retry_for: Duration::from_secs(1),
+        gone: None,
         framer: Arc::new(RequestFramer::new(&resource("t"))),
         metrics: metrics.clone(),
     };

@@ -66,6 +66,13 @@ pub struct ExportSettings {
     pub output_queue: usize,
     /// How long a failing export is retried before its spans are dropped.
     pub retry_for: Duration,
+    /// Once one batch's retries are exhausted, later batches are dropped
+    /// (and counted) without being retried: the receiver is taken as gone.
+    /// For a replay, whose spans have nowhere else to go, so that a
+    /// receiver lost midway ends it after `retry_for`, not after
+    /// `retry_for` per batch still queued. Off for `collect`, which keeps
+    /// retrying every batch through an outage.
+    pub give_up_once_lost: bool,
     /// Longest attribute or span-event value, in bytes.
     pub max_value_bytes: usize,
     /// `service.name` of the exported spans.
@@ -90,6 +97,7 @@ impl Default for ExportSettings {
             queue_size: 10_000,
             output_queue: DEFAULT_OUTPUT_QUEUE_BATCHES,
             retry_for: Duration::from_secs(5 * 60),
+            give_up_once_lost: false,
             max_value_bytes: crate::span_model::DEFAULT_MAX_VALUE_BYTES,
             service_name: "kascade".to_string(),
         }
@@ -174,6 +182,7 @@ impl ExportSettings {
             queue_capacity: self.queue_size.max(1),
             output_queue_batches: self.output_queue.max(1),
             retry_for: self.retry_for,
+            give_up_once_lost: self.give_up_once_lost,
             max_value_bytes: self.max_value_bytes,
             service_name: self.service_name.clone(),
         })
