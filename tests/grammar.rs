@@ -82,11 +82,29 @@ fn trace_takes_the_object_as_kubectl_names_it_and_as_explain_does() {
         let by_object = stdout_of(&["trace", &log, "--object", &object, "-n", "default"]);
         assert_eq!(by_object, expected, "--object {object}");
     }
-    // Without its namespace, the object is one flag away.
-    let e = error_of(&["trace", &log, "--object", "deploy/hello"]);
+    // Without its namespace, the object is found where it is, as explain
+    // finds it.
+    assert_eq!(
+        stdout_of(&["trace", &log, "--object", "deploy/hello"]),
+        expected
+    );
+    // A name in several namespaces is the user's to choose.
+    let e = error_of(&[
+        "trace",
+        &fixture("rollout-stuck"),
+        &fixture("service"),
+        "--object",
+        "deploy/web",
+    ]);
+    assert!(
+        e.contains("deployments web is in 2 namespaces (rollout-demo, svc-demo): pick one with -n"),
+        "{e}"
+    );
+    // In the wrong namespace, the right one is one flag away.
+    let e = error_of(&["trace", &log, "--object", "deploy/hello", "-n", "nothere"]);
     assert!(
         e.contains(
-            "no deployments hello in the audit log (cluster default); there is one with -n default"
+            "no deployments nothere/hello in the audit log (cluster default); there is one with -n default"
         ),
         "{e}"
     );

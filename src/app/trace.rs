@@ -226,10 +226,32 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     let resolved = resource
         .resolve(seen.iter().map(|(g, r)| (g.as_str(), r.as_str())))
         .map_err(anyhow::Error::msg)?;
+    let holders = store.namespaces_of(&resolved.resource, resolved.group.as_deref(), &config.name);
+    // No -n: the object wherever it is, as explain finds it; a name held in
+    // several namespaces is the user's to choose.
+    let namespace = if config.namespace.is_empty() && !holders.contains("") {
+        match holders.iter().collect::<Vec<_>>().as_slice() {
+            [] => String::new(),
+            [only] => (*only).clone(),
+            several => bail!(
+                "{} {} is in {} namespaces ({}): pick one with -n",
+                resolved.resource,
+                config.name,
+                several.len(),
+                several
+                    .iter()
+                    .map(|ns| ns.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    } else {
+        config.namespace.clone()
+    };
     let mut tags = vec![
         ("cluster".to_string(), config.cluster.clone()),
         ("resource".to_string(), resolved.resource.clone()),
-        ("namespace".to_string(), config.namespace.clone()),
+        ("namespace".to_string(), namespace.clone()),
         ("name".to_string(), config.name.clone()),
     ];
     if let Some(g) = &resolved.group {
@@ -247,10 +269,9 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         .await?;
     let Some(trace) = found.first() else {
         // The object in other namespaces (or cluster-scoped) is one flag away.
-        let elsewhere: Vec<String> = store
-            .namespaces_of(&resolved.resource, resolved.group.as_deref(), &config.name)
+        let elsewhere: Vec<String> = holders
             .into_iter()
-            .filter(|ns| *ns != config.namespace)
+            .filter(|ns| *ns != namespace)
             .map(|ns| {
                 if ns.is_empty() {
                     "cluster-scoped (no -n)".to_string()
@@ -262,10 +283,10 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         bail!(
             "no {} {}{} in the audit log (cluster {}){}",
             resolved.resource,
-            if config.namespace.is_empty() {
+            if namespace.is_empty() {
                 String::new()
             } else {
-                format!("{}/", config.namespace)
+                format!("{namespace}/")
             },
             config.name,
             config.cluster,

@@ -40,7 +40,7 @@ pub struct TraceArgs {
     /// propagation ID (the `kascade.io/cpid` annotation), as cascades.
     #[arg(long, conflicts_with_all = ["resource", "name", "object"], value_parser = parse_cpid)]
     pub cpid: Option<kascade_cpid::Cpid>,
-    /// Namespace of the object (omit for cluster-scoped objects).
+    /// Namespace of the object. Omitted: the one namespace holding an object of that name, as explain finds it (several: an error naming them), else cluster-scoped.
     #[arg(long, short = 'n', default_value_t = trace().namespace)]
     pub namespace: String,
     /// API group of the object (empty for the core group); default: the resource's, or any.
