@@ -399,6 +399,68 @@ fn an_audit_log_given_as_events_is_named_as_one() {
     assert!(e.contains("audit logs go in FILES, not --events"), "{e}");
 }
 
+#[test]
+fn an_events_file_with_items_that_are_no_event_is_read_around_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = fixture("rollout-stuck");
+    let events: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture_path("rollout-stuck", "events.json")).unwrap(),
+    )
+    .unwrap();
+    // One Event per line (`kubectl get events -o json | jq -c '.items[]'`),
+    // with an audit event and an array among them.
+    let items: Vec<String> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| serde_json::to_string(item).unwrap())
+        .collect();
+    let audit = common::audit_lines("rollout-stuck")[0].clone();
+    let mut text = format!("{}\n{audit}\n[1,2,3]\nnot json\n", items[0]);
+    for item in &items[1..] {
+        text += &format!("{item}\n");
+    }
+    let mixed = dir.path().join("events.jsonl");
+    std::fs::write(&mixed, text).unwrap();
+    let mixed = mixed.display().to_string();
+
+    let out = run(&["explain", &log, "--events", &mixed]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for (line, what) in [
+        (
+            2,
+            "an audit event (kind \"Event\", apiVersion audit.k8s.io/v1) where a Kubernetes Event",
+        ),
+        (3, "an array where a Kubernetes Event"),
+        (4, "not an Event list or JSON line"),
+    ] {
+        let said = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("{mixed}:{line}: ")))
+            .unwrap_or_else(|| panic!("line {line} not named: {stderr}"));
+        assert!(said.contains(what) && said.ends_with("(skipped)"), "{said}");
+    }
+    // Every Event read: the findings are those of the whole list.
+    let findings = |stdout: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(stdout)
+            .lines()
+            .filter(|l| l.starts_with("ERROR") || l.starts_with("WARN") || l.starts_with("NOTE"))
+            .map(str::to_string)
+            .collect()
+    };
+    let whole = run(&[
+        "explain",
+        &log,
+        "--events",
+        &common::fixture_path("rollout-stuck", "events.json")
+            .display()
+            .to_string(),
+    ]);
+    assert!(!findings(&whole.stdout).is_empty());
+    assert_eq!(findings(&out.stdout), findings(&whole.stdout));
+}
+
 /// The writes of `resource`/`name` in a fixture as (verb, subresource, user, code, auditID),
 /// read from the audit log itself.
 fn audit_writes(

@@ -130,16 +130,21 @@ impl Default for ExplainConfig {
 }
 
 /// The Events of an Event list file (an EventList / List JSON document, or
-/// one Event per line), handed to the collector as the processor would.
+/// one Event per line), handed to the collector as the processor would. An
+/// item that is no Event is skipped and said (`FILE: item N` or
+/// `FILE:LINE`, and what it is), as a malformed audit line is; a file
+/// without a single Event is an error (an audit log given to --events).
 fn read_events(
     path: &PathBuf,
     cluster: &str,
     collector: &ExplainCollector,
+    max_shown: usize,
 ) -> anyhow::Result<usize> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     // Each item with where it is, for messages: `FILE: item N` of a list
     // document, `FILE:LINE` of JSON lines.
+    let mut skipped: Vec<String> = Vec::new();
     let objects: Vec<(String, serde_json::Value)> =
         match serde_json::from_str::<serde_json::Value>(&text) {
             Ok(v) => match v.get("items").and_then(|i| i.as_array()) {
@@ -154,19 +159,27 @@ fn read_events(
                 .lines()
                 .enumerate()
                 .filter(|(_, l)| !l.trim().is_empty())
-                .map(|(i, l)| {
+                .filter_map(|(i, l)| {
                     let at = format!("{}:{}", path.display(), i + 1);
-                    serde_json::from_str(l)
-                        .with_context(|| format!("{at}: not an Event list or JSON line"))
-                        .map(|v| (at, v))
+                    match serde_json::from_str(l) {
+                        Ok(v) => Some((at, v)),
+                        Err(e) => {
+                            skipped.push(format!(
+                                "{at}: not an Event list or JSON line: {}",
+                                crate::bounds::clip_message(e.to_string())
+                            ));
+                            None
+                        }
+                    }
                 })
-                .collect::<anyhow::Result<_>>()?,
+                .collect(),
         };
     let kinds = crate::aggregate::relations::KindRegistry::default();
     let mut n = 0;
     for (at, obj) in &objects {
         let Some(e) = K8sEvent::from_object(obj) else {
-            bail!("{at}: {}", not_a_kubernetes_event(obj));
+            skipped.push(format!("{at}: {}", not_a_kubernetes_event(obj)));
+            continue;
         };
         let Some(at) = e.occurred else { continue };
         let involved = kinds.referenced_object(
@@ -183,6 +196,12 @@ fn read_events(
         });
         n += 1;
     }
+    if n == 0
+        && let Some(first) = skipped.first()
+    {
+        bail!("{first}");
+    }
+    super::lines::print_skipped(&skipped, skipped.len(), max_shown);
     Ok(n)
 }
 
@@ -373,7 +392,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     }
     super::lines::print_skipped(&located, located.len(), config.max_errors_shown);
     for path in &config.events {
-        read_events(path, &config.cluster, &collector)?;
+        read_events(path, &config.cluster, &collector, config.max_errors_shown)?;
     }
     let resources_seen = collector.resources_seen();
     let collector = Arc::try_unwrap(collector)
