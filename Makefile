@@ -15,8 +15,12 @@ test:
 # for CI, so this is where a syntax error in it would show. The GitHub
 # Actions workflows are checked by actionlint (built by e2e/build.sh, pinned
 # in e2e/versions.env), with shellcheck on their scripts when it is installed.
+# Clippy runs twice: on what `cargo install` builds (--lib --bins, without
+# the features the dev-dependencies add: the e2e suites run the binary the
+# test build makes, e2e/static-kascade.sh) and on every target.
 lint:
 	cargo fmt --all -- --check
+	cargo clippy --workspace --lib --bins --locked -- -D warnings
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 	@for f in e2e/*.sh e2e/*/*.sh e2e/corpus/runs/*.sh .ci/*.sh examples/ci/*.sh; do bash -n "$$f" || exit 1; done
 	python3 -c 'import sys, yaml; [yaml.safe_load(open(f)) for f in sys.argv[1:]]' examples/ci/*.yaml

@@ -2,8 +2,10 @@
 # Builds ahead what the e2e and fault stages run, so that they find it fresh.
 # The unit stage runs it as the load beside its tests (.ci/busy.sh --load):
 # the cores its burners would only heat build this instead.
-#   - kascade as a release ships it, static (musl): e2e/static-kascade.sh,
-#     which also checks that it is static and that it runs;
+#   - kascade static (musl), as the e2e and fault suites run it:
+#     e2e/static-kascade.sh with KASCADE_STATIC_BUILD=tests (the binary
+#     the release test programs are built beside, so the dependencies are
+#     built once for both), which also checks that it is static and runs;
 #   - the release-profile test programs, for the same musl target, so that
 #     one release build of the dependencies serves all (CARGO_BUILD_TARGET,
 #     as e2e/suite.sh and e2e/faults.sh set it): tests/e2e.rs and
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
-bash e2e/static-kascade.sh
+KASCADE_STATIC_BUILD=tests bash e2e/static-kascade.sh
 echo "prebuild: static kascade in $((SECONDS - t0))s"
 t1=$SECONDS
 CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET

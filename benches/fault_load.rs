@@ -24,7 +24,7 @@
 #[path = "load/mod.rs"]
 mod load;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -210,6 +210,17 @@ async fn run_oversized(poster: Arc<Poster>) {
     poster.post(0, body.to_string(), &ids).await;
 }
 
+/// Spans stored more than once: the same write (audit ID), a second object
+/// span in one object window's trace, the same link twice in one trace.
+/// Counted, not failed on: a restart that replays its spool exports again
+/// what it had sent before it died (docs/testing.md states the figures).
+#[derive(Default)]
+struct Duplicates {
+    audit: usize,
+    object: usize,
+    link: usize,
+}
+
 async fn verify() {
     let jaeger = env_or("JAEGER_QUERY_URL", "");
     let service = env_or("FAULT_SERVICE", "kascade");
@@ -231,6 +242,7 @@ async fn verify() {
     let mut stored = 0usize;
     let mut missing = Vec::new();
     let mut orphan_traces = Vec::new();
+    let mut duplicates = Duplicates::default();
     for (ns, ids) in &accepted {
         let tags = json!({ "namespace": ns }).to_string();
         let r: Value = client
@@ -248,26 +260,49 @@ async fn verify() {
             .await
             .expect("Jaeger answers JSON");
         let mut seen = HashSet::new();
+        let mut audit_spans: HashMap<String, usize> = HashMap::new();
         for t in r["data"].as_array().into_iter().flatten() {
             let mut has_object_span = false;
+            let mut object_spans = 0usize;
+            let mut links: HashMap<String, usize> = HashMap::new();
             for s in t["spans"].as_array().into_iter().flatten() {
+                let tags: BTreeMap<&str, String> = s["tags"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|tag| Some((tag["key"].as_str()?, tag["value"].to_string())))
+                    .collect();
                 for tag in s["tags"].as_array().into_iter().flatten() {
                     if tag["key"] == "audit.id"
                         && let Some(v) = tag["value"].as_str()
                     {
                         seen.insert(v.to_string());
+                        *audit_spans.entry(v.to_string()).or_default() += 1;
                     }
                     if tag["key"] == "kascade.span" && tag["value"] == "object" {
                         has_object_span = true;
+                        object_spans += 1;
                     }
                 }
+                // A link is the same link when every link.* tag is.
+                if tags.get("kascade.span").map(String::as_str) == Some("\"link\"") {
+                    let key: Vec<String> = tags
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("link."))
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                    *links.entry(key.join(",")).or_default() += 1;
+                }
             }
+            duplicates.object += object_spans.saturating_sub(1);
+            duplicates.link += links.values().map(|n| n - 1).sum::<usize>();
             // A window whose object span was reserved but never exported
             // cannot be found by a search for its object.
             if !has_object_span {
                 orphan_traces.push(t["traceID"].as_str().unwrap_or("?").to_string());
             }
         }
+        duplicates.audit += audit_spans.values().map(|n| n - 1).sum::<usize>();
         for id in ids {
             if seen.contains(id) {
                 stored += 1;
@@ -278,9 +313,12 @@ async fn verify() {
     }
     let distinct: usize = accepted.values().map(HashSet::len).sum();
     println!(
-        "answered200={answered} distinct={distinct} stored={stored} missing={} traces_without_object_span={}",
+        "answered200={answered} distinct={distinct} stored={stored} missing={} traces_without_object_span={} duplicate_spans={}/{}/{}",
         missing.len(),
-        orphan_traces.len()
+        orphan_traces.len(),
+        duplicates.audit,
+        duplicates.object,
+        duplicates.link
     );
     if !missing.is_empty() || !orphan_traces.is_empty() {
         eprintln!(

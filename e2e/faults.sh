@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fault suite: kascade under overload, a Jaeger outage, kill -9 with a
 # restart, oversized objects, a slow then vanished etcd with two replicas,
-# and its limits probed as an attacker would (e2e/faults/limits.py).
+# its limits probed as an attacker would (e2e/faults/limits.py), and a
+# burst of 200 searches at the read side (e2e/faults/searches.py).
 # Real parts: kascade (the static release build, e2e/static-kascade.sh),
 # Jaeger v2 with persistent (badger) storage so an outage loses nothing
 # stored before it, etcd from the harness.
@@ -22,13 +23,14 @@ cd "$ROOT"
 log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-# kascade as a release ships it: static (musl), checked to run.
-KASCADE="$("$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+# kascade static (musl) as a release ships it, checked to run; built beside
+# the release test programs (KASCADE_STATIC_BUILD=tests, as e2e/suite.sh).
+KASCADE="$(KASCADE_STATIC_BUILD="${KASCADE_STATIC_BUILD:-tests}" "$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 # The load generator for the same target: one release build of the
 # dependencies for all (.ci/prebuild.sh builds it ahead).
 CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
-SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
+SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits searches}"
 OUTAGE="${FAULT_OUTAGE_SECONDS:-60}"
 COPIES="${FAULT_COPIES:-150}"
 RUN="$(mktemp -d)"
@@ -40,12 +42,12 @@ export JAEGER_BIND_HOST=127.0.0.1 JAEGER_OTLP_GRPC_PORT=31317 JAEGER_OTLP_HTTP_P
 JAEGER_URL="http://127.0.0.1:$JAEGER_QUERY_HTTP_PORT"
 ETCD_URL=http://127.0.0.1:31379
 declare -A KPID=() ADMIN=() WEBHOOK=()
-JPID=""; EPID=""; LOADPID=""
+JPID=""; EPID=""; LOADPID=""; FPID=""; QPID=""
 
 cleanup() {
   local rc=$?
   for n in "${!KPID[@]}"; do kill -9 "${KPID[$n]}" 2>/dev/null || true; done
-  for p in $LOADPID $JPID $EPID; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+  for p in $LOADPID $JPID $EPID $FPID $QPID; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [[ $rc -ne 0 ]]; then
     for f in "$RUN"/*.log; do [[ -f "$f" ]] && { echo "----- tail of $(basename "$f") -----" >&2; tail -n 15 "$f" >&2; }; done
@@ -117,12 +119,13 @@ verify() {
   out="$(FAULT_ACCEPTED="$RUN/accepted-$s.tsv" JAEGER_QUERY_URL="$JAEGER_URL" FAULT_SERVICE="$SERVICE" \
     cargo bench --locked --bench fault_load -- verify 2>>"$RUN/verify-$s.log")" || rc=$?
   local refused; refused="$(sed -n 's/.*refused=\([0-9]*\).*/\1/p' "$RUN/load-$s.out" 2>/dev/null | head -1)"
-  local answered stored lost orphans
+  local answered stored lost orphans duplicates
   answered="$(sed -n 's/.*answered200=\([0-9]*\).*/\1/p' <<<"$out")"
+  duplicates="$(sed -n 's/.*duplicate_spans=\([0-9/]*\).*/\1/p' <<<"$out")"
   stored="$(sed -n 's/.*stored=\([0-9]*\).*/\1/p' <<<"$out")"
   lost="$(sed -n 's/.*missing=\([0-9]*\).*/\1/p' <<<"$out")"
   orphans="$(sed -n 's/.*traces_without_object_span=\([0-9]*\).*/\1/p' <<<"$out")"
-  ROWS+=("| $s | ${answered:-?} | ${stored:-?} | ${lost:-?} | ${orphans:-?} | ${refused:-0} | $note |")
+  ROWS+=("| $s | ${answered:-?} | ${stored:-?} | ${lost:-?} | ${orphans:-?} | ${duplicates:-?} | ${refused:-0} | $note |")
   log "$s: $out"
   if [[ $rc -ne 0 ]]; then failed=1; cat "$RUN/verify-$s.log" >&2; fi
 }
@@ -195,6 +198,33 @@ for s in $SCENARIOS; do
     verify etcd "two replicas; etcd paused 3 s; replica a killed -9 and restarted (replayed ${replayed:-0} batches); etcd killed"
     stop_kascade a; stop_kascade b
     ;;
+  searches)
+    # The read side under a burst: the load's Deployments stored in the raw
+    # Jaeger, then kascade frontend over it (its HTTP API) behind a Jaeger
+    # query tier (the UI's API, e2e/jaeger/query.yaml), as deployed.
+    log "searches: 200 searches at once (100 identical, 100 different) through the Jaeger query tier to kascade frontend"
+    start_kascade a 31090 31091
+    load searches "${WEBHOOK[a]}" BENCH_SENDERS=2 BENCH_COPIES=110 # 101 namespaces are searched
+    finish_load
+    verify searches "the spans the burst of searches reads"
+    stop_kascade a
+    "$KASCADE" frontend --grpc-listen 127.0.0.1:31094 --http-listen 127.0.0.1:31095 \
+      --jaeger-url "$JAEGER_URL" --default-cluster faults >>"$RUN/frontend.log" 2>&1 &
+    FPID=$!
+    JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=31096 JAEGER_QUERY_GRPC_PORT=31097 JAEGER_HEALTH_PORT=31098 \
+      JAEGER_OTLP_GRPC_PORT=31099 KASCADE_FRONTEND_GRPC=127.0.0.1:31094 \
+      "$BIN/jaeger" --config "file:$ROOT/e2e/jaeger/query.yaml" >>"$RUN/jaeger-query.log" 2>&1 &
+    QPID=$!
+    wait_until "kascade frontend" 60 curl -sf http://127.0.0.1:31095/readyz
+    wait_until "the Jaeger query tier" 60 curl -sf http://127.0.0.1:31096/api/services
+    rc=0
+    out="$(python3 "$ROOT/e2e/faults/searches.py" http://127.0.0.1:31096 http://127.0.0.1:31095 "$FPID" \
+      "$RUN/accepted-searches.tsv" 2>>"$RUN/searches.log")" || rc=$?
+    log "searches: $out"
+    ROWS+=("| searches | - | - | - | - | - | - | $out |")
+    if [[ $rc -ne 0 ]]; then failed=1; cat "$RUN/searches.log" >&2; fi
+    kill "$QPID" "$FPID" 2>/dev/null || true; wait "$QPID" "$FPID" 2>/dev/null || true; QPID=""; FPID=""
+    ;;
   limits)
     # The bound docs/configuration.md states for --max-intake-bytes at its default (512 MiB
     # of bodies, plus per decoding batch its copy and decoded events) and
@@ -204,7 +234,7 @@ for s in $SCENARIOS; do
     rc=0
     out="$(python3 "$ROOT/e2e/faults/limits.py" "${WEBHOOK[a]}" "${ADMIN[a]}" "${KPID[a]}" 1536 2>>"$RUN/limits.log")" || rc=$?
     log "limits: $out"
-    ROWS+=("| limits | - | - | - | - | - | $out |")
+    ROWS+=("| limits | - | - | - | - | - | - | $out |")
     if [[ $rc -ne 0 ]]; then failed=1; cat "$RUN/limits.log" >&2; fi
     stop_kascade a
     ;;
@@ -212,7 +242,7 @@ for s in $SCENARIOS; do
   esac
 done
 
-echo "| scenario | answered 200 | stored in Jaeger | lost | windows without object span | refused (retried) | fault |"
-echo "|---|---|---|---|---|---|---|"
+echo "| scenario | answered 200 | stored in Jaeger | lost | windows without object span | duplicate write/object/link spans | refused (retried) | fault |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 exit $failed

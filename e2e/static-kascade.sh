@@ -6,6 +6,22 @@
 #
 #   e2e/static-kascade.sh                 # profile `release`
 #   KASCADE_STATIC_PROFILE=dist e2e/static-kascade.sh
+#   KASCADE_STATIC_BUILD=tests e2e/static-kascade.sh
+#
+# KASCADE_STATIC_BUILD says which build makes the binary:
+#   install  (default) `cargo build --bin kascade`, the features `cargo
+#            install` and a release build;
+#   tests    the binary `cargo test` builds for the release test programs
+#            (tests/e2e.rs runs it as CARGO_BIN_EXE_kascade): there the
+#            dev-dependencies' features are unified in (tokio's test-util,
+#            opentelemetry_sdk's testing, jemalloc's statistics, …), which
+#            makes kascade, kube, tonic, hyper, tokio and jemalloc a second
+#            build of their own under `install`. They add code kascade does
+#            not call and change nothing it does (tokio's clock only moves
+#            differently once a test pauses it), so the e2e and fault suites
+#            use this one: one release build serves the binary and the test
+#            programs. The lint stage checks that the `install` features
+#            build (`cargo clippy --bins`).
 #
 # The release workflow (.github/workflows/release.yml) builds the same target
 # with the `dist` profile; the tests use `release`: fat LTO and one codegen
@@ -20,6 +36,11 @@ log() { printf '[static %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 triple="$(uname -m)-unknown-linux-musl"
 profile="${KASCADE_STATIC_PROFILE:-release}"
+build="${KASCADE_STATIC_BUILD:-install}"
+case "$build" in
+  install|tests) ;;
+  *) log "KASCADE_STATIC_BUILD must be install or tests, not '$build'"; exit 2 ;;
+esac
 
 if ! command -v musl-gcc >/dev/null; then
   log "installing Debian's musl-tools"
@@ -32,8 +53,12 @@ if ! rustup target list --installed | grep -qx "$triple"; then
   rustup target add "$triple" >&2
 fi
 
-log "building kascade for $triple (profile $profile)"
-cargo build --profile "$profile" --locked --target "$triple" --bin kascade >&2
+log "building kascade for $triple (profile $profile, as $build builds it)"
+if [[ "$build" = tests ]]; then
+  cargo test --profile "$profile" --locked --target "$triple" --no-run --test e2e >&2
+else
+  cargo build --profile "$profile" --locked --target "$triple" --bin kascade >&2
+fi
 target="${CARGO_TARGET_DIR:-target}"
 [[ "$target" = /* ]] || target="$ROOT/$target"
 bin="$target/$triple/$profile/kascade"

@@ -11,9 +11,12 @@ started=$SECONDS
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 "$E2E_DIR/build.sh" all >/dev/null
-# kascade as a release ships it: static (musl), checked to run.
+# kascade static (musl) as a release ships it, checked to run; built beside
+# the release test programs (KASCADE_STATIC_BUILD=tests: one release build
+# of the dependencies for both; e2e/static-kascade.sh says why that is the
+# same program).
 log "building kascade (static, release)"
-KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+KASCADE="$(KASCADE_STATIC_BUILD="${KASCADE_STATIC_BUILD:-tests}" "$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
 # The release test programs for the same target: one release build of the
 # dependencies for all (.ci/prebuild.sh builds them ahead).
 CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
