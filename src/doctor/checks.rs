@@ -68,8 +68,38 @@ impl Check {
 }
 
 
-/// Resources the Helm chart's ClusterRole leaves out on purpose.
-const LEFT_OUT_ON_PURPOSE: &[&str] = &["secrets"];
+/// What the list-watch reads that matters to traces: the resources the
+/// Helm chart's ClusterRole grants (`rbac.rules` in its values.yaml; a
+/// test keeps the two equal), as `--watch-exclude` names them. A refusal
+/// of any other resource (Secrets above all) is what the chart intends.
+pub const NEEDED_RESOURCES: &[&str] = &[
+    "pods",
+    "nodes",
+    "namespaces",
+    "services",
+    "endpoints",
+    "events",
+    "configmaps",
+    "serviceaccounts",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "replicationcontrollers",
+    "deployments.apps",
+    "replicasets.apps",
+    "statefulsets.apps",
+    "daemonsets.apps",
+    "controllerrevisions.apps",
+    "jobs.batch",
+    "cronjobs.batch",
+    "endpointslices.discovery.k8s.io",
+    "ingresses.networking.k8s.io",
+    "networkpolicies.networking.k8s.io",
+    "storageclasses.storage.k8s.io",
+    "volumeattachments.storage.k8s.io",
+    "events.events.k8s.io",
+    "poddisruptionbudgets.policy",
+    "leases.coordination.k8s.io",
+];
 
 /// Judges everything gathered.
 pub fn judge(inputs: &Inputs, max_skew_ms: i64) -> Vec<Check> {
@@ -441,9 +471,9 @@ fn rbac(inputs: &Inputs, intake: Option<&IntakeReport>, cluster: &str) -> Check 
     };
     let denied: Vec<&super::ResourceAccess> =
         access.iter().filter(|a| !(a.list && a.watch)).collect();
-    let (on_purpose, broken): (Vec<_>, Vec<_>) = denied
+    let (broken, on_purpose): (Vec<_>, Vec<_>) = denied
         .into_iter()
-        .partition(|a| LEFT_OUT_ON_PURPOSE.contains(&a.resource.as_str()));
+        .partition(|a| NEEDED_RESOURCES.contains(&a.resource.as_str()));
     let forbidden_now = intake
         .and_then(|r| r.watch_forbidden.get(cluster))
         .copied()
@@ -453,7 +483,7 @@ fn rbac(inputs: &Inputs, intake: Option<&IntakeReport>, cluster: &str) -> Check 
             ID,
             Status::Ok,
             format!(
-                "list and watch allowed on {} of {} resources",
+                "list and watch allowed on every resource traces need ({} of {} served)",
                 access.len() - on_purpose.len(),
                 access.len()
             ),
@@ -485,13 +515,18 @@ fn rbac(inputs: &Inputs, intake: Option<&IntakeReport>, cluster: &str) -> Check 
         ))
     };
     if !on_purpose.is_empty() {
+        const SHOWN: usize = 8;
+        let mut list = on_purpose
+            .iter()
+            .take(SHOWN)
+            .map(|a| a.resource.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if on_purpose.len() > SHOWN {
+            list.push_str(&format!(" and {} more", on_purpose.len() - SHOWN));
+        }
         c = c.detail(format!(
-            "{} not readable: left out on purpose by the chart's ClusterRole (values stay out of kascade)",
-            on_purpose
-                .iter()
-                .map(|a| a.resource.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "not readable, as the Helm chart's ClusterRole intends (Secrets on purpose): {list}"
         ));
     }
     if let Some(r) = intake {
