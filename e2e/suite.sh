@@ -223,5 +223,7 @@ log "checking Jaeger"
 export KASCADE_WEBHOOK_BASE=https://127.0.0.1:8090 \
   KASCADE_WEBHOOK_CLIENT_CERT="$E2E_DIR/.pki/apiserver-client.crt" KASCADE_WEBHOOK_CLIENT_KEY="$E2E_DIR/.pki/apiserver-client.key"
 export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics CLUSTER_B_NAME="$CLUSTER_B" \
-  JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094
-cargo test --release --locked --test e2e -- --ignored --test-threads=1
+  JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094 \
+  KASCADE_ADMIN_URL=http://127.0.0.1:8091 KASCADE_E2E_ENV_B="$B_ENV"
+# tests/e2e_doctor.rs last: it makes faults in cluster B (and puts it back).
+cargo test --release --locked --test e2e --test e2e_doctor -- --ignored --test-threads=1
