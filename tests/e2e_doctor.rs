@@ -32,6 +32,18 @@ struct Doctor {
     code: i32,
     text: String,
     report: Value,
+    /// What the JSON run gathered (`--save-inputs`).
+    inputs: String,
+}
+
+/// With KASCADE_DOCTOR_CAPTURE_DIR set, keeps what `d` judged as
+/// `NAME.json` there: e2e/fixtures/doctor/ holds such captures, the
+/// inputs of the judgement's unit tests (src/doctor/checks.rs).
+fn capture(d: &Doctor, name: &str) {
+    if let Ok(dir) = std::env::var("KASCADE_DOCTOR_CAPTURE_DIR") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(format!("{name}.json")), &d.inputs).unwrap();
+    }
 }
 
 impl Doctor {
@@ -47,13 +59,14 @@ impl Doctor {
 
 /// `kascade doctor ARGS`, once as text and once as JSON.
 fn doctor(args: &[&str]) -> Doctor {
+    let saved = tempfile::NamedTempFile::new().unwrap();
     let run = |format: &str| {
-        let out = Command::new(env("KASCADE_BIN"))
-            .arg("doctor")
-            .args(args)
-            .args(["--format", format])
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(env("KASCADE_BIN"));
+        cmd.arg("doctor").args(args).args(["--format", format]);
+        if format == "json" {
+            cmd.arg("--save-inputs").arg(saved.path());
+        }
+        let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             matches!(out.status.code(), Some(0 | 3)),
@@ -69,7 +82,13 @@ fn doctor(args: &[&str]) -> Doctor {
     let (_, json) = run("json");
     let report: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(report["schema"], "kascade.doctor/v1");
-    Doctor { code, text, report }
+    let inputs = std::fs::read_to_string(saved.path()).unwrap();
+    Doctor {
+        code,
+        text,
+        report,
+        inputs,
+    }
 }
 
 /// Runs doctor until `ok` holds (faults take effect asynchronously: an
@@ -154,7 +173,6 @@ fn doctor_says_all_ok_on_the_healthy_harness() {
     let admin = env("KASCADE_ADMIN_URL");
     let frontend = env("KASCADE_FRONTEND_URL");
     let cluster = env("CLUSTER_NAME");
-    let inputs = tempfile::NamedTempFile::new().unwrap();
     let args = [
         "--admin",
         &admin,
@@ -164,10 +182,9 @@ fn doctor_says_all_ok_on_the_healthy_harness() {
         &kubeconfig,
         "--frontend",
         &frontend,
-        "--save-inputs",
-        inputs.path().to_str().unwrap(),
     ];
     let d = doctor_until(&args, "all OK", |d| d.code == 0);
+    capture(&d, "healthy");
     assert!(d.text.ends_with("All OK.\n"), "{}", d.text);
     assert_eq!(d.report["ok"], true);
     for c in d.report["checks"].as_array().unwrap() {
@@ -181,11 +198,7 @@ fn doctor_says_all_ok_on_the_healthy_harness() {
     // The list-watch identity's token stays in its kubeconfig.
     let token = token_of(&kubeconfig);
     assert!(!d.text.contains(&token));
-    assert!(
-        !std::fs::read_to_string(inputs.path())
-            .unwrap()
-            .contains(&token)
-    );
+    assert!(!d.inputs.contains(&token));
 }
 
 #[test]
@@ -205,10 +218,18 @@ fn doctor_names_the_metadata_audit_policy_of_cluster_b() {
         ),
     );
     let b_kubeconfig = env_of(&b_env, "KASCADE_KUBECONFIG");
-    let args = ["--admin", &admin, "--cluster", &b, "--kubeconfig", &b_kubeconfig];
+    let args = [
+        "--admin",
+        &admin,
+        "--cluster",
+        &b,
+        "--kubeconfig",
+        &b_kubeconfig,
+    ];
     let d = doctor_until(&args, "the Metadata level of Pod writes", |d| {
         status(d, "audit-level") == "fail"
     });
+    capture(&d, "metadata-policy");
     assert_eq!(d.code, 3, "{}", d.text);
     let l = line(&d, "audit-level");
     assert!(l.starts_with("FAIL"), "{l}");
@@ -270,19 +291,17 @@ fn point_webhook_of_b(b_env: &str, url: &str) {
         })
         .collect();
     std::fs::write(&path, rewritten).unwrap();
-    let st = Command::new(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh"),
-    )
-    .args([
-        "restart",
-        "kube-apiserver",
-        // Killed: a graceful stop waits for its requests 15 s and more.
-        "--crash",
-        "--name",
-        &env("CLUSTER_B_NAME"),
-    ])
-    .status()
-    .unwrap();
+    let st = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh"))
+        .args([
+            "restart",
+            "kube-apiserver",
+            // Killed: a graceful stop waits for its requests 15 s and more.
+            "--crash",
+            "--name",
+            &env("CLUSTER_B_NAME"),
+        ])
+        .status()
+        .unwrap();
     assert!(st.success(), "restarting cluster B's apiserver");
 }
 
@@ -362,7 +381,12 @@ fn doctor_names_each_fault_made_in_the_harness() {
             .args(["--tls-key-file", &env("KASCADE_TLS_KEY_FILE")])
             .args(["--tls-client-ca-file", &env("KASCADE_TLS_CLIENT_CA_FILE")])
             .args(["--watch-cluster", &format!("{b}={b_kubeconfig}")])
-            .args(["--export-batch-timeout", "200ms", "--export-retry-for", "10m"])
+            .args([
+                "--export-batch-timeout",
+                "200ms",
+                "--export-retry-for",
+                "10m",
+            ])
             .arg("--otlp-endpoint")
             .arg(format!("http://127.0.0.1:{otlp_port}"))
             .env_remove("KASCADE_SPOOL_DIR")
@@ -375,10 +399,18 @@ fn doctor_names_each_fault_made_in_the_harness() {
     wait_for("the doctor's collector", || {
         http_ok(&format!("{admin}/readyz"))
     });
-    let args = ["--admin", &admin, "--cluster", &b, "--kubeconfig", &b_kubeconfig];
+    let args = [
+        "--admin",
+        &admin,
+        "--cluster",
+        &b,
+        "--kubeconfig",
+        &b_kubeconfig,
+    ];
 
     // 1. No audit webhook sends to this collector.
     let d = doctor(&args);
+    capture(&d, "no-webhook");
     assert_eq!(d.code, 3, "{}", d.text);
     let l = line(&d, "audit-events");
     assert!(
@@ -405,14 +437,16 @@ fn doctor_names_each_fault_made_in_the_harness() {
     let d = doctor_until(&args, "events under the wrong name", |d| {
         status(d, "cluster-names") == "fail"
     });
+    capture(&d, "wrong-cluster-name");
     let l = line(&d, "cluster-names");
     assert!(
         l.contains(&format!("\"{typo}\"")) && l.contains(&format!("none as \"{b}\"")),
         "{l}"
     );
     assert!(
-        d.text
-            .contains(&format!("change the server's path /audit/{typo} to /audit/{b}")),
+        d.text.contains(&format!(
+            "change the server's path /audit/{typo} to /audit/{b}"
+        )),
         "{}",
         d.text
     );
@@ -433,6 +467,7 @@ fn doctor_names_each_fault_made_in_the_harness() {
     let d = doctor_until(&args, "ConfigMaps refused", |d| {
         status(d, "watch-rbac") == "fail"
     });
+    capture(&d, "rbac-denied");
     let l = line(&d, "watch-rbac");
     assert!(l.contains("configmaps (list, watch)"), "{l}");
     assert!(d.text.contains("--resource=configmaps"), "{}", d.text);
@@ -441,10 +476,19 @@ fn doctor_names_each_fault_made_in_the_harness() {
     drop(jaeger);
     kubectl(
         &b_admin_kubeconfig,
-        &["create", "configmap", "-n", "default", &format!("doctor-jaeger-down-{otlp_port}")],
+        &[
+            "create",
+            "configmap",
+            "-n",
+            "default",
+            &format!("doctor-jaeger-down-{otlp_port}"),
+        ],
         None,
     );
-    let d = doctor_until(&args, "the export failing", |d| status(d, "export") == "fail");
+    let d = doctor_until(&args, "the export failing", |d| {
+        status(d, "export") == "fail"
+    });
+    capture(&d, "jaeger-down");
     let l = line(&d, "export");
     assert!(
         l.contains(&format!("http://127.0.0.1:{otlp_port}: failing")) && l.contains("last error"),

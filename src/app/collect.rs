@@ -336,7 +336,12 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
             }
             names
         },
-        watched_clusters: config.watch.clusters.iter().map(|(c, _)| c.clone()).collect(),
+        watched_clusters: config
+            .watch
+            .clusters
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect(),
     });
     if let Some(spool) = spool {
         tokio::spawn(webhook::replay_spool(state.clone(), spooled));

@@ -56,15 +56,28 @@ impl Default for DoctorConfig {
 /// Runs the checks and prints them; `Ok(true)` when something is broken.
 pub async fn run(config: DoctorConfig) -> anyhow::Result<bool> {
     if let Some(path) = &config.kubeconfig {
-        crate::source::watch::check_kubeconfig("(doctor)", path)
-            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {}", path.display(), crate::bounds::error_chain(&e)))?;
+        crate::source::watch::check_kubeconfig("(doctor)", path).map_err(|e| {
+            anyhow::anyhow!(
+                "--kubeconfig {}: {}",
+                path.display(),
+                crate::bounds::error_chain(&e)
+            )
+        })?;
     }
     let admin_url = config.admin_url.trim_end_matches('/').to_string();
-    reqwest::Url::parse(&admin_url)
-        .with_context(|| format!("--admin {}: not a URL (e.g. http://127.0.0.1:8091)", crate::bounds::quote(&admin_url)))?;
+    reqwest::Url::parse(&admin_url).with_context(|| {
+        format!(
+            "--admin {}: not a URL (e.g. http://127.0.0.1:8091)",
+            crate::bounds::quote(&admin_url)
+        )
+    })?;
     if let Some(f) = &config.frontend_url {
-        reqwest::Url::parse(f)
-            .with_context(|| format!("--frontend {}: not a URL (e.g. http://127.0.0.1:8094)", crate::bounds::quote(f)))?;
+        reqwest::Url::parse(f).with_context(|| {
+            format!(
+                "--frontend {}: not a URL (e.g. http://127.0.0.1:8094)",
+                crate::bounds::quote(f)
+            )
+        })?;
     }
     let targets = probe::Targets {
         admin_url,
@@ -88,7 +101,9 @@ pub async fn run(config: DoctorConfig) -> anyhow::Result<bool> {
         DoctorFormat::Json => report::json(&cluster, &found),
     };
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush())
+    if let Err(e) = stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
         && e.kind() != std::io::ErrorKind::BrokenPipe
     {
         return Err(e).context("cannot write the report");

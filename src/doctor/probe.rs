@@ -65,10 +65,7 @@ pub async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
             match watch::client_from_kubeconfig(name, path).await {
                 Err(e) => {
                     let msg = crate::bounds::error_chain(&e);
-                    (
-                        Some(Probe::Failed(msg.clone())),
-                        Some(Probe::Failed(msg)),
-                    )
+                    (Some(Probe::Failed(msg.clone())), Some(Probe::Failed(msg)))
                 }
                 Ok(client) => {
                     let clock = apiserver_clock(&client, t.timeout).await;
@@ -195,7 +192,9 @@ async fn access(
     )
     .await
     {
-        Err(_) => return Probe::Failed(format!("API discovery took longer than {:?}", timeout * 3)),
+        Err(_) => {
+            return Probe::Failed(format!("API discovery took longer than {:?}", timeout * 3));
+        }
         Ok(Err(e)) => return Probe::Failed(crate::bounds::error_chain(&e)),
         Ok(Ok(w)) => w,
     };

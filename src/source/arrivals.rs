@@ -185,18 +185,21 @@ mod tests {
             "{}/e2e/fixtures/{scenario}/audit.log",
             env!("CARGO_MANIFEST_DIR")
         );
-        std::fs::read_to_string(&path)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        // Decoded as the webhook decodes a shipper's lines.
+        let batch = crate::source::exports::decode_body(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(batch.errors.is_empty());
+        batch.events
     }
 
     #[test]
     fn counts_levels_and_managed_fields_of_a_captured_log() {
         let events = fixture_events("deployment");
         let a = Arrivals::default();
-        a.note("e2e", &events, UNIX_EPOCH + std::time::Duration::from_secs(5));
+        a.note(
+            "e2e",
+            &events,
+            UNIX_EPOCH + std::time::Duration::from_secs(5),
+        );
         let (clusters, untracked) = a.snapshot();
         assert_eq!(untracked, 0);
         let c = &clusters[0];
@@ -222,6 +225,14 @@ mod tests {
         assert_eq!(untracked, 3);
         // A tracked name still counts.
         a.note("c0", &events[..1], SystemTime::now());
-        assert_eq!(a.snapshot().0.iter().find(|c| c.name == "c0").unwrap().events, 2);
+        assert_eq!(
+            a.snapshot()
+                .0
+                .iter()
+                .find(|c| c.name == "c0")
+                .unwrap()
+                .events,
+            2
+        );
     }
 }
