@@ -184,7 +184,7 @@ fn ago(now_ms: u64, then_ms: u64) -> String {
 }
 
 /// Names seen that the collector is not configured with.
-fn unconfigured<'a>(r: &'a IntakeReport) -> Vec<&'a ClusterIntake> {
+fn unconfigured(r: &IntakeReport) -> Vec<&ClusterIntake> {
     r.clusters
         .iter()
         .filter(|c| c.events > 0 && !r.configured_clusters.contains(&c.name))
