@@ -1467,3 +1467,52 @@ fn a_name_given_twice_in_one_rules_directory_names_both_files() {
         "{err}"
     );
 }
+
+/// `kascade doctor`'s bad flags are named; an address nothing listens on
+/// is a failed check (exit 3), not an error of doctor's own.
+#[test]
+fn doctor_names_bad_flags_and_fails_on_an_unreachable_collector() {
+    let out = kascade()
+        .args(["doctor", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--kubeconfig /nonexistent/kubeconfig"),
+        "{err}"
+    );
+
+    let out = kascade()
+        .args(["doctor", "--admin", "not a url"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--admin \"not a url\": not a URL"), "{err}");
+
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = kascade()
+        .args(["doctor", "--format", "json", "--admin"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let collector = &report["checks"][0];
+    assert_eq!(collector["id"], "collector");
+    assert_eq!(collector["status"], "fail");
+    assert!(
+        collector["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--admin-listen"),
+        "{collector}"
+    );
+}
