@@ -181,8 +181,12 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     fn fixture_events(scenario: &str) -> Vec<AuditEvent> {
+        log_events(&format!("{scenario}/audit.log"))
+    }
+
+    fn log_events(under_fixtures: &str) -> Vec<AuditEvent> {
         let path = format!(
-            "{}/e2e/fixtures/{scenario}/audit.log",
+            "{}/e2e/fixtures/{under_fixtures}",
             env!("CARGO_MANIFEST_DIR")
         );
         // Decoded as the webhook decodes a shipper's lines.
@@ -211,6 +215,21 @@ mod tests {
         assert!(c.metadata_writes.is_empty());
         // The fixture was captured with managedFields in the responses.
         assert!(c.managed_fields > 0);
+    }
+
+    /// Lines of the harness's cluster B, whose policy logs Pods at
+    /// Metadata (captured unedited from its audit log).
+    #[test]
+    fn metadata_level_writes_are_named_by_resource() {
+        let events = log_events("doctor/metadata-pods-audit.log");
+        let a = Arrivals::default();
+        a.note("remote", &events, SystemTime::now());
+        let c = &a.snapshot().0[0];
+        assert_eq!(c.writes_by_level["Metadata"], 3, "{c:?}");
+        assert_eq!(c.writes_by_level["RequestResponse"], 2, "{c:?}");
+        let named: Vec<&str> = c.metadata_writes.keys().map(String::as_str).collect();
+        assert_eq!(named, ["pods", "pods/binding", "pods/status"]);
+        assert_eq!(c.metadata_writes_unnamed, 0);
     }
 
     #[test]
