@@ -11,6 +11,8 @@ started=$SECONDS
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 "$E2E_DIR/build.sh" all >/dev/null
+# The OpenTelemetry Collector of tests/e2e_shippers.rs (collector builder, cached).
+OTELCOL_BIN="$("$E2E_DIR/build.sh" otelcol | sed -n 's/^OTELCOL=//p')"; export OTELCOL_BIN
 # kascade as a release ships it: static (musl), checked to run.
 log "building kascade (static, release)"
 KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
@@ -225,5 +227,5 @@ export KASCADE_WEBHOOK_BASE=https://127.0.0.1:8090 \
 export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics CLUSTER_B_NAME="$CLUSTER_B" \
   JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094 \
   KASCADE_ADMIN_URL=http://127.0.0.1:8091 KASCADE_E2E_ENV_B="$B_ENV"
-# tests/e2e_doctor.rs last: it makes faults in cluster B (and puts it back).
-cargo test --release --locked --test e2e --test e2e_doctor -- --ignored --test-threads=1
+# tests/e2e_doctor.rs makes faults in cluster B (and puts it back); the others use cluster A.
+cargo test --release --locked --test e2e --test e2e_shippers --test e2e_doctor -- --ignored --test-threads=1
