@@ -189,11 +189,12 @@ fn post_lines(path: &str, body: &std::path::Path) {
         .output()
         .unwrap();
     let code = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        code,
-        "200",
-        "POST {path}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let answer = String::from_utf8_lossy(&out.stderr);
+    // A line kascade cannot read is named in a 400 and the rest kept, as
+    // the webhook's EventList would have had it skipped too.
+    assert!(
+        code == "200" || (code == "400" && answer.contains("malformed items were skipped")),
+        "POST {path}: {code} {answer}"
     );
 }
 
