@@ -1499,10 +1499,16 @@ fn doctor_names_bad_flags_and_fails_on_an_unreachable_collector() {
         .port();
     let out = kascade()
         .args(["doctor", "--format", "json", "--admin"])
-        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(format!("http://kascade:s3cret-pw@127.0.0.1:{port}"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
+    // Credentials in an address are not shown.
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !shown.contains("s3cret-pw") && shown.contains("***@127.0.0.1"),
+        "{shown}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["ok"], false);
     let collector = &report["checks"][0];

@@ -20,7 +20,7 @@ use crate::source::arrivals::IntakeReport;
 use crate::source::watch;
 
 /// What to probe.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Targets {
     pub admin_url: String,
     pub cluster: String,
@@ -82,25 +82,39 @@ pub async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
     Ok(Inputs {
         schema: INPUTS_SCHEMA.to_string(),
         cluster: t.cluster.clone(),
-        admin_url,
+        admin_url: shown_url(&admin_url),
         intake,
         collector_clock,
         kubeconfig: t.kubeconfig.as_ref().map(|p| p.display().to_string()),
         rbac,
         apiserver_clock,
-        frontend_url: t.frontend_url.clone(),
+        frontend_url: t.frontend_url.as_deref().map(shown_url),
         frontend,
         now_ms: unix_ms(SystemTime::now()),
     })
 }
 
+/// `url` as it may be shown: credentials in it (`user:password@`) masked.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("***");
+            let _ = u.set_password(None);
+            u.as_str().trim_end_matches('/').to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A reqwest error without its URL (which may carry credentials; the
+/// report names the address already).
+fn http_error(e: reqwest::Error) -> String {
+    crate::bounds::error_chain(&e.without_url())
+}
+
 async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| crate::bounds::error_chain(&e))?
-    {
+    while let Some(chunk) = resp.chunk().await.map_err(http_error)? {
         if body.len() + chunk.len() > MAX_ANSWER_BYTES {
             return Err(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
         }
@@ -113,7 +127,7 @@ async fn fetch_intake(http: &reqwest::Client, admin_url: &str) -> Probe<IntakeRe
     let url = format!("{admin_url}/intake");
     let resp = match http.get(&url).send().await {
         Ok(r) => r,
-        Err(e) => return Probe::Failed(crate::bounds::error_chain(&e)),
+        Err(e) => return Probe::Failed(http_error(e)),
     };
     let status = resp.status();
     let body = match read_capped(resp).await {
@@ -135,7 +149,7 @@ async fn fetch_intake(http: &reqwest::Client, admin_url: &str) -> Probe<IntakeRe
 async fn fetch_frontend(http: &reqwest::Client, url: &str) -> Probe<FrontendProbe> {
     let resp = match http.get(format!("{url}/readyz/raw")).send().await {
         Ok(r) => r,
-        Err(e) => return Probe::Failed(crate::bounds::error_chain(&e)),
+        Err(e) => return Probe::Failed(http_error(e)),
     };
     let status = resp.status().as_u16();
     match read_capped(resp).await {
