@@ -521,7 +521,7 @@ fn rbac(inputs: &Inputs, intake: Option<&IntakeReport>, cluster: &str) -> Check 
         .detail("those objects' changes are missing from traces unless audit logs them")
         .fix(format!(
             "grant get, list and watch on them to the identity of --kubeconfig (the Helm chart's \
-             ClusterRole `<release>-kascade` has them): e.g. `kubectl create clusterrole kascade-extra --verb=get,list,watch --resource={}` \
+             ClusterRole `kascade-reader` (`<fullname>-reader`) has them): e.g. `kubectl create clusterrole kascade-extra --verb=get,list,watch --resource={}` \
              and bind it to that user or ServiceAccount; the collector checks again with backoff (≤ 5 min)",
             broken.iter().map(|a| a.resource.as_str()).collect::<Vec<_>>().join(",")
         ))
