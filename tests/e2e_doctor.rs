@@ -131,6 +131,11 @@ fn line<'a>(d: &'a Doctor, id: &str) -> &'a str {
 }
 
 fn kubectl(kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> String {
+    try_kubectl(kubeconfig, args, stdin).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// kubectl's output, or why it failed (for a Drop, which must not panic).
+fn try_kubectl(kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     let mut child = Command::new(env("KUBECTL"))
         .env("KUBECONFIG", kubeconfig)
         .args(args)
@@ -138,23 +143,23 @@ fn kubectl(kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> String {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .map_err(|e| format!("kubectl: {e}"))?;
     if let Some(input) = stdin {
         use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        pipe.write_all(input.as_bytes())
+            .map_err(|e| format!("kubectl {args:?}: {e}"))?;
     }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("kubectl {args:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The bearer token of a kubeconfig, which doctor must never print.
@@ -280,9 +285,13 @@ fn http_ok(url: &str) -> bool {
 
 /// Cluster B's apiserver sends its audit webhook to `url` (a restart).
 fn point_webhook_of_b(b_env: &str, url: &str) {
+    try_point_webhook_of_b(b_env, url).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn try_point_webhook_of_b(b_env: &str, url: &str) -> Result<(), String> {
     let run_dir = env_of(b_env, "KASCADE_E2E_RUN_DIR");
     let path = Path::new(&run_dir).join("audit-webhook.kubeconfig");
-    let text = std::fs::read_to_string(&path).unwrap();
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let rewritten: String = text
         .lines()
         .map(|l| match l.trim_start().strip_prefix("server: ") {
@@ -290,19 +299,30 @@ fn point_webhook_of_b(b_env: &str, url: &str) {
             None => format!("{l}\n"),
         })
         .collect();
-    std::fs::write(&path, rewritten).unwrap();
-    let st = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh"))
-        .args([
-            "restart",
-            "kube-apiserver",
-            // Killed: a graceful stop waits for its requests 15 s and more.
-            "--crash",
-            "--name",
-            &env("CLUSTER_B_NAME"),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success(), "restarting cluster B's apiserver");
+    std::fs::write(&path, rewritten).map_err(|e| format!("{}: {e}", path.display()))?;
+    // A restarted apiserver may find its port still held a moment by the
+    // killed one (it then exits at once): the restart is tried again.
+    for attempt in 1..=3 {
+        let st = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh"))
+            .args([
+                "restart",
+                "kube-apiserver",
+                // Killed: a graceful stop waits for its requests 15 s and more.
+                "--crash",
+                "--name",
+                &env("CLUSTER_B_NAME"),
+            ])
+            .status()
+            .map_err(|e| format!("e2e/cluster.sh: {e}"))?;
+        if st.success() {
+            return Ok(());
+        }
+        eprintln!("restarting cluster B's apiserver failed (attempt {attempt} of 3)");
+    }
+    Err(format!(
+        "cluster B's apiserver does not restart (e2e/.run-{}/logs)",
+        env("CLUSTER_B_NAME")
+    ))
 }
 
 /// An object's JSON without `metadata.resourceVersion`, to replace
@@ -325,13 +345,21 @@ struct RestoreB {
 
 impl Drop for RestoreB {
     fn drop(&mut self) {
-        let kubeconfig = env_of(&self.b_env, "KUBECONFIG");
-        kubectl(
-            &kubeconfig,
+        // The webhook first: its restart does not need the ClusterRole, and
+        // the ClusterRole needs a running apiserver. Nothing here may panic
+        // while a failed check unwinds (that would abort, unreported).
+        let webhook = try_point_webhook_of_b(&self.b_env, &self.webhook_url);
+        let role = try_kubectl(
+            &env_of(&self.b_env, "KUBECONFIG"),
             &["replace", "-f", "-"],
             Some(&without_resource_version(&self.cluster_role)),
         );
-        point_webhook_of_b(&self.b_env, &self.webhook_url);
+        for e in [webhook.err(), role.err()].into_iter().flatten() {
+            eprintln!("cluster B could not be put back as it was: {e}");
+            if !std::thread::panicking() {
+                panic!("cluster B could not be put back as it was: {e}");
+            }
+        }
     }
 }
 
