@@ -229,10 +229,9 @@ fn audit_events(r: &IntakeReport, cluster: &str, now_ms: u64) -> Check {
     );
     let others = unconfigured(r);
     if !others.is_empty() {
-        c = c.detail(format!(
-            "events do arrive under {}: see cluster-names",
-            names(&others)
-        ));
+        return c
+            .detail(format!("events do arrive under {}", names(&others)))
+            .fix("the apiserver does send audit events, under another cluster name: see cluster-names");
     }
     c.fix(format!(
         "give the kube-apiserver an audit webhook: --audit-webhook-config-file=<kubeconfig whose server is \
@@ -549,7 +548,8 @@ fn rbac(inputs: &Inputs, intake: Option<&IntakeReport>, cluster: &str) -> Check 
             ));
         } else {
             c = c.detail(format!(
-                "the collector's watch of {cluster} is refused {forbidden_now} resources right now"
+                "the collector's list-watch of {cluster} is refused {forbidden_now} resources right now, \
+                 those not readable on purpose included (kascade_watch_forbidden_resources)"
             ));
         }
     }
