@@ -222,7 +222,7 @@ fn audit_events(r: &IntakeReport, cluster: &str, now_ms: u64) -> Check {
             ),
         );
     }
-    let mut c = check(
+    let c = check(
         ID,
         Status::Fail,
         format!("no audit event from cluster {cluster} has reached the collector"),
