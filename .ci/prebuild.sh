@@ -8,12 +8,13 @@
 #     built once for both), which also checks that it is static and runs;
 #   - the release-profile test programs, for the same musl target, so that
 #     one release build of the dependencies serves all (CARGO_BUILD_TARGET,
-#     as e2e/suite.sh and e2e/faults.sh set it): tests/e2e.rs and
+#     as e2e/suite.sh and e2e/faults.sh set it): tests/e2e.rs,
+#     tests/e2e_shippers.rs, tests/e2e_doctor.rs and
 #     tests/span_cache_etcd.rs (e2e/suite.sh, e2e/scale-out.sh), the
 #     config_roller example, the fault suite's load generator (benches/
 #     fault_load.rs; the bench profile builds the same as the release one);
 #   - the e2e harness (e2e/build.sh all: etcd, Kubernetes, kwok, Jaeger,
-#     helm, the compose checker), which with a warm cache is only looked up
+#     helm, the compose checker; and e2e/build.sh otelcol), which with a warm cache is only looked up
 #     and with a cold one is built here, beside the unit tests, instead of
 #     at the start of the e2e stage;
 #   - the fuzz targets (.ci/fuzz.sh build: cargo-fuzz, pinned, installed
@@ -26,11 +27,12 @@ echo "prebuild: static kascade in $((SECONDS - t0))s"
 t1=$SECONDS
 CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
 cargo build --release --locked --example config_roller
-cargo test --release --locked --no-run --test e2e --test span_cache_etcd
+cargo test --release --locked --no-run --test e2e --test e2e_shippers --test e2e_doctor --test span_cache_etcd
 cargo bench --locked --no-run --bench fault_load
 echo "prebuild: release test programs in $((SECONDS - t1))s"
 t2=$SECONDS
 bash e2e/build.sh all
+bash e2e/build.sh otelcol
 echo "prebuild: e2e harness in $((SECONDS - t2))s"
 t3=$SECONDS
 env -u CARGO_BUILD_TARGET bash .ci/fuzz.sh build

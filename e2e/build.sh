@@ -3,7 +3,7 @@
 # e2e/versions.env, into a cache outside the repo. A component whose binary for
 # the pinned version is already cached is skipped.
 #
-#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|all]   (default: all)
+#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|all]   (default: all)
 #
 # Prints the bin directory on its last line of stdout-friendly output as
 #   KASCADE_E2E_BIN=<dir>
@@ -226,6 +226,37 @@ build_actionlint() {
   log "actionlint $ACTIONLINT_VERSION built in $((SECONDS - t0))s"
 }
 
+# The OpenTelemetry Collector, as its builder (ocb) makes one: the filelog
+# receiver and the otlphttp exporter, nothing else.
+build_otelcol() {
+  local out; out="$(bin_dir otelcol "$OTELCOL_VERSION")"
+  if [[ -x "$out/otelcol" ]]; then log "otelcol $OTELCOL_VERSION cached"; return; fi
+  log "building otelcol $OTELCOL_VERSION with the collector builder (several minutes on 2 cores)"
+  local t0=$SECONDS
+  mkdir -p "$out"
+  local work="$CACHE_DIR/src/otelcol-$OTELCOL_VERSION"; mkdir -p "$work"
+  GOBIN="$work" run_logged "$work/builder-install.log" go install -trimpath \
+    "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION"
+  cat >"$work/manifest.yaml" <<YAML
+dist:
+  name: otelcol
+  description: kascade e2e OpenTelemetry Collector (filelog to otlphttp)
+  output_path: $work/dist
+receivers:
+  - gomod: github.com/open-telemetry/opentelemetry-collector-contrib/receiver/filelogreceiver $OTELCOL_CONTRIB_VERSION
+exporters:
+  - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $OTELCOL_VERSION
+providers:
+  - gomod: go.opentelemetry.io/collector/confmap/provider/fileprovider $OTELCOL_STABLE_VERSION
+  - gomod: go.opentelemetry.io/collector/confmap/provider/envprovider $OTELCOL_STABLE_VERSION
+YAML
+  # The builder writes the sources and tidies them; the build is ours.
+  (cd "$work" && run_logged "$work/generate.log" "$work/builder" --config "$work/manifest.yaml" --skip-compilation)
+  (cd "$work/dist" && run_logged "$work/build.log" go build -trimpath -ldflags "-s -w" -o "$out/otelcol.tmp" .)
+  mv "$out/otelcol.tmp" "$out/otelcol"
+  log "otelcol $OTELCOL_VERSION built in $((SECONDS - t0))s"
+}
+
 link_bins() {
   local bin="$CACHE_DIR/bin"
   mkdir -p "$bin"
@@ -249,6 +280,7 @@ case "$what" in
   helm) build_helm; echo "HELM=$(bin_dir helm "$HELM_VERSION")/helm" ;;
   compose-check) build_compose_check; echo "COMPOSE_CHECK=$(compose_check_bin)" ;;
   actionlint) build_actionlint; echo "ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint" ;;
+  otelcol) build_otelcol; echo "OTELCOL=$(bin_dir otelcol "$OTELCOL_VERSION")/otelcol" ;;
   all) build_etcd; build_kwok; build_jaeger; build_kubernetes; build_helm; build_compose_check; link_bins ;;
-  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|all]" >&2; exit 2 ;;
 esac

@@ -11,6 +11,8 @@ started=$SECONDS
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 "$E2E_DIR/build.sh" all >/dev/null
+# The OpenTelemetry Collector of tests/e2e_shippers.rs (collector builder, cached).
+OTELCOL_BIN="$("$E2E_DIR/build.sh" otelcol | sed -n 's/^OTELCOL=//p')"; export OTELCOL_BIN
 # kascade static (musl) as a release ships it, checked to run; built beside
 # the release test programs (KASCADE_STATIC_BUILD=tests: one release build
 # of the dependencies for both; e2e/static-kascade.sh says why that is the
@@ -226,5 +228,7 @@ log "checking Jaeger"
 export KASCADE_WEBHOOK_BASE=https://127.0.0.1:8090 \
   KASCADE_WEBHOOK_CLIENT_CERT="$E2E_DIR/.pki/apiserver-client.crt" KASCADE_WEBHOOK_CLIENT_KEY="$E2E_DIR/.pki/apiserver-client.key"
 export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics CLUSTER_B_NAME="$CLUSTER_B" \
-  JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094
-cargo test --release --locked --test e2e -- --ignored --test-threads=1
+  JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094 \
+  KASCADE_ADMIN_URL=http://127.0.0.1:8091 KASCADE_E2E_ENV_B="$B_ENV"
+# tests/e2e_doctor.rs makes faults in cluster B (and puts it back); the others use cluster A.
+cargo test --release --locked --test e2e --test e2e_shippers --test e2e_doctor -- --ignored --test-threads=1

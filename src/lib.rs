@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client_tls;
 pub mod coordination;
 pub mod cpid_webhook;
+mod doctor;
 pub mod export;
 pub mod frontend;
 pub mod json;

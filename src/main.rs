@@ -27,6 +27,7 @@ async fn run() -> std::process::ExitCode {
         }
     };
     let mut findings = false;
+    let mut broken = false;
     let result = match cli.command {
         Command::Explain(args) => app::explain::run(args.into()).await.map(|f| {
             findings = f;
@@ -37,6 +38,9 @@ async fn run() -> std::process::ExitCode {
         Command::Trace(args) => app::trace::run(args.into()).await,
         Command::Analyze(args) => app::analyze::run(args.into()).await,
         Command::CpidWebhook(args) => app::cpid_webhook::run(args.into()).await,
+        Command::Doctor(args) => app::doctor::run(args.into()).await.map(|b| {
+            broken = b;
+        }),
         Command::Rules {
             command:
                 RulesCommand::Check {
@@ -56,6 +60,7 @@ async fn run() -> std::process::ExitCode {
     };
     telemetry.shutdown();
     match result {
+        Ok(()) if broken => std::process::ExitCode::from(app::doctor::BROKEN_EXIT_CODE),
         Ok(()) if findings => std::process::ExitCode::from(app::explain::FINDINGS_EXIT_CODE),
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -437,6 +437,7 @@ fn readme_configuration_reference_documents_every_flag_in_help() {
         vec!["analyze"],
         vec!["explain"],
         vec!["cpid-webhook"],
+        vec!["doctor"],
         vec!["rules"],
         vec!["rules", "check"],
         vec!["rules", "list"],
@@ -574,6 +575,7 @@ fn configuration_flag_tables()
                 "analyze",
                 "explain",
                 "cpid-webhook",
+                "doctor",
                 "rules check",
                 "rules list",
                 "man",
@@ -667,6 +669,7 @@ fn readme_configuration_reference_tables_match_each_subcommands_help_in_names_an
         (vec!["analyze"], "analyze"),
         (vec!["explain"], "explain"),
         (vec!["cpid-webhook"], "cpid-webhook"),
+        (vec!["doctor"], "doctor"),
         (vec!["rules", "check"], "rules check"),
         (vec!["rules", "list"], "rules list"),
         (vec!["completions"], "completions"),
@@ -1462,5 +1465,60 @@ fn a_name_given_twice_in_one_rules_directory_names_both_files() {
             && err.contains("duplicate rule name (also in")
             && err.contains("a.yaml"),
         "{err}"
+    );
+}
+
+/// `kascade doctor`'s bad flags are named; an address nothing listens on
+/// is a failed check (exit 3), not an error of doctor's own.
+#[test]
+fn doctor_names_bad_flags_and_fails_on_an_unreachable_collector() {
+    let out = kascade()
+        .args(["doctor", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--kubeconfig /nonexistent/kubeconfig"),
+        "{err}"
+    );
+
+    let out = kascade()
+        .args(["doctor", "--admin", "not a url"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--admin \"not a url\": not a URL"), "{err}");
+
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = kascade()
+        .args(["doctor", "--format", "json", "--admin"])
+        .arg(format!("http://kascade:s3cret-pw@127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    // Credentials in an address are not shown.
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !shown.contains("s3cret-pw") && shown.contains("***@127.0.0.1"),
+        "{shown}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let collector = &report["checks"][0];
+    assert_eq!(collector["id"], "collector");
+    assert_eq!(collector["status"], "fail");
+    assert!(
+        collector["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--admin-listen"),
+        "{collector}"
     );
 }

@@ -325,6 +325,23 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         metrics,
         registry,
         processor: pipeline.processor.clone(),
+        arrivals: Default::default(),
+        export_progress: pipeline.export_progress.clone(),
+        configured_clusters: {
+            let mut names = vec![config.cluster.clone()];
+            for (c, _) in &config.watch.clusters {
+                if !names.contains(c) {
+                    names.push(c.clone());
+                }
+            }
+            names
+        },
+        watched_clusters: config
+            .watch
+            .clusters
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect(),
     });
     if let Some(spool) = spool {
         tokio::spawn(webhook::replay_spool(state.clone(), spooled));

@@ -5,6 +5,7 @@
 pub mod analyze;
 pub mod collect;
 pub mod cpid_webhook;
+pub mod doctor;
 pub mod explain;
 pub mod frontend;
 mod lines;

@@ -6,6 +6,7 @@ pub mod analyze;
 pub mod collect;
 pub mod cpid_webhook;
 pub mod docs;
+pub mod doctor;
 pub mod explain;
 pub mod frontend;
 pub mod pipeline;
@@ -18,6 +19,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub use analyze::AnalyzeArgs;
 pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
 pub use cpid_webhook::CpidWebhookArgs;
+pub use doctor::DoctorArgs;
 pub use explain::ExplainArgs;
 pub use frontend::{AssemblyArgs, FrontendArgs};
 pub use pipeline::{ExportArgs, PipelineArgs};
@@ -127,6 +129,8 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Mutating admission webhook: a fresh change propagation ID (CPID) on each user write that carries none.
     CpidWebhook(CpidWebhookArgs),
+    /// Why no (or poor) data arrives: audit events per cluster, cluster names, audit level, list-watch RBAC, clock skew, export health, frontend; each problem with its fix.
+    Doctor(DoctorArgs),
     /// The relation rules: check rule files, list the effective rules.
     Rules {
         #[command(subcommand)]
@@ -180,6 +184,7 @@ impl Command {
             Command::Analyze(_) => ("analyze", None),
             Command::Explain(_) => ("explain", None),
             Command::CpidWebhook(_) => ("cpid-webhook", None),
+            Command::Doctor(_) => ("doctor", None),
             Command::Rules { .. } => ("rules", None),
             Command::Completions { .. } => ("completions", None),
             Command::Man { .. } => ("man", None),

@@ -297,6 +297,7 @@ fn start_outputs(
     let mut tasks = Vec::with_capacity(outputs.len());
     for (index, (out, target)) in outputs.into_iter().enumerate() {
         let label = out.label();
+        progress.set_target(index, &target);
         let (tx, rx) = mpsc::channel(cfg.output_queue_batches.max(1));
         let ctx = OutputContext {
             label,

@@ -163,10 +163,14 @@ pub(super) async fn send_with_retries<T: Transport>(
     let mut backoff = INITIAL_BACKOFF;
     loop {
         let e = match transport.send(body.clone()).await {
-            Ok(accepted) => return Ok(accepted),
+            Ok(accepted) => {
+                ctx.progress.succeeded(ctx.index);
+                return Ok(accepted);
+            }
             Err(e) => e,
         };
         ctx.failed_attempt();
+        ctx.progress.failed(ctx.index, &e.to_string());
         match e.failure {
             Failure::TooLarge => return Err(GiveUp::TooLarge(e.message)),
             Failure::Permanent => return Err(GiveUp::Permanent(e.message)),
@@ -303,10 +307,12 @@ pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx:
         match written {
             Ok(()) => {
                 ctx.exported(batch.spans.len());
+                ctx.progress.succeeded(ctx.index);
                 return;
             }
             Err(e) => {
                 ctx.failed_attempt();
+                ctx.progress.failed(ctx.index, &e.to_string());
                 let now = Instant::now();
                 if now >= deadline {
                     tracing::error!(output = %ctx.target, spans = batch.spans.len(), error = %e,

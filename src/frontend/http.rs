@@ -408,7 +408,25 @@ pub fn router<S: RawStore>(state: Arc<RedirectState<S>>) -> Router {
         .route("/metrics", get(metrics::<S>))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
+        .route("/readyz/raw", get(raw_ready::<S>))
         .with_state(state)
+}
+
+/// `GET /readyz/raw`: whether the raw store answers a search (the last
+/// minute's object spans, one id at most): 200 `ok`, else 503 with the
+/// store's error (`kascade doctor --frontend`).
+async fn raw_ready<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Response {
+    let now = SystemTime::now();
+    let range = super::raw::TimeRange::new(now - Duration::from_secs(60), now);
+    let tags = [("kascade.span".to_string(), "object".to_string())];
+    match st.frontend.store().find(&tags, range, 1).await {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            crate::bounds::clip_message(format!("the raw store does not answer: {e}\n")),
+        )
+            .into_response(),
+    }
 }
 
 #[cfg(test)]

@@ -18,8 +18,12 @@ pub struct AuditEvent {
     pub kind: String,
     #[serde(default)]
     pub api_version: String,
-    // `level`, `annotations` and the user's groups are not shown: left
-    // undecoded (serde skips unknown fields without allocating).
+    // `annotations` and the user's groups are not shown: left undecoded
+    // (serde skips unknown fields without allocating).
+    /// The audit policy's level for this request (`kascade doctor` reports
+    /// the levels writes arrive at).
+    #[serde(default)]
+    pub level: AuditLevel,
     #[serde(rename = "auditID")]
     pub audit_id: String,
     pub stage: String,
@@ -55,6 +59,31 @@ pub struct AuditEvent {
     /// a marker when the event was decoded (`json::depth`).
     #[serde(skip)]
     pub deep_values: u32,
+}
+
+/// The audit policy's level of an event; a level this version does not
+/// know is `Other`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum AuditLevel {
+    None,
+    Metadata,
+    Request,
+    RequestResponse,
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+impl AuditLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditLevel::None => "None",
+            AuditLevel::Metadata => "Metadata",
+            AuditLevel::Request => "Request",
+            AuditLevel::RequestResponse => "RequestResponse",
+            AuditLevel::Other => "other",
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

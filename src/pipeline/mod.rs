@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use crate::json::Value;
 
 pub use audit::{
-    AUDIT_API_VERSION, AuditEvent, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
+    AUDIT_API_VERSION, AuditEvent, AuditLevel, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
     ResponseStatus, StatusDetails, UNNAMED_OBJECT, UserInfo,
 };
 pub use change::{
@@ -34,7 +34,7 @@ pub use k8s_event::{
 #[cfg(test)]
 pub(crate) use object_json::fixture_objects;
 pub use object_json::{FieldHashes, ObjectText, OwnerReference, object_text, owner_references_of};
-pub use progress::{ExportProgress, Gauges};
+pub use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
 
 use crate::model::ObjectRef;
 

@@ -14,6 +14,27 @@ pub struct ExportProgress {
     sent: AtomicU64,
     finished: std::sync::Mutex<Vec<u64>>,
     advanced: tokio::sync::Notify,
+    /// Per output: how its last requests went (`kascade doctor`).
+    health: std::sync::Mutex<Vec<OutputHealth>>,
+}
+
+/// How an export output's requests have gone lately: served on the admin
+/// listener (`GET /intake`) for `kascade doctor`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputHealth {
+    /// The endpoint or file written to.
+    pub target: String,
+    /// Requests (or file writes) that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed (each retry counts).
+    pub failed: u64,
+    /// Failed attempts since the last success.
+    pub failing: u64,
+    /// When the last success and the last failure were (ms since the epoch, 0: never).
+    pub last_success_ms: u64,
+    pub last_failure_ms: u64,
+    /// The last failure's message, at most 400 bytes.
+    pub last_error: String,
 }
 
 impl ExportProgress {
@@ -28,6 +49,38 @@ impl ExportProgress {
     /// The exporter has `n` outputs, each finishing every span.
     pub fn set_outputs(&self, n: usize) {
         *self.finished.lock().expect("progress") = vec![0; n];
+        *self.health.lock().expect("progress") = vec![OutputHealth::default(); n];
+    }
+
+    /// Names output `output`'s endpoint or file.
+    pub fn set_target(&self, output: usize, target: &str) {
+        if let Some(h) = self.health.lock().expect("progress").get_mut(output) {
+            h.target = target.to_string();
+        }
+    }
+
+    /// Output `output` sent a request (or wrote a batch).
+    pub fn succeeded(&self, output: usize) {
+        if let Some(h) = self.health.lock().expect("progress").get_mut(output) {
+            h.succeeded += 1;
+            h.failing = 0;
+            h.last_success_ms = unix_ms(std::time::SystemTime::now());
+        }
+    }
+
+    /// An attempt of output `output` failed with `error`.
+    pub fn failed(&self, output: usize, error: &str) {
+        if let Some(h) = self.health.lock().expect("progress").get_mut(output) {
+            h.failed += 1;
+            h.failing += 1;
+            h.last_failure_ms = unix_ms(std::time::SystemTime::now());
+            h.last_error = crate::bounds::clip_message(error.to_string());
+        }
+    }
+
+    /// Every output's health, in configured order.
+    pub fn health(&self) -> Vec<OutputHealth> {
+        self.health.lock().expect("progress").clone()
     }
 
     pub fn add_finished(&self, output: usize, n: u64) {
@@ -55,6 +108,13 @@ impl ExportProgress {
             advanced.await;
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Gauges a stage refreshes when metrics are scraped (the webhook's

@@ -1,6 +1,7 @@
 //! Sources: the apiserver's audit webhook, audit log files, and list-watch
 //! of objects and Events.
 
+pub mod arrivals;
 pub mod audit;
 pub mod exports;
 pub mod mergelog;

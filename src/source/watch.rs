@@ -116,24 +116,87 @@ pub fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> Result<(), Wat
 }
 
 async fn client_for(cfg: &WatchConfig) -> Result<kube::Client, WatchError> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig).map_err(|source| {
-        WatchError::Read {
-            cluster: cfg.cluster.clone(),
-            path: cfg.kubeconfig.clone(),
+    client_from_kubeconfig(&cfg.cluster, &cfg.kubeconfig).await
+}
+
+/// A client for `cluster` from the kubeconfig at `path` (its current
+/// context), as the list-watch uses it (also `kascade doctor`).
+pub async fn client_from_kubeconfig(
+    cluster: &str,
+    path: &std::path::Path,
+) -> Result<kube::Client, WatchError> {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path).map_err(|source| WatchError::Read {
+            cluster: cluster.to_string(),
+            path: path.to_path_buf(),
             source,
-        }
-    })?;
+        })?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .map_err(|source| WatchError::Bad {
-            cluster: cfg.cluster.clone(),
-            path: cfg.kubeconfig.clone(),
+            cluster: cluster.to_string(),
+            path: path.to_path_buf(),
             source,
         })?;
     kube::Client::try_from(config).map_err(|source| WatchError::Client {
-        cluster: cfg.cluster.clone(),
+        cluster: cluster.to_string(),
         source,
     })
+}
+
+/// What the list-watch of a cluster watches, as discovery lists it: the
+/// listable, watchable resources (by `include`/`exclude`, as
+/// `resource` or `resource.group`), and the Events resource (the
+/// events.k8s.io view when served).
+pub struct Watched {
+    pub objects: Vec<ApiResource>,
+    pub events: Option<ApiResource>,
+}
+
+/// Runs discovery and picks the resources the list-watch watches.
+pub async fn watched_resources(
+    cluster: &str,
+    client: &kube::Client,
+    include: &HashSet<String>,
+    exclude: &HashSet<String>,
+) -> Result<Watched, WatchError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|source| WatchError::Discovery {
+            cluster: cluster.to_string(),
+            source,
+        })?;
+    let mut objects = Vec::new();
+    let mut events: Option<ApiResource> = None;
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) || !caps.supports_operation(verbs::WATCH) {
+                continue;
+            }
+            let name = resource_name(&ar);
+            if ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io") {
+                // Prefer the events.k8s.io view; both show the same objects.
+                if events.as_ref().is_none_or(|e| e.group.is_empty()) {
+                    events = Some(ar.clone());
+                }
+                continue;
+            }
+            if exclude.contains(&name) || exclude.contains(&ar.plural) {
+                continue;
+            }
+            if !include.is_empty() && !include.contains(&name) && !include.contains(&ar.plural) {
+                continue;
+            }
+            objects.push(ar);
+        }
+    }
+    Ok(Watched { objects, events })
+}
+
+/// `resource` or `resource.group`, as `--watch-resources` names it.
+pub fn watched_name(ar: &ApiResource) -> String {
+    resource_name(ar)
 }
 
 /// Starts the watchers of one cluster; returns their tasks.
@@ -143,47 +206,21 @@ pub async fn start(
     metrics: Arc<Metrics>,
 ) -> Result<Vec<JoinHandle<()>>, WatchError> {
     let client = client_for(&cfg).await?;
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|source| WatchError::Discovery {
-            cluster: cfg.cluster.clone(),
-            source,
-        })?;
+    let Watched {
+        objects,
+        events: events_resource,
+    } = watched_resources(&cfg.cluster, &client, &cfg.include, &cfg.exclude).await?;
     let mut tasks = Vec::new();
     let mut watched = Vec::new();
-    let mut events_resource: Option<ApiResource> = None;
-    for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST) || !caps.supports_operation(verbs::WATCH) {
-                continue;
-            }
-            let name = resource_name(&ar);
-            if ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io") {
-                // Prefer the events.k8s.io view; both show the same objects.
-                if events_resource.as_ref().is_none_or(|e| e.group.is_empty()) {
-                    events_resource = Some(ar.clone());
-                }
-                continue;
-            }
-            if cfg.exclude.contains(&name) || cfg.exclude.contains(&ar.plural) {
-                continue;
-            }
-            if !cfg.include.is_empty()
-                && !cfg.include.contains(&name)
-                && !cfg.include.contains(&ar.plural)
-            {
-                continue;
-            }
-            watched.push(name);
-            tasks.push(tokio::spawn(watch_objects(
-                cfg.clone(),
-                client.clone(),
-                ar,
-                intake.clone(),
-                metrics.clone(),
-            )));
-        }
+    for ar in objects {
+        watched.push(resource_name(&ar));
+        tasks.push(tokio::spawn(watch_objects(
+            cfg.clone(),
+            client.clone(),
+            ar,
+            intake.clone(),
+            metrics.clone(),
+        )));
     }
     if cfg.watch_events
         && let Some(ar) = events_resource

@@ -181,6 +181,10 @@ pub(super) fn decode_batch(
         tracing::warn!(cluster, error = %crate::bounds::clip_message(e.clone()), "rejected audit webhook body");
         (StatusCode::BAD_REQUEST, e)
     })?;
+    if !replayed {
+        st.arrivals
+            .note(cluster, &batch.events, std::time::SystemTime::now());
+    }
     let source = Metrics::source(if replayed {
         Source::Spool
     } else {

@@ -60,6 +60,14 @@ pub struct WebhookState {
     pub registry: Registry,
     /// The processor's gauges, refreshed on each scrape.
     pub processor: Arc<dyn Gauges>,
+    /// What has arrived per cluster (`GET /intake`, for `kascade doctor`).
+    pub arrivals: super::arrivals::Arrivals,
+    /// The export outputs' progress and health.
+    pub export_progress: Arc<ExportProgress>,
+    /// `--cluster` and the `--watch-cluster` names.
+    pub configured_clusters: Vec<String>,
+    /// The `--watch-cluster` names.
+    pub watched_clusters: Vec<String>,
 }
 
 /// The answer to a batch the intake did not admit.
@@ -99,6 +107,7 @@ pub fn admin_router(state: Arc<WebhookState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/intake", get(intake))
         .with_state(state)
 }
 
@@ -487,6 +496,36 @@ async fn metrics(State(st): State<Arc<WebhookState>>) -> Response {
         out,
     )
         .into_response()
+}
+
+/// `GET /intake`: per-cluster intake state and the export's health, as
+/// JSON (`kascade doctor` reads it; schema in `source::arrivals`).
+async fn intake(State(st): State<Arc<WebhookState>>) -> Response {
+    let (clusters, untracked_events) = st.arrivals.snapshot();
+    let watch_forbidden = st
+        .watched_clusters
+        .iter()
+        .map(|c| {
+            let n = st
+                .metrics
+                .watch_forbidden
+                .get_or_create(&Metrics::cluster(c))
+                .get();
+            (c.clone(), n)
+        })
+        .collect();
+    let report = super::arrivals::IntakeReport {
+        schema: super::arrivals::INTAKE_SCHEMA.to_string(),
+        now_ms: crate::pipeline::unix_ms(std::time::SystemTime::now()),
+        default_cluster: st.default_cluster.clone(),
+        configured_clusters: st.configured_clusters.clone(),
+        watched_clusters: st.watched_clusters.clone(),
+        watch_forbidden,
+        clusters,
+        untracked_events,
+        outputs: st.export_progress.health(),
+    };
+    axum::Json(report).into_response()
 }
 
 /// Not ready while the queue is nearly full, so a load balancer sends the
