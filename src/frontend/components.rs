@@ -106,7 +106,10 @@ pub async fn read<S: RawStore>(
     let at = |ns: u64| std::time::UNIX_EPOCH + Duration::from_nanos(ns);
     let from = writes.iter().map(|w| w.received).min().unwrap_or(0);
     let to = writes.iter().map(|w| w.completed).max().unwrap_or(0);
-    let all = TimeRange::new(at(from).checked_sub(SLACK).unwrap_or(at(from)), at(to) + SLACK);
+    let all = TimeRange::new(
+        at(from).checked_sub(SLACK).unwrap_or(at(from)),
+        at(to) + SLACK,
+    );
     if store.find_component(service, &[], all, 1).await?.is_empty() {
         return Ok(ComponentSpans::default());
     }
@@ -143,7 +146,11 @@ pub async fn read<S: RawStore>(
 /// write in `out` (a span with `audit.id`, or one with a log naming it:
 /// modes tracing and grouped show writes as logs), once each. Returns the
 /// requests joined.
-pub fn join(out: &mut Vec<ResourceSpans>, trace_id: &TraceIdBytes, comps: &ComponentSpans) -> usize {
+pub fn join(
+    out: &mut Vec<ResourceSpans>,
+    trace_id: &TraceIdBytes,
+    comps: &ComponentSpans,
+) -> usize {
     if comps.is_empty() {
         return 0;
     }
@@ -200,7 +207,8 @@ pub fn join(out: &mut Vec<ResourceSpans>, trace_id: &TraceIdBytes, comps: &Compo
 /// One request's spans in the assembled trace: its roots (no parent among
 /// them) under `holder`, each linked to the apiserver's own trace.
 fn under(spans: &[Span], holder: &[u8], trace_id: &TraceIdBytes) -> Vec<Span> {
-    let own: std::collections::HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+    let own: std::collections::HashSet<&[u8]> =
+        spans.iter().map(|s| s.span_id.as_slice()).collect();
     spans
         .iter()
         .map(|s| {
@@ -235,8 +243,11 @@ pub struct Part {
 /// The parts of one request's spans, earliest first; and the request's own
 /// duration (its root span's).
 pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {
-    let own: std::collections::HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
-    let took = |s: &Span| Duration::from_nanos(s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano));
+    let own: std::collections::HashSet<&[u8]> =
+        spans.iter().map(|s| s.span_id.as_slice()).collect();
+    let took = |s: &Span| {
+        Duration::from_nanos(s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano))
+    };
     let total = spans
         .iter()
         .filter(|s| !own.contains(s.parent_span_id.as_slice()))
@@ -273,4 +284,32 @@ pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {
         })
         .collect();
     (total, parts)
+}
+
+/// The spans of a file of OTLP/JSON traces, one `TracesData` (or
+/// `ExportTraceServiceRequest`, the same shape) per line: what the
+/// OpenTelemetry Collector's `file` exporter writes and Jaeger's
+/// `/api/v3/traces/{id}` answers (its `result`). Errors name the line.
+pub fn spans_from_otlp_json_lines(text: &str) -> Result<Vec<Span>, String> {
+    let mut spans = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let capped = crate::json::depth::cap(line, crate::json::depth::MAX_OBJECT_DEPTH, 8);
+        let data: opentelemetry_proto::tonic::trace::v1::TracesData =
+            serde_json::from_str(&capped.text).map_err(|e| {
+                crate::bounds::clip_message(format!(
+                    "line {}: not OTLP/JSON traces (a TracesData per line): {e}",
+                    i + 1
+                ))
+            })?;
+        spans.extend(
+            data.resource_spans
+                .into_iter()
+                .flat_map(|rs| rs.scope_spans)
+                .flat_map(|ss| ss.spans),
+        );
+    }
+    Ok(spans)
 }

@@ -46,6 +46,15 @@ impl MemoryStore {
         super::namespaces_of(self.traces.values().flatten(), resource, group, name)
     }
 
+    /// Adds spans (e.g. a component's own traces beside the collector's).
+    pub fn add(&mut self, spans: impl IntoIterator<Item = Span>) {
+        for s in spans {
+            if let Some(id) = trace_id_bytes(&s.trace_id) {
+                self.traces.entry(id).or_default().push(s);
+            }
+        }
+    }
+
     pub fn span_count(&self) -> usize {
         self.traces.values().map(Vec::len).sum()
     }
