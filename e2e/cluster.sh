@@ -236,10 +236,11 @@ TRACING
   wait_for "etcd health" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
   # The OTLP exporter reads its headers from the environment (the
-  # TracingConfiguration has no field for them): kascade's bearer token,
+  # TracingConfiguration has no field for them): kascade's bearer token and
+  # this cluster's name (gRPC has no path to carry it),
   # passed through env(1) so that `restart` keeps it.
   start kube-apiserver env \
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20$(cat "$WEBHOOK_PKI/webhook.token")" \
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20$(cat "$WEBHOOK_PKI/webhook.token"),kascade-cluster=$NAME" \
     "$bin/kube-apiserver" \
     --tracing-config-file "$RUN_DIR/tracing.yaml" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \

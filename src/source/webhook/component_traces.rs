@@ -28,6 +28,9 @@ pub(crate) const GRPC_EXPORT_PATH: &str =
     "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 /// The resource attribute naming the cluster a component runs in.
 pub(crate) const CLUSTER_ATTRIBUTE: &str = "k8s.cluster.name";
+/// The request header naming the cluster when the path cannot (gRPC): the
+/// components send it beside the token (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`).
+pub(crate) const CLUSTER_HEADER: &str = "kascade-cluster";
 /// Requests read and decoded at once (each up to `--max-body-bytes`).
 const READING_AT_ONCE: usize = 4;
 
@@ -284,12 +287,33 @@ async fn accept(
         .map_err(|full| (StatusCode::SERVICE_UNAVAILABLE, full.to_string()))
 }
 
+/// The cluster the `kascade-cluster` header names, else `--cluster`.
+fn cluster_of(st: &ComponentTraces, headers: &HeaderMap) -> Result<String, String> {
+    match headers.get(CLUSTER_HEADER) {
+        None => Ok(st.webhook.default_cluster.clone()),
+        Some(v) => {
+            let name = v
+                .to_str()
+                .map_err(|_| format!("{CLUSTER_HEADER} is not text"))?;
+            super::super::validate_cluster_name(name)
+                .map_err(|e| {
+                    refused(st, RejectReason::BadBody);
+                    format!("{CLUSTER_HEADER}: {e}")
+                })
+                .map(|()| name.to_string())
+        }
+    }
+}
+
 async fn grpc_export(
     State(st): State<Arc<ComponentTraces>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let cluster = st.webhook.default_cluster.clone();
+    let cluster = match cluster_of(&st, &headers) {
+        Ok(c) => c,
+        Err(msg) => return grpc_error(GrpcCode::InvalidArgument, &msg),
+    };
     match accept(&st, &headers, body, &cluster, true, Format::Protobuf).await {
         Ok(()) => {
             let msg = ExportTraceServiceResponse::default().encode_to_vec();
@@ -331,8 +355,10 @@ async fn http_default(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let cluster = st.webhook.default_cluster.clone();
-    http_export(&st, &headers, body, &cluster).await
+    match cluster_of(&st, &headers) {
+        Ok(cluster) => http_export(&st, &headers, body, &cluster).await,
+        Err(msg) => error(StatusCode::BAD_REQUEST, msg),
+    }
 }
 
 async fn http_cluster(
