@@ -358,7 +358,10 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                     "--component-traces-listen {addr}: component traces are forwarded to the raw store, and no --output is otlp"
                 );
             };
-            Some(webhook::component_traces_router(state.clone(), forwarder))
+            Some(webhook::component_traces_router(
+                state.clone(),
+                Arc::new(forwarder),
+            ))
         }
     };
     Ok((

@@ -21,6 +21,7 @@ use super::batcher::RequestFramer;
 use super::output::{GiveUp, OutputContext, send_with_retries};
 use super::{ExportConfig, SetupError, otlp};
 use crate::metrics::{ComponentSpanOutcome, ExportOutput, Metrics};
+use crate::pipeline::{ComponentTraceSink, QueueFull};
 
 /// One encoded `ExportTraceServiceRequest` and how many spans it holds.
 struct Request {
@@ -37,20 +38,8 @@ pub struct Forwarder {
     shed_log: crate::bounds::LogEvery,
 }
 
-/// The queue had no room for the request.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "kascade's forwarding queue is full ({queued} of {max} bytes waiting for the raw store); retry later"
-)]
-pub struct QueueFull {
-    pub queued: usize,
-    pub max: usize,
-}
-
-impl Forwarder {
-    /// Queues `body` (an encoded `ExportTraceServiceRequest` of `spans`
-    /// spans) for the raw store, or refuses it when the queue is full.
-    pub fn offer(&self, body: Bytes, spans: usize) -> Result<(), QueueFull> {
+impl ComponentTraceSink for Forwarder {
+    fn offer(&self, body: Bytes, spans: usize) -> Result<(), QueueFull> {
         // An empty request still takes a place.
         let len = body.len().max(64);
         let reserved = self
@@ -84,7 +73,9 @@ impl Forwarder {
         }
         Ok(())
     }
+}
 
+impl Forwarder {
     fn count(&self, outcome: ComponentSpanOutcome, spans: usize) {
         self.metrics
             .component_spans

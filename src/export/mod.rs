@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 pub use config::{Compression, OtlpConfig, OtlpFlags};
 pub use failure::{Failure, SendError, classify_grpc, classify_http};
-pub use forward::{Forwarder, QueueFull, start_forwarder};
+pub use forward::{Forwarder, start_forwarder};
 pub use otlp::grpc_channel;
 
 use crate::metrics::{ExportOutput, Metrics};

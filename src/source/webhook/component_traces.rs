@@ -21,7 +21,7 @@ use prost::Message as _;
 
 use super::otlp_logs::Format;
 use super::*;
-use crate::export::Forwarder;
+use crate::pipeline::ComponentTraceSink;
 
 /// The gRPC method the OTLP exporters call.
 pub(crate) const GRPC_EXPORT_PATH: &str =
@@ -36,13 +36,16 @@ const READING_AT_ONCE: usize = 4;
 
 pub(crate) struct ComponentTraces {
     webhook: Arc<WebhookState>,
-    forwarder: Forwarder,
+    forwarder: Arc<dyn ComponentTraceSink>,
     reading: Semaphore,
 }
 
 /// The component-trace listener's routes: gRPC and HTTP export, behind the
 /// webhook's bearer token.
-pub fn component_traces_router(webhook: Arc<WebhookState>, forwarder: Forwarder) -> Router {
+pub fn component_traces_router(
+    webhook: Arc<WebhookState>,
+    forwarder: Arc<dyn ComponentTraceSink>,
+) -> Router {
     let state = Arc::new(ComponentTraces {
         webhook,
         forwarder,
