@@ -91,6 +91,13 @@ pub struct Part {
     pub failed: bool,
 }
 
+impl Part {
+    /// An admission or conversion webhook's call.
+    pub fn is_webhook(&self) -> bool {
+        self.label.contains(" webhook ")
+    }
+}
+
 /// The parts of one request's spans, earliest first; and the request's own
 /// duration (its root span's).
 pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {

@@ -217,3 +217,98 @@ fn a_file_that_is_not_otlp_json_names_its_line() {
     assert!(err.starts_with("line 2: not OTLP/JSON traces"), "{err}");
     assert!(components::spans_from_otlp_json_lines(&"[".repeat(200_000)).is_err());
 }
+
+/// `kascade explain` of the fixture's audit log as JSON, with `args`.
+fn explain(args: &[&str]) -> serde_json::Value {
+    let audit = common::fixture_path(SCENARIO, "audit.log");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("explain")
+        .arg(&audit)
+        .args(["--format", "json", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn findings_of_kind<'a>(r: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn explain_names_the_webhook_that_made_the_pod_creates_slow_and_the_one_that_failed_open() {
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let r = explain(&["--component-traces", traces.to_str().unwrap()]);
+    let slow = findings_of_kind(&r, "slow_write");
+    assert_eq!(
+        slow.len(),
+        1,
+        "both Pod creates in one finding: {:#}",
+        r["findings"]
+    );
+    let title = slow[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("slow write: validating webhook slow-policy.example.com: 8"),
+        "{title}"
+    );
+    assert_eq!(slow[0]["object"]["resource"], "pods");
+    assert_eq!(
+        slow[0]["also"].as_array().unwrap().len(),
+        1,
+        "the other Pod"
+    );
+    let open = findings_of_kind(&r, "webhook_failed_open");
+    assert_eq!(open.len(), 1);
+    assert!(
+        open[0]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("validating webhook failing-policy.example.com failed open"),
+        "{}",
+        open[0]["title"]
+    );
+    assert_eq!(open[0]["severity"], "warning");
+    // The traced writes that were quick and past no failing webhook (the
+    // Deployment, ReplicaSet, bindings, status updates) say nothing.
+    for f in slow.iter().chain(&open) {
+        assert_eq!(f["object"]["resource"], "pods", "{f:#}");
+    }
+}
+
+#[test]
+fn explain_without_component_traces_says_nothing_of_them() {
+    let r = explain(&[]);
+    assert!(findings_of_kind(&r, "slow_write").is_empty());
+    assert!(findings_of_kind(&r, "webhook_failed_open").is_empty());
+}
+
+#[test]
+fn explain_refuses_a_component_traces_file_that_is_not_otlp_json() {
+    let dir = std::env::temp_dir().join(format!("kascade-ct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"resourceSpans\": 1}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("explain")
+        .arg(common::fixture_path(SCENARIO, "audit.log"))
+        .args(["--component-traces", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--component-traces") && err.contains("line 1: not OTLP/JSON traces"),
+        "{err}"
+    );
+}

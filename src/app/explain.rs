@@ -93,6 +93,8 @@ pub struct ExplainConfig {
     pub files: Vec<PathBuf>,
     /// Event lists (`kubectl get events -o json`) or JSON lines of Events.
     pub events: Vec<PathBuf>,
+    /// kube-apiserver's own traces (OTLP/JSON lines), joined by audit ID.
+    pub component_traces: Vec<PathBuf>,
     /// Captured watch streams (`{"type":…,"object":…}` per line).
     pub watch: Vec<PathBuf>,
     pub cluster: String,
@@ -116,6 +118,7 @@ impl Default for ExplainConfig {
         Self {
             files: Vec::new(),
             events: Vec::new(),
+            component_traces: Vec::new(),
             watch: Vec::new(),
             cluster: super::trace::TraceConfig::default().cluster,
             rules: Default::default(),
@@ -334,7 +337,22 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     if let Some(ns) = &config.scope.namespace {
         lines = lines.containing(&format!("\"{ns}\""));
     }
-    let collector = Arc::new(ExplainCollector::on_own_thread(config.scope.clone()));
+    let mut component_spans = Vec::new();
+    for path in &config.component_traces {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --component-traces {}", path.display()))?;
+        component_spans.extend(
+            crate::component_spans::spans_from_otlp_json_lines(&text)
+                .map_err(|e| anyhow::anyhow!("--component-traces {}: {e}", path.display()))?,
+        );
+    }
+    let mut collector = ExplainCollector::on_own_thread(config.scope.clone());
+    if !config.component_traces.is_empty() {
+        collector = collector.with_components(crate::component_spans::ComponentSpans::from_spans(
+            component_spans,
+        ));
+    }
+    let collector = Arc::new(collector);
     let mut watch = Vec::new();
     for path in &config.watch {
         watch.extend(read_watch(path, &config.cluster)?);
