@@ -312,3 +312,53 @@ fn explain_refuses_a_component_traces_file_that_is_not_otlp_json() {
         "{err}"
     );
 }
+
+fn trace_text(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("trace")
+        .arg(common::fixture_path(SCENARIO, "audit.log"))
+        .args([
+            "-n",
+            "slow-demo",
+            "--object",
+            "deploy/web",
+            "--color",
+            "never",
+        ])
+        .args(["--max-diff-lines", "0", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn kascade_trace_gives_each_traced_write_a_line_of_its_webhooks_and_etcd_calls() {
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let text = trace_text(&["--component-traces", traces.to_str().unwrap()]);
+    let lines: Vec<&str> = text.lines().collect();
+    let creates: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("replicaset-controller create 201"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(creates.len(), 2, "{text}");
+    for i in creates {
+        let next = lines[i + 1].trim_start_matches(['│', ' ']);
+        assert!(
+            next.starts_with("apiserver ")
+                && next.contains(": validating webhook slow-policy.example.com 8")
+                && next.contains("validating webhook failing-policy.example.com ")
+                && next.contains("ms ✗")
+                && next.contains("etcd Create "),
+            "{next}"
+        );
+    }
+    assert!(!trace_text(&[]).contains("apiserver "), "no file, no lines");
+}

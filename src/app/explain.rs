@@ -337,20 +337,11 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     if let Some(ns) = &config.scope.namespace {
         lines = lines.containing(&format!("\"{ns}\""));
     }
-    let mut component_spans = Vec::new();
-    for path in &config.component_traces {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --component-traces {}", path.display()))?;
-        component_spans.extend(
-            crate::component_spans::spans_from_otlp_json_lines(&text)
-                .map_err(|e| anyhow::anyhow!("--component-traces {}: {e}", path.display()))?,
-        );
-    }
     let mut collector = ExplainCollector::on_own_thread(config.scope.clone());
     if !config.component_traces.is_empty() {
-        collector = collector.with_components(crate::component_spans::ComponentSpans::from_spans(
-            component_spans,
-        ));
+        collector = collector.with_components(super::trace::read_component_traces(
+            &config.component_traces,
+        )?);
     }
     let collector = Arc::new(collector);
     let mut watch = Vec::new();
