@@ -143,6 +143,20 @@ async fn every_traced_write_gets_its_own_requests_spans_in_every_mode() {
                     !s.links.is_empty(),
                     "{mode:?}: the root links to the apiserver's trace"
                 );
+                // Inside its parent, and so up to the root (Jaeger sees no skew).
+                let mut child = s;
+                let mut up = Some(*parent);
+                while let Some(p) = up {
+                    assert!(
+                        p.start_time_unix_nano <= child.start_time_unix_nano
+                            && p.end_time_unix_nano >= child.end_time_unix_nano,
+                        "{mode:?}: {} outside its parent {}",
+                        child.name,
+                        p.name
+                    );
+                    child = p;
+                    up = by_id.get(p.parent_span_id.as_slice()).copied();
+                }
                 joined.insert(id.to_string());
             }
         }

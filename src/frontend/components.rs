@@ -125,13 +125,20 @@ pub fn join(
     }
     let mut joined = Vec::new();
     let mut requests = 0;
+    let mut enclose: Vec<(Vec<u8>, u64, u64)> = Vec::new();
     for (audit_id, holder) in &holders {
         let Some(spans) = comps.of(audit_id) else {
             continue;
         };
         requests += 1;
+        let start = spans.iter().map(|s| s.start_time_unix_nano).min();
+        let end = spans.iter().map(|s| s.end_time_unix_nano).max();
+        if let (Some(start), Some(end)) = (start, end) {
+            enclose.push((holder.clone(), start, end));
+        }
         joined.extend(under(spans, holder, trace_id));
     }
+    widen(out, &enclose);
     if !joined.is_empty() {
         joined.sort_by_key(|s| (s.start_time_unix_nano, s.span_id.clone()));
         out.push(ResourceSpans {
@@ -152,6 +159,37 @@ pub fn join(
         });
     }
     requests
+}
+
+/// Widens each holder span, and its ancestors, to enclose its request's
+/// spans: kube-apiserver ends a request's spans after the audit event's
+/// `stageTimestamp` (by 50–400 µs in the harness), and a child outside its
+/// parent is clock skew to Jaeger.
+fn widen(out: &mut [ResourceSpans], enclose: &[(Vec<u8>, u64, u64)]) {
+    let mut at: HashMap<Vec<u8>, (usize, usize, usize)> = HashMap::new();
+    for (r, rs) in out.iter().enumerate() {
+        for (c, ss) in rs.scope_spans.iter().enumerate() {
+            for (i, s) in ss.spans.iter().enumerate() {
+                at.insert(s.span_id.clone(), (r, c, i));
+            }
+        }
+    }
+    for (holder, start, end) in enclose {
+        let mut id = holder.clone();
+        // Bounded by the spans there are: a parent cycle cannot loop.
+        for _ in 0..at.len() {
+            let Some(&(r, c, i)) = at.get(&id) else {
+                break;
+            };
+            let s = &mut out[r].scope_spans[c].spans[i];
+            if s.start_time_unix_nano <= *start && s.end_time_unix_nano >= *end {
+                break;
+            }
+            s.start_time_unix_nano = s.start_time_unix_nano.min(*start);
+            s.end_time_unix_nano = s.end_time_unix_nano.max(*end);
+            id = s.parent_span_id.clone();
+        }
+    }
 }
 
 /// One request's spans in the assembled trace: its roots (no parent among
