@@ -24,7 +24,8 @@ PORT_BASE="${KASCADE_E2E_PORT_BASE:-26000}"
 AUDIT_POLICY="$E2E_DIR/audit-policy.yaml"
 WEBHOOK_URL=""
 # Where kube-apiserver sends its own traces (OTLP gRPC, plaintext: the
-# apiserver's exporter offers no TLS): kascade's component-trace listener.
+# apiserver's exporter offers no TLS): kascade's component-trace listener;
+# `none`: the apiserver traces nothing.
 TRACING_ENDPOINT="${KASCADE_E2E_TRACING_ENDPOINT:-127.0.0.1:4317}"
 CRASH=""
 while [[ $# -gt 0 ]]; do
@@ -219,12 +220,23 @@ cmd_up() {
   pki_webhook_kubeconfig "$RUN_DIR/audit-webhook.kubeconfig" "$WEBHOOK_URL" "$WEBHOOK_PKI"
   cp "$AUDIT_POLICY" "$RUN_DIR/audit-policy.yaml"
   # Every request traced (tests count traced requests against joined ones).
-  cat >"$RUN_DIR/tracing.yaml" <<TRACING
+  # The OTLP exporter reads its headers from the environment (the
+  # TracingConfiguration has no field for them): kascade's bearer token and
+  # this cluster's name (gRPC has no path to carry it), passed through
+  # env(1) so that `restart` keeps them.
+  local tracing=()
+  if [[ "$TRACING_ENDPOINT" != none ]]; then
+    cat >"$RUN_DIR/tracing.yaml" <<TRACING
 apiVersion: apiserver.config.k8s.io/v1
 kind: TracingConfiguration
 endpoint: $TRACING_ENDPOINT
 samplingRatePerMillion: 1000000
 TRACING
+    tracing=(env "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20$(cat "$WEBHOOK_PKI/webhook.token"),kascade-cluster=$NAME"
+      "$bin/kube-apiserver" --tracing-config-file "$RUN_DIR/tracing.yaml")
+  else
+    tracing=("$bin/kube-apiserver")
+  fi
   cp "$E2E_DIR/jaeger/raw.yaml" "$RUN_DIR/jaeger-raw.yaml"
   cp "$E2E_DIR/jaeger/raw-tls.yaml" "$RUN_DIR/jaeger-raw-tls.yaml"
   pki_otlp "$RUN_DIR/pki/otlp" "IP:127.0.0.1,DNS:localhost"
@@ -235,14 +247,7 @@ TRACING
     --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
   wait_for "etcd health" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-  # The OTLP exporter reads its headers from the environment (the
-  # TracingConfiguration has no field for them): kascade's bearer token and
-  # this cluster's name (gRPC has no path to carry it),
-  # passed through env(1) so that `restart` keeps it.
-  start kube-apiserver env \
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20$(cat "$WEBHOOK_PKI/webhook.token"),kascade-cluster=$NAME" \
-    "$bin/kube-apiserver" \
-    --tracing-config-file "$RUN_DIR/tracing.yaml" \
+  start kube-apiserver "${tracing[@]}" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --cert-dir "$RUN_DIR/pki/apiserver-generated" \
