@@ -4,6 +4,7 @@
 # pre-created PersistentVolumes) and a real Jaeger v2 on 127.0.0.1.
 #
 #   e2e/cluster.sh up     [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]
+#                         [--tracing-endpoint HOST:PORT]
 #   e2e/cluster.sh down   [--name NAME]
 #   e2e/cluster.sh status [--name NAME]
 #   e2e/cluster.sh restart COMPONENT [--name NAME]   (e.g. kube-apiserver)
@@ -22,6 +23,10 @@ NAME="${KASCADE_E2E_NAME:-e2e}"
 PORT_BASE="${KASCADE_E2E_PORT_BASE:-26000}"
 AUDIT_POLICY="$E2E_DIR/audit-policy.yaml"
 WEBHOOK_URL=""
+# Where kube-apiserver sends its own traces (OTLP gRPC, plaintext: the
+# apiserver's exporter offers no TLS): kascade's component-trace listener;
+# `none`: the apiserver traces nothing.
+TRACING_ENDPOINT="${KASCADE_E2E_TRACING_ENDPOINT:-127.0.0.1:4317}"
 CRASH=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -29,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     --port-base) PORT_BASE="$2"; shift 2 ;;
     --audit-webhook-url) WEBHOOK_URL="$2"; shift 2 ;;
     --audit-policy) AUDIT_POLICY="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+    --tracing-endpoint) TRACING_ENDPOINT="$2"; shift 2 ;;
     --crash) CRASH=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -213,6 +219,24 @@ cmd_up() {
   pki_webhook "$WEBHOOK_PKI" "IP:127.0.0.1,DNS:localhost,DNS:kascade"
   pki_webhook_kubeconfig "$RUN_DIR/audit-webhook.kubeconfig" "$WEBHOOK_URL" "$WEBHOOK_PKI"
   cp "$AUDIT_POLICY" "$RUN_DIR/audit-policy.yaml"
+  # Every request traced (tests count traced requests against joined ones).
+  # The OTLP exporter reads its headers from the environment (the
+  # TracingConfiguration has no field for them): kascade's bearer token and
+  # this cluster's name (gRPC has no path to carry it), passed through
+  # env(1) so that `restart` keeps them.
+  local tracing=()
+  if [[ "$TRACING_ENDPOINT" != none ]]; then
+    cat >"$RUN_DIR/tracing.yaml" <<TRACING
+apiVersion: apiserver.config.k8s.io/v1
+kind: TracingConfiguration
+endpoint: $TRACING_ENDPOINT
+samplingRatePerMillion: 1000000
+TRACING
+    tracing=(env "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20$(cat "$WEBHOOK_PKI/webhook.token"),kascade-cluster=$NAME"
+      "$bin/kube-apiserver" --tracing-config-file "$RUN_DIR/tracing.yaml")
+  else
+    tracing=("$bin/kube-apiserver")
+  fi
   cp "$E2E_DIR/jaeger/raw.yaml" "$RUN_DIR/jaeger-raw.yaml"
   cp "$E2E_DIR/jaeger/raw-tls.yaml" "$RUN_DIR/jaeger-raw-tls.yaml"
   pki_otlp "$RUN_DIR/pki/otlp" "IP:127.0.0.1,DNS:localhost"
@@ -223,7 +247,7 @@ cmd_up() {
     --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
   wait_for "etcd health" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-  start kube-apiserver "$bin/kube-apiserver" \
+  start kube-apiserver "${tracing[@]}" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --cert-dir "$RUN_DIR/pki/apiserver-generated" \
@@ -298,6 +322,7 @@ export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
 export AUDIT_LOG=$RUN_DIR/audit.log
 export AUDIT_WEBHOOK_URL=$WEBHOOK_URL
 export AUDIT_WEBHOOK_TOKEN_FILE=$WEBHOOK_PKI/webhook.token
+export TRACING_ENDPOINT=$TRACING_ENDPOINT
 export KASCADE_TLS_CERT_FILE=$WEBHOOK_PKI/kascade.crt
 export KASCADE_TLS_KEY_FILE=$WEBHOOK_PKI/kascade.key
 export KASCADE_TLS_CLIENT_CA_FILE=$WEBHOOK_PKI/ca.crt
@@ -376,5 +401,5 @@ case "$CMD" in
   down) cmd_down ;;
   status) cmd_status ;;
   restart) cmd_restart ;;
-  *) echo "usage: $0 up|down|status|restart COMPONENT [--crash] [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|restart COMPONENT [--crash] [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE] [--tracing-endpoint HOST:PORT]" >&2; exit 2 ;;
 esac

@@ -99,6 +99,7 @@ SELF_TRACING=(OTEL_TRACES_EXPORTER=otlp "OTEL_EXPORTER_OTLP_ENDPOINT=$JAEGER_OTL
     --tls-cert-file "$KASCADE_TLS_CERT_FILE" --tls-key-file "$KASCADE_TLS_KEY_FILE" \
     --tls-client-ca-file "$KASCADE_TLS_CLIENT_CA_FILE" \
     --watch-cluster "$CLUSTER_NAME=$KASCADE_KUBECONFIG,$CLUSTER_B=$B_KASCADE_KUBECONFIG" \
+    --component-traces-listen "$TRACING_ENDPOINT" \
     --otlp-endpoint "$JAEGER_OTLP_GRPC"
 ) >"$KASCADE_E2E_RUN_DIR/kascade.log" 2>&1 &
 KASCADE_PID=$!
@@ -214,7 +215,7 @@ KUBECONFIG="$KUBECONFIG" "$CONFIG_ROLLER" --kascade-url https://127.0.0.1:8090 \
   >"$KASCADE_E2E_RUN_DIR/config-roller.log" 2>&1 &
 ROLLER_PID=$!
 
-for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook config-roller deep; do
+for s in deployment service config unschedulable rollout-stuck quota statefulset volumes bigobject job cpid-annotated cpid-webhook config-roller deep slow-webhook; do
   log "scenario $s"
   "$E2E_DIR/scenarios/$s.sh"
 done

@@ -10,6 +10,7 @@ pub mod app;
 pub mod bounds;
 pub mod cli;
 pub mod client_tls;
+pub mod component_spans;
 pub mod coordination;
 pub mod cpid_webhook;
 mod doctor;

@@ -886,3 +886,133 @@ async fn otlp_logs_of_audit_lines_are_accepted_and_answered_as_otlp() {
         "cluster from the path"
     );
 }
+
+/// kube-apiserver's captured traces (e2e/fixtures/slow-webhook), one
+/// OTLP/JSON request per line.
+fn captured_trace_lines() -> Vec<String> {
+    std::fs::read_to_string(common::fixture_path(
+        "slow-webhook",
+        "apiserver-traces.jsonl",
+    ))
+    .unwrap()
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+#[tokio::test]
+async fn component_traces_are_authenticated_first_and_shed_when_the_raw_store_stalls() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
+    // A raw store that accepts connections and never answers: what is
+    // forwarded stays queued.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let lines = captured_trace_lines();
+    let first: ExportTraceServiceRequest = serde_json::from_str(&lines[0]).unwrap();
+    let encoded = first.encode_to_vec();
+    let mut config = CollectConfig::default()
+        .cluster("test")
+        .webhook_token_file(&token)
+        .spool_dir(dir.path().join("spool"));
+    config.export = config.export.output(OutputSpec::Otlp);
+    config.export.otlp_endpoint = Some(format!("http://{}", stalled.local_addr().unwrap()));
+    config.export.otlp_timeout = Some(Duration::from_secs(60));
+    config.component_traces_listen = Some("127.0.0.1:0".parse().unwrap());
+    // Room for one request (as forwarded: the cluster stamped), not two.
+    config.component_traces_queue_bytes = encoded.len() + 200;
+    let (apps, _pipeline) = collect::build(&config).unwrap();
+    let url = spawn_server(
+        apps.component_traces.unwrap().merge(apps.admin),
+        config.header_read_timeout,
+    );
+    let client = reqwest::Client::new();
+    let grpc_path = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&encoded);
+    // No token: refused before the body is read, in each protocol's terms.
+    let r = client
+        .post(format!("{url}/v1/traces"))
+        .header("content-type", "application/json")
+        .body(lines[0].clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(format!("{url}{grpc_path}"))
+        .header("content-type", "application/grpc")
+        .body(framed.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["grpc-status"], "16", "UNAUTHENTICATED");
+    // A bad cluster name is refused with what is wrong.
+    let r = client
+        .post(format!("{url}/v1/traces/not%20a%20cluster"))
+        .bearer_auth("s3cret")
+        .header("content-type", "application/json")
+        .body(lines[0].clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // Accepted over HTTP (OTLP/JSON) …
+    let r = client
+        .post(format!("{url}/v1/traces"))
+        .bearer_auth("s3cret")
+        .header("content-type", "application/json")
+        .body(lines[0].clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // … then the queue is full: gRPC UNAVAILABLE and HTTP 503, both retried
+    // by the exporters, counted as shed.
+    let r = client
+        .post(format!("{url}{grpc_path}"))
+        .bearer_auth("s3cret")
+        .header("content-type", "application/grpc")
+        .body(framed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["grpc-status"], "14", "UNAVAILABLE");
+    let r = client
+        .post(format!("{url}/v1/traces"))
+        .bearer_auth("s3cret")
+        .header("content-type", "application/x-protobuf")
+        .body(encoded.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert!(r.text().await.unwrap().contains("forwarding queue is full"));
+    let spans: usize = first
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .map(|ss| ss.spans.len())
+        .sum();
+    let text = metrics_text(&url).await;
+    assert_eq!(
+        metric(&text, "kascade_component_spans_total{outcome=\"received\"}"),
+        spans as u64
+    );
+    assert_eq!(
+        metric(&text, "kascade_component_spans_total{outcome=\"shed\"}"),
+        2 * spans as u64
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "kascade_component_trace_requests_refused_total{reason=\"unauthorized\"}"
+        ),
+        2
+    );
+    drop(stalled);
+}

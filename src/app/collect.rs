@@ -72,6 +72,11 @@ pub struct CollectConfig {
     /// `kascade_cascade_completion_seconds`): the collector then skips
     /// building a change record per write (docs/benchmarks.md: what they cost).
     pub no_cascade_metrics: bool,
+    /// Where Kubernetes components send their own traces (OTLP gRPC and
+    /// HTTP); `None`: not served.
+    pub component_traces_listen: Option<SocketAddr>,
+    /// Encoded bytes of component trace requests waiting to be forwarded.
+    pub component_traces_queue_bytes: usize,
     pub span_cache: SpanCacheConfig,
     pub watch: WatchersConfig,
     pub pipeline: PipelineConfig,
@@ -98,6 +103,8 @@ impl Default for CollectConfig {
             spool_bytes: 1 << 30,
             no_spool: false,
             no_cascade_metrics: false,
+            component_traces_listen: None,
+            component_traces_queue_bytes: 64 << 20,
             span_cache: SpanCacheConfig::default(),
             watch: WatchersConfig::default(),
             pipeline: PipelineConfig::default(),
@@ -228,10 +235,12 @@ impl CollectConfig {
     }
 }
 
-/// The collector's two HTTP apps: the audit webhook and the admin endpoints.
+/// The collector's HTTP apps: the audit webhook, the admin endpoints and,
+/// with `component_traces_listen`, the component traces' intake.
 pub struct CollectApps {
     pub audit: axum::Router,
     pub admin: axum::Router,
+    pub component_traces: Option<axum::Router>,
 }
 
 /// Builds the collector's HTTP apps and the pipeline behind them (used by
@@ -352,10 +361,31 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
             Duration::from_millis(500),
         ));
     }
+    let component_traces = match config.component_traces_listen {
+        None => None,
+        Some(addr) => {
+            let export = config.export.resolve()?;
+            let Some((forwarder, _task)) = crate::export::start_forwarder(
+                &export,
+                config.component_traces_queue_bytes,
+                state.metrics.clone(),
+            )?
+            else {
+                bail!(
+                    "--component-traces-listen {addr}: component traces are forwarded to the raw store, and no --output is otlp"
+                );
+            };
+            Some(webhook::component_traces_router(
+                state.clone(),
+                Arc::new(forwarder),
+            ))
+        }
+    };
     Ok((
         CollectApps {
             audit: webhook::audit_router(state.clone()),
             admin: webhook::admin_router(state),
+            component_traces,
         },
         pipeline,
     ))
@@ -422,6 +452,22 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
             .with_graceful_shutdown(shutdown_signal())
             .await
     });
+    let components = match (config.component_traces_listen, apps.component_traces) {
+        (Some(addr), Some(app)) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen on --component-traces-listen {addr}"))?;
+            tracing::info!(component_traces_listen = %addr, "serving component traces (OTLP gRPC and HTTP /v1/traces)");
+            let limits = crate::source::server::ConnectionLimits {
+                header_read_timeout: config.header_read_timeout,
+                max_connections: config.max_connections,
+                refused: pipeline.metrics.webhook_connections_refused.clone(),
+            };
+            Some(tokio::spawn(async move {
+                serve_webhook(listener, None, app, limits, shutdown_signal()).await
+            }))
+        }
+        _ => None,
+    };
     let listener = std::net::TcpListener::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let tls = match (&config.tls_cert_file, &config.tls_key_file) {
@@ -458,6 +504,9 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
     }
     pipeline.finish().await;
     admin.abort();
+    if let Some(c) = components {
+        c.abort();
+    }
     Ok(())
 }
 

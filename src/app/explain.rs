@@ -93,6 +93,8 @@ pub struct ExplainConfig {
     pub files: Vec<PathBuf>,
     /// Event lists (`kubectl get events -o json`) or JSON lines of Events.
     pub events: Vec<PathBuf>,
+    /// kube-apiserver's own traces (OTLP/JSON lines), joined by audit ID.
+    pub component_traces: Vec<PathBuf>,
     /// Captured watch streams (`{"type":…,"object":…}` per line).
     pub watch: Vec<PathBuf>,
     pub cluster: String,
@@ -116,6 +118,7 @@ impl Default for ExplainConfig {
         Self {
             files: Vec::new(),
             events: Vec::new(),
+            component_traces: Vec::new(),
             watch: Vec::new(),
             cluster: super::trace::TraceConfig::default().cluster,
             rules: Default::default(),
@@ -353,7 +356,13 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     if let Some(ns) = &config.scope.namespace {
         lines = lines.containing(&format!("\"{ns}\""));
     }
-    let collector = Arc::new(ExplainCollector::on_own_thread(config.scope.clone()));
+    let mut collector = ExplainCollector::on_own_thread(config.scope.clone());
+    if !config.component_traces.is_empty() {
+        collector = collector.with_components(super::trace::read_component_traces(
+            &config.component_traces,
+        )?);
+    }
+    let collector = Arc::new(collector);
     let mut watch = Vec::new();
     for path in &config.watch {
         watch.extend(read_watch(path, &config.cluster)?);

@@ -164,6 +164,9 @@ pub struct FrontendServerConfig {
     pub raw_timeout: Duration,
     /// Raw object windows read per search.
     pub raw_search_limit: usize,
+    /// Service name of kube-apiserver's own traces in the raw store;
+    /// empty: they are not joined.
+    pub component_service: String,
     /// Public URL of the Jaeger UI backed by this frontend.
     pub ui_url: String,
     /// Cluster assumed by /redirect links that name none.
@@ -198,6 +201,7 @@ impl Default for FrontendServerConfig {
             raw_service: "kascade".to_string(),
             raw_timeout: Duration::from_secs(10),
             raw_search_limit: 500,
+            component_service: crate::frontend::components::APISERVER_SERVICE.to_string(),
             ui_url: "http://localhost:16686".to_string(),
             default_cluster: "default".to_string(),
             clusters: Vec::new(),
@@ -254,6 +258,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
         .with_context(|| format!("--jaeger-url {:?} is not a URL", config.jaeger_url))?;
     let mut cfg = config.assembly.frontend_config()?;
     cfg.raw_search_limit = config.raw_search_limit.max(1);
+    cfg.component_service = config.component_service.clone();
     cfg.cache_ttl = config.cache_ttl;
     cfg.cache_bytes = config.cache_bytes;
     cfg.clusters = config.clusters.clone();

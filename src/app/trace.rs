@@ -85,6 +85,8 @@ pub struct TraceConfig {
     pub max_diff_lines: usize,
     /// Show the create/delete snapshots in text output.
     pub snapshots: bool,
+    /// kube-apiserver's own traces (OTLP/JSON lines), joined by audit ID.
+    pub component_traces: Vec<PathBuf>,
     /// The relation rules: the built-in ones and a user's directory over them.
     pub rules: super::RuleSources,
     /// The secret key of the redaction markers; `None`: a random key.
@@ -107,6 +109,7 @@ impl Default for TraceConfig {
             mode: Mode::Tracing,
             max_diff_lines: 8,
             snapshots: false,
+            component_traces: Vec::new(),
             rules: Default::default(),
             redaction_key_file: None,
             assembly: AssemblyConfig::default(),
@@ -317,6 +320,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 max_diff_lines: config.max_diff_lines,
                 snapshots: config.snapshots,
                 max_siblings: config.assembly.max_siblings,
+                components: read_component_traces(&config.component_traces)?,
             },
         )))?,
         TraceFormat::Json => print(render_json(&trace.assembly)? + "\n")?,
@@ -382,4 +386,20 @@ fn print_cascades(
         }
         TraceFormat::OtlpJson => print_otlp_json(trace),
     }
+}
+
+/// kube-apiserver's own traces from `--component-traces` files, by audit ID.
+pub(crate) fn read_component_traces(
+    files: &[PathBuf],
+) -> anyhow::Result<crate::component_spans::ComponentSpans> {
+    let mut spans = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --component-traces {}", path.display()))?;
+        spans.extend(
+            crate::component_spans::spans_from_otlp_json_lines(&text)
+                .map_err(|e| anyhow::anyhow!("--component-traces {}: {e}", path.display()))?,
+        );
+    }
+    Ok(crate::component_spans::ComponentSpans::from_spans(spans))
 }

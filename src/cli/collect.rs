@@ -74,6 +74,16 @@ pub struct CollectArgs {
     /// saves the change record each write would build for them. Cause inference stays on.
     #[arg(long, env = "KASCADE_NO_CASCADE_METRICS")]
     pub no_cascade_metrics: bool,
+    /// Address where Kubernetes components (kube-apiserver's, the kubelet's TracingConfiguration
+    /// `endpoint`) send their own traces: OTLP gRPC and HTTP (`/v1/traces`), plaintext, with the
+    /// webhook's bearer token; forwarded to the raw store (the `otlp` output) and joined to the
+    /// object traces by audit ID. Unset: not served.
+    #[arg(long, env = "KASCADE_COMPONENT_TRACES_LISTEN")]
+    pub component_traces_listen: Option<SocketAddr>,
+    /// Encoded bytes of component trace requests waiting to be forwarded; past it requests are
+    /// refused (gRPC UNAVAILABLE, HTTP 503: the components retry) and counted as shed.
+    #[arg(long, default_value_t = collect().component_traces_queue_bytes, env = "KASCADE_COMPONENT_TRACES_QUEUE_BYTES")]
+    pub component_traces_queue_bytes: usize,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -104,6 +114,8 @@ impl From<CollectArgs> for CollectConfig {
             spool_bytes: a.spool_bytes,
             no_spool: a.no_spool,
             no_cascade_metrics: a.no_cascade_metrics,
+            component_traces_listen: a.component_traces_listen,
+            component_traces_queue_bytes: a.component_traces_queue_bytes,
             span_cache: (*a.span_cache).into(),
             watch: a.watch.into(),
             pipeline: a.pipeline.into(),

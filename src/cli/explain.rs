@@ -36,6 +36,11 @@ pub struct ExplainArgs {
     /// Event list (`kubectl get events -A -o json`, or one Event per line), when the audit log lacks them.
     #[arg(long, value_name = "FILE")]
     pub events: Vec<PathBuf>,
+    /// kube-apiserver's own traces of the requests (OTLP/JSON, one TracesData per line: the
+    /// OpenTelemetry Collector's file exporter, or Jaeger's /api/v3/traces answers), repeatable:
+    /// a slow write names the part that took its time, a webhook that failed open is a finding.
+    #[arg(long, value_name = "FILE")]
+    pub component_traces: Vec<PathBuf>,
     /// Captured watch stream (`{"type":…,"object":…}` per line), for states the audit log lacks.
     #[arg(long, value_name = "FILE")]
     pub watch: Vec<PathBuf>,
@@ -78,6 +83,7 @@ impl From<ExplainArgs> for ExplainConfig {
         ExplainConfig {
             files: a.files,
             events: a.events,
+            component_traces: a.component_traces,
             watch: a.watch,
             cluster: a.cluster,
             rules: a.rules.into(),

@@ -103,6 +103,11 @@ pub struct FrontendArgs {
     /// searched past it by splitting the time range, up to --max-objects.
     #[arg(long, default_value_t = frontend().raw_search_limit, env = "KASCADE_RAW_SEARCH_LIMIT")]
     pub raw_search_limit: usize,
+    /// Service name of kube-apiserver's own traces in the raw store (sent to `kascade collect
+    /// --component-traces-listen`): each write shown gets its request's spans, joined by audit ID.
+    /// Empty: no join.
+    #[arg(long, default_value_t = frontend().component_service, env = "KASCADE_COMPONENT_SERVICE")]
+    pub component_service: String,
     /// Public URL of the Jaeger UI backed by this frontend (target of /redirect).
     #[arg(long, default_value_t = frontend().ui_url, env = "KASCADE_UI_URL")]
     pub ui_url: String,
@@ -172,6 +177,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             raw_service: a.raw_service,
             raw_timeout: a.raw_timeout.into(),
             raw_search_limit: a.raw_search_limit,
+            component_service: a.component_service,
             ui_url: a.ui_url,
             default_cluster: a.default_cluster,
             clusters: a.clusters,

@@ -64,6 +64,10 @@ pub struct TraceArgs {
     /// Show the create/delete snapshots in text output.
     #[arg(long)]
     pub snapshots: bool,
+    /// kube-apiserver's own traces of the requests (OTLP/JSON, one TracesData per line), repeatable:
+    /// each traced write gets a line of its admission webhooks, conversions and etcd calls with their times.
+    #[arg(long, value_name = "FILE")]
+    pub component_traces: Vec<PathBuf>,
     #[command(flatten)]
     pub rules: super::RulesArgs,
     /// File holding the secret key of the redaction markers (as `collect --redaction-key-file`): a value gets the marker the collector sharing that key gave it; default: a random key.
@@ -100,6 +104,7 @@ impl From<TraceArgs> for TraceConfig {
             mode: a.mode,
             max_diff_lines: a.max_diff_lines,
             snapshots: a.snapshots,
+            component_traces: a.component_traces,
             rules: a.rules.into(),
             redaction_key_file: a.redaction_key_file,
             assembly: a.assembly.over(AssemblyConfig {

@@ -29,6 +29,7 @@ use std::time::Duration;
 mod batcher;
 pub mod config;
 mod failure;
+mod forward;
 mod otlp;
 mod output;
 pub mod trim;
@@ -42,6 +43,7 @@ use tokio::time::Instant;
 
 pub use config::{Compression, OtlpConfig, OtlpFlags};
 pub use failure::{Failure, SendError, classify_grpc, classify_http};
+pub use forward::{Forwarder, start_forwarder};
 pub use otlp::grpc_channel;
 
 use crate::metrics::{ExportOutput, Metrics};

@@ -171,6 +171,9 @@ pub fn record_from_span(
             .then(|| s.status.as_ref().map(|st| st.message.clone()))
             .flatten()
             .filter(|m| !m.is_empty()),
+        audit_id: string_attr(a, attr::AUDIT_ID)
+            .unwrap_or_default()
+            .to_string(),
         old: None,
         new: None,
         related: Vec::new(),

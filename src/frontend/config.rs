@@ -76,6 +76,9 @@ pub struct FrontendConfig {
     /// holds five times as many traces or more (a 1,000-Pod Deployment's
     /// in tracing mode: 17 MB instead of 94 MB).
     pub keep_assembly: bool,
+    /// The service kube-apiserver's own traces are stored under, joined to
+    /// the writes by audit ID (`components.rs`); empty: no join.
+    pub component_service: String,
 }
 
 impl Default for FrontendConfig {
@@ -97,6 +100,7 @@ impl Default for FrontendConfig {
             search_wait: Duration::from_secs(60),
             max_search_bytes: DEFAULT_MAX_SEARCH_BYTES,
             keep_assembly: true,
+            component_service: super::components::APISERVER_SERVICE.to_string(),
         }
     }
 }

@@ -18,6 +18,8 @@ pub struct TextOptions {
     /// the rest are said in one line, as the Jaeger UI summarises them
     /// (`--max-siblings`; 0 shows all).
     pub max_siblings: usize,
+    /// kube-apiserver's own traces: a traced write gets a line of its parts.
+    pub components: crate::component_spans::ComponentSpans,
 }
 
 impl Default for TextOptions {
@@ -26,6 +28,7 @@ impl Default for TextOptions {
             max_diff_lines: 8,
             snapshots: false,
             max_siblings: DEFAULT_MAX_SIBLINGS,
+            components: Default::default(),
         }
     }
 }
@@ -155,6 +158,12 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
                         String::new()
                     };
                     let _ = writeln!(out, "{body}{t}  {} {code}{summary}{failed}", e.span.name);
+                    if let Some(line) = string_attr(&e.span.attributes, "audit.id")
+                        .and_then(|id| opts.components.of(id))
+                        .map(request_line)
+                    {
+                        let _ = writeln!(out, "{body}            {line}");
+                    }
                     for l in lines.iter().take(opts.max_diff_lines) {
                         let _ = writeln!(out, "{body}            {l}");
                     }
@@ -175,4 +184,23 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         }
     }
     out
+}
+
+/// One traced request in a line: `apiserver 812ms: validating webhook
+/// policy.example.com 805ms, etcd Create 2ms` (a failed part marked ✗).
+fn request_line(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> String {
+    let (total, parts) = crate::component_spans::parts(spans);
+    let ms = |d: std::time::Duration| format!("{:.0}ms", d.as_secs_f64() * 1e3);
+    let listed: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let failed = if p.failed { " ✗" } else { "" };
+            format!("{} {}{failed}", p.label, ms(p.took))
+        })
+        .collect();
+    if listed.is_empty() {
+        format!("apiserver {}", ms(total))
+    } else {
+        format!("apiserver {}: {}", ms(total), listed.join(", "))
+    }
 }

@@ -60,6 +60,21 @@ label_values! {
 }
 
 label_values! {
+    /// What became of the spans Kubernetes components sent
+    /// (`kascade collect --component-traces-listen`).
+    pub enum ComponentSpanOutcome {
+        /// In a request kascade accepted for forwarding.
+        Received => "received",
+        /// Exported to the raw store.
+        Forwarded => "forwarded",
+        /// Refused because the forwarding queue was full (the sender retries).
+        Shed => "shed",
+        /// Accepted, then given up by the export (refused, or failing past --export-retry-for).
+        Dropped => "dropped",
+    }
+}
+
+label_values! {
     /// Why spans too large to export were trimmed.
     pub enum TrimReason {
         /// Over `--export-max-batch-bytes`.
@@ -184,6 +199,11 @@ pub struct CascadeRoleLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabel {
     pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComponentSpanLabel {
+    pub outcome: ComponentSpanOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

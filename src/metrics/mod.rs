@@ -78,6 +78,12 @@ pub struct Metrics {
     pub spool_replayed: Counter,
     /// Webhook connections refused at `--max-connections`.
     pub webhook_connections_refused: Counter,
+    /// Spans of Kubernetes components' own traces, by what became of them.
+    pub component_spans: Family<ComponentSpanLabel, Counter>,
+    /// Component trace requests refused (unauthorized, unreadable, too large).
+    pub component_requests_refused: Family<RejectLabel, Counter>,
+    /// Encoded bytes of component trace requests waiting to be forwarded.
+    pub component_forward_queue_bytes: Gauge,
     /// Bytes of webhook bodies being read and decoded now (`--max-intake-bytes`).
     pub intake_bytes: Gauge,
     /// Spooled batches moved aside after processes died replaying them.
@@ -144,6 +150,21 @@ impl Metrics {
             "webhook_connections_refused",
             "Webhook connections answered 429 and closed because --max-connections were open",
             self.webhook_connections_refused.clone(),
+        );
+        r.register(
+            "component_spans",
+            "Spans of Kubernetes components' own traces (--component-traces-listen): received, forwarded to the raw store, shed (forwarding queue full: refused, the sender retries), dropped (export gave up)",
+            self.component_spans.clone(),
+        );
+        r.register(
+            "component_trace_requests_refused",
+            "Component trace requests refused: unauthorized, bad_body (unreadable, too large), malformed (not OTLP traces)",
+            self.component_requests_refused.clone(),
+        );
+        r.register(
+            "component_forward_queue_bytes",
+            "Encoded bytes of component trace requests waiting to be forwarded (bounded by --component-traces-queue-bytes)",
+            self.component_forward_queue_bytes.clone(),
         );
         r.register(
             "webhook_intake_bytes",
@@ -426,6 +447,10 @@ impl Metrics {
         ClusterLabel {
             source: cluster.to_string(),
         }
+    }
+
+    pub fn component(outcome: ComponentSpanOutcome) -> ComponentSpanLabel {
+        ComponentSpanLabel { outcome }
     }
 
     pub fn rejected(reason: RejectReason) -> RejectLabel {

@@ -162,6 +162,9 @@ pub struct ChangeRecord {
     /// The Status message of a refused write (`code` ≥ 400), e.g.
     /// `pods "web-…" is forbidden: exceeded quota: …`.
     pub failure: Option<String>,
+    /// The request's audit ID (joins the apiserver's own trace of it);
+    /// empty for a change only the watch saw.
+    pub audit_id: String,
     /// The object before and after (redacted), only for sinks that
     /// [`ChangeSink::wants_objects`].
     pub old: Option<Arc<Value>>,

@@ -9,6 +9,7 @@
 
 mod audit;
 mod change;
+mod component_traces;
 mod intake;
 mod k8s_event;
 mod object_json;
@@ -27,6 +28,7 @@ pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
     RelatedObject, SpanRef, WriteCpid,
 };
+pub use component_traces::{ComponentTraceSink, QueueFull};
 pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
 pub use k8s_event::{
     EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,

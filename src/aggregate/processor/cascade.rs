@@ -39,6 +39,8 @@ pub(super) struct Write<'a> {
     pub deleted: bool,
     /// The Status message of a refused write.
     pub failure: Option<String>,
+    /// The request's audit ID; empty for a change only the watch saw.
+    pub audit_id: &'a str,
 }
 
 impl<'a> Write<'a> {
@@ -66,6 +68,7 @@ impl<'a> Write<'a> {
             uid,
             deleted,
             failure: (ev.code() >= 400).then(|| super::emit::failure_message(ev)),
+            audit_id: &ev.audit_id,
         }
     }
 }
@@ -293,6 +296,7 @@ impl Processor {
                 depth: inference.depth,
                 cpid: inference.cpid,
                 failure: w.failure.clone(),
+                audit_id: w.audit_id.to_string(),
                 old: old.filter(|_| objects).cloned(),
                 new: new_state.filter(|_| objects).map(NewState::shared),
                 related: if objects {

@@ -157,6 +157,7 @@ impl Processor {
                         uid,
                         deleted,
                         failure: None,
+                        audit_id: "",
                     },
                     Some(&own),
                     &relations,

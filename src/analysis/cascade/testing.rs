@@ -65,6 +65,7 @@ pub fn change(
         depth: 0,
         cpid: None,
         failure: None,
+        audit_id: String::new(),
         old: None,
         new: None,
         related: Vec::new(),

@@ -191,6 +191,7 @@ impl Builder<'_> {
             depth: row.depth,
             cpid: None,
             failure: None,
+            audit_id: String::new(),
             old: None,
             new: None,
             related: Vec::new(),

@@ -61,6 +61,7 @@ pub(super) fn raw_findings(st: &mut State, members: &HashSet<usize>) -> Vec<Raw>
     warning_events(st, members, &mut out);
     unsettled(st, members, &mut out);
     slow_hops(st, members, &mut out);
+    traced_requests(st, members, &mut out);
     fights(st, members, &mut out);
     out
 }
@@ -326,6 +327,86 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
             also: Vec::new(),
             also_total: 0,
         });
+    }
+}
+
+/// What kube-apiserver's own traces say of writes: the part that made one
+/// slow, a webhook that failed open.
+fn traced_requests(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    for n in &st.request_notes {
+        if !members.contains(&(n.obj as usize)) || !st.scope.admits_finding(n.received) {
+            continue;
+        }
+        let listing = n
+            .parts
+            .iter()
+            .map(|p| {
+                let failed = if p.failed { " (failed)" } else { "" };
+                format!("{}: {}{failed}", p.label, format_duration(p.took))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let evidence = |summary: String| {
+            vec![(
+                n.received,
+                Evidence {
+                    kind: "write".into(),
+                    time: rfc3339(n.received),
+                    summary,
+                    detail: format!(
+                        "kube-apiserver's trace: {} in all; {listing}",
+                        format_duration(n.total)
+                    ),
+                },
+            )]
+        };
+        let mut raw = |kind, severity, title: String, key: String, summary: String| {
+            out.push(Raw {
+                kind,
+                severity,
+                obj: n.obj,
+                title,
+                key,
+                first: n.received,
+                last: n.received,
+                count: 1,
+                evidence: evidence(summary),
+                root: Some(n.root),
+                also: Vec::new(),
+                also_total: 0,
+            });
+        };
+        let slowest = n.parts.iter().max_by_key(|p| p.took);
+        if let Some(p) =
+            slowest.filter(|p| n.total >= super::collect::SLOW_WRITE_FLOOR && p.took * 2 >= n.total)
+        {
+            raw(
+                FindingKind::SlowWrite,
+                Severity::Info,
+                format!(
+                    "slow write: {}: {} of {}",
+                    p.label,
+                    format_duration(p.took),
+                    format_duration(n.total)
+                ),
+                format!("slow write {}", p.label),
+                format!("{} took {}", n.write, format_duration(n.total)),
+            );
+        }
+        if n.code < 400 {
+            for p in n.parts.iter().filter(|p| p.failed && p.is_webhook()) {
+                raw(
+                    FindingKind::WebhookFailedOpen,
+                    Severity::Warning,
+                    format!(
+                        "{} failed open: its call failed and the write was admitted without its judgement",
+                        p.label
+                    ),
+                    format!("failed open {}", p.label),
+                    format!("{} admitted ({})", n.write, n.code),
+                );
+            }
+        }
     }
 }
 

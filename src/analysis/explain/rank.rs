@@ -33,7 +33,8 @@ fn priority(k: FindingKind) -> u8 {
         FindingKind::FailedWrite => 4,
         FindingKind::WarningEvent => 3,
         FindingKind::NotCompleted => 2,
-        FindingKind::SlowHop => 1,
+        FindingKind::WebhookFailedOpen => 3,
+        FindingKind::SlowHop | FindingKind::SlowWrite => 1,
     }
 }
 
@@ -133,6 +134,8 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
             FindingKind::DeniedWrite
                 | FindingKind::FailedWrite
                 | FindingKind::SlowHop
+                | FindingKind::SlowWrite
+                | FindingKind::WebhookFailedOpen
                 | FindingKind::WritersFight
         ) {
             continue;

@@ -28,6 +28,12 @@ pub enum FindingKind {
     NotCompleted,
     /// A hop far outside its edge's usual latency.
     SlowHop,
+    /// A write whose request took long, one part of it (an admission
+    /// webhook, etcd) most of the time (kube-apiserver's own trace).
+    SlowWrite,
+    /// A write admitted although an admission webhook's call failed
+    /// (`failurePolicy: Ignore`): the webhook did not judge it.
+    WebhookFailedOpen,
     /// A spec field set back and forth by several writers: none of them
     /// gets its way for long.
     WritersFight,
@@ -41,6 +47,8 @@ impl FindingKind {
             FindingKind::WarningEvent => "warning_event",
             FindingKind::NotCompleted => "not_completed",
             FindingKind::SlowHop => "slow_hop",
+            FindingKind::SlowWrite => "slow_write",
+            FindingKind::WebhookFailedOpen => "webhook_failed_open",
             FindingKind::WritersFight => "writers_fight",
         }
     }

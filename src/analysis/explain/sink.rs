@@ -38,6 +38,14 @@ impl ExplainCollector {
         }
     }
 
+    /// Reads kube-apiserver's own traces of the requests (`explain
+    /// --component-traces`): the part that made a write slow, a webhook
+    /// that failed open.
+    pub fn with_components(self, components: crate::component_spans::ComponentSpans) -> Self {
+        self.lock().components = Some(Arc::new(components));
+        self
+    }
+
     /// A collector that records on a thread of its own, beside the
     /// processor's (an offline run: a sixth of its CPU leaves the thread
     /// that processes). Reading the state (e.g. [`Self::resources_seen`])

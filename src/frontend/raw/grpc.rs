@@ -98,9 +98,18 @@ impl JaegerGrpc {
         range: TimeRange,
         limit: usize,
     ) -> FindTracesRequest {
+        Self::query_of(&self.service, tags, range, limit)
+    }
+
+    fn query_of(
+        service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> FindTracesRequest {
         FindTracesRequest {
             query: Some(TraceQueryParameters {
-                service_name: self.service.clone(),
+                service_name: service.to_string(),
                 attributes: tags
                     .iter()
                     .map(|(k, v)| QueryKeyValue {
@@ -215,14 +224,9 @@ fn timestamp(t: SystemTime) -> prost_types::Timestamp {
     }
 }
 
-impl RawStore for JaegerGrpc {
-    async fn find(
-        &self,
-        tags: &[(String, String)],
-        range: TimeRange,
-        limit: usize,
-    ) -> Result<Vec<TraceIdBytes>, RawError> {
-        let request = self.query(tags, range, limit);
+impl JaegerGrpc {
+    /// `FindTraceIDs`: the ids a search finds.
+    async fn find_ids(&self, request: FindTracesRequest) -> Result<Vec<TraceIdBytes>, RawError> {
         let mut client = self.client.clone();
         let found = self
             .call("FindTraceIDs", 0, async move {
@@ -234,6 +238,28 @@ impl RawStore for JaegerGrpc {
             .iter()
             .filter_map(|t| trace_id_bytes(&t.trace_id))
             .collect())
+    }
+}
+
+impl RawStore for JaegerGrpc {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        self.find_ids(self.query(tags, range, limit)).await
+    }
+
+    async fn find_component(
+        &self,
+        service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        self.find_ids(Self::query_of(service, tags, range, limit))
+            .await
     }
 
     async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {

@@ -130,9 +130,36 @@ impl JaegerHttp {
             .collect())
     }
 
+    /// The trace ids a search (`/api/traces`) finds.
+    async fn find_at(&self, url: reqwest::Url) -> Result<Vec<TraceIdBytes>, RawError> {
+        let Some(body) = self.fetch(url.as_str()).await? else {
+            return Ok(Vec::new());
+        };
+        let parsed: V1Search = serde_json::from_slice(&body).map_err(|e| RawError::Decode {
+            url: url.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(parsed
+            .data
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| parse_hex_trace_id(&t.trace_id))
+            .collect())
+    }
+
     /// `/api/traces` for raw traces with a span carrying every tag.
     fn search_url(
         &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<reqwest::Url, RawError> {
+        self.search_url_of(&self.service, tags, range, limit)
+    }
+
+    fn search_url_of(
+        &self,
+        service: &str,
         tags: &[(String, String)],
         range: TimeRange,
         limit: usize,
@@ -145,7 +172,7 @@ impl JaegerHttp {
         reqwest::Url::parse_with_params(
             &format!("{}/api/traces", self.base),
             &[
-                ("service", self.service.clone()),
+                ("service", service.to_string()),
                 ("tags", serde_json::Value::Object(tag_map).to_string()),
                 ("start", micros(range.start).to_string()),
                 ("end", micros(range.end).to_string()),
@@ -255,20 +282,18 @@ impl RawStore for JaegerHttp {
         range: TimeRange,
         limit: usize,
     ) -> Result<Vec<TraceIdBytes>, RawError> {
-        let url = self.search_url(tags, range, limit)?;
-        let Some(body) = self.fetch(url.as_str()).await? else {
-            return Ok(Vec::new());
-        };
-        let parsed: V1Search = serde_json::from_slice(&body).map_err(|e| RawError::Decode {
-            url: url.to_string(),
-            message: e.to_string(),
-        })?;
-        Ok(parsed
-            .data
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|t| parse_hex_trace_id(&t.trace_id))
-            .collect())
+        self.find_at(self.search_url(tags, range, limit)?).await
+    }
+
+    async fn find_component(
+        &self,
+        service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        self.find_at(self.search_url_of(service, tags, range, limit)?)
+            .await
     }
 
     async fn get(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {

@@ -46,6 +46,15 @@ impl MemoryStore {
         super::namespaces_of(self.traces.values().flatten(), resource, group, name)
     }
 
+    /// Adds spans (e.g. a component's own traces beside the collector's).
+    pub fn add(&mut self, spans: impl IntoIterator<Item = Span>) {
+        for s in spans {
+            if let Some(id) = trace_id_bytes(&s.trace_id) {
+                self.traces.entry(id).or_default().push(s);
+            }
+        }
+    }
+
     pub fn span_count(&self) -> usize {
         self.traces.values().map(Vec::len).sum()
     }
@@ -71,6 +80,37 @@ impl RawStore for MemoryStore {
             .traces
             .iter()
             .filter_map(|(id, spans)| Some((search_match(spans, tags, from, to)?, *id)))
+            .collect();
+        found.sort();
+        Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+
+    /// Traces without an object span (the store holds no resources, so
+    /// `service` is not checked) with a span carrying every tag and
+    /// starting within `range`.
+    async fn find_component(
+        &self,
+        _service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        let (from, to) = (nanos(range.start), nanos(range.end));
+        let mut found: Vec<(u64, TraceIdBytes)> = self
+            .traces
+            .iter()
+            .filter(|(_, spans)| {
+                !spans
+                    .iter()
+                    .any(|s| s.tag(attr::SPAN_KIND) == Some(SPAN_KIND_OBJECT))
+            })
+            .filter_map(|(id, spans)| {
+                spans
+                    .iter()
+                    .filter(|s| (from..=to).contains(&s.start_time_unix_nano))
+                    .find(|s| tags.iter().all(|(k, v)| s.tag(k) == Some(v.as_str())))
+                    .map(|s| (s.start_time_unix_nano, *id))
+            })
             .collect();
         found.sort();
         Ok(found.into_iter().take(limit).map(|(_, id)| id).collect())

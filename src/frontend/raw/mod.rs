@@ -317,6 +317,21 @@ pub trait RawStore: Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<TraceIdBytes>, RawError>> + Send;
 
+    /// Ids of the traces a Kubernetes component exported itself (`service`:
+    /// `apiserver`, `kubelet`) with a span that carries every `(key, value)`
+    /// tag and starts within `range`; at most `limit`. A store that holds no
+    /// component traces finds none.
+    fn find_component(
+        &self,
+        service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<TraceIdBytes>, RawError>> + Send {
+        let _ = (service, tags, range, limit);
+        async { Ok(Vec::new()) }
+    }
+
     /// The spans of one raw trace; empty when the store has no such trace.
     fn get(&self, id: TraceIdBytes) -> impl Future<Output = Result<Vec<Span>, RawError>> + Send;
 
@@ -381,6 +396,19 @@ impl RawStore for JaegerStore {
         match self {
             Self::Grpc(s) => s.find(tags, range, limit).await,
             Self::Http(s) => s.find(tags, range, limit).await,
+        }
+    }
+
+    async fn find_component(
+        &self,
+        service: &str,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<Vec<TraceIdBytes>, RawError> {
+        match self {
+            Self::Grpc(s) => s.find_component(service, tags, range, limit).await,
+            Self::Http(s) => s.find_component(service, tags, range, limit).await,
         }
     }
 

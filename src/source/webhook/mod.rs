@@ -27,10 +27,12 @@ use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
 use crate::self_trace::TARGET;
 
 mod body;
+mod component_traces;
 mod mergelogs;
 mod otlp_logs;
 
 use body::*;
+pub use component_traces::component_traces_router;
 
 pub struct WebhookState {
     pub intake: Intake,

@@ -44,7 +44,7 @@ impl Format {
         }
     }
 
-    fn content_type(self) -> &'static str {
+    pub(super) fn content_type(self) -> &'static str {
         match self {
             Self::Protobuf => "application/x-protobuf",
             Self::Json => "application/json",

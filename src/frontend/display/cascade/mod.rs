@@ -165,6 +165,10 @@ pub fn render(
             if ch.deleted {
                 attributes.push(kv(attr::OBJECT_REMOVED, "true"));
             }
+            if !ch.audit_id.is_empty() {
+                // Joins the apiserver's own spans of the request (components.rs).
+                attributes.push(kv(attr::AUDIT_ID, ch.audit_id.clone()));
+            }
             if let Some(c) = &ch.cpid {
                 attributes.push(kv(attr::CPID, c.cpid.to_string()));
                 attributes.push(kv(attr::CPID_ORIGIN, c.origin.as_str()));

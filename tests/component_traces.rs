@@ -1,0 +1,378 @@
+//! The apiserver's own traces joined to the writes they served, on data
+//! captured from the real control plane (e2e/fixtures/slow-webhook: the
+//! audit log of a Deployment whose Pod creates waited ~800 ms for a slow
+//! validating webhook, with a second webhook failing open, and
+//! kube-apiserver's traces of those writes as its exporter sent them).
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kascade::frontend::assemble::Scope;
+use kascade::frontend::components::{self, APISERVER_SERVICE, AUDIT_ID_TAG};
+use kascade::frontend::display::Mode;
+use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
+use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+const SCENARIO: &str = "slow-webhook";
+
+fn captured_apiserver_spans() -> Vec<Span> {
+    let path = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    components::spans_from_otlp_json_lines(&text).unwrap()
+}
+
+async fn store(with_apiserver: bool) -> MemoryStore {
+    let mut store = common::raw_store_of_lines(common::audit_lines(SCENARIO), "fixture").await;
+    if with_apiserver {
+        store.add(captured_apiserver_spans());
+    }
+    store
+}
+
+async fn deployment_trace(store: MemoryStore, mode: Mode) -> Arc<AssembledTrace> {
+    let (a, b) = store.time_span().unwrap();
+    let f = Frontend::new(Arc::new(store), FrontendConfig::default());
+    let found = f
+        .search(&SearchQuery {
+            mode,
+            scope: Scope::Full,
+            all_siblings: true,
+            tags: vec![
+                ("resource".into(), "deployments".into()),
+                ("namespace".into(), "slow-demo".into()),
+                ("name".into(), "web".into()),
+            ],
+            range: TimeRange::new(from_nanos(a), from_nanos(b)),
+            limit: 5,
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    found[0].clone()
+}
+
+/// (service, span) of every span of the assembled trace.
+fn spans_of(t: &AssembledTrace) -> Vec<(String, Span)> {
+    t.resource_spans
+        .iter()
+        .flat_map(|rs| {
+            let service = rs
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default()
+                .to_string();
+            rs.scope_spans
+                .iter()
+                .flat_map(|ss| ss.spans.clone())
+                .map(move |s| (service.clone(), s))
+        })
+        .collect()
+}
+
+/// The audit IDs a span shows as its own write or as a logged one.
+fn audit_ids_shown(s: &Span) -> Vec<String> {
+    let own = string_attr(&s.attributes, "audit.id").map(str::to_string);
+    let logged = s
+        .events
+        .iter()
+        .filter_map(|e| string_attr(&e.attributes, "audit.id").map(str::to_string));
+    own.into_iter().chain(logged).collect()
+}
+
+#[tokio::test]
+async fn every_traced_write_gets_its_own_requests_spans_in_every_mode() {
+    let captured = captured_apiserver_spans();
+    let captured_ids: HashSet<Vec<u8>> = captured.iter().map(|s| s.span_id.clone()).collect();
+    let audit_id_of_trace: HashMap<Vec<u8>, String> = captured
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.trace_id.clone(),
+                string_attr(&s.attributes, AUDIT_ID_TAG)?.to_string(),
+            ))
+        })
+        .collect();
+    let audit_id_of_span: HashMap<Vec<u8>, &str> = captured
+        .iter()
+        .map(|s| (s.span_id.clone(), audit_id_of_trace[&s.trace_id].as_str()))
+        .collect();
+    for mode in Mode::ALL {
+        let t = deployment_trace(store(true).await, mode).await;
+        let spans = spans_of(&t);
+        let by_id: HashMap<&[u8], &Span> = spans
+            .iter()
+            .map(|(_, s)| (s.span_id.as_slice(), s))
+            .collect();
+        let shown: HashSet<String> = spans
+            .iter()
+            .filter(|(svc, _)| svc != APISERVER_SERVICE)
+            .flat_map(|(_, s)| audit_ids_shown(s))
+            .collect();
+        let traced: HashSet<String> = captured
+            .iter()
+            .filter_map(|s| string_attr(&s.attributes, AUDIT_ID_TAG).map(str::to_string))
+            .collect();
+        let mut joined = HashSet::new();
+        for (svc, s) in &spans {
+            if svc != APISERVER_SERVICE {
+                continue;
+            }
+            assert_eq!(s.trace_id, t.id.to_vec(), "{mode:?}: one trace");
+            assert!(
+                captured_ids.contains(&s.span_id),
+                "{mode:?}: span ids stay the apiserver's"
+            );
+            let parent = by_id
+                .get(s.parent_span_id.as_slice())
+                .unwrap_or_else(|| panic!("{mode:?}: {} has no parent in the trace", s.name));
+            if !captured_ids.contains(&s.parent_span_id) {
+                // A request's root: under the span showing that very write.
+                // (A request's trace may have more than one root: the
+                // apiserver's `authentication` span is one of its own.)
+                let id = audit_id_of_span[&s.span_id];
+                assert!(
+                    audit_ids_shown(parent).iter().any(|a| a == id),
+                    "{mode:?}: request {id} hangs under {:?}, which shows another write",
+                    parent.name
+                );
+                assert!(
+                    !s.links.is_empty(),
+                    "{mode:?}: the root links to the apiserver's trace"
+                );
+                // Inside its parent, and so up to the root (Jaeger sees no skew).
+                let mut child = s;
+                let mut up = Some(*parent);
+                while let Some(p) = up {
+                    assert!(
+                        p.start_time_unix_nano <= child.start_time_unix_nano
+                            && p.end_time_unix_nano >= child.end_time_unix_nano,
+                        "{mode:?}: {} outside its parent {}",
+                        child.name,
+                        p.name
+                    );
+                    child = p;
+                    up = by_id.get(p.parent_span_id.as_slice()).copied();
+                }
+                joined.insert(id.to_string());
+            }
+        }
+        let expected: HashSet<_> = traced.intersection(&shown).cloned().collect();
+        assert!(!expected.is_empty());
+        assert_eq!(
+            joined, expected,
+            "{mode:?}: traced writes shown = joined writes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_slow_pod_creates_show_the_webhook_that_took_their_time() {
+    let t = deployment_trace(store(true).await, Mode::Tree).await;
+    let spans = spans_of(&t);
+    let webhook_calls: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| {
+            s.name == "Call validating webhook"
+                && string_attr(&s.attributes, "webhook") == Some("slow-policy.example.com")
+        })
+        .collect();
+    assert_eq!(
+        webhook_calls.len(),
+        2,
+        "one per Pod create of the 2 replicas"
+    );
+    let captured = captured_apiserver_spans();
+    for call in webhook_calls {
+        // Its request's spans, as the explain and text line read them.
+        let request: Vec<Span> = captured
+            .iter()
+            .filter(|s| {
+                s.trace_id
+                    == captured
+                        .iter()
+                        .find(|c| c.span_id == call.span_id)
+                        .unwrap()
+                        .trace_id
+            })
+            .cloned()
+            .collect();
+        let (total, parts) = components::parts(&request);
+        let slow = parts.iter().max_by_key(|p| p.took).unwrap();
+        assert_eq!(slow.label, "validating webhook slow-policy.example.com");
+        assert!(slow.took * 10 >= total * 9, "{slow:?} of {total:?}");
+        let failing = parts
+            .iter()
+            .find(|p| p.label == "validating webhook failing-policy.example.com")
+            .expect("the failing-open webhook is a part");
+        assert!(failing.failed, "its HTTP call answered 500");
+        assert!(parts.iter().any(|p| p.label == "etcd Create" && !p.failed));
+    }
+}
+
+#[tokio::test]
+async fn without_component_traces_nothing_is_joined() {
+    for mode in Mode::ALL {
+        let t = deployment_trace(store(false).await, mode).await;
+        assert!(
+            spans_of(&t).iter().all(|(svc, _)| svc != APISERVER_SERVICE),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_is_not_otlp_json_names_its_line() {
+    let err = components::spans_from_otlp_json_lines("\n{\"resourceSpans\": 7}\n").unwrap_err();
+    assert!(err.starts_with("line 2: not OTLP/JSON traces"), "{err}");
+    assert!(components::spans_from_otlp_json_lines(&"[".repeat(200_000)).is_err());
+}
+
+/// `kascade explain` of the fixture's audit log as JSON, with `args`.
+fn explain(args: &[&str]) -> serde_json::Value {
+    let audit = common::fixture_path(SCENARIO, "audit.log");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("explain")
+        .arg(&audit)
+        .args(["--format", "json", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn findings_of_kind<'a>(r: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn explain_names_the_webhook_that_made_the_pod_creates_slow_and_the_one_that_failed_open() {
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let r = explain(&["--component-traces", traces.to_str().unwrap()]);
+    let slow = findings_of_kind(&r, "slow_write");
+    assert_eq!(
+        slow.len(),
+        1,
+        "both Pod creates in one finding: {:#}",
+        r["findings"]
+    );
+    let title = slow[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("slow write: validating webhook slow-policy.example.com: 8"),
+        "{title}"
+    );
+    assert_eq!(slow[0]["object"]["resource"], "pods");
+    assert_eq!(
+        slow[0]["also"].as_array().unwrap().len(),
+        1,
+        "the other Pod"
+    );
+    let open = findings_of_kind(&r, "webhook_failed_open");
+    assert_eq!(open.len(), 1);
+    assert!(
+        open[0]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("validating webhook failing-policy.example.com failed open"),
+        "{}",
+        open[0]["title"]
+    );
+    assert_eq!(open[0]["severity"], "warning");
+    // The traced writes that were quick and past no failing webhook (the
+    // Deployment, ReplicaSet, bindings, status updates) say nothing.
+    for f in slow.iter().chain(&open) {
+        assert_eq!(f["object"]["resource"], "pods", "{f:#}");
+    }
+}
+
+#[test]
+fn explain_without_component_traces_says_nothing_of_them() {
+    let r = explain(&[]);
+    assert!(findings_of_kind(&r, "slow_write").is_empty());
+    assert!(findings_of_kind(&r, "webhook_failed_open").is_empty());
+}
+
+#[test]
+fn explain_refuses_a_component_traces_file_that_is_not_otlp_json() {
+    let dir = std::env::temp_dir().join(format!("kascade-ct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"resourceSpans\": 1}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("explain")
+        .arg(common::fixture_path(SCENARIO, "audit.log"))
+        .args(["--component-traces", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--component-traces") && err.contains("line 1: not OTLP/JSON traces"),
+        "{err}"
+    );
+}
+
+fn trace_text(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("trace")
+        .arg(common::fixture_path(SCENARIO, "audit.log"))
+        .args([
+            "-n",
+            "slow-demo",
+            "--object",
+            "deploy/web",
+            "--color",
+            "never",
+        ])
+        .args(["--max-diff-lines", "0", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn kascade_trace_gives_each_traced_write_a_line_of_its_webhooks_and_etcd_calls() {
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let text = trace_text(&["--component-traces", traces.to_str().unwrap()]);
+    let lines: Vec<&str> = text.lines().collect();
+    let creates: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("replicaset-controller create 201"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(creates.len(), 2, "{text}");
+    for i in creates {
+        let next = lines[i + 1].trim_start_matches(['│', ' ']);
+        assert!(
+            next.starts_with("apiserver ")
+                && next.contains(": validating webhook slow-policy.example.com 8")
+                && next.contains("validating webhook failing-policy.example.com ")
+                && next.contains("ms ✗")
+                && next.contains("etcd Create "),
+            "{next}"
+        );
+    }
+    assert!(!trace_text(&[]).contains("apiserver "), "no file, no lines");
+}
