@@ -103,6 +103,8 @@ pub fn start_forwarder(
         progress: Arc::new(crate::pipeline::ExportProgress::default()),
         target: format!("{} (component traces)", otlp_cfg.endpoint),
         retry_for: cfg.retry_for,
+        // The collector forwards through outages; it never gives up.
+        gone: None,
         framer: Arc::new(RequestFramer::new(&super::resource(&cfg.service_name))),
         metrics: metrics.clone(),
     };
