@@ -1,24 +1,69 @@
-//! Spans out: each object span once per window (the span cache decides),
-//! link spans for every relation not yet recorded in the window, on both
-//! sides, and the parts of an audit or watch span (diff events, snapshot,
-//! readiness, failure).
+//! The last stage: spans out. Each object span once per window (the span
+//! cache decides), link spans for every relation not yet recorded in the
+//! window, on both sides, each span counted as sent; and the parts of an
+//! audit or watch span (diff events, snapshot, readiness, failure).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use tokio::sync::mpsc;
+
 use crate::json::Value;
-use crate::model::KeyHasher;
+use crate::metrics::Metrics;
+use crate::model::{KeyHasher, Windowing};
 
 use super::super::diff::Change;
 use super::super::rules::Relation;
-use super::super::span_cache::Slot;
+use super::super::span_cache::{Slot, SpanCache};
 use super::super::status;
-use super::{ProcessError, Processor};
+use super::ProcessError;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::{AuditEvent, ExportProgress};
-use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, LinkFields, SpanBuf, attr};
+use crate::span_model::{
+    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EncodedSpan, LinkFields, SpanBuf, attr,
+};
 
-impl Processor {
+/// Sends spans to the exporter: owns the span cache (which object and link
+/// spans a window has already) and the exporter's channel.
+pub(super) struct Emitter {
+    spans: Arc<dyn SpanCache>,
+    out: mpsc::Sender<EncodedSpan>,
+    export_progress: Option<Arc<ExportProgress>>,
+    windowing: Windowing,
+    metrics: Arc<Metrics>,
+}
+
+impl Emitter {
+    pub(super) fn new(
+        spans: Arc<dyn SpanCache>,
+        out: mpsc::Sender<EncodedSpan>,
+        windowing: Windowing,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Emitter {
+            spans,
+            out,
+            export_progress: None,
+            windowing,
+            metrics,
+        }
+    }
+
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub(super) fn count_sent_in(&mut self, progress: Arc<ExportProgress>) {
+        self.export_progress = Some(progress);
+    }
+
+    /// Whether the span cache is shared (its answers take a round trip).
+    pub(super) fn is_remote(&self) -> bool {
+        self.spans.is_remote()
+    }
+
+    /// Object windows the span cache holds.
+    pub(super) fn span_cache_entries(&self) -> u64 {
+        self.spans.entry_count()
+    }
+
     pub(super) async fn emit(&self, span: SpanBuf) -> Result<(), ProcessError> {
         self.out
             .send(span.finish())
@@ -28,12 +73,6 @@ impl Processor {
             p.add_sent(1);
         }
         Ok(())
-    }
-
-    /// Counts every span sent to the exporter (for the durable intake).
-    pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
-        self.export_progress = Some(progress);
-        self
     }
 
     /// Emits the object span of `ow` unless it already exists (or again when
@@ -52,27 +91,13 @@ impl Processor {
         // Sent again when it went out without the uid this write has: the
         // frontend's merge takes the uid from any of the object's spans.
         if slot != Slot::Existing || force {
-            let (_, end) = self.cfg.windowing.bounds(ow.window_start);
+            let (_, end) = self.windowing.bounds(ow.window_start);
             if slot != Slot::UidMissing {
                 self.metrics.object_spans.inc();
             }
             self.emit(span_model::object_span(ow, uid, end)).await?;
         }
         Ok(())
-    }
-
-    /// Records every relation `state` shows (owners, rules), in `ow`'s window.
-    #[cfg(test)]
-    pub(super) async fn record_relations(
-        &self,
-        ow: &ObjectWindow,
-        state: &Value,
-        at: SystemTime,
-        force: bool,
-    ) -> Result<(), ProcessError> {
-        let relations =
-            super::super::relations::all_relations(&ow.object, state, &self.kinds, &self.rules);
-        self.record_relation_list(ow, &relations, at, force).await
     }
 
     /// Records `relations` (computed by the caller), in `ow`'s window; with a
@@ -178,25 +203,13 @@ impl Processor {
         Ok(())
     }
 
-    /// Updates the label index with `obj`'s state and records the selector
-    /// links that result, in the window of `at`.
-    pub(super) async fn record_selector_links(
-        &self,
-        obj: &ObjectRef,
-        state: &Value,
-        at: SystemTime,
-    ) -> Result<(), ProcessError> {
-        let links = self.selectors.update(&self.rules, obj, state);
-        self.record_selector_link_list(links, at).await
-    }
-
     /// Records selector links the label index returned, in the window of `at`.
     pub(super) async fn record_selector_link_list(
         &self,
         links: Vec<super::super::selectors::SelectorLink>,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        let window_start = self.cfg.windowing.window_start(at);
+        let window_start = self.windowing.window_start(at);
         self.record_each(links.into_iter(), |link| async move {
             let ow = ObjectWindow {
                 object: link.holder,
@@ -208,25 +221,25 @@ impl Processor {
         })
         .await
     }
+}
 
-    /// The diff as span events, one per changed path, at most
-    /// `max_diff_changes` (the rest are counted by the caller).
-    pub(super) fn add_changes(&self, span: &mut SpanBuf, changes: &[Change], at: SystemTime) {
-        for c in changes.iter().take(self.cfg.max_diff_changes) {
-            let mut attrs = [("", ""); 4];
-            attrs[0] = (attr::DIFF_OP, c.op());
-            attrs[1] = (attr::DIFF_PATH, &*c.path);
-            let mut n = 2;
-            if let Some(o) = &c.old {
-                attrs[n] = (attr::DIFF_OLD, o);
-                n += 1;
-            }
-            if let Some(v) = &c.new {
-                attrs[n] = (attr::DIFF_NEW, v);
-                n += 1;
-            }
-            span.event(EVENT_DIFF, at, &attrs[..n]);
+/// The diff as span events, one per changed path, at most `max` (the rest
+/// are counted by the caller).
+pub(super) fn add_changes(span: &mut SpanBuf, changes: &[Change], max: usize, at: SystemTime) {
+    for c in changes.iter().take(max) {
+        let mut attrs = [("", ""); 4];
+        attrs[0] = (attr::DIFF_OP, c.op());
+        attrs[1] = (attr::DIFF_PATH, &*c.path);
+        let mut n = 2;
+        if let Some(o) = &c.old {
+            attrs[n] = (attr::DIFF_OLD, o);
+            n += 1;
         }
+        if let Some(v) = &c.new {
+            attrs[n] = (attr::DIFF_NEW, v);
+            n += 1;
+        }
+        span.event(EVENT_DIFF, at, &attrs[..n]);
     }
 }
 
@@ -312,7 +325,9 @@ pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
 #[cfg(test)]
 mod tests {
     use super::super::ProcessorConfig;
-    use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
+    use super::super::test_support::{
+        accepted, attr, audit_values, drain, emitter, parse, processor, repository_rules,
+    };
     use super::*;
     use crate::json::JsonValueTrait as _;
     use crate::pipeline::Accepted;
@@ -394,7 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_object_span_once_per_window_and_again_when_replayed() {
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let (p, mut rx, _) = emitter();
         let item = created("deployments");
         let ow = ObjectWindow {
             object: item.object.clone(),
@@ -418,7 +433,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_owner_is_linked_on_both_sides_once_per_window() {
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let (p, mut rx, _) = emitter();
         let rs = created("replicasets");
         let state: Value =
             crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
@@ -427,7 +442,13 @@ mod tests {
             window_start: 1800,
         };
         let at = rs.event.stage_timestamp;
-        p.record_relations(&ow, &state, at, false).await.unwrap();
+        let rules = repository_rules();
+        let kinds = crate::aggregate::relations::KindRegistry::default();
+        let relations =
+            crate::aggregate::relations::all_relations(&ow.object, &state, &kinds, &rules);
+        p.record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
         let spans = drain(&mut rx);
         let links: Vec<_> = spans.iter().filter(|s| kind(s) == SPAN_KIND_LINK).collect();
         let owner = state["metadata"]["ownerReferences"][0]["name"]
@@ -448,9 +469,13 @@ mod tests {
             .collect();
         assert_eq!(roles, ["parent", "child"], "{spans:#?}");
         // Known in this window: nothing again, unless replayed.
-        p.record_relations(&ow, &state, at, false).await.unwrap();
+        p.record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
         assert!(drain(&mut rx).is_empty());
-        p.record_relations(&ow, &state, at, true).await.unwrap();
+        p.record_relation_list(&ow, &relations, at, true)
+            .await
+            .unwrap();
         assert_eq!(drain(&mut rx).len(), spans.len());
     }
 

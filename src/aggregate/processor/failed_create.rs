@@ -77,7 +77,8 @@ impl Processor {
             self.metrics.events_processed.inc();
             return Ok(());
         }
-        self.ensure_object_span(&ow, holder_uid, item.replayed)
+        self.emitter
+            .ensure_object_span(&ow, holder_uid, item.replayed)
             .await?;
         let write = audit_write(ev, "", "", "", Some(self.failure_message(ev)));
         let name = if attempt.generate_name.is_empty() {
@@ -119,7 +120,7 @@ impl Processor {
                 .redact_parsed(&tried.group, &tried.resource, &mut requested, text);
             add_snapshot(&mut span, &requested, ev.stage_timestamp);
         }
-        self.emit(span).await?;
+        self.emitter.emit(span).await?;
         self.metrics.events_processed.inc();
         Ok(())
     }

@@ -45,7 +45,7 @@ impl Processor {
             return Ok(());
         }
         for span in span_model::merge_spans(cluster, m) {
-            self.emit(span).await?;
+            self.emitter.emit(span).await?;
         }
         Ok(())
     }

@@ -208,9 +208,8 @@ pub struct Processor {
     kinds: KindRegistry,
     /// Last seen state of each object (redacted, without managedFields).
     states: StateStore,
-    spans: Arc<dyn SpanCache>,
-    out: mpsc::Sender<EncodedSpan>,
-    export_progress: Option<Arc<ExportProgress>>,
+    /// The last stage: spans out, through the span cache.
+    emitter: emit::Emitter,
     metrics: Arc<Metrics>,
     /// Event occurrences (cluster|Event uid|count) already emitted.
     seen_events: moka::sync::Cache<String, ()>,
@@ -255,13 +254,11 @@ impl Processor {
             cpid_warned: crate::bounds::LogEvery::new(Duration::from_secs(10)),
             seen_mergelogs: mergelog::seen_mergelogs(&metrics),
             hidden_values: events::hidden_values(&metrics),
+            emitter: emit::Emitter::new(spans, out, cfg.windowing, metrics.clone()),
             cfg,
             redactor,
             rules,
             kinds: KindRegistry::default(),
-            spans,
-            out,
-            export_progress: None,
             metrics,
         }
     }
@@ -288,7 +285,13 @@ impl Processor {
             .set(self.states.cold_bytes() as i64);
         self.metrics
             .span_cache_entries
-            .set(self.spans.entry_count() as i64);
+            .set(self.emitter.span_cache_entries() as i64);
+    }
+
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
+        self.emitter.count_sent_in(progress);
+        self
     }
 
     /// Watch changes waiting for their audit event.
@@ -341,7 +344,7 @@ impl Processor {
     /// answers take a round trip, so that many writes' reservations reach it
     /// together instead of one write's at a time.
     pub fn pipelines_emission(&self) -> bool {
-        self.spans.is_remote()
+        self.emitter.is_remote()
     }
 
     /// Processes `item` up to the spans that wait on the span cache, which
@@ -471,20 +474,25 @@ impl Processor {
                 selector_links,
                 at,
             } => {
-                self.ensure_object_span(&ow, &uid, replayed).await?;
-                self.emit(span).await?;
-                self.record_relation_list(&ow, &relations, at, replayed)
+                self.emitter.ensure_object_span(&ow, &uid, replayed).await?;
+                self.emitter.emit(span).await?;
+                self.emitter
+                    .record_relation_list(&ow, &relations, at, replayed)
                     .await?;
-                self.record_selector_link_list(selector_links, at).await?;
+                self.emitter
+                    .record_selector_link_list(selector_links, at)
+                    .await?;
             }
             Pending::Event {
                 ow,
                 involved_uid,
                 span,
             } => {
-                self.ensure_object_span(&ow, &involved_uid, false).await?;
+                self.emitter
+                    .ensure_object_span(&ow, &involved_uid, false)
+                    .await?;
                 self.metrics.event_spans.inc();
-                self.emit(span).await?;
+                self.emitter.emit(span).await?;
             }
         }
         self.metrics.events_processed.inc();
@@ -611,7 +619,7 @@ impl Processor {
             (Some(snap), _, _) => add_snapshot(&mut span, snap, at),
             (None, _, _) => {}
         }
-        self.add_changes(&mut span, &w.outcome.changes, at);
+        emit::add_changes(&mut span, &w.outcome.changes, self.cfg.max_diff_changes, at);
         if w.outcome.changes.len() > self.cfg.max_diff_changes {
             span.attr_int(
                 attr::DIFF_TRUNCATED,

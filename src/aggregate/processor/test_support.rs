@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use super::super::redact::Redactor;
 use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
+use super::emit::Emitter;
 use super::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{Accepted, AuditEvent};
@@ -66,11 +67,7 @@ pub fn processor_redacting(
     cfg: ProcessorConfig,
     redactor: Redactor,
 ) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
-    let rules = RuleSet::load_dir(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/rules"
-    )))
-    .expect("the repository's rules");
+    let rules = repository_rules();
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);
@@ -83,6 +80,30 @@ pub fn processor_redacting(
         metrics.clone(),
     );
     (p, rx, metrics)
+}
+
+/// The rules found in the repository (`rules/`).
+pub fn repository_rules() -> RuleSet {
+    RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .expect("the repository's rules")
+}
+
+/// The emitter stage alone, with a local span cache of the default
+/// window, its spans sent to the returned receiver.
+pub fn emitter() -> (Emitter, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+    let windowing = ProcessorConfig::default().windowing;
+    let metrics = Arc::new(Metrics::default());
+    let (tx, rx) = mpsc::channel(1 << 16);
+    let ttl = windowing.width + Duration::from_secs(300);
+    let spans = Arc::new(LocalSpanCache::new(1 << 20, ttl));
+    (
+        Emitter::new(spans, tx, windowing, metrics.clone()),
+        rx,
+        metrics,
+    )
 }
 
 /// The spans sent so far.

@@ -10,7 +10,7 @@ use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
 use super::cascade::{NewState, Write, add_cascade};
-use super::emit::{add_snapshot, add_status};
+use super::emit::{self, add_snapshot, add_status};
 use super::reconcile::{PendingWatch, ledger_key};
 use super::state::{is_older, prepare_watched, resource_version};
 use super::{ProcessError, Processor};
@@ -58,7 +58,9 @@ impl Processor {
                     // Seeding: index only; idle objects get no spans at startup.
                     let _ = self.selectors.update(&self.rules, &obj, &change.state);
                 } else {
-                    self.record_selector_links(&obj, &change.state, change.observed)
+                    let links = self.selectors.update(&self.rules, &obj, &change.state);
+                    self.emitter
+                        .record_selector_link_list(links, change.observed)
                         .await?;
                 }
                 if old.is_none() && change.kind == WatchKind::Modified {
@@ -107,7 +109,7 @@ impl Processor {
     pub async fn flush_watch(&self, all: bool) -> Result<(), ProcessError> {
         let now = Instant::now();
         while let Some(p) = self.ledger.next_due(now, all) {
-            self.ensure_object_span(&p.ow, "", false).await?;
+            self.emitter.ensure_object_span(&p.ow, "", false).await?;
             let at = p.change.observed;
             let new_rv = resource_version(&p.change.state).to_string();
             let kind = p.change.kind.as_str();
@@ -173,11 +175,12 @@ impl Processor {
             if let Some(snap) = &p.snapshot {
                 add_snapshot(&mut span, snap, at);
             }
-            self.add_changes(&mut span, &p.entry.changes, at);
+            emit::add_changes(&mut span, &p.entry.changes, self.cfg.max_diff_changes, at);
             self.metrics.watch_spans.inc();
-            self.emit(span).await?;
+            self.emitter.emit(span).await?;
             if p.change.kind != WatchKind::Deleted {
-                self.record_relation_list(&p.ow, &relations, at, false)
+                self.emitter
+                    .record_relation_list(&p.ow, &relations, at, false)
                     .await?;
             }
         }
