@@ -4,7 +4,7 @@
 use super::super::relations::CLASS_OWNER;
 use super::super::rules::{Relation, Role};
 use super::emit::{add_snapshot, audit_write};
-use super::{ProcessError, Processor, cascade};
+use super::{ProcessError, Processor, cause};
 use crate::model::ObjectWindow;
 use crate::pipeline::{Accepted, FailedCreate};
 use crate::span_model::{self, attr};
@@ -57,12 +57,14 @@ impl Processor {
             .into_iter()
             .collect();
         let inference = self
+            .cause
             .infer_cause(
-                &cascade::Write::audit(
+                &self.selectors,
+                &cause::Write::audit(
                     ev,
                     tried,
-                    cascade::audit_span_ref(&ow, &ev.audit_id),
-                    self.arrival_of(item),
+                    cause::audit_span_ref(&ow, &ev.audit_id),
+                    self.cause.arrival_of(item),
                     "",
                     false,
                 ),
@@ -98,7 +100,7 @@ impl Processor {
             )
         };
         let mut span = span_model::audit_span_named(&ow, &write, &name);
-        cascade::add_cascade(&mut span, &inference);
+        cause::add_cascade(&mut span, &inference);
         if !tried.group.is_empty() {
             span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
         }

@@ -11,7 +11,7 @@
 //! that uses them all; `watch` the list-watch's path, `failed_create` the
 //! creates refused before their object was named.
 
-mod cascade;
+mod cause;
 mod emit;
 mod events;
 mod failed_create;
@@ -28,7 +28,7 @@ use std::time::Duration;
 use crate::json::{JsonValueTrait as _, Value};
 use tokio::sync::mpsc;
 
-use super::causes::{CauseIndex, DEFAULT_CAUSE_OBJECTS};
+use super::causes::DEFAULT_CAUSE_OBJECTS;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::relations::all_relations;
@@ -205,7 +205,7 @@ pub struct Processor {
     cfg: ProcessorConfig,
     redactor: Redactor,
     rules: Arc<RuleSet>,
-    kinds: KindRegistry,
+    kinds: Arc<KindRegistry>,
     /// Last seen state of each object (redacted, without managedFields).
     states: StateStore,
     /// The last stage: spans out, through the span cache.
@@ -218,14 +218,10 @@ pub struct Processor {
     ledger: reconcile::Ledger,
     /// Labels and selectors, for `selector` rules.
     selectors: SelectorIndex,
-    /// Recent changes, the candidate causes of later writes.
-    causes: CauseIndex,
+    /// Infers each write's cause and hands it to the change sinks.
+    cause: cause::CauseInferrer,
     /// Where each change goes with its cause (change log, analysis, metrics).
     change_sinks: Vec<Arc<dyn ChangeSink>>,
-    /// `kascade_cascade_writes_total` by role.
-    role_counters: [prometheus_client::metrics::counter::Counter; 3],
-    /// Malformed CPID annotations are logged at most this often.
-    cpid_warned: crate::bounds::LogEvery,
     /// Mergelogs already shown (by new CPID).
     seen_mergelogs: moka::sync::Cache<[u8; 16], ()>,
     /// The values redaction replaced in recent objects (hashed), to scrub
@@ -243,22 +239,28 @@ impl Processor {
         out: mpsc::Sender<EncodedSpan>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // Learnt from the writes, used by every stage that names objects.
+        let kinds = Arc::new(KindRegistry::default());
         Self {
             states: StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
             seen_events: events::seen_events(cfg.windowing.width, &metrics),
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
             selectors: SelectorIndex::new(&rules),
-            causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
+            cause: cause::CauseInferrer::new(
+                rules.clone(),
+                kinds.clone(),
+                cfg.windowing,
+                cfg.cause_objects,
+                metrics.clone(),
+            ),
             change_sinks: Vec::new(),
-            role_counters: cascade::role_counters(&metrics),
-            cpid_warned: crate::bounds::LogEvery::new(Duration::from_secs(10)),
             seen_mergelogs: mergelog::seen_mergelogs(&metrics),
             hidden_values: events::hidden_values(&metrics),
             emitter: emit::Emitter::new(spans, out, cfg.windowing, metrics.clone()),
             cfg,
             redactor,
             rules,
-            kinds: KindRegistry::default(),
+            kinds,
             metrics,
         }
     }
@@ -266,6 +268,7 @@ impl Processor {
     /// Hands every change, with its inferred cause, to `sink` (as well as
     /// to the sinks added before).
     pub fn with_change_sink(mut self, sink: Arc<dyn ChangeSink>) -> Self {
+        self.cause.add_sink(sink.clone());
         self.change_sinks.push(sink);
         self
     }
@@ -273,7 +276,7 @@ impl Processor {
     pub fn update_gauges(&self) {
         self.metrics
             .cascade_objects
-            .set(self.causes.entry_count() as i64);
+            .set(self.cause.entry_count() as i64);
         self.metrics
             .state_cache_entries
             .set(self.states.entry_count() as i64);
@@ -292,6 +295,13 @@ impl Processor {
     pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
         self.emitter.count_sent_in(progress);
         self
+    }
+
+    /// Notes an audit write as a candidate cause in arrival order (the
+    /// dispatcher calls this before the write is sharded); returns its place
+    /// in that order.
+    pub fn note_arrival(&self, item: &Accepted) -> u64 {
+        self.cause.note_arrival(item)
     }
 
     /// Watch changes waiting for their audit event.
@@ -366,7 +376,7 @@ impl Processor {
     ) -> Result<Option<Emission>, ProcessError> {
         let result = self.process_audit(item, response).await;
         // However it ended: no later write waits for this one any more.
-        self.causes.settle(item.arrival);
+        self.cause.settle(item.arrival);
         result
     }
 
@@ -398,7 +408,7 @@ impl Processor {
             _ => Vec::new(),
         };
         // Only a write that joined a selector copies its relations.
-        let holders_by_selector = cascade::holder_relations(&selector_links, obj);
+        let holders_by_selector = cause::holder_relations(&selector_links, obj);
         let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
             if holders_by_selector.is_empty() {
                 std::borrow::Cow::Borrowed(&w.relations)
@@ -412,18 +422,20 @@ impl Processor {
             .filter(|_| !w.deleted)
             .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
         // Before anything that can fail: writes caused by this one wait for it.
-        let own = self.arrival_entry(item);
+        let own = self.cause.arrival_entry(item);
         // The entry already names this write's span (a refused write has none).
         let (span, arrival) = match &own {
             Some(e) => (e.span, e.arrival),
             None => (
-                cascade::audit_span_ref(&w.ow, &ev.audit_id),
-                self.arrival_of(item),
+                cause::audit_span_ref(&w.ow, &ev.audit_id),
+                self.cause.arrival_of(item),
             ),
         };
         let inference = self
+            .cause
             .infer_cause(
-                &cascade::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
+                &self.selectors,
+                &cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
                 own.as_ref(),
                 &cause_relations,
                 w.old.as_ref(),
@@ -431,7 +443,7 @@ impl Processor {
                     .state
                     .as_ref()
                     .filter(|_| !w.deleted)
-                    .map(cascade::NewState::Shared),
+                    .map(cause::NewState::Shared),
                 object_status.as_ref(),
             )
             .await;
@@ -441,7 +453,7 @@ impl Processor {
             return Ok(None);
         }
         let mut span = self.audit_span(item, &w);
-        cascade::add_cascade(&mut span, &inference);
+        cause::add_cascade(&mut span, &inference);
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }

@@ -97,10 +97,10 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
     for w in &mut writes {
         w.arrival = p.note_arrival(w);
     }
-    let first = p.causes.take_noted(writes[0].arrival).expect("noted");
-    p.causes.hand_to_shard(&first);
+    let first = p.cause.index().take_noted(writes[0].arrival).expect("noted");
+    p.cause.index().hand_to_shard(&first);
     // Idle: only the newest status write of the object stays in the index.
-    assert!(p.causes.compact_all_now() >= 1);
+    assert!(p.cause.index().compact_all_now() >= 1);
     assert!(first.resolved_now().is_none());
     p.process(&writes[0]).await.unwrap();
     assert!(
@@ -332,9 +332,9 @@ async fn settling_a_write_never_inferred_places_it_in_its_own_cascade() {
         .iter()
         .find(|i| i.object.resource == "statefulsets")
         .expect("the StatefulSet's create");
-    let entry = p.causes.take_noted(create.arrival).expect("noted");
+    let entry = p.cause.index().take_noted(create.arrival).expect("noted");
     assert!(entry.resolved_now().is_none());
-    p.causes.settle(create.arrival);
+    p.cause.index().settle(create.arrival);
     assert_eq!(entry.resolved_now().map(|r| r.root), Some(entry.span));
-    assert!(p.causes.take_noted(create.arrival).is_none());
+    assert!(p.cause.index().take_noted(create.arrival).is_none());
 }

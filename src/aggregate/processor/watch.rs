@@ -9,7 +9,7 @@ use super::super::causes::{Op, Revision};
 use super::super::diff::{self, Change};
 use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
-use super::cascade::{NewState, Write, add_cascade};
+use super::cause::{NewState, Write, add_cascade};
 use super::emit::{self, add_snapshot, add_status};
 use super::reconcile::{PendingWatch, ledger_key};
 use super::state::{is_older, prepare_watched, resource_version};
@@ -120,13 +120,11 @@ impl Processor {
                 trace_id: p.ow.trace_id().to_bytes(),
                 span_id: span_model::watch_span_id(&p.ow, kind, &new_rv).to_bytes(),
             };
-            let (own, _) = self.causes.note_arrival(
+            let own = self.cause.note_watched(
                 &p.ow.object,
                 span_ref,
                 class,
-                "",
                 Op::of(kind, ""),
-                at,
                 at,
                 Revision::of(new_rv.parse().ok()),
             );
@@ -143,7 +141,9 @@ impl Processor {
                 })
                 .flatten();
             let inference = self
+                .cause
                 .infer_cause(
+                    &self.selectors,
                     &Write {
                         object: &p.ow.object,
                         span: span_ref,

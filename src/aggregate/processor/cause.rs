@@ -1,24 +1,44 @@
-//! The processor's side of cascades: each write is noted as a candidate
-//! cause when it arrives, its own cause inferred when it is processed
-//! (`aggregate/causes/`), shown on its span (attributes and an OTel link),
-//! and handed to the change sink.
+//! The cause stage: each write is noted as a candidate cause when it
+//! arrives, its own cause inferred when it is processed (`aggregate/causes/`)
+//! and handed with it to the change sinks; and how the inference is shown
+//! on the write's span (attributes and an OTel link).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
-use super::super::causes::{ChangeEntry, Effect, Inference, Op, Revision};
-use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
-use super::super::rules::{ChangeClass, Relation, Role};
+use super::super::causes::{CauseIndex, ChangeEntry, Effect, Inference, Op, Revision};
+use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegistry};
+use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
+use super::super::selectors::SelectorIndex;
 use super::super::status;
-use super::Processor;
-use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
+use crate::bounds::LogEvery;
+use crate::metrics::Metrics;
+use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, ObjectText, Readiness,
-    RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
+    Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
+    Readiness, RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
 use crate::span_model::{self, SpanBuf, attr};
+use prometheus_client::metrics::counter::Counter;
+
+/// Infers each write's cause: owns the index of recent changes (the
+/// candidate causes) and the change sinks the inference is handed to.
+pub(super) struct CauseInferrer {
+    /// Recent changes, the candidate causes of later writes.
+    causes: CauseIndex,
+    /// Where each change goes with its cause (change log, analysis, metrics).
+    change_sinks: Vec<Arc<dyn ChangeSink>>,
+    /// `kascade_cascade_writes_total` by role.
+    role_counters: [Counter; 3],
+    /// Malformed CPID annotations are logged at most this often.
+    cpid_warned: LogEvery,
+    rules: Arc<RuleSet>,
+    kinds: Arc<KindRegistry>,
+    windowing: Windowing,
+    metrics: Arc<Metrics>,
+}
 
 /// What the processor knows of a write when it asks for its cause.
 pub(super) struct Write<'a> {
@@ -70,11 +90,67 @@ impl<'a> Write<'a> {
     }
 }
 
-impl Processor {
+impl CauseInferrer {
+    pub(super) fn new(
+        rules: Arc<RuleSet>,
+        kinds: Arc<KindRegistry>,
+        windowing: Windowing,
+        cause_objects: u64,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        CauseInferrer {
+            causes: CauseIndex::new(&rules, cause_objects, &metrics),
+            change_sinks: Vec::new(),
+            role_counters: role_counters(&metrics),
+            cpid_warned: LogEvery::new(std::time::Duration::from_secs(10)),
+            rules,
+            kinds,
+            windowing,
+            metrics,
+        }
+    }
+
+    /// Hands every change, with its inferred cause, to `sink` too.
+    pub(super) fn add_sink(&mut self, sink: Arc<dyn ChangeSink>) {
+        self.change_sinks.push(sink);
+    }
+
+    /// The index itself, for tests that look into it.
+    #[cfg(test)]
+    pub(super) fn index(&self) -> &CauseIndex {
+        &self.causes
+    }
+
+    /// Objects with recent changes kept.
+    pub(super) fn entry_count(&self) -> u64 {
+        self.causes.entry_count()
+    }
+
+    /// However the write of `arrival` ended: no later write waits for it.
+    pub(super) fn settle(&self, arrival: u64) {
+        self.causes.settle(arrival);
+    }
+
+    /// Notes a change only the list-watch saw as a candidate cause, now.
+    pub(super) fn note_watched(
+        &self,
+        object: &ObjectRef,
+        span: SpanRef,
+        class: ChangeClass,
+        op: Op,
+        at: SystemTime,
+        revision: Revision,
+    ) -> Arc<ChangeEntry> {
+        let (own, _) = self
+            .causes
+            .note_arrival(object, span, class, "", op, at, at, revision);
+        own
+    }
+
     /// Notes an audit write as a candidate cause in arrival order (the
     /// dispatcher calls this before the write is sharded); returns its place
     /// in that order.
-    pub fn note_arrival(&self, item: &Accepted) -> u64 {
+    pub(super) fn note_arrival(&self, item: &Accepted) -> u64 {
         match self.record_arrival(item) {
             Some(entry) => {
                 self.causes.hand_to_shard(&entry);
@@ -114,10 +190,7 @@ impl Processor {
             return None;
         }
         let class = ChangeClass::of(&ev.verb, ev.subresource())?;
-        let window_start = self
-            .cfg
-            .windowing
-            .window_start(ev.request_received_timestamp);
+        let window_start = self.windowing.window_start(ev.request_received_timestamp);
         let span = SpanRef {
             trace_id: raw_trace_id(item.object.hash(), window_start).to_bytes(),
             span_id: span_model::audit_span_id_of(&item.object, window_start, &ev.audit_id)
@@ -205,6 +278,7 @@ impl Processor {
     /// effects, and hands the change to the sink.
     pub(super) async fn infer_cause(
         &self,
+        selectors: &SelectorIndex,
         w: &Write<'_>,
         own: Option<&Arc<ChangeEntry>>,
         relations: &[(Relation, String)],
@@ -260,10 +334,8 @@ impl Processor {
         let inference = self
             .causes
             .infer(&effect, relations, own, || {
-                new.map(|state| {
-                    holder_relations(&self.selectors.selected_by(w.object, state), w.object)
-                })
-                .unwrap_or_default()
+                new.map(|state| holder_relations(&selectors.selected_by(w.object, state), w.object))
+                    .unwrap_or_default()
             })
             .await;
         self.role_counters[inference.role as usize].inc();
@@ -337,9 +409,7 @@ pub(super) fn holder_relations(
 }
 
 /// The writes counters by role, in [`CascadeRole`] order (looked up once).
-pub(super) fn role_counters(
-    metrics: &crate::metrics::Metrics,
-) -> [prometheus_client::metrics::counter::Counter; 3] {
+fn role_counters(metrics: &Metrics) -> [Counter; 3] {
     [
         CascadeRole::Root,
         CascadeRole::Effect,
@@ -390,7 +460,7 @@ pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
     }
 }
 
-impl Processor {
+impl CauseInferrer {
     /// The CPID `state` carries in its annotations; a malformed one is
     /// counted and logged (at most every 10 s) if `report`, and the write
     /// shown without.
@@ -416,7 +486,7 @@ impl Processor {
     }
 }
 
-/// An object's state after a write, for [`Processor::infer_cause`]:
+/// An object's state after a write, for [`CauseInferrer::infer_cause`]:
 /// shared where the processor keeps it in an `Arc` (an audited write), so a
 /// change record holds it without a copy of the whole object.
 #[derive(Clone, Copy)]
