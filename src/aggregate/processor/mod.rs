@@ -23,7 +23,7 @@ mod test_support;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::json::{JsonValueTrait as _, Value};
 use tokio::sync::mpsc;
@@ -37,9 +37,9 @@ use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
-use crate::model::{ObjectWindow, Windowing};
+use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::pipeline::{
-    Accepted, ChangeSink, ExportProgress, Gauges, ObjectText, is_event_resource,
+    Accepted, ChangeSink, ExportProgress, Gauges, K8sEvent, ObjectText, is_event_resource,
 };
 use crate::span_model::{self, EncodedSpan, attr};
 use emit::{
@@ -211,8 +211,8 @@ pub struct Processor {
     /// The last stage: spans out, through the span cache.
     emitter: emit::Emitter,
     metrics: Arc<Metrics>,
-    /// Event occurrences (cluster|Event uid|count) already emitted.
-    seen_events: moka::sync::Cache<String, ()>,
+    /// Admits each Kubernetes Event occurrence once.
+    events: events::EventStage,
     /// Diffs the watch saw, for the audit event of the same write, and the
     /// watch changes waiting for it.
     ledger: reconcile::Ledger,
@@ -222,12 +222,8 @@ pub struct Processor {
     cause: cause::CauseInferrer,
     /// Where each change goes with its cause (change log, analysis, metrics).
     change_sinks: Vec<Arc<dyn ChangeSink>>,
-    /// Mergelogs already shown (by new CPID).
-    seen_mergelogs: moka::sync::Cache<[u8; 16], ()>,
-    /// The values redaction replaced in recent objects (hashed), to scrub
-    /// them from the Events about those objects.
-    hidden_values:
-        moka::sync::Cache<crate::model::ObjectRef, Arc<crate::aggregate::redact::HiddenValues>>,
+    /// Admits each mergelog once.
+    mergelogs: mergelog::MergelogStage,
 }
 
 impl Processor {
@@ -243,7 +239,7 @@ impl Processor {
         let kinds = Arc::new(KindRegistry::default());
         Self {
             states: StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
-            seen_events: events::seen_events(cfg.windowing.width, &metrics),
+            events: events::EventStage::new(kinds.clone(), cfg.windowing, metrics.clone()),
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
             selectors: SelectorIndex::new(&rules),
             cause: cause::CauseInferrer::new(
@@ -254,8 +250,7 @@ impl Processor {
                 metrics.clone(),
             ),
             change_sinks: Vec::new(),
-            seen_mergelogs: mergelog::seen_mergelogs(&metrics),
-            hidden_values: events::hidden_values(&metrics),
+            mergelogs: mergelog::MergelogStage::new(metrics.clone()),
             emitter: emit::Emitter::new(spans, out, cfg.windowing, metrics.clone()),
             cfg,
             redactor,
@@ -269,6 +264,7 @@ impl Processor {
     /// to the sinks added before).
     pub fn with_change_sink(mut self, sink: Arc<dyn ChangeSink>) -> Self {
         self.cause.add_sink(sink.clone());
+        self.events.add_sink(sink.clone());
         self.change_sinks.push(sink);
         self
     }
@@ -386,7 +382,7 @@ impl Processor {
         response: Option<ParsedResponse>,
     ) -> Result<Option<Emission>, ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
-            if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
+            if self.cfg.changes_only && !self.events.sinks_want_events() {
                 return Ok(None);
             }
             return Ok(self.process_event_write(item));
@@ -511,6 +507,60 @@ impl Processor {
         Ok(())
     }
 
+    /// A mergelog from an instrumented controller, shown once.
+    pub async fn process_mergelog(
+        &self,
+        cluster: &str,
+        m: &kascade_cpid::Mergelog,
+    ) -> Result<(), ProcessError> {
+        if !self.mergelogs.admit(m) || self.cfg.changes_only {
+            return Ok(());
+        }
+        for span in span_model::merge_spans(cluster, m) {
+            self.emitter.emit(span).await?;
+        }
+        Ok(())
+    }
+
+    /// A write of a Kubernetes Event: an event span on the object the Event
+    /// is about. Returns the span to send ([`Processor::send_emission`]), if any.
+    fn process_event_write(&self, item: &Accepted) -> Option<Emission> {
+        let (e, at) = self.events.written(item)?;
+        self.k8s_event_until_emission(&item.object, &item.uid, e, at)
+    }
+
+    /// One occurrence of a Kubernetes Event (from an audited write or from the
+    /// Event watch): an event span on the involved object's span, once per
+    /// Event uid and count however often it is seen.
+    pub async fn process_k8s_event(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Result<(), ProcessError> {
+        match self.k8s_event_until_emission(own, own_uid, e, at) {
+            Some(rest) => self.send_emission(rest).await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`Processor::process_k8s_event`] up to the span to send.
+    fn k8s_event_until_emission(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Option<Emission> {
+        let admitted = self.events.admit(own, own_uid, e, at)?;
+        if self.cfg.changes_only {
+            self.metrics.events_processed.inc();
+            return None;
+        }
+        Some(events::event_emission(admitted, own, own_uid))
+    }
+
     /// What an audited write did to its object: the new state and diff
     /// (redacted), the versions before and after, the relations it shows.
     fn apply_audit(&self, item: &Accepted, response: Option<ParsedResponse>) -> AppliedWrite {
@@ -535,7 +585,8 @@ impl Processor {
             self.sees_whole_objects().then_some(&self.redactor),
             response,
         );
-        self.note_hidden(obj, std::mem::take(&mut outcome.hidden));
+        self.events
+            .note_hidden(obj, std::mem::take(&mut outcome.hidden));
 
         // A state that is the response as logged: its uid and version as the
         // decode read them (a lookup each in the parsed state cost ≈ 1 % of

@@ -97,7 +97,11 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
     for w in &mut writes {
         w.arrival = p.note_arrival(w);
     }
-    let first = p.cause.index().take_noted(writes[0].arrival).expect("noted");
+    let first = p
+        .cause
+        .index()
+        .take_noted(writes[0].arrival)
+        .expect("noted");
     p.cause.index().hand_to_shard(&first);
     // Idle: only the newest status write of the object stays in the index.
     assert!(p.cause.index().compact_all_now() >= 1);

@@ -27,7 +27,7 @@ impl Processor {
         let obj = change.object.clone();
         let key = obj.key();
         let hidden = prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
-        self.note_hidden(&obj, hidden);
+        self.events.note_hidden(&obj, hidden);
         let new_rv = resource_version(&change.state).to_string();
         let old = self.states.get(&key);
         let old_rv = old
