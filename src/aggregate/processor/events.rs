@@ -12,7 +12,7 @@ use moka::policy::EvictionPolicy;
 use serde_json::Value;
 
 use super::super::relations::KindRegistry;
-use super::{Emission, Pending};
+use super::flow::{Emission, Pending};
 use crate::aggregate::redact::HiddenValues;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};

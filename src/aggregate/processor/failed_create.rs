@@ -59,7 +59,7 @@ impl Processor {
         let inference = self
             .cause
             .infer_cause(
-                &self.selectors,
+                self.applier.selectors(),
                 &cause::Write::audit(
                     ev,
                     tried,
@@ -118,8 +118,12 @@ impl Processor {
             .and_then(|r| Some((r.get(), r.parse().ok()?)))
         {
             crate::aggregate::diff::strip_noise(&mut requested);
-            self.redactor
-                .redact_parsed(&tried.group, &tried.resource, &mut requested, text);
+            self.applier.redactor().redact_parsed(
+                &tried.group,
+                &tried.resource,
+                &mut requested,
+                text,
+            );
             add_snapshot(&mut span, &requested, ev.stage_timestamp);
         }
         self.emitter.emit(span).await?;

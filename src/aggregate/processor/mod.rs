@@ -11,10 +11,12 @@
 //! that uses them all; `watch` the list-watch's path, `failed_create` the
 //! creates refused before their object was named.
 
+mod applier;
 mod cause;
 mod emit;
 mod events;
 mod failed_create;
+mod flow;
 mod mergelog;
 mod reconcile;
 mod state;
@@ -25,27 +27,22 @@ mod watch;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::json::{JsonValueTrait as _, Value};
+use crate::json::Value;
 use tokio::sync::mpsc;
 
 use super::causes::DEFAULT_CAUSE_OBJECTS;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
-use super::relations::all_relations;
 use super::rules::{Relation, RuleSet};
-use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
 use super::states::{StateError, StateStore};
 use crate::metrics::Metrics;
-use crate::model::{ObjectRef, ObjectWindow, Windowing};
-use crate::pipeline::{
-    Accepted, ChangeSink, ExportProgress, Gauges, K8sEvent, ObjectText, is_event_resource,
-};
+use crate::model::{ObjectRef, Windowing};
+use crate::pipeline::{Accepted, ChangeSink, ExportProgress, Gauges, K8sEvent, is_event_resource};
 use crate::span_model::{self, EncodedSpan, attr};
-use emit::{
-    add_snapshot, add_snapshot_text, add_status, audit_write, failure_message, is_conflict,
-};
-use state::{is_older, resource_version};
+use emit::{add_snapshot, add_snapshot_text, add_status, audit_write, is_conflict};
+pub use flow::Emission;
+use flow::{AppliedWrite, Pending};
 
 /// An audit event's response object parsed (and redacted) ahead of the
 /// event's processing: offline runs prepare it on their decode thread,
@@ -161,53 +158,11 @@ impl ProcessError {
     }
 }
 
-/// What an audited write did to its object ([`Processor::apply_audit`]).
-struct AppliedWrite {
-    ow: ObjectWindow,
-    key: String,
-    old: Option<Arc<Value>>,
-    outcome: state::Outcome,
-    uid: String,
-    new_rv: String,
-    old_rv: String,
-    deleted: bool,
-    /// The new state is kept (not a delete, not older than the one kept).
-    keeps_state: bool,
-    relations: Vec<(Relation, String)>,
-}
-
-/// The spans of a processed write that wait on the span cache: see
-/// [`Processor::process_until_emission`].
-pub struct Emission(Pending);
-
-enum Pending {
-    /// An audited write's object span (once per window), audit span and
-    /// link spans.
-    Write {
-        ow: ObjectWindow,
-        uid: String,
-        replayed: bool,
-        span: span_model::SpanBuf,
-        relations: Vec<(Relation, String)>,
-        selector_links: Vec<super::selectors::SelectorLink>,
-        at: std::time::SystemTime,
-    },
-    /// A Kubernetes Event's span on the object it is about (whose object
-    /// span is created if the window has none yet).
-    Event {
-        ow: ObjectWindow,
-        involved_uid: String,
-        span: span_model::SpanBuf,
-    },
-}
-
 pub struct Processor {
     cfg: ProcessorConfig,
-    redactor: Redactor,
-    rules: Arc<RuleSet>,
     kinds: Arc<KindRegistry>,
-    /// Last seen state of each object (redacted, without managedFields).
-    states: StateStore,
+    /// The first stage: each write applied to its object's last state.
+    applier: applier::Applier,
     /// The last stage: spans out, through the span cache.
     emitter: emit::Emitter,
     metrics: Arc<Metrics>,
@@ -216,8 +171,6 @@ pub struct Processor {
     /// Diffs the watch saw, for the audit event of the same write, and the
     /// watch changes waiting for it.
     ledger: reconcile::Ledger,
-    /// Labels and selectors, for `selector` rules.
-    selectors: SelectorIndex,
     /// Infers each write's cause and hands it to the change sinks.
     cause: cause::CauseInferrer,
     /// Where each change goes with its cause (change log, analysis, metrics).
@@ -238,10 +191,15 @@ impl Processor {
         // Learnt from the writes, used by every stage that names objects.
         let kinds = Arc::new(KindRegistry::default());
         Self {
-            states: StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+            applier: applier::Applier::new(
+                StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+                redactor,
+                rules.clone(),
+                kinds.clone(),
+                cfg.windowing,
+            ),
             events: events::EventStage::new(kinds.clone(), cfg.windowing, metrics.clone()),
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
-            selectors: SelectorIndex::new(&rules),
             cause: cause::CauseInferrer::new(
                 rules.clone(),
                 kinds.clone(),
@@ -253,8 +211,6 @@ impl Processor {
             mergelogs: mergelog::MergelogStage::new(metrics.clone()),
             emitter: emit::Emitter::new(spans, out, cfg.windowing, metrics.clone()),
             cfg,
-            redactor,
-            rules,
             kinds,
             metrics,
         }
@@ -275,13 +231,13 @@ impl Processor {
             .set(self.cause.entry_count() as i64);
         self.metrics
             .state_cache_entries
-            .set(self.states.entry_count() as i64);
+            .set(self.applier.states().entry_count() as i64);
         self.metrics
             .state_cache_hot_entries
-            .set(self.states.hot_entries() as i64);
+            .set(self.applier.states().hot_entries() as i64);
         self.metrics
             .state_cache_bytes
-            .set(self.states.cold_bytes() as i64);
+            .set(self.applier.states().cold_bytes() as i64);
         self.metrics
             .span_cache_entries
             .set(self.emitter.span_cache_entries() as i64);
@@ -311,21 +267,10 @@ impl Processor {
         !self.cfg.changes_only || self.change_sinks.iter().any(|s| s.wants_objects())
     }
 
-    /// [`failure_message`], without the values redaction hides in the
-    /// write's objects: an admission webhook's denial may quote them.
+    /// The failure message of a refused write, without the values
+    /// redaction hides in its objects.
     fn failure_message(&self, ev: &crate::pipeline::AuditEvent) -> String {
-        let message = failure_message(ev);
-        let Some(r) = ev.object_ref.as_ref().filter(|_| self.sees_whole_objects()) else {
-            return message;
-        };
-        let objects: Vec<&str> = [&ev.request_object, &ev.response_object]
-            .into_iter()
-            .flatten()
-            .map(ObjectText::get)
-            .collect();
-        self.redactor
-            .scrub(&r.api_group, &r.resource, &objects, &message)
-            .unwrap_or(message)
+        self.applier.failure_message(ev, self.sees_whole_objects())
     }
 
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
@@ -395,14 +340,18 @@ impl Processor {
         }
         let ev = &item.event;
         let obj = &item.object;
-        let mut w = self.apply_audit(item, response);
+        let mut w = self
+            .applier
+            .apply(item, response, self.sees_whole_objects());
+        self.events
+            .note_hidden(obj, std::mem::take(&mut w.outcome.hidden));
+        if self.cfg.has_watch && ev.code() < 400 {
+            w = self.ledger.reconcile_audit(ev, w);
+        }
         // The label index learns the new labels and selectors now, so that a
         // selector's holder is a relation of this very write (a
         // StatefulSet's new claim); the links are recorded further down.
-        let selector_links = match &w.outcome.state {
-            Some(state) if w.keeps_state => self.selectors.update(&self.rules, obj, state),
-            _ => Vec::new(),
-        };
+        let selector_links = self.applier.index_labels(&w);
         // Only a write that joined a selector copies its relations.
         let holders_by_selector = cause::holder_relations(&selector_links, obj);
         let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
@@ -430,7 +379,7 @@ impl Processor {
         let inference = self
             .cause
             .infer_cause(
-                &self.selectors,
+                self.applier.selectors(),
                 &cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
                 own.as_ref(),
                 &cause_relations,
@@ -444,7 +393,7 @@ impl Processor {
             )
             .await;
         if self.cfg.changes_only {
-            self.keep_state(w)?;
+            self.applier.keep(w)?;
             self.metrics.events_processed.inc();
             return Ok(None);
         }
@@ -458,7 +407,7 @@ impl Processor {
         }
         let relations = std::mem::take(&mut w.relations);
         let uid = std::mem::take(&mut w.uid);
-        let ow = self.keep_state(w)?;
+        let ow = self.applier.keep(w)?;
         Ok(Some(Emission(Pending::Write {
             ow,
             uid,
@@ -561,106 +510,6 @@ impl Processor {
         Some(events::event_emission(admitted, own, own_uid))
     }
 
-    /// What an audited write did to its object: the new state and diff
-    /// (redacted), the versions before and after, the relations it shows.
-    fn apply_audit(&self, item: &Accepted, response: Option<ParsedResponse>) -> AppliedWrite {
-        let ev = &item.event;
-        let obj = &item.object;
-        let ow = ObjectWindow {
-            object: obj.clone(),
-            window_start: self
-                .cfg
-                .windowing
-                .window_start(ev.request_received_timestamp),
-        };
-        let key = obj.key();
-        let (old, old_fields) = self.states.get_with_fields(&key).unzip();
-        let old_fields = old_fields.flatten();
-        let mut outcome = state::apply(
-            ev,
-            obj,
-            old.as_ref(),
-            old_fields.as_deref(),
-            &self.kinds,
-            self.sees_whole_objects().then_some(&self.redactor),
-            response,
-        );
-        self.events
-            .note_hidden(obj, std::mem::take(&mut outcome.hidden));
-
-        // A state that is the response as logged: its uid and version as the
-        // decode read them (a lookup each in the parsed state cost ≈ 1 % of
-        // the collector's instructions).
-        let logged = ev
-            .response_object
-            .as_ref()
-            .filter(|_| outcome.state_text.is_some());
-        let uid = match logged.and_then(ObjectText::uid) {
-            Some(uid) => uid.to_string(),
-            None => outcome
-                .state
-                .as_ref()
-                .and_then(|s| crate::json::pointer(&**s, "/metadata/uid"))
-                .and_then(Value::as_str)
-                .unwrap_or(&item.uid)
-                .to_string(),
-        };
-        // A binding's state is the last one with `spec.nodeName` set: its
-        // version is the one before the binding, not a new one.
-        let mut new_rv = if ev.subresource() == "binding" {
-            String::new()
-        } else if let Some(rv) = logged.and_then(ObjectText::resource_version) {
-            rv.to_string()
-        } else {
-            outcome
-                .state
-                .as_ref()
-                .map(|s| resource_version(s).to_string())
-                .unwrap_or_default()
-        };
-        let mut watch_old_rv = String::new();
-        if self.cfg.has_watch && ev.code() < 400 {
-            let keys = reconcile::audit_claim_keys(
-                &key,
-                &ev.verb,
-                ev.subresource(),
-                &new_rv,
-                outcome.state.is_some(),
-                outcome.snapshot.is_some(),
-            );
-            if let Some(changes) =
-                self.ledger
-                    .claim_for_audit(&keys, &mut watch_old_rv, &mut new_rv)
-            {
-                outcome.changes = changes;
-            }
-        }
-        let last_rv = old.as_deref().map(resource_version).unwrap_or("");
-        let old_rv = state::old_resource_version(ev, &watch_old_rv, last_rv, &new_rv);
-        // Relations come from the newest state known, or the snapshot of a deleted object.
-        let deleted = state::removes_object(ev, &outcome);
-        let relations = outcome
-            .state
-            .as_ref()
-            .or(outcome.snapshot.as_ref())
-            .or(old.as_ref())
-            .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
-            .unwrap_or_default();
-        let keeps_state = !deleted && outcome.state.is_some() && !is_older(&new_rv, last_rv);
-        AppliedWrite {
-            ow,
-            key,
-            old,
-            outcome,
-            uid,
-            new_rv,
-            old_rv,
-            deleted,
-            keeps_state,
-            relations,
-        }
-    }
-
     /// The audit span of an applied write, without its cascade and status.
     fn audit_span(&self, item: &Accepted, w: &AppliedWrite) -> span_model::SpanBuf {
         let ev = &item.event;
@@ -690,25 +539,6 @@ impl Processor {
             );
         }
         span
-    }
-
-    /// The object's state after the write, for the next write's diff; a
-    /// deleted object is forgotten. Gives back the write's object window.
-    fn keep_state(&self, w: AppliedWrite) -> Result<ObjectWindow, ProcessError> {
-        if w.deleted {
-            self.states.remove(&w.key);
-            self.selectors.remove(&w.ow.object);
-        } else if let Some(state) = w.outcome.state
-            && w.keeps_state
-        {
-            self.states.put_with_fields(
-                w.key,
-                state,
-                w.outcome.state_text,
-                w.outcome.state_fields,
-            )?;
-        }
-        Ok(w.ow)
     }
 }
 

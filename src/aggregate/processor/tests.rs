@@ -1,6 +1,7 @@
 use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
 use super::*;
 use crate::json::JsonContainerTrait as _;
+use crate::json::JsonValueTrait as _;
 use crate::model::ObjectRef;
 use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -200,7 +201,7 @@ async fn change_records_share_the_kept_state_instead_of_copying_it() {
         let Some(new) = records.get(before).and_then(|r| r.new.as_ref()) else {
             continue;
         };
-        if let Some(kept) = p.states.get(&item.object.key()) {
+        if let Some(kept) = p.applier.last_state(&item.object.key()) {
             assert!(
                 Arc::ptr_eq(new, &kept),
                 "{}: the record's state is a copy",

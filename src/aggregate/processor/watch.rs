@@ -2,17 +2,15 @@
 //! last state, filed in the [ledger](super::reconcile) for the audit event
 //! of the same write, and shown as a `watch` span when none claims it.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::causes::{Op, Revision};
 use super::super::diff::{self, Change};
-use super::super::relations::all_relations;
 use super::super::rules::ChangeClass;
 use super::cause::{NewState, Write, add_cascade};
 use super::emit::{self, add_snapshot, add_status};
 use super::reconcile::{PendingWatch, ledger_key};
-use super::state::{is_older, prepare_watched, resource_version};
+use super::state::{is_older, resource_version};
 use super::{ProcessError, Processor};
 use crate::model::ObjectWindow;
 use crate::pipeline::{ChangeSource, SpanRef, WatchChange, WatchKind};
@@ -26,10 +24,10 @@ impl Processor {
     pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
         let obj = change.object.clone();
         let key = obj.key();
-        let hidden = prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
+        let hidden = self.applier.prepare_watched(&obj, &mut change.state);
         self.events.note_hidden(&obj, hidden);
         let new_rv = resource_version(&change.state).to_string();
-        let old = self.states.get(&key);
+        let old = self.applier.last_state(&key);
         let old_rv = old
             .as_ref()
             .map(|o| resource_version(o).to_string())
@@ -40,8 +38,7 @@ impl Processor {
         };
         let (version_key, changes, snapshot) = match change.kind {
             WatchKind::Deleted => {
-                self.states.remove(&key);
-                self.selectors.remove(&obj);
+                self.applier.forget(&key, &obj);
                 (
                     ledger_key(&key, "deleted"),
                     Vec::new(),
@@ -52,13 +49,12 @@ impl Processor {
                 if new_rv == old_rv || is_older(&new_rv, &old_rv) {
                     return Ok(()); // already known (the audit event came first) or stale
                 }
-                self.states
-                    .put(key.clone(), Arc::new(change.state.clone()), None)?;
+                self.applier.keep_watched(key.clone(), &change.state)?;
                 if change.kind == WatchKind::Listed && old.is_none() {
                     // Seeding: index only; idle objects get no spans at startup.
-                    let _ = self.selectors.update(&self.rules, &obj, &change.state);
+                    let _ = self.applier.index_state(&obj, &change.state);
                 } else {
-                    let links = self.selectors.update(&self.rules, &obj, &change.state);
+                    let links = self.applier.index_state(&obj, &change.state);
                     self.emitter
                         .record_selector_link_list(links, change.observed)
                         .await?;
@@ -114,7 +110,7 @@ impl Processor {
             let new_rv = resource_version(&p.change.state).to_string();
             let kind = p.change.kind.as_str();
             let deleted = p.change.kind == WatchKind::Deleted;
-            let relations = all_relations(&p.ow.object, &p.change.state, &self.kinds, &self.rules);
+            let relations = self.applier.relations(&p.ow.object, &p.change.state);
             let class = watch_class(p.change.kind, &p.entry.changes);
             let span_ref = SpanRef {
                 trace_id: p.ow.trace_id().to_bytes(),
@@ -143,7 +139,7 @@ impl Processor {
             let inference = self
                 .cause
                 .infer_cause(
-                    &self.selectors,
+                    self.applier.selectors(),
                     &Write {
                         object: &p.ow.object,
                         span: span_ref,

@@ -1,0 +1,69 @@
+//! The values handed from stage to stage: a write applied to its object's
+//! state ([`AppliedWrite`], from the applier through the ledger and the
+//! cause stage to span planning), and the spans that wait on the span
+//! cache ([`Emission`], for the emitter).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::json::Value;
+use crate::model::ObjectWindow;
+use crate::pipeline::AuditEvent;
+use crate::span_model::SpanBuf;
+
+use super::super::rules::Relation;
+use super::super::selectors::SelectorLink;
+use super::state::{self, is_older, resource_version};
+
+/// What an audited write did to its object ([`super::applier::Applier::apply`]),
+/// its versions settled with the list-watch's ([`super::reconcile::Ledger::reconcile_audit`]).
+pub(super) struct AppliedWrite {
+    pub ow: ObjectWindow,
+    pub key: String,
+    pub old: Option<Arc<Value>>,
+    pub outcome: state::Outcome,
+    pub uid: String,
+    pub new_rv: String,
+    pub old_rv: String,
+    pub deleted: bool,
+    /// The new state is kept (not a delete, not older than the one kept).
+    pub keeps_state: bool,
+    pub relations: Vec<(Relation, String)>,
+}
+
+impl AppliedWrite {
+    /// Sets the version before the write and whether its state is kept,
+    /// from the new version and `watch_old_rv` (the version before, as the
+    /// list-watch saw it; empty if unknown).
+    pub fn settle_versions(&mut self, ev: &AuditEvent, watch_old_rv: &str) {
+        let last_rv = self.old.as_deref().map(resource_version).unwrap_or("");
+        self.old_rv = state::old_resource_version(ev, watch_old_rv, last_rv, &self.new_rv);
+        self.keeps_state =
+            !self.deleted && self.outcome.state.is_some() && !is_older(&self.new_rv, last_rv);
+    }
+}
+
+/// The spans of a processed write that wait on the span cache: see
+/// [`super::Processor::process_until_emission`].
+pub struct Emission(pub(super) Pending);
+
+pub(super) enum Pending {
+    /// An audited write's object span (once per window), audit span and
+    /// link spans.
+    Write {
+        ow: ObjectWindow,
+        uid: String,
+        replayed: bool,
+        span: SpanBuf,
+        relations: Vec<(Relation, String)>,
+        selector_links: Vec<SelectorLink>,
+        at: SystemTime,
+    },
+    /// A Kubernetes Event's span on the object it is about (whose object
+    /// span is created if the window has none yet).
+    Event {
+        ow: ObjectWindow,
+        involved_uid: String,
+        span: SpanBuf,
+    },
+}
