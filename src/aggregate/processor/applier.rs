@@ -14,8 +14,8 @@ use super::super::relations::{KindRegistry, all_relations};
 use super::super::rules::{Relation, RuleSet};
 use super::super::selectors::{SelectorIndex, SelectorLink};
 use super::super::states::StateStore;
-use super::emit::failure_message;
 use super::flow::AppliedWrite;
+use super::plan::failure_message;
 use super::state::{self, prepare_watched, resource_version};
 use super::{ParsedResponse, ProcessError};
 

@@ -18,7 +18,8 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::pipeline::{
     Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
-    Readiness, RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
+    Readiness, RelatedObject, SpanRef, WatchKind, WriteCpid, is_event_resource,
+    owner_references_of,
 };
 use crate::span_model::{self, SpanBuf, attr};
 use prometheus_client::metrics::counter::Counter;
@@ -62,6 +63,34 @@ pub(super) struct Write<'a> {
 }
 
 impl<'a> Write<'a> {
+    /// A change only the list-watch saw, shown by the span `span`.
+    pub fn watched(
+        p: &'a super::reconcile::PendingWatch,
+        span: SpanRef,
+        arrival: u64,
+        class: ChangeClass,
+    ) -> Self {
+        let at = p.change.observed;
+        Write {
+            object: &p.ow.object,
+            span,
+            arrival,
+            user: "",
+            verb: p.change.kind.as_str(),
+            subresource: "",
+            class: Some(class),
+            code: 200,
+            received: at,
+            completed: at,
+            source: ChangeSource::Watch,
+            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+            deleted: p.change.kind == WatchKind::Deleted,
+            failure: None,
+        }
+    }
+
     /// An audit write of `object` shown by the span `span`.
     pub fn audit(
         ev: &'a crate::pipeline::AuditEvent,
@@ -85,7 +114,7 @@ impl<'a> Write<'a> {
             source: ChangeSource::Audit,
             uid,
             deleted,
-            failure: (ev.code() >= 400).then(|| super::emit::failure_message(ev)),
+            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
         }
     }
 }

@@ -1,27 +1,21 @@
 //! The last stage: spans out. Each object span once per window (the span
 //! cache decides), link spans for every relation not yet recorded in the
-//! window, on both sides, each span counted as sent; and the parts of an
-//! audit or watch span (diff events, snapshot, readiness, failure).
+//! window, on both sides, each span counted as sent.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
-use crate::json::Value;
 use crate::metrics::Metrics;
 use crate::model::{KeyHasher, Windowing};
 
-use super::super::diff::Change;
 use super::super::rules::Relation;
 use super::super::span_cache::{Slot, SpanCache};
-use super::super::status;
 use super::ProcessError;
 use crate::model::{ObjectRef, ObjectWindow};
-use crate::pipeline::{AuditEvent, ExportProgress};
-use crate::span_model::{
-    self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, EncodedSpan, LinkFields, SpanBuf, attr,
-};
+use crate::pipeline::ExportProgress;
+use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
 /// Sends spans to the exporter: owns the span cache (which object and link
 /// spans a window has already) and the exporter's channel.
@@ -223,123 +217,21 @@ impl Emitter {
     }
 }
 
-/// The diff as span events, one per changed path, at most `max` (the rest
-/// are counted by the caller).
-pub(super) fn add_changes(span: &mut SpanBuf, changes: &[Change], max: usize, at: SystemTime) {
-    for c in changes.iter().take(max) {
-        let mut attrs = [("", ""); 4];
-        attrs[0] = (attr::DIFF_OP, c.op());
-        attrs[1] = (attr::DIFF_PATH, &*c.path);
-        let mut n = 2;
-        if let Some(o) = &c.old {
-            attrs[n] = (attr::DIFF_OLD, o);
-            n += 1;
-        }
-        if let Some(v) = &c.new {
-            attrs[n] = (attr::DIFF_NEW, v);
-            n += 1;
-        }
-        span.event(EVENT_DIFF, at, &attrs[..n]);
-    }
-}
-
-/// The fields of an audit span of `ev`.
-pub(super) fn audit_write<'a>(
-    ev: &'a AuditEvent,
-    subresource: &'a str,
-    old_rv: &'a str,
-    new_rv: &'a str,
-    error: Option<String>,
-) -> AuditWrite<'a> {
-    AuditWrite {
-        audit_id: &ev.audit_id,
-        user: &ev.user.username,
-        impersonated_user: ev.impersonated_user.as_ref().map(|u| u.username.as_str()),
-        user_agent: &ev.user_agent,
-        verb: &ev.verb,
-        subresource,
-        code: ev.code(),
-        source_ip: ev.source_ips.first().map(String::as_str).unwrap_or(""),
-        old_rv,
-        new_rv,
-        error,
-        start: ev.request_received_timestamp,
-        end: ev.stage_timestamp,
-    }
-}
-
-/// The object as one `snapshot` event.
-pub(super) fn add_snapshot(span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
-    add_snapshot_text(span, &crate::json::to_text(snapshot), at);
-}
-
-/// [`add_snapshot`] of an object whose JSON text is at hand (the response
-/// as logged, when nothing of it was redacted). A long one is cut by the
-/// span writer (`--export-max-value-bytes`), which records its real length.
-pub(super) fn add_snapshot_text(span: &mut SpanBuf, text: &str, at: SystemTime) {
-    span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, text)]);
-}
-
-/// The object's readiness after the write (`status::object_status`) as
-/// `object.status` and `object.status.message`.
-pub(super) fn add_status(span: &mut SpanBuf, st: &status::ObjectStatus) {
-    span.attr(attr::OBJECT_STATUS, st.status.as_str());
-    if !st.message.is_empty() {
-        span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
-    }
-}
-
-/// The Status message of a failed write, else its reason and code.
-pub(super) fn failure_message(ev: &AuditEvent) -> String {
-    let code = ev.code();
-    let st = ev.response_status.as_ref();
-    let msg = st.map(|s| s.message.as_str()).unwrap_or("");
-    let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
-    match (reason.is_empty(), msg.is_empty()) {
-        (true, true) => {
-            let (resource, group) = ev
-                .object_ref
-                .as_ref()
-                .map_or(("", ""), |r| (r.resource.as_str(), r.api_group.as_str()));
-            crate::judgement::unexplained_refusal(resource, group, &ev.verb, code)
-        }
-        (false, true) => format!("{reason} (HTTP {code})"),
-        (_, false) => msg.to_string(),
-    }
-}
-
-/// An update or patch refused with 409 Conflict ("the object has been
-/// modified"): optimistic concurrency, which controllers meet and retry all
-/// the time. Not a create's 409 AlreadyExists.
-pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
-    let reason = ev
-        .response_status
-        .as_ref()
-        .map(|s| s.reason.as_str())
-        .unwrap_or("");
-    ev.code() == 409
-        && matches!(ev.verb.as_str(), "update" | "patch")
-        && (reason == "Conflict" || reason.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{
-        accepted, attr, audit_values, drain, emitter, parse, processor, repository_rules,
+        accepted, attr, audit_values, drain, emitter, processor, repository_rules,
     };
     use super::*;
     use crate::json::JsonValueTrait as _;
+    use crate::json::Value;
     use crate::pipeline::Accepted;
+    use crate::span_model::{EVENT_DIFF, attr};
     use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
-    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
     fn kind(s: &Span) -> String {
         attr(s, attr::SPAN_KIND).unwrap_or_default()
-    }
-
-    fn status(s: &Span) -> StatusCode {
-        s.status.as_ref().map(|st| st.code()).unwrap_or_default()
     }
 
     /// The first successful create of `resource` in the deployment scenario.
@@ -507,78 +399,5 @@ mod tests {
                 .iter()
                 .all(|s| s.events.iter().filter(|e| e.name == EVENT_DIFF).count() <= 1)
         );
-    }
-
-    #[tokio::test]
-    async fn a_conflict_is_shown_without_error_other_refusals_with_their_message() {
-        let values = audit_values("deployment");
-        let conflict = values
-            .iter()
-            .find(|e| e["responseStatus"]["code"] == 409 && e["verb"] == "update")
-            .expect("a controller's conflicting update");
-        let ev = parse(conflict);
-        assert!(is_conflict(&ev));
-        let message = conflict["responseStatus"]["message"].as_str().unwrap();
-        assert_eq!(failure_message(&ev), message);
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
-        p.process(&accepted(conflict).unwrap()).await.unwrap();
-        let spans = drain(&mut rx);
-        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
-        assert_eq!(attr(audit, attr::AUDIT_CONFLICT).as_deref(), Some(message));
-        assert_ne!(status(audit), StatusCode::Error);
-
-        // The same refusal of a create is AlreadyExists, an error.
-        let mut exists = conflict.clone();
-        exists["verb"] = "create".into();
-        let ev = parse(&exists);
-        assert!(!is_conflict(&ev));
-        // Without a message, the reason and code say why.
-        let mut bare = conflict.clone();
-        bare["responseStatus"]["message"] = "".into();
-        assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
-    }
-
-    /// The real Secret create of the `config` scenario, refused by an
-    /// admission webhook whose denial quotes its value: the audit span's
-    /// status says why without the value; an unquoting refusal is kept.
-    #[tokio::test]
-    async fn a_refusal_quoting_a_redacted_value_shows_its_marker() {
-        let values = audit_values("config");
-        let created = values
-            .iter()
-            .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "secrets")
-            .unwrap();
-        for (message, secret_shown) in [
-            (
-                "admission webhook \"policy.example.com\" denied the request: password \"kascade-fixture-s3cr3t-value\" is on the breach list",
-                false,
-            ),
-            (
-                "admission webhook \"policy.example.com\" denied the request: no label team",
-                true,
-            ),
-        ] {
-            let mut refused = created.clone();
-            refused["responseStatus"] =
-                serde_json::json!({"code": 400, "status": "Failure", "message": message});
-            refused.as_object_mut().unwrap().remove("responseObject");
-            let (p, mut rx, _) = processor(ProcessorConfig::default());
-            p.process(&accepted(&refused).unwrap()).await.unwrap();
-            let spans = drain(&mut rx);
-            let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
-            let shown = &audit.status.as_ref().unwrap().message;
-            assert_eq!(status(audit), StatusCode::Error);
-            assert!(
-                shown.starts_with("admission webhook \"policy.example.com\" denied"),
-                "{shown}"
-            );
-            assert!(!shown.contains("s3cr3t"), "{shown}");
-            assert_eq!(
-                shown.contains(crate::aggregate::redact::MARKER_PREFIX),
-                !secret_shown,
-                "{shown}"
-            );
-            assert_eq!(shown == message, secret_shown);
-        }
     }
 }
