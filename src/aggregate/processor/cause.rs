@@ -305,6 +305,9 @@ impl CauseInferrer {
     /// Infers the cause of `w` (whose state shows `relations`; `old`/`new`
     /// its states around the write), registers those relations for later
     /// effects, and hands the change to the sink.
+    // The label index is the applier's, lent for the one lookup it needs
+    // (the selecting objects of a new state) rather than shared.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn infer_cause(
         &self,
         selectors: &SelectorIndex,
