@@ -223,3 +223,88 @@ impl Applier {
         self.selectors.update(&self.rules, obj, state)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{accepted, applier, audit_values};
+    use super::*;
+
+    /// The deployment scenario's successful writes of its Deployment's spec
+    /// (create, then updates), as the source accepts them.
+    fn deployment_writes() -> Vec<Accepted> {
+        audit_values("deployment")
+            .iter()
+            .filter(|e| {
+                e["objectRef"]["resource"] == "deployments"
+                    && e["objectRef"].get("subresource").is_none()
+                    && e["responseStatus"]["code"].as_i64().unwrap_or(0) < 300
+            })
+            .filter_map(accepted)
+            .collect()
+    }
+
+    #[test]
+    fn a_write_is_diffed_against_the_state_the_previous_write_left() {
+        let a = applier();
+        let writes = deployment_writes();
+        assert!(writes.len() >= 2, "a create and a later write");
+        let created = a.apply(&writes[0], None, true);
+        assert_eq!(writes[0].event.verb, "create");
+        assert!(created.outcome.snapshot.is_some(), "a create shows the object");
+        assert!(created.old.is_none() && created.keeps_state && !created.deleted);
+        assert!(!created.uid.is_empty());
+        assert!(
+            created.relations.is_empty(),
+            "a Deployment has no owner: {:?}",
+            created.relations.len()
+        );
+        let created_rv = created.new_rv.clone();
+        // Not kept yet: the next write would see no state.
+        assert!(a.last_state(&created.key).is_none());
+        a.keep(created).unwrap();
+        let next = a.apply(&writes[1], None, true);
+        assert!(next.old.is_some(), "the kept state");
+        assert_eq!(next.old_rv, created_rv, "the version before the write");
+        assert!(
+            next.outcome.snapshot.is_some() || !next.outcome.changes.is_empty(),
+            "a diff or a snapshot"
+        );
+    }
+
+    #[test]
+    fn a_replicaset_shows_its_owner_and_joins_the_label_index() {
+        let a = applier();
+        let rs = audit_values("deployment")
+            .iter()
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["resource"] == "replicasets"
+                    && e["responseStatus"]["code"] == 201
+            })
+            .and_then(accepted)
+            .expect("the scenario creates a ReplicaSet");
+        let w = a.apply(&rs, None, true);
+        let owner = w
+            .relations
+            .iter()
+            .find(|(r, _)| r.target.resource == "deployments")
+            .expect("its Deployment");
+        assert!(!owner.1.is_empty(), "the owner's uid");
+        // Its selector is indexed: no Pod yet to link.
+        assert!(a.index_labels(&w).is_empty());
+    }
+
+    #[test]
+    fn a_refusal_quoting_nothing_hidden_keeps_its_message() {
+        let a = applier();
+        let conflict = audit_values("deployment")
+            .into_iter()
+            .find(|e| e["responseStatus"]["code"] == 409)
+            .expect("a conflict");
+        let item = accepted(&conflict).unwrap();
+        let message = conflict["responseStatus"]["message"].as_str().unwrap();
+        assert_eq!(a.failure_message(&item.event, true), message);
+        let w = a.apply(&item, None, true);
+        assert!(w.outcome.state.is_none() && !w.keeps_state, "nothing written");
+    }
+}

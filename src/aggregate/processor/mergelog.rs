@@ -55,3 +55,28 @@ impl MergelogStage {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_mergelog_is_admitted_once_and_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let stage = MergelogStage::new(metrics.clone());
+        let merged = |cpid| kascade_cpid::Mergelog {
+            cpid,
+            sources: vec![
+                kascade_cpid::Cpid::new_random(),
+                kascade_cpid::Cpid::new_random(),
+            ],
+            time: std::time::SystemTime::now(),
+            controller: String::new(),
+        };
+        let m = merged(kascade_cpid::Cpid::new_random());
+        assert!(stage.admit(&m));
+        assert!(!stage.admit(&m), "a retry");
+        assert_eq!(metrics.mergelogs_duplicate.get(), 1);
+        assert!(stage.admit(&merged(kascade_cpid::Cpid::new_random())));
+    }
+}

@@ -10,6 +10,10 @@ use tokio::sync::mpsc;
 use super::super::redact::Redactor;
 use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
+use super::super::relations::KindRegistry;
+use super::super::states::StateStore;
+use super::applier::Applier;
+use super::cause::CauseInferrer;
 use super::emit::Emitter;
 use super::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
@@ -104,6 +108,43 @@ pub fn emitter() -> (Emitter, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
         rx,
         metrics,
     )
+}
+
+/// The applier stage alone, with the repository's rules.
+pub fn applier() -> Applier {
+    let cfg = ProcessorConfig::default();
+    let metrics = Metrics::default();
+    Applier::new(
+        StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+        Redactor::new(None),
+        Arc::new(repository_rules()),
+        Arc::new(KindRegistry::default()),
+        cfg.windowing,
+    )
+}
+
+/// The cause stage alone, with the repository's rules.
+pub fn cause_inferrer() -> (CauseInferrer, Arc<Metrics>) {
+    let cfg = ProcessorConfig::default();
+    let metrics = Arc::new(Metrics::default());
+    let stage = CauseInferrer::new(
+        Arc::new(repository_rules()),
+        Arc::new(KindRegistry::default()),
+        cfg.windowing,
+        cfg.cause_objects,
+        metrics.clone(),
+    );
+    (stage, metrics)
+}
+
+/// The change records a sink was handed.
+#[derive(Default)]
+pub struct Records(pub std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+
+impl crate::pipeline::ChangeSink for Records {
+    fn record(&self, change: &crate::pipeline::ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
+    }
 }
 
 /// The spans sent so far.
