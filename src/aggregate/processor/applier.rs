@@ -250,7 +250,10 @@ mod tests {
         assert!(writes.len() >= 2, "a create and a later write");
         let created = a.apply(&writes[0], None, true);
         assert_eq!(writes[0].event.verb, "create");
-        assert!(created.outcome.snapshot.is_some(), "a create shows the object");
+        assert!(
+            created.outcome.snapshot.is_some(),
+            "a create shows the object"
+        );
         assert!(created.old.is_none() && created.keeps_state && !created.deleted);
         assert!(!created.uid.is_empty());
         assert!(
@@ -305,6 +308,9 @@ mod tests {
         let message = conflict["responseStatus"]["message"].as_str().unwrap();
         assert_eq!(a.failure_message(&item.event, true), message);
         let w = a.apply(&item, None, true);
-        assert!(w.outcome.state.is_none() && !w.keeps_state, "nothing written");
+        assert!(
+            w.outcome.state.is_none() && !w.keeps_state,
+            "nothing written"
+        );
     }
 }

@@ -13,15 +13,15 @@ use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegis
 use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
 use super::super::selectors::SelectorIndex;
 use super::super::status;
+pub(super) use super::flow::{NewState, Write};
 use crate::bounds::LogEvery;
 use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::pipeline::{
     Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
-    Readiness, RelatedObject, SpanRef, WatchKind, WriteCpid, is_event_resource,
-    owner_references_of,
+    Readiness, RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
-use crate::span_model::{self, SpanBuf, attr};
+use crate::span_model::{self};
 use prometheus_client::metrics::counter::Counter;
 
 /// Infers each write's cause: owns the index of recent changes (the
@@ -39,84 +39,6 @@ pub(super) struct CauseInferrer {
     kinds: Arc<KindRegistry>,
     windowing: Windowing,
     metrics: Arc<Metrics>,
-}
-
-/// What the processor knows of a write when it asks for its cause.
-pub(super) struct Write<'a> {
-    pub object: &'a ObjectRef,
-    pub span: SpanRef,
-    /// Its place in arrival order (see [`Effect::arrival`]).
-    pub arrival: u64,
-    /// Empty for a change only the list-watch saw.
-    pub user: &'a str,
-    pub verb: &'a str,
-    pub subresource: &'a str,
-    pub class: Option<ChangeClass>,
-    pub code: i32,
-    pub received: SystemTime,
-    pub completed: SystemTime,
-    pub source: ChangeSource,
-    pub uid: &'a str,
-    pub deleted: bool,
-    /// The Status message of a refused write.
-    pub failure: Option<String>,
-}
-
-impl<'a> Write<'a> {
-    /// A change only the list-watch saw, shown by the span `span`.
-    pub fn watched(
-        p: &'a super::reconcile::PendingWatch,
-        span: SpanRef,
-        arrival: u64,
-        class: ChangeClass,
-    ) -> Self {
-        let at = p.change.observed;
-        Write {
-            object: &p.ow.object,
-            span,
-            arrival,
-            user: "",
-            verb: p.change.kind.as_str(),
-            subresource: "",
-            class: Some(class),
-            code: 200,
-            received: at,
-            completed: at,
-            source: ChangeSource::Watch,
-            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-            deleted: p.change.kind == WatchKind::Deleted,
-            failure: None,
-        }
-    }
-
-    /// An audit write of `object` shown by the span `span`.
-    pub fn audit(
-        ev: &'a crate::pipeline::AuditEvent,
-        object: &'a ObjectRef,
-        span: SpanRef,
-        arrival: u64,
-        uid: &'a str,
-        deleted: bool,
-    ) -> Self {
-        Write {
-            object,
-            span,
-            arrival,
-            user: &ev.user.username,
-            verb: &ev.verb,
-            subresource: ev.subresource(),
-            class: ChangeClass::of(&ev.verb, ev.subresource()),
-            code: ev.code(),
-            received: ev.request_received_timestamp,
-            completed: ev.stage_timestamp,
-            source: ChangeSource::Audit,
-            uid,
-            deleted,
-            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
-        }
-    }
 }
 
 impl CauseInferrer {
@@ -463,35 +385,6 @@ pub(super) fn audit_span_ref(ow: &ObjectWindow, audit_id: &str) -> SpanRef {
     }
 }
 
-/// Shows what was inferred on the write's span.
-pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
-    span.attr(attr::CASCADE_ROLE, inference.role.as_str());
-    span.attr(attr::CASCADE_ROOT_TRACE_ID, &inference.root.trace_hex());
-    span.attr(attr::CASCADE_ROOT_SPAN_ID, &inference.root.span_hex());
-    span.attr_int(attr::CASCADE_DEPTH, inference.depth as i64);
-    if let Some(timer) = &inference.timer {
-        span.attr(attr::CASCADE_TIMER, timer);
-    }
-    if let Some(c) = &inference.cause {
-        span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
-        span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());
-        span.attr(attr::CASCADE_CAUSE_NAME, &c.name);
-        span.attr_int(attr::CASCADE_HOP_US, c.hop.as_micros() as i64);
-        span.attr(attr::CASCADE_EDGE, &c.edge);
-        span.attr(attr::CASCADE_RULE, &c.rule);
-        span.link_ids(
-            &c.span.trace_id,
-            &c.span.span_id,
-            &[(attr::LINK_CLASS, "cause")],
-        );
-    }
-    debug_assert!(inference.role != CascadeRole::Effect || inference.cause.is_some());
-    if let Some(c) = &inference.cpid {
-        span.attr(attr::CPID, &c.cpid.to_string());
-        span.attr(attr::CPID_ORIGIN, c.origin.as_str());
-    }
-}
-
 impl CauseInferrer {
     /// The CPID `state` carries in its annotations; a malformed one is
     /// counted and logged (at most every 10 s) if `report`, and the write
@@ -515,31 +408,6 @@ impl CauseInferrer {
                 CpidOrigin::Annotation
             },
         })
-    }
-}
-
-/// An object's state after a write, for [`CauseInferrer::infer_cause`]:
-/// shared where the processor keeps it in an `Arc` (an audited write), so a
-/// change record holds it without a copy of the whole object.
-#[derive(Clone, Copy)]
-pub(super) enum NewState<'a> {
-    Shared(&'a Arc<Value>),
-    Borrowed(&'a Value),
-}
-
-impl<'a> NewState<'a> {
-    fn value(self) -> &'a Value {
-        match self {
-            NewState::Shared(v) => v,
-            NewState::Borrowed(v) => v,
-        }
-    }
-
-    fn shared(self) -> Arc<Value> {
-        match self {
-            NewState::Shared(v) => Arc::clone(v),
-            NewState::Borrowed(v) => Arc::new(v.clone()),
-        }
     }
 }
 
@@ -625,7 +493,10 @@ mod tests {
                 .get_or_create(&crate::metrics::CascadeRoleLabel { role })
                 .get()
         };
-        assert_eq!((roles(CascadeRole::Root), roles(CascadeRole::Effect)), (1, 1));
+        assert_eq!(
+            (roles(CascadeRole::Root), roles(CascadeRole::Effect)),
+            (1, 1)
+        );
     }
 
     #[test]

@@ -281,7 +281,7 @@ impl Processor {
             |ev| self.failure_message(ev),
             self.cfg.max_diff_changes,
         );
-        cause::add_cascade(&mut span, &inference);
+        plan::add_cascade(&mut span, &inference);
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }

@@ -7,7 +7,7 @@ use super::super::causes::Inference;
 use super::super::redact::Redactor;
 use super::super::relations::{CLASS_OWNER, KindRegistry};
 use super::super::rules::{Relation, Role};
-use super::cause;
+use super::plan;
 use super::plan::add_snapshot;
 use crate::model::{ObjectWindow, Windowing};
 use crate::pipeline::{Accepted, FailedCreate};
@@ -87,7 +87,7 @@ pub(super) fn attempt_span(
         )
     };
     let mut span = span_model::audit_span_named(ow, write, &name);
-    cause::add_cascade(&mut span, inference);
+    plan::add_cascade(&mut span, inference);
     if !tried.group.is_empty() {
         span.attr(attr::AUDIT_ATTEMPT_GROUP, &tried.group);
     }

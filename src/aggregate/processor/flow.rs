@@ -1,14 +1,19 @@
 //! The values handed from stage to stage: a write applied to its object's
 //! state ([`AppliedWrite`], from the applier through the ledger and the
-//! cause stage to span planning), and the spans that wait on the span
-//! cache ([`Emission`], for the emitter).
+//! cause stage to span planning), what the cause stage is asked about
+//! ([`Write`], [`NewState`]), and the spans that wait on the span cache
+//! ([`Emission`], for the emitter).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::json::JsonValueTrait as _;
 use crate::json::Value;
+use crate::model::ObjectRef;
 use crate::model::ObjectWindow;
-use crate::pipeline::AuditEvent;
+use crate::pipeline::{AuditEvent, ChangeSource, SpanRef, WatchKind};
+
+use super::super::rules::ChangeClass;
 use crate::span_model::SpanBuf;
 
 use super::super::rules::Relation;
@@ -66,4 +71,107 @@ pub(super) enum Pending {
         involved_uid: String,
         span: SpanBuf,
     },
+}
+
+/// What the processor knows of a write when it asks for its cause.
+pub(super) struct Write<'a> {
+    pub object: &'a ObjectRef,
+    pub span: SpanRef,
+    /// Its place in arrival order (see [`Effect::arrival`]).
+    pub arrival: u64,
+    /// Empty for a change only the list-watch saw.
+    pub user: &'a str,
+    pub verb: &'a str,
+    pub subresource: &'a str,
+    pub class: Option<ChangeClass>,
+    pub code: i32,
+    pub received: SystemTime,
+    pub completed: SystemTime,
+    pub source: ChangeSource,
+    pub uid: &'a str,
+    pub deleted: bool,
+    /// The Status message of a refused write.
+    pub failure: Option<String>,
+}
+
+impl<'a> Write<'a> {
+    /// A change only the list-watch saw, shown by the span `span`.
+    pub fn watched(
+        p: &'a super::reconcile::PendingWatch,
+        span: SpanRef,
+        arrival: u64,
+        class: ChangeClass,
+    ) -> Self {
+        let at = p.change.observed;
+        Write {
+            object: &p.ow.object,
+            span,
+            arrival,
+            user: "",
+            verb: p.change.kind.as_str(),
+            subresource: "",
+            class: Some(class),
+            code: 200,
+            received: at,
+            completed: at,
+            source: ChangeSource::Watch,
+            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+            deleted: p.change.kind == WatchKind::Deleted,
+            failure: None,
+        }
+    }
+
+    /// An audit write of `object` shown by the span `span`.
+    pub fn audit(
+        ev: &'a crate::pipeline::AuditEvent,
+        object: &'a ObjectRef,
+        span: SpanRef,
+        arrival: u64,
+        uid: &'a str,
+        deleted: bool,
+    ) -> Self {
+        Write {
+            object,
+            span,
+            arrival,
+            user: &ev.user.username,
+            verb: &ev.verb,
+            subresource: ev.subresource(),
+            class: ChangeClass::of(&ev.verb, ev.subresource()),
+            code: ev.code(),
+            received: ev.request_received_timestamp,
+            completed: ev.stage_timestamp,
+            source: ChangeSource::Audit,
+            uid,
+            deleted,
+            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
+        }
+    }
+}
+
+/// An object's state after a write, for [`CauseInferrer::infer_cause`]:
+/// shared where the processor keeps it in an `Arc` (an audited write), so a
+/// change record holds it without a copy of the whole object.
+#[derive(Clone, Copy)]
+pub(super) enum NewState<'a> {
+    Shared(&'a Arc<Value>),
+    Borrowed(&'a Value),
+}
+
+impl<'a> NewState<'a> {
+    pub fn value(self) -> &'a Value {
+        match self {
+            NewState::Shared(v) => v,
+            NewState::Borrowed(v) => v,
+        }
+    }
+
+    pub fn shared(self) -> Arc<Value> {
+        match self {
+            NewState::Shared(v) => Arc::clone(v),
+            NewState::Borrowed(v) => Arc::new(v.clone()),
+        }
+    }
 }

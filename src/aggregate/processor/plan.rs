@@ -9,9 +9,11 @@ use crate::json::Value;
 use crate::pipeline::{Accepted, AuditEvent};
 use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, SpanBuf, attr};
 
+use super::super::causes::Inference;
 use super::super::diff::Change;
 use super::super::status;
 use super::flow::AppliedWrite;
+use crate::pipeline::CascadeRole;
 
 /// The audit span of an applied write, without its cascade and status;
 /// `failure` gives a refused write's message (without hidden values).
@@ -147,6 +149,35 @@ pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
     ev.code() == 409
         && matches!(ev.verb.as_str(), "update" | "patch")
         && (reason == "Conflict" || reason.is_empty())
+}
+
+/// Shows what was inferred on the write's span.
+pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
+    span.attr(attr::CASCADE_ROLE, inference.role.as_str());
+    span.attr(attr::CASCADE_ROOT_TRACE_ID, &inference.root.trace_hex());
+    span.attr(attr::CASCADE_ROOT_SPAN_ID, &inference.root.span_hex());
+    span.attr_int(attr::CASCADE_DEPTH, inference.depth as i64);
+    if let Some(timer) = &inference.timer {
+        span.attr(attr::CASCADE_TIMER, timer);
+    }
+    if let Some(c) = &inference.cause {
+        span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
+        span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());
+        span.attr(attr::CASCADE_CAUSE_NAME, &c.name);
+        span.attr_int(attr::CASCADE_HOP_US, c.hop.as_micros() as i64);
+        span.attr(attr::CASCADE_EDGE, &c.edge);
+        span.attr(attr::CASCADE_RULE, &c.rule);
+        span.link_ids(
+            &c.span.trace_id,
+            &c.span.span_id,
+            &[(attr::LINK_CLASS, "cause")],
+        );
+    }
+    debug_assert!(inference.role != CascadeRole::Effect || inference.cause.is_some());
+    if let Some(c) = &inference.cpid {
+        span.attr(attr::CPID, &c.cpid.to_string());
+        span.attr(attr::CPID_ORIGIN, c.origin.as_str());
+    }
 }
 
 #[cfg(test)]

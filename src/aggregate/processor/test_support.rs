@@ -8,9 +8,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::super::redact::Redactor;
+use super::super::relations::KindRegistry;
 use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
-use super::super::relations::KindRegistry;
 use super::super::states::StateStore;
 use super::applier::Applier;
 use super::cause::CauseInferrer;

@@ -8,7 +8,7 @@ use super::super::causes::Inference;
 use super::super::diff::Change;
 use super::super::rules::ChangeClass;
 use super::super::status::{self, ObjectStatus};
-use super::cause::add_cascade;
+use super::plan::add_cascade;
 use super::plan::{self, add_snapshot, add_status};
 use super::reconcile::PendingWatch;
 use crate::pipeline::WatchKind;
