@@ -224,9 +224,24 @@ impl Applier {
     }
 }
 
+/// The applier stage alone, with the repository's rules (for the unit
+/// tests of this stage and of the stages after it).
+#[cfg(test)]
+pub(super) fn applier() -> Applier {
+    let cfg = super::ProcessorConfig::default();
+    let metrics = crate::metrics::Metrics::default();
+    Applier::new(
+        StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+        Redactor::new(None),
+        Arc::new(super::test_support::repository_rules()),
+        Arc::new(KindRegistry::default()),
+        cfg.windowing,
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{accepted, applier, audit_values};
+    use super::super::test_support::{accepted, audit_values};
     use super::*;
 
     /// The deployment scenario's successful writes of its Deployment's spec

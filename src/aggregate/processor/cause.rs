@@ -41,6 +41,35 @@ pub(super) struct CauseInferrer {
     metrics: Arc<Metrics>,
 }
 
+impl<'a> Write<'a> {
+    /// An audit write of `object` shown by the span `span`.
+    pub fn audit(
+        ev: &'a crate::pipeline::AuditEvent,
+        object: &'a ObjectRef,
+        span: SpanRef,
+        arrival: u64,
+        uid: &'a str,
+        deleted: bool,
+    ) -> Self {
+        Write {
+            object,
+            span,
+            arrival,
+            user: &ev.user.username,
+            verb: &ev.verb,
+            subresource: ev.subresource(),
+            class: ChangeClass::of(&ev.verb, ev.subresource()),
+            code: ev.code(),
+            received: ev.request_received_timestamp,
+            completed: ev.stage_timestamp,
+            source: ChangeSource::Audit,
+            uid,
+            deleted,
+            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
+        }
+    }
+}
+
 impl CauseInferrer {
     pub(super) fn new(
         rules: Arc<RuleSet>,
@@ -429,8 +458,23 @@ fn pod_phase_change<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{Records, accepted, applier, audit_values, cause_inferrer};
+    use super::super::applier::applier;
+    use super::super::test_support::{Records, accepted, audit_values, repository_rules};
     use super::*;
+
+    /// The cause stage alone, with the repository's rules.
+    fn cause_inferrer() -> (CauseInferrer, Arc<Metrics>) {
+        let cfg = super::super::ProcessorConfig::default();
+        let metrics = Arc::new(Metrics::default());
+        let stage = CauseInferrer::new(
+            Arc::new(repository_rules()),
+            Arc::new(KindRegistry::default()),
+            cfg.windowing,
+            cfg.cause_objects,
+            metrics.clone(),
+        );
+        (stage, metrics)
+    }
 
     /// The deployment scenario's first successful create of `resource`.
     fn created(resource: &str) -> Accepted {

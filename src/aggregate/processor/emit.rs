@@ -221,7 +221,7 @@ impl Emitter {
 mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{
-        accepted, attr, audit_values, drain, emitter, processor, repository_rules,
+        accepted, attr, audit_values, drain, processor, repository_rules,
     };
     use super::*;
     use crate::json::JsonValueTrait as _;
@@ -229,6 +229,24 @@ mod tests {
     use crate::pipeline::Accepted;
     use crate::span_model::{EVENT_DIFF, attr};
     use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
+
+    /// The emitter stage alone, with a local span cache of the default
+    /// window, its spans sent to the returned receiver.
+    fn emitter() -> (Emitter, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+        let windowing = ProcessorConfig::default().windowing;
+        let metrics = Arc::new(Metrics::default());
+        let (tx, rx) = mpsc::channel(1 << 16);
+        let ttl = windowing.width + std::time::Duration::from_secs(300);
+        let spans = Arc::new(super::super::super::span_cache::LocalSpanCache::new(
+            1 << 20,
+            ttl,
+        ));
+        (
+            Emitter::new(spans, tx, windowing, metrics.clone()),
+            rx,
+            metrics,
+        )
+    }
 
     fn kind(s: &Span) -> String {
         attr(s, attr::SPAN_KIND).unwrap_or_default()

@@ -404,4 +404,45 @@ mod tests {
         assert_eq!(filtered(&metrics, FilterReason::EventDelete), 1);
         assert_eq!(filtered(&metrics, FilterReason::EventWriteFailed), 1);
     }
+
+    /// The stage alone: an occurrence is admitted once, handed to the
+    /// sinks that want Events, and about the object the Event names.
+    #[test]
+    fn the_stage_admits_an_occurrence_once_and_hands_it_to_the_event_sinks() {
+        use crate::pipeline::ChangeRecord;
+        #[derive(Default)]
+        struct Events(std::sync::Mutex<Vec<EventRecord>>);
+        impl ChangeSink for Events {
+            fn record(&self, _: &ChangeRecord) {}
+            fn wants_events(&self) -> bool {
+                true
+            }
+            fn event(&self, e: &EventRecord) {
+                self.0.lock().unwrap().push(e.clone());
+            }
+        }
+        let metrics = Arc::new(Metrics::default());
+        let windowing = super::super::ProcessorConfig::default().windowing;
+        let mut stage = EventStage::new(
+            Arc::new(KindRegistry::default()),
+            windowing,
+            metrics.clone(),
+        );
+        let sink = Arc::new(Events::default());
+        stage.add_sink(sink.clone());
+        let (_, listed) = written_and_listed();
+        let (own, uid, e) = listed_event(&listed);
+        let at = SystemTime::now();
+        let admitted = stage
+            .admit(&own, &uid, e.clone(), at)
+            .expect("the first sighting");
+        assert_eq!(
+            Some(admitted.ow.object.name.as_str()),
+            listed["involvedObject"]["name"].as_str()
+        );
+        assert_eq!(admitted.identity, uid, "the Event's uid");
+        assert!(stage.admit(&own, &uid, e, at).is_none(), "seen already");
+        assert_eq!(filtered(&metrics, FilterReason::EventSeen), 1);
+        assert_eq!(sink.0.lock().unwrap().len(), 1);
+    }
 }

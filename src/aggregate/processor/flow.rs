@@ -7,11 +7,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::json::JsonValueTrait as _;
 use crate::json::Value;
 use crate::model::ObjectRef;
 use crate::model::ObjectWindow;
-use crate::pipeline::{AuditEvent, ChangeSource, SpanRef, WatchKind};
+use crate::pipeline::{AuditEvent, ChangeSource, SpanRef};
 
 use super::super::rules::ChangeClass;
 use crate::span_model::SpanBuf;
@@ -92,63 +91,6 @@ pub(super) struct Write<'a> {
     pub deleted: bool,
     /// The Status message of a refused write.
     pub failure: Option<String>,
-}
-
-impl<'a> Write<'a> {
-    /// A change only the list-watch saw, shown by the span `span`.
-    pub fn watched(
-        p: &'a super::reconcile::PendingWatch,
-        span: SpanRef,
-        arrival: u64,
-        class: ChangeClass,
-    ) -> Self {
-        let at = p.change.observed;
-        Write {
-            object: &p.ow.object,
-            span,
-            arrival,
-            user: "",
-            verb: p.change.kind.as_str(),
-            subresource: "",
-            class: Some(class),
-            code: 200,
-            received: at,
-            completed: at,
-            source: ChangeSource::Watch,
-            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-            deleted: p.change.kind == WatchKind::Deleted,
-            failure: None,
-        }
-    }
-
-    /// An audit write of `object` shown by the span `span`.
-    pub fn audit(
-        ev: &'a crate::pipeline::AuditEvent,
-        object: &'a ObjectRef,
-        span: SpanRef,
-        arrival: u64,
-        uid: &'a str,
-        deleted: bool,
-    ) -> Self {
-        Write {
-            object,
-            span,
-            arrival,
-            user: &ev.user.username,
-            verb: &ev.verb,
-            subresource: ev.subresource(),
-            class: ChangeClass::of(&ev.verb, ev.subresource()),
-            code: ev.code(),
-            received: ev.request_received_timestamp,
-            completed: ev.stage_timestamp,
-            source: ChangeSource::Audit,
-            uid,
-            deleted,
-            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
-        }
-    }
 }
 
 /// An object's state after a write, for [`CauseInferrer::infer_cause`]:

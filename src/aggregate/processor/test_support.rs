@@ -8,13 +8,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::super::redact::Redactor;
-use super::super::relations::KindRegistry;
 use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
-use super::super::states::StateStore;
-use super::applier::Applier;
-use super::cause::CauseInferrer;
-use super::emit::Emitter;
 use super::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::{Accepted, AuditEvent};
@@ -93,48 +88,6 @@ pub fn repository_rules() -> RuleSet {
         "/rules"
     )))
     .expect("the repository's rules")
-}
-
-/// The emitter stage alone, with a local span cache of the default
-/// window, its spans sent to the returned receiver.
-pub fn emitter() -> (Emitter, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
-    let windowing = ProcessorConfig::default().windowing;
-    let metrics = Arc::new(Metrics::default());
-    let (tx, rx) = mpsc::channel(1 << 16);
-    let ttl = windowing.width + Duration::from_secs(300);
-    let spans = Arc::new(LocalSpanCache::new(1 << 20, ttl));
-    (
-        Emitter::new(spans, tx, windowing, metrics.clone()),
-        rx,
-        metrics,
-    )
-}
-
-/// The applier stage alone, with the repository's rules.
-pub fn applier() -> Applier {
-    let cfg = ProcessorConfig::default();
-    let metrics = Metrics::default();
-    Applier::new(
-        StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
-        Redactor::new(None),
-        Arc::new(repository_rules()),
-        Arc::new(KindRegistry::default()),
-        cfg.windowing,
-    )
-}
-
-/// The cause stage alone, with the repository's rules.
-pub fn cause_inferrer() -> (CauseInferrer, Arc<Metrics>) {
-    let cfg = ProcessorConfig::default();
-    let metrics = Arc::new(Metrics::default());
-    let stage = CauseInferrer::new(
-        Arc::new(repository_rules()),
-        Arc::new(KindRegistry::default()),
-        cfg.windowing,
-        cfg.cause_objects,
-        metrics.clone(),
-    );
-    (stage, metrics)
 }
 
 /// The change records a sink was handed.

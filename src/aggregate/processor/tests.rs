@@ -1,6 +1,4 @@
-use super::super::test_support::{
-    attr, audit_values, drain, parse, processor, processor_redacting,
-};
+use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
 use super::*;
 use crate::json::JsonContainerTrait as _;
 use crate::json::JsonValueTrait as _;
@@ -85,7 +83,7 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
     let (p, _rx, _) = processor(ProcessorConfig::default());
     let mut writes: Vec<Accepted> = audit_values("deployment")
         .iter()
-        .filter_map(super::super::test_support::accepted)
+        .filter_map(super::test_support::accepted)
         .filter(|a| {
             a.object.resource == "replicasets"
                 && a.event.subresource() == "status"
@@ -133,7 +131,7 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
         let mut parsed_ahead = 0;
         let mut secrets_redacted = 0;
         for v in audit_values(scenario) {
-            let Some(item) = super::super::test_support::accepted(&v) else {
+            let Some(item) = super::test_support::accepted(&v) else {
                 continue;
             };
             in_place.process(&item).await.unwrap();
@@ -194,7 +192,7 @@ async fn change_records_share_the_kept_state_instead_of_copying_it() {
     let p = p.with_change_sink(sink.clone());
     let mut shared = 0;
     for v in audit_values("deployment") {
-        let Some(item) = super::super::test_support::accepted(&v) else {
+        let Some(item) = super::test_support::accepted(&v) else {
             continue;
         };
         let before = sink.0.lock().unwrap().len();
@@ -244,7 +242,7 @@ fn volumes_with_claim_apart() -> ClaimApart {
     let p = Arc::new(p.with_change_sink(records.clone()));
     let mut items: Vec<Accepted> = audit_values("volumes")
         .iter()
-        .filter_map(super::super::test_support::accepted)
+        .filter_map(super::test_support::accepted)
         .collect();
     for item in &mut items {
         item.arrival = p.note_arrival(item);

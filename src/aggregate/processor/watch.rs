@@ -8,11 +8,44 @@ use super::super::causes::Inference;
 use super::super::diff::Change;
 use super::super::rules::ChangeClass;
 use super::super::status::{self, ObjectStatus};
+use super::flow::Write;
 use super::plan::add_cascade;
 use super::plan::{self, add_snapshot, add_status};
 use super::reconcile::PendingWatch;
+use crate::json::{JsonValueTrait as _, Value};
 use crate::pipeline::WatchKind;
+use crate::pipeline::{ChangeSource, SpanRef};
 use crate::span_model::{self, SpanBuf};
+
+impl<'a> Write<'a> {
+    /// A change only the list-watch saw, shown by the span `span`.
+    pub fn watched(
+        p: &'a super::reconcile::PendingWatch,
+        span: SpanRef,
+        arrival: u64,
+        class: ChangeClass,
+    ) -> Self {
+        let at = p.change.observed;
+        Write {
+            object: &p.ow.object,
+            span,
+            arrival,
+            user: "",
+            verb: p.change.kind.as_str(),
+            subresource: "",
+            class: Some(class),
+            code: 200,
+            received: at,
+            completed: at,
+            source: ChangeSource::Watch,
+            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+            deleted: p.change.kind == WatchKind::Deleted,
+            failure: None,
+        }
+    }
+}
 
 /// The readiness of the object after a watch change (none once deleted).
 pub(super) fn readiness(p: &PendingWatch) -> Option<ObjectStatus> {
