@@ -1,24 +1,63 @@
-//! Spans out: each object span once per window (the span cache decides),
-//! link spans for every relation not yet recorded in the window, on both
-//! sides, and the parts of an audit or watch span (diff events, snapshot,
-//! readiness, failure).
+//! The last stage: spans out. Each object span once per window (the span
+//! cache decides), link spans for every relation not yet recorded in the
+//! window, on both sides, each span counted as sent.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::json::Value;
-use crate::model::KeyHasher;
+use tokio::sync::mpsc;
 
-use super::super::diff::Change;
+use crate::metrics::Metrics;
+use crate::model::{KeyHasher, Windowing};
+
 use super::super::rules::Relation;
-use super::super::span_cache::Slot;
-use super::super::status;
-use super::{ProcessError, Processor};
+use super::super::span_cache::{Slot, SpanCache};
+use super::ProcessError;
 use crate::model::{ObjectRef, ObjectWindow};
-use crate::pipeline::{AuditEvent, ExportProgress};
-use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, LinkFields, SpanBuf, attr};
+use crate::pipeline::ExportProgress;
+use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
-impl Processor {
+/// Sends spans to the exporter: owns the span cache (which object and link
+/// spans a window has already) and the exporter's channel.
+pub(super) struct Emitter {
+    spans: Arc<dyn SpanCache>,
+    out: mpsc::Sender<EncodedSpan>,
+    export_progress: Option<Arc<ExportProgress>>,
+    windowing: Windowing,
+    metrics: Arc<Metrics>,
+}
+
+impl Emitter {
+    pub(super) fn new(
+        spans: Arc<dyn SpanCache>,
+        out: mpsc::Sender<EncodedSpan>,
+        windowing: Windowing,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Emitter {
+            spans,
+            out,
+            export_progress: None,
+            windowing,
+            metrics,
+        }
+    }
+
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub(super) fn count_sent_in(&mut self, progress: Arc<ExportProgress>) {
+        self.export_progress = Some(progress);
+    }
+
+    /// Whether the span cache is shared (its answers take a round trip).
+    pub(super) fn is_remote(&self) -> bool {
+        self.spans.is_remote()
+    }
+
+    /// Object windows the span cache holds.
+    pub(super) fn span_cache_entries(&self) -> u64 {
+        self.spans.entry_count()
+    }
+
     pub(super) async fn emit(&self, span: SpanBuf) -> Result<(), ProcessError> {
         self.out
             .send(span.finish())
@@ -28,12 +67,6 @@ impl Processor {
             p.add_sent(1);
         }
         Ok(())
-    }
-
-    /// Counts every span sent to the exporter (for the durable intake).
-    pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
-        self.export_progress = Some(progress);
-        self
     }
 
     /// Emits the object span of `ow` unless it already exists (or again when
@@ -52,27 +85,13 @@ impl Processor {
         // Sent again when it went out without the uid this write has: the
         // frontend's merge takes the uid from any of the object's spans.
         if slot != Slot::Existing || force {
-            let (_, end) = self.cfg.windowing.bounds(ow.window_start);
+            let (_, end) = self.windowing.bounds(ow.window_start);
             if slot != Slot::UidMissing {
                 self.metrics.object_spans.inc();
             }
             self.emit(span_model::object_span(ow, uid, end)).await?;
         }
         Ok(())
-    }
-
-    /// Records every relation `state` shows (owners, rules), in `ow`'s window.
-    #[cfg(test)]
-    pub(super) async fn record_relations(
-        &self,
-        ow: &ObjectWindow,
-        state: &Value,
-        at: SystemTime,
-        force: bool,
-    ) -> Result<(), ProcessError> {
-        let relations =
-            super::super::relations::all_relations(&ow.object, state, &self.kinds, &self.rules);
-        self.record_relation_list(ow, &relations, at, force).await
     }
 
     /// Records `relations` (computed by the caller), in `ow`'s window; with a
@@ -178,25 +197,13 @@ impl Processor {
         Ok(())
     }
 
-    /// Updates the label index with `obj`'s state and records the selector
-    /// links that result, in the window of `at`.
-    pub(super) async fn record_selector_links(
-        &self,
-        obj: &ObjectRef,
-        state: &Value,
-        at: SystemTime,
-    ) -> Result<(), ProcessError> {
-        let links = self.selectors.update(&self.rules, obj, state);
-        self.record_selector_link_list(links, at).await
-    }
-
     /// Records selector links the label index returned, in the window of `at`.
     pub(super) async fn record_selector_link_list(
         &self,
         links: Vec<super::super::selectors::SelectorLink>,
         at: SystemTime,
     ) -> Result<(), ProcessError> {
-        let window_start = self.cfg.windowing.window_start(at);
+        let window_start = self.windowing.window_start(at);
         self.record_each(links.into_iter(), |link| async move {
             let ow = ObjectWindow {
                 object: link.holder,
@@ -208,123 +215,41 @@ impl Processor {
         })
         .await
     }
-
-    /// The diff as span events, one per changed path, at most
-    /// `max_diff_changes` (the rest are counted by the caller).
-    pub(super) fn add_changes(&self, span: &mut SpanBuf, changes: &[Change], at: SystemTime) {
-        for c in changes.iter().take(self.cfg.max_diff_changes) {
-            let mut attrs = [("", ""); 4];
-            attrs[0] = (attr::DIFF_OP, c.op());
-            attrs[1] = (attr::DIFF_PATH, &*c.path);
-            let mut n = 2;
-            if let Some(o) = &c.old {
-                attrs[n] = (attr::DIFF_OLD, o);
-                n += 1;
-            }
-            if let Some(v) = &c.new {
-                attrs[n] = (attr::DIFF_NEW, v);
-                n += 1;
-            }
-            span.event(EVENT_DIFF, at, &attrs[..n]);
-        }
-    }
-}
-
-/// The fields of an audit span of `ev`.
-pub(super) fn audit_write<'a>(
-    ev: &'a AuditEvent,
-    subresource: &'a str,
-    old_rv: &'a str,
-    new_rv: &'a str,
-    error: Option<String>,
-) -> AuditWrite<'a> {
-    AuditWrite {
-        audit_id: &ev.audit_id,
-        user: &ev.user.username,
-        impersonated_user: ev.impersonated_user.as_ref().map(|u| u.username.as_str()),
-        user_agent: &ev.user_agent,
-        verb: &ev.verb,
-        subresource,
-        code: ev.code(),
-        source_ip: ev.source_ips.first().map(String::as_str).unwrap_or(""),
-        old_rv,
-        new_rv,
-        error,
-        start: ev.request_received_timestamp,
-        end: ev.stage_timestamp,
-    }
-}
-
-/// The object as one `snapshot` event.
-pub(super) fn add_snapshot(span: &mut SpanBuf, snapshot: &Value, at: SystemTime) {
-    add_snapshot_text(span, &crate::json::to_text(snapshot), at);
-}
-
-/// [`add_snapshot`] of an object whose JSON text is at hand (the response
-/// as logged, when nothing of it was redacted). A long one is cut by the
-/// span writer (`--export-max-value-bytes`), which records its real length.
-pub(super) fn add_snapshot_text(span: &mut SpanBuf, text: &str, at: SystemTime) {
-    span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, text)]);
-}
-
-/// The object's readiness after the write (`status::object_status`) as
-/// `object.status` and `object.status.message`.
-pub(super) fn add_status(span: &mut SpanBuf, st: &status::ObjectStatus) {
-    span.attr(attr::OBJECT_STATUS, st.status.as_str());
-    if !st.message.is_empty() {
-        span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);
-    }
-}
-
-/// The Status message of a failed write, else its reason and code.
-pub(super) fn failure_message(ev: &AuditEvent) -> String {
-    let code = ev.code();
-    let st = ev.response_status.as_ref();
-    let msg = st.map(|s| s.message.as_str()).unwrap_or("");
-    let reason = st.map(|s| s.reason.as_str()).unwrap_or("");
-    match (reason.is_empty(), msg.is_empty()) {
-        (true, true) => {
-            let (resource, group) = ev
-                .object_ref
-                .as_ref()
-                .map_or(("", ""), |r| (r.resource.as_str(), r.api_group.as_str()));
-            crate::judgement::unexplained_refusal(resource, group, &ev.verb, code)
-        }
-        (false, true) => format!("{reason} (HTTP {code})"),
-        (_, false) => msg.to_string(),
-    }
-}
-
-/// An update or patch refused with 409 Conflict ("the object has been
-/// modified"): optimistic concurrency, which controllers meet and retry all
-/// the time. Not a create's 409 AlreadyExists.
-pub(super) fn is_conflict(ev: &AuditEvent) -> bool {
-    let reason = ev
-        .response_status
-        .as_ref()
-        .map(|s| s.reason.as_str())
-        .unwrap_or("");
-    ev.code() == 409
-        && matches!(ev.verb.as_str(), "update" | "patch")
-        && (reason == "Conflict" || reason.is_empty())
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::ProcessorConfig;
-    use super::super::test_support::{accepted, attr, audit_values, drain, parse, processor};
+    use super::super::test_support::{
+        accepted, attr, audit_values, drain, processor, repository_rules,
+    };
     use super::*;
     use crate::json::JsonValueTrait as _;
+    use crate::json::Value;
     use crate::pipeline::Accepted;
+    use crate::span_model::{EVENT_DIFF, attr};
     use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
-    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    /// The emitter stage alone, with a local span cache of the default
+    /// window, its spans sent to the returned receiver.
+    fn emitter() -> (Emitter, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+        let windowing = ProcessorConfig::default().windowing;
+        let metrics = Arc::new(Metrics::default());
+        let (tx, rx) = mpsc::channel(1 << 16);
+        let ttl = windowing.width + std::time::Duration::from_secs(300);
+        let spans = Arc::new(super::super::super::span_cache::LocalSpanCache::new(
+            1 << 20,
+            ttl,
+        ));
+        (
+            Emitter::new(spans, tx, windowing, metrics.clone()),
+            rx,
+            metrics,
+        )
+    }
 
     fn kind(s: &Span) -> String {
         attr(s, attr::SPAN_KIND).unwrap_or_default()
-    }
-
-    fn status(s: &Span) -> StatusCode {
-        s.status.as_ref().map(|st| st.code()).unwrap_or_default()
     }
 
     /// The first successful create of `resource` in the deployment scenario.
@@ -394,7 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_object_span_once_per_window_and_again_when_replayed() {
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let (p, mut rx, _) = emitter();
         let item = created("deployments");
         let ow = ObjectWindow {
             object: item.object.clone(),
@@ -418,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_owner_is_linked_on_both_sides_once_per_window() {
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
+        let (p, mut rx, _) = emitter();
         let rs = created("replicasets");
         let state: Value =
             crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
@@ -427,7 +352,13 @@ mod tests {
             window_start: 1800,
         };
         let at = rs.event.stage_timestamp;
-        p.record_relations(&ow, &state, at, false).await.unwrap();
+        let rules = repository_rules();
+        let kinds = crate::aggregate::relations::KindRegistry::default();
+        let relations =
+            crate::aggregate::relations::all_relations(&ow.object, &state, &kinds, &rules);
+        p.record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
         let spans = drain(&mut rx);
         let links: Vec<_> = spans.iter().filter(|s| kind(s) == SPAN_KIND_LINK).collect();
         let owner = state["metadata"]["ownerReferences"][0]["name"]
@@ -448,9 +379,13 @@ mod tests {
             .collect();
         assert_eq!(roles, ["parent", "child"], "{spans:#?}");
         // Known in this window: nothing again, unless replayed.
-        p.record_relations(&ow, &state, at, false).await.unwrap();
+        p.record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
         assert!(drain(&mut rx).is_empty());
-        p.record_relations(&ow, &state, at, true).await.unwrap();
+        p.record_relation_list(&ow, &relations, at, true)
+            .await
+            .unwrap();
         assert_eq!(drain(&mut rx).len(), spans.len());
     }
 
@@ -482,78 +417,5 @@ mod tests {
                 .iter()
                 .all(|s| s.events.iter().filter(|e| e.name == EVENT_DIFF).count() <= 1)
         );
-    }
-
-    #[tokio::test]
-    async fn a_conflict_is_shown_without_error_other_refusals_with_their_message() {
-        let values = audit_values("deployment");
-        let conflict = values
-            .iter()
-            .find(|e| e["responseStatus"]["code"] == 409 && e["verb"] == "update")
-            .expect("a controller's conflicting update");
-        let ev = parse(conflict);
-        assert!(is_conflict(&ev));
-        let message = conflict["responseStatus"]["message"].as_str().unwrap();
-        assert_eq!(failure_message(&ev), message);
-        let (p, mut rx, _) = processor(ProcessorConfig::default());
-        p.process(&accepted(conflict).unwrap()).await.unwrap();
-        let spans = drain(&mut rx);
-        let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
-        assert_eq!(attr(audit, attr::AUDIT_CONFLICT).as_deref(), Some(message));
-        assert_ne!(status(audit), StatusCode::Error);
-
-        // The same refusal of a create is AlreadyExists, an error.
-        let mut exists = conflict.clone();
-        exists["verb"] = "create".into();
-        let ev = parse(&exists);
-        assert!(!is_conflict(&ev));
-        // Without a message, the reason and code say why.
-        let mut bare = conflict.clone();
-        bare["responseStatus"]["message"] = "".into();
-        assert_eq!(failure_message(&parse(&bare)), "Conflict (HTTP 409)");
-    }
-
-    /// The real Secret create of the `config` scenario, refused by an
-    /// admission webhook whose denial quotes its value: the audit span's
-    /// status says why without the value; an unquoting refusal is kept.
-    #[tokio::test]
-    async fn a_refusal_quoting_a_redacted_value_shows_its_marker() {
-        let values = audit_values("config");
-        let created = values
-            .iter()
-            .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "secrets")
-            .unwrap();
-        for (message, secret_shown) in [
-            (
-                "admission webhook \"policy.example.com\" denied the request: password \"kascade-fixture-s3cr3t-value\" is on the breach list",
-                false,
-            ),
-            (
-                "admission webhook \"policy.example.com\" denied the request: no label team",
-                true,
-            ),
-        ] {
-            let mut refused = created.clone();
-            refused["responseStatus"] =
-                serde_json::json!({"code": 400, "status": "Failure", "message": message});
-            refused.as_object_mut().unwrap().remove("responseObject");
-            let (p, mut rx, _) = processor(ProcessorConfig::default());
-            p.process(&accepted(&refused).unwrap()).await.unwrap();
-            let spans = drain(&mut rx);
-            let audit = spans.iter().find(|s| kind(s) == "audit").unwrap();
-            let shown = &audit.status.as_ref().unwrap().message;
-            assert_eq!(status(audit), StatusCode::Error);
-            assert!(
-                shown.starts_with("admission webhook \"policy.example.com\" denied"),
-                "{shown}"
-            );
-            assert!(!shown.contains("s3cr3t"), "{shown}");
-            assert_eq!(
-                shown.contains(crate::aggregate::redact::MARKER_PREFIX),
-                !secret_shown,
-                "{shown}"
-            );
-            assert_eq!(shown == message, secret_shown);
-        }
     }
 }

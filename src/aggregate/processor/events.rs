@@ -1,6 +1,8 @@
-//! Kubernetes Events: an audited write of an Event, or an Event from the
-//! Event watch, becomes an event span on the object the Event is about,
-//! once per occurrence (Event uid and count) however often it is seen.
+//! The Kubernetes Event stage: an audited write of an Event, or an Event
+//! from the Event watch, is admitted once per occurrence (Event uid and
+//! count) however often it is seen, scrubbed of the values redaction hid
+//! in the object it is about, handed to the change sinks that want Events,
+//! and planned as an event span on that object.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -9,12 +11,13 @@ use moka::policy::EvictionPolicy;
 // Events are read with serde_json, as the list-watch of Events delivers them.
 use serde_json::Value;
 
-use super::{Emission, Pending, ProcessError, Processor};
+use super::super::relations::KindRegistry;
+use super::flow::{Emission, Pending};
 use crate::aggregate::redact::HiddenValues;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
-use crate::model::{ObjectRef, ObjectWindow};
+use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::pipeline::{
-    Accepted, AuditEvent, EventRecord, FilterReason, K8sEvent, precise_occurrence,
+    Accepted, AuditEvent, ChangeSink, EventRecord, FilterReason, K8sEvent, precise_occurrence,
 };
 use crate::span_model::{self, EventFields};
 
@@ -27,9 +30,9 @@ const SEEN_EVENTS: u64 = 1 << 20;
 const HIDDEN_VALUES_BYTES: u64 = 16 << 20;
 
 /// The values redaction replaced in recent objects (see
-/// [`Processor::note_hidden`]), bounded in bytes, the least recently used
+/// [`EventStage::note_hidden`]), bounded in bytes, the least recently used
 /// forgotten first.
-pub(super) fn hidden_values(metrics: &Metrics) -> moka::sync::Cache<ObjectRef, Arc<HiddenValues>> {
+fn hidden_values(metrics: &Metrics) -> moka::sync::Cache<ObjectRef, Arc<HiddenValues>> {
     let evictions = CacheEvictions::new(
         metrics,
         Cache::HiddenValues,
@@ -46,7 +49,7 @@ pub(super) fn hidden_values(metrics: &Metrics) -> moka::sync::Cache<ObjectRef, A
 }
 
 /// The Event occurrences (`cluster|Event uid|count`) already shown.
-pub(super) fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Cache<String, ()> {
+fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Cache<String, ()> {
     let evictions = CacheEvictions::new(
         metrics,
         Cache::SeenEvents,
@@ -80,7 +83,58 @@ fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
     })
 }
 
-impl Processor {
+/// Admits each Event occurrence once: owns the occurrences seen and the
+/// values redaction hid in recent objects.
+pub(super) struct EventStage {
+    /// Event occurrences (cluster|Event uid|count) already admitted.
+    seen_events: moka::sync::Cache<String, ()>,
+    /// The values redaction replaced in recent objects (hashed), to scrub
+    /// them from the Events about those objects.
+    hidden_values: moka::sync::Cache<ObjectRef, Arc<HiddenValues>>,
+    /// The change sinks that want Events.
+    sinks: Vec<Arc<dyn ChangeSink>>,
+    kinds: Arc<KindRegistry>,
+    windowing: Windowing,
+    metrics: Arc<Metrics>,
+}
+
+/// An Event occurrence admitted, about the object of `ow`.
+pub(super) struct AdmittedEvent {
+    pub ow: ObjectWindow,
+    /// The Event's uid, else its object's key: with its count, the occurrence.
+    pub identity: String,
+    pub event: K8sEvent,
+    pub at: SystemTime,
+}
+
+impl EventStage {
+    pub(super) fn new(
+        kinds: Arc<KindRegistry>,
+        windowing: Windowing,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        EventStage {
+            seen_events: seen_events(windowing.width, &metrics),
+            hidden_values: hidden_values(&metrics),
+            sinks: Vec::new(),
+            kinds,
+            windowing,
+            metrics,
+        }
+    }
+
+    /// Hands every Event occurrence to `sink` too, if it wants them.
+    pub(super) fn add_sink(&mut self, sink: Arc<dyn ChangeSink>) {
+        if sink.wants_events() {
+            self.sinks.push(sink);
+        }
+    }
+
+    /// Whether a change sink wants Events.
+    pub(super) fn sinks_want_events(&self) -> bool {
+        !self.sinks.is_empty()
+    }
+
     /// Keeps the values redaction replaced in `object`'s latest version
     /// (with those of its earlier versions still kept), so that an Event
     /// about the object quoting one shows its marker instead.
@@ -108,18 +162,17 @@ impl Processor {
         }
     }
 
-    pub(super) fn count_filtered(&self, reason: FilterReason) {
+    fn count_filtered(&self, reason: FilterReason) {
         self.metrics
             .events_filtered
             .get_or_create(&Metrics::filtered(reason))
             .inc();
     }
 
-    /// A write of a Kubernetes Event: an event span on the object the Event
-    /// is about (whose object span is created if the window has none yet).
-    /// The Event object itself gets no span, no diff, no cached state.
-    /// Returns the span to send ([`Processor::send_emission`]), if any.
-    pub(super) fn process_event_write(&self, item: &Accepted) -> Option<Emission> {
+    /// The Event a write of a Kubernetes Event recorded, and when it
+    /// occurred. The Event object itself gets no span, no diff, no cached
+    /// state; a delete or a refused write is counted, not shown.
+    pub(super) fn written(&self, item: &Accepted) -> Option<(K8sEvent, SystemTime)> {
         let ev = &item.event;
         if !matches!(ev.verb.as_str(), "create" | "update" | "patch") {
             self.count_filtered(FilterReason::EventDelete);
@@ -134,33 +187,19 @@ impl Processor {
             return None;
         };
         let at = precise_occurrence(e.occurred, ev.stage_timestamp);
-        self.k8s_event_until_emission(&item.object, &item.uid, e, at)
+        Some((e, at))
     }
 
-    /// One occurrence of a Kubernetes Event (from an audited write or from the
-    /// Event watch): an event span on the involved object's span, once per
-    /// Event uid and count however often it is seen.
-    pub async fn process_k8s_event(
+    /// One occurrence of a Kubernetes Event (from an audited write, the
+    /// Event object `own`, or from the Event watch): admitted the first time
+    /// it is seen and handed to the sinks that want Events.
+    pub(super) fn admit(
         &self,
         own: &ObjectRef,
         own_uid: &str,
         e: K8sEvent,
         at: SystemTime,
-    ) -> Result<(), ProcessError> {
-        match self.k8s_event_until_emission(own, own_uid, e, at) {
-            Some(rest) => self.send_emission(rest).await,
-            None => Ok(()),
-        }
-    }
-
-    /// [`Processor::process_k8s_event`] up to the span to send.
-    fn k8s_event_until_emission(
-        &self,
-        own: &ObjectRef,
-        own_uid: &str,
-        e: K8sEvent,
-        at: SystemTime,
-    ) -> Option<Emission> {
+    ) -> Option<AdmittedEvent> {
         let involved = self.kinds.referenced_object(
             &own.cluster,
             &e.involved.api_version,
@@ -172,12 +211,7 @@ impl Processor {
         self.scrub_event(&involved, &mut e);
         let ow = ObjectWindow {
             object: involved,
-            window_start: self.cfg.windowing.window_start(at),
-        };
-        let name = if e.name.is_empty() {
-            own.name.as_str()
-        } else {
-            e.name.as_str()
+            window_start: self.windowing.window_start(at),
         };
         let uid = if e.uid.is_empty() {
             own_uid
@@ -197,39 +231,58 @@ impl Processor {
             return None;
         }
         self.seen_events.insert(occurrence, ());
-        if self.change_sinks.iter().any(|s| s.wants_events()) {
+        if !self.sinks.is_empty() {
             let record = EventRecord {
                 involved: ow.object.clone(),
                 event: e.clone(),
                 at,
             };
-            for sink in self.change_sinks.iter().filter(|s| s.wants_events()) {
+            for sink in &self.sinks {
                 sink.event(&record);
             }
         }
-        if self.cfg.changes_only {
-            self.metrics.events_processed.inc();
-            return None;
-        }
-        let fields = EventFields {
-            identity: &identity,
-            name,
-            uid,
-            reason: &e.reason,
-            message: &e.message,
-            event_type: &e.event_type,
-            component: &e.component,
-            action: &e.action,
-            count: e.count,
-            at,
-        };
-        let span = span_model::event_span(&ow, &fields);
-        Some(Emission(Pending::Event {
-            involved_uid: e.involved.uid.clone(),
+        Some(AdmittedEvent {
             ow,
-            span,
-        }))
+            identity,
+            event: e,
+            at,
+        })
     }
+}
+
+/// The event span of an admitted occurrence, on the object it is about
+/// (whose object span is created if the window has none yet); `own` and
+/// `own_uid` name the Event where the Event does not.
+pub(super) fn event_emission(a: AdmittedEvent, own: &ObjectRef, own_uid: &str) -> Emission {
+    let e = &a.event;
+    let name = if e.name.is_empty() {
+        own.name.as_str()
+    } else {
+        e.name.as_str()
+    };
+    let uid = if e.uid.is_empty() {
+        own_uid
+    } else {
+        e.uid.as_str()
+    };
+    let fields = EventFields {
+        identity: &a.identity,
+        name,
+        uid,
+        reason: &e.reason,
+        message: &e.message,
+        event_type: &e.event_type,
+        component: &e.component,
+        action: &e.action,
+        count: e.count,
+        at: a.at,
+    };
+    let span = span_model::event_span(&a.ow, &fields);
+    Emission(Pending::Event {
+        involved_uid: e.involved.uid.clone(),
+        ow: a.ow,
+        span,
+    })
 }
 
 #[cfg(test)]
@@ -350,5 +403,46 @@ mod tests {
         assert!(drain(&mut rx).is_empty());
         assert_eq!(filtered(&metrics, FilterReason::EventDelete), 1);
         assert_eq!(filtered(&metrics, FilterReason::EventWriteFailed), 1);
+    }
+
+    /// The stage alone: an occurrence is admitted once, handed to the
+    /// sinks that want Events, and about the object the Event names.
+    #[test]
+    fn the_stage_admits_an_occurrence_once_and_hands_it_to_the_event_sinks() {
+        use crate::pipeline::ChangeRecord;
+        #[derive(Default)]
+        struct Events(std::sync::Mutex<Vec<EventRecord>>);
+        impl ChangeSink for Events {
+            fn record(&self, _: &ChangeRecord) {}
+            fn wants_events(&self) -> bool {
+                true
+            }
+            fn event(&self, e: &EventRecord) {
+                self.0.lock().unwrap().push(e.clone());
+            }
+        }
+        let metrics = Arc::new(Metrics::default());
+        let windowing = super::super::ProcessorConfig::default().windowing;
+        let mut stage = EventStage::new(
+            Arc::new(KindRegistry::default()),
+            windowing,
+            metrics.clone(),
+        );
+        let sink = Arc::new(Events::default());
+        stage.add_sink(sink.clone());
+        let (_, listed) = written_and_listed();
+        let (own, uid, e) = listed_event(&listed);
+        let at = SystemTime::now();
+        let admitted = stage
+            .admit(&own, &uid, e.clone(), at)
+            .expect("the first sighting");
+        assert_eq!(
+            Some(admitted.ow.object.name.as_str()),
+            listed["involvedObject"]["name"].as_str()
+        );
+        assert_eq!(admitted.identity, uid, "the Event's uid");
+        assert!(stage.admit(&own, &uid, e, at).is_none(), "seen already");
+        assert_eq!(filtered(&metrics, FilterReason::EventSeen), 1);
+        assert_eq!(sink.0.lock().unwrap().len(), 1);
     }
 }

@@ -1,21 +1,22 @@
-//! Mergelogs from instrumented controllers: each shown once, as a `merge`
-//! span in the trace of the CPID it minted and a `merged_into` span in the
-//! trace of each CPID it merged (`span_model::merge_spans`).
+//! The mergelog stage: mergelogs from instrumented controllers, each
+//! admitted once (a sender retries), to be shown as a `merge` span in the
+//! trace of the CPID it minted and a `merged_into` span in the trace of each
+//! CPID it merged (`span_model::merge_spans`).
 
 use std::time::Duration;
 
 use moka::policy::EvictionPolicy;
 
-use super::{ProcessError, Processor};
+use std::sync::Arc;
+
 use crate::metrics::{Cache, CacheEvictions, Metrics};
-use crate::span_model;
 
 /// Mergelogs remembered to show a retried one once.
 const SEEN_MERGELOGS: u64 = 100_000;
 /// How long a sender may retry one (its retries end within seconds).
 const SEEN_FOR: Duration = Duration::from_secs(3600);
 
-pub(super) fn seen_mergelogs(metrics: &Metrics) -> moka::sync::Cache<[u8; 16], ()> {
+fn seen_mergelogs(metrics: &Metrics) -> moka::sync::Cache<[u8; 16], ()> {
     let evictions = CacheEvictions::new(
         metrics,
         Cache::SeenMergelogs,
@@ -29,24 +30,53 @@ pub(super) fn seen_mergelogs(metrics: &Metrics) -> moka::sync::Cache<[u8; 16], (
         .build()
 }
 
-impl Processor {
-    pub async fn process_mergelog(
-        &self,
-        cluster: &str,
-        m: &kascade_cpid::Mergelog,
-    ) -> Result<(), ProcessError> {
+/// Admits each mergelog once: owns the mergelogs seen (by new CPID).
+pub(super) struct MergelogStage {
+    seen: moka::sync::Cache<[u8; 16], ()>,
+    metrics: Arc<Metrics>,
+}
+
+impl MergelogStage {
+    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+        MergelogStage {
+            seen: seen_mergelogs(&metrics),
+            metrics,
+        }
+    }
+
+    /// Whether `m` is seen for the first time; a retried one is counted.
+    pub(super) fn admit(&self, m: &kascade_cpid::Mergelog) -> bool {
         let key = m.cpid.to_bytes();
-        if self.seen_mergelogs.contains_key(&key) {
+        if self.seen.contains_key(&key) {
             self.metrics.mergelogs_duplicate.inc();
-            return Ok(());
+            return false;
         }
-        self.seen_mergelogs.insert(key, ());
-        if self.cfg.changes_only {
-            return Ok(());
-        }
-        for span in span_model::merge_spans(cluster, m) {
-            self.emit(span).await?;
-        }
-        Ok(())
+        self.seen.insert(key, ());
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_mergelog_is_admitted_once_and_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let stage = MergelogStage::new(metrics.clone());
+        let merged = |cpid| kascade_cpid::Mergelog {
+            cpid,
+            sources: vec![
+                kascade_cpid::Cpid::new_random(),
+                kascade_cpid::Cpid::new_random(),
+            ],
+            time: std::time::SystemTime::now(),
+            controller: String::new(),
+        };
+        let m = merged(kascade_cpid::Cpid::new_random());
+        assert!(stage.admit(&m));
+        assert!(!stage.admit(&m), "a retry");
+        assert_eq!(metrics.mergelogs_duplicate.get(), 1);
+        assert!(stage.admit(&merged(kascade_cpid::Cpid::new_random())));
     }
 }

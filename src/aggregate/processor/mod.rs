@@ -1,238 +1,82 @@
 //! Turns one accepted audit event into spans: the object span of its window
 //! (once), an audit span with the diff or snapshot, and link spans for every
-//! relation not yet recorded in that window, on both sides. A write of a
-//! Kubernetes Event instead becomes an event span on the object the Event is
-//! about. List-watch versions fill in what the audit log does not show.
-//!
-//! By concern: `state` (what a write did: apply, diff, redaction),
-//! `reconcile` (the audit↔watch ledger: each write shown once), `emit`
-//! (object and link spans through the span cache, span parts), `events`
-//! (Kubernetes Events). This file holds the processor and the audit path
-//! that uses them all; `watch` the list-watch's path, `failed_create` the
-//! creates refused before their object was named.
+//! relation not yet recorded in that window, on both sides; a write of a
+//! Kubernetes Event, an event span on the object it is about; list-watch
+//! versions fill in what the audit log does not show. This file composes
+//! the stages ([`Processor`]), each owning its state: `applier` (last
+//! states, redaction, label index; `state` its pure parts), `reconcile` (the
+//! audit↔watch ledger), `cause` (cause index, change sinks), `events` and
+//! `mergelog` (what was seen), `emit` (span cache, exporter channel); `plan`
+//! builds spans, `flow` holds the values passed between stages.
 
-mod cascade;
+mod applier;
+mod cause;
+mod config;
 mod emit;
+mod error;
 mod events;
 mod failed_create;
+mod flow;
+mod gauges;
 mod mergelog;
+mod parsed;
+mod plan;
 mod reconcile;
 mod state;
 #[cfg(test)]
 mod test_support;
 mod watch;
 
-use std::sync::Arc;
-use std::time::Duration;
+pub use config::{DEFAULT_LEDGER_ENTRIES, ProcessorConfig};
+pub use error::ProcessError;
+pub use flow::Emission;
+pub use parsed::ParsedResponse;
 
-use crate::json::{JsonValueTrait as _, Value};
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use tokio::sync::mpsc;
 
-use super::causes::{CauseIndex, DEFAULT_CAUSE_OBJECTS};
+use super::causes::{Op, Revision};
+use super::diff;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
-use super::relations::all_relations;
 use super::rules::{Relation, RuleSet};
-use super::selectors::SelectorIndex;
 use super::span_cache::SpanCache;
-use super::states::{StateError, StateStore};
+use super::states::StateStore;
 use crate::metrics::Metrics;
-use crate::model::{ObjectWindow, Windowing};
+use crate::model::ObjectRef;
+use crate::model::ObjectWindow;
 use crate::pipeline::{
-    Accepted, ChangeSink, ExportProgress, Gauges, ObjectText, is_event_resource,
+    Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, K8sEvent, is_event_resource,
 };
+use crate::pipeline::{SpanRef, WatchChange, WatchKind};
 use crate::span_model::{self, EncodedSpan, attr};
-use emit::{
-    add_snapshot, add_snapshot_text, add_status, audit_write, failure_message, is_conflict,
-};
+use flow::Pending;
+use plan::add_status;
+use reconcile::{PendingWatch, ledger_key};
 use state::{is_older, resource_version};
-
-/// An audit event's response object parsed (and redacted) ahead of the
-/// event's processing: offline runs prepare it on their decode thread,
-/// beside the processor's, where parsing and redacting would otherwise be
-/// the largest part of the processor's work per write.
-#[derive(Debug)]
-pub struct ParsedResponse {
-    object: Option<Value>,
-    /// The values that redaction replaced.
-    hidden: crate::aggregate::redact::HiddenValues,
-    /// Redacted by the processor's redactor already.
-    redacted: bool,
-    /// That redaction replaced something: `object` is no longer the text
-    /// parsed.
-    changed: bool,
-}
-
-impl ParsedResponse {
-    /// `item`'s response object parsed as processing parses it, if
-    /// processing would (a write of an object that succeeded and answered
-    /// with one), and redacted by `redactor` (pass the processor's when it
-    /// redacts: [`Processor::sees_whole_objects`]); `None` otherwise.
-    pub fn ahead_of(item: &Accepted, redactor: Option<&Redactor>) -> Option<ParsedResponse> {
-        if is_event_resource(&item.object.group, &item.object.resource)
-            || item.failed_create.is_some()
-            || item.event.code() >= 400
-        {
-            return None;
-        }
-        let text = item.event.response_object.as_ref()?;
-        let mut object = text.parse().ok();
-        let mut changed = false;
-        let mut hidden = Default::default();
-        if let (Some(redactor), Some(object)) = (redactor, object.as_mut()) {
-            (changed, hidden) = redactor.redact_parsed_noting(
-                &item.object.group,
-                &item.object.resource,
-                object,
-                text.get(),
-            );
-        }
-        Some(ParsedResponse {
-            object,
-            hidden,
-            redacted: redactor.is_some(),
-            changed,
-        })
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct ProcessorConfig {
-    pub windowing: Windowing,
-    /// Upper bound of the bytes of last-seen object states kept for diffs.
-    pub state_cache_bytes: u64,
-    /// Objects whose last state is also kept parsed (recently written ones).
-    pub hot_states: usize,
-    /// Most changed paths shown per write; the rest are counted.
-    pub max_diff_changes: usize,
-    /// How long a change seen by the watch waits for the audit event of the
-    /// same write before it is shown on its own.
-    pub watch_audit_wait: Duration,
-    /// A list-watch also feeds this processor: audit writes leave ledger
-    /// markers so the watch's copies of them are not shown again. Without a
-    /// watch the markers would only cost time (a tenth of the collector's).
-    pub has_watch: bool,
-    /// Most entries of the audit/watch ledger (each ≈ 300 bytes, plus the
-    /// diff of a change no audit event has claimed yet).
-    pub ledger_entries: u64,
-    /// Objects whose recent changes are kept as candidate causes of later
-    /// writes (`aggregate/causes/`).
-    pub cause_objects: u64,
-    /// Only changes for the change sinks, no spans (`kascade analyze`): no
-    /// span is built, no diff computed, and objects are not redacted unless
-    /// a sink asks for them (nothing else of them leaves the process).
-    pub changes_only: bool,
-}
-
-/// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
-/// per second sustained over its 10 minutes.
-pub const DEFAULT_LEDGER_ENTRIES: u64 = 1 << 18;
-
-impl Default for ProcessorConfig {
-    fn default() -> Self {
-        Self {
-            windowing: Windowing::new(Duration::from_secs(1800)),
-            state_cache_bytes: 128 << 20,
-            hot_states: 256,
-            max_diff_changes: 100,
-            watch_audit_wait: Duration::from_secs(5),
-            has_watch: true,
-            ledger_entries: DEFAULT_LEDGER_ENTRIES,
-            cause_objects: DEFAULT_CAUSE_OBJECTS,
-            changes_only: false,
-        }
-    }
-}
-
-/// Why a unit of work could not be processed.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    #[error("span exporter has stopped")]
-    ExportStopped,
-    #[error("span cache: {0}")]
-    SpanCache(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error(transparent)]
-    State(#[from] StateError),
-}
-
-impl ProcessError {
-    fn span_cache(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        ProcessError::SpanCache(e.into())
-    }
-}
-
-/// What an audited write did to its object ([`Processor::apply_audit`]).
-struct AppliedWrite {
-    ow: ObjectWindow,
-    key: String,
-    old: Option<Arc<Value>>,
-    outcome: state::Outcome,
-    uid: String,
-    new_rv: String,
-    old_rv: String,
-    deleted: bool,
-    /// The new state is kept (not a delete, not older than the one kept).
-    keeps_state: bool,
-    relations: Vec<(Relation, String)>,
-}
-
-/// The spans of a processed write that wait on the span cache: see
-/// [`Processor::process_until_emission`].
-pub struct Emission(Pending);
-
-enum Pending {
-    /// An audited write's object span (once per window), audit span and
-    /// link spans.
-    Write {
-        ow: ObjectWindow,
-        uid: String,
-        replayed: bool,
-        span: span_model::SpanBuf,
-        relations: Vec<(Relation, String)>,
-        selector_links: Vec<super::selectors::SelectorLink>,
-        at: std::time::SystemTime,
-    },
-    /// A Kubernetes Event's span on the object it is about (whose object
-    /// span is created if the window has none yet).
-    Event {
-        ow: ObjectWindow,
-        involved_uid: String,
-        span: span_model::SpanBuf,
-    },
-}
+use std::time::Instant;
 
 pub struct Processor {
     cfg: ProcessorConfig,
-    redactor: Redactor,
-    rules: Arc<RuleSet>,
-    kinds: KindRegistry,
-    /// Last seen state of each object (redacted, without managedFields).
-    states: StateStore,
-    spans: Arc<dyn SpanCache>,
-    out: mpsc::Sender<EncodedSpan>,
-    export_progress: Option<Arc<ExportProgress>>,
+    kinds: Arc<KindRegistry>,
+    /// The first stage: each write applied to its object's last state.
+    applier: applier::Applier,
+    /// The last stage: spans out, through the span cache.
+    emitter: emit::Emitter,
     metrics: Arc<Metrics>,
-    /// Event occurrences (cluster|Event uid|count) already emitted.
-    seen_events: moka::sync::Cache<String, ()>,
+    /// Admits each Kubernetes Event occurrence once.
+    events: events::EventStage,
     /// Diffs the watch saw, for the audit event of the same write, and the
     /// watch changes waiting for it.
     ledger: reconcile::Ledger,
-    /// Labels and selectors, for `selector` rules.
-    selectors: SelectorIndex,
-    /// Recent changes, the candidate causes of later writes.
-    causes: CauseIndex,
+    /// Infers each write's cause and hands it to the change sinks.
+    cause: cause::CauseInferrer,
     /// Where each change goes with its cause (change log, analysis, metrics).
     change_sinks: Vec<Arc<dyn ChangeSink>>,
-    /// `kascade_cascade_writes_total` by role.
-    role_counters: [prometheus_client::metrics::counter::Counter; 3],
-    /// Malformed CPID annotations are logged at most this often.
-    cpid_warned: crate::bounds::LogEvery,
-    /// Mergelogs already shown (by new CPID).
-    seen_mergelogs: moka::sync::Cache<[u8; 16], ()>,
-    /// The values redaction replaced in recent objects (hashed), to scrub
-    /// them from the Events about those objects.
-    hidden_values:
-        moka::sync::Cache<crate::model::ObjectRef, Arc<crate::aggregate::redact::HiddenValues>>,
+    /// Admits each mergelog once.
+    mergelogs: mergelog::MergelogStage,
 }
 
 impl Processor {
@@ -244,24 +88,30 @@ impl Processor {
         out: mpsc::Sender<EncodedSpan>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        // Learnt from the writes, used by every stage that names objects.
+        let kinds = Arc::new(KindRegistry::default());
         Self {
-            states: StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
-            seen_events: events::seen_events(cfg.windowing.width, &metrics),
+            applier: applier::Applier::new(
+                StateStore::new(cfg.state_cache_bytes, cfg.hot_states, &metrics),
+                redactor,
+                rules.clone(),
+                kinds.clone(),
+                cfg.windowing,
+            ),
+            events: events::EventStage::new(kinds.clone(), cfg.windowing, metrics.clone()),
             ledger: reconcile::Ledger::new(cfg.ledger_entries, cfg.watch_audit_wait, &metrics),
-            selectors: SelectorIndex::new(&rules),
-            causes: CauseIndex::new(&rules, cfg.cause_objects, &metrics),
+            cause: cause::CauseInferrer::new(
+                rules.clone(),
+                kinds.clone(),
+                cfg.windowing,
+                cfg.cause_objects,
+                metrics.clone(),
+            ),
             change_sinks: Vec::new(),
-            role_counters: cascade::role_counters(&metrics),
-            cpid_warned: crate::bounds::LogEvery::new(Duration::from_secs(10)),
-            seen_mergelogs: mergelog::seen_mergelogs(&metrics),
-            hidden_values: events::hidden_values(&metrics),
+            mergelogs: mergelog::MergelogStage::new(metrics.clone()),
+            emitter: emit::Emitter::new(spans, out, cfg.windowing, metrics.clone()),
             cfg,
-            redactor,
-            rules,
-            kinds: KindRegistry::default(),
-            spans,
-            out,
-            export_progress: None,
+            kinds,
             metrics,
         }
     }
@@ -269,26 +119,33 @@ impl Processor {
     /// Hands every change, with its inferred cause, to `sink` (as well as
     /// to the sinks added before).
     pub fn with_change_sink(mut self, sink: Arc<dyn ChangeSink>) -> Self {
+        self.cause.add_sink(sink.clone());
+        self.events.add_sink(sink.clone());
         self.change_sinks.push(sink);
         self
     }
 
     pub fn update_gauges(&self) {
-        self.metrics
-            .cascade_objects
-            .set(self.causes.entry_count() as i64);
-        self.metrics
-            .state_cache_entries
-            .set(self.states.entry_count() as i64);
-        self.metrics
-            .state_cache_hot_entries
-            .set(self.states.hot_entries() as i64);
-        self.metrics
-            .state_cache_bytes
-            .set(self.states.cold_bytes() as i64);
-        self.metrics
-            .span_cache_entries
-            .set(self.spans.entry_count() as i64);
+        let states = self.applier.states();
+        gauges::report(
+            &self.metrics,
+            self.cause.entry_count(),
+            states,
+            &self.emitter,
+        );
+    }
+
+    /// Counts every span sent to the exporter (for the durable intake).
+    pub fn with_export_progress(mut self, progress: Arc<ExportProgress>) -> Self {
+        self.emitter.count_sent_in(progress);
+        self
+    }
+
+    /// Notes an audit write as a candidate cause in arrival order (the
+    /// dispatcher calls this before the write is sharded); returns its place
+    /// in that order.
+    pub fn note_arrival(&self, item: &Accepted) -> u64 {
+        self.cause.note_arrival(item)
     }
 
     /// Watch changes waiting for their audit event.
@@ -302,21 +159,10 @@ impl Processor {
         !self.cfg.changes_only || self.change_sinks.iter().any(|s| s.wants_objects())
     }
 
-    /// [`failure_message`], without the values redaction hides in the
-    /// write's objects: an admission webhook's denial may quote them.
+    /// The failure message of a refused write, without the values
+    /// redaction hides in its objects.
     fn failure_message(&self, ev: &crate::pipeline::AuditEvent) -> String {
-        let message = failure_message(ev);
-        let Some(r) = ev.object_ref.as_ref().filter(|_| self.sees_whole_objects()) else {
-            return message;
-        };
-        let objects: Vec<&str> = [&ev.request_object, &ev.response_object]
-            .into_iter()
-            .flatten()
-            .map(ObjectText::get)
-            .collect();
-        self.redactor
-            .scrub(&r.api_group, &r.resource, &objects, &message)
-            .unwrap_or(message)
+        self.applier.failure_message(ev, self.sees_whole_objects())
     }
 
     pub async fn process(&self, item: &Accepted) -> Result<(), ProcessError> {
@@ -341,7 +187,7 @@ impl Processor {
     /// answers take a round trip, so that many writes' reservations reach it
     /// together instead of one write's at a time.
     pub fn pipelines_emission(&self) -> bool {
-        self.spans.is_remote()
+        self.emitter.is_remote()
     }
 
     /// Processes `item` up to the spans that wait on the span cache, which
@@ -363,7 +209,7 @@ impl Processor {
     ) -> Result<Option<Emission>, ProcessError> {
         let result = self.process_audit(item, response).await;
         // However it ended: no later write waits for this one any more.
-        self.causes.settle(item.arrival);
+        self.cause.settle(item.arrival);
         result
     }
 
@@ -373,7 +219,7 @@ impl Processor {
         response: Option<ParsedResponse>,
     ) -> Result<Option<Emission>, ProcessError> {
         if is_event_resource(&item.object.group, &item.object.resource) {
-            if self.cfg.changes_only && !self.change_sinks.iter().any(|s| s.wants_events()) {
+            if self.cfg.changes_only && !self.events.sinks_want_events() {
                 return Ok(None);
             }
             return Ok(self.process_event_write(item));
@@ -386,16 +232,20 @@ impl Processor {
         }
         let ev = &item.event;
         let obj = &item.object;
-        let mut w = self.apply_audit(item, response);
+        let mut w = self
+            .applier
+            .apply(item, response, self.sees_whole_objects());
+        self.events
+            .note_hidden(obj, std::mem::take(&mut w.outcome.hidden));
+        if self.cfg.has_watch && ev.code() < 400 {
+            w = self.ledger.reconcile_audit(ev, w);
+        }
         // The label index learns the new labels and selectors now, so that a
         // selector's holder is a relation of this very write (a
         // StatefulSet's new claim); the links are recorded further down.
-        let selector_links = match &w.outcome.state {
-            Some(state) if w.keeps_state => self.selectors.update(&self.rules, obj, state),
-            _ => Vec::new(),
-        };
+        let selector_links = self.applier.index_labels(&w);
         // Only a write that joined a selector copies its relations.
-        let holders_by_selector = cascade::holder_relations(&selector_links, obj);
+        let holders_by_selector = cause::holder_relations(&selector_links, obj);
         let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
             if holders_by_selector.is_empty() {
                 std::borrow::Cow::Borrowed(&w.relations)
@@ -409,18 +259,20 @@ impl Processor {
             .filter(|_| !w.deleted)
             .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
         // Before anything that can fail: writes caused by this one wait for it.
-        let own = self.arrival_entry(item);
+        let own = self.cause.arrival_entry(item);
         // The entry already names this write's span (a refused write has none).
         let (span, arrival) = match &own {
             Some(e) => (e.span, e.arrival),
             None => (
-                cascade::audit_span_ref(&w.ow, &ev.audit_id),
-                self.arrival_of(item),
+                cause::audit_span_ref(&w.ow, &ev.audit_id),
+                self.cause.arrival_of(item),
             ),
         };
         let inference = self
+            .cause
             .infer_cause(
-                &cascade::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
+                self.applier.selectors(),
+                &cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
                 own.as_ref(),
                 &cause_relations,
                 w.old.as_ref(),
@@ -428,17 +280,22 @@ impl Processor {
                     .state
                     .as_ref()
                     .filter(|_| !w.deleted)
-                    .map(cascade::NewState::Shared),
+                    .map(cause::NewState::Shared),
                 object_status.as_ref(),
             )
             .await;
         if self.cfg.changes_only {
-            self.keep_state(w)?;
+            self.applier.keep(w)?;
             self.metrics.events_processed.inc();
             return Ok(None);
         }
-        let mut span = self.audit_span(item, &w);
-        cascade::add_cascade(&mut span, &inference);
+        let mut span = plan::audit_span(
+            item,
+            &w,
+            |ev| self.failure_message(ev),
+            self.cfg.max_diff_changes,
+        );
+        plan::add_cascade(&mut span, &inference);
         if let Some(st) = &object_status {
             add_status(&mut span, st);
         }
@@ -447,7 +304,7 @@ impl Processor {
         }
         let relations = std::mem::take(&mut w.relations);
         let uid = std::mem::take(&mut w.uid);
-        let ow = self.keep_state(w)?;
+        let ow = self.applier.keep(w)?;
         Ok(Some(Emission(Pending::Write {
             ow,
             uid,
@@ -471,173 +328,265 @@ impl Processor {
                 selector_links,
                 at,
             } => {
-                self.ensure_object_span(&ow, &uid, replayed).await?;
-                self.emit(span).await?;
-                self.record_relation_list(&ow, &relations, at, replayed)
+                self.emitter.ensure_object_span(&ow, &uid, replayed).await?;
+                self.emitter.emit(span).await?;
+                self.emitter
+                    .record_relation_list(&ow, &relations, at, replayed)
                     .await?;
-                self.record_selector_link_list(selector_links, at).await?;
+                self.emitter
+                    .record_selector_link_list(selector_links, at)
+                    .await?;
             }
             Pending::Event {
                 ow,
                 involved_uid,
                 span,
             } => {
-                self.ensure_object_span(&ow, &involved_uid, false).await?;
+                self.emitter
+                    .ensure_object_span(&ow, &involved_uid, false)
+                    .await?;
                 self.metrics.event_spans.inc();
-                self.emit(span).await?;
+                self.emitter.emit(span).await?;
             }
         }
         self.metrics.events_processed.inc();
         Ok(())
     }
 
-    /// What an audited write did to its object: the new state and diff
-    /// (redacted), the versions before and after, the relations it shows.
-    fn apply_audit(&self, item: &Accepted, response: Option<ParsedResponse>) -> AppliedWrite {
-        let ev = &item.event;
-        let obj = &item.object;
+    /// A version of an object from the list-watch. Its diff against the
+    /// previous version is kept for the audit event of the same write; if that
+    /// does not claim it within `watch_audit_wait` (a Metadata-level audit
+    /// policy, no audit webhook), it is shown as a `watch` span on its own.
+    pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
+        let obj = change.object.clone();
+        let key = obj.key();
+        let hidden = self.applier.prepare_watched(&obj, &mut change.state);
+        self.events.note_hidden(&obj, hidden);
+        let new_rv = resource_version(&change.state).to_string();
+        let old = self.applier.last_state(&key);
+        let old_rv = old
+            .as_ref()
+            .map(|o| resource_version(o).to_string())
+            .unwrap_or_default();
         let ow = ObjectWindow {
             object: obj.clone(),
-            window_start: self
-                .cfg
-                .windowing
-                .window_start(ev.request_received_timestamp),
+            window_start: self.cfg.windowing.window_start(change.observed),
         };
-        let key = obj.key();
-        let (old, old_fields) = self.states.get_with_fields(&key).unzip();
-        let old_fields = old_fields.flatten();
-        let mut outcome = state::apply(
-            ev,
-            obj,
-            old.as_ref(),
-            old_fields.as_deref(),
-            &self.kinds,
-            self.sees_whole_objects().then_some(&self.redactor),
-            response,
-        );
-        self.note_hidden(obj, std::mem::take(&mut outcome.hidden));
-
-        // A state that is the response as logged: its uid and version as the
-        // decode read them (a lookup each in the parsed state cost ≈ 1 % of
-        // the collector's instructions).
-        let logged = ev
-            .response_object
-            .as_ref()
-            .filter(|_| outcome.state_text.is_some());
-        let uid = match logged.and_then(ObjectText::uid) {
-            Some(uid) => uid.to_string(),
-            None => outcome
-                .state
-                .as_ref()
-                .and_then(|s| crate::json::pointer(&**s, "/metadata/uid"))
-                .and_then(Value::as_str)
-                .unwrap_or(&item.uid)
-                .to_string(),
-        };
-        // A binding's state is the last one with `spec.nodeName` set: its
-        // version is the one before the binding, not a new one.
-        let mut new_rv = if ev.subresource() == "binding" {
-            String::new()
-        } else if let Some(rv) = logged.and_then(ObjectText::resource_version) {
-            rv.to_string()
-        } else {
-            outcome
-                .state
-                .as_ref()
-                .map(|s| resource_version(s).to_string())
-                .unwrap_or_default()
-        };
-        let mut watch_old_rv = String::new();
-        if self.cfg.has_watch && ev.code() < 400 {
-            let keys = reconcile::audit_claim_keys(
-                &key,
-                &ev.verb,
-                ev.subresource(),
-                &new_rv,
-                outcome.state.is_some(),
-                outcome.snapshot.is_some(),
-            );
-            if let Some(changes) =
-                self.ledger
-                    .claim_for_audit(&keys, &mut watch_old_rv, &mut new_rv)
-            {
-                outcome.changes = changes;
+        let (version_key, changes, snapshot) = match change.kind {
+            WatchKind::Deleted => {
+                self.applier.forget(&key, &obj);
+                (
+                    ledger_key(&key, "deleted"),
+                    Vec::new(),
+                    Some(change.state.clone()),
+                )
             }
+            _ => {
+                if new_rv == old_rv || is_older(&new_rv, &old_rv) {
+                    return Ok(()); // already known (the audit event came first) or stale
+                }
+                self.applier.keep_watched(key.clone(), &change.state)?;
+                if change.kind == WatchKind::Listed && old.is_none() {
+                    // Seeding: index only; idle objects get no spans at startup.
+                    let _ = self.applier.index_state(&obj, &change.state);
+                } else {
+                    let links = self.applier.index_state(&obj, &change.state);
+                    self.emitter
+                        .record_selector_link_list(links, change.observed)
+                        .await?;
+                }
+                if old.is_none() && change.kind == WatchKind::Modified {
+                    // kube's watcher reports additions and modifications alike.
+                    change.kind = WatchKind::Added;
+                }
+                match (&old, change.kind) {
+                    // The initial list seeds what later diffs compare against.
+                    (None, WatchKind::Listed) => return Ok(()),
+                    (None, _) => (
+                        ledger_key(&key, &new_rv),
+                        Vec::new(),
+                        Some(change.state.clone()),
+                    ),
+                    (Some(o), _) => (
+                        ledger_key(&key, &new_rv),
+                        diff::diff(o, &change.state),
+                        None,
+                    ),
+                }
+            }
+        };
+        if changes.is_empty() && snapshot.is_none() {
+            return Ok(());
         }
-        let last_rv = old.as_deref().map(resource_version).unwrap_or("");
-        let old_rv = state::old_resource_version(ev, &watch_old_rv, last_rv, &new_rv);
-        // Relations come from the newest state known, or the snapshot of a deleted object.
-        let deleted = state::removes_object(ev, &outcome);
-        let relations = outcome
-            .state
-            .as_ref()
-            .or(outcome.snapshot.as_ref())
-            .or(old.as_ref())
-            .map(|s| all_relations(obj, s, &self.kinds, &self.rules))
-            .unwrap_or_default();
-        let keeps_state = !deleted && outcome.state.is_some() && !is_older(&new_rv, last_rv);
-        AppliedWrite {
+        let Some((entry, ledger_keys)) =
+            self.ledger
+                .file(&key, version_key, change.kind, changes, &old_rv, &new_rv)
+        else {
+            return Ok(());
+        };
+        self.ledger.wait(PendingWatch {
+            due: Instant::now() + self.ledger.wait,
+            entry,
+            ledger_keys,
             ow,
-            key,
-            old,
-            outcome,
-            uid,
-            new_rv,
+            change,
             old_rv,
-            deleted,
-            keeps_state,
-            relations,
-        }
+            snapshot,
+        });
+        Ok(())
     }
 
-    /// The audit span of an applied write, without its cascade and status.
-    fn audit_span(&self, item: &Accepted, w: &AppliedWrite) -> span_model::SpanBuf {
-        let ev = &item.event;
-        // A write refused by optimistic concurrency is routine: its writer
-        // reads the object again and retries. Shown, but not as an error.
-        let conflict = is_conflict(ev).then(|| self.failure_message(ev));
-        let error = (ev.code() >= 400 && conflict.is_none()).then(|| self.failure_message(ev));
-        let write = audit_write(ev, ev.subresource(), &w.old_rv, &w.new_rv, error);
-        let mut span = span_model::audit_span(&w.ow, &write);
-        if let Some(msg) = &conflict {
-            span.attr(attr::AUDIT_CONFLICT, msg);
-        }
-        let at = ev.stage_timestamp;
-        match (&w.outcome.snapshot, &w.outcome.state, &w.outcome.state_text) {
-            // The new state, and its text as logged: written as it is.
-            (Some(snap), Some(state), Some(text)) if Arc::ptr_eq(snap, state) => {
-                add_snapshot_text(&mut span, text, at);
-            }
-            (Some(snap), _, _) => add_snapshot(&mut span, snap, at),
-            (None, _, _) => {}
-        }
-        self.add_changes(&mut span, &w.outcome.changes, at);
-        if w.outcome.changes.len() > self.cfg.max_diff_changes {
-            span.attr_int(
-                attr::DIFF_TRUNCATED,
-                (w.outcome.changes.len() - self.cfg.max_diff_changes) as i64,
+    /// Shows the watch changes whose wait for an audit event is over (all of
+    /// them when `all`, at shutdown).
+    pub async fn flush_watch(&self, all: bool) -> Result<(), ProcessError> {
+        let now = Instant::now();
+        while let Some(p) = self.ledger.next_due(now, all) {
+            self.emitter.ensure_object_span(&p.ow, "", false).await?;
+            let at = p.change.observed;
+            let new_rv = resource_version(&p.change.state).to_string();
+            let kind = p.change.kind.as_str();
+            let deleted = p.change.kind == WatchKind::Deleted;
+            let relations = self.applier.relations(&p.ow.object, &p.change.state);
+            let class = watch::watch_class(p.change.kind, &p.entry.changes);
+            let span_ref = SpanRef {
+                trace_id: p.ow.trace_id().to_bytes(),
+                span_id: span_model::watch_span_id(&p.ow, kind, &new_rv).to_bytes(),
+            };
+            let own = self.cause.note_watched(
+                &p.ow.object,
+                span_ref,
+                class,
+                Op::of(kind, ""),
+                at,
+                Revision::of(new_rv.parse().ok()),
             );
+            let readiness = watch::readiness(&p);
+            let write = cause::Write::watched(&p, span_ref, own.arrival, class);
+            let inference = self
+                .cause
+                .infer_cause(
+                    self.applier.selectors(),
+                    &write,
+                    Some(&own),
+                    &relations,
+                    None,
+                    (!deleted).then_some(cause::NewState::Borrowed(&p.change.state)),
+                    readiness.as_ref(),
+                )
+                .await;
+            let max = self.cfg.max_diff_changes;
+            let span = watch::watch_span(&p, &new_rv, &inference, readiness.as_ref(), max);
+            self.metrics.watch_spans.inc();
+            self.emitter.emit(span).await?;
+            if p.change.kind != WatchKind::Deleted {
+                self.emitter
+                    .record_relation_list(&p.ow, &relations, at, false)
+                    .await?;
+            }
         }
-        span
+        Ok(())
     }
 
-    /// The object's state after the write, for the next write's diff; a
-    /// deleted object is forgotten. Gives back the write's object window.
-    fn keep_state(&self, w: AppliedWrite) -> Result<ObjectWindow, ProcessError> {
-        if w.deleted {
-            self.states.remove(&w.key);
-            self.selectors.remove(&w.ow.object);
-        } else if let Some(state) = w.outcome.state
-            && w.keeps_state
-        {
-            self.states.put_with_fields(
-                w.key,
-                state,
-                w.outcome.state_text,
-                w.outcome.state_fields,
-            )?;
+    /// A create refused before its object was named (e.g. a ReplicaSet's Pod
+    /// denied by a quota): an audit span in error on the span of the owner
+    /// the request names ([`failed_create::holder`]). Nothing was written,
+    /// so no state or relation changes.
+    async fn process_failed_create(
+        &self,
+        item: &Accepted,
+        attempt: &FailedCreate,
+    ) -> Result<(), ProcessError> {
+        let ev = &item.event;
+        let (ow, holder_uid, relations) =
+            failed_create::holder(&self.kinds, self.cfg.windowing, item, attempt);
+        let span = cause::audit_span_ref(&ow, &ev.audit_id);
+        let arrival = self.cause.arrival_of(item);
+        let write = cause::Write::audit(ev, &item.object, span, arrival, "", false);
+        let inference = self
+            .cause
+            .infer_cause(
+                self.applier.selectors(),
+                &write,
+                None,
+                &relations,
+                None,
+                None,
+                None,
+            )
+            .await;
+        if self.cfg.changes_only {
+            self.metrics.events_processed.inc();
+            return Ok(());
         }
-        Ok(w.ow)
+        self.emitter
+            .ensure_object_span(&ow, holder_uid, item.replayed)
+            .await?;
+        let write = plan::audit_write(ev, "", "", "", Some(self.failure_message(ev)));
+        let span = failed_create::attempt_span(
+            item,
+            attempt,
+            &ow,
+            &write,
+            &inference,
+            self.applier.redactor(),
+        );
+        self.emitter.emit(span).await?;
+        self.metrics.events_processed.inc();
+        Ok(())
+    }
+
+    /// A mergelog from an instrumented controller, shown once.
+    pub async fn process_mergelog(
+        &self,
+        cluster: &str,
+        m: &kascade_cpid::Mergelog,
+    ) -> Result<(), ProcessError> {
+        if !self.mergelogs.admit(m) || self.cfg.changes_only {
+            return Ok(());
+        }
+        for span in span_model::merge_spans(cluster, m) {
+            self.emitter.emit(span).await?;
+        }
+        Ok(())
+    }
+
+    /// A write of a Kubernetes Event: an event span on the object the Event
+    /// is about. Returns the span to send ([`Processor::send_emission`]), if any.
+    fn process_event_write(&self, item: &Accepted) -> Option<Emission> {
+        let (e, at) = self.events.written(item)?;
+        self.k8s_event_until_emission(&item.object, &item.uid, e, at)
+    }
+
+    /// One occurrence of a Kubernetes Event (from an audited write or from the
+    /// Event watch): an event span on the involved object's span, once per
+    /// Event uid and count however often it is seen.
+    pub async fn process_k8s_event(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Result<(), ProcessError> {
+        match self.k8s_event_until_emission(own, own_uid, e, at) {
+            Some(rest) => self.send_emission(rest).await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`Processor::process_k8s_event`] up to the span to send.
+    fn k8s_event_until_emission(
+        &self,
+        own: &ObjectRef,
+        own_uid: &str,
+        e: K8sEvent,
+        at: SystemTime,
+    ) -> Option<Emission> {
+        let admitted = self.events.admit(own, own_uid, e, at)?;
+        if self.cfg.changes_only {
+            self.metrics.events_processed.inc();
+            return None;
+        }
+        Some(events::event_emission(admitted, own, own_uid))
     }
 }
 

@@ -17,7 +17,9 @@ use moka::policy::EvictionPolicy;
 use super::super::diff::Change;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
-use crate::pipeline::{WatchChange, WatchKind};
+use crate::pipeline::{AuditEvent, WatchChange, WatchKind};
+
+use super::flow::AppliedWrite;
 
 /// How long the ledger keeps an entry.
 const LEDGER_TTL: Duration = Duration::from_secs(600);
@@ -125,13 +127,33 @@ impl Ledger {
         self.pending.lock().map(|q| q.len()).unwrap_or(0)
     }
 
+    /// The ledger stage of an audited write that succeeded: `w` with the
+    /// diff and versions the watch saw of the same write, if it saw it
+    /// first; else a marker is left for the watch's copy.
+    pub(super) fn reconcile_audit(&self, ev: &AuditEvent, mut w: AppliedWrite) -> AppliedWrite {
+        let keys = audit_claim_keys(
+            &w.key,
+            &ev.verb,
+            ev.subresource(),
+            &w.new_rv,
+            w.outcome.state.is_some(),
+            w.outcome.snapshot.is_some(),
+        );
+        let mut watch_old_rv = String::new();
+        if let Some(changes) = self.claim_for_audit(&keys, &mut watch_old_rv, &mut w.new_rv) {
+            w.outcome.changes = changes;
+        }
+        w.settle_versions(ev, &watch_old_rv);
+        w
+    }
+
     /// The audit side of a successful write: takes what the watch saw of it
     /// under `keys` (see [`audit_claim_keys`]), or leaves a marker there so
     /// the watch's copy, coming later, is not shown again. Returns the
     /// watch's diff between consecutive versions, when it had one; sets
     /// `watch_old_rv` to the version the watch saw before the write, and an
     /// empty `new_rv` to the one it saw the write make.
-    pub fn claim_for_audit(
+    fn claim_for_audit(
         &self,
         keys: &[u128],
         watch_old_rv: &mut String,

@@ -66,11 +66,7 @@ pub fn processor_redacting(
     cfg: ProcessorConfig,
     redactor: Redactor,
 ) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
-    let rules = RuleSet::load_dir(std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/rules"
-    )))
-    .expect("the repository's rules");
+    let rules = repository_rules();
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = mpsc::channel(1 << 16);
     let ttl = cfg.windowing.width + Duration::from_secs(300);
@@ -83,6 +79,25 @@ pub fn processor_redacting(
         metrics.clone(),
     );
     (p, rx, metrics)
+}
+
+/// The rules found in the repository (`rules/`).
+pub fn repository_rules() -> RuleSet {
+    RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .expect("the repository's rules")
+}
+
+/// The change records a sink was handed.
+#[derive(Default)]
+pub struct Records(pub std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+
+impl crate::pipeline::ChangeSink for Records {
+    fn record(&self, change: &crate::pipeline::ChangeRecord) {
+        self.0.lock().unwrap().push(change.clone());
+    }
 }
 
 /// The spans sent so far.

@@ -1,6 +1,7 @@
 use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
 use super::*;
 use crate::json::JsonContainerTrait as _;
+use crate::json::JsonValueTrait as _;
 use crate::model::ObjectRef;
 use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -97,10 +98,14 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
     for w in &mut writes {
         w.arrival = p.note_arrival(w);
     }
-    let first = p.causes.take_noted(writes[0].arrival).expect("noted");
-    p.causes.hand_to_shard(&first);
+    let first = p
+        .cause
+        .index()
+        .take_noted(writes[0].arrival)
+        .expect("noted");
+    p.cause.index().hand_to_shard(&first);
     // Idle: only the newest status write of the object stays in the index.
-    assert!(p.causes.compact_all_now() >= 1);
+    assert!(p.cause.index().compact_all_now() >= 1);
     assert!(first.resolved_now().is_none());
     p.process(&writes[0]).await.unwrap();
     assert!(
@@ -115,7 +120,7 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
 /// a `kubectl scale` (deployment), status writes and refused ones.
 #[tokio::test]
 async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
-    use super::super::redact::MARKER_PREFIX;
+    use crate::aggregate::redact::MARKER_PREFIX;
     for scenario in ["config", "deployment", "statefulset", "quota"] {
         let redactor = Redactor::new(None);
         let (in_place, mut in_place_rx, _) =
@@ -196,7 +201,7 @@ async fn change_records_share_the_kept_state_instead_of_copying_it() {
         let Some(new) = records.get(before).and_then(|r| r.new.as_ref()) else {
             continue;
         };
-        if let Some(kept) = p.states.get(&item.object.key()) {
+        if let Some(kept) = p.applier.last_state(&item.object.key()) {
             assert!(
                 Arc::ptr_eq(new, &kept),
                 "{}: the record's state is a copy",
@@ -315,7 +320,7 @@ async fn a_write_waits_for_an_earlier_arrival_never_processed_at_most_the_bound(
     } = volumes_with_claim_apart();
     let before = tokio::time::Instant::now();
     p.process(&claim).await.unwrap();
-    assert!(before.elapsed() >= super::super::causes::RESOLVE_WAIT);
+    assert!(before.elapsed() >= crate::aggregate::causes::RESOLVE_WAIT);
     let records = records.0.lock().unwrap();
     assert_eq!(records[0].role, crate::pipeline::CascadeRole::Unexplained);
     assert_eq!(metrics.cascade_resolve_timeouts.get(), 1);
@@ -332,9 +337,9 @@ async fn settling_a_write_never_inferred_places_it_in_its_own_cascade() {
         .iter()
         .find(|i| i.object.resource == "statefulsets")
         .expect("the StatefulSet's create");
-    let entry = p.causes.take_noted(create.arrival).expect("noted");
+    let entry = p.cause.index().take_noted(create.arrival).expect("noted");
     assert!(entry.resolved_now().is_none());
-    p.causes.settle(create.arrival);
+    p.cause.index().settle(create.arrival);
     assert_eq!(entry.resolved_now().map(|r| r.root), Some(entry.span));
-    assert!(p.causes.take_noted(create.arrival).is_none());
+    assert!(p.cause.index().take_noted(create.arrival).is_none());
 }

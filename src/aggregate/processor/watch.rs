@@ -1,194 +1,88 @@
 //! The list-watch's side of the processor: each version diffed against the
 //! last state, filed in the [ledger](super::reconcile) for the audit event
-//! of the same write, and shown as a `watch` span when none claims it.
+//! of the same write, and shown as a `watch` span when none claims it
+//! ([`super::Processor::process_watch`] and `flush_watch` compose the
+//! stages). Here: the parts of a watch change's span.
 
-use std::sync::Arc;
-use std::time::Instant;
-
-use super::super::causes::{Op, Revision};
-use super::super::diff::{self, Change};
-use super::super::relations::all_relations;
+use super::super::causes::Inference;
+use super::super::diff::Change;
 use super::super::rules::ChangeClass;
-use super::cascade::{NewState, Write, add_cascade};
-use super::emit::{add_snapshot, add_status};
-use super::reconcile::{PendingWatch, ledger_key};
-use super::state::{is_older, prepare_watched, resource_version};
-use super::{ProcessError, Processor};
-use crate::model::ObjectWindow;
-use crate::pipeline::{ChangeSource, SpanRef, WatchChange, WatchKind};
-use crate::span_model;
+use super::super::status::{self, ObjectStatus};
+use super::flow::Write;
+use super::plan::add_cascade;
+use super::plan::{self, add_snapshot, add_status};
+use super::reconcile::PendingWatch;
+use crate::json::{JsonValueTrait as _, Value};
+use crate::pipeline::WatchKind;
+use crate::pipeline::{ChangeSource, SpanRef};
+use crate::span_model::{self, SpanBuf};
 
-impl Processor {
-    /// A version of an object from the list-watch. Its diff against the
-    /// previous version is kept for the audit event of the same write; if that
-    /// does not claim it within `watch_audit_wait` (a Metadata-level audit
-    /// policy, no audit webhook), it is shown as a `watch` span on its own.
-    pub async fn process_watch(&self, mut change: WatchChange) -> Result<(), ProcessError> {
-        let obj = change.object.clone();
-        let key = obj.key();
-        let hidden = prepare_watched(&obj, &mut change.state, &self.kinds, &self.redactor);
-        self.note_hidden(&obj, hidden);
-        let new_rv = resource_version(&change.state).to_string();
-        let old = self.states.get(&key);
-        let old_rv = old
-            .as_ref()
-            .map(|o| resource_version(o).to_string())
-            .unwrap_or_default();
-        let ow = ObjectWindow {
-            object: obj.clone(),
-            window_start: self.cfg.windowing.window_start(change.observed),
-        };
-        let (version_key, changes, snapshot) = match change.kind {
-            WatchKind::Deleted => {
-                self.states.remove(&key);
-                self.selectors.remove(&obj);
-                (
-                    ledger_key(&key, "deleted"),
-                    Vec::new(),
-                    Some(change.state.clone()),
-                )
-            }
-            _ => {
-                if new_rv == old_rv || is_older(&new_rv, &old_rv) {
-                    return Ok(()); // already known (the audit event came first) or stale
-                }
-                self.states
-                    .put(key.clone(), Arc::new(change.state.clone()), None)?;
-                if change.kind == WatchKind::Listed && old.is_none() {
-                    // Seeding: index only; idle objects get no spans at startup.
-                    let _ = self.selectors.update(&self.rules, &obj, &change.state);
-                } else {
-                    self.record_selector_links(&obj, &change.state, change.observed)
-                        .await?;
-                }
-                if old.is_none() && change.kind == WatchKind::Modified {
-                    // kube's watcher reports additions and modifications alike.
-                    change.kind = WatchKind::Added;
-                }
-                match (&old, change.kind) {
-                    // The initial list seeds what later diffs compare against.
-                    (None, WatchKind::Listed) => return Ok(()),
-                    (None, _) => (
-                        ledger_key(&key, &new_rv),
-                        Vec::new(),
-                        Some(change.state.clone()),
-                    ),
-                    (Some(o), _) => (
-                        ledger_key(&key, &new_rv),
-                        diff::diff(o, &change.state),
-                        None,
-                    ),
-                }
-            }
-        };
-        if changes.is_empty() && snapshot.is_none() {
-            return Ok(());
+impl<'a> Write<'a> {
+    /// A change only the list-watch saw, shown by the span `span`.
+    pub fn watched(
+        p: &'a super::reconcile::PendingWatch,
+        span: SpanRef,
+        arrival: u64,
+        class: ChangeClass,
+    ) -> Self {
+        let at = p.change.observed;
+        Write {
+            object: &p.ow.object,
+            span,
+            arrival,
+            user: "",
+            verb: p.change.kind.as_str(),
+            subresource: "",
+            class: Some(class),
+            code: 200,
+            received: at,
+            completed: at,
+            source: ChangeSource::Watch,
+            uid: crate::json::pointer(&p.change.state, "/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+            deleted: p.change.kind == WatchKind::Deleted,
+            failure: None,
+            audit_id: "",
         }
-        let Some((entry, ledger_keys)) =
-            self.ledger
-                .file(&key, version_key, change.kind, changes, &old_rv, &new_rv)
-        else {
-            return Ok(());
-        };
-        self.ledger.wait(PendingWatch {
-            due: Instant::now() + self.ledger.wait,
-            entry,
-            ledger_keys,
-            ow,
-            change,
-            old_rv,
-            snapshot,
-        });
-        Ok(())
     }
+}
 
-    /// Shows the watch changes whose wait for an audit event is over (all of
-    /// them when `all`, at shutdown).
-    pub async fn flush_watch(&self, all: bool) -> Result<(), ProcessError> {
-        let now = Instant::now();
-        while let Some(p) = self.ledger.next_due(now, all) {
-            self.ensure_object_span(&p.ow, "", false).await?;
-            let at = p.change.observed;
-            let new_rv = resource_version(&p.change.state).to_string();
-            let kind = p.change.kind.as_str();
-            let deleted = p.change.kind == WatchKind::Deleted;
-            let relations = all_relations(&p.ow.object, &p.change.state, &self.kinds, &self.rules);
-            let class = watch_class(p.change.kind, &p.entry.changes);
-            let span_ref = SpanRef {
-                trace_id: p.ow.trace_id().to_bytes(),
-                span_id: span_model::watch_span_id(&p.ow, kind, &new_rv).to_bytes(),
-            };
-            let (own, _) = self.causes.note_arrival(
-                &p.ow.object,
-                span_ref,
-                class,
-                "",
-                Op::of(kind, ""),
-                at,
-                at,
-                Revision::of(new_rv.parse().ok()),
-            );
-            let uid = crate::json::pointer(&p.change.state, "/metadata/uid")
-                .and_then(crate::json::JsonValueTrait::as_str)
-                .unwrap_or("");
-            let readiness = (!deleted)
-                .then(|| {
-                    super::super::status::object_status(
-                        &p.ow.object.group,
-                        &p.ow.object.resource,
-                        &p.change.state,
-                    )
-                })
-                .flatten();
-            let inference = self
-                .infer_cause(
-                    &Write {
-                        object: &p.ow.object,
-                        span: span_ref,
-                        arrival: own.arrival,
-                        user: "",
-                        verb: kind,
-                        subresource: "",
-                        class: Some(class),
-                        code: 200,
-                        received: at,
-                        completed: at,
-                        source: ChangeSource::Watch,
-                        uid,
-                        deleted,
-                        failure: None,
-                        audit_id: "",
-                    },
-                    Some(&own),
-                    &relations,
-                    None,
-                    (!deleted).then_some(NewState::Borrowed(&p.change.state)),
-                    readiness.as_ref(),
-                )
-                .await;
-            let mut span = span_model::watch_span(&p.ow, kind, &p.old_rv, &new_rv, at);
-            add_cascade(&mut span, &inference);
-            if let Some(st) = &readiness {
-                add_status(&mut span, st);
-            }
-            if let Some(snap) = &p.snapshot {
-                add_snapshot(&mut span, snap, at);
-            }
-            self.add_changes(&mut span, &p.entry.changes, at);
-            self.metrics.watch_spans.inc();
-            self.emit(span).await?;
-            if p.change.kind != WatchKind::Deleted {
-                self.record_relation_list(&p.ow, &relations, at, false)
-                    .await?;
-            }
-        }
-        Ok(())
+/// The readiness of the object after a watch change (none once deleted).
+pub(super) fn readiness(p: &PendingWatch) -> Option<ObjectStatus> {
+    if p.change.kind == WatchKind::Deleted {
+        return None;
     }
+    status::object_status(&p.ow.object.group, &p.ow.object.resource, &p.change.state)
+}
+
+/// The `watch` span of a change no audit event claimed, with what was
+/// inferred of its cause, its readiness, snapshot and diff (at most
+/// `max_diff_changes` events).
+pub(super) fn watch_span(
+    p: &PendingWatch,
+    new_rv: &str,
+    inference: &Inference,
+    readiness: Option<&ObjectStatus>,
+    max_diff_changes: usize,
+) -> SpanBuf {
+    let at = p.change.observed;
+    let kind = p.change.kind.as_str();
+    let mut span = span_model::watch_span(&p.ow, kind, &p.old_rv, new_rv, at);
+    add_cascade(&mut span, inference);
+    if let Some(st) = readiness {
+        add_status(&mut span, st);
+    }
+    if let Some(snap) = &p.snapshot {
+        add_snapshot(&mut span, snap, at);
+    }
+    plan::add_changes(&mut span, &p.entry.changes, max_diff_changes, at);
+    span
 }
 
 /// The class of a change only the watch saw: a modification that touched
 /// nothing but `status` is a status write.
-fn watch_class(kind: WatchKind, changes: &[Change]) -> ChangeClass {
+pub(super) fn watch_class(kind: WatchKind, changes: &[Change]) -> ChangeClass {
     match kind {
         WatchKind::Added | WatchKind::Listed => ChangeClass::Create,
         WatchKind::Deleted => ChangeClass::Delete,

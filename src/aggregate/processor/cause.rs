@@ -1,46 +1,44 @@
-//! The processor's side of cascades: each write is noted as a candidate
-//! cause when it arrives, its own cause inferred when it is processed
-//! (`aggregate/causes/`), shown on its span (attributes and an OTel link),
-//! and handed to the change sink.
+//! The cause stage: each write is noted as a candidate cause when it
+//! arrives, its own cause inferred when it is processed (`aggregate/causes/`)
+//! and handed with it to the change sinks; and how the inference is shown
+//! on the write's span (attributes and an OTel link).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
-use super::super::causes::{ChangeEntry, Effect, Inference, Op, Revision};
-use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER};
-use super::super::rules::{ChangeClass, Relation, Role};
+use super::super::causes::{CauseIndex, ChangeEntry, Effect, Inference, Op, Revision};
+use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegistry};
+use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
+use super::super::selectors::SelectorIndex;
 use super::super::status;
-use super::Processor;
-use crate::model::{ObjectRef, ObjectWindow, raw_trace_id};
+pub(super) use super::flow::{NewState, Write};
+use crate::bounds::LogEvery;
+use crate::metrics::Metrics;
+use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::pipeline::{
-    Accepted, CascadeRole, ChangeRecord, ChangeSource, CpidOrigin, ObjectText, Readiness,
-    RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
+    Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
+    Readiness, RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
-use crate::span_model::{self, SpanBuf, attr};
+use crate::span_model::{self};
+use prometheus_client::metrics::counter::Counter;
 
-/// What the processor knows of a write when it asks for its cause.
-pub(super) struct Write<'a> {
-    pub object: &'a ObjectRef,
-    pub span: SpanRef,
-    /// Its place in arrival order (see [`Effect::arrival`]).
-    pub arrival: u64,
-    /// Empty for a change only the list-watch saw.
-    pub user: &'a str,
-    pub verb: &'a str,
-    pub subresource: &'a str,
-    pub class: Option<ChangeClass>,
-    pub code: i32,
-    pub received: SystemTime,
-    pub completed: SystemTime,
-    pub source: ChangeSource,
-    pub uid: &'a str,
-    pub deleted: bool,
-    /// The Status message of a refused write.
-    pub failure: Option<String>,
-    /// The request's audit ID; empty for a change only the watch saw.
-    pub audit_id: &'a str,
+/// Infers each write's cause: owns the index of recent changes (the
+/// candidate causes) and the change sinks the inference is handed to.
+pub(super) struct CauseInferrer {
+    /// Recent changes, the candidate causes of later writes.
+    causes: CauseIndex,
+    /// Where each change goes with its cause (change log, analysis, metrics).
+    change_sinks: Vec<Arc<dyn ChangeSink>>,
+    /// `kascade_cascade_writes_total` by role.
+    role_counters: [Counter; 3],
+    /// Malformed CPID annotations are logged at most this often.
+    cpid_warned: LogEvery,
+    rules: Arc<RuleSet>,
+    kinds: Arc<KindRegistry>,
+    windowing: Windowing,
+    metrics: Arc<Metrics>,
 }
 
 impl<'a> Write<'a> {
@@ -67,17 +65,73 @@ impl<'a> Write<'a> {
             source: ChangeSource::Audit,
             uid,
             deleted,
-            failure: (ev.code() >= 400).then(|| super::emit::failure_message(ev)),
+            failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
             audit_id: &ev.audit_id,
         }
     }
 }
 
-impl Processor {
+impl CauseInferrer {
+    pub(super) fn new(
+        rules: Arc<RuleSet>,
+        kinds: Arc<KindRegistry>,
+        windowing: Windowing,
+        cause_objects: u64,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        CauseInferrer {
+            causes: CauseIndex::new(&rules, cause_objects, &metrics),
+            change_sinks: Vec::new(),
+            role_counters: role_counters(&metrics),
+            cpid_warned: LogEvery::new(std::time::Duration::from_secs(10)),
+            rules,
+            kinds,
+            windowing,
+            metrics,
+        }
+    }
+
+    /// Hands every change, with its inferred cause, to `sink` too.
+    pub(super) fn add_sink(&mut self, sink: Arc<dyn ChangeSink>) {
+        self.change_sinks.push(sink);
+    }
+
+    /// The index itself, for tests that look into it.
+    #[cfg(test)]
+    pub(super) fn index(&self) -> &CauseIndex {
+        &self.causes
+    }
+
+    /// Objects with recent changes kept.
+    pub(super) fn entry_count(&self) -> u64 {
+        self.causes.entry_count()
+    }
+
+    /// However the write of `arrival` ended: no later write waits for it.
+    pub(super) fn settle(&self, arrival: u64) {
+        self.causes.settle(arrival);
+    }
+
+    /// Notes a change only the list-watch saw as a candidate cause, now.
+    pub(super) fn note_watched(
+        &self,
+        object: &ObjectRef,
+        span: SpanRef,
+        class: ChangeClass,
+        op: Op,
+        at: SystemTime,
+        revision: Revision,
+    ) -> Arc<ChangeEntry> {
+        let (own, _) = self
+            .causes
+            .note_arrival(object, span, class, "", op, at, at, revision);
+        own
+    }
+
     /// Notes an audit write as a candidate cause in arrival order (the
     /// dispatcher calls this before the write is sharded); returns its place
     /// in that order.
-    pub fn note_arrival(&self, item: &Accepted) -> u64 {
+    pub(super) fn note_arrival(&self, item: &Accepted) -> u64 {
         match self.record_arrival(item) {
             Some(entry) => {
                 self.causes.hand_to_shard(&entry);
@@ -117,10 +171,7 @@ impl Processor {
             return None;
         }
         let class = ChangeClass::of(&ev.verb, ev.subresource())?;
-        let window_start = self
-            .cfg
-            .windowing
-            .window_start(ev.request_received_timestamp);
+        let window_start = self.windowing.window_start(ev.request_received_timestamp);
         let span = SpanRef {
             trace_id: raw_trace_id(item.object.hash(), window_start).to_bytes(),
             span_id: span_model::audit_span_id_of(&item.object, window_start, &ev.audit_id)
@@ -206,8 +257,12 @@ impl Processor {
     /// Infers the cause of `w` (whose state shows `relations`; `old`/`new`
     /// its states around the write), registers those relations for later
     /// effects, and hands the change to the sink.
+    // The label index is the applier's, lent for the one lookup it needs
+    // (the selecting objects of a new state) rather than shared.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn infer_cause(
         &self,
+        selectors: &SelectorIndex,
         w: &Write<'_>,
         own: Option<&Arc<ChangeEntry>>,
         relations: &[(Relation, String)],
@@ -263,10 +318,8 @@ impl Processor {
         let inference = self
             .causes
             .infer(&effect, relations, own, || {
-                new.map(|state| {
-                    holder_relations(&self.selectors.selected_by(w.object, state), w.object)
-                })
-                .unwrap_or_default()
+                new.map(|state| holder_relations(&selectors.selected_by(w.object, state), w.object))
+                    .unwrap_or_default()
             })
             .await;
         self.role_counters[inference.role as usize].inc();
@@ -341,9 +394,7 @@ pub(super) fn holder_relations(
 }
 
 /// The writes counters by role, in [`CascadeRole`] order (looked up once).
-pub(super) fn role_counters(
-    metrics: &crate::metrics::Metrics,
-) -> [prometheus_client::metrics::counter::Counter; 3] {
+fn role_counters(metrics: &Metrics) -> [Counter; 3] {
     [
         CascadeRole::Root,
         CascadeRole::Effect,
@@ -365,36 +416,7 @@ pub(super) fn audit_span_ref(ow: &ObjectWindow, audit_id: &str) -> SpanRef {
     }
 }
 
-/// Shows what was inferred on the write's span.
-pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
-    span.attr(attr::CASCADE_ROLE, inference.role.as_str());
-    span.attr(attr::CASCADE_ROOT_TRACE_ID, &inference.root.trace_hex());
-    span.attr(attr::CASCADE_ROOT_SPAN_ID, &inference.root.span_hex());
-    span.attr_int(attr::CASCADE_DEPTH, inference.depth as i64);
-    if let Some(timer) = &inference.timer {
-        span.attr(attr::CASCADE_TIMER, timer);
-    }
-    if let Some(c) = &inference.cause {
-        span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
-        span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());
-        span.attr(attr::CASCADE_CAUSE_NAME, &c.name);
-        span.attr_int(attr::CASCADE_HOP_US, c.hop.as_micros() as i64);
-        span.attr(attr::CASCADE_EDGE, &c.edge);
-        span.attr(attr::CASCADE_RULE, &c.rule);
-        span.link_ids(
-            &c.span.trace_id,
-            &c.span.span_id,
-            &[(attr::LINK_CLASS, "cause")],
-        );
-    }
-    debug_assert!(inference.role != CascadeRole::Effect || inference.cause.is_some());
-    if let Some(c) = &inference.cpid {
-        span.attr(attr::CPID, &c.cpid.to_string());
-        span.attr(attr::CPID_ORIGIN, c.origin.as_str());
-    }
-}
-
-impl Processor {
+impl CauseInferrer {
     /// The CPID `state` carries in its annotations; a malformed one is
     /// counted and logged (at most every 10 s) if `report`, and the write
     /// shown without.
@@ -420,31 +442,6 @@ impl Processor {
     }
 }
 
-/// An object's state after a write, for [`Processor::infer_cause`]:
-/// shared where the processor keeps it in an `Arc` (an audited write), so a
-/// change record holds it without a copy of the whole object.
-#[derive(Clone, Copy)]
-pub(super) enum NewState<'a> {
-    Shared(&'a Arc<Value>),
-    Borrowed(&'a Value),
-}
-
-impl<'a> NewState<'a> {
-    fn value(self) -> &'a Value {
-        match self {
-            NewState::Shared(v) => v,
-            NewState::Borrowed(v) => v,
-        }
-    }
-
-    fn shared(self) -> Arc<Value> {
-        match self {
-            NewState::Shared(v) => Arc::clone(v),
-            NewState::Borrowed(v) => Arc::new(v.clone()),
-        }
-    }
-}
-
 /// A Pod status write that changed `status.phase`: the new phase.
 fn pod_phase_change<'a>(
     w: &Write<'_>,
@@ -459,4 +456,108 @@ fn pod_phase_change<'a>(
     }
     let after = phase(new?)?;
     (old.and_then(|o| phase(o)) != Some(after)).then_some(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::applier::applier;
+    use super::super::test_support::{Records, accepted, audit_values, repository_rules};
+    use super::*;
+
+    /// The cause stage alone, with the repository's rules.
+    fn cause_inferrer() -> (CauseInferrer, Arc<Metrics>) {
+        let cfg = super::super::ProcessorConfig::default();
+        let metrics = Arc::new(Metrics::default());
+        let stage = CauseInferrer::new(
+            Arc::new(repository_rules()),
+            Arc::new(KindRegistry::default()),
+            cfg.windowing,
+            cfg.cause_objects,
+            metrics.clone(),
+        );
+        (stage, metrics)
+    }
+
+    /// The deployment scenario's first successful create of `resource`.
+    fn created(resource: &str) -> Accepted {
+        audit_values("deployment")
+            .iter()
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["resource"] == resource
+                    && e["responseStatus"]["code"] == 201
+            })
+            .and_then(accepted)
+            .expect("the scenario creates it")
+    }
+
+    /// Infers the cause of an audited write on its own, as the audit path
+    /// does, with the relations the applier finds.
+    async fn infer(stage: &CauseInferrer, item: &Accepted) -> Inference {
+        let a = applier();
+        let w = a.apply(item, None, true);
+        let own = stage.arrival_entry(item);
+        let span = own.as_ref().map(|e| e.span).unwrap();
+        let arrival = own.as_ref().map(|e| e.arrival).unwrap();
+        let write = Write::audit(&item.event, &item.object, span, arrival, &w.uid, false);
+        let inference = stage
+            .infer_cause(
+                a.selectors(),
+                &write,
+                own.as_ref(),
+                &w.relations,
+                w.old.as_ref(),
+                w.outcome.state.as_ref().map(NewState::Shared),
+                None,
+            )
+            .await;
+        stage.settle(arrival);
+        inference
+    }
+
+    #[tokio::test]
+    async fn a_user_create_is_a_root_and_the_replicaset_it_causes_an_effect() {
+        let (mut stage, metrics) = cause_inferrer();
+        let sink = Arc::new(Records::default());
+        stage.add_sink(sink.clone());
+        let deployment = created("deployments");
+        let root = infer(&stage, &deployment).await;
+        assert_eq!(root.role, CascadeRole::Root);
+        let rs = created("replicasets");
+        let effect = infer(&stage, &rs).await;
+        assert_eq!(effect.role, CascadeRole::Effect);
+        let cause = effect.cause.expect("its cause");
+        assert!(cause.name.contains("deployments"), "{}", cause.name);
+        assert_eq!(effect.root, root.root, "one cascade");
+        let records = sink.0.lock().unwrap();
+        assert_eq!(records.len(), 2, "each change handed to the sink");
+        assert_eq!(records[0].user, deployment.event.user.username);
+        assert_eq!(records[1].role, CascadeRole::Effect);
+        let roles = |role| {
+            metrics
+                .cascade_writes
+                .get_or_create(&crate::metrics::CascadeRoleLabel { role })
+                .get()
+        };
+        assert_eq!(
+            (roles(CascadeRole::Root), roles(CascadeRole::Effect)),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn refused_writes_are_no_candidate_causes_but_take_a_place_in_order() {
+        let (stage, _) = cause_inferrer();
+        let refused = audit_values("deployment")
+            .iter()
+            .find(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0) >= 400)
+            .and_then(accepted)
+            .expect("a refused write");
+        let first = stage.note_arrival(&refused);
+        let created = created("deployments");
+        let second = stage.note_arrival(&created);
+        assert!(second > first, "arrival order");
+        assert!(stage.index().take_noted(first).is_none(), "no entry");
+        assert!(stage.index().take_noted(second).is_some());
+    }
 }
