@@ -152,7 +152,7 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
             None => "the output".to_string(),
         };
         bail!(
-            "{target} stopped taking spans: {dropped} could not be exported after {} of retries ({exported} were){}{}",
+            "{target} stopped taking spans: {dropped} spans could not be exported after {} of retries ({exported} were){}{}",
             humantime::format_duration(export_settings.retry_for),
             if stopped_reading {
                 "; replay stopped reading"
