@@ -226,6 +226,9 @@ exporters:
     logs_endpoint: {base}/v1/logs/{otel_cluster}
     compression: gzip
     headers: {{Authorization: "Bearer ${{env:KASCADE_TOKEN}}"}}
+    # In the log's order, as docs/deployment.md says to (concurrent
+    # senders reorder batches, and the diffs with them).
+    sending_queue: {{num_consumers: 1}}
     tls:
       ca_file: {ca}
       cert_file: {cert}
