@@ -209,7 +209,7 @@ for s in $SCENARIOS; do
     verify searches "the spans the burst of searches reads"
     stop_kascade a
     "$KASCADE" frontend --grpc-listen 127.0.0.1:31094 --http-listen 127.0.0.1:31095 \
-      --jaeger-url "$JAEGER_URL" --default-cluster faults >>"$RUN/frontend.log" 2>&1 &
+      --jaeger-url "$JAEGER_URL" --raw-service "$SERVICE" --default-cluster faults >>"$RUN/frontend.log" 2>&1 &
     FPID=$!
     JAEGER_BIND_HOST=127.0.0.1 JAEGER_QUERY_HTTP_PORT=31096 JAEGER_QUERY_GRPC_PORT=31097 JAEGER_HEALTH_PORT=31098 \
       JAEGER_OTLP_GRPC_PORT=31099 KASCADE_FRONTEND_GRPC=127.0.0.1:31094 \

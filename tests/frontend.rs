@@ -2748,6 +2748,46 @@ async fn a_burst_of_identical_searches_shares_one_raw_read() {
     assert_eq!(f.metrics().searches_shared.get(), 199);
 }
 
+/// The UI's searches look back from "now": a burst of the same search asks
+/// for ranges milliseconds apart, and shares one raw read all the same.
+#[tokio::test]
+async fn a_burst_of_the_same_lookback_search_shares_one_raw_read() {
+    let (f, s, range) = gated(FrontendConfig::default()).await;
+    // Ranges ending 0…99 ms after a whole second past the fixture's last
+    // write, as "the last year" asked by 100 users within a tenth of a
+    // second.
+    let epoch = std::time::UNIX_EPOCH;
+    let second =
+        epoch + Duration::from_secs(range.end.duration_since(epoch).unwrap().as_secs() + 1);
+    let searches: Vec<_> = (0..100u64)
+        .map(|ms| {
+            let end = second + Duration::from_millis(ms);
+            let lookback = TimeRange::new(end - Duration::from_secs(3600 * 24 * 365), end);
+            let q = query_of(lookback, &[("resource", "deployments"), ("name", "hello")]);
+            let f = f.clone();
+            tokio::spawn(async move { f.search(&q).await })
+        })
+        .collect();
+    // Each joins the first one's read, held at the gate (bounded: a search
+    // that does not join would wait for a place among --max-searches).
+    for _ in 0..100_000 {
+        if f.metrics().searches_shared.get() == 99 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(f.metrics().searches_shared.get(), 99);
+    s.open();
+    for search in searches {
+        assert_eq!(search.await.unwrap().unwrap().len(), 1);
+    }
+    assert_eq!(
+        s.finds(),
+        1,
+        "the same search, milliseconds apart, reads once"
+    );
+}
+
 /// Searches beyond --max-searches queue: one that waits longer than
 /// --search-wait is refused saying why; a burst of 200 different searches
 /// is served, late, but served.

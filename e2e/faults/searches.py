@@ -130,6 +130,11 @@ for ns, (status, body) in zip(searched, results):
         failures.append(f"search of {ns}: HTTP {status}: {msgs[0][:200]}")
 
 shared = metric("searches_shared") - shared_before
+# What the frontend counted, for the log (e2e/faults.sh keeps it).
+with urllib.request.urlopen(admin + "/metrics", timeout=10) as r:
+    for line in r.read().decode().splitlines():
+        if not line.startswith("#") and ("search" in line or "cache" in line or "request" in line):
+            print(line, file=sys.stderr)
 if served == 0:
     failures.append("every search was refused")
 if shared < 1:

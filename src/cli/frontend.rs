@@ -138,7 +138,8 @@ pub struct FrontendArgs {
     )]
     pub max_assemblies: usize,
     /// Searches reading the raw Jaeger at once; further ones queue up to --search-wait, then fail
-    /// saying the frontend is busy. Identical searches in flight share one read.
+    /// saying the frontend is busy. The same search in flight (same tags, a time range equal to the
+    /// second, as the UI's lookback searches of many users are) shares one read.
     #[arg(
         long,
         default_value_t = frontend().max_searches,

@@ -286,9 +286,18 @@ type RawSearch = futures::future::Shared<
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct RawSearchKey {
     tags: Vec<(String, String)>,
+    /// The range in whole [`SHARED_SEARCH_GRAIN`]s: the UI's searches look
+    /// back from "now", so a burst of the same search (a dashboard's
+    /// refresh, many users) asks for ranges a few milliseconds apart.
     start: u64,
     end: u64,
 }
+
+/// Searches with the same tags whose ranges start and end within the same
+/// second share one raw read (the first one's range). The raw store takes
+/// longer than that to make a span searchable, so a search joined a few
+/// milliseconds late misses nothing it could have found.
+const SHARED_SEARCH_GRAIN: u64 = 1_000_000_000;
 
 /// How often the clusters offered as operations are read from the raw
 /// store again, and how far back.
@@ -526,8 +535,8 @@ impl<S: RawStore> Frontend<S> {
         sorted.sort();
         let key = RawSearchKey {
             tags: sorted,
-            start: nanos(range.start),
-            end: nanos(range.end),
+            start: nanos(range.start) / SHARED_SEARCH_GRAIN,
+            end: nanos(range.end) / SHARED_SEARCH_GRAIN,
         };
         let (read, joined) = {
             let mut in_flight = self.raw_searches.lock().unwrap_or_else(|e| e.into_inner());
