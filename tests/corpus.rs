@@ -1255,3 +1255,110 @@ fn cloud_exports_of_a_log_are_explained_as_the_log_itself() {
         assert_eq!(gist(&r), gist(&native), "{run} gke");
     }
 }
+
+fn analyze_json(run: &str) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
+        .arg("analyze")
+        .arg(corpus_log(run))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{run}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// analyze judges a cascade done as explain and `trace` do: an object a
+/// cascade waits for that a later cascade removes (a finalizer a second
+/// actor took away, a Job its TTL deleted and the garbage collector then
+/// released, Pods a scale-down removed mid-rollout) has settled. No healthy
+/// run has a cascade analyze calls incomplete; a blocked finalizer still is.
+#[test]
+fn no_healthy_run_has_a_cascade_analyze_calls_incomplete() {
+    let incomplete = |run: &str| -> Vec<String> {
+        analyze_json(run)["completions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["incomplete"].as_u64() != Some(0))
+            .map(|c| format!("{} {}", c["kind"], c["verb"]))
+            .collect()
+    };
+    let healthy = healthy_runs();
+    assert!(healthy.len() >= 13, "{healthy:?}");
+    for run in &healthy {
+        assert_eq!(incomplete(run), Vec::<String>::new(), "{run}");
+    }
+    assert!(
+        incomplete("finalizer-blocked").contains(&"\"deployments\" \"delete\"".to_string()),
+        "{:?}",
+        incomplete("finalizer-blocked")
+    );
+}
+
+/// A Job's next Pod is made because one of its Pods finished, not because
+/// the Job changed seconds before: with 3 completions 2 at a time, the
+/// third Pod's cause is a finished sibling and its hop the Job
+/// controller's reaction (under 1.5 s), not the 2 s since the Job's create.
+/// The Pod made after one failed is the controller's next attempt: a retry
+/// after its back-off (about 10 s), no hop in analyze's table. The
+/// ttl-after-finished delete is a timer's and the garbage collector's
+/// release of the deleted Job belongs to that delete.
+#[tokio::test]
+async fn a_jobs_next_pod_follows_the_pod_that_finished_and_one_after_a_failure_is_a_retry() {
+    let changes = common::changes_of_lines(lines("job-complete"), CLUSTER).await;
+    let creates: Vec<&kascade::pipeline::ChangeRecord> = changes
+        .iter()
+        .filter(|c| {
+            c.object.resource == "pods"
+                && c.verb == "create"
+                && c.subresource.is_empty()
+                && c.code < 400
+        })
+        .collect();
+    assert_eq!(creates.len(), 3);
+    let third = creates.iter().max_by_key(|c| c.received).unwrap();
+    let cause = third.cause.as_ref().expect("the third Pod has a cause");
+    assert_eq!(cause.object.resource, "pods", "{cause:?}");
+    assert_ne!(cause.object, third.object);
+    assert!(cause.name.contains("patch status"), "{cause:?}");
+    assert!(cause.hop < Duration::from_millis(1500), "{cause:?}");
+    // The tracking finalizer's removal follows the Pod's finish too.
+    for c in changes
+        .iter()
+        .filter(|c| c.object.resource == "pods" && c.verb == "patch" && c.subresource.is_empty())
+    {
+        let cause = c.cause.as_ref().expect("a cause");
+        assert_eq!(cause.object, c.object, "{cause:?}");
+        assert!(cause.hop < Duration::from_millis(1500), "{cause:?}");
+    }
+
+    let failed = analyze_json("job-backoff-limit");
+    assert_eq!(failed["retries"].as_u64(), Some(1), "{failed}");
+    for e in failed["edges"].as_array().unwrap() {
+        assert!(
+            e["max_us"].as_u64().unwrap() < 5_000_000 || e["edge"] == "persistentvolumes status",
+            "a back-off counted as a hop: {e}"
+        );
+    }
+
+    let ttl = common::changes_of_lines(lines("timers"), CLUSTER).await;
+    let delete = ttl
+        .iter()
+        .find(|c| c.object.resource == "jobs" && c.verb == "delete")
+        .expect("the TTL's delete");
+    assert_eq!(delete.timer.as_deref(), Some("finished-job-ttl"));
+    let release = ttl
+        .iter()
+        .find(|c| {
+            c.object.resource == "jobs"
+                && c.verb == "patch"
+                && c.user.ends_with(":generic-garbage-collector")
+        })
+        .expect("the garbage collector's release of the Job");
+    assert_eq!(release.root, delete.span, "{release:?}");
+}

@@ -60,7 +60,11 @@ if [[ "${1:-}" == --one ]]; then
   "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true
   up_log="$(mktemp)"
   # No kascade listens on port 9: the apiserver logs the audit webhook's failures, harmlessly.
-  "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" \
+  # A run may log under a policy of its own (runs/RUN.audit-policy.yaml).
+  policy=()
+  [[ ! -f "$CORPUS_DIR/runs/$RUN.audit-policy.yaml" ]] \
+    || policy=(--audit-policy "$CORPUS_DIR/runs/$RUN.audit-policy.yaml")
+  "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" "${policy[@]}" \
     --audit-webhook-url "http://127.0.0.1:9/audit/$NAME" 2>"$up_log" \
     || { cat "$up_log" >&2; rm -f "$up_log"; log "run $RUN FAILED: the cluster did not come up"; exit 1; }
   rm -f "$up_log"

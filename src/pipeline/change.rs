@@ -117,6 +117,23 @@ pub struct Cause {
     pub hop: Duration,
 }
 
+/// What an edge name says between the cause's resource and the effect's
+/// when the cause was a Pod that failed: the effect is the writer's next
+/// attempt (a Job's replacement Pod), and the wait before it is the
+/// writer's back-off, not a hop's latency.
+pub const AFTER_FAILURE: &str = " failed → ";
+
+/// The edge of an effect written after its cause, a Pod, failed:
+/// `pods failed → pods create`.
+pub fn edge_after_failure(cause_resource: &str, effect_resource: &str, op: &str) -> String {
+    format!("{cause_resource}{AFTER_FAILURE}{effect_resource} {op}")
+}
+
+/// Whether an edge names an effect written after its cause failed.
+pub fn is_after_failure(edge: &str) -> bool {
+    edge.contains(AFTER_FAILURE)
+}
+
 /// The object's readiness after the write (`object.status` and its message).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Readiness {

@@ -26,7 +26,7 @@ pub use audit::{
 };
 pub use change::{
     CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
-    RelatedObject, SpanRef, WriteCpid,
+    RelatedObject, SpanRef, WriteCpid, edge_after_failure, is_after_failure,
 };
 pub use component_traces::{ComponentTraceSink, QueueFull};
 pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};

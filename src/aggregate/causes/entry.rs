@@ -16,6 +16,26 @@ pub struct Resolved {
     pub depth: u32,
     /// The change's CPID (its object's, or carried over from its cause).
     pub cpid: Option<WriteCpid>,
+    /// A Pod status write that finished the Pod: how it ended.
+    pub pod_end: Option<PodEnd>,
+}
+
+/// How a Pod finished (`status.phase` Succeeded or Failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodEnd {
+    Succeeded,
+    Failed,
+}
+
+impl PodEnd {
+    /// Of a Pod status write's new phase, if it finished the Pod.
+    pub fn of(new_phase: Option<&str>) -> Option<Self> {
+        match new_phase? {
+            "Succeeded" => Some(PodEnd::Succeeded),
+            "Failed" => Some(PodEnd::Failed),
+            _ => None,
+        }
+    }
 }
 
 /// A time as nanoseconds since the Unix epoch (earlier ones as the epoch):

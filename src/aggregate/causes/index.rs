@@ -240,8 +240,14 @@ impl ObjectChanges {
             if !p.triggered_by(class) {
                 continue;
             }
+            // A status write counts only once its shard said it finished a
+            // Pod (earlier arrivals are resolved before a controller's write
+            // that found no cause gives up waiting for them).
+            let finished_only = class == ChangeClass::Status && p.finished_pods_only();
             for e in self.of_class(class) {
-                if e.span == effect.span {
+                if e.span == effect.span
+                    || (finished_only && e.resolved_now().is_none_or(|r| r.pod_end.is_none()))
+                {
                     continue;
                 }
                 if !seen(e) {

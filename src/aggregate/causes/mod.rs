@@ -32,9 +32,9 @@ use crate::metrics::Metrics;
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
-use super::rules::{ChangeClass, Propagation, Relation, RuleSet, Via};
+use super::rules::{ChangeClass, Propagation, Relation, Role, RuleSet, Via};
 use entry::ResolvedWakers;
-pub use entry::{ChangeEntry, Op, Resolved, Revision};
+pub use entry::{ChangeEntry, Op, PodEnd, Resolved, Revision};
 use index::{Candidate, EffectTimes, ObjectChanges};
 use writers::WriterPatterns;
 
@@ -201,6 +201,7 @@ impl CauseIndex {
             root: cause.span,
             depth: 0,
             cpid: Some(cpid),
+            pod_end: None,
         })
     }
 
@@ -243,6 +244,7 @@ impl CauseIndex {
                 root: entry.span,
                 depth: 0,
                 cpid: None,
+                pod_end: None,
             });
             self.resolve_own(&entry, r);
         }
@@ -364,7 +366,7 @@ impl CauseIndex {
     fn propagates(&self, class: &str) -> bool {
         self.propagations
             .iter()
-            .any(|p| matches!(&p.via, Via::Relation { class: c, .. } if c == class))
+            .any(|p| p.via.class() == Some(class))
     }
 
     /// The cause of `effect`, given the relations its state shows, and the
@@ -427,6 +429,7 @@ impl CauseIndex {
                         root: c.entry.span,
                         depth: 0,
                         cpid: None,
+                        pod_end: None,
                     })
                 });
                 let hop = effect
@@ -434,6 +437,11 @@ impl CauseIndex {
                     .duration_since(c.entry.completed().time())
                     .unwrap_or_default();
                 let same = c.object == *effect.object;
+                // A create made because what the writer made before failed
+                // (a Job's next Pod): its next attempt, after its back-off.
+                let after_failure = resolved.pod_end == Some(PodEnd::Failed)
+                    && !same
+                    && effect.class == Some(ChangeClass::Create);
                 Inference {
                     role: CascadeRole::Effect,
                     root: resolved.root,
@@ -450,7 +458,15 @@ impl CauseIndex {
                             &object_name(&c.object),
                         ][usize::from(c.entry.user.is_empty())..]
                             .join(" "),
-                        edge: edge(&c.object, effect, same),
+                        edge: if after_failure {
+                            crate::pipeline::edge_after_failure(
+                                &c.object.resource,
+                                &effect.object.resource,
+                                effect.op,
+                            )
+                        } else {
+                            edge(&c.object, effect, same)
+                        },
                         rule: c.rule.to_string(),
                         hop,
                         object: c.object,
@@ -486,6 +502,7 @@ impl CauseIndex {
                     root: inference.root,
                     depth: inference.depth,
                     cpid: inference.cpid,
+                    pod_end: PodEnd::of(effect.new_phase),
                 },
             );
         }
@@ -574,6 +591,29 @@ impl CauseIndex {
                     if let Some(own) = &own {
                         let c = own.lock().unwrap_or_else(|p| p.into_inner());
                         consider(&c, effect.object, true);
+                    }
+                }
+                Via::Sibling { class: rel_class } => {
+                    for (rel, _) in relations {
+                        if rel.class != *rel_class || rel.role != Role::Parent {
+                            continue;
+                        }
+                        let Some(parent) = self.objects.get(rel.target.hash()) else {
+                            continue;
+                        };
+                        let siblings = parent
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .holders(rel_class, Role::Child);
+                        for (hash, sibling) in siblings {
+                            if hash == effect.object.hash() {
+                                continue;
+                            }
+                            if let Some(other) = self.objects.get(hash) {
+                                let c = other.lock().unwrap_or_else(|p| p.into_inner());
+                                consider(&c, &sibling, false);
+                            }
+                        }
                     }
                 }
                 Via::Namespace => {
@@ -686,6 +726,7 @@ mod tests {
             root: last.span,
             depth: 3,
             cpid: None,
+            pod_end: None,
         };
         index.resolve_own(last, resolved);
         assert_eq!(index.unresolved(last).map(|r| r.depth), Some(3));

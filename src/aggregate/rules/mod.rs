@@ -575,7 +575,12 @@ propagations:
             (
                 "propagations:\n  - {name: x, relation: owner, on: [create], writes: [create]}",
                 "p.yaml: propagation \"x\": cause",
-                "parent or child",
+                "parent, child or sibling",
+            ),
+            (
+                "propagations:\n  - {name: x, relation: owner, cause: sibling, on: [create], writes: [create], finished_pods: true}",
+                "p.yaml: propagation \"x\": finished_pods",
+                "needs `status`",
             ),
             (
                 "propagations:\n  - {name: x, relation: self, cause: child, on: [create], writes: [create]}",

@@ -7,8 +7,10 @@
 //! propagations:
 //!   - name: owner-writes-owned
 //!     relation: owner        # a link class (owner, owner-ref, a rule's class), `self` or `namespace`
-//!     cause: parent          # the role the cause plays for the effect (not for `self`)
+//!     cause: parent          # the role the cause plays for the effect (not for `self`):
+//!                            # parent, child, or sibling (owned by the same parent)
 //!     on: [create, update]   # changes of the cause that trigger it
+//!     finished_pods: false   # only a status write that finished a Pod (Succeeded, Failed)
 //!     writes: [create, update, delete]   # writes of the effect it explains
 //!     writers: '^system:serviceaccount:kube-system:'   # regex on the effect's writer
 //!     match: {group: apps, resource: replicasets}      # optional: the effect's object
@@ -103,6 +105,28 @@ pub enum Via {
     Namespace,
     /// A relation of this class; the cause plays `cause_role` for the effect.
     Relation { class: String, cause_role: Role },
+    /// Another object with the same parent in a relation of this class
+    /// (e.g. a Pod of the same Job).
+    Sibling { class: String },
+}
+
+impl Via {
+    /// The relation class it follows, if any.
+    pub fn class(&self) -> Option<&str> {
+        match self {
+            Via::Relation { class, .. } | Via::Sibling { class } => Some(class),
+            Via::SameObject | Via::Namespace => None,
+        }
+    }
+}
+
+/// The side of a relation the cause is on (`cause:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum CauseSide {
+    Parent,
+    Child,
+    Sibling,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +137,8 @@ pub struct Propagation {
     pub via: Via,
     /// Changes of the cause that trigger it (bit set of [`ChangeClass`]).
     on: u8,
+    /// Only a status write that finished a Pod (`finished_pods:`).
+    finished_pods: bool,
     /// Writes of the effect it explains.
     writes: u8,
     /// Shared by the propagations that give the same pattern (see
@@ -129,6 +155,7 @@ impl Propagation {
             Via::SameObject => "self".to_string(),
             Via::Namespace => "namespace".to_string(),
             Via::Relation { class, cause_role } => format!("{class} ({cause_role} causes)"),
+            Via::Sibling { class } => format!("{class} (sibling causes)"),
         };
         format!(
             "{via}: {} → {} {}",
@@ -140,6 +167,11 @@ impl Propagation {
 
     pub fn triggered_by(&self, class: ChangeClass) -> bool {
         self.on & (1 << class.index()) != 0
+    }
+
+    /// Only a status write that finished a Pod triggers it.
+    pub fn finished_pods_only(&self) -> bool {
+        self.finished_pods
     }
 
     /// Whether this propagation can explain a write of `class` by `writer`
@@ -195,8 +227,10 @@ pub(super) struct PropagationSpec {
     description: String,
     relation: String,
     #[serde(default)]
-    cause: Option<Role>,
+    cause: Option<CauseSide>,
     on: Vec<ChangeClass>,
+    #[serde(default)]
+    finished_pods: bool,
     writes: Vec<ChangeClass>,
     #[serde(default)]
     writers: Option<String>,
@@ -245,11 +279,21 @@ impl PropagationSpec {
                 ));
             }
             (_, None) => {
-                return Err(err("cause", "must say which side causes: parent or child"));
+                return Err(err(
+                    "cause",
+                    "must say which side causes: parent, child or sibling",
+                ));
             }
-            (class, Some(cause_role)) => Via::Relation {
+            (class, Some(CauseSide::Sibling)) => Via::Sibling {
                 class: class.to_string(),
-                cause_role,
+            },
+            (class, Some(side)) => Via::Relation {
+                class: class.to_string(),
+                cause_role: if side == CauseSide::Parent {
+                    Role::Parent
+                } else {
+                    Role::Child
+                },
             },
         };
         if self.on.is_empty() {
@@ -270,8 +314,15 @@ impl PropagationSpec {
             Some(m) => (m.group, m.resource),
             None => (None, None),
         };
+        if self.finished_pods && !self.on.contains(&ChangeClass::Status) {
+            return Err(err(
+                "finished_pods",
+                "needs `status` in `on:` (a Pod finishes by a status write)",
+            ));
+        }
         Ok(Propagation {
             on: bits(&self.on),
+            finished_pods: self.finished_pods,
             writes: bits(&self.writes),
             name: self.name,
             description: self.description,

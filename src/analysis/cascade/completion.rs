@@ -123,6 +123,16 @@ impl Settling {
     }
 }
 
+impl Settling {
+    /// Another cascade removed the object at `at` while this one waited
+    /// for it (the write that took away a deleted object's last finalizer;
+    /// a Pod a later scale-down deleted): its wait ended then.
+    pub(crate) fn removed_elsewhere(&mut self, at: SystemTime) {
+        self.removed = true;
+        self.settled_since.get_or_insert(at);
+    }
+}
+
 /// Per object: how it settles, and what it waits for.
 #[derive(Default)]
 struct ObjectState {

@@ -9,11 +9,16 @@
 //! refused, and its inferred cause is that attempt's cause or a write the
 //! writer made itself since (its own status update noting the failure).
 //! Any other cause is a new intent.
+//!
+//! A controller's write made after what it had made failed (a Job's next
+//! Pod after one failed: edge `pods failed → pods create`) is a retry too:
+//! attempt n of the writer's work on that target (the owner's name prefix),
+//! its wait since the failure the controller's back-off.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use crate::pipeline::{ChangeRecord, SpanRef};
+use crate::pipeline::{ChangeRecord, SpanRef, is_after_failure};
 
 /// Open attempts followed at most (the oldest is forgotten beyond).
 const MAX_OPEN: usize = 100_000;
@@ -61,11 +66,31 @@ struct Open {
 #[derive(Default)]
 pub struct Retries {
     open: HashMap<Key, Vec<Open>>,
+    /// Accepted creates by generated name (writer, resource, namespace,
+    /// name prefix): the first attempt of work a failure may make the
+    /// writer do again.
+    starts: HashMap<(Key, String), Start>,
     len: usize,
     seq: u64,
     /// Attempts forgotten at the bound: their retries count as first
     /// attempts.
     pub forgotten: u64,
+}
+
+/// The first accepted create of a generated-name target, and how many
+/// attempts followed a failure since.
+struct Start {
+    first_received: SystemTime,
+    first_hop: Duration,
+    attempts: u32,
+    seq: u64,
+}
+
+/// The `generateName` prefix of a generated name (`migrate-5jtzf` →
+/// `migrate-`), if it looks like one.
+fn generated_prefix(name: &str) -> Option<&str> {
+    let cut = name.rfind('-')? + 1;
+    (cut > 1 && cut < name.len()).then(|| &name[..cut])
 }
 
 fn matches_target(open: &str, name: &str) -> bool {
@@ -89,6 +114,42 @@ impl Retries {
         let refused = c.code >= 400;
         let name = &c.object.name;
         let cause = c.cause.as_ref();
+        if !refused
+            && c.verb == "create"
+            && let Some(prefix) = generated_prefix(name)
+        {
+            let after_failure = cause.is_some_and(|k| is_after_failure(&k.edge));
+            let target = (key.clone(), prefix.to_string());
+            if !self.starts.contains_key(&target) {
+                self.seq += 1;
+                self.starts.insert(
+                    target.clone(),
+                    Start {
+                        first_received: c.received,
+                        first_hop: cause.map_or(Duration::ZERO, |k| k.hop),
+                        attempts: 1,
+                        seq: self.seq,
+                    },
+                );
+                if self.starts.len() > MAX_OPEN {
+                    self.forget_oldest_start();
+                }
+            }
+            if let Some(k) = cause.filter(|_| after_failure)
+                && let Some(start) = self.starts.get_mut(&target)
+            {
+                start.attempts += 1;
+                return Attempt::Retry {
+                    attempt: start.attempts,
+                    backoff: k.hop,
+                    waited: c
+                        .received
+                        .duration_since(start.first_received)
+                        .unwrap_or_default(),
+                    first_hop: start.first_hop,
+                };
+            }
+        }
         let own_write = cause.is_some_and(|k| {
             k.name
                 .strip_prefix(c.user.as_str())
@@ -157,6 +218,18 @@ impl Retries {
             self.forget_oldest();
         }
         verdict
+    }
+
+    fn forget_oldest_start(&mut self) {
+        if let Some(key) = self
+            .starts
+            .iter()
+            .min_by_key(|(_, s)| s.seq)
+            .map(|(k, _)| k.clone())
+        {
+            self.starts.remove(&key);
+            self.forgotten += 1;
+        }
     }
 
     fn forget_oldest(&mut self) {

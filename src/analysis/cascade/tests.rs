@@ -533,3 +533,65 @@ fn the_end_of_the_input_tells_the_listener_of_the_incomplete_cascades() {
     // Not stalled: the input ended first.
     assert_eq!(m.stalled.get_or_create(&m.kind("deployments")).get(), 0);
 }
+
+#[test]
+fn an_object_another_cascade_removes_has_settled_for_the_tracker_as_offline() {
+    // A user deletes a Deployment held by a finalizer (cascade 1 waits for
+    // it, Terminating); a second actor removes the finalizer and the
+    // Deployment is gone (cascade 2). Offline, `build` settles cascade 1 at
+    // the removal; the live tracker must judge it the same.
+    let d = obj("deployments", "api");
+    let delete = change(
+        1,
+        d.clone(),
+        "delete",
+        0,
+        1,
+        Some(("Terminating", "waiting for finalizers")),
+    );
+    let mut unblock = change(2, d.clone(), "patch", 100, 101, None);
+    unblock.deleted = true;
+    let offline = build([delete.clone(), unblock.clone()]);
+    assert!(offline.iter().all(|c| c.completion.is_complete()));
+
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = Arc::new(CascadeMetrics::default());
+    let t = {
+        let told = told.clone();
+        CascadeTracker::new(TrackerConfig::default(), m.clone()).with_completion_listener(Arc::new(
+            move |kind, verb, took: Option<std::time::Duration>| {
+                told.lock()
+                    .unwrap()
+                    .push((kind.to_string(), verb.to_string(), took))
+            },
+        ))
+    };
+    t.record(&delete);
+    t.record(&unblock);
+    t.flush();
+    let mut told = told.lock().unwrap().clone();
+    told.sort();
+    assert_eq!(
+        told,
+        [
+            (
+                "deployments".into(),
+                "delete".into(),
+                Some(std::time::Duration::from_millis(101))
+            ),
+            (
+                "deployments".into(),
+                "patch".into(),
+                Some(std::time::Duration::from_millis(1))
+            ),
+        ]
+    );
+    // A removal before the wait began settles nothing: a later create
+    // under the name is a new object, waited for anew.
+    let t = CascadeTracker::new(TrackerConfig::default(), m);
+    t.record(&unblock);
+    let mut recreated = change(3, d, "create", 200, 201, Some(("InProgress", "")));
+    recreated.root = span(3);
+    t.record(&recreated);
+    assert_eq!(t.open(), 2);
+}

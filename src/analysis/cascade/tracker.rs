@@ -7,7 +7,10 @@
 //! Pod never scheduled), so stuck cascades do not fill the bound. Open
 //! cascades are bounded: past the bound, the complete one quiet longest is
 //! observed early; only when none is complete does the incomplete one quiet
-//! longest go (counted and logged).
+//! longest go (counted and logged). An object one cascade waits for that
+//! another removes has settled for both (as [`super::build`] judges
+//! them offline): the finalizer removed by a second actor completes the
+//! delete, a Pod a scale-down removed completes the rollout that made it.
 
 use std::collections::BTreeSet;
 
@@ -65,6 +68,9 @@ struct State {
     done: BTreeSet<(SystemTime, SpanRef)>,
     /// Latest change seen of any cascade.
     watermark: Option<SystemTime>,
+    /// By object hash: the open cascades waiting for it (not settled in
+    /// them), so that its removal settles it in each.
+    waiting_for: HashMap<u64, Vec<SpanRef>>,
     last_warning: Option<Instant>,
     unreported_evictions: u64,
 }
@@ -157,6 +163,7 @@ impl CascadeTracker {
         if let Some(open) = st.open.remove(&root) {
             st.by_activity.remove(&(open.last, root));
             st.done.remove(&(open.last, root));
+            forget_waits(&mut st.waiting_for, &open, root);
             self.observe(&open, stalled);
         }
         self.metrics.open.set(st.open.len() as i64);
@@ -176,6 +183,7 @@ impl CascadeTracker {
         // Dropped, not known to have stalled: not told to the listener.
         if let Some(open) = st.open.remove(&root) {
             st.by_activity.remove(&(open.last, root));
+            forget_waits(&mut st.waiting_for, &open, root);
         }
         self.metrics.open.set(st.open.len() as i64);
         self.metrics.evicted.inc();
@@ -193,6 +201,59 @@ impl CascadeTracker {
             );
             st.last_warning = Some(now);
             st.unreported_evictions = 0;
+        }
+    }
+}
+
+impl CascadeTracker {
+    /// The object `hash` was removed at `at`: every open cascade still
+    /// waiting for it has it settled from then on.
+    fn removed_elsewhere(&self, st: &mut State, hash: u64, at: SystemTime) {
+        let Some(waits) = st.waiting_for.remove(&hash) else {
+            return;
+        };
+        for root in waits {
+            let Some(open) = st.open.get_mut(&root) else {
+                continue;
+            };
+            let Some(settling) = open.objects.get_mut(&hash) else {
+                continue;
+            };
+            if settling.settled_since.is_some() {
+                continue;
+            }
+            settling.removed_elsewhere(at);
+            open.unsettled -= 1;
+            open.done_at = done_at(open);
+            if open.done_at.is_some() {
+                st.done.insert((open.last, root));
+            }
+        }
+    }
+}
+
+/// When every object of `open` settled, if they all have.
+fn done_at(open: &Open) -> Option<SystemTime> {
+    (open.unsettled == 0).then(|| {
+        open.objects
+            .values()
+            .filter_map(|o| o.settled_since)
+            .max()
+            .unwrap_or(open.last)
+    })
+}
+
+/// Takes a closed cascade out of the waits of the objects it waited for.
+fn forget_waits(waiting_for: &mut HashMap<u64, Vec<SpanRef>>, open: &Open, root: SpanRef) {
+    for (hash, settling) in &open.objects {
+        if settling.settled_since.is_some() {
+            continue;
+        }
+        if let Some(waits) = waiting_for.get_mut(hash) {
+            waits.retain(|r| *r != root);
+            if waits.is_empty() {
+                waiting_for.remove(hash);
+            }
         }
     }
 }
@@ -232,8 +293,9 @@ impl ChangeSink for CascadeTracker {
         st.by_activity.remove(&(open.last, root));
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
+        let hash = change.object.hash();
         if counts(change) {
-            let settling = open.objects.entry(change.object.hash()).or_insert_with(|| {
+            let settling = open.objects.entry(hash).or_insert_with(|| {
                 open.unsettled += 1;
                 Settling::default()
             });
@@ -245,21 +307,23 @@ impl ChangeSink for CascadeTracker {
                 (true, false) => open.unsettled += 1,
                 _ => {}
             }
+            let waits = st.waiting_for.entry(hash).or_default();
+            if after {
+                waits.retain(|r| *r != root);
+            } else if !waits.contains(&root) {
+                waits.push(root);
+            }
         }
-        open.done_at = if open.unsettled == 0 {
-            Some(
-                open.objects
-                    .values()
-                    .filter_map(|o| o.settled_since)
-                    .max()
-                    .unwrap_or(open.last),
-            )
-        } else {
-            None
-        };
+        open.done_at = done_at(open);
         st.by_activity.insert((open.last, root));
         if open.done_at.is_some() {
             st.done.insert((open.last, root));
+        }
+        if change.deleted && counts(change) {
+            self.removed_elsewhere(st, hash, change.completed);
+        }
+        if st.waiting_for.get(&hash).is_some_and(Vec::is_empty) {
+            st.waiting_for.remove(&hash);
         }
         // Complete and quiet: observed.
         let watermark = st.watermark.unwrap_or(SystemTime::UNIX_EPOCH);

@@ -201,6 +201,7 @@ async fn a_change_not_yet_processed_is_waited_for_and_then_known() {
             root,
             depth: 4,
             cpid: None,
+            pod_end: None,
         },
         &ready,
     );
@@ -231,6 +232,7 @@ async fn each_wait_ends_with_its_own_change_whatever_shares_its_slot() {
         },
         depth,
         cpid: None,
+        pod_end: None,
     };
     same_slot.resolve(resolved(65), &ready);
     other_slot.resolve(resolved(2), &ready);
