@@ -1362,3 +1362,38 @@ async fn a_jobs_next_pod_follows_the_pod_that_finished_and_one_after_a_failure_i
         .expect("the garbage collector's release of the Job");
     assert_eq!(release.root, delete.span, "{release:?}");
 }
+
+/// Lease renewals (kwok's node heartbeats, the apiserver's identity Lease:
+/// the `timers` run's policy logs them) are a clock's writes: with Leases
+/// kept (`--exclude-resources` without `leases`), each renewal is a root
+/// named by its timer, never an effect of the change logged before it.
+#[tokio::test]
+async fn lease_renewals_kept_are_timers_not_effects_of_the_change_before() {
+    let sink = Arc::new(common::Collect::default());
+    let filter = kascade::source::audit::AuditFilter {
+        exclude_resources: Default::default(),
+        ..Default::default()
+    };
+    let errors = kascade::offline::changes_from_audit_lines(
+        lines("timers"),
+        CLUSTER,
+        Arc::new(kascade::app::RuleSources::default().load().unwrap()),
+        &filter,
+        kascade::aggregate::ProcessorConfig::default(),
+        kascade::aggregate::redact::Redactor::new(None),
+        sink.clone(),
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let renewals: Vec<_> = sink
+        .take()
+        .into_iter()
+        .filter(|c| c.object.resource == "leases" && c.verb == "update" && c.code < 400)
+        .collect();
+    assert!(renewals.len() >= 9, "{}", renewals.len());
+    for r in &renewals {
+        assert_eq!(r.timer.as_deref(), Some("lease-renewal"), "{r:?}");
+        assert!(r.cause.is_none(), "{r:?}");
+        assert_eq!(r.root, r.span, "{r:?}");
+    }
+}
