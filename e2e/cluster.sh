@@ -4,7 +4,7 @@
 # pre-created PersistentVolumes) and a real Jaeger v2 on 127.0.0.1.
 #
 #   e2e/cluster.sh up     [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE]
-#                         [--tracing-endpoint HOST:PORT]
+#                         [--tracing-endpoint HOST:PORT] [--second-apiserver]
 #   e2e/cluster.sh down   [--name NAME]
 #   e2e/cluster.sh status [--name NAME]
 #   e2e/cluster.sh restart COMPONENT [--name NAME]   (e.g. kube-apiserver)
@@ -12,7 +12,11 @@
 # NAME (default "e2e") is also the cluster name; its run dir is e2e/.run (for
 # the default name) or e2e/.run-NAME, holding configs, logs, PIDs and `env`,
 # the shell exports later scripts source. A second cluster runs beside the
-# first with another --name and --port-base.
+# first with another --name and --port-base. --second-apiserver starts a
+# second kube-apiserver on the same etcd (port base + 444, its own audit log
+# audit-2.log, AUDIT_LOG_2 in `env`) and points the scheduler and kwok at it,
+# the controller-manager and the admin at the first: one cluster's writes in
+# two apiservers' logs, as a highly available control plane writes them.
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +32,7 @@ WEBHOOK_URL=""
 # `none`: the apiserver traces nothing.
 TRACING_ENDPOINT="${KASCADE_E2E_TRACING_ENDPOINT:-127.0.0.1:4317}"
 CRASH=""
+SECOND_APISERVER=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --name) NAME="$2"; shift 2 ;;
@@ -36,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --audit-policy) AUDIT_POLICY="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
     --tracing-endpoint) TRACING_ENDPOINT="$2"; shift 2 ;;
     --crash) CRASH=1; shift ;;
+    --second-apiserver) SECOND_APISERVER=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +54,7 @@ WEBHOOK_URL="${WEBHOOK_URL:-${AUDIT_WEBHOOK_URL:-https://127.0.0.1:8090/audit/$N
 WEBHOOK_PKI="$E2E_DIR/.pki"
 
 ETCD_PORT=$((PORT_BASE + 79)); ETCD_PEER_PORT=$((PORT_BASE + 80))
-APISERVER_PORT=$((PORT_BASE + 443)); KCM_PORT=$((PORT_BASE + 257)); SCHED_PORT=$((PORT_BASE + 259))
+APISERVER_PORT=$((PORT_BASE + 443)); APISERVER2_PORT=$((PORT_BASE + 444)); KCM_PORT=$((PORT_BASE + 257)); SCHED_PORT=$((PORT_BASE + 259))
 KWOK_PORT=$((PORT_BASE + 250))
 JAEGER_OTLP_GRPC_PORT=$((PORT_BASE + 317)); JAEGER_OTLP_HTTP_PORT=$((PORT_BASE + 318))
 JAEGER_QUERY_HTTP_PORT=$((PORT_BASE + 686)); JAEGER_QUERY_GRPC_PORT=$((PORT_BASE + 685))
@@ -56,7 +62,7 @@ JAEGER_HEALTH_PORT=$((PORT_BASE + 133)); JAEGER_METRICS_PORT=$((PORT_BASE + 888)
 JAEGER_REMOTE_STORAGE_PORT=$((PORT_BASE + 271))
 # OTLP over TLS (e2e/jaeger/raw-tls.yaml): gRPC with mutual TLS, HTTP with server TLS.
 JAEGER_OTLP_TLS_GRPC_PORT=$((PORT_BASE + 319)); JAEGER_OTLP_TLS_HTTP_PORT=$((PORT_BASE + 320))
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jaeger)
+COMPONENTS=(etcd kube-apiserver kube-apiserver-2 kube-controller-manager kube-scheduler kwok jaeger)
 
 log() { printf '[cluster %s %s] %s\n' "$NAME" "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -106,7 +112,7 @@ proc_gone() {
 
 port_listening() { (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-CLUSTER_PORTS=($ETCD_PORT $ETCD_PEER_PORT $APISERVER_PORT $KCM_PORT $SCHED_PORT $KWOK_PORT
+CLUSTER_PORTS=($ETCD_PORT $ETCD_PEER_PORT $APISERVER_PORT $APISERVER2_PORT $KCM_PORT $SCHED_PORT $KWOK_PORT
   $JAEGER_OTLP_GRPC_PORT $JAEGER_OTLP_HTTP_PORT $JAEGER_OTLP_TLS_GRPC_PORT $JAEGER_OTLP_TLS_HTTP_PORT
   $JAEGER_QUERY_HTTP_PORT $JAEGER_QUERY_GRPC_PORT $JAEGER_HEALTH_PORT $JAEGER_METRICS_PORT)
 
@@ -247,27 +253,41 @@ TRACING
     --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
   wait_for "etcd health" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-  start kube-apiserver "${tracing[@]}" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
-    --cert-dir "$RUN_DIR/pki/apiserver-generated" \
-    --tls-cert-file "$RUN_DIR/pki/apiserver.crt" --tls-private-key-file "$RUN_DIR/pki/apiserver.key" \
-    --client-ca-file "$RUN_DIR/pki/ca.crt" \
-    --token-auth-file "$RUN_DIR/pki/tokens.csv" \
-    --authorization-mode Node,RBAC \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$RUN_DIR/pki/sa.pub" \
-    --service-account-signing-key-file "$RUN_DIR/pki/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --allow-privileged=true \
-    --audit-policy-file "$RUN_DIR/audit-policy.yaml" \
-    --audit-log-path "$RUN_DIR/audit.log" --audit-log-format json --audit-log-maxsize 0 --audit-log-mode blocking \
-    --audit-webhook-config-file "$RUN_DIR/audit-webhook.kubeconfig" \
-    --audit-webhook-mode batch --audit-webhook-batch-max-wait 1s \
-    --audit-webhook-initial-backoff 3s --audit-webhook-batch-throttle-enable=false \
+  # The flags both apiservers share (each adds its port, cert dir and audit log).
+  local apiserver_flags=(
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT"
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1
+    --tls-cert-file "$RUN_DIR/pki/apiserver.crt" --tls-private-key-file "$RUN_DIR/pki/apiserver.key"
+    --client-ca-file "$RUN_DIR/pki/ca.crt"
+    --token-auth-file "$RUN_DIR/pki/tokens.csv"
+    --authorization-mode Node,RBAC
+    --service-account-issuer https://kubernetes.default.svc.cluster.local
+    --service-account-key-file "$RUN_DIR/pki/sa.pub"
+    --service-account-signing-key-file "$RUN_DIR/pki/sa.key"
+    --service-cluster-ip-range 10.96.0.0/16
+    --allow-privileged=true
+    --audit-policy-file "$RUN_DIR/audit-policy.yaml"
+    --audit-log-format json --audit-log-maxsize 0 --audit-log-mode blocking
+    --audit-webhook-config-file "$RUN_DIR/audit-webhook.kubeconfig"
+    --audit-webhook-mode batch --audit-webhook-batch-max-wait 1s
+    --audit-webhook-initial-backoff 3s --audit-webhook-batch-throttle-enable=false
     --audit-webhook-batch-buffer-size 100000
+  )
+  start kube-apiserver "${tracing[@]}" "${apiserver_flags[@]}" \
+    --secure-port "$APISERVER_PORT" --cert-dir "$RUN_DIR/pki/apiserver-generated" \
+    --audit-log-path "$RUN_DIR/audit.log"
   wait_for "kube-apiserver /readyz" 90 curl -sf --cacert "$RUN_DIR/pki/ca.crt" \
     -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$APISERVER_PORT/readyz"
+  if [[ -n "$SECOND_APISERVER" ]]; then
+    start kube-apiserver-2 "${tracing[@]}" "${apiserver_flags[@]}" \
+      --secure-port "$APISERVER2_PORT" --cert-dir "$RUN_DIR/pki/apiserver-generated-2" \
+      --audit-log-path "$RUN_DIR/audit-2.log"
+    wait_for "kube-apiserver-2 /readyz" 90 curl -sf --cacert "$RUN_DIR/pki/ca.crt" \
+      -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$APISERVER2_PORT/readyz"
+    # The scheduler and the kubelets write through the second apiserver.
+    sed -i "s#https://127.0.0.1:$APISERVER_PORT\b#https://127.0.0.1:$APISERVER2_PORT#" \
+      "$RUN_DIR/scheduler.kubeconfig" "$RUN_DIR/kwok.kubeconfig"
+  fi
 
   start kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig "$RUN_DIR/kcm.kubeconfig" \
@@ -320,6 +340,7 @@ export KASCADE_KUBECONFIG=$RUN_DIR/kascade.kubeconfig
 export APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 export ETCD_ENDPOINT=http://127.0.0.1:$ETCD_PORT
 export AUDIT_LOG=$RUN_DIR/audit.log
+export AUDIT_LOG_2=${SECOND_APISERVER:+$RUN_DIR/audit-2.log}
 export AUDIT_WEBHOOK_URL=$WEBHOOK_URL
 export AUDIT_WEBHOOK_TOKEN_FILE=$WEBHOOK_PKI/webhook.token
 export TRACING_ENDPOINT=$TRACING_ENDPOINT
@@ -355,6 +376,8 @@ cmd_status() {
   if [[ ! -d "$RUN_DIR" ]]; then echo "$NAME: down"; return 1; fi
   local name pid rc=0
   for name in "${COMPONENTS[@]}"; do
+    # Started only with --second-apiserver.
+    [[ "$name" != kube-apiserver-2 || -f "$RUN_DIR/cmds/$name" ]] || continue
     pid="$(cat "$RUN_DIR/pids/$name.pid" 2>/dev/null || true)"
     if pid_alive "$pid"; then echo "$name: running (pid $pid)"; else echo "$name: NOT running"; rc=1; fi
   done
@@ -401,5 +424,5 @@ case "$CMD" in
   down) cmd_down ;;
   status) cmd_status ;;
   restart) cmd_restart ;;
-  *) echo "usage: $0 up|down|status|restart COMPONENT [--crash] [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE] [--tracing-endpoint HOST:PORT]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|restart COMPONENT [--crash] [--name NAME] [--port-base N] [--audit-webhook-url URL] [--audit-policy FILE] [--tracing-endpoint HOST:PORT] [--second-apiserver]" >&2; exit 2 ;;
 esac

@@ -60,11 +60,17 @@ if [[ "${1:-}" == --one ]]; then
   "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true
   up_log="$(mktemp)"
   # No kascade listens on port 9: the apiserver logs the audit webhook's failures, harmlessly.
-  # A run may log under a policy of its own (runs/RUN.audit-policy.yaml).
-  policy=()
+  # A run may log under a policy of its own (runs/RUN.audit-policy.yaml)
+  # and bring its cluster up with more arguments (runs/RUN.up-args, e.g.
+  # --second-apiserver).
+  up_args=()
   [[ ! -f "$CORPUS_DIR/runs/$RUN.audit-policy.yaml" ]] \
-    || policy=(--audit-policy "$CORPUS_DIR/runs/$RUN.audit-policy.yaml")
-  "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" "${policy[@]}" \
+    || up_args=(--audit-policy "$CORPUS_DIR/runs/$RUN.audit-policy.yaml")
+  if [[ -f "$CORPUS_DIR/runs/$RUN.up-args" ]]; then
+    read -r -a more <"$CORPUS_DIR/runs/$RUN.up-args"
+    up_args+=("${more[@]}")
+  fi
+  "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" "${up_args[@]}" \
     --audit-webhook-url "http://127.0.0.1:9/audit/$NAME" 2>"$up_log" \
     || { cat "$up_log" >&2; rm -f "$up_log"; log "run $RUN FAILED: the cluster did not come up"; exit 1; }
   rm -f "$up_log"
@@ -96,6 +102,17 @@ print(data.rfind(b"\n") + 1)' "$AUDIT_LOG")"
   mkdir -p "$OUT"
   head -c "$size" "$AUDIT_LOG" | gzip -9 -n >"$OUT/audit.log.gz.tmp"
   mv "$OUT/audit.log.gz.tmp" "$OUT/audit.log.gz"
+  # A second apiserver's log, up to its last complete line now (its writes
+  # before the marker are in; the marker went through the first).
+  rm -f "$OUT"/audit-2.log.gz
+  if [[ -n "${AUDIT_LOG_2:-}" ]]; then
+    python3 -c '
+import sys
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+sys.stdout.buffer.write(data[:data.rfind(b"\n") + 1])' "$AUDIT_LOG_2" | gzip -9 -n >"$OUT/audit-2.log.gz"
+    log "run $RUN: second apiserver: $(zcat "$OUT/audit-2.log.gz" | wc -l) audit events"
+  fi
   log "run $RUN: $(wc -l < <(head -c "$size" "$AUDIT_LOG")) audit events, $size bytes, $(stat -c %s "$OUT/audit.log.gz") bytes gzip'd"
   exit 0
 fi

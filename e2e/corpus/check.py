@@ -130,9 +130,13 @@ def check_run(run):
     except OSError as e:
         return [f"no truth.yaml: {e}"], notes
     events = []
-    with gzip.open(os.path.join(d, "audit.log.gz"), "rt") as f:
-        for line in f:
-            events.append(json.loads(line))
+    # audit.log.gz, then one log per further apiserver (audit-2.log.gz, …).
+    logs = ["audit.log.gz"] + sorted(
+        f for f in os.listdir(d) if f.startswith("audit-") and f.endswith(".log.gz"))
+    for log in logs:
+        with gzip.open(os.path.join(d, log), "rt") as f:
+            for line in f:
+                events.append(json.loads(line))
     keys = {ev_key(ev) for ev in events} - {None}
 
     verdict = truth.get("verdict")

@@ -63,13 +63,22 @@ def runs(selected):
     return names
 
 
-def explain(kascade, log):
+def run_logs(run):
+    """A run's audit logs: audit.log.gz, then one per further apiserver
+    (audit-2.log.gz, …), all given to kascade at once as CI would."""
+    d = os.path.join(CORPUS, run)
+    rest = sorted(f for f in os.listdir(d)
+                  if f.startswith("audit-") and f.endswith(".log.gz"))
+    return [os.path.join(d, "audit.log.gz")] + [os.path.join(d, f) for f in rest]
+
+
+def explain(kascade, logs):
     p = subprocess.run(
-        [kascade, "explain", log, "--format", "json", "--fail-on", "error"],
+        [kascade, "explain", *logs, "--format", "json", "--fail-on", "error"],
         capture_output=True, text=True,
     )
     if p.returncode not in (0, 3):
-        sys.exit(f"kascade explain {log} failed ({p.returncode}): {p.stderr.strip()}")
+        sys.exit(f"kascade explain {' '.join(logs)} failed ({p.returncode}): {p.stderr.strip()}")
     return json.loads(p.stdout), p.returncode
 
 
@@ -80,10 +89,10 @@ def parse_object(text):
     return resource, namespace, name
 
 
-def trace(kascade, log, obj, mode):
+def trace(kascade, logs, obj, mode):
     resource, namespace, name = parse_object(obj)
     p = subprocess.run(
-        [kascade, "trace", log, "--resource", resource, "--namespace", namespace,
+        [kascade, "trace", *logs, "--resource", resource, "--namespace", namespace,
          "--name", name, "--format", "otlp-json", "--mode", mode],
         capture_output=True, text=True,
     )
@@ -133,29 +142,30 @@ def object_span_in_error(doc, obj, mode):
 MAX_MATCHES = 3
 
 
-def objects_in(log):
-    """Every object the log's writes name, as "resource ns/name" (a create
+def objects_in(logs):
+    """Every object the logs' writes name, as "resource ns/name" (a create
     refused before it had a name: its generateName, or "(unnamed)", as
     kascade names it)."""
     found = set()
-    with gzip.open(log, "rt") as f:
-        for line in f:
-            e = json.loads(line)
-            ref = e.get("objectRef") or {}
-            if e.get("verb") in ("get", "list", "watch") or not ref.get("resource"):
-                continue
-            name = ref.get("name") or ((e.get("responseObject") or {}).get("metadata") or {}).get("name")
-            if not name and e.get("verb") == "create":
-                meta = (e.get("requestObject") or {}).get("metadata") or {}
-                name = meta.get("generateName") or "(unnamed)"
-            if not name:
-                continue
-            ns = "" if ref["resource"] == "namespaces" and not ref.get("apiGroup") else ref.get("namespace", "")
-            found.add(f"{ref['resource']} {ns}/{name}" if ns else f"{ref['resource']} {name}")
+    for log in logs:
+        with gzip.open(log, "rt") as f:
+            for line in f:
+                e = json.loads(line)
+                ref = e.get("objectRef") or {}
+                if e.get("verb") in ("get", "list", "watch") or not ref.get("resource"):
+                    continue
+                name = ref.get("name") or ((e.get("responseObject") or {}).get("metadata") or {}).get("name")
+                if not name and e.get("verb") == "create":
+                    meta = (e.get("requestObject") or {}).get("metadata") or {}
+                    name = meta.get("generateName") or "(unnamed)"
+                if not name:
+                    continue
+                ns = "" if ref["resource"] == "namespaces" and not ref.get("apiGroup") else ref.get("namespace", "")
+                found.add(f"{ref['resource']} {ns}/{name}" if ns else f"{ref['resource']} {name}")
     return found
 
 
-def searched_objects(log, truth):
+def searched_objects(logs, truth):
     out = []
     known = None
     for pattern in truth["searched"]:
@@ -163,21 +173,21 @@ def searched_objects(log, truth):
             out.append(pattern)
             continue
         if known is None:
-            known = objects_in(log)
+            known = objects_in(logs)
         matches = sorted(o for o in known if fnmatch.fnmatchcase(o, pattern))
         if not matches:
-            sys.exit(f"{log}: searched {pattern!r} matches no object of the log")
+            sys.exit(f"{logs[0]}: searched {pattern!r} matches no object of the log")
         out.extend(matches[:MAX_MATCHES])
     return out
 
 
-def ui_marks(kascade, log, truth):
+def ui_marks(kascade, logs, truth):
     """(ok, why): a healthy run's traces hold no error; a failing run's
     searched objects are in error in every mode."""
     healthy = truth["verdict"] == "healthy"
-    for obj in searched_objects(log, truth):
+    for obj in searched_objects(logs, truth):
         for mode in MODES:
-            doc = trace(kascade, log, obj, mode)
+            doc = trace(kascade, logs, obj, mode)
             if "error" in doc:
                 return False, f"{obj} {mode}: kascade trace failed: {doc['error']}"
             if healthy:
@@ -227,15 +237,15 @@ def main():
     rows = []
     for run in runs(args.runs):
         truth = load_truth(run)
-        log = os.path.join(CORPUS, run, "audit.log.gz")
-        report, rc = explain(args.kascade, log)
+        logs = run_logs(run)
+        report, rc = explain(args.kascade, logs)
         if truth["verdict"] == "failing":
             ok, why = first_hit(report, truth)
         else:
             errors = report["totals"]["error"]
             ok = errors == 0 and rc == 0
             why = "" if ok else f"{errors} errors, --fail-on error exit {rc}"
-        ui_ok, ui_why = ui_marks(args.kascade, log, truth)
+        ui_ok, ui_why = ui_marks(args.kascade, logs, truth)
         rows.append({
             "run": run, "verdict": truth["verdict"], "first": headline(report),
             "truth": truth.get("cause", {}).get("reason", "healthy") if truth["verdict"] == "failing" else "healthy",

@@ -86,27 +86,53 @@ pub fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
     }
 }
 
-/// The files' lines, one after the other, remembering where each file
-/// starts so an error's line number can be given as file:line. A line the
-/// filter rejects is yielded empty (the pipeline skips empty lines), so
-/// line numbers stay right.
+/// The files' lines as one stream, remembering where each line came from
+/// so an error's line number can be given as file:line. Several files are
+/// merged by each line's `stageTimestamp` (the order an apiserver writes
+/// its log in): rotated logs come out oldest first whatever order they were
+/// given in, and the logs of several apiservers (each writing its share of
+/// one cluster's requests) interleave as the requests completed, so each
+/// write is read after the changes it followed. A file is opened only when
+/// the merge reaches its first event, so a thousand rotated files hold one
+/// reader at a time. A line the filter rejects is yielded empty (the
+/// pipeline skips empty lines), so line numbers stay right.
 pub struct Lines {
-    files: std::vec::IntoIter<PathBuf>,
-    current: Option<BufReader<Box<dyn Read + Send>>>,
-    buf: Vec<u8>,
+    sources: Vec<Source>,
+    /// Sources not opened yet, by their first event's time (oldest last).
+    unopened: Vec<(Option<String>, usize)>,
+    /// Open sources by their next line's time (the oldest first).
+    ready: std::collections::BinaryHeap<std::cmp::Reverse<(Vec<u8>, usize)>>,
+    /// Only one file (or standard input): read straight through.
+    single: bool,
     bar: ProgressBar,
     shared: Arc<Mutex<LinesState>>,
     keep: Option<memchr::memmem::Finder<'static>>,
-    /// The current file is gzipped: a read error there is damage (a CI
-    /// artefact cut short), read up to, not the end of the input.
+}
+
+/// One input file and its reader.
+struct Source {
+    path: PathBuf,
+    reader: Option<BufReader<Box<dyn Read + Send>>>,
+    /// A gzipped file: a read error there is damage (a CI artefact cut
+    /// short), read up to, not the end of the input.
     gzipped: bool,
+    /// Lines read from it so far.
+    line: u64,
+    /// The line read ahead (merged input), its number and bytes (with its
+    /// newline).
+    next: Option<(u64, Vec<u8>)>,
+    /// Its last line's time: a line without one keeps its place after it.
+    last_time: Vec<u8>,
 }
 
 /// What reading found, shared with the caller.
 #[derive(Default)]
 pub struct LinesState {
-    /// (file, global index of its first line).
-    starts: Vec<(PathBuf, u64)>,
+    /// Runs of consecutive lines of one file, in yield order: the global
+    /// number of the run's first line (from 1), the file, and that line's
+    /// number in the file.
+    runs: Vec<(u64, usize, u64)>,
+    files: Vec<PathBuf>,
     yielded: u64,
     /// Lines read that were not blank.
     pub non_empty: u64,
@@ -120,13 +146,15 @@ pub struct LinesState {
 impl LinesState {
     /// `file:line` of a global line number (1-based).
     pub fn locate(&self, global_line: u64) -> String {
-        match self
-            .starts
-            .iter()
-            .rev()
-            .find(|(_, start)| *start < global_line)
-        {
-            Some((f, start)) => format!("{}:{}", f.display(), global_line - start),
+        let i = self
+            .runs
+            .partition_point(|(start, _, _)| *start <= global_line);
+        match i.checked_sub(1).map(|i| self.runs[i]) {
+            Some((start, file, first)) => format!(
+                "{}:{}",
+                self.files[file].display(),
+                first + (global_line - start)
+            ),
             None => format!("line {global_line}"),
         }
     }
@@ -142,19 +170,87 @@ impl LinesState {
             })
             .collect()
     }
+
+    /// Counts a line of `file` (its `line`-th) yielded next.
+    fn yield_line(&mut self, file: usize, line: u64) {
+        self.yielded += 1;
+        let continues = self
+            .runs
+            .last()
+            .is_some_and(|&(start, f, first)| f == file && first + (self.yielded - start) == line);
+        if !continues {
+            self.runs.push((self.yielded, file, line));
+        }
+    }
+}
+
+/// The `stageTimestamp` of an audit line (the first one: an EventList's
+/// first item's), as its bytes: the apiserver writes RFC 3339 times in UTC
+/// with a fixed six digits, which compare as text.
+fn stage_time(line: &[u8]) -> Option<&[u8]> {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"stageTimestamp\""));
+    let mut rest = &line[KEY.find(line)? + KEY.needle().len()..];
+    // `"stageTimestamp":"…"`, or with spaces as other writers put them.
+    let skip = |r: &mut &[u8], what: &[u8]| {
+        let n = r.iter().take_while(|b| what.contains(b)).count();
+        *r = &r[n..];
+    };
+    skip(&mut rest, b" \t");
+    rest = rest.strip_prefix(b":")?;
+    skip(&mut rest, b" \t");
+    rest = rest.strip_prefix(b"\"")?;
+    let len = memchr::memchr(b'"', rest)?;
+    Some(&rest[..len])
 }
 
 impl Lines {
     pub fn new(files: Vec<PathBuf>, bar: ProgressBar, shared: Arc<Mutex<LinesState>>) -> Self {
+        let single = files.len() <= 1;
+        // Oldest first (files without a readable first event last, in the
+        // order given), popped from the end.
+        let mut unopened: Vec<(Option<String>, usize)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (if single { None } else { first_time(f) }, i))
+            .collect();
+        unopened.sort_by(|a, b| match (&a.0, &b.0) {
+            (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.1.cmp(&b.1),
+        });
+        unopened.reverse();
+        shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .files
+            .clone_from(&files);
         Lines {
-            files: files.into_iter(),
-            current: None,
-            buf: Vec::new(),
+            sources: files
+                .into_iter()
+                .map(|path| Source {
+                    path,
+                    reader: None,
+                    gzipped: false,
+                    line: 0,
+                    next: None,
+                    last_time: Vec::new(),
+                })
+                .collect(),
+            unopened,
+            ready: std::collections::BinaryHeap::new(),
+            single,
             bar,
             shared,
             keep: None,
-            gzipped: false,
         }
+    }
+
+    /// The files' lines as [`Lines::new`] reads them, without a progress bar
+    /// or a state to share (a read error ends the lines).
+    pub fn without_progress(files: Vec<PathBuf>) -> Self {
+        Self::new(files, ProgressBar::hidden(), Arc::default())
     }
 
     /// Only lines containing `needle` go through; the others are yielded empty.
@@ -163,36 +259,137 @@ impl Lines {
         self
     }
 
-    fn open(&mut self, path: PathBuf) -> Option<()> {
-        if path.as_os_str() == STDIN {
-            self.gzipped = false;
+    /// Opens source `i`; `None` (the error kept) when it cannot be.
+    fn open(&mut self, i: usize) -> Option<()> {
+        let source = &mut self.sources[i];
+        if source.path.as_os_str() == STDIN {
+            source.gzipped = false;
             let read = self.bar.wrap_read(std::io::stdin());
-            self.current = Some(BufReader::with_capacity(1 << 20, Box::new(read)));
-            let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-            let at = st.yielded;
-            st.starts.push((path, at));
+            source.reader = Some(BufReader::with_capacity(1 << 20, Box::new(read)));
             return Some(());
         }
-        let file = match File::open(&path) {
+        let file = match File::open(&source.path) {
             Ok(f) => f,
             Err(e) => {
                 let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-                st.io_error = Some(anyhow::anyhow!("cannot open {}: {e}", path.display()));
+                st.io_error = Some(anyhow::anyhow!(
+                    "cannot open {}: {e}",
+                    source.path.display()
+                ));
                 return None;
             }
         };
         let read = self.bar.wrap_read(file);
-        self.gzipped = path.extension().is_some_and(|e| e == "gz");
-        let reader: Box<dyn Read + Send> = if self.gzipped {
+        source.gzipped = source.path.extension().is_some_and(|e| e == "gz");
+        let reader: Box<dyn Read + Send> = if source.gzipped {
             Box::new(flate2::read::MultiGzDecoder::new(read))
         } else {
             Box::new(read)
         };
-        self.current = Some(BufReader::with_capacity(1 << 20, reader));
-        let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        let at = st.yielded;
-        st.starts.push((path, at));
+        source.reader = Some(BufReader::with_capacity(1 << 20, reader));
         Some(())
+    }
+
+    /// The next raw line of source `i` (with its newline), `Ok(None)` at its
+    /// end or its damage (said and kept); `Err` (kept) on a read error.
+    fn read_raw(&mut self, i: usize) -> Result<Option<Vec<u8>>, ()> {
+        let source = &mut self.sources[i];
+        let Some(reader) = source.reader.as_mut() else {
+            return Ok(None);
+        };
+        let mut buf = Vec::new();
+        match read_line(reader, &mut buf) {
+            Ok(0) => {
+                source.reader = None;
+                Ok(None)
+            }
+            Ok(_) => {
+                source.line += 1;
+                Ok(Some(buf))
+            }
+            Err(e) => {
+                source.reader = None;
+                let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+                if source.gzipped {
+                    // What decoded is kept (a partial last line is dropped);
+                    // the other files are read.
+                    let why = format!(
+                        "{}: damaged after line {} ({e}): read up to there",
+                        source.path.display(),
+                        source.line
+                    );
+                    self.bar.suspend(|| eprintln!("warning: {why}"));
+                    st.damaged.push(why);
+                    return Ok(None);
+                }
+                st.io_error = Some(anyhow::anyhow!(
+                    "cannot read {}: {e}",
+                    source.path.display()
+                ));
+                Err(())
+            }
+        }
+    }
+
+    /// Reads source `i`'s next line ahead and queues it by its time.
+    fn queue_next(&mut self, i: usize) -> Result<(), ()> {
+        let Some(line) = self.read_raw(i)? else {
+            return Ok(());
+        };
+        let source = &mut self.sources[i];
+        if let Some(t) = stage_time(&line) {
+            source.last_time.clear();
+            source.last_time.extend_from_slice(t);
+        }
+        self.ready
+            .push(std::cmp::Reverse((source.last_time.clone(), i)));
+        source.next = Some((source.line, line));
+        Ok(())
+    }
+
+    /// The next line, its source and its number there, merged by time;
+    /// `None` at the end of every file or at a read error (kept).
+    fn next_raw(&mut self) -> Option<(usize, u64, Vec<u8>)> {
+        if self.single {
+            loop {
+                let i = match self.unopened.last() {
+                    Some(&(_, i)) => i,
+                    None => return None,
+                };
+                if self.sources[i].reader.is_none() && self.sources[i].line == 0 {
+                    self.open(i)?;
+                }
+                match self.read_raw(i).ok()? {
+                    Some(line) => return Some((i, self.sources[i].line, line)),
+                    None => {
+                        self.unopened.pop();
+                    }
+                }
+            }
+        }
+        loop {
+            // Open every file whose first event is not after the oldest
+            // line queued (all of them once the queue is empty).
+            let oldest = self.ready.peek().map(|r| r.0.0.clone());
+            match self.unopened.last() {
+                Some((first, i))
+                    if oldest.as_ref().is_none_or(|o| {
+                        first.as_ref().is_none_or(|f| f.as_bytes() <= o.as_slice())
+                    }) =>
+                {
+                    let i = *i;
+                    self.unopened.pop();
+                    self.open(i)?;
+                    self.queue_next(i).ok()?;
+                    continue;
+                }
+                _ => {}
+            }
+            let std::cmp::Reverse((_, i)) = self.ready.pop()?;
+            let (number, line) = self.sources[i].next.take()?;
+            self.queue_next(i).ok()?;
+            return Some((i, number, line));
+        }
     }
 }
 
@@ -200,60 +397,26 @@ impl Iterator for Lines {
     type Item = String;
 
     fn next(&mut self) -> Option<String> {
-        loop {
-            if self.current.is_none() {
-                let path = self.files.next()?;
-                self.open(path)?;
-            }
-            let reader = self.current.as_mut()?;
-            self.buf.clear();
-            match read_line(reader, &mut self.buf) {
-                Ok(0) => {
-                    self.current = None;
-                    continue;
-                }
-                Ok(_) => {
-                    let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-                    st.yielded += 1;
-                    if self.buf.iter().all(u8::is_ascii_whitespace) {
-                        return Some(String::new());
-                    }
-                    st.non_empty += 1;
-                    if let Some(keep) = &self.keep
-                        && keep.find(&self.buf).is_none()
-                    {
-                        st.skipped += 1;
-                        return Some(String::new());
-                    }
-                    // Valid UTF-8 (every apiserver line) is checked by
-                    // `json::utf8` (SIMD); the lossy decoder,
-                    // byte by byte, cost a seventh of `kascade analyze`.
-                    return Some(match crate::json::utf8(&self.buf) {
-                        Ok(line) => line.to_owned(),
-                        Err(_) => String::from_utf8_lossy(&self.buf).into_owned(),
-                    });
-                }
-                Err(e) => {
-                    let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-                    let (f, start) = st.starts.last().cloned().unwrap_or_default();
-                    if self.gzipped {
-                        // What decoded is kept (a partial last line is
-                        // dropped); the next file is read.
-                        let read = st.yielded - start;
-                        let why = format!(
-                            "{}: damaged after line {read} ({e}): read up to there",
-                            f.display()
-                        );
-                        self.bar.suspend(|| eprintln!("warning: {why}"));
-                        st.damaged.push(why);
-                        self.current = None;
-                        continue;
-                    }
-                    st.io_error = Some(anyhow::anyhow!("cannot read {}: {e}", f.display()));
-                    return None;
-                }
-            }
+        let (i, number, line) = self.next_raw()?;
+        let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        st.yield_line(i, number);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Some(String::new());
         }
+        st.non_empty += 1;
+        if let Some(keep) = &self.keep
+            && keep.find(&line).is_none()
+        {
+            st.skipped += 1;
+            return Some(String::new());
+        }
+        // Valid UTF-8 (every apiserver line) is checked by `json::utf8`
+        // (SIMD); the lossy decoder, byte by byte, cost a seventh of
+        // `kascade analyze`.
+        Some(match crate::json::utf8(&line) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(&line).into_owned(),
+        })
     }
 }
 
@@ -343,6 +506,117 @@ pub fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes `lines` to a file in `dir`, gzipped when `name` ends in .gz.
+    fn file(dir: &std::path::Path, name: &str, lines: &[String]) -> PathBuf {
+        let path = dir.join(name);
+        let text = lines.concat();
+        if name.ends_with(".gz") {
+            let mut gz =
+                flate2::write::GzEncoder::new(File::create(&path).unwrap(), Default::default());
+            std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+            gz.finish().unwrap();
+        } else {
+            std::fs::write(&path, text).unwrap();
+        }
+        path
+    }
+
+    fn line(id: &str, received: &str, stage: &str) -> String {
+        format!(
+            "{{\"auditID\":\"{id}\",\"requestReceivedTimestamp\":\"{received}\",\"stageTimestamp\":\"{stage}\"}}\n"
+        )
+    }
+
+    fn read(files: Vec<PathBuf>) -> (Vec<String>, Arc<Mutex<LinesState>>) {
+        let shared = Arc::new(Mutex::new(LinesState::default()));
+        let lines = Lines::new(files, ProgressBar::hidden(), shared.clone()).collect();
+        (lines, shared)
+    }
+
+    fn ids(lines: &[String]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).map_or_else(
+                    |_| l.trim().to_string(),
+                    |v| v["auditID"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Two apiservers' logs of one cluster (each in its own completion
+    /// order) are read as the requests completed, whatever order the files
+    /// are given in, and each line is located in its own file. (Shapes of
+    /// audit lines reduced to the times the merge reads: the merge of real
+    /// logs is tested on the corpus's two-apiserver run.)
+    #[test]
+    fn several_apiservers_logs_are_merged_by_completion_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = |s: u32| format!("2026-12-06T03:11:{s:02}.000000Z");
+        let a = file(
+            dir.path(),
+            "a.log",
+            &[
+                line("a1", &t(1), &t(1)),
+                line("a2", &t(3), &t(4)),
+                "not json\n".into(),
+                line("a3", &t(6), &t(6)),
+            ],
+        );
+        let b = file(
+            dir.path(),
+            "b.log.gz",
+            &[
+                line("b1", &t(2), &t(2)),
+                line("b2", &t(2), &t(5)).replace("\":\"", "\": \""),
+                line("b3", &t(7), &t(7)),
+            ],
+        );
+        for files in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+            let (lines, shared) = read(files);
+            assert_eq!(
+                ids(&lines),
+                ["a1", "b1", "a2", "not json", "b2", "a3", "b3"],
+                "{lines:?}"
+            );
+            let st = shared.lock().unwrap();
+            assert_eq!(st.locate(4), format!("{}:3", a.display()));
+            assert_eq!(st.locate(5), format!("{}:2", b.display()));
+            assert_eq!(st.locate(7), format!("{}:3", b.display()));
+        }
+    }
+
+    /// Rotated logs (one after the other in time) come out oldest first;
+    /// one file is read straight through, in its own order.
+    #[test]
+    fn rotated_logs_come_out_oldest_first_and_one_file_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = |s: u32| format!("2026-12-06T03:11:{s:02}.000000Z");
+        let new = file(
+            dir.path(),
+            "audit.log",
+            &[line("n1", &t(5), &t(5)), line("n2", &t(6), &t(6))],
+        );
+        let old = file(
+            dir.path(),
+            "audit.log.1",
+            &[line("o1", &t(1), &t(1)), line("o2", &t(2), &t(2))],
+        );
+        let (lines, shared) = read(vec![new.clone(), old.clone()]);
+        assert_eq!(ids(&lines), ["o1", "o2", "n1", "n2"]);
+        assert_eq!(
+            shared.lock().unwrap().locate(3),
+            format!("{}:1", new.display())
+        );
+        let unordered = file(
+            dir.path(),
+            "one.log",
+            &[line("x", &t(9), &t(9)), line("y", &t(1), &t(1))],
+        );
+        assert_eq!(ids(&read(vec![unordered]).0), ["x", "y"]);
+    }
 
     #[test]
     fn lines_read_with_memchr_are_the_lines_read_until_reads() {

@@ -159,6 +159,10 @@ pub fn record_from_span(
         received: from_nanos(s.start_time_unix_nano),
         completed: from_nanos(s.end_time_unix_nano.max(s.start_time_unix_nano)),
         span,
+        cause_logged_after: false,
+        version: string_attr(a, attr::AUDIT_RV_NEW)
+            .or_else(|| string_attr(a, attr::WATCH_RV_NEW))
+            .and_then(|v| v.parse().ok()),
         readiness,
         deleted,
         role,

@@ -41,6 +41,9 @@ pub struct CascadeMetrics {
     pub stalled: Family<CascadeKindLabel, Counter>,
     /// Roots whose resource was counted under `other`.
     pub kinds_folded: Counter,
+    /// Effects recorded before their cause (its response finished late),
+    /// dropped while waiting for it to stay within the bound.
+    pub early_effects_dropped: Counter,
     kinds: std::sync::Mutex<HashSet<String>>,
 }
 
@@ -52,6 +55,7 @@ impl Default for CascadeMetrics {
             evicted: Counter::default(),
             stalled: Family::default(),
             kinds_folded: Counter::default(),
+            early_effects_dropped: Counter::default(),
             kinds: Default::default(),
         }
     }
@@ -95,6 +99,11 @@ impl CascadeMetrics {
             "cascades_stalled",
             "Cascades closed incomplete: no change of them for the stall time (10 min) while some object they touched had not settled, by root resource",
             self.stalled.clone(),
+        );
+        r.register(
+            "cascade_early_effects_dropped",
+            "Changes recorded before their cause (its response finished late) dropped while they waited for it, to stay within the bound (their cascade misses them)",
+            self.early_effects_dropped.clone(),
         );
         r.register(
             "cascade_kinds_folded",

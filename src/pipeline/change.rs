@@ -161,6 +161,15 @@ pub struct ChangeRecord {
     pub completed: SystemTime,
     /// The audit (or watch) span that shows this change.
     pub span: SpanRef,
+    /// A controller's write with no cause found, while a change it reacts
+    /// to was logged as received only after it: the clocks of several
+    /// apiservers disagree, or the input is out of order. Said, not guessed.
+    pub cause_logged_after: bool,
+    /// The object's resourceVersion after the change, when known and etcd's
+    /// (an integer): orders one object's changes by when they were stored,
+    /// which their completion times may not (a create's response finished
+    /// after the binding the scheduler made of it).
+    pub version: Option<u64>,
     pub readiness: Option<Readiness>,
     /// The write removed the object.
     pub deleted: bool,

@@ -106,6 +106,9 @@ pub struct Inference {
     pub cpid: Option<WriteCpid>,
     /// The timer that made the write (a root then).
     pub timer: Option<String>,
+    /// No cause found, but a change its writer reacts to was received only
+    /// after it (see [`ChangeRecord::cause_logged_after`]).
+    pub cause_logged_after: bool,
 }
 
 pub struct CauseIndex {
@@ -443,6 +446,7 @@ impl CauseIndex {
                     && !same
                     && effect.class == Some(ChangeClass::Create);
                 Inference {
+                    cause_logged_after: false,
                     role: CascadeRole::Effect,
                     root: resolved.root,
                     depth: resolved.depth + 1,
@@ -486,6 +490,7 @@ impl CauseIndex {
                     CascadeRole::Root
                 };
                 Inference {
+                    cause_logged_after: role == CascadeRole::Unexplained && later_only,
                     role,
                     cause: None,
                     root: effect.span,

@@ -67,6 +67,7 @@ impl<'a> Write<'a> {
             deleted,
             failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
             audit_id: &ev.audit_id,
+            version: None,
         }
     }
 }
@@ -340,6 +341,8 @@ impl CauseInferrer {
                 received: w.received,
                 completed: w.completed,
                 span: w.span,
+                cause_logged_after: inference.cause_logged_after,
+                version: w.version,
                 readiness,
                 deleted: w.deleted,
                 role: inference.role,

@@ -93,6 +93,8 @@ pub(super) struct Write<'a> {
     pub failure: Option<String>,
     /// The request's audit ID; empty for a change only the watch saw.
     pub audit_id: &'a str,
+    /// The object's resourceVersion after the write, when an integer.
+    pub version: Option<u64>,
 }
 
 /// An object's state after a write, for [`CauseInferrer::infer_cause`]:

@@ -272,7 +272,10 @@ impl Processor {
             .cause
             .infer_cause(
                 self.applier.selectors(),
-                &cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted),
+                &cause::Write {
+                    version: w.new_rv.parse().ok(),
+                    ..cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted)
+                },
                 own.as_ref(),
                 &cause_relations,
                 w.old.as_ref(),

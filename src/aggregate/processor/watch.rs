@@ -44,6 +44,7 @@ impl<'a> Write<'a> {
             deleted: p.change.kind == WatchKind::Deleted,
             failure: None,
             audit_id: "",
+            version: super::state::resource_version(&p.change.state).parse().ok(),
         }
     }
 }

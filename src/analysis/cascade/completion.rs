@@ -7,7 +7,9 @@
 //! `pods → Failed` edge or the new object's phase), or an object without
 //! readiness (ConfigMaps, Services, EndpointSlices: settled with the write).
 //! It settled *for good* at the first write of its last run of settled
-//! writes; a refused write (code ≥ 400) changed nothing and is skipped,
+//! writes; a write stored before one already applied (its resourceVersion
+//! older: its response finished late) tells nothing of the object now and
+//! is skipped; a refused write (code ≥ 400) changed nothing and is skipped,
 //! except a delete answered 404 that the processor marks `deleted` (the
 //! object is gone: the kubelet's confirmation after a graceful delete).
 
@@ -98,6 +100,9 @@ pub(crate) struct Settling {
     /// A change removed it: a write that completed later (other than a
     /// create) was applied before the removal, its response just came late.
     removed: bool,
+    /// The newest resourceVersion applied: a change stored before it (its
+    /// response finished late) tells nothing of the object now.
+    newest: Option<u64>,
     pub(crate) settled_since: Option<SystemTime>,
 }
 
@@ -107,6 +112,15 @@ impl Settling {
         if self.removed && c.verb != "create" && !c.deleted {
             return true;
         }
+        // Stored before a change already applied: its response finished
+        // late (a create's, after the scheduler bound the object and the
+        // kubelet started it). A new object under the name has newer ones.
+        if let (Some(v), Some(newest)) = (c.version, self.newest)
+            && v < newest
+        {
+            return self.settled_since.is_some();
+        }
+        self.newest = self.newest.max(c.version);
         if c.verb == "create" {
             self.removed = false;
             self.terminal_pod = false;

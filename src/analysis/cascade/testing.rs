@@ -53,6 +53,8 @@ pub fn change(
         received: at(received),
         completed: at(completed),
         span: span(n),
+        cause_logged_after: false,
+        version: None,
         readiness: status.map(|(s, m)| Readiness {
             status: s.into(),
             message: m.into(),

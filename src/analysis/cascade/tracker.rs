@@ -11,8 +11,13 @@
 //! another removes has settled for both (as [`super::build`] judges
 //! them offline): the finalizer removed by a second actor completes the
 //! delete, a Pod a scale-down removed completes the rollout that made it.
+//! A change recorded before its cause (the cause's response finished after
+//! the effect's: a Pod's create answered after the scheduler bound it)
+//! names that cause as its root, as do the effects that follow it, until
+//! the cause is recorded: they wait for it (at most the quiet time, and
+//! bounded, counted) and then join the cause's cascade.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
@@ -71,6 +76,15 @@ struct State {
     /// By object hash: the open cascades waiting for it (not settled in
     /// them), so that its removal settles it in each.
     waiting_for: HashMap<u64, Vec<SpanRef>>,
+    /// Effects recorded before the change they name as root, by its span.
+    early: HashMap<SpanRef, Vec<ChangeRecord>>,
+    /// Such a change once recorded: its span → its cascade's root, for the
+    /// effects naming it that are still to come (its effects' effects).
+    rerooted: HashMap<SpanRef, SpanRef>,
+    /// The causes waited for, with when the first effect waiting for each
+    /// completed, oldest first (the bound and the quiet time drop from here).
+    early_order: VecDeque<(SystemTime, SpanRef)>,
+    early_len: usize,
     last_warning: Option<Instant>,
     unreported_evictions: u64,
 }
@@ -123,6 +137,11 @@ impl CascadeTracker {
         for root in open {
             self.finish(&mut st, root);
         }
+        // Effects of cascades not followed, or whose root never came.
+        st.early.clear();
+        st.rerooted.clear();
+        st.early_order.clear();
+        st.early_len = 0;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -258,10 +277,75 @@ fn forget_waits(waiting_for: &mut HashMap<u64, Vec<SpanRef>>, open: &Open, root:
     }
 }
 
+/// Effects kept at most while their cause has not been recorded.
+const MAX_EARLY_EFFECTS: usize = 10_000;
+
 impl ChangeSink for CascadeTracker {
     fn record(&self, change: &ChangeRecord) {
         let mut st = self.lock();
         let st = &mut *st;
+        self.record_in(st, change);
+        let watermark = st.watermark.unwrap_or(SystemTime::UNIX_EPOCH);
+        while let Some(&(at, cause)) = st.early_order.front() {
+            if at + self.cfg.quiet > watermark {
+                break;
+            }
+            st.early_order.pop_front();
+            // Not recorded within the quiet time: most often an effect of a
+            // cascade not followed (closed, or begun before this process).
+            if cause != change.span {
+                if let Some(gone) = st.early.remove(&cause) {
+                    st.early_len -= gone.len();
+                }
+                st.rerooted.remove(&cause);
+            }
+        }
+        // Effects that were recorded before this change and named it their
+        // root: they join its cascade now.
+        if let Some(effects) = st.early.remove(&change.span) {
+            st.early_len -= effects.len();
+            if st.rerooted.len() < MAX_EARLY_EFFECTS {
+                st.rerooted.insert(change.span, change.root);
+                st.early_order.push_back((change.completed, change.span));
+            }
+            for mut e in effects {
+                e.root = change.root;
+                self.record_in(st, &e);
+            }
+        }
+    }
+}
+
+impl CascadeTracker {
+    /// Keeps an effect whose root (the late cause standing for its
+    /// cascade) has not been recorded yet.
+    fn keep_early(&self, st: &mut State, change: &ChangeRecord) {
+        while st.early_len >= MAX_EARLY_EFFECTS {
+            let Some((_, oldest)) = st.early_order.pop_front() else {
+                break;
+            };
+            self.drop_early(st, oldest);
+        }
+        let waits = st.early.entry(change.root).or_default();
+        if waits.is_empty() {
+            st.early_order.push_back((change.completed, change.root));
+        }
+        waits.push(change.clone());
+        st.early_len += 1;
+    }
+
+    /// Drops the effects waiting for `cause` to stay within the bound, or
+    /// at the end of the input (counted).
+    fn drop_early(&self, st: &mut State, cause: SpanRef) {
+        if let Some(dropped) = st.early.remove(&cause) {
+            st.early_len -= dropped.len();
+            self.metrics
+                .early_effects_dropped
+                .inc_by(dropped.len() as u64);
+        }
+    }
+
+    fn record_in(&self, st: &mut State, change: &ChangeRecord) {
         st.watermark = st.watermark.max(Some(change.completed));
         let root = change.root;
         let open = match st.open.entry(root) {
@@ -269,6 +353,19 @@ impl ChangeSink for CascadeTracker {
             // A change of a cascade not followed (evicted, observed already,
             // or started before this process) is left out; so is a refused
             // root write: nothing changed, nothing cascades from it.
+            // An effect whose cause has not been recorded: the inference
+            // let the cause stand for its cascade (it was not resolved yet).
+            std::collections::hash_map::Entry::Vacant(_) if change.role == CascadeRole::Effect => {
+                match st.rerooted.get(&root) {
+                    Some(&real) if real != root => {
+                        let mut e = change.clone();
+                        e.root = real;
+                        self.record_in(st, &e);
+                    }
+                    _ => self.keep_early(st, change),
+                }
+                return;
+            }
             std::collections::hash_map::Entry::Vacant(_)
                 if change.role == CascadeRole::Effect
                     || change.span != root

@@ -179,6 +179,8 @@ impl Builder<'_> {
             received: row.received,
             completed: row.completed,
             span: row.span,
+            cause_logged_after: false,
+            version: (row.version != 0).then_some(row.version),
             readiness: (row.status != 0).then(|| Readiness {
                 status: strings.get(row.status).to_string(),
                 message: strings.get(row.message).to_string(),
@@ -455,6 +457,15 @@ pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
              from what was logged before each change, so some of theirs may be missing",
             st.out_of_order,
             humantime::format_duration(std::time::Duration::from_secs(st.out_of_order_by.as_secs().max(1)))
+        ));
+    }
+    if st.causes_logged_after > 0 {
+        inputs.notes.push(format!(
+            "{} controller writes were logged before any change they react to ({}): the clocks \
+             of the apiservers that logged them seem to disagree, or the logs are out of order; \
+             they are shown without a cause rather than given a guessed one",
+            st.causes_logged_after,
+            st.cause_logged_after_example.clone().unwrap_or_default()
         ));
     }
     if st.rows_dropped > 0 {

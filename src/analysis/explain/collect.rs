@@ -163,6 +163,8 @@ pub(super) struct Row {
     pub received: SystemTime,
     pub completed: SystemTime,
     pub span: SpanRef,
+    /// The resourceVersion after the change (0: not known).
+    pub version: u64,
     pub cause: Option<SpanRef>,
     pub edge: u32,
     pub role: CascadeRole,
@@ -227,6 +229,10 @@ pub(super) struct State {
     pub out_of_order: u64,
     /// How far back the furthest of them went.
     pub out_of_order_by: std::time::Duration,
+    /// Controllers' writes left without a cause because what they reacted
+    /// to was logged as received after them (clock skew), and one of them.
+    pub causes_logged_after: u64,
+    pub cause_logged_after_example: Option<String>,
     /// kube-apiserver's own traces of the requests (`explain
     /// --component-traces`), by audit ID.
     pub components: Option<Arc<ComponentSpans>>,
@@ -295,6 +301,8 @@ impl State {
             latest_completed: None,
             out_of_order: 0,
             out_of_order_by: std::time::Duration::ZERO,
+            causes_logged_after: 0,
+            cause_logged_after_example: None,
             components: None,
             request_notes: Vec::new(),
             request_notes_dropped: 0,
@@ -367,6 +375,21 @@ impl State {
 
     pub(super) fn record(&mut self, c: &ChangeRecord) {
         self.note_order(c.completed);
+        if c.cause_logged_after {
+            self.causes_logged_after += 1;
+            self.cause_logged_after_example.get_or_insert_with(|| {
+                format!(
+                    "{} {} {}",
+                    c.user,
+                    if c.subresource.is_empty() {
+                        c.verb.clone()
+                    } else {
+                        format!("{} {}", c.verb, c.subresource)
+                    },
+                    crate::analysis::cascade::object_name(&c.object)
+                )
+            });
+        }
         if matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
             let writer = Writer::of(&c.user);
             if self.root_writers.len() < MAX_ROOT_WRITERS {
@@ -558,6 +581,7 @@ impl State {
             received: c.received,
             completed: c.completed,
             span: c.span,
+            version: c.version.unwrap_or(0),
             cause: c.cause.as_ref().map(|k| k.span),
             edge: c.cause.as_ref().map_or(0, |k| self.strings.id(&k.edge)),
             role: c.role,
