@@ -99,6 +99,9 @@ pub struct Metrics {
     pub cascade_causes_after_effect: Counter,
     pub cascade_resolve_timeouts: Counter,
     pub cascade_waits_for_earlier: Counter,
+    /// Writes the dispatcher handed to a shard whose processing has not
+    /// ended yet (the cause index's writes in flight).
+    pub cascade_writes_in_flight: Gauge,
     pub cascade_causes_arrived_later: Counter,
     pub cascade_holders_dropped: Counter,
     pub cascade_candidates_dropped: Counter,
@@ -260,6 +263,11 @@ impl Metrics {
             "cascade_resolve_timeouts",
             "Effects whose cause's cascade, or whose earlier arrivals, were not known within 10 s (another shard lagged): shown under the cause alone, or looked at again with what was known then",
             self.cascade_resolve_timeouts.clone(),
+        );
+        r.register(
+            "cascade_writes_in_flight",
+            "Writes handed to a processing shard and not yet done with (bounded by the shards' queues): a later controller write that finds no cause waits for the earlier ones among them",
+            self.cascade_writes_in_flight.clone(),
         );
         r.register(
             "cascade_waits_for_earlier",

@@ -212,10 +212,11 @@ impl CauseIndex {
     /// it ([`Self::take_noted`]) until that shard has done so
     /// ([`Self::settle`]).
     pub fn hand_to_shard(&self, entry: &Arc<ChangeEntry>) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(entry.arrival, entry.clone());
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        in_flight.insert(entry.arrival, entry.clone());
+        self.metrics
+            .cascade_writes_in_flight
+            .set(in_flight.len() as i64);
     }
 
     /// The entry the dispatcher noted for the write that arrived `arrival`-th.
@@ -235,11 +236,14 @@ impl CauseIndex {
         if arrival == 0 {
             return;
         }
-        let entry = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&arrival);
+        let entry = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = in_flight.remove(&arrival);
+            self.metrics
+                .cascade_writes_in_flight
+                .set(in_flight.len() as i64);
+            entry
+        };
         if let Some(entry) = entry
             && entry.resolved_now().is_none()
         {

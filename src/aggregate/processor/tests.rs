@@ -80,7 +80,7 @@ async fn a_create_refused_before_naming_is_shown_on_its_owner() {
 /// an effect elsewhere may already wait on, instead of recording a new one.
 #[tokio::test]
 async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacted() {
-    let (p, _rx, _) = processor(ProcessorConfig::default());
+    let (p, _rx, metrics) = processor(ProcessorConfig::default());
     let mut writes: Vec<Accepted> = audit_values("deployment")
         .iter()
         .filter_map(super::test_support::accepted)
@@ -104,6 +104,8 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
         .take_noted(writes[0].arrival)
         .expect("noted");
     p.cause.index().hand_to_shard(&first);
+    // Both noted writes are handed to their shards.
+    assert_eq!(metrics.cascade_writes_in_flight.get(), 2);
     // Idle: only the newest status write of the object stays in the index.
     assert!(p.cause.index().compact_all_now() >= 1);
     assert!(first.resolved_now().is_none());
@@ -112,6 +114,8 @@ async fn a_write_completes_the_entry_noted_on_arrival_even_after_it_was_compacte
         first.resolved_now().is_some(),
         "the entry noted on arrival knows its cascade"
     );
+    // Its processing ended: no longer in flight; the second one still is.
+    assert_eq!(metrics.cascade_writes_in_flight.get(), 1);
 }
 
 /// Offline runs parse and redact response objects on their decode thread

@@ -595,3 +595,89 @@ fn an_object_another_cascade_removes_has_settled_for_the_tracker_as_offline() {
     t.record(&recreated);
     assert_eq!(t.open(), 2);
 }
+
+#[test]
+fn effects_recorded_before_their_late_cause_join_its_cascade() {
+    // A user creates a ReplicaSet (root 1); its Pod's create (2, stored as
+    // version 100) is answered late: the scheduler's binding (3) and the
+    // kubelet's status (4, version 102) are recorded first, naming the
+    // create as their root (its cascade was not known yet), and so is the
+    // ReplicaSet's status (5) that follows from them, after the create.
+    let rs = obj("replicasets", "web");
+    let pod = obj("pods", "web-1");
+    let root = change(1, rs.clone(), "create", 0, 1, Some(("Current", "")));
+    let mut create = caused_by(
+        change(
+            2,
+            pod.clone(),
+            "create",
+            5,
+            30,
+            Some(("InProgress", "Pending")),
+        ),
+        &root,
+        "replicasets → pods create",
+    );
+    create.version = Some(100);
+    let mut bind = change(
+        3,
+        pod.clone(),
+        "create",
+        10,
+        12,
+        Some(("InProgress", "Pending")),
+    );
+    bind.subresource = "binding".into();
+    let early = |mut c: ChangeRecord| {
+        c.role = CascadeRole::Effect;
+        c.root = create.span;
+        c.depth = 2;
+        c.cause = create.cause.clone().map(|mut k| {
+            k.span = create.span;
+            k
+        });
+        c
+    };
+    let bind = early(bind);
+    let mut running = early(change(
+        4,
+        pod,
+        "patch",
+        15,
+        16,
+        Some(("Current", "Running")),
+    ));
+    running.version = Some(102);
+    let status = early(change(5, rs, "update", 20, 21, Some(("Current", ""))));
+
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = Arc::new(CascadeMetrics::default());
+    let t = {
+        let told = told.clone();
+        CascadeTracker::new(TrackerConfig::default(), m.clone()).with_completion_listener(Arc::new(
+            move |kind, verb, took: Option<std::time::Duration>| {
+                told.lock()
+                    .unwrap()
+                    .push((kind.to_string(), verb.to_string(), took))
+            },
+        ))
+    };
+    t.record(&root);
+    t.record(&bind);
+    t.record(&running);
+    t.record(&create);
+    t.record(&status);
+    assert_eq!(t.open(), 1, "one cascade, the root's");
+    t.flush();
+    // Complete when the Pod ran: the create's late answer (an older
+    // version) does not put it back to Pending.
+    assert_eq!(
+        told.lock().unwrap().clone(),
+        [(
+            "replicasets".to_string(),
+            "create".to_string(),
+            Some(std::time::Duration::from_millis(16))
+        )]
+    );
+    assert_eq!(m.early_effects_dropped.get(), 0);
+}
