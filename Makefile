@@ -8,13 +8,8 @@
 .PHONY: test lint unit fuzz corpus browser e2e faults fixtures
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
-# The fuzz targets' build (a nightly build of its own) runs from the start
-# at idle priority, on the cycles the other stages leave (lint's and the
-# builds' serial steps, the e2e and fault suites' waits); the fuzz stage,
-# last, waits for it.
 test:
-	@bash .ci/stages.sh --idle 'bash .ci/fuzz.sh build' "$${CARGO_TARGET_DIR:-target}/fuzz-build.log" \
-	  lint unit corpus browser e2e faults fuzz
+	@bash .ci/stages.sh lint unit fuzz corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show. The GitHub
@@ -52,8 +47,7 @@ TESTED_KASCADE = cargo test --workspace --locked --no-run --quiet \
 
 # The cargo-fuzz targets of fuzz/ (docs/testing.md, "Fuzzing"), each run
 # for a bounded time, two at a time (.ci/fuzz.sh run: FUZZ_SECONDS, default
-# 30); under `make test` they were built in the background meanwhile (the
-# build here then waits for that one and finds it done). Seeded from the
+# 30); the unit stage's prebuild built them. Seeded from the fixtures, the
 # rules and the spans the tested kascade makes of the fixtures. A crash
 # fails, naming the input kept and how to reproduce it.
 fuzz:

@@ -16,9 +16,9 @@
 #   - the e2e harness (e2e/build.sh all: etcd, Kubernetes, kwok, Jaeger,
 #     helm, the compose checker; and e2e/build.sh otelcol), which with a warm cache is only looked up
 #     and with a cold one is built here, beside the unit tests, instead of
-#     at the start of the e2e stage.
-# (The fuzz targets, a nightly build of their own, are built in the
-# background at idle priority for the whole of `make test`: Makefile.)
+#     at the start of the e2e stage;
+#   - the fuzz targets (.ci/fuzz.sh build: cargo-fuzz, pinned, installed
+#     when missing; a nightly build of its own), which the fuzz stage runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$SECONDS
@@ -34,3 +34,6 @@ t2=$SECONDS
 bash e2e/build.sh all
 bash e2e/build.sh otelcol
 echo "prebuild: e2e harness in $((SECONDS - t2))s"
+t3=$SECONDS
+env -u CARGO_BUILD_TARGET bash .ci/fuzz.sh build
+echo "prebuild: fuzz targets in $((SECONDS - t3))s"
