@@ -1,5 +1,5 @@
 //! The span/attribute model: the contract between the collector and the
-//! frontend (documented in ARCHITECTURE.md). Every span kascade writes is
+//! frontend (documented in docs/internals.md). Every span kascade writes is
 //! built here.
 
 use std::sync::LazyLock;

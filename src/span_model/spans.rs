@@ -1,5 +1,5 @@
 //! The spans kascade writes, one constructor per span kind (the contract
-//! in ARCHITECTURE.md).
+//! in docs/internals.md).
 
 use super::*;
 
