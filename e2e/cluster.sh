@@ -253,35 +253,42 @@ TRACING
     --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
   wait_for "etcd health" 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-  # The flags both apiservers share (each adds its port, cert dir and audit log).
-  local apiserver_flags=(
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT"
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1
-    --tls-cert-file "$RUN_DIR/pki/apiserver.crt" --tls-private-key-file "$RUN_DIR/pki/apiserver.key"
-    --client-ca-file "$RUN_DIR/pki/ca.crt"
-    --token-auth-file "$RUN_DIR/pki/tokens.csv"
-    --authorization-mode Node,RBAC
-    --service-account-issuer https://kubernetes.default.svc.cluster.local
-    --service-account-key-file "$RUN_DIR/pki/sa.pub"
-    --service-account-signing-key-file "$RUN_DIR/pki/sa.key"
-    --service-cluster-ip-range 10.96.0.0/16
-    --allow-privileged=true
-    --audit-policy-file "$RUN_DIR/audit-policy.yaml"
-    --audit-log-format json --audit-log-maxsize 0 --audit-log-mode blocking
-    --audit-webhook-config-file "$RUN_DIR/audit-webhook.kubeconfig"
-    --audit-webhook-mode batch --audit-webhook-batch-max-wait 1s
-    --audit-webhook-initial-backoff 3s --audit-webhook-batch-throttle-enable=false
+  start kube-apiserver "${tracing[@]}" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --cert-dir "$RUN_DIR/pki/apiserver-generated" \
+    --tls-cert-file "$RUN_DIR/pki/apiserver.crt" --tls-private-key-file "$RUN_DIR/pki/apiserver.key" \
+    --client-ca-file "$RUN_DIR/pki/ca.crt" \
+    --token-auth-file "$RUN_DIR/pki/tokens.csv" \
+    --authorization-mode Node,RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$RUN_DIR/pki/sa.pub" \
+    --service-account-signing-key-file "$RUN_DIR/pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --allow-privileged=true \
+    --audit-policy-file "$RUN_DIR/audit-policy.yaml" \
+    --audit-log-path "$RUN_DIR/audit.log" --audit-log-format json --audit-log-maxsize 0 --audit-log-mode blocking \
+    --audit-webhook-config-file "$RUN_DIR/audit-webhook.kubeconfig" \
+    --audit-webhook-mode batch --audit-webhook-batch-max-wait 1s \
+    --audit-webhook-initial-backoff 3s --audit-webhook-batch-throttle-enable=false \
     --audit-webhook-batch-buffer-size 100000
-  )
-  start kube-apiserver "${tracing[@]}" "${apiserver_flags[@]}" \
-    --secure-port "$APISERVER_PORT" --cert-dir "$RUN_DIR/pki/apiserver-generated" \
-    --audit-log-path "$RUN_DIR/audit.log"
   wait_for "kube-apiserver /readyz" 90 curl -sf --cacert "$RUN_DIR/pki/ca.crt" \
     -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$APISERVER_PORT/readyz"
   if [[ -n "$SECOND_APISERVER" ]]; then
-    start kube-apiserver-2 "${tracing[@]}" "${apiserver_flags[@]}" \
-      --secure-port "$APISERVER2_PORT" --cert-dir "$RUN_DIR/pki/apiserver-generated-2" \
-      --audit-log-path "$RUN_DIR/audit-2.log"
+    # The first one's command line (kept for `restart`; e2e/validate-deploy.sh
+    # compares the flags above with compose's), on its own port, cert dir
+    # and audit log.
+    sed -e "s#--secure-port $APISERVER_PORT #--secure-port $APISERVER2_PORT #" \
+      -e "s#/pki/apiserver-generated #/pki/apiserver-generated-2 #" \
+      -e "s#/audit\.log #/audit-2.log #" "$RUN_DIR/cmds/kube-apiserver" >"$RUN_DIR/cmds/kube-apiserver-2"
+    local want
+    for want in "--secure-port $APISERVER2_PORT " "/pki/apiserver-generated-2 " "/audit-2.log "; do
+      grep -qF -- "$want" "$RUN_DIR/cmds/kube-apiserver-2" \
+        || { log "the second apiserver's command line lacks '$want'"; false; }
+    done
+    log "starting kube-apiserver-2"
+    (eval "exec setsid $(cat "$RUN_DIR/cmds/kube-apiserver-2")") >>"$RUN_DIR/logs/kube-apiserver-2.log" 2>&1 </dev/null &
+    echo $! >"$RUN_DIR/pids/kube-apiserver-2.pid"
     wait_for "kube-apiserver-2 /readyz" 90 curl -sf --cacert "$RUN_DIR/pki/ca.crt" \
       -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$APISERVER2_PORT/readyz"
     # The scheduler and the kubelets write through the second apiserver.
