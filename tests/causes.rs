@@ -410,6 +410,7 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
         Arc::new(config.local_span_cache(&metrics)),
         metrics.clone(),
         vec![sink.clone()],
+        None,
     )
     .unwrap();
     let filter = kascade::source::audit::AuditFilter::default();

@@ -202,3 +202,140 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
     // A graceful stop exported everything: nothing is left to replay.
     assert_eq!(spool_segments(&spool), 0, "spool not released");
 }
+
+/// The link spans in an OTLP/JSON output: (span id, start time) of each.
+fn links_in(out: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut links = Vec::new();
+    for line in text.lines() {
+        let req: serde_json::Value = serde_json::from_str(line).unwrap();
+        for rs in req["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    let is_link =
+                        s["attributes"].as_array().unwrap().iter().any(|a| {
+                            a["key"] == "kascade.span" && a["value"]["stringValue"] == "link"
+                        });
+                    if is_link {
+                        links.push((
+                            s["spanId"].as_str().unwrap().to_string(),
+                            s["startTimeUnixNano"].to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    links.sort();
+    links
+}
+
+async fn metric(c: &Collector, name: &str) -> u64 {
+    let m = reqwest::get(format!("{}/metrics", c.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn post(c: &Collector, lines: &[String]) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/audit", c.webhook))
+        .header("Content-Type", "application/json")
+        .body(common::event_list(lines))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+fn stop(mut c: Collector, log: &Path) {
+    let st = Command::new("kill")
+        .args(["-TERM", &c.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = c.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(log).unwrap()
+    );
+}
+
+/// A link span starts at the write that found the relation: sent again by
+/// a later write after a restart, it would be a second span in the store.
+/// The spool journals the links it released, so a kill -9 and a restart
+/// send each link once, as an uninterrupted run does.
+#[tokio::test]
+async fn after_kill_9_no_link_exported_before_is_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kascade.log");
+    let lines = common::audit_lines("deployment");
+    let (early, late) = lines.split_at(lines.len() / 2);
+    let output = |name: &str| {
+        let path = dir.path().join(name);
+        (path.clone(), format!("otlp-json={}", path.display()))
+    };
+    let one_worker = ["--workers", "1"];
+
+    // Uninterrupted: both halves, one process.
+    let (whole, whole_arg) = output("whole.jsonl");
+    let mut c = start(
+        &dir.path().join("spool-whole"),
+        &["--output", &whole_arg, one_worker[0], one_worker[1]],
+        &log,
+    );
+    ready(&mut c, &log).await;
+    post(&c, early).await;
+    post(&c, late).await;
+    stop(c, &log);
+
+    // Interrupted: the first half released (exported, journaled), kill -9,
+    // then the second half to the next process.
+    let spool = dir.path().join("spool");
+    let (first_out, first_arg) = output("first.jsonl");
+    let mut first = start(
+        &spool,
+        &["--output", &first_arg, one_worker[0], one_worker[1]],
+        &log,
+    );
+    ready(&mut first, &log).await;
+    post(&first, early).await;
+    // Released once its spans are exported (a readiness check, not a wait
+    // for time): the journal is written before the segments go.
+    while spool_segments(&spool) > 0
+        || metric(&first, "kascade_spool_sent_links_persisted_total").await == 0
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.child.kill().unwrap(); // SIGKILL
+    first.child.wait().unwrap();
+    let (second_out, second_arg) = output("second.jsonl");
+    let mut second = start(
+        &spool,
+        &["--output", &second_arg, one_worker[0], one_worker[1]],
+        &log,
+    );
+    ready(&mut second, &log).await;
+    post(&second, late).await;
+    stop(second, &log);
+
+    let (a, b) = (links_in(&first_out), links_in(&second_out));
+    assert!(!a.is_empty() && !b.is_empty(), "links in both runs");
+    let again: Vec<_> = b
+        .iter()
+        .filter(|(id, _)| a.iter().any(|(x, _)| x == id))
+        .collect();
+    assert!(
+        again.is_empty(),
+        "links sent again after the restart: {again:?}"
+    );
+    let mut both = [a, b].concat();
+    both.sort();
+    assert_eq!(both, links_in(&whole), "the uninterrupted run's links");
+}

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 use super::{Pipeline, PipelineConfig, SpanCacheConfig, shutdown_signal};
 use crate::export::config::ExportSettings;
 use crate::metrics::Metrics;
+use crate::pipeline::{SentLinks, SentLinksMetrics};
 use crate::source::spool::{Spool, SpoolConfig};
 use crate::source::watch::{self, DEFAULT_WATCH_EXCLUDE, WatchConfig};
 use crate::source::{validate_cluster_name, webhook};
@@ -297,6 +298,20 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         }
     };
     let spans = config.span_cache.build(&pipeline_config, metrics.clone())?;
+    let sent_links = match &spool {
+        None => None,
+        Some(spool) => Some(Arc::new(
+            SentLinks::open(
+                spool.dir(),
+                pipeline_config.span_cache_ttl(),
+                SentLinksMetrics {
+                    persisted: metrics.sent_links_persisted.clone(),
+                    dropped: metrics.sent_links_dropped.clone(),
+                },
+            )
+            .context("--spool-dir")?,
+        )),
+    };
     let mut pipeline = Pipeline::start_with_sinks(
         &pipeline_config,
         &config.export,
@@ -313,6 +328,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                 )),
             ]
         },
+        sent_links.clone(),
     )?;
     pipeline.spool = spool.clone();
     let state = Arc::new(webhook::WebhookState {
@@ -356,6 +372,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         tokio::spawn(webhook::replay_spool(state.clone(), spooled));
         tokio::spawn(webhook::release_spool(
             spool,
+            sent_links,
             pipeline.intake.clone(),
             pipeline.export_progress.clone(),
             Duration::from_millis(500),

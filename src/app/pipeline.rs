@@ -16,7 +16,7 @@ use crate::analysis::changelog::{ChangelogWriter, DEFAULT_QUEUE as CHANGELOG_QUE
 use crate::export::{self, OutputSpec, config::ExportSettings};
 use crate::metrics::Metrics;
 use crate::model::Windowing;
-use crate::pipeline::ChangeSink;
+use crate::pipeline::{ChangeSink, SentLinks};
 use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
 use crate::source::spool::Spool;
 
@@ -292,7 +292,7 @@ impl Pipeline {
         spans: Arc<dyn SpanCache>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
-        Self::start_with_sinks(p, e, spans, metrics, Vec::new())
+        Self::start_with_sinks(p, e, spans, metrics, Vec::new(), None)
     }
 
     /// `start_with`, also handing every change record to `sinks` (and to
@@ -303,6 +303,7 @@ impl Pipeline {
         spans: Arc<dyn SpanCache>,
         metrics: Arc<Metrics>,
         mut sinks: Vec<Arc<dyn ChangeSink>>,
+        sent_links: Option<Arc<SentLinks>>,
     ) -> anyhow::Result<Self> {
         // Settings read from files first: an error leaves no output behind.
         let redactor = p.redactor()?;
@@ -346,6 +347,10 @@ impl Pipeline {
             metrics.clone(),
         )
         .with_export_progress(export_progress.clone());
+        let processor = match sent_links {
+            Some(journal) => processor.with_sent_links(journal),
+            None => processor,
+        };
         let processor = sinks
             .into_iter()
             .fold(processor, |p, sink| p.with_change_sink(sink));

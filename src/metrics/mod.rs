@@ -76,6 +76,11 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
+    /// Link spans journaled as exported (`SPOOL_DIR/sent-links`).
+    pub sent_links_persisted: Counter,
+    /// Exported links the journal could not keep (each may be sent again
+    /// after a crash).
+    pub sent_links_dropped: Counter,
     /// Webhook connections refused at `--max-connections`.
     pub webhook_connections_refused: Counter,
     /// Spans of Kubernetes components' own traces, by what became of them.
@@ -178,6 +183,16 @@ impl Metrics {
             "spool_quarantined_batches",
             "Spooled batches moved aside to the spool's quarantine/ directory because processes died twice while replaying them",
             self.spool_quarantined.clone(),
+        );
+        r.register(
+            "spool_sent_links_persisted",
+            "Link spans journaled in the spool as exported, so that a restart does not send them again",
+            self.sent_links_persisted.clone(),
+        );
+        r.register(
+            "spool_sent_links_dropped",
+            "Exported link spans the spool's journal could not keep (full, unwritable, over its bound): each may be sent again after a crash",
+            self.sent_links_dropped.clone(),
         );
         r.register(
             "spool_replayed_batches",

@@ -14,6 +14,7 @@ mod intake;
 mod k8s_event;
 mod object_json;
 mod progress;
+mod sent_links;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -37,6 +38,7 @@ pub use k8s_event::{
 pub(crate) use object_json::fixture_objects;
 pub use object_json::{FieldHashes, ObjectText, OwnerReference, object_text, owner_references_of};
 pub use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
+pub use sent_links::{LinkNote, SENT_LINKS_FILE, SentLinks, SentLinksError, SentLinksMetrics};
 
 use crate::model::ObjectRef;
 
@@ -47,7 +49,9 @@ pub struct Accepted {
     pub uid: String,
     /// Replayed from the durable spool after a crash: the object and link
     /// spans this event reaches may have been reserved (in a shared span
-    /// cache) but never exported, so they are emitted again (same ids).
+    /// cache) but never exported, so they are emitted again (same ids),
+    /// links once per process and none the spool journaled as exported
+    /// ([`SentLinks`]).
     pub replayed: bool,
     /// A create refused before its object was named: `object` is then named
     /// by the `generateName` prefix, and the write is shown on the owner's

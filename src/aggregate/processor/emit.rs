@@ -15,6 +15,7 @@ use super::super::span_cache::{Slot, SpanCache};
 use super::ProcessError;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::ExportProgress;
+use crate::pipeline::SentLinks;
 use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
 /// Sends spans to the exporter: owns the span cache (which object and link
@@ -23,6 +24,8 @@ pub(super) struct Emitter {
     spans: Arc<dyn SpanCache>,
     out: mpsc::Sender<EncodedSpan>,
     export_progress: Option<Arc<ExportProgress>>,
+    /// Links exported before a restart, and where to note those sent now.
+    sent_links: Option<Arc<SentLinks>>,
     windowing: Windowing,
     metrics: Arc<Metrics>,
 }
@@ -38,6 +41,7 @@ impl Emitter {
             spans,
             out,
             export_progress: None,
+            sent_links: None,
             windowing,
             metrics,
         }
@@ -46,6 +50,12 @@ impl Emitter {
     /// Counts every span sent to the exporter (for the durable intake).
     pub(super) fn count_sent_in(&mut self, progress: Arc<ExportProgress>) {
         self.export_progress = Some(progress);
+    }
+
+    /// Journals the link spans sent, and sends none an earlier process
+    /// exported (for the durable intake).
+    pub(super) fn journal_links_in(&mut self, journal: Arc<SentLinks>) {
+        self.sent_links = Some(journal);
     }
 
     /// Whether the span cache is shared (its answers take a round trip).
@@ -155,12 +165,7 @@ impl Emitter {
             h.digest()
         };
         let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
-        let recorded = self
-            .spans
-            .record_link(ow, forward)
-            .await
-            .map_err(ProcessError::span_cache)?;
-        if !recorded && !force {
+        if !self.claim_link(ow, forward, force).await? {
             return Ok(());
         }
         let target = ObjectWindow {
@@ -176,14 +181,10 @@ impl Emitter {
             at,
         };
         self.emit(span_model::link_span(ow, &f, forward)).await?;
+        self.note_sent(ow, forward);
         let reverse_role = rel.role.reverse();
         let backward = link_key(reverse_role.as_str(), &rel.class, &ow.object);
-        let recorded = self
-            .spans
-            .record_link(&target, backward)
-            .await
-            .map_err(ProcessError::span_cache)?;
-        if recorded || force {
+        if self.claim_link(&target, backward, force).await? {
             self.metrics.link_spans.inc();
             let b = LinkFields {
                 target: ow,
@@ -193,8 +194,44 @@ impl Emitter {
             };
             self.emit(span_model::link_span(&target, &b, backward))
                 .await?;
+            self.note_sent(&target, backward);
         }
         Ok(())
+    }
+
+    /// Whether to emit the link's span: not if an earlier process exported
+    /// it (the journal); else if it is new to the span cache, or — for a
+    /// replayed write (`force`), whose links may have been reserved in a
+    /// shared cache and never exported — if this process has not emitted
+    /// it yet. Once per process: a link span starts at the write that found
+    /// it, so every further copy would be a span of its own in the store.
+    async fn claim_link(
+        &self,
+        ow: &ObjectWindow,
+        link_key: u64,
+        force: bool,
+    ) -> Result<bool, ProcessError> {
+        if self
+            .sent_links
+            .as_ref()
+            .is_some_and(|j| j.exported(ow, link_key))
+        {
+            return Ok(false);
+        }
+        let emitted_here = force && self.spans.has_link_here(ow, link_key);
+        let recorded = self
+            .spans
+            .record_link(ow, link_key)
+            .await
+            .map_err(ProcessError::span_cache)?;
+        Ok(recorded || (force && !emitted_here))
+    }
+
+    /// The link's span is in the export queue: journal it.
+    fn note_sent(&self, ow: &ObjectWindow, link_key: u64) {
+        if let Some(j) = &self.sent_links {
+            j.note(ow, link_key);
+        }
     }
 
     /// Records selector links the label index returned, in the window of `at`.
@@ -383,10 +420,91 @@ mod tests {
             .await
             .unwrap();
         assert!(drain(&mut rx).is_empty());
+        // Replayed in the process that sent them: not again either (a link
+        // span starts at the write that found it, so a copy found by a
+        // later write would be a second span in the store).
         p.record_relation_list(&ow, &relations, at, true)
             .await
             .unwrap();
-        assert_eq!(drain(&mut rx).len(), spans.len());
+        assert!(drain(&mut rx).is_empty());
+    }
+
+    fn links_of(spans: &[Span]) -> Vec<(String, String)> {
+        let mut links: Vec<_> = spans
+            .iter()
+            .filter(|s| kind(s) == SPAN_KIND_LINK)
+            .map(|s| (hex(&s.span_id), attr(s, attr::LINK_ROLE).unwrap()))
+            .collect();
+        links.sort();
+        links
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            Arc::new(
+                SentLinks::open(
+                    dir.path(),
+                    std::time::Duration::from_secs(3600),
+                    Default::default(),
+                )
+                .unwrap(),
+            )
+        };
+        let rs = created("replicasets");
+        let state: Value =
+            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+        let ow = ObjectWindow {
+            object: rs.object.clone(),
+            window_start: 1800,
+        };
+        let at = rs.event.stage_timestamp;
+        let later = at + std::time::Duration::from_secs(1);
+        let kinds = crate::aggregate::relations::KindRegistry::default();
+        let relations = crate::aggregate::relations::all_relations(
+            &ow.object,
+            &state,
+            &kinds,
+            &repository_rules(),
+        );
+
+        // A process sends the links, and the spool's release journals them.
+        let (mut first, mut rx, _) = emitter();
+        let journal = open();
+        first.journal_links_in(journal.clone());
+        first
+            .record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
+        let sent = links_of(&drain(&mut rx));
+        assert!(sent.len() >= 2, "the owner on both sides");
+        journal.persist(journal.take());
+        drop((first, journal));
+
+        // The next process replays a later write reaching the same links.
+        let (mut second, mut rx, _) = emitter();
+        second.journal_links_in(open());
+        second
+            .record_relation_list(&ow, &relations, later, true)
+            .await
+            .unwrap();
+        assert_eq!(links_of(&drain(&mut rx)), [], "exported before the restart");
+
+        // Without the journal (a crash before the release): each link once,
+        // however many replayed writes reach it.
+        let (third, mut rx, _) = emitter();
+        for t in [at, later] {
+            third
+                .record_relation_list(&ow, &relations, t, true)
+                .await
+                .unwrap();
+        }
+        assert_eq!(links_of(&drain(&mut rx)), sent);
     }
 
     #[tokio::test]

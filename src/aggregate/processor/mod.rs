@@ -141,6 +141,13 @@ impl Processor {
         self
     }
 
+    /// Journals exported link spans so that a restart sends none again
+    /// (see [`SentLinks`](crate::pipeline::SentLinks)).
+    pub fn with_sent_links(mut self, journal: Arc<crate::pipeline::SentLinks>) -> Self {
+        self.emitter.journal_links_in(journal);
+        self
+    }
+
     /// Notes an audit write as a candidate cause in arrival order (the
     /// dispatcher calls this before the write is sharded); returns its place
     /// in that order.

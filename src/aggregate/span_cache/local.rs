@@ -319,6 +319,10 @@ impl SpanCache for LocalSpanCache {
         Box::pin(std::future::ready(Ok(self.add_link(ow, link_key))))
     }
 
+    fn has_link_here(&self, ow: &ObjectWindow, link_key: u64) -> bool {
+        self.has_link(ow, link_key)
+    }
+
     fn entry_count(&self) -> u64 {
         self.len()
     }

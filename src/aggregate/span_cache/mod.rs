@@ -61,6 +61,10 @@ pub trait SpanCache: Send + Sync {
         link_key: u64,
     ) -> BoxFuture<'a, Result<bool, SpanCacheError>>;
 
+    /// Whether this process has recorded the link (a replayed write emits
+    /// a link again only once per process: see `Accepted::replayed`).
+    fn has_link_here(&self, ow: &ObjectWindow, link_key: u64) -> bool;
+
     /// Number of object windows tracked (for metrics).
     fn entry_count(&self) -> u64;
 

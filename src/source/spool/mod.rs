@@ -465,6 +465,11 @@ impl Spool {
         }
     }
 
+    /// The spool's directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.cfg.dir
+    }
+
     /// Bytes of unreleased records on disk.
     pub fn used_bytes(&self) -> u64 {
         self.shared.state.lock().expect("spool state").used

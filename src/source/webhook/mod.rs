@@ -23,7 +23,7 @@ use tracing::{Instrument as _, field};
 use super::audit::AuditFilter;
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
 use crate::metrics::{Metrics, RejectReason, Source};
-use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
+use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
 use crate::self_trace::TARGET;
 
 mod body;
@@ -456,9 +456,12 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
 
 /// Releases spooled batches once everything made from them is exported:
 /// waits until every shard has processed what was queued, then until the
-/// exporter has finished every span sent by then.
+/// exporter has finished every span sent by then. The link spans sent by
+/// then are journaled first, so that a restart replaying later batches does
+/// not send them again.
 pub async fn release_spool(
     spool: Arc<Spool>,
+    sent_links: Option<Arc<SentLinks>>,
     intake: Intake,
     progress: Arc<ExportProgress>,
     every: Duration,
@@ -475,7 +478,12 @@ pub async fn release_spool(
             return;
         }
         spool.processed(upto);
+        // Taken before `sent` is read: every link noted was sent before it.
+        let links = sent_links.as_ref().map(|j| j.take());
         progress.wait_finished(progress.sent()).await;
+        if let (Some(j), Some(links)) = (&sent_links, links) {
+            j.persist(links);
+        }
         spool.release(upto);
     }
 }

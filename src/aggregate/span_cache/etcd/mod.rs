@@ -419,6 +419,10 @@ impl SpanCache for EtcdSpanCache {
         Box::pin(async move { Ok(self.inner.record_link(ow, link_key).await) })
     }
 
+    fn has_link_here(&self, ow: &ObjectWindow, link_key: u64) -> bool {
+        self.inner.front.has_link(ow, link_key)
+    }
+
     fn entry_count(&self) -> u64 {
         self.inner.front.len()
     }
