@@ -111,14 +111,16 @@ jaeger_settled() {
 
 declare -a ROWS=()
 failed=0
-# verify SCENARIO NOTE: drained replicas, then every accepted event looked up.
+# verify SCENARIO NOTE [MAX_DUPLICATES audit/object/link]: drained replicas,
+# then every accepted event looked up; duplicates over the bound fail.
 verify() {
-  local s="$1" note="$2" n out rc=0
+  local s="$1" note="$2" max="${3:-}" n out rc=0
   for n in "${!KPID[@]}"; do
     wait_until "kascade $n to export everything it accepted" 600 spool_empty "$n"
   done
   wait_until "Jaeger to store what it received" 120 jaeger_settled
   out="$(FAULT_ACCEPTED="$RUN/accepted-$s.tsv" JAEGER_QUERY_URL="$JAEGER_URL" FAULT_SERVICE="$SERVICE" \
+    ${max:+FAULT_MAX_DUPLICATES="$max"} \
     cargo bench --locked --bench fault_load -- verify 2>>"$RUN/verify-$s.log")" || rc=$?
   local refused; refused="$(sed -n 's/.*refused=\([0-9]*\).*/\1/p' "$RUN/load-$s.out" 2>/dev/null | head -1)"
   local answered stored lost orphans duplicates
@@ -141,7 +143,7 @@ for s in $SCENARIOS; do
     start_kascade a 31090 31091 --queue-size 400 --workers 1 --admission-wait 0s
     load overload "${WEBHOOK[a]}" BENCH_SENDERS=8
     finish_load
-    verify overload "load far above what one worker processes: refusals, then retries"
+    verify overload "load far above what one worker processes: refusals, then retries" 0/0/0
     stop_kascade a
     ;;
   outage)
@@ -153,7 +155,7 @@ for s in $SCENARIOS; do
     sleep "$OUTAGE" # the fault itself: Jaeger is gone this long
     start_jaeger
     finish_load
-    verify outage "Jaeger down ${OUTAGE}s (persistent storage, restarted)"
+    verify outage "Jaeger down ${OUTAGE}s (persistent storage, restarted)" 0/0/0
     stop_kascade a
     ;;
   kill9)
@@ -165,7 +167,7 @@ for s in $SCENARIOS; do
     start_kascade a 31090 31091
     finish_load
     replayed="$(metric a kascade_spool_replayed_batches_total)"
-    verify kill9 "SIGKILL mid-load, restart replayed ${replayed:-0} spooled batches"
+    verify kill9 "SIGKILL mid-load, restart replayed ${replayed:-0} spooled batches" 0/0/0
     stop_kascade a
     ;;
   oversized)
@@ -173,7 +175,7 @@ for s in $SCENARIOS; do
     start_kascade a 31090 31091
     env KASCADE_URLS="${WEBHOOK[a]}" FAULT_NS="f-oversized-" FAULT_ACCEPTED="$RUN/accepted-oversized.tsv" \
       cargo bench --locked --bench fault_load -- oversized >"$RUN/load-oversized.out" 2>>"$RUN/load-oversized.log"
-    verify oversized "one batch over Jaeger's 4 MiB request limit"
+    verify oversized "one batch over Jaeger's 4 MiB request limit" 0/0/0
     stop_kascade a
     ;;
   etcd)

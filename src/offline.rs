@@ -308,7 +308,7 @@ async fn run_with<O: SpanOut>(
         };
         for (i, decoded) in batch {
             match decoded {
-                Ok(Some((item, _))) if !seen.insert(once_key(&item.event)) => {
+                Ok(Some((item, _))) if !seen.insert(item.event.once_key()) => {
                     duplicates += 1;
                 }
                 Ok(Some((mut item, response))) => {
@@ -361,11 +361,6 @@ async fn run_with<O: SpanOut>(
 }
 
 /// What makes an audit event the same event wherever it is logged.
-fn once_key(ev: &crate::pipeline::AuditEvent) -> u64 {
-    let seed = xxhash_rust::xxh3::xxh3_64(ev.stage.as_bytes());
-    xxhash_rust::xxh3::xxh3_64_with_seed(ev.audit_id.as_bytes(), seed)
-}
-
 /// Lines decoded per batch: a few MB of audit events in flight.
 const DECODE_BATCH_LINES: usize = 512;
 

@@ -110,14 +110,53 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         pipeline.finish().await;
         return Err(e);
     }
-    let reading = replay::replay_files(
-        &config.files,
-        &config.cluster,
-        &filter,
-        &pipeline.intake,
-        config.strict,
-        &metrics,
-    );
+    let reading = async {
+        if config.files.len() < 2 {
+            return replay::replay_files(
+                &config.files,
+                &config.cluster,
+                &filter,
+                &pipeline.intake,
+                config.strict,
+                &metrics,
+            )
+            .await
+            .map_err(anyhow::Error::from);
+        }
+        // Several files (rotated logs, several apiservers' logs): merged by
+        // time, as the offline commands read them, so that every write is
+        // processed after the changes it followed.
+        let bar = super::lines::progress_bar(super::lines::total_size(&config.files)?);
+        let shared = Arc::new(std::sync::Mutex::new(super::lines::LinesState::default()));
+        let lines = super::lines::Lines::new(config.files.clone(), bar.clone(), shared.clone());
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let reader = std::thread::spawn(move || {
+            for line in lines {
+                if tx.blocking_send(line).is_err() {
+                    return; // replay stopped reading
+                }
+            }
+        });
+        let locate = |n| shared.lock().unwrap_or_else(|e| e.into_inner()).locate(n);
+        let to = replay::ReplayInto {
+            cluster: &config.cluster,
+            filter: &filter,
+            intake: &pipeline.intake,
+            strict: config.strict,
+            metrics: &metrics,
+        };
+        let stats = replay::replay_merged(rx, locate, bar, to).await?;
+        let _ = reader.join();
+        if let Some(e) = shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .io_error
+            .take()
+        {
+            return Err(e);
+        }
+        Ok(stats)
+    };
     let result = tokio::select! {
         result = reading => Some(result),
         () = receiver_lost(&metrics) => None,

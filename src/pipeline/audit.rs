@@ -202,6 +202,14 @@ pub struct HeadMeta {
 }
 
 impl AuditEvent {
+    /// What identifies one logging of a request's stage: an event logged
+    /// twice (a file given twice, overlapping rotated logs, an
+    /// `audit.log*` glob) has the same key. The xxh3 of audit ID and stage.
+    pub fn once_key(&self) -> u64 {
+        let seed = xxhash_rust::xxh3::xxh3_64(self.stage.as_bytes());
+        xxhash_rust::xxh3::xxh3_64_with_seed(self.audit_id.as_bytes(), seed)
+    }
+
     /// Checks the fields every event must carry, naming what is wrong.
     /// Counts the depth markers its objects carry ([`AuditEvent::deep_values`]),
     /// once its text was found nested too deep and capped.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use indicatif::ProgressStyle;
+use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 
 use super::audit::AuditFilter;
@@ -46,6 +46,8 @@ pub struct ReplayStats {
     pub bad_lines: u64,
     /// The first malformed line, as `file:line: why`.
     pub first_bad: Option<String>,
+    /// Events logged more than once, replayed once.
+    pub repeats: u64,
 }
 
 pub async fn replay_files(
@@ -71,8 +73,14 @@ pub async fn replay_files(
         )
         .expect("static template"),
     );
-    let mut stats = ReplayStats::default();
-    let source = Metrics::source(Source::Replay);
+    let to = ReplayInto {
+        cluster,
+        filter,
+        intake,
+        strict,
+        metrics,
+    };
+    let mut feeder = LineFeeder::new(to, bar.clone());
     for f in files {
         let gzipped = f.extension().is_some_and(|e| e == "gz");
         let reader: Box<dyn AsyncRead + Send + Unpin> = if stdin(f) {
@@ -119,49 +127,138 @@ pub async fn replay_files(
             }
             line_no += 1;
             bar.inc(consumed as u64);
-            if !too_long && buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            stats.lines += 1;
-            metrics.events_received.get_or_create(&source).inc();
-            let parsed = if too_long {
+            let line = if too_long {
                 Err(format!("longer than {MAX_LINE_BYTES} bytes"))
             } else {
-                match crate::json::utf8(&buf) {
-                    Ok(line) => parse_line(line),
-                    Err(e) => Err(format!("not UTF-8 ({e})")),
-                }
+                crate::json::utf8(&buf).map_err(|e| format!("not UTF-8 ({e})"))
             };
-            let ev = match parsed {
-                Ok(ev) => ev,
-                Err(e) => {
-                    stats.bad_lines += 1;
-                    metrics
-                        .events_rejected
-                        .get_or_create(&Metrics::rejected(RejectReason::Malformed))
-                        .inc();
-                    let msg = format!("{}:{line_no}: {e}", f.display());
-                    if strict {
-                        bar.abandon();
-                        return Err(ReplayError::Malformed(msg));
-                    }
-                    bar.suspend(|| tracing::warn!("{msg} (skipped)"));
-                    stats.first_bad.get_or_insert(msg);
-                    continue;
-                }
-            };
-            if let Some(item) = super::accept(ev, cluster, filter, metrics) {
-                stats.accepted += 1;
-                metrics.events_accepted.get_or_create(&source).inc();
-                intake.submit(item).await?;
-            }
-            if line_no.is_multiple_of(1024) {
-                bar.set_message(format!("{} events", stats.accepted));
-            }
+            feeder
+                .feed(line, || format!("{}:{line_no}", f.display()))
+                .await?;
         }
     }
-    bar.finish_with_message(format!("{} events", stats.accepted));
-    Ok(stats)
+    Ok(feeder.finish())
+}
+
+/// Lines already merged from several files (by time, as the offline
+/// commands read them), fed as [`replay_files`] feeds each file's:
+/// `locate` names a line (`file:line`) by its number in the merge (from 1).
+/// Reading and its progress are the caller's.
+pub async fn replay_merged(
+    mut lines: tokio::sync::mpsc::Receiver<String>,
+    locate: impl Fn(u64) -> String,
+    bar: ProgressBar,
+    to: ReplayInto<'_>,
+) -> Result<ReplayStats, ReplayError> {
+    let mut feeder = LineFeeder::new(to, bar);
+    let mut n = 0u64;
+    while let Some(line) = lines.recv().await {
+        n += 1;
+        feeder.feed(Ok(&line), || locate(n)).await?;
+    }
+    Ok(feeder.finish())
+}
+
+/// Where replayed lines go, and how strictly they are read.
+pub struct ReplayInto<'a> {
+    /// Cluster name recorded on every span.
+    pub cluster: &'a str,
+    pub filter: &'a AuditFilter,
+    pub intake: &'a Intake,
+    /// Stop at the first malformed line.
+    pub strict: bool,
+    pub metrics: &'a Arc<Metrics>,
+}
+
+/// Each line through the source's parsing and filter into the intake,
+/// counted; an event logged more than once (a file given twice, rotated
+/// logs that overlap) is fed once.
+struct LineFeeder<'a> {
+    to: ReplayInto<'a>,
+    bar: ProgressBar,
+    source: crate::metrics::SourceLabel,
+    /// [`AuditEvent::once_key`](crate::pipeline::AuditEvent::once_key) of
+    /// every event fed: 8 bytes an event.
+    seen: crate::model::FastHashSet<u64>,
+    stats: ReplayStats,
+}
+
+impl<'a> LineFeeder<'a> {
+    fn new(to: ReplayInto<'a>, bar: ProgressBar) -> Self {
+        LineFeeder {
+            to,
+            bar,
+            source: Metrics::source(Source::Replay),
+            seen: Default::default(),
+            stats: ReplayStats::default(),
+        }
+    }
+
+    /// One line (or why it could not be read as text); `locate` names it.
+    async fn feed(
+        &mut self,
+        line: Result<&str, String>,
+        locate: impl FnOnce() -> String,
+    ) -> Result<(), ReplayError> {
+        if line.as_ref().is_ok_and(|l| l.trim().is_empty()) {
+            return Ok(());
+        }
+        self.stats.lines += 1;
+        self.to
+            .metrics
+            .events_received
+            .get_or_create(&self.source)
+            .inc();
+        let ev = match line.and_then(parse_line) {
+            Ok(ev) => ev,
+            Err(e) => {
+                self.stats.bad_lines += 1;
+                self.to
+                    .metrics
+                    .events_rejected
+                    .get_or_create(&Metrics::rejected(RejectReason::Malformed))
+                    .inc();
+                let msg = format!("{}: {e}", locate());
+                if self.to.strict {
+                    self.bar.abandon();
+                    return Err(ReplayError::Malformed(msg));
+                }
+                self.bar.suspend(|| tracing::warn!("{msg} (skipped)"));
+                self.stats.first_bad.get_or_insert(msg);
+                return Ok(());
+            }
+        };
+        if !self.seen.insert(ev.once_key()) {
+            self.stats.repeats += 1;
+            return Ok(());
+        }
+        if let Some(item) = super::accept(ev, self.to.cluster, self.to.filter, self.to.metrics) {
+            self.stats.accepted += 1;
+            self.to
+                .metrics
+                .events_accepted
+                .get_or_create(&self.source)
+                .inc();
+            self.to.intake.submit(item).await?;
+        }
+        if self.stats.lines.is_multiple_of(1024) {
+            self.bar
+                .set_message(format!("{} events", self.stats.accepted));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> ReplayStats {
+        self.bar
+            .finish_with_message(format!("{} events", self.stats.accepted));
+        if self.stats.repeats > 0 {
+            tracing::warn!(
+                repeats = self.stats.repeats,
+                "audit events logged more than once (the same auditID and stage: a file given twice, or overlapping logs) were replayed once"
+            );
+        }
+        self.stats
+    }
 }
 
 /// A gzipped file, inflated on a thread of its own (flate2 reads
