@@ -3,13 +3,15 @@
 //! `cascade`), propagation statistics (`stats`), their report and plots
 //! (`report`, `plot`; `foreground`: what they count), the change log
 //! (`changelog`) and the live propagation
-//! metric (`live`), `explain` (findings: what went wrong, and why, as
+//! metric (`live`), whether several logs' apiserver clocks agree
+//! (`clocks`), `explain` (findings: what went wrong, and why, as
 //! `crate::judgement` judges it), and `tree_text` (how a tree is drawn in
 //! the terminal, for both of its trees). Depends on `pipeline`, `model`,
 //! `judgement`, `span_model` constants and `metrics`.
 
 pub mod cascade;
 pub mod changelog;
+pub mod clocks;
 pub mod explain;
 pub mod foreground;
 pub mod live;

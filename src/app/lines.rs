@@ -141,6 +141,10 @@ pub struct LinesState {
     pub io_error: Option<anyhow::Error>,
     /// Gzipped files read only up to damage, as `file: why`.
     pub damaged: Vec<String>,
+    /// With [`Lines::recording_origins`]: the file (index) that logged
+    /// each audit ID (its [`audit_key`](crate::analysis::clocks::audit_key)),
+    /// the first file where it was logged twice.
+    pub origins: Option<crate::model::FastHashMap<u64, usize>>,
 }
 
 impl LinesState {
@@ -184,13 +188,23 @@ impl LinesState {
     }
 }
 
+type Key = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
+
+static STAGE_TIMESTAMP: Key =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"stageTimestamp\""));
+static AUDIT_ID: Key = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"auditID\""));
+
 /// The `stageTimestamp` of an audit line (the first one: an EventList's
 /// first item's), as its bytes: the apiserver writes RFC 3339 times in UTC
 /// with a fixed six digits, which compare as text.
 fn stage_time(line: &[u8]) -> Option<&[u8]> {
-    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"stageTimestamp\""));
-    let mut rest = &line[KEY.find(line)? + KEY.needle().len()..];
+    string_field(line, &STAGE_TIMESTAMP)
+}
+
+/// The first string value of the field `key` finds (`"name"` with its
+/// quotes) in a JSON line, without parsing it.
+fn string_field<'a>(line: &'a [u8], key: &Key) -> Option<&'a [u8]> {
+    let mut rest = &line[key.find(line)? + key.needle().len()..];
     // `"stageTimestamp":"…"`, or with spaces as other writers put them.
     let skip = |r: &mut &[u8], what: &[u8]| {
         let n = r.iter().take_while(|b| what.contains(b)).count();
@@ -251,6 +265,18 @@ impl Lines {
     /// or a state to share (a read error ends the lines).
     pub fn without_progress(files: Vec<PathBuf>) -> Self {
         Self::new(files, ProgressBar::hidden(), Arc::default())
+    }
+
+    /// Notes which file logged each audit ID (`LinesState::origins`), when
+    /// there are several files: whose clock stamped which write.
+    pub fn recording_origins(self) -> Self {
+        if !self.single {
+            self.shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .origins = Some(Default::default());
+        }
+        self
     }
 
     /// Only lines containing `needle` go through; the others are yielded empty.
@@ -400,6 +426,13 @@ impl Iterator for Lines {
         let (i, number, line) = self.next_raw()?;
         let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         st.yield_line(i, number);
+        if let Some(origins) = st.origins.as_mut()
+            && let Some(id) = string_field(&line, &AUDIT_ID)
+        {
+            origins
+                .entry(crate::analysis::clocks::audit_key(id))
+                .or_insert(i);
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             return Some(String::new());
         }
