@@ -227,9 +227,11 @@ build_actionlint() {
 }
 
 # The OpenTelemetry Collector, as its builder (ocb) makes one: the filelog
-# receiver and the otlphttp exporter, nothing else.
+# receiver and the otlphttp and otlp (gRPC) exporters, nothing else. (The
+# cache is keyed by what it holds: a build without otlp is not taken.)
+OTELCOL_FLAVOUR="$OTELCOL_VERSION-filelog-otlphttp-otlp"
 build_otelcol() {
-  local out; out="$(bin_dir otelcol "$OTELCOL_VERSION")"
+  local out; out="$(bin_dir otelcol "$OTELCOL_FLAVOUR")"
   if [[ -x "$out/otelcol" ]]; then log "otelcol $OTELCOL_VERSION cached"; return; fi
   log "building otelcol $OTELCOL_VERSION with the collector builder (several minutes on 2 cores)"
   local t0=$SECONDS
@@ -240,12 +242,13 @@ build_otelcol() {
   cat >"$work/manifest.yaml" <<YAML
 dist:
   name: otelcol
-  description: kascade e2e OpenTelemetry Collector (filelog to otlphttp)
+  description: kascade e2e OpenTelemetry Collector (filelog to otlphttp or otlp)
   output_path: $work/dist
 receivers:
   - gomod: github.com/open-telemetry/opentelemetry-collector-contrib/receiver/filelogreceiver $OTELCOL_CONTRIB_VERSION
 exporters:
   - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $OTELCOL_VERSION
+  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter $OTELCOL_VERSION
 providers:
   - gomod: go.opentelemetry.io/collector/confmap/provider/fileprovider $OTELCOL_STABLE_VERSION
   - gomod: go.opentelemetry.io/collector/confmap/provider/envprovider $OTELCOL_STABLE_VERSION
@@ -280,7 +283,7 @@ case "$what" in
   helm) build_helm; echo "HELM=$(bin_dir helm "$HELM_VERSION")/helm" ;;
   compose-check) build_compose_check; echo "COMPOSE_CHECK=$(compose_check_bin)" ;;
   actionlint) build_actionlint; echo "ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint" ;;
-  otelcol) build_otelcol; echo "OTELCOL=$(bin_dir otelcol "$OTELCOL_VERSION")/otelcol" ;;
+  otelcol) build_otelcol; echo "OTELCOL=$(bin_dir otelcol "$OTELCOL_FLAVOUR")/otelcol" ;;
   all) build_etcd; build_kwok; build_jaeger; build_kubernetes; build_helm; build_compose_check; link_bins ;;
   *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|all]" >&2; exit 2 ;;
 esac

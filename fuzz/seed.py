@@ -250,3 +250,31 @@ for windows in (1, 3, 255):
 
 for target in sorted(p.name for p in corpus.iterdir()):
     print(target, len(list((corpus / target).iterdir())), "inputs")
+
+
+# spool_files: a spool segment of fixture batches as the webhook spools
+# them (see src/source/spool/record.rs), behind a journal of exported links
+# (src/pipeline/sent_links.rs); the first byte counts the journal's records.
+def spool_record(seq, cluster, body):
+    import struct
+    import zlib
+    c = cluster.encode()
+    payload_head = struct.pack("<H", len(c)) + c + b"\0"
+    rest = struct.pack("<Q", seq) + payload_head + body
+    crc = zlib.crc32(rest) & 0xffffffff
+    return struct.pack("<III", 0x4b53504c, len(payload_head) + len(body), crc) + rest
+
+
+def journal_record(window, digest, key):
+    import struct
+    import zlib
+    body = struct.pack("<Q", window) + digest.to_bytes(16, "little") + struct.pack("<Q", key)
+    return body + struct.pack("<I", zlib.crc32(body) & 0xffffffff)
+
+
+for n, log in enumerate(sorted(fixtures.glob("*/audit.log"))[:6]):
+    lines = [l for l in log.read_text().splitlines() if l.strip()]
+    segment = b"".join(spool_record(i + 1, "fuzz", event_list(lines[i * 4:i * 4 + 4]))
+                       for i in range(min(3, len(lines) // 4)))
+    journal = b"".join(journal_record(1800 * (n + 1), 7 * k + n, k) for k in range(1 + n))
+    put("spool_files", bytes([1 + n]) + journal + segment)

@@ -1,7 +1,8 @@
 //! The log-shipper paths against the real harness, run by e2e/suite.sh
 //! after tests/e2e.rs: the cluster's audit.log shipped by a real
-//! OpenTelemetry Collector (filelog receiver → otlphttp exporter, built by
-//! e2e/build.sh with the collector builder) to `/v1/logs/<name>`, and sent
+//! OpenTelemetry Collector (filelog receiver → otlphttp exporter to
+//! `/v1/logs/<name>` and otlp exporter over gRPC with a `kascade-cluster`
+//! header, built by e2e/build.sh with the collector builder), and sent
 //! as newline-delimited JSON (what Fluent Bit's and Vector's http outputs
 //! send) to `/audit/<name>`, give the Deployment of the deployment scenario
 //! the same spans as the apiserver's audit webhook gave it. Each path uses
@@ -208,8 +209,10 @@ async fn the_otel_collector_and_ndjson_paths_give_the_webhooks_spans() {
         "the deployment scenario left no audit span of default/hello: {webhook:?}"
     );
 
-    // The OpenTelemetry Collector tails the audit log from its start.
+    // The OpenTelemetry Collector tails the audit log from its start and
+    // sends it both ways: OTLP/HTTP and OTLP/gRPC, as two clusters.
     let otel_cluster = format!("{cluster}-otelcol");
+    let grpc_cluster = format!("{cluster}-otelgrpc");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("otelcol.yaml");
     std::fs::write(
@@ -233,14 +236,28 @@ exporters:
       ca_file: {ca}
       cert_file: {cert}
       key_file: {key}
+  otlp:
+    endpoint: {authority}
+    compression: gzip
+    headers: {{Authorization: "Bearer ${{env:KASCADE_TOKEN}}", kascade-cluster: "{grpc_cluster}"}}
+    sending_queue: {{num_consumers: 1}}
+    tls:
+      ca_file: {ca}
+      cert_file: {cert}
+      key_file: {key}
 service:
   telemetry:
     metrics: {{level: none}}
   pipelines:
-    logs: {{receivers: [filelog], exporters: [otlphttp]}}
+    logs: {{receivers: [filelog], exporters: [otlphttp, otlp]}}
 "#,
             log = env("AUDIT_LOG"),
             base = env("KASCADE_WEBHOOK_BASE"),
+            authority = env("KASCADE_WEBHOOK_BASE")
+                .split_once("://")
+                .map_or(String::new(), |(_, rest)| rest
+                    .trim_end_matches('/')
+                    .to_string()),
             ca = env("KASCADE_TLS_CLIENT_CA_FILE"),
             cert = env("KASCADE_WEBHOOK_CLIENT_CERT"),
             key = env("KASCADE_WEBHOOK_CLIENT_KEY"),
@@ -272,6 +289,11 @@ service:
 
     let ndjson = arrives_alike(&ndjson_cluster, &webhook).await;
     let otel = arrives_alike(&otel_cluster, &webhook).await;
+    let grpc = arrives_alike(&grpc_cluster, &webhook).await;
+    assert_eq!(
+        otel.detailed, grpc.detailed,
+        "the Collector's OTLP/HTTP and OTLP/gRPC exports differ"
+    );
     // Neither has a watch: the same events give the same diffs,
     // snapshots and readiness.
     assert!(

@@ -887,6 +887,88 @@ async fn otlp_logs_of_audit_lines_are_accepted_and_answered_as_otlp() {
     );
 }
 
+/// The OpenTelemetry Collector's `otlp` exporter (gRPC, `LogsService/
+/// Export`) with the filelog receiver's records: here tonic's client of the
+/// same generated OTLP service (no Collector runs in this test; the e2e
+/// shippers test runs one). Authenticated before the body is read
+/// (`UNAUTHENTICATED`), gzip as `grpc-encoding`, the cluster from the
+/// `kascade-cluster` header, a record that holds no line counted in the
+/// partial success, and every write becomes its span.
+#[tokio::test]
+async fn otlp_logs_over_grpc_are_accepted_and_answered_as_grpc() {
+    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    let lines = common::audit_lines("deployment");
+    let ids: Vec<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["objectRef"]["resource"] != "events")
+        .map(|v| v["auditID"].as_str().unwrap().to_string())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "grpc-secret\n").unwrap();
+    let (srv, pipeline) = serve(|c| c.webhook_token_file = Some(token)).await;
+    let channel = tonic::transport::Channel::from_shared(srv.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = LogsServiceClient::new(channel);
+    let err = client
+        .export(common::otlp_logs_of(&lines, None))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err}");
+    let half = lines.len() / 2;
+    let authorized = |req, cluster: Option<&str>| {
+        let mut req = tonic::Request::new(req);
+        req.metadata_mut()
+            .insert("authorization", "Bearer grpc-secret".parse().unwrap());
+        if let Some(c) = cluster {
+            req.metadata_mut()
+                .insert("kascade-cluster", c.parse().unwrap());
+        }
+        req
+    };
+    let answer = client
+        .export(authorized(
+            common::otlp_logs_of(&lines[..half], Some(any_value::Value::IntValue(7))),
+            Some("grpc-cluster"),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let partial = answer.partial_success.expect("the int body is rejected");
+    assert_eq!(partial.rejected_log_records, 1);
+    let mut gzipped = client
+        .clone()
+        .send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let answer = gzipped
+        .export(authorized(common::otlp_logs_of(&lines[half..], None), None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.partial_success, None);
+    let err = client
+        .export(authorized(
+            common::otlp_logs_of(&lines, None),
+            Some("no/slash"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    pipeline.finish().await;
+    let out = std::fs::read_to_string(&srv.out).unwrap();
+    for id in &ids {
+        assert!(out.contains(id.as_str()), "audit span of {id} missing");
+    }
+    assert!(
+        out.contains("\"stringValue\":\"grpc-cluster\""),
+        "cluster from the header"
+    );
+}
+
 /// kube-apiserver's captured traces (e2e/fixtures/slow-webhook), one
 /// OTLP/JSON request per line.
 fn captured_trace_lines() -> Vec<String> {

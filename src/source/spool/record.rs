@@ -176,7 +176,7 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
                 .map_err(io_err(dir, format!("cannot truncate {}", path.display())))?;
         }
         let last = records.last().map_or(first.saturating_sub(1), |r| r.seq);
-        next_seq = next_seq.max(last + 1);
+        next_seq = next_seq.max(last.saturating_add(1));
         if records.is_empty() {
             let _ = std::fs::remove_file(&path);
             continue;

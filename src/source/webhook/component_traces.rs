@@ -19,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message as _;
 
+use super::grpc::{GrpcCode, grpc_answer, grpc_error, grpc_message, is_grpc};
 use super::otlp_logs::Format;
 use super::*;
 use crate::pipeline::ComponentTraceSink;
@@ -62,24 +63,6 @@ pub fn component_traces_router(
         .with_state(state)
 }
 
-/// gRPC status codes used here (grpc/doc/statuscodes.md).
-#[derive(Clone, Copy)]
-enum GrpcCode {
-    InvalidArgument = 3,
-    ResourceExhausted = 8,
-    Unimplemented = 12,
-    /// Retryable for OTLP exporters (a full queue).
-    Unavailable = 14,
-    Unauthenticated = 16,
-}
-
-fn is_grpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"))
-}
-
 fn refused(st: &ComponentTraces, reason: RejectReason) {
     st.webhook
         .metrics
@@ -105,92 +88,6 @@ async fn authenticate_component(
     next.run(req).await
 }
 
-/// A gRPC answer without a message ("Trailers-Only"): the status in the headers.
-fn grpc_error(code: GrpcCode, message: &str) -> Response {
-    let mut resp = StatusCode::OK.into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    h.insert("grpc-status", HeaderValue::from(code as u16));
-    // grpc-message is percent-encoded; anything outside printable ASCII
-    // (and '%') is escaped.
-    let encoded: String = message
-        .bytes()
-        .map(|b| {
-            if (0x20..0x7f).contains(&b) && b != b'%' {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    if let Ok(v) = HeaderValue::from_str(&encoded) {
-        h.insert("grpc-message", v);
-    }
-    resp
-}
-
-/// The one message of a unary gRPC request body: its 5-byte prefix
-/// (compressed flag, big-endian length) and the message, inflated when the
-/// `grpc-encoding` says gzip.
-fn grpc_message<'a>(
-    limit: usize,
-    headers: &HeaderMap,
-    body: &'a [u8],
-) -> Result<Cow<'a, [u8]>, (GrpcCode, String)> {
-    let Some((prefix, rest)) = body.split_first_chunk::<5>() else {
-        return Err((
-            GrpcCode::InvalidArgument,
-            format!(
-                "the body ({} bytes) is shorter than a gRPC message prefix",
-                body.len()
-            ),
-        ));
-    };
-    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-    if len != rest.len() {
-        return Err((
-            GrpcCode::InvalidArgument,
-            format!(
-                "the gRPC prefix announces {len} bytes, the body holds {} (one message per export)",
-                rest.len()
-            ),
-        ));
-    }
-    match prefix[0] {
-        0 => Ok(Cow::Borrowed(rest)),
-        1 => {
-            let encoding = headers
-                .get("grpc-encoding")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if encoding != "gzip" {
-                return Err((
-                    GrpcCode::Unimplemented,
-                    format!(
-                        "grpc-encoding {} is not supported (use gzip or none)",
-                        crate::bounds::quote(encoding)
-                    ),
-                ));
-            }
-            decompress(limit, BodyEncoding::Gzip, rest).map_err(|(status, msg)| {
-                let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    GrpcCode::ResourceExhausted
-                } else {
-                    GrpcCode::InvalidArgument
-                };
-                (code, msg)
-            })
-        }
-        flag => Err((
-            GrpcCode::InvalidArgument,
-            format!("gRPC compressed flag {flag} is neither 0 nor 1"),
-        )),
-    }
-}
-
 /// Decodes a request, stamps the cluster on each resource that names none,
 /// and encodes it again for the raw store; with its span count.
 pub(crate) fn prepare(
@@ -199,8 +96,9 @@ pub(crate) fn prepare(
     cluster: &str,
 ) -> Result<(Bytes, usize), String> {
     let mut request = match format {
-        // prost bounds its own recursion: an error, never an overflow.
-        Format::Protobuf => ExportTraceServiceRequest::decode(body)
+        // prost bounds its own recursion: an error, never an overflow. (A
+        // gRPC request reaches here unframed.)
+        Format::Protobuf | Format::Grpc => ExportTraceServiceRequest::decode(body)
             .map_err(|e| format!("body is not an OTLP ExportTraceServiceRequest: {e}"))?,
         Format::Json => {
             let text = crate::json::utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
@@ -318,38 +216,8 @@ async fn grpc_export(
         Err(msg) => return grpc_error(GrpcCode::InvalidArgument, &msg),
     };
     match accept(&st, &headers, body, &cluster, true, Format::Protobuf).await {
-        Ok(()) => {
-            let msg = ExportTraceServiceResponse::default().encode_to_vec();
-            let mut framed = Vec::with_capacity(5 + msg.len());
-            framed.push(0);
-            framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-            framed.extend_from_slice(&msg);
-            let mut trailers = HeaderMap::new();
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
-            let frames = [
-                Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from(framed))),
-                Ok(http_body::Frame::trailers(trailers)),
-            ];
-            let body = Body::new(http_body_util::StreamBody::new(futures::stream::iter(
-                frames,
-            )));
-            let mut resp = Response::new(body);
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/grpc"),
-            );
-            resp
-        }
-        Err((status, msg)) => {
-            let code = match status {
-                StatusCode::SERVICE_UNAVAILABLE => GrpcCode::Unavailable,
-                StatusCode::PAYLOAD_TOO_LARGE => GrpcCode::ResourceExhausted,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE => GrpcCode::Unimplemented,
-                StatusCode::REQUEST_TIMEOUT => GrpcCode::Unavailable,
-                _ => GrpcCode::InvalidArgument,
-            };
-            grpc_error(code, &msg)
-        }
+        Ok(()) => grpc_answer(&ExportTraceServiceResponse::default().encode_to_vec()),
+        Err((status, msg)) => grpc_error(GrpcCode::of_status(status), &msg),
     }
 }
 
@@ -394,7 +262,7 @@ async fn http_export(
         Ok(()) => {
             let response = ExportTraceServiceResponse::default();
             let body = match format {
-                Format::Protobuf => response.encode_to_vec(),
+                Format::Protobuf | Format::Grpc => response.encode_to_vec(),
                 Format::Json => serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec()),
             };
             (

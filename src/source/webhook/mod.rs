@@ -28,6 +28,7 @@ use crate::self_trace::TARGET;
 
 mod body;
 mod component_traces;
+mod grpc;
 mod mergelogs;
 mod otlp_logs;
 
@@ -93,6 +94,7 @@ pub fn audit_router(state: Arc<WebhookState>) -> Router {
         .route("/audit/{cluster}", post(audit_cluster))
         .route("/v1/logs", post(otlp_logs_default))
         .route("/v1/logs/{cluster}", post(otlp_logs_cluster))
+        .route(otlp_logs::GRPC_LOGS_PATH, post(otlp_logs_grpc))
         .route("/cpid/mergelogs", post(mergelogs::mergelogs_default))
         .route(
             "/cpid/mergelogs/{cluster}",
@@ -119,7 +121,12 @@ async fn authenticate(State(st): State<Arc<WebhookState>>, req: Request, next: N
             .events_rejected
             .get_or_create(&Metrics::rejected(RejectReason::Unauthorized))
             .inc();
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        let msg = "missing or wrong bearer token";
+        return if grpc::is_grpc(req.headers()) {
+            grpc::grpc_error(grpc::GrpcCode::Unauthenticated, msg)
+        } else {
+            error(StatusCode::UNAUTHORIZED, msg)
+        };
     }
     next.run(req).await
 }
@@ -157,6 +164,46 @@ async fn otlp_logs_default(
     };
     let cluster = st.default_cluster.clone();
     handle_audit(&st, &cluster, &headers, body, Carrier::OtlpLogs(format)).await
+}
+
+/// OTLP/gRPC logs (`LogsService/Export`, what the OpenTelemetry
+/// Collector's `otlp` exporter sends); the cluster from the
+/// `kascade-cluster` header, else `--cluster`. Answered as gRPC, refusals
+/// included (a full queue is `UNAVAILABLE`: the exporter retries).
+async fn otlp_logs_grpc(
+    State(st): State<Arc<WebhookState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let cluster = match headers.get(component_traces::CLUSTER_HEADER) {
+        None => st.default_cluster.clone(),
+        Some(v) => match v
+            .to_str()
+            .map_err(|_| "not text".to_string())
+            .and_then(|name| super::validate_cluster_name(name).map(|()| name.to_string()))
+        {
+            Ok(name) => name,
+            Err(e) => {
+                return grpc::grpc_error(
+                    grpc::GrpcCode::InvalidArgument,
+                    &format!("{}: {e}", component_traces::CLUSTER_HEADER),
+                );
+            }
+        },
+    };
+    let resp = handle_audit(
+        &st,
+        &cluster,
+        &headers,
+        body,
+        Carrier::OtlpLogs(otlp_logs::Format::Grpc),
+    )
+    .await;
+    if grpc::is_grpc(resp.headers()) {
+        resp
+    } else {
+        grpc::as_grpc(resp).await
+    }
 }
 
 /// `POST /v1/logs/{cluster}`.
@@ -301,7 +348,22 @@ async fn queue_batch(
     carrier: Carrier,
     request_span: &tracing::Span,
 ) -> Outcome {
-    let encoding = match body_encoding(headers) {
+    let encoding = match carrier {
+        // gRPC compresses the message, not the body: `grpc-encoding`.
+        Carrier::OtlpLogs(otlp_logs::Format::Grpc) => match grpc::grpc_encoding(headers) {
+            "gzip" => Ok(BodyEncoding::Gzip),
+            "" | "identity" => Ok(BodyEncoding::Identity),
+            other => Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "grpc-encoding {} is not supported (use gzip or none)",
+                    crate::bounds::quote(other)
+                ),
+            )),
+        },
+        _ => body_encoding(headers),
+    };
+    let encoding = match encoding {
         Ok(e) => e,
         Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
     };

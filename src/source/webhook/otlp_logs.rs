@@ -21,7 +21,13 @@ pub(super) enum Format {
     Protobuf,
     /// `application/json` (OTLP/JSON).
     Json,
+    /// OTLP/gRPC (`LogsService/Export`): one length-prefixed protobuf
+    /// message, compressed as `grpc-encoding` says.
+    Grpc,
 }
+
+/// The gRPC method the OTLP exporters call for logs.
+pub(super) const GRPC_LOGS_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
 impl Format {
     /// The format `Content-Type` names; 415 for any other.
@@ -48,6 +54,7 @@ impl Format {
         match self {
             Self::Protobuf => "application/x-protobuf",
             Self::Json => "application/json",
+            Self::Grpc => "application/grpc",
         }
     }
 }
@@ -60,11 +67,24 @@ fn lines_of(
     encoding: BodyEncoding,
     body: &[u8],
 ) -> Result<(Bytes, Vec<String>), Refusal> {
-    let body = decompress(st.max_body_bytes, encoding, body)?;
+    let body = match format {
+        // The message's own flag says whether it is compressed; the
+        // request's `grpc-encoding` (here `encoding`) how.
+        Format::Grpc => {
+            let gzip = if encoding == BodyEncoding::Gzip {
+                "gzip"
+            } else {
+                ""
+            };
+            super::grpc::unframe(st.max_body_bytes, gzip, body)
+                .map_err(|(code, msg)| (code.as_status(), msg))?
+        }
+        _ => decompress(st.max_body_bytes, encoding, body)?,
+    };
     let request = match format {
         // prost bounds its own recursion (nested values): an error, never
         // an overflow.
-        Format::Protobuf => ExportLogsServiceRequest::decode(body.as_ref())
+        Format::Protobuf | Format::Grpc => ExportLogsServiceRequest::decode(body.as_ref())
             .map_err(|e| format!("body is not an OTLP ExportLogsServiceRequest: {e}")),
         Format::Json => {
             // Nesting bounded before serde_json reads it (its own limit
@@ -156,6 +176,7 @@ pub(super) fn answer(format: Format, malformed: &[String]) -> Response {
     });
     let response = ExportLogsServiceResponse { partial_success };
     let body = match format {
+        Format::Grpc => return super::grpc::grpc_answer(&response.encode_to_vec()),
         Format::Protobuf => response.encode_to_vec(),
         Format::Json => serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec()),
     };
