@@ -18,6 +18,17 @@ use crate::pipeline::ExportProgress;
 use crate::pipeline::SentLinks;
 use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
+/// What the emitter makes of a link.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LinkClaim {
+    /// To be emitted now.
+    Claimed,
+    /// Emitted already (by this process, or another replica).
+    Known,
+    /// Exported by an earlier process (the spool's journal).
+    Exported,
+}
+
 /// Sends spans to the exporter: owns the span cache (which object and link
 /// spans a window has already) and the exporter's channel.
 pub(super) struct Emitter {
@@ -165,26 +176,35 @@ impl Emitter {
             h.digest()
         };
         let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
-        if !self.claim_link(ow, forward, force).await? {
+        let forward_claim = self.claim_link(ow, forward, force).await?;
+        if forward_claim == LinkClaim::Known {
+            // Recorded together: the other side is known too.
             return Ok(());
         }
         let target = ObjectWindow {
             object: rel.target.clone(),
             window_start: ow.window_start,
         };
-        self.ensure_object_span(&target, target_uid, force).await?;
-        self.metrics.link_spans.inc();
-        let f = LinkFields {
-            target: &target,
-            role: rel.role.as_str(),
-            class: &rel.class,
-            at,
-        };
-        self.emit(span_model::link_span(ow, &f, forward)).await?;
-        self.note_sent(ow, forward);
+        if forward_claim == LinkClaim::Claimed {
+            self.ensure_object_span(&target, target_uid, force).await?;
+            self.metrics.link_spans.inc();
+            let f = LinkFields {
+                target: &target,
+                role: rel.role.as_str(),
+                class: &rel.class,
+                at,
+            };
+            self.emit(span_model::link_span(ow, &f, forward)).await?;
+            self.note_sent(ow, forward);
+        }
+        // Looked at also when an earlier process exported this side: a
+        // release may have journaled it and not yet the other side.
         let reverse_role = rel.role.reverse();
         let backward = link_key(reverse_role.as_str(), &rel.class, &ow.object);
-        if self.claim_link(&target, backward, force).await? {
+        if self.claim_link(&target, backward, force).await? == LinkClaim::Claimed {
+            if forward_claim == LinkClaim::Exported {
+                self.ensure_object_span(&target, target_uid, force).await?;
+            }
             self.metrics.link_spans.inc();
             let b = LinkFields {
                 target: ow,
@@ -210,13 +230,13 @@ impl Emitter {
         ow: &ObjectWindow,
         link_key: u64,
         force: bool,
-    ) -> Result<bool, ProcessError> {
+    ) -> Result<LinkClaim, ProcessError> {
         if self
             .sent_links
             .as_ref()
             .is_some_and(|j| j.exported(ow, link_key))
         {
-            return Ok(false);
+            return Ok(LinkClaim::Exported);
         }
         let emitted_here = force && self.spans.has_link_here(ow, link_key);
         let recorded = self
@@ -224,7 +244,11 @@ impl Emitter {
             .record_link(ow, link_key)
             .await
             .map_err(ProcessError::span_cache)?;
-        Ok(recorded || (force && !emitted_here))
+        Ok(if recorded || (force && !emitted_here) {
+            LinkClaim::Claimed
+        } else {
+            LinkClaim::Known
+        })
     }
 
     /// The link's span is in the export queue: journal it.
@@ -441,6 +465,71 @@ mod tests {
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// A release may take a relation's first side and not yet its second
+    /// (noted a moment later): after a crash the journal names one side
+    /// only, and the replay sends the other.
+    #[tokio::test]
+    async fn a_side_the_journal_does_not_name_is_sent_though_the_other_was_exported() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            Arc::new(
+                SentLinks::open(
+                    dir.path(),
+                    std::time::Duration::from_secs(3600),
+                    Default::default(),
+                )
+                .unwrap(),
+            )
+        };
+        let rs = created("replicasets");
+        let state: Value =
+            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+        let ow = ObjectWindow {
+            object: rs.object.clone(),
+            window_start: 1800,
+        };
+        let at = rs.event.stage_timestamp;
+        let kinds = crate::aggregate::relations::KindRegistry::default();
+        let relations = crate::aggregate::relations::all_relations(
+            &ow.object,
+            &state,
+            &kinds,
+            &repository_rules(),
+        );
+        let (mut first, mut rx, _) = emitter();
+        let journal = open();
+        first.journal_links_in(journal.clone());
+        first
+            .record_relation_list(&ow, &relations, at, false)
+            .await
+            .unwrap();
+        // In emission order: each relation's first side, then its second.
+        let sent: Vec<String> = drain(&mut rx)
+            .iter()
+            .filter(|s| kind(s) == SPAN_KIND_LINK)
+            .map(|s| hex(&s.span_id))
+            .collect();
+        assert!(sent.len() >= 2 && sent.len() % 2 == 0, "{sent:?}");
+        journal.persist(journal.take().into_iter().step_by(2).collect());
+        drop((first, journal));
+
+        let (mut second, mut rx, _) = emitter();
+        second.journal_links_in(open());
+        second
+            .record_relation_list(&ow, &relations, at, true)
+            .await
+            .unwrap();
+        let mut again: Vec<String> = drain(&mut rx)
+            .iter()
+            .filter(|s| kind(s) == SPAN_KIND_LINK)
+            .map(|s| hex(&s.span_id))
+            .collect();
+        again.sort();
+        let mut second_sides: Vec<String> = sent.iter().skip(1).step_by(2).cloned().collect();
+        second_sides.sort();
+        assert_eq!(again, second_sides);
     }
 
     #[tokio::test]
