@@ -511,7 +511,7 @@ mod tests {
             .filter(|s| kind(s) == SPAN_KIND_LINK)
             .map(|s| hex(&s.span_id))
             .collect();
-        assert!(sent.len() >= 2 && sent.len() % 2 == 0, "{sent:?}");
+        assert!(sent.len() >= 2 && sent.len().is_multiple_of(2), "{sent:?}");
         journal.persist(journal.take().into_iter().step_by(2).collect());
         drop((first, journal));
 
