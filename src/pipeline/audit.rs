@@ -224,12 +224,15 @@ impl AuditEvent {
     pub fn validate(&self) -> Result<(), String> {
         if !self.api_version.is_empty() && self.api_version != AUDIT_API_VERSION {
             return Err(format!(
-                "apiVersion {:?} is not {AUDIT_API_VERSION}",
-                self.api_version
+                "apiVersion {} is not {AUDIT_API_VERSION}",
+                crate::bounds::quote(&self.api_version)
             ));
         }
         if !self.kind.is_empty() && self.kind != "Event" {
-            return Err(format!("kind {:?} is not Event", self.kind));
+            return Err(format!(
+                "kind {} is not Event",
+                crate::bounds::quote(&self.kind)
+            ));
         }
         if self.audit_id.is_empty() {
             return Err("auditID is empty".into());

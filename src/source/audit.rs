@@ -8,7 +8,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::bounds::clip_message;
+use crate::bounds::{clip_message, quote};
 use crate::json::depth;
 use crate::pipeline::{AUDIT_API_VERSION, AuditEvent, FilterReason};
 
@@ -106,11 +106,12 @@ struct TypedEventList {
 
 fn check_envelope(kind: &str, api_version: &str) -> Result<(), String> {
     if kind != "EventList" {
-        return Err(format!("kind {kind:?} is not EventList"));
+        return Err(format!("kind {} is not EventList", quote(kind)));
     }
     if api_version != AUDIT_API_VERSION {
         return Err(format!(
-            "apiVersion {api_version:?} is not {AUDIT_API_VERSION}"
+            "apiVersion {} is not {AUDIT_API_VERSION}",
+            quote(api_version)
         ));
     }
     Ok(())
@@ -313,6 +314,41 @@ mod tests {
             &batch.errors[0][..100]
         );
         assert!(batch.errors[0].len() < 400);
+    }
+
+    /// Found by the `event_list` fuzz target: an item (else well-formed,
+    /// from a fixture) whose apiVersion is 80 KB was named with it whole;
+    /// so was such an envelope.
+    #[test]
+    fn a_long_kind_or_api_version_is_quoted_cut() {
+        let mut ev = fixture_events().remove(0);
+        let long = format!("audit.k8s.io{}", "d".repeat(80 << 10));
+        ev["apiVersion"] = Value::String(long.clone());
+        let body = format!(
+            "{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"items\":[{ev}]}}"
+        );
+        let batch = decode_event_list(body.as_bytes()).unwrap();
+        assert_eq!(batch.errors.len(), 1);
+        assert!(
+            batch.errors[0].len() < 400,
+            "{} bytes",
+            batch.errors[0].len()
+        );
+        ev["apiVersion"] = Value::String("audit.k8s.io/v1".into());
+        ev["kind"] = Value::String(long.clone());
+        let err = parse_event(&ev.to_string()).unwrap_err();
+        assert!(
+            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 64,
+            "{} bytes",
+            err.len()
+        );
+        for body in [
+            format!("{{\"kind\":\"{long}\",\"apiVersion\":\"audit.k8s.io/v1\",\"items\":[]}}"),
+            format!("{{\"kind\":\"EventList\",\"apiVersion\":\"{long}\",\"items\":[]}}"),
+        ] {
+            let err = decode_event_list(body.as_bytes()).err().unwrap();
+            assert!(err.len() < 400, "{} bytes", err.len());
+        }
     }
 
     #[test]
