@@ -168,7 +168,7 @@ for s in $SCENARIOS; do
     finish_load
     replayed="$(metric a kascade_spool_replayed_batches_total)"
     # A link first found by another write in the replay than before the kill
-    # goes out again (measured 10-52; 7,705-10,045 before the spool journaled
+    # goes out again (measured 10-108; 7,705-10,045 before the spool journaled
     # exported links), never a write or object span.
     verify kill9 "SIGKILL mid-load, restart replayed ${replayed:-0} spooled batches" 0/0/1000
     stop_kascade a
@@ -203,7 +203,7 @@ for s in $SCENARIOS; do
     finish_load
     replayed="$(metric a kascade_spool_replayed_batches_total)"
     # Without etcd both replicas decide alone: the links of objects written
-    # through both while it is gone go out from each (measured 9,063-9,124;
+    # through both while it is gone go out from each (measured 9,063-9,262;
     # 20,160-20,885 before links went out once per process).
     verify etcd "two replicas; etcd paused 3 s; replica a killed -9 and restarted (replayed ${replayed:-0} batches); etcd killed" 0/0/15000
     stop_kascade a; stop_kascade b
