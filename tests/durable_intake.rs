@@ -169,17 +169,7 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let st = Command::new("kill")
-        .args(["-TERM", &second.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let status = second.child.wait().unwrap();
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    stop(second, &log);
 
     let exported = audit_ids_in(&out);
     let mut missing = Vec::new();

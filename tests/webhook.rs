@@ -730,12 +730,7 @@ async fn connections_beyond_the_limit_are_answered_429_and_closed() {
 async fn shippers_bodies_of_lines_arrays_and_wrapped_records_are_accepted() {
     let lines = common::audit_lines("deployment");
     // Writes of Events become Event spans, not audit spans: left out.
-    let ids: Vec<String> = lines
-        .iter()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["objectRef"]["resource"] != "events")
-        .map(|v| v["auditID"].as_str().unwrap().to_string())
-        .collect();
+    let ids = audit_ids_of_writes(&lines);
     assert!(ids.len() > 20);
     let chunk = lines.len() / 4;
     let (a, rest) = lines.split_at(chunk);
@@ -812,6 +807,16 @@ async fn shippers_bodies_of_lines_arrays_and_wrapped_records_are_accepted() {
     }
 }
 
+/// The audit IDs of the lines that become audit spans (all but Events').
+fn audit_ids_of_writes(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["objectRef"]["resource"] != "events")
+        .map(|v| v["auditID"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The OpenTelemetry Collector's `filelog` receiver tailing `audit.log`,
 /// exported with `otlphttp`: one log record per line, its body the line.
 /// The requests are made here from the fixture's lines as that pipeline
@@ -826,12 +831,7 @@ async fn otlp_logs_of_audit_lines_are_accepted_and_answered_as_otlp() {
     use prost::Message as _;
     let request = common::otlp_logs_of;
     let lines = common::audit_lines("deployment");
-    let ids: Vec<String> = lines
-        .iter()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["objectRef"]["resource"] != "events")
-        .map(|v| v["auditID"].as_str().unwrap().to_string())
-        .collect();
+    let ids = audit_ids_of_writes(&lines);
     let half = lines.len() / 2;
     let (srv, pipeline) = serve(|_| {}).await;
     let client = reqwest::Client::new();
@@ -899,12 +899,7 @@ async fn otlp_logs_over_grpc_are_accepted_and_answered_as_grpc() {
     use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
     use opentelemetry_proto::tonic::common::v1::any_value;
     let lines = common::audit_lines("deployment");
-    let ids: Vec<String> = lines
-        .iter()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["objectRef"]["resource"] != "events")
-        .map(|v| v["auditID"].as_str().unwrap().to_string())
-        .collect();
+    let ids = audit_ids_of_writes(&lines);
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "grpc-secret\n").unwrap();

@@ -453,18 +453,45 @@ mod tests {
         assert!(drain(&mut rx).is_empty());
     }
 
-    fn links_of(spans: &[Span]) -> Vec<(String, String)> {
+    fn links_of(spans: &[Span]) -> Vec<(Vec<u8>, String)> {
         let mut links: Vec<_> = spans
             .iter()
             .filter(|s| kind(s) == SPAN_KIND_LINK)
-            .map(|s| (hex(&s.span_id), attr(s, attr::LINK_ROLE).unwrap()))
+            .map(|s| (s.span_id.clone(), attr(s, attr::LINK_ROLE).unwrap()))
             .collect();
         links.sort();
         links
     }
 
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
+    /// The link journal in `dir`, as a restarted process opens it.
+    fn journal_in(dir: &std::path::Path) -> Arc<SentLinks> {
+        Arc::new(
+            SentLinks::open(
+                dir,
+                std::time::Duration::from_secs(3600),
+                Default::default(),
+            )
+            .unwrap(),
+        )
+    }
+
+    /// The deployment scenario's first ReplicaSet: its window, its
+    /// relations (the owner among them) and its create's time.
+    fn replicaset_relations() -> (ObjectWindow, Vec<(Relation, String)>, SystemTime) {
+        let rs = created("replicasets");
+        let state: Value =
+            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
+        let ow = ObjectWindow {
+            object: rs.object.clone(),
+            window_start: 1800,
+        };
+        let relations = crate::aggregate::relations::all_relations(
+            &ow.object,
+            &state,
+            &crate::aggregate::relations::KindRegistry::default(),
+            &repository_rules(),
+        );
+        (ow, relations, rs.event.stage_timestamp)
     }
 
     /// A release may take a relation's first side and not yet its second
@@ -473,31 +500,8 @@ mod tests {
     #[tokio::test]
     async fn a_side_the_journal_does_not_name_is_sent_though_the_other_was_exported() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || {
-            Arc::new(
-                SentLinks::open(
-                    dir.path(),
-                    std::time::Duration::from_secs(3600),
-                    Default::default(),
-                )
-                .unwrap(),
-            )
-        };
-        let rs = created("replicasets");
-        let state: Value =
-            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
-        let ow = ObjectWindow {
-            object: rs.object.clone(),
-            window_start: 1800,
-        };
-        let at = rs.event.stage_timestamp;
-        let kinds = crate::aggregate::relations::KindRegistry::default();
-        let relations = crate::aggregate::relations::all_relations(
-            &ow.object,
-            &state,
-            &kinds,
-            &repository_rules(),
-        );
+        let open = || journal_in(dir.path());
+        let (ow, relations, at) = replicaset_relations();
         let (mut first, mut rx, _) = emitter();
         let journal = open();
         first.journal_links_in(journal.clone());
@@ -506,10 +510,10 @@ mod tests {
             .await
             .unwrap();
         // In emission order: each relation's first side, then its second.
-        let sent: Vec<String> = drain(&mut rx)
+        let sent: Vec<Vec<u8>> = drain(&mut rx)
             .iter()
             .filter(|s| kind(s) == SPAN_KIND_LINK)
-            .map(|s| hex(&s.span_id))
+            .map(|s| s.span_id.clone())
             .collect();
         assert!(sent.len() >= 2 && sent.len().is_multiple_of(2), "{sent:?}");
         journal.persist(journal.take().into_iter().step_by(2).collect());
@@ -521,13 +525,13 @@ mod tests {
             .record_relation_list(&ow, &relations, at, true)
             .await
             .unwrap();
-        let mut again: Vec<String> = drain(&mut rx)
+        let mut again: Vec<Vec<u8>> = drain(&mut rx)
             .iter()
             .filter(|s| kind(s) == SPAN_KIND_LINK)
-            .map(|s| hex(&s.span_id))
+            .map(|s| s.span_id.clone())
             .collect();
         again.sort();
-        let mut second_sides: Vec<String> = sent.iter().skip(1).step_by(2).cloned().collect();
+        let mut second_sides: Vec<Vec<u8>> = sent.iter().skip(1).step_by(2).cloned().collect();
         second_sides.sort();
         assert_eq!(again, second_sides);
     }
@@ -535,32 +539,9 @@ mod tests {
     #[tokio::test]
     async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || {
-            Arc::new(
-                SentLinks::open(
-                    dir.path(),
-                    std::time::Duration::from_secs(3600),
-                    Default::default(),
-                )
-                .unwrap(),
-            )
-        };
-        let rs = created("replicasets");
-        let state: Value =
-            crate::json::parse(rs.event.response_object.as_ref().unwrap().get()).unwrap();
-        let ow = ObjectWindow {
-            object: rs.object.clone(),
-            window_start: 1800,
-        };
-        let at = rs.event.stage_timestamp;
+        let open = || journal_in(dir.path());
+        let (ow, relations, at) = replicaset_relations();
         let later = at + std::time::Duration::from_secs(1);
-        let kinds = crate::aggregate::relations::KindRegistry::default();
-        let relations = crate::aggregate::relations::all_relations(
-            &ow.object,
-            &state,
-            &kinds,
-            &repository_rules(),
-        );
 
         // A process sends the links, and the spool's release journals them.
         let (mut first, mut rx, _) = emitter();
