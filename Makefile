@@ -1,15 +1,20 @@
 # `make test` is the project's test command (CI runs it through .ci/run):
 # formatting and lints, unit tests over the real fixtures (on a machine kept
-# busy), the fuzz targets for a bounded time each, the judgements scored on
-# the corpus of whole-cluster runs, the HTML
-# report in a real browser (e2e/browser/), then the e2e
-# suite against a real control plane and a real Jaeger
-# built by e2e/build.sh, then the fault suite.
+# busy), the judgements scored on the corpus of whole-cluster runs, the HTML
+# report in a real browser (e2e/browser/), then the e2e suite against a real
+# control plane and a real Jaeger built by e2e/build.sh and the fault suite,
+# with the fuzz targets running beside the latter for a bounded time each.
 .PHONY: test lint unit fuzz corpus browser e2e faults fixtures
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
+# The fuzz targets run for a fixed time each in the background beside the
+# fault suite, whose load and Jaeger leave the cores idle much of the time
+# (the suite passes so, as it must on a busy machine). Not beside the e2e
+# suite: its test that Jaeger finds no clock skew once failed there, a child
+# of the apiserver's trace ending 49 µs after the write span it was hung
+# under.
 test:
-	@bash .ci/stages.sh lint unit fuzz corpus browser e2e faults
+	@bash .ci/stages.sh lint unit corpus browser e2e '&fuzz' faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show. The GitHub
@@ -29,21 +34,27 @@ lint:
 	  && "$${out#ACTIONLINT=}" .github/workflows/*.yml examples/ci/github-actions.yaml
 
 # The unit suite runs while both cores are kept busy (.ci/busy.sh): no test
-# may depend on how fast the machine is. The load is the build of what the
-# e2e and fault stages run (.ci/prebuild.sh: the static kascade a release
-# ships, checked to be static and to run, and the release test programs),
-# then CPU-burning processes (BURNERS=N, default 2) if the tests outlast it.
-# The tests are built beside that build (each fills the cores the other
-# leaves idle) but never beside the burners, which would only slow it.
+# may depend on how fast the machine is. The load is the build of what later
+# stages need that the unit build does not make (.ci/prebuild.sh: the e2e
+# harness when its cache is cold, the fuzz targets), then CPU-burning
+# processes (BURNERS=N, default 2) if the tests outlast it. The tests are
+# built beside that build (each fills the cores the other leaves idle) but
+# never beside the burners, which would only slow it.
+# The unit suite is built for the static (musl) target releases ship: that
+# one build of the dependencies also makes the kascade and the test programs
+# the corpus, browser, e2e and fault stages run (e2e/profile.sh), and checks
+# that the musl build links.
+MUSL := $(shell uname -m)-unknown-linux-musl
 unit:
-	bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
+	bash e2e/static-kascade.sh --toolchain
+	CARGO_BUILD_TARGET=$(MUSL) bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
 	  cargo test --workspace --locked
 
-# The debug kascade that `cargo test --workspace` built (the unit stage's):
+# The kascade that `cargo test --workspace` built (the unit stage's):
 # `cargo build --bin kascade` would build it again, and much of what it
 # depends on, without the features the dev-dependencies turn on.
-TESTED_KASCADE = cargo test --workspace --locked --no-run --quiet \
-	&& echo "$${CARGO_TARGET_DIR:-$$PWD/target}/debug/kascade"
+TESTED_KASCADE = CARGO_BUILD_TARGET=$(MUSL) cargo test --workspace --locked --no-run --quiet \
+	&& echo "$${CARGO_TARGET_DIR:-$$PWD/target}/$(MUSL)/debug/kascade"
 
 # The cargo-fuzz targets of fuzz/ (docs/testing.md, "Fuzzing"), each run
 # for a bounded time, two at a time (.ci/fuzz.sh run: FUZZ_SECONDS, default

@@ -2,11 +2,38 @@
 # Runs `make STAGE` for each stage given, in order, stopping at the first
 # that fails, and prints how long each took when it ends (pass or fail):
 # the suite's time budget is watched stage by stage.
+#
+# A stage written `&STAGE` starts in the background and runs beside the
+# stages after it: its output goes to target/stage-STAGE.log and is printed
+# when it ends, which the last stage waits for. Meant for a stage whose
+# length is set by the clock rather than by the work (the fuzz targets run
+# for a fixed time each) beside stages that mostly wait on a control plane.
+# A failure of either fails the run; when a foreground stage fails, the
+# background one is stopped.
 set -uo pipefail
 declare -a rows=()
 started=$SECONDS
+target="${CARGO_TARGET_DIR:-target}"
+bg_name="" bg_pid="" bg_started=0 bg_log=""
+
+finish_background() {
+  [[ -n "$bg_pid" ]] || return 0
+  local rc=0
+  wait "$bg_pid" || rc=$?
+  echo "----- $bg_name (ran in the background; $bg_log) -----" >&2
+  cat "$bg_log" >&2
+  rows+=("$(printf '%-8s %5ds  (beside the stages after it)%s' "$bg_name" $((SECONDS - bg_started)) "$([[ $rc -ne 0 ]] && echo '  FAILED')")")
+  bg_pid=""
+  return $rc
+}
+
 summary() {
   local rc=$?
+  if [[ -n "$bg_pid" ]]; then
+    kill -- "-$bg_pid" 2>/dev/null || kill "$bg_pid" 2>/dev/null || true
+    wait "$bg_pid" 2>/dev/null || true
+    rows+=("$(printf '%-8s %5ds  stopped' "$bg_name" $((SECONDS - bg_started)))")
+  fi
   {
     echo
     echo "stage times (make test):"
@@ -16,10 +43,24 @@ summary() {
   exit $rc
 }
 trap summary EXIT
+
 for stage in "$@"; do
+  if [[ "$stage" == '&'* ]]; then
+    [[ -z "$bg_pid" ]] || { echo "stages.sh: one background stage at a time ($bg_name runs)" >&2; exit 2; }
+    bg_name="${stage#&}" bg_started=$SECONDS bg_log="$target/stage-${stage#&}.log"
+    mkdir -p "$target"
+    echo "stages.sh: $bg_name runs in the background (output in $bg_log)" >&2
+    # Its own process group, so that stopping it stops what make started.
+    set -m
+    make --no-print-directory "$bg_name" >"$bg_log" 2>&1 &
+    bg_pid=$!
+    set +m
+    continue
+  fi
   t=$SECONDS
   make --no-print-directory "$stage"
   rc=$?
   rows+=("$(printf '%-8s %5ds%s' "$stage" $((SECONDS - t)) "$([[ $rc -ne 0 ]] && echo '  FAILED')")")
   [[ $rc -eq 0 ]] || exit $rc
 done
+finish_background || exit $?

@@ -3,7 +3,7 @@
 # restart, oversized objects, a slow then vanished etcd with two replicas,
 # its limits probed as an attacker would (e2e/faults/limits.py), and a
 # burst of 200 searches at the read side (e2e/faults/searches.py).
-# Real parts: kascade (the static release build, e2e/static-kascade.sh),
+# Real parts: kascade (the static build, e2e/static-kascade.sh),
 # Jaeger v2 with persistent (badger) storage so an outage loses nothing
 # stored before it, etcd from the harness.
 # The load (benches/fault_load.rs) behaves as the apiserver's webhook backend:
@@ -23,13 +23,15 @@ cd "$ROOT"
 log() { printf '[faults %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 BIN="$("$ROOT/e2e/build.sh" all | sed -n 's/^KASCADE_E2E_BIN=//p')"
-# kascade static (musl) as a release ships it, checked to run; built beside
-# the release test programs (KASCADE_STATIC_BUILD=tests, as e2e/suite.sh).
-KASCADE="$(KASCADE_STATIC_BUILD="${KASCADE_STATIC_BUILD:-tests}" "$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
-# The load generator for the same target: one release build of the
-# dependencies for all (.ci/prebuild.sh builds it ahead).
-CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
-cargo bench --locked --bench fault_load --no-run >&2 2>/dev/null
+# kascade static (musl), checked to run: by default the unit suite's build
+# (e2e/profile.sh), as e2e/suite.sh.
+# shellcheck source=e2e/profile.sh
+source "$ROOT/e2e/profile.sh"
+KASCADE="$("$ROOT/e2e/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+# The load generator (benches/fault_load.rs, harness = false) of the same
+# build: `cargo test --bench` runs its main with the arguments after `--`.
+LOAD=(cargo test "${E2E_CARGO_PROFILE[@]}" --locked --bench fault_load)
+"${LOAD[@]}" --no-run >&2 2>/dev/null
 # `searches` is run by name only for now: after the other scenarios have
 # filled the raw Jaeger, its reads answer 500 under the burst (to be found out).
 SCENARIOS="${FAULT_SCENARIOS:-overload outage kill9 oversized etcd limits}"
@@ -95,7 +97,7 @@ at_least() { (( $(accepted_lines "$1") >= $2 )); }
 load() {
   local s="$1" urls="$2"; shift 2
   env KASCADE_URLS="$urls" FAULT_NS="f-$s-" FAULT_ACCEPTED="$RUN/accepted-$s.tsv" BENCH_COPIES="$COPIES" "$@" \
-    cargo bench --locked --bench fault_load -- load >"$RUN/load-$s.out" 2>>"$RUN/load-$s.log" &
+    "${LOAD[@]}" -- load >"$RUN/load-$s.out" 2>>"$RUN/load-$s.log" &
   LOADPID=$!
 }
 finish_load() { wait "$LOADPID"; LOADPID=""; }
@@ -121,7 +123,7 @@ verify() {
   wait_until "Jaeger to store what it received" 120 jaeger_settled
   out="$(FAULT_ACCEPTED="$RUN/accepted-$s.tsv" JAEGER_QUERY_URL="$JAEGER_URL" FAULT_SERVICE="$SERVICE" \
     FAULT_MAX_DUPLICATES="$max" \
-    cargo bench --locked --bench fault_load -- verify 2>>"$RUN/verify-$s.log")" || rc=$?
+    "${LOAD[@]}" -- verify 2>>"$RUN/verify-$s.log")" || rc=$?
   local refused; refused="$(sed -n 's/.*refused=\([0-9]*\).*/\1/p' "$RUN/load-$s.out" 2>/dev/null | head -1)"
   local answered stored lost orphans duplicates
   answered="$(sed -n 's/.*answered200=\([0-9]*\).*/\1/p' <<<"$out")"
@@ -177,7 +179,7 @@ for s in $SCENARIOS; do
     log "oversized: three 1.5 MB ConfigMap updates and 50 small creates in one batch"
     start_kascade a 31090 31091
     env KASCADE_URLS="${WEBHOOK[a]}" FAULT_NS="f-oversized-" FAULT_ACCEPTED="$RUN/accepted-oversized.tsv" \
-      cargo bench --locked --bench fault_load -- oversized >"$RUN/load-oversized.out" 2>>"$RUN/load-oversized.log"
+      "${LOAD[@]}" -- oversized >"$RUN/load-oversized.out" 2>>"$RUN/load-oversized.log"
     verify oversized "one batch over Jaeger's 4 MiB request limit" 0/0/0
     stop_kascade a
     ;;

@@ -16,11 +16,11 @@
 #      third batch (e2e/fixtures/config, `...-after`) is exactly-once again.
 #
 # Needs the env of `e2e/cluster.sh up` (KASCADE_E2E_BIN, KASCADE_E2E_RUN_DIR,
-# JAEGER_OTLP_GRPC, JAEGER_QUERY_URL) and a release kascade (KASCADE_BIN,
-# default target/release/kascade). e2e/suite.sh runs it; alone:
+# JAEGER_OTLP_GRPC, JAEGER_QUERY_URL) and a static kascade (KASCADE_BIN,
+# default the one e2e/static-kascade.sh builds). e2e/suite.sh runs it; alone:
 #
 #   e2e/cluster.sh up --name scaleout --port-base 29000
-#   source e2e/.run-scaleout/env && cargo build --release --locked --bin kascade
+#   source e2e/.run-scaleout/env && e2e/static-kascade.sh
 #   e2e/scale-out.sh
 #   e2e/cluster.sh down --name scaleout
 #
@@ -28,6 +28,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# The build of tests/span_cache_etcd.rs (e2e/profile.sh; KASCADE_STATIC_PROFILE).
+# shellcheck source=e2e/profile.sh
+source "$ROOT/e2e/profile.sh"
 started=$SECONDS
 log() { printf '[scale-out %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 pass() { log "PASS: $*"; }
@@ -36,8 +39,8 @@ fail() { log "FAIL: $*"; exit 1; }
 for v in KASCADE_E2E_BIN KASCADE_E2E_RUN_DIR JAEGER_OTLP_GRPC JAEGER_QUERY_URL; do
   [[ -n "${!v:-}" ]] || fail "$v is not set: source the env written by e2e/cluster.sh up"
 done
-KASCADE_BIN="${KASCADE_BIN:-$ROOT/target/release/kascade}"
-[[ -x "$KASCADE_BIN" ]] || fail "no kascade binary at $KASCADE_BIN (cargo build --release, or set KASCADE_BIN)"
+KASCADE_BIN="${KASCADE_BIN:-$E2E_OUT/kascade}"
+[[ -x "$KASCADE_BIN" ]] || fail "no kascade binary at $KASCADE_BIN (e2e/static-kascade.sh builds it, or set KASCADE_BIN)"
 ETCD_BIN="$KASCADE_E2E_BIN/etcd"
 [[ -x "$ETCD_BIN" ]] || fail "no etcd at $ETCD_BIN (e2e/build.sh etcd)"
 DIR="$KASCADE_E2E_RUN_DIR/scale-out"
@@ -82,7 +85,7 @@ trap cleanup EXIT
 # ---------------------------------------------------------------- 1. cargo tests
 if [[ "${KASCADE_SCALEOUT_RUST_TESTS:-1}" != 0 ]]; then
   log "span cache tests against a real etcd (tests/span_cache_etcd.rs)"
-  if KASCADE_E2E_BIN="$KASCADE_E2E_BIN" cargo test --release --locked --test span_cache_etcd -- --ignored \
+  if KASCADE_E2E_BIN="$KASCADE_E2E_BIN" cargo test "${E2E_CARGO_PROFILE[@]}" --locked --test span_cache_etcd -- --ignored \
       >"$DIR/cargo-test.log" 2>&1; then
     grep -E '^test |^test result' "$DIR/cargo-test.log" >&2 || true
     pass "tests/span_cache_etcd.rs against etcd $("$ETCD_BIN" --version | sed -n 's/^etcd Version: //p')"

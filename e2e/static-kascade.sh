@@ -2,30 +2,34 @@
 # Builds kascade as a release ships it: a static Linux binary (musl, for this
 # machine's architecture), checks that it is static and that it runs, and
 # prints KASCADE=<path> as its last line. e2e/suite.sh and e2e/faults.sh test
-# this binary, so the end-to-end suites run what a release ships.
+# this binary, so the end-to-end suites run a static build, as releases are.
 #
-#   e2e/static-kascade.sh                 # profile `release`
-#   KASCADE_STATIC_PROFILE=dist e2e/static-kascade.sh
-#   KASCADE_STATIC_BUILD=tests e2e/static-kascade.sh
+#   e2e/static-kascade.sh                 # the unit suite's build (profile test)
+#   KASCADE_STATIC_PROFILE=release e2e/static-kascade.sh
+#   KASCADE_STATIC_PROFILE=dist KASCADE_STATIC_BUILD=install e2e/static-kascade.sh
+#   e2e/static-kascade.sh --toolchain     # only install what the build needs
 #
+# KASCADE_STATIC_PROFILE (e2e/profile.sh) says which profile: by default the
+# unit suite's (`cargo test --workspace --target <arch>-unknown-linux-musl`,
+# make unit), so that one build of the dependencies serves the unit, e2e and
+# fault stages.
 # KASCADE_STATIC_BUILD says which build makes the binary:
-#   install  (default) `cargo build --bin kascade`, the features `cargo
-#            install` and a release build;
-#   tests    the binary `cargo test` builds for the release test programs
-#            (tests/e2e.rs runs it as CARGO_BIN_EXE_kascade): there the
-#            dev-dependencies' features are unified in (tokio's test-util,
-#            opentelemetry_sdk's testing, jemalloc's statistics, …), which
-#            makes kascade, kube, tonic, hyper, tokio and jemalloc a second
-#            build of their own under `install`. They add code kascade does
-#            not call and change nothing it does (tokio's clock only moves
-#            differently once a test pauses it), so the e2e and fault suites
-#            use this one: one release build serves the binary and the test
-#            programs. The lint stage checks that the `install` features
-#            build (`cargo clippy --bins`).
+#   tests    (default) the binary `cargo test` builds beside the test
+#            programs (tests/e2e.rs runs it as CARGO_BIN_EXE_kascade): there
+#            the dev-dependencies' features are unified in (tokio's
+#            test-util, opentelemetry_sdk's testing, jemalloc's statistics,
+#            …), which makes kascade, kube, tonic, hyper, tokio and jemalloc a
+#            second build of their own under `install`. They add code kascade
+#            does not call and change nothing it does (tokio's clock only
+#            moves differently once a test pauses it), so the e2e and fault
+#            suites use this one. The lint stage checks that the `install`
+#            features build (`cargo clippy --bins`).
+#   install  `cargo build --bin kascade`, the features `cargo install` and a
+#            release build have.
 #
 # The release workflow (.github/workflows/release.yml) builds the same target
-# with the `dist` profile; the tests use `release`: fat LTO and one codegen
-# unit take several times longer and link the same code and C libraries.
+# with the `dist` profile: fat LTO and one codegen unit take several times
+# longer and link the same code and C libraries.
 # What the build needs is installed when missing (idempotent): Debian's
 # musl-tools (musl-gcc, for the C in ring and jemalloc; apt-get, sudo when
 # not root) and the rustup target.
@@ -34,9 +38,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[static %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-triple="$(uname -m)-unknown-linux-musl"
-profile="${KASCADE_STATIC_PROFILE:-release}"
-build="${KASCADE_STATIC_BUILD:-install}"
+# shellcheck source=e2e/profile.sh
+source "$ROOT/e2e/profile.sh"
+triple="$E2E_TARGET"
+build="${KASCADE_STATIC_BUILD:-tests}"
 case "$build" in
   install|tests) ;;
   *) log "KASCADE_STATIC_BUILD must be install or tests, not '$build'"; exit 2 ;;
@@ -52,16 +57,15 @@ if ! rustup target list --installed | grep -qx "$triple"; then
   log "adding the rustup target $triple"
   rustup target add "$triple" >&2
 fi
+[[ "${1:-}" != --toolchain ]] || exit 0
 
-log "building kascade for $triple (profile $profile, as $build builds it)"
+log "building kascade for $triple (profile $E2E_PROFILE, as $build builds it)"
 if [[ "$build" = tests ]]; then
-  cargo test --profile "$profile" --locked --target "$triple" --no-run --test e2e >&2
+  cargo test "${E2E_CARGO_PROFILE[@]}" --locked --no-run --test e2e >&2
 else
-  cargo build --profile "$profile" --locked --target "$triple" --bin kascade >&2
+  cargo build "${E2E_CARGO_PROFILE[@]}" --locked --bin kascade >&2
 fi
-target="${CARGO_TARGET_DIR:-target}"
-[[ "$target" = /* ]] || target="$ROOT/$target"
-bin="$target/$triple/$profile/kascade"
+bin="$E2E_OUT/kascade"
 
 # Static: no program interpreter, no shared library (`file` says "static-pie
 # linked" or "statically linked"; glibc's ldd refuses or says so).

@@ -13,17 +13,18 @@ log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 "$E2E_DIR/build.sh" all >/dev/null
 # The OpenTelemetry Collector of tests/e2e_shippers.rs (collector builder, cached).
 OTELCOL_BIN="$("$E2E_DIR/build.sh" otelcol | sed -n 's/^OTELCOL=//p')"; export OTELCOL_BIN
-# kascade static (musl) as a release ships it, checked to run; built beside
-# the release test programs (KASCADE_STATIC_BUILD=tests: one release build
-# of the dependencies for both; e2e/static-kascade.sh says why that is the
-# same program).
-log "building kascade (static, release)"
-KASCADE="$(KASCADE_STATIC_BUILD="${KASCADE_STATIC_BUILD:-tests}" "$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
-# The release test programs for the same target: one release build of the
-# dependencies for all (.ci/prebuild.sh builds them ahead).
-CARGO_BUILD_TARGET="$(uname -m)-unknown-linux-musl"; export CARGO_BUILD_TARGET
-cargo build --release --locked --example config_roller 2>&1 | tail -n 2 >&2
-CONFIG_ROLLER="${CARGO_TARGET_DIR:-$ROOT/target}/$CARGO_BUILD_TARGET/release/examples/config_roller"
+# kascade static (musl), checked to run, and the test programs built beside
+# it: by default the unit suite's build (e2e/profile.sh,
+# KASCADE_STATIC_PROFILE), which CI has already made.
+# shellcheck source=e2e/profile.sh
+source "$E2E_DIR/profile.sh"
+log "building kascade (static, profile $E2E_PROFILE)"
+KASCADE="$("$E2E_DIR/static-kascade.sh" | sed -n 's/^KASCADE=//p')"
+# The example controller is built with the workspace's test programs (as
+# `cargo test --workspace` builds examples), so the dependencies keep the
+# features of that one build.
+cargo test "${E2E_CARGO_PROFILE[@]}" --workspace --locked --no-run 2>&1 | tail -n 2 >&2
+CONFIG_ROLLER="$E2E_OUT/examples/config_roller"
 
 KASCADE_PID=""; FRONTEND_PID=""; JAEGER_QUERY_PID=""; CPID_WEBHOOK_PID=""; ROLLER_PID=""
 cleanup() {
@@ -232,4 +233,4 @@ export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics 
   JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094 \
   KASCADE_ADMIN_URL=http://127.0.0.1:8091 KASCADE_E2E_ENV_B="$B_ENV"
 # tests/e2e_doctor.rs makes faults in cluster B (and puts it back); the others use cluster A.
-cargo test --release --locked --test e2e --test e2e_shippers --test e2e_doctor -- --ignored --test-threads=1
+cargo test "${E2E_CARGO_PROFILE[@]}" --locked --test e2e --test e2e_shippers --test e2e_doctor -- --ignored --test-threads=1
