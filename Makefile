@@ -8,11 +8,9 @@
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
 # The fuzz targets run for a fixed time each in the background beside the
-# fault suite, whose load and Jaeger leave the cores idle much of the time
-# (the suite passes so, as it must on a busy machine). Not beside the e2e
-# suite: its test that Jaeger finds no clock skew once failed there, a child
-# of the apiserver's trace ending 49 µs after the write span it was hung
-# under.
+# fault suite, which passes so, as it must on a busy machine. (The corpus
+# scoring beside the e2e suite was tried: the suite, whose debug kascade and
+# control plane keep a core busy, took 92 s longer, against 63 s saved.)
 test:
 	@bash .ci/stages.sh lint unit corpus browser e2e '&fuzz' faults
 

@@ -5,7 +5,8 @@
 #
 # A stage written `&STAGE` starts in the background and runs beside the
 # stages after it: its output goes to target/stage-STAGE.log and is printed
-# when it ends, which the last stage waits for. Meant for a stage whose
+# when it ends, which the next background stage or the end of the run waits
+# for. Meant for a stage whose
 # length is set by the clock rather than by the work (the fuzz targets run
 # for a fixed time each) beside stages that mostly wait on a control plane.
 # A failure of either fails the run; when a foreground stage fails, the
@@ -46,7 +47,8 @@ trap summary EXIT
 
 for stage in "$@"; do
   if [[ "$stage" == '&'* ]]; then
-    [[ -z "$bg_pid" ]] || { echo "stages.sh: one background stage at a time ($bg_name runs)" >&2; exit 2; }
+    # One background stage at a time: the next waits for the last.
+    finish_background || exit $?
     bg_name="${stage#&}" bg_started=$SECONDS bg_log="$target/stage-${stage#&}.log"
     mkdir -p "$target"
     echo "stages.sh: $bg_name runs in the background (output in $bg_log)" >&2
