@@ -620,3 +620,41 @@ fn a_delete_held_by_a_finalizer_names_the_finalizer_and_the_delete() {
     // Nothing else went wrong: the ReplicaSet and Pod stay until it goes.
     assert_eq!(r.findings.len(), 1, "{:#?}", r.findings);
 }
+
+/// The same log gives the same report, in every process: which of several
+/// failing siblings names a group used to follow a map's random order (the
+/// corpus's crash-loop run named one of two Pods, now one, now the other).
+/// Each run is its own process, with its own hash seeds.
+#[test]
+fn the_same_whole_cluster_log_gives_the_same_report_every_time() {
+    for run in ["crash-loop", "image-pull-error"] {
+        let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("e2e/corpus")
+            .join(run)
+            .join("audit.log.gz");
+        let reports: Vec<Vec<u8>> = (0..6)
+            .map(|_| {
+                let out = kascade()
+                    .arg("explain")
+                    .arg(&log)
+                    .args(["--format", "json"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                out.stdout
+            })
+            .collect();
+        for (i, r) in reports.iter().enumerate().skip(1) {
+            assert!(
+                *r == reports[0],
+                "{run}: report {i} differs from the first:\n{}\n---\n{}",
+                String::from_utf8_lossy(&reports[0]),
+                String::from_utf8_lossy(r)
+            );
+        }
+    }
+}

@@ -26,6 +26,7 @@ import gzip
 import json
 import os
 import re
+import concurrent.futures
 import subprocess
 import sys
 
@@ -228,37 +229,48 @@ def short(s, n):
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def score(kascade, run):
+    """One run's row (explain's first finding and the UI marks against its
+    truth) and its truth."""
+    truth = load_truth(run)
+    logs = run_logs(run)
+    report, rc = explain(kascade, logs)
+    if truth["verdict"] == "failing":
+        ok, why = first_hit(report, truth)
+    else:
+        errors = report["totals"]["error"]
+        ok = errors == 0 and rc == 0
+        why = "" if ok else f"{errors} errors, --fail-on error exit {rc}"
+    ui_ok, ui_why = ui_marks(kascade, logs, truth)
+    return {
+        "run": run, "verdict": truth["verdict"], "first": headline(report),
+        "truth": truth.get("cause", {}).get("reason", "healthy") if truth["verdict"] == "failing" else "healthy",
+        "explain": ok, "explain_why": why, "ui": ui_ok, "ui_why": ui_why,
+    }, truth
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kascade", required=True)
     ap.add_argument("--json", help="also write the per-run results here")
     ap.add_argument("runs", nargs="*")
     args = ap.parse_args()
-    rows = []
-    for run in runs(args.runs):
-        truth = load_truth(run)
-        logs = run_logs(run)
-        report, rc = explain(args.kascade, logs)
-        if truth["verdict"] == "failing":
-            ok, why = first_hit(report, truth)
-        else:
-            errors = report["totals"]["error"]
-            ok = errors == 0 and rc == 0
-            why = "" if ok else f"{errors} errors, --fail-on error exit {rc}"
-        ui_ok, ui_why = ui_marks(args.kascade, logs, truth)
-        rows.append({
-            "run": run, "verdict": truth["verdict"], "first": headline(report),
-            "truth": truth.get("cause", {}).get("reason", "healthy") if truth["verdict"] == "failing" else "healthy",
-            "explain": ok, "explain_why": why, "ui": ui_ok, "ui_why": ui_why,
-        })
-        r = rows[-1]
-        print(f"{run:28} {r['verdict']:8} explain {'✓' if ok else '✗'}  ui {'✓' if ui_ok else '✗'}  "
-              f"{short(r['first'], 110)}", flush=True)
-        if truth["verdict"] == "failing":
-            print(f"{'':28} {'truth':8} {short(r['truth'], 120)}")
-        for w in (why, ui_why):
-            if w:
-                print(f"{'':28} {'':8} ✗ {w}")
+    # Runs are scored on SCORE_JOBS threads (default: the cores), each
+    # running kascade; results are printed in the runs' order.
+    jobs = int(os.environ.get("SCORE_JOBS") or os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        scored = pool.map(lambda run: score(args.kascade, run), runs(args.runs))
+        rows = []
+        for r, truth in scored:
+            rows.append(r)
+            ok, ui_ok, why, ui_why = r["explain"], r["ui"], r["explain_why"], r["ui_why"]
+            print(f"{r['run']:28} {r['verdict']:8} explain {'✓' if ok else '✗'}  ui {'✓' if ui_ok else '✗'}  "
+                  f"{short(r['first'], 110)}", flush=True)
+            if truth["verdict"] == "failing":
+                print(f"{'':28} {'truth':8} {short(r['truth'], 120)}")
+            for w in (why, ui_why):
+                if w:
+                    print(f"{'':28} {'':8} ✗ {w}")
     failing = [r for r in rows if r["verdict"] == "failing"]
     healthy = [r for r in rows if r["verdict"] == "healthy"]
     hits = sum(r["explain"] for r in failing)

@@ -81,7 +81,17 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
     //    Event, an Event and the state it left).
     let mut merged: Vec<Raw> = Vec::new();
     let mut raw = raw;
-    raw.sort_by_key(|r| std::cmp::Reverse(priority(r.kind)));
+    // A fixed order, whatever order the maps gave them in, so that the same
+    // log gives the same report: which finding absorbs its twin, which
+    // sibling (the first to fail) names a group.
+    raw.sort_by(|a, b| {
+        priority(b.kind)
+            .cmp(&priority(a.kind))
+            .then(a.first.cmp(&b.first))
+            .then(a.obj.cmp(&b.obj))
+            .then_with(|| a.key.cmp(&b.key))
+            .then_with(|| a.title.cmp(&b.title))
+    });
     for r in raw {
         let twin = merged.iter_mut().find(|m| {
             m.obj == r.obj
