@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -20,9 +19,7 @@ use kascade::pipeline::ChangeRecord;
 use kascade::source::audit::AuditFilter;
 use serde_json::Value;
 
-fn kascade() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_kascade"))
-}
+use common::kascade;
 
 async fn changes(scenario: &str) -> Vec<ChangeRecord> {
     common::changes_of_lines(common::audit_lines(scenario), "fixture").await
@@ -263,25 +260,11 @@ async fn hop_percentiles_are_those_of_the_fixtures_timestamps() {
 #[test]
 fn json_and_csv_parse_back_and_agree() {
     let log = common::fixture_path("deployment", "audit.log");
-    let out = kascade()
-        .args(["analyze", "--format", "json"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeeded(kascade().args(["analyze", "--format", "json"]).arg(&log));
     let report: Report = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report.edges.len() >= 10, "{:?}", report.edges);
     assert_eq!(report.malformed_lines, 0);
-    let out = kascade()
-        .args(["analyze", "--format", "csv"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = common::succeeded(kascade().args(["analyze", "--format", "csv"]).arg(&log));
     let text = String::from_utf8(out.stdout).unwrap();
     let mut rows = text.lines();
     assert_eq!(
@@ -305,17 +288,12 @@ fn json_and_csv_parse_back_and_agree() {
 fn text_shows_the_table_and_bars_and_plots_are_valid_png_and_svg() {
     let dir = tempfile::tempdir().unwrap();
     let plots = dir.path().join("plots");
-    let out = kascade()
-        .arg("analyze")
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .arg("--plot")
-        .arg(&plots)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        kascade()
+            .arg("analyze")
+            .arg(common::fixture_path("deployment", "audit.log"))
+            .arg("--plot")
+            .arg(&plots),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("replicasets → pods create"), "{text}");
@@ -335,12 +313,7 @@ fn malformed_lines_are_named_by_file_and_line_and_counted() {
     lines.insert(2, "{not json".to_string());
     let log = dir.path().join("bad.log");
     std::fs::write(&log, lines.join("\n")).unwrap();
-    let out = kascade()
-        .args(["analyze", "--format", "json"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = common::succeeded(kascade().args(["analyze", "--format", "json"]).arg(&log));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("{}:3:", log.display())),
@@ -361,16 +334,11 @@ fn malformed_lines_are_named_by_file_and_line_and_counted() {
 async fn the_changelog_has_one_line_per_change_with_its_cause() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("changes.jsonl");
-    let out = kascade()
-        .args(["replay", "--output"])
-        .arg(format!("changelog={}", path.display()))
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::succeeded(
+        kascade()
+            .args(["replay", "--output"])
+            .arg(format!("changelog={}", path.display()))
+            .arg(common::fixture_path("deployment", "audit.log")),
     );
     let lines: Vec<Value> = std::fs::read_to_string(&path)
         .unwrap()
@@ -414,16 +382,11 @@ async fn the_changelog_has_one_line_per_change_with_its_cause() {
 fn the_changelog_holds_redacted_objects_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("changes.jsonl");
-    let out = kascade()
-        .args(["replay", "--output"])
-        .arg(format!("changelog={}", path.display()))
-        .arg(common::fixture_path("config", "audit.log"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::succeeded(
+        kascade()
+            .args(["replay", "--output"])
+            .arg(format!("changelog={}", path.display()))
+            .arg(common::fixture_path("config", "audit.log")),
     );
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(
@@ -514,15 +477,10 @@ async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
 
 /// `kascade analyze` in `format`: its stdout.
 fn analyze_output(scenario: &str, format: &str) -> String {
-    let out = kascade()
-        .args(["analyze", "--format", format])
-        .arg(common::fixture_path(scenario, "audit.log"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        kascade()
+            .args(["analyze", "--format", format])
+            .arg(common::fixture_path(scenario, "audit.log")),
     );
     String::from_utf8(out.stdout).unwrap()
 }

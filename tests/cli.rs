@@ -3,38 +3,18 @@
 
 mod common;
 
-use std::process::Command;
-
-fn kascade() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kascade"));
-    // Text is wrapped to COLUMNS when set: these tests read one line per item.
-    cmd.env_remove("COLUMNS");
-    cmd
-}
-
-/// Runs `cmd`, which must succeed; its stdout and stderr.
-fn succeeded(cmd: &mut Command) -> (String, String) {
-    let out = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{cmd:?}: {stderr}");
-    (String::from_utf8_lossy(&out.stdout).to_string(), stderr)
-}
+use common::{kascade, succeeded_text};
 
 #[test]
 fn replay_writes_otlp_json_requests_one_per_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
     let log = common::fixture_path("deployment", "audit.log");
-    let st = kascade()
-        .args(["replay", "--cluster", "fx", "--output"])
-        .arg(format!("otlp-json={}", out.display()))
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    let st = common::succeeded(
+        kascade()
+            .args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!("otlp-json={}", out.display()))
+            .arg(&log),
     );
     let stderr = String::from_utf8_lossy(&st.stderr);
     assert!(stderr.contains("0 malformed lines skipped"), "{stderr}");
@@ -73,7 +53,7 @@ fn output_files_are_owner_only() {
     );
     std::fs::write(&report, "an older report").unwrap();
     std::fs::set_permissions(&report, std::fs::Permissions::from_mode(0o644)).unwrap();
-    succeeded(
+    succeeded_text(
         kascade()
             .args(["replay", "--cluster", "fx", "--output"])
             .arg(format!("otlp-json={}", spans.display()))
@@ -81,7 +61,7 @@ fn output_files_are_owner_only() {
             .arg(format!("changelog={}", changes.display()))
             .arg(&log),
     );
-    succeeded(
+    succeeded_text(
         kascade()
             .arg("explain")
             .arg("--output")
@@ -312,19 +292,11 @@ fn a_line_that_is_not_utf8_is_reported_and_skipped_and_the_rest_is_replayed() {
 
 #[test]
 fn rules_check_accepts_the_shipped_rules_and_names_bad_ones() {
-    let st = kascade()
-        .args([
-            "rules",
-            "check",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/rules"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    let st = common::succeeded(kascade().args([
+        "rules",
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/rules"),
+    ]));
     // The shipped directory: its rules and its propagations.
     let out = String::from_utf8_lossy(&st.stdout);
     let propagations = std::fs::read_to_string(concat!(
@@ -444,8 +416,7 @@ fn readme_configuration_reference_documents_every_flag_in_help() {
         vec!["completions"],
         vec!["man"],
     ] {
-        let out = kascade().args(&sub).arg("--help").output().unwrap();
-        assert!(out.status.success(), "{sub:?} --help");
+        let out = common::succeeded(kascade().args(&sub).arg("--help"));
         let help = String::from_utf8(out.stdout).unwrap();
         for line in help.lines() {
             if let Some(c) = flag.captures(line) {
@@ -504,20 +475,15 @@ fn otlp_settings_from_the_environment_are_checked_and_named() {
     );
     // Without an OTLP output the OTLP settings are not needed.
     let dir = tempfile::tempdir().unwrap();
-    let st = kascade()
-        .args(["replay", "--cluster", "fx", "--output"])
-        .arg(format!(
-            "otlp-json={}",
-            dir.path().join("out.jsonl").display()
-        ))
-        .arg(&log)
-        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
+    common::succeeded(
+        kascade()
+            .args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!(
+                "otlp-json={}",
+                dir.path().join("out.jsonl").display()
+            ))
+            .arg(&log)
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
     );
 }
 
@@ -609,8 +575,7 @@ fn configuration_flag_tables()
 /// The flags of `kascade <sub> --help` with the default each shows (clap's
 /// `[default: …]`, or one written in the flag's description).
 fn help_flags(sub: &[&str]) -> Vec<(String, Option<String>)> {
-    let out = kascade().args(sub).arg("--help").output().unwrap();
-    assert!(out.status.success(), "{sub:?} --help");
+    let out = common::succeeded(kascade().args(sub).arg("--help"));
     let help = String::from_utf8(out.stdout).unwrap();
     let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z0-9-]+)").unwrap();
     let inline_default = regex::Regex::new(r"\[default: ([^\]]+)\]").unwrap();
@@ -804,18 +769,13 @@ fn transparent_huge_pages_are_off_unless_kascade_is_told_otherwise() {
 /// `kascade trace`'s text of the captured deployment fixture (two
 /// ReplicaSets of five Pods each, Deployment `hello`) with `args` added.
 fn trace_text_of_deployment(args: &[&str]) -> String {
-    let out = kascade()
-        .arg("trace")
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .args(["--resource", "deployments", "--namespace", "default"])
-        .args(["--name", "hello"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        kascade()
+            .arg("trace")
+            .arg(common::fixture_path("deployment", "audit.log"))
+            .args(["--resource", "deployments", "--namespace", "default"])
+            .args(["--name", "hello"])
+            .args(args),
     );
     String::from_utf8(out.stdout).unwrap()
 }
@@ -1069,7 +1029,7 @@ fn values_nested_as_deep_as_the_apiserver_accepts_are_markers_in_every_offline_c
         lines.push(brackets.clone());
         let log = dir.path().join(format!("{name}.log"));
         std::fs::write(&log, lines.join("\n") + "\n").unwrap();
-        let run = |args: &[&str]| succeeded(kascade().args(args).arg(&log));
+        let run = |args: &[&str]| succeeded_text(kascade().args(args).arg(&log));
         let out = dir.path().join(format!("{name}.jsonl"));
         let (_, stderr) = run(&[
             "replay",
@@ -1122,7 +1082,7 @@ fn a_log_given_twice_is_read_once_and_a_cut_gz_up_to_its_damage() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let log = common::fixture_path("rollout-stuck", "audit.log");
-    let explain = |files: &[&std::path::Path]| succeeded(kascade().arg("explain").args(files));
+    let explain = |files: &[&std::path::Path]| succeeded_text(kascade().arg("explain").args(files));
     let (once, _) = explain(&[&log]);
     let (twice, stderr) = explain(&[&log, &log]);
     assert!(once.contains("ERROR"), "{once}");
@@ -1215,7 +1175,7 @@ fn replay_reads_gzipped_logs_and_a_cut_one_up_to_its_damage() {
     std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
     let replay = |log: &std::path::Path, name: &str| {
         let out = dir.path().join(name);
-        let (_, stderr) = succeeded(
+        let (_, stderr) = succeeded_text(
             kascade()
                 .args(["replay", "--cluster", "fx", "--output"])
                 .arg(format!("otlp-json={}", out.display()))
@@ -1260,8 +1220,7 @@ fn standard_input_is_read_as_the_file_would_be() {
         );
         String::from_utf8_lossy(&out.stdout).to_string()
     };
-    let from_file = kascade().arg("explain").arg(&log).output().unwrap();
-    assert!(from_file.status.success());
+    let from_file = common::succeeded(kascade().arg("explain").arg(&log));
     assert_eq!(
         piped(&["explain", "-"]),
         String::from_utf8_lossy(&from_file.stdout)
@@ -1271,13 +1230,12 @@ fn standard_input_is_read_as_the_file_would_be() {
         dir.path().join("file.jsonl"),
         dir.path().join("stdin.jsonl"),
     );
-    let st = kascade()
-        .args(["replay", "--cluster", "fx", "--output"])
-        .arg(format!("otlp-json={}", file_out.display()))
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(st.status.success());
+    common::succeeded(
+        kascade()
+            .args(["replay", "--cluster", "fx", "--output"])
+            .arg(format!("otlp-json={}", file_out.display()))
+            .arg(&log),
+    );
     piped(&[
         "replay",
         "--cluster",
@@ -1320,16 +1278,7 @@ fn a_rules_directory_adds_to_the_built_in_rules() {
     let propagations = shipped_names("propagations").len();
     assert!(propagations >= 10);
 
-    let check = kascade()
-        .args(["rules", "check"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    let check = common::succeeded(kascade().args(["rules", "check"]).arg(dir.path()));
     let out = String::from_utf8_lossy(&check.stdout);
     assert!(
         out.contains(": 1 rules, 0 propagations, 0 timers OK"),
@@ -1365,12 +1314,7 @@ fn a_rules_directory_adds_to_the_built_in_rules() {
 
 #[test]
 fn rules_list_names_every_effective_rule_and_where_it_comes_from() {
-    let out = kascade().args(["rules", "list"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeeded(kascade().args(["rules", "list"]));
     let listed = String::from_utf8_lossy(&out.stdout);
     for part in ["rules", "propagations", "timers"] {
         let names = shipped_names(part);
@@ -1399,16 +1343,7 @@ fn rules_list_names_every_effective_rule_and_where_it_comes_from() {
     )
     .unwrap();
     std::fs::write(dir.path().join("extra.yaml"), EXTRA_RULE).unwrap();
-    let out = kascade()
-        .args(["rules", "list", "--rules"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeeded(kascade().args(["rules", "list", "--rules"]).arg(dir.path()));
     let listed = String::from_utf8_lossy(&out.stdout);
     let propagations = shipped_names("propagations").len();
     assert!(
@@ -1527,7 +1462,7 @@ fn doctor_names_bad_flags_and_fails_on_an_unreachable_collector() {
 fn replayed_spans(files: &[&std::path::Path]) -> (Vec<String>, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
-    let (_, stderr) = succeeded(
+    let (_, stderr) = succeeded_text(
         kascade()
             .args(["replay", "--cluster", "fx", "--workers", "1", "--output"])
             .arg(format!("otlp-json={}", out.display()))

@@ -288,17 +288,12 @@ fn a_file_that_is_not_otlp_json_names_its_line() {
 /// `kascade explain` of the fixture's audit log as JSON, with `args`.
 fn explain(args: &[&str]) -> serde_json::Value {
     let audit = common::fixture_path(SCENARIO, "audit.log");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-        .arg("explain")
-        .arg(&audit)
-        .args(["--format", "json", "--quiet"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        common::kascade()
+            .arg("explain")
+            .arg(&audit)
+            .args(["--format", "json", "--quiet"])
+            .args(args),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -381,25 +376,20 @@ fn explain_refuses_a_component_traces_file_that_is_not_otlp_json() {
 }
 
 fn trace_text(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-        .arg("trace")
-        .arg(common::fixture_path(SCENARIO, "audit.log"))
-        .args([
-            "-n",
-            "slow-demo",
-            "--object",
-            "deploy/web",
-            "--color",
-            "never",
-        ])
-        .args(["--max-diff-lines", "0", "--quiet"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        common::kascade()
+            .arg("trace")
+            .arg(common::fixture_path(SCENARIO, "audit.log"))
+            .args([
+                "-n",
+                "slow-demo",
+                "--object",
+                "deploy/web",
+                "--color",
+                "never",
+            ])
+            .args(["--max-diff-lines", "0", "--quiet"])
+            .args(args),
     );
     String::from_utf8(out.stdout).unwrap()
 }

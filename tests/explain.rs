@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use kascade::analysis::explain::{FindingKind, Report, Scope, Severity};
 use kascade::app::explain::{ExplainConfig, explain};
@@ -29,12 +28,7 @@ fn fixture(name: &str) -> Report {
     )
 }
 
-fn kascade() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kascade"));
-    // Text is wrapped to COLUMNS when set: these tests read one line per item.
-    cmd.env_remove("COLUMNS");
-    cmd
-}
+use common::kascade;
 
 #[test]
 fn a_quota_refusal_is_the_first_finding_on_its_replicaset_under_the_deployment() {
@@ -281,16 +275,11 @@ fn rotated_logs_given_newest_first_are_read_oldest_first() {
     let newer = dir.path().join("audit.log");
     std::fs::write(&older, old.join("\n") + "\n").unwrap();
     std::fs::write(&newer, new.join("\n") + "\n").unwrap();
-    let out = kascade()
-        .args(["explain", "--format", "json"])
-        .arg(&newer)
-        .arg(&older)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        kascade()
+            .args(["explain", "--format", "json"])
+            .arg(&newer)
+            .arg(&older),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("reading the logs oldest first"), "{stderr}");
@@ -634,16 +623,11 @@ fn the_same_whole_cluster_log_gives_the_same_report_every_time() {
             .join("audit.log.gz");
         let reports: Vec<Vec<u8>> = (0..6)
             .map(|_| {
-                let out = kascade()
-                    .arg("explain")
-                    .arg(&log)
-                    .args(["--format", "json"])
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
+                let out = common::succeeded(
+                    kascade()
+                        .arg("explain")
+                        .arg(&log)
+                        .args(["--format", "json"]),
                 );
                 out.stdout
             })

@@ -176,52 +176,58 @@ fn widen(out: &mut [ResourceSpans], enclose: &[(Vec<u8>, u64, u64)]) {
             }
         }
     }
+    fn span_at(out: &mut [ResourceSpans], (r, c, i): (usize, usize, usize)) -> &mut Span {
+        &mut out[r].scope_spans[c].spans[i]
+    }
     for (holder, start, end) in enclose {
-        let mut id = holder.clone();
-        // Bounded by the spans there are: a parent cycle cannot loop.
-        for _ in 0..at.len() {
-            let Some(&(r, c, i)) = at.get(&id) else {
-                break;
-            };
-            let s = &mut out[r].scope_spans[c].spans[i];
-            if s.start_time_unix_nano <= *start && s.end_time_unix_nano >= *end {
-                break;
-            }
-            s.start_time_unix_nano = s.start_time_unix_nano.min(*start);
-            s.end_time_unix_nano = s.end_time_unix_nano.max(*end);
-            id = s.parent_span_id.clone();
-        }
+        enclose_upwards(out, &at, span_at, holder.clone(), (*start, *end));
     }
 }
 
 /// Widens each of one request's spans to enclose its children: on a busy
 /// kube-apiserver a request's span can end after its `authentication`
 /// parent (by 49 µs in the e2e suite, the harness beside a fuzzer), and a
-/// child outside its parent is clock skew to Jaeger. Widening only moves a
-/// parent's start or end out to its children's; nothing is shortened.
+/// child outside its parent is clock skew to Jaeger.
 fn enclose_children(spans: &mut [Span]) {
     let at: HashMap<Vec<u8>, usize> = spans
         .iter()
         .enumerate()
         .map(|(i, s)| (s.span_id.clone(), i))
         .collect();
+    fn span_at(spans: &mut [Span], i: usize) -> &mut Span {
+        &mut spans[i]
+    }
     for i in 0..spans.len() {
-        let (mut start, mut end) = (spans[i].start_time_unix_nano, spans[i].end_time_unix_nano);
-        let mut parent = spans[i].parent_span_id.clone();
-        // Bounded by the spans there are: a parent cycle cannot loop.
-        for _ in 0..spans.len() {
-            let Some(&p) = at.get(&parent) else {
-                break;
-            };
-            let s = &mut spans[p];
-            if s.start_time_unix_nano <= start && s.end_time_unix_nano >= end {
-                break;
-            }
-            s.start_time_unix_nano = s.start_time_unix_nano.min(start);
-            s.end_time_unix_nano = s.end_time_unix_nano.max(end);
-            (start, end) = (s.start_time_unix_nano, s.end_time_unix_nano);
-            parent = s.parent_span_id.clone();
+        let range = (spans[i].start_time_unix_nano, spans[i].end_time_unix_nano);
+        let parent = spans[i].parent_span_id.clone();
+        enclose_upwards(spans, &at, span_at, parent, range);
+    }
+}
+
+/// Widens the span `id` to enclose `range`, then each of its ancestors to
+/// enclose the span below it, up to the first that already does. Only a
+/// start or an end moves outward; nothing is shortened. `at` finds a span
+/// of `spans` by id.
+fn enclose_upwards<C: ?Sized, K: Copy>(
+    spans: &mut C,
+    at: &HashMap<Vec<u8>, K>,
+    span_at: fn(&mut C, K) -> &mut Span,
+    mut id: Vec<u8>,
+    (mut start, mut end): (u64, u64),
+) {
+    // Bounded by the spans there are: a parent cycle cannot loop.
+    for _ in 0..at.len() {
+        let Some(&k) = at.get(&id) else {
+            break;
+        };
+        let s = span_at(spans, k);
+        if s.start_time_unix_nano <= start && s.end_time_unix_nano >= end {
+            break;
         }
+        s.start_time_unix_nano = s.start_time_unix_nano.min(start);
+        s.end_time_unix_nano = s.end_time_unix_nano.max(end);
+        (start, end) = (s.start_time_unix_nano, s.end_time_unix_nano);
+        id = s.parent_span_id.clone();
     }
 }
 
@@ -247,4 +253,46 @@ fn under(spans: &[Span], holder: &[u8], trace_id: &TraceIdBytes) -> Vec<Span> {
             s
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u8, parent: u8, start: u64, end: u64) -> Span {
+        Span {
+            span_id: vec![id],
+            parent_span_id: if parent == 0 { vec![] } else { vec![parent] },
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
+            ..Default::default()
+        }
+    }
+
+    /// A holder widened on one side must still lie inside its parent, even
+    /// when the parent already enclosed the request's own range.
+    #[test]
+    fn an_ancestor_encloses_the_widened_span_below_it_not_only_the_request() {
+        let parent = span(1, 0, 10, 100);
+        let holder = span(2, 1, 5, 50);
+        let mut out = vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![parent, holder],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        // The request runs 20..60: the holder becomes 5..60, and its parent
+        // (10..100, which holds 20..60) must widen to start at 5.
+        widen(&mut out, &[(vec![2], 20, 60)]);
+        let spans = &out[0].scope_spans[0].spans;
+        assert_eq!(
+            (spans[1].start_time_unix_nano, spans[1].end_time_unix_nano),
+            (5, 60)
+        );
+        assert_eq!(
+            (spans[0].start_time_unix_nano, spans[0].end_time_unix_nano),
+            (5, 100)
+        );
+    }
 }

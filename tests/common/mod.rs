@@ -3,8 +3,38 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
 
 pub mod collector;
+
+/// The `kascade` binary as a user runs it, without `COLUMNS`: text is
+/// wrapped to it when set, and the tests read one line per item.
+pub fn kascade() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kascade"));
+    cmd.env_remove("COLUMNS");
+    cmd
+}
+
+/// Runs `cmd`, which must succeed: its output, or a panic naming the
+/// command and showing its stderr.
+pub fn succeeded(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// [`succeeded`], its stdout and stderr as text.
+pub fn succeeded_text(cmd: &mut Command) -> (String, String) {
+    let out = succeeded(cmd);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/fixtures")
