@@ -248,6 +248,32 @@ for windows in (1, 3, 255):
         seed = bytes(8) + (29_916_666).to_bytes(4, "big") + bytes([windows, code]) + b"k\0"
         put("trace_id", seed + (1800).to_bytes(8, "big") + b"6c3c5e1a9f0b2d4700000000690ea600")
 
+# webhook_bodies: fixture batches as each webhook path receives them; the
+# first byte picks the path (audit batch, OTLP protobuf, OTLP/JSON, gRPC)
+# and gzip (fuzz/fuzz_targets/webhook_bodies.rs).
+LOGS_REQUEST = {"resourceLogs": (1, {"scopeLogs": (2, {"logRecords": (2, {"body": (5, ANY)})})})}
+for log in sorted(fixtures.glob("*/audit.log"))[:8]:
+    lines = [l for l in log.read_text().splitlines() if l.strip()][:6]
+    logs = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": l}} for l in lines]}]}]}
+    pb = protobuf(logs, LOGS_REQUEST)
+    forms = {0: event_list(lines), 1: pb, 2: json.dumps(logs).encode()}
+    for path, body in forms.items():
+        put("webhook_bodies", bytes([path << 1]) + body)
+        put("webhook_bodies", bytes([path << 1 | 1]) + gzip.compress(body))
+    put("webhook_bodies", bytes([3 << 1]) + b"\0" + len(pb).to_bytes(4, "big") + pb)
+    z = gzip.compress(pb)
+    put("webhook_bodies", bytes([3 << 1 | 1]) + b"\1" + len(z).to_bytes(4, "big") + z)
+
+# watch_objects: watch stream lines as the apiserver sent them (fixtures'
+# watch/), and a list page of their objects.
+for resource in sorted(fixtures.glob("*/watch/*.jsonl"))[:12]:
+    lines = [l for l in resource.read_text().splitlines() if l.strip()][:4]
+    for l in lines:
+        put("watch_objects", l.encode())
+    items = [json.loads(l)["object"] for l in lines]
+    put("watch_objects", json.dumps({"kind": "List", "apiVersion": "v1",
+                                     "metadata": {"resourceVersion": "1"}, "items": items}).encode())
+
 for target in sorted(p.name for p in corpus.iterdir()):
     print(target, len(list((corpus / target).iterdir())), "inputs")
 

@@ -682,12 +682,7 @@ async fn watch_events(
             continue;
         };
         let uid = obj.metadata.uid.clone().unwrap_or_default();
-        // Events nest a few levels; bounded all the same before the
-        // recursive parse.
-        let text = crate::json::depth::cap(obj.text.get(), crate::json::depth::MAX_OBJECT_DEPTH, 0);
-        let Some(event) =
-            K8sEvent::from_object(&serde_json::from_str(&text.text).unwrap_or_default())
-        else {
+        let Some(event) = event_of(&obj) else {
             continue;
         };
         metrics.watch_changes.get_or_create(&label).inc();
@@ -709,6 +704,60 @@ async fn watch_events(
         if intake.submit_work(work).await.is_err() {
             return;
         }
+    }
+}
+
+/// A watched Event as processing reads it; `None` when it is not one.
+fn event_of(obj: &RawObject) -> Option<K8sEvent> {
+    // Events nest a few levels; bounded all the same before the recursive
+    // parse.
+    let text = crate::json::depth::cap(obj.text.get(), crate::json::depth::MAX_OBJECT_DEPTH, 0);
+    K8sEvent::from_object(&serde_json::from_str(&text.text).unwrap_or_default())
+}
+
+/// The list-watch's decoding without an apiserver, for the fuzz targets
+/// (fuzz/); built only by `cargo fuzz` (`--cfg fuzzing`).
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    use super::*;
+
+    /// One line of a watch stream or one list page, decoded as kube's client
+    /// decodes them (`WatchEvent` or `ObjectList` of [`RawObject`]), and each
+    /// object then read as the watchers read it, as a Deployment and as an
+    /// Event: its reference, its state with what nests too deep marked, and
+    /// the Event. The objects read and the markers in their states.
+    pub fn decode(data: &[u8]) -> (usize, u32) {
+        let objects: Vec<RawObject> =
+            match serde_json::from_slice::<kube::core::WatchEvent<RawObject>>(data) {
+                Ok(
+                    kube::core::WatchEvent::Added(o)
+                    | kube::core::WatchEvent::Modified(o)
+                    | kube::core::WatchEvent::Deleted(o),
+                ) => vec![o],
+                Ok(_) => Vec::new(),
+                Err(_) => serde_json::from_slice::<kube::core::ObjectList<RawObject>>(data)
+                    .map(|l| l.items)
+                    .unwrap_or_default(),
+            };
+        let types = [
+            ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("apps", "v1", "Deployment"),
+                "deployments",
+            ),
+            ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("", "v1", "Event"),
+                "events",
+            ),
+        ];
+        let mut markers = 0;
+        for obj in &objects {
+            for ar in &types {
+                let _ = object_ref("fuzz", ar, obj);
+                markers = to_value(ar, obj).1;
+            }
+            let _ = event_of(obj);
+        }
+        (objects.len(), markers)
     }
 }
 

@@ -60,9 +60,31 @@ impl Format {
 }
 
 /// The audit lines a request's records hold, one per line, and one message
-/// per record that holds none (its body is not text).
+/// per record that holds none (its body is not text), counted.
 fn lines_of(
     st: &WebhookState,
+    format: Format,
+    encoding: BodyEncoding,
+    body: &[u8],
+) -> Result<(Bytes, Vec<String>), Refusal> {
+    let (lines, unreadable) = records_to_lines(st.max_body_bytes, format, encoding, body)?;
+    if !unreadable.is_empty() {
+        st.metrics
+            .events_received
+            .get_or_create(&Metrics::source(Source::Webhook))
+            .inc_by(unreadable.len() as u64);
+        st.metrics
+            .events_rejected
+            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
+            .inc_by(unreadable.len() as u64);
+    }
+    Ok((lines, unreadable))
+}
+
+/// [`lines_of`] before counting: the request unframed, inflated within
+/// `limit` (`--max-body-bytes`) and decoded.
+pub(super) fn records_to_lines(
+    limit: usize,
     format: Format,
     encoding: BodyEncoding,
     body: &[u8],
@@ -76,16 +98,22 @@ fn lines_of(
             } else {
                 ""
             };
-            super::grpc::unframe(st.max_body_bytes, gzip, body)
+            super::grpc::unframe(limit, gzip, body)
                 .map_err(|(code, msg)| (code.as_status(), msg))?
         }
-        _ => decompress(st.max_body_bytes, encoding, body)?,
+        _ => decompress(limit, encoding, body)?,
     };
     let request = match format {
         // prost bounds its own recursion (nested values): an error, never
         // an overflow.
-        Format::Protobuf | Format::Grpc => ExportLogsServiceRequest::decode(body.as_ref())
-            .map_err(|e| format!("body is not an OTLP ExportLogsServiceRequest: {e}")),
+        // Its message names every field on the way down: clipped.
+        Format::Protobuf | Format::Grpc => {
+            ExportLogsServiceRequest::decode(body.as_ref()).map_err(|e| {
+                crate::bounds::clip_message(format!(
+                    "body is not an OTLP ExportLogsServiceRequest: {e}"
+                ))
+            })
+        }
         Format::Json => {
             // Nesting bounded before serde_json reads it (its own limit
             // would refuse the whole request).
@@ -126,16 +154,6 @@ fn lines_of(
                 n += 1;
             }
         }
-    }
-    if !unreadable.is_empty() {
-        st.metrics
-            .events_received
-            .get_or_create(&Metrics::source(Source::Webhook))
-            .inc_by(unreadable.len() as u64);
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
-            .inc_by(unreadable.len() as u64);
     }
     Ok((Bytes::from(lines), unreadable))
 }
