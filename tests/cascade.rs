@@ -80,6 +80,7 @@ fn waiting(c: &Cascade) -> Vec<String> {
     match &c.completion {
         Completion::Waiting(w) => w.iter().map(ToString::to_string).collect(),
         Completion::Complete { at } => panic!("{} complete at {at:?}", change_name(c.root())),
+        Completion::NotKnown(w) => panic!("{} not known: {w:?}", change_name(c.root())),
     }
 }
 
@@ -571,26 +572,19 @@ async fn an_incomplete_cascade_names_what_it_waits_for_on_its_root_span() {
 
 #[test]
 fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-        // Text is wrapped to COLUMNS when set: one line per write here.
-        .env_remove("COLUMNS")
-        .args([
-            "trace",
-            "--resource",
-            "deployments",
-            "--namespace",
-            "default",
-            "--name",
-            "hello",
-        ])
-        .args(["--mode", "cascade"])
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        common::kascade()
+            .args([
+                "trace",
+                "--resource",
+                "deployments",
+                "--namespace",
+                "default",
+                "--name",
+                "hello",
+            ])
+            .args(["--mode", "cascade"])
+            .arg(common::fixture_path("deployment", "audit.log")),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!(": {PATCH}  at ")), "{text}");
@@ -605,26 +599,19 @@ fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
     assert!(text.contains("[replicasets → pods delete, hop "), "{text}");
     assert!(text.contains("★ critical path"), "{text}");
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-        // Text is wrapped to COLUMNS when set: one line per write here.
-        .env_remove("COLUMNS")
-        .args([
-            "trace",
-            "--resource",
-            "deployments",
-            "--namespace",
-            "default",
-            "--name",
-            "hello",
-        ])
-        .args(["--mode", "cascade", "--format", "otlp-json"])
-        .arg(common::fixture_path("deployment", "audit.log"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        common::kascade()
+            .args([
+                "trace",
+                "--resource",
+                "deployments",
+                "--namespace",
+                "default",
+                "--name",
+                "hello",
+            ])
+            .args(["--mode", "cascade", "--format", "otlp-json"])
+            .arg(common::fixture_path("deployment", "audit.log")),
     );
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = json["resourceSpans"]

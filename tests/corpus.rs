@@ -97,7 +97,11 @@ fn healthy_runs() -> Vec<String> {
 }
 
 async fn frontend(run: &str) -> (Frontend<MemoryStore>, TimeRange) {
-    let store = common::raw_store_of_lines(lines(run), CLUSTER).await;
+    frontend_of_lines(lines(run)).await
+}
+
+async fn frontend_of_lines(lines: Vec<String>) -> (Frontend<MemoryStore>, TimeRange) {
+    let store = common::raw_store_of_lines(lines, CLUSTER).await;
     let (a, b) = store.time_span().unwrap();
     (
         Frontend::new(Arc::new(store), FrontendConfig::default()),
@@ -151,7 +155,12 @@ fn string_attr<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
 
 /// No span of `object`'s trace is in error, in any display mode.
 async fn no_error_in_any_mode(run: &str, object: (&str, &str, &str)) {
-    let (f, range) = frontend(run).await;
+    no_error_in_any_mode_of(run, lines(run), object).await
+}
+
+/// [`no_error_in_any_mode`] for the run's lines as given (`run` names them).
+async fn no_error_in_any_mode_of(run: &str, lines: Vec<String>, object: (&str, &str, &str)) {
+    let (f, range) = frontend_of_lines(lines).await;
     for mode in MODES {
         let t = search(&f, range, mode, object).await;
         let red: Vec<String> = spans(&t)
@@ -974,24 +983,19 @@ async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_th
         rows(&t)
     );
     // `kascade trace --format json` gives the repeats on the Event.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-        .arg("trace")
-        .arg(corpus_log(run))
-        .args(["--cluster", CLUSTER, "--resource", "persistentvolumeclaims"])
-        .args([
-            "--namespace",
-            "pvc-demo",
-            "--name",
-            "data",
-            "--format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        common::kascade()
+            .arg("trace")
+            .arg(corpus_log(run))
+            .args(["--cluster", CLUSTER, "--resource", "persistentvolumeclaims"])
+            .args([
+                "--namespace",
+                "pvc-demo",
+                "--name",
+                "data",
+                "--format",
+                "json",
+            ]),
     );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let claim = json["root"]["children"]
@@ -1504,15 +1508,20 @@ fn two_apiservers_logs_given_together_read_as_one_healthy_cluster() {
 /// apiserver's clock can be set here, so the test shifts its log's times,
 /// the lines otherwise as logged).
 fn second_log_shifted(dir: &std::path::Path, secs: i64) -> Vec<PathBuf> {
+    second_log_shifted_ms(dir, secs * 1000, &format!("audit-2-shifted{secs}.log"))
+}
+
+/// [`second_log_shifted`] by `ms` milliseconds, into `name`.
+fn second_log_shifted_ms(dir: &std::path::Path, ms: i64, name: &str) -> Vec<PathBuf> {
     let logs = corpus_logs("two-apiservers");
-    let shifted = dir.join(format!("audit-2-shifted{secs}.log"));
+    let shifted = dir.join(name);
     let mut out = String::new();
     for line in kascade::app::Lines::without_progress(vec![logs[1].clone()]) {
         let mut e: serde_json::Value = serde_json::from_str(&line).unwrap();
         for key in ["requestReceivedTimestamp", "stageTimestamp"] {
             let t = humantime::parse_rfc3339(e[key].as_str().unwrap()).unwrap();
-            let by = Duration::from_secs(secs.unsigned_abs());
-            let t = if secs < 0 { t - by } else { t + by };
+            let by = Duration::from_millis(ms.unsigned_abs());
+            let t = if ms < 0 { t - by } else { t + by };
             e[key] = humantime::format_rfc3339_micros(t).to_string().into();
         }
         out.push_str(&e.to_string());
@@ -1568,6 +1577,48 @@ fn a_second_apiservers_clock_behind_is_said_not_guessed() {
         &rt.block_on(common::changes_of_lines(lines, CLUSTER)),
         "second apiserver 2 s behind",
     );
+}
+
+/// The second apiserver's clock behind the first's by 50 ms and by 200 ms
+/// (too little for explain to measure): the scheduler's bindings and the
+/// kubelets' writes are logged before the writes they react to, so they
+/// have no cause and the rollout's cascades cannot be told complete. Not
+/// judged wrong either: `trace --mode cascade` says why their completion is
+/// not known, and no display mode marks an error. (As captured, the same
+/// run is "all complete": `two_apiservers_logs_given_together_…`.)
+#[test]
+fn a_skewed_apiservers_writes_leave_cascades_not_known_rather_than_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for (what, files) in [
+        (
+            "50 ms behind",
+            second_log_shifted_ms(dir.path(), -50, "audit-2-shifted-50ms.log"),
+        ),
+        (
+            "200 ms behind",
+            second_log_shifted_ms(dir.path(), -200, "audit-2-shifted-200ms.log"),
+        ),
+    ] {
+        let out = common::succeeded(
+            common::kascade()
+                .arg("trace")
+                .args(&files)
+                .args(["--resource", "deployments", "--namespace", "ha-demo"])
+                .args(["--name", "web", "--mode", "cascade"]),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.contains("none went wrong"), "{what}: {text}");
+        assert!(text.contains("completion not known: "), "{what}: {text}");
+        assert!(!text.contains("not complete: waiting"), "{what}: {text}");
+        let lines: Vec<String> = kascade::app::Lines::without_progress(files).collect();
+        rt.block_on(no_error_in_any_mode_of(
+            what,
+            lines,
+            ("deployments", "ha-demo", "web"),
+        ));
+    }
 }
 
 /// A clock ahead gives no cause from the future to find missing — its

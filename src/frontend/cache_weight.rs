@@ -152,7 +152,7 @@ fn any_value_bytes(v: &AnyValue) -> usize {
 fn cascade_bytes(c: &Cascade) -> usize {
     let waiting = match &c.completion {
         Completion::Complete { .. } => 0,
-        Completion::Waiting(w) => {
+        Completion::Waiting(w) | Completion::NotKnown(w) => {
             vec_bytes(w)
                 + w.iter()
                     .map(|w| object_bytes(&w.object) + w.status.capacity() + w.message.capacity())

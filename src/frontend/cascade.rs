@@ -159,7 +159,7 @@ pub fn record_from_span(
         received: from_nanos(s.start_time_unix_nano),
         completed: from_nanos(s.end_time_unix_nano.max(s.start_time_unix_nano)),
         span,
-        cause_logged_after: false,
+        cause_logged_after: string_attr(a, attr::CASCADE_CAUSE_LOGGED_AFTER) == Some("true"),
         version: string_attr(a, attr::AUDIT_RV_NEW)
             .or_else(|| string_attr(a, attr::WATCH_RV_NEW))
             .and_then(|v| v.parse().ok()),
@@ -270,6 +270,26 @@ pub async fn cascades_of<S: RawStore>(
                 .collect()
         })
         .unwrap_or_default();
+    // Objects of the tree written by writes logged before the changes they
+    // react to, or by what those caused, in range or not
+    // (`cascade::early_objects`).
+    let early = {
+        let tree_records: Vec<ChangeRecord> = asm
+            .nodes
+            .iter()
+            .filter(|n| !n.shared && n.copy_of.is_none())
+            .flat_map(|n| {
+                n.history
+                    .entries
+                    .iter()
+                    .filter(|e| e.span.start_time_unix_nano <= clip.until)
+                    .filter_map(|e| {
+                        record_from_span(&n.history.object, &n.history.uid, e.source, &e.span)
+                    })
+            })
+            .collect();
+        cascade::early_objects(&tree_records)
+    };
     let mut last_write: std::collections::HashMap<SpanRef, u64> = Default::default();
     for n in asm
         .nodes
@@ -366,7 +386,7 @@ pub async fn cascades_of<S: RawStore>(
         &wanted,
         clip.until,
     );
-    Ok((cascade::build(records), notes))
+    Ok((cascade::build_with_early_writes(records, &early), notes))
 }
 
 #[cfg(test)]

@@ -121,6 +121,10 @@ pub mod attr {
     /// The timer rule that made a cascade's root write (`rules/`,
     /// `timers:`): a clock, not a change, started the cascade.
     pub const CASCADE_TIMER: &str = "cascade.timer";
+    /// `true` on an `unexplained` write logged before a change it reacts
+    /// to (two apiservers' clocks disagree, or the input is out of order):
+    /// left without a cause rather than given one from its future.
+    pub const CASCADE_CAUSE_LOGGED_AFTER: &str = "cascade.cause_logged_after";
 
     /// The change propagation ID of the change the write belongs to (on
     /// audit and watch spans): users search `cpid=<id>`.

@@ -160,6 +160,9 @@ pub(super) fn add_cascade(span: &mut SpanBuf, inference: &Inference) {
     if let Some(timer) = &inference.timer {
         span.attr(attr::CASCADE_TIMER, timer);
     }
+    if inference.cause_logged_after {
+        span.attr(attr::CASCADE_CAUSE_LOGGED_AFTER, "true");
+    }
     if let Some(c) = &inference.cause {
         span.attr(attr::CASCADE_CAUSE_TRACE_ID, &c.span.trace_hex());
         span.attr(attr::CASCADE_CAUSE_SPAN_ID, &c.span.span_hex());

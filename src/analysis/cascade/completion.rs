@@ -27,6 +27,12 @@ pub enum Completion {
     /// Objects still not settled after their last write in the cascade, in
     /// the order the cascade first touched them.
     Waiting(Vec<Waiting>),
+    /// Objects not settled after their last write in the cascade, each of
+    /// them also written by writes logged before the changes they react to
+    /// (two apiservers' clocks disagree, or the logs are out of order):
+    /// those writes have no cause, so whether they settled the objects in
+    /// this cascade is not known. Neither complete nor gone wrong: said.
+    NotKnown(Vec<Waiting>),
 }
 
 impl Completion {

@@ -67,10 +67,11 @@ impl Cascade {
         out
     }
 
-    /// Whether the cascade went wrong: not complete, or a write in it was
-    /// refused in a way its writer does not expect.
+    /// Whether the cascade went wrong: waiting for an object, or a write
+    /// in it was refused in a way its writer does not expect. A completion
+    /// that is not known ([`Completion::NotKnown`]) is not judged wrong.
     pub fn went_wrong(&self) -> bool {
-        !self.completion.is_complete() || self.changes.iter().any(write_failed)
+        matches!(self.completion, Completion::Waiting(_)) || self.changes.iter().any(write_failed)
     }
 
     /// From the root's request received to completion, when complete.
@@ -80,7 +81,7 @@ impl Cascade {
                 at.duration_since(self.root().received)
                     .unwrap_or(Duration::ZERO),
             ),
-            Completion::Waiting(_) => None,
+            Completion::Waiting(_) | Completion::NotKnown(_) => None,
         }
     }
 }
@@ -157,11 +158,26 @@ fn order_key(c: &ChangeRecord) -> (SystemTime, SystemTime, SpanRef) {
 /// other change goes under its cause. A change given twice (same span) is
 /// taken once. Cascades come by their root's request received.
 pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
+    build_with_early_writes(changes, &HashSet::new())
+}
+
+/// [`build`], told also of `early`: objects written, in cascades out of
+/// range, by writes logged before the changes they react to
+/// ([`ChangeRecord::cause_logged_after`]) or by the writes those caused.
+/// A cascade whose every unsettled object is such an object (or one of
+/// `changes`' own) is [`Completion::NotKnown`], not waiting: what settled
+/// it sits in a cascade of its own, whose place in time is not known.
+pub fn build_with_early_writes(
+    changes: impl IntoIterator<Item = ChangeRecord>,
+    early: &HashSet<crate::model::ObjectRef>,
+) -> Vec<Cascade> {
     let mut seen = HashSet::new();
     let mut all: Vec<ChangeRecord> = changes
         .into_iter()
         .filter(|c| seen.insert(c.span))
         .collect();
+    let mut early = early.clone();
+    early.extend(early_objects(&all));
     all.sort_by_key(order_key);
     let index: HashMap<SpanRef, usize> = all.iter().enumerate().map(|(i, c)| (c.span, i)).collect();
     let cause_of = |c: &ChangeRecord| -> Option<usize> {
@@ -221,6 +237,7 @@ pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
             let changes: Vec<ChangeRecord> = ids.iter().filter_map(|&g| slots[g].take()).collect();
             let mut c = assemble(changes, local_parent);
             settle_removed(&mut c, &removed);
+            not_known_for_early_writes(&mut c, &early);
             c
         })
         .collect()
@@ -245,6 +262,48 @@ fn settle_removed(c: &mut Cascade, removed: &HashMap<crate::model::ObjectRef, Sy
         && let Some(at) = at
     {
         c.completion = Completion::Complete { at };
+    }
+}
+
+/// The objects written by writes logged before the changes they react to
+/// ([`ChangeRecord::cause_logged_after`]: two apiservers' clocks disagree,
+/// or the input is out of order), and every object written in a cascade
+/// such a write roots.
+pub fn early_objects(changes: &[ChangeRecord]) -> HashSet<crate::model::ObjectRef> {
+    let roots: HashSet<SpanRef> = changes
+        .iter()
+        .filter(|c| c.cause_logged_after)
+        .map(|c| c.span)
+        .collect();
+    changes
+        .iter()
+        .filter(|c| roots.contains(&c.span) || roots.contains(&c.root))
+        .map(|c| c.object.clone())
+        .collect()
+}
+
+/// What a [`Completion::NotKnown`] says, for people.
+pub fn not_known_text(w: &[Waiting]) -> String {
+    let names: Vec<String> = w.iter().take(3).map(ToString::to_string).collect();
+    let more = match w.len() {
+        0..=3 => String::new(),
+        n => format!(" and {} more", n - 3),
+    };
+    format!(
+        "completion not known: {}{more} also written by writes logged before the changes they react to (the apiservers' clocks disagree, or the logs are out of order), which have no cause",
+        names.join("; ")
+    )
+}
+
+/// A cascade waiting only for objects that writes logged before their
+/// causes also wrote: whether those writes settled them in this cascade is
+/// not known (their times are not comparable: two apiservers' clocks).
+fn not_known_for_early_writes(c: &mut Cascade, early: &HashSet<crate::model::ObjectRef>) {
+    if let Completion::Waiting(waiting) = &mut c.completion
+        && !waiting.is_empty()
+        && waiting.iter().all(|w| early.contains(&w.object))
+    {
+        c.completion = Completion::NotKnown(std::mem::take(waiting));
     }
 }
 

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use super::testing::*;
 use super::*;
 use crate::metrics::CascadeMetrics;
+use crate::model::ObjectRef;
 use crate::pipeline::ChangeSink;
 
 /// A rollout in miniature: patch → RS create → Pod create → binding →
@@ -680,4 +681,81 @@ fn effects_recorded_before_their_late_cause_join_its_cascade() {
         )]
     );
     assert_eq!(m.early_effects_dropped.get(), 0);
+}
+
+/// The rollout with its binding logged before the Pod's create (an
+/// apiserver whose clock is behind): the binding has no cause and roots a
+/// cascade of its own, with what it caused (the kubelet's status, the
+/// ReplicaSet's and Deployment's status after it).
+fn rollout_with_an_early_binding() -> Vec<ChangeRecord> {
+    let mut changes = rollout();
+    let bind = changes.iter_mut().find(|c| c.span == span(4)).unwrap();
+    bind.role = CascadeRole::Unexplained;
+    bind.cause = None;
+    bind.cause_logged_after = true;
+    bind.root = bind.span;
+    for c in &mut changes {
+        if [5u8, 6, 7].contains(&c.span.span_id[0]) {
+            c.root = span(4);
+        }
+    }
+    changes
+}
+
+#[test]
+fn a_cascade_settled_only_by_writes_logged_before_their_causes_is_not_known() {
+    let cascades = build(rollout_with_an_early_binding());
+    assert_eq!(cascades.len(), 2);
+    let rollout = &cascades[0];
+    assert_eq!(rollout.root().span, span(1));
+    let Completion::NotKnown(w) = &rollout.completion else {
+        panic!("{:?}", rollout.completion)
+    };
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(!rollout.went_wrong());
+    assert_eq!(rollout.duration(), None);
+    // The binding's own cascade settled everything.
+    assert!(cascades[1].completion.is_complete());
+    let text = render_text(&cascades);
+    assert!(
+        text.starts_with("2 cascades, none went wrong (1 of them"),
+        "{text}"
+    );
+    assert!(
+        text.contains("completion not known: deployments default/d InProgress (0/1 updated)"),
+        "{text}"
+    );
+    // Told of the binding's cascade though it is out of range.
+    let only_rollout: Vec<ChangeRecord> = rollout_with_an_early_binding()
+        .into_iter()
+        .filter(|c| c.root == span(1))
+        .collect();
+    let objects: HashSet<ObjectRef> = rollout_with_an_early_binding()
+        .into_iter()
+        .filter(|c| c.root == span(4))
+        .map(|c| c.object)
+        .collect();
+    let told = build_with_early_writes(only_rollout.clone(), &objects);
+    assert!(matches!(told[0].completion, Completion::NotKnown(_)));
+    // Not told: the rollout waits, and went wrong.
+    let untold = build(only_rollout);
+    assert!(matches!(untold[0].completion, Completion::Waiting(_)));
+    assert!(untold[0].went_wrong());
+}
+
+#[test]
+fn a_cascade_waiting_also_for_an_object_no_early_write_touched_went_wrong() {
+    let mut changes = rollout_with_an_early_binding();
+    // The Deployment's own status write is gone: nothing settled it.
+    changes.retain(|c| c.span != span(7));
+    let rollout = &build(changes)[0];
+    // The Deployment was written only in the rollout's cascade.
+    let Completion::Waiting(w) = &rollout.completion else {
+        panic!("{:?}", rollout.completion)
+    };
+    assert!(
+        w.iter().any(|w| w.object.resource == "deployments"),
+        "{w:?}"
+    );
+    assert!(rollout.went_wrong());
 }

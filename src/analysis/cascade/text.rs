@@ -66,12 +66,27 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
                 k + 1,
                 change_name(cascades[k].root())
             ),
-            None => writeln!(
-                out,
-                "{} cascades, all complete without a failed write; the latest is cascade {}\n",
-                cascades.len(),
-                cascades.len()
-            ),
+            None => {
+                let not_known = cascades
+                    .iter()
+                    .filter(|c| matches!(c.completion, Completion::NotKnown(_)))
+                    .count();
+                if not_known == 0 {
+                    writeln!(
+                        out,
+                        "{} cascades, all complete without a failed write; the latest is cascade {}\n",
+                        cascades.len(),
+                        cascades.len()
+                    )
+                } else {
+                    writeln!(
+                        out,
+                        "{} cascades, none went wrong ({not_known} of them with a completion not known: writes logged before their causes); the latest is cascade {}\n",
+                        cascades.len(),
+                        cascades.len()
+                    )
+                }
+            }
         };
     }
     for (n, c) in cascades.iter().enumerate() {
@@ -118,6 +133,9 @@ pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
                         .collect::<Vec<_>>()
                         .join("; ")
                 );
+            }
+            Completion::NotKnown(w) => {
+                let _ = writeln!(out, "{}", super::not_known_text(w));
             }
         }
         let part = in_part.get(n);

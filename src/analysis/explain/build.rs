@@ -271,6 +271,7 @@ impl Builder<'_> {
                 };
                 format!("not complete: waiting for {}{more}", names.join("; "))
             }
+            Completion::NotKnown(w) => cascade::not_known_text(w),
         };
         Some(CascadeTimeline {
             root: cascade::change_name(c.root()),

@@ -218,20 +218,35 @@ pub fn problem(n: &Node) -> Option<String> {
         .rev()
         .find(|e| e.source != Source::Event);
     let removed = last_status.is_some_and(removed_by);
-    let last_status = n
-        .history
-        .entries
-        .iter()
-        .rev()
-        .filter(|_| !removed)
-        .find_map(|e| {
-            string_attr(&e.span.attributes, attr::OBJECT_STATUS).map(|s| {
-                (
-                    s,
-                    string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
-                )
-            })
-        });
+    let with_status = || {
+        n.history
+            .entries
+            .iter()
+            .filter(|e| string_attr(&e.span.attributes, attr::OBJECT_STATUS).is_some())
+    };
+    // The last logged, unless etcd stored another later: a higher
+    // resourceVersion logged earlier (its apiserver's clock behind, or a
+    // response finished late) is the object's newer state.
+    let version = |e: &Entry| {
+        string_attr(&e.span.attributes, attr::AUDIT_RV_NEW)
+            .or_else(|| string_attr(&e.span.attributes, attr::WATCH_RV_NEW))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let logged_last = with_status().next_back();
+    let stored_last = logged_last
+        .and_then(version)
+        .and_then(|last| {
+            with_status()
+                .filter(|e| version(e).is_some_and(|v| v > last))
+                .max_by_key(|e| version(e))
+        })
+        .or(logged_last);
+    let last_status = stored_last.filter(|_| !removed).map(|e| {
+        (
+            string_attr(&e.span.attributes, attr::OBJECT_STATUS).unwrap_or_default(),
+            string_attr(&e.span.attributes, attr::OBJECT_STATUS_MESSAGE),
+        )
+    });
     let with_message = |what: &str, m: Option<&str>| match m.filter(|m| !m.is_empty()) {
         Some(m) => format!("{what}: {m}"),
         None => what.to_string(),

@@ -285,6 +285,18 @@ pub fn render(
                             code: StatusCode::Error as i32,
                         });
                     }
+                    // Said, not marked as an error: nothing shows it went
+                    // wrong.
+                    Completion::NotKnown(w) => {
+                        let text = crate::analysis::cascade::not_known_text(w);
+                        attributes.push(kv("cascade.complete", "not known"));
+                        attributes.push(kv("cascade.not_known", text.clone()));
+                        events.push(Event {
+                            time_unix_nano: nanos(last_end),
+                            name: text,
+                            ..Default::default()
+                        });
+                    }
                 }
                 if n == 0 {
                     for note in notes {
@@ -370,7 +382,7 @@ fn headline(
         .flat_map(|c| c.changes.iter().map(|ch| nanos(ch.completed)))
         .chain(cascades.iter().filter_map(|c| match &c.completion {
             Completion::Complete { at } => Some(nanos(*at)),
-            Completion::Waiting(_) => None,
+            Completion::Waiting(_) | Completion::NotKnown(_) => None,
         }))
         .max()
         .unwrap_or(start)
