@@ -572,20 +572,16 @@ async fn an_incomplete_cascade_names_what_it_waits_for_on_its_root_span() {
 
 #[test]
 fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
-    let out = common::succeeded(
-        common::kascade()
-            .args([
-                "trace",
-                "--resource",
-                "deployments",
-                "--namespace",
-                "default",
-                "--name",
-                "hello",
-            ])
-            .args(["--mode", "cascade"])
-            .arg(common::fixture_path("deployment", "audit.log")),
-    );
+    let trace = |format: &str| {
+        common::succeeded(
+            common::kascade()
+                .args(["trace", "--resource", "deployments", "--namespace"])
+                .args(["default", "--name", "hello", "--mode", "cascade"])
+                .args(["--format", format])
+                .arg(common::fixture_path("deployment", "audit.log")),
+        )
+    };
+    let out = trace("text");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!(": {PATCH}  at ")), "{text}");
     assert!(text.contains("completed after "), "{text}");
@@ -599,20 +595,7 @@ fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
     assert!(text.contains("[replicasets → pods delete, hop "), "{text}");
     assert!(text.contains("★ critical path"), "{text}");
 
-    let out = common::succeeded(
-        common::kascade()
-            .args([
-                "trace",
-                "--resource",
-                "deployments",
-                "--namespace",
-                "default",
-                "--name",
-                "hello",
-            ])
-            .args(["--mode", "cascade", "--format", "otlp-json"])
-            .arg(common::fixture_path("deployment", "audit.log")),
-    );
+    let out = trace("otlp-json");
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = json["resourceSpans"]
         .as_array()
