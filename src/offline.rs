@@ -287,9 +287,8 @@ async fn run_with<O: SpanOut>(
         redactor: redactor_ahead,
     };
     // An event logged twice (a file given twice, overlapping rotated logs,
-    // an `audit.log*` glob) is one write: counted once, by the xxh3 of its
-    // audit ID and stage (8 bytes an event).
-    let mut seen: crate::model::FastHashSet<u64> = Default::default();
+    // an `audit.log*` glob) is one write: counted once.
+    let mut seen = crate::source::repeats::Repeats::default();
     let mut duplicates = 0u64;
     let (mut batches, reader) = read_ahead(lines);
     let mut decoding = VecDeque::with_capacity(DECODE_BATCHES_AHEAD + 1);
@@ -308,7 +307,9 @@ async fn run_with<O: SpanOut>(
         };
         for (i, decoded) in batch {
             match decoded {
-                Ok(Some((item, _))) if !seen.insert(item.event.once_key()) => {
+                Ok(Some((item, _)))
+                    if !seen.first_time(item.event.once_key(), item.event.stage_timestamp) =>
+                {
                     duplicates += 1;
                 }
                 Ok(Some((mut item, response))) => {
@@ -335,6 +336,7 @@ async fn run_with<O: SpanOut>(
     if let Err(panic) = reader.join() {
         std::panic::resume_unwind(panic);
     }
+    seen.warn_if_forgotten();
     if duplicates > 0 {
         tracing::warn!(
             duplicates,

@@ -5,6 +5,7 @@ pub mod arrivals;
 pub mod audit;
 pub mod exports;
 pub mod mergelog;
+pub(crate) mod repeats;
 pub mod replay;
 pub mod server;
 pub mod spool;
