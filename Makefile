@@ -12,7 +12,7 @@
 # scoring beside the e2e suite was tried: the suite, whose debug kascade and
 # control plane keep a core busy, took 92 s longer, against 63 s saved.)
 test:
-	@bash .ci/stages.sh lint unit corpus browser e2e '&fuzz' faults
+	@bash .ci/stages.sh lint '&fuzz' unit corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show. The GitHub
@@ -33,20 +33,17 @@ lint:
 
 # The unit suite runs while both cores are kept busy (.ci/busy.sh): no test
 # may depend on how fast the machine is. The load is the build of what later
-# stages need that the unit build does not make (.ci/prebuild.sh: the e2e
-# harness when its cache is cold, the fuzz targets), then CPU-burning
-# processes (BURNERS=N, default 2) if the tests outlast it. The tests are
-# built beside that build (each fills the cores the other leaves idle) but
-# never beside the burners, which would only slow it.
-# The unit suite is built for the static (musl) target releases ship: that
-# one build of the dependencies also makes the kascade and the test programs
-# the corpus, browser, e2e and fault stages run (e2e/profile.sh), and checks
-# that the musl build links.
+# stages need that the unit build does not make: the e2e harness when its
+# cache is cold (.ci/prebuild.sh), and the fuzz targets, which the fuzz
+# stage builds beside this one (holding target/fuzz/build.lock); then
+# CPU-burning processes (BURNERS=N, default 2) if the tests outlast them.
+# The tests are built beside that build (each fills the cores the other
+# leaves idle) but never beside the burners, which would only slow it.
 MUSL := $(shell uname -m)-unknown-linux-musl
 unit:
 	bash e2e/static-kascade.sh --toolchain
 	CARGO_BUILD_TARGET=$(MUSL) bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
-	  cargo test --workspace --locked
+	  --beside "$${CARGO_TARGET_DIR:-target}/fuzz/build.lock" cargo test --workspace --locked
 
 # The kascade that `cargo test --workspace` built (the unit stage's):
 # `cargo build --bin kascade` would build it again, and much of what it
@@ -56,10 +53,15 @@ TESTED_KASCADE = CARGO_BUILD_TARGET=$(MUSL) cargo test --workspace --locked --no
 
 # The cargo-fuzz targets of fuzz/ (docs/testing.md, "Fuzzing"), each run
 # for a bounded time, two at a time (.ci/fuzz.sh run: FUZZ_SECONDS, default
-# 30); the unit stage's prebuild built them. Seeded from the fixtures, the
-# rules and the spans the tested kascade makes of the fixtures. A crash
-# fails, naming the input kept and how to reproduce it.
+# 30). Seeded from the fixtures, the rules and the spans the tested kascade
+# makes of the fixtures. A crash fails, naming the input kept and how to
+# reproduce it. In `make test` this stage starts in the background before
+# the unit stage: the targets' build is the load beside the unit tests, and
+# they run once the unit stage has passed (stages.sh --await; at once
+# outside `make test`), beside the stages after it.
 fuzz:
+	bash .ci/fuzz.sh build
+	bash .ci/stages.sh --await unit
 	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash .ci/fuzz.sh run
 
 # explain and the UI's error marks scored against the truth of every

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# busy.sh [--load SCRIPT [--build CMD]] COMMAND...: runs COMMAND while the
-# cores are kept busy, as on a loaded CI runner or a laptop building other
-# things, so that a test which depends on how fast the machine is fails here
-# rather than sometimes elsewhere.
+# busy.sh [--load SCRIPT [--build CMD]] [--beside LOCK] COMMAND...: runs
+# COMMAND while the cores are kept busy, as on a loaded CI runner or a laptop
+# building other things, so that a test which depends on how fast the
+# machine is fails here rather than sometimes elsewhere.
 #
 # The load is CPU-burning processes (BURNERS, default 2: both cores of the
 # development machine) at the same priority as COMMAND. With --load SCRIPT,
@@ -11,9 +11,12 @@
 # target/busy-load.log) and the burners take over if it ends before COMMAND;
 # if COMMAND ends first, busy.sh waits for SCRIPT (or stops it, when COMMAND
 # failed). --build CMD (a shell command) runs before COMMAND, beside SCRIPT
-# but never beside the burners, which would only slow a compiler down. The
-# burners are stopped when COMMAND ends, however it ends. The exit status is
-# that of CMD or COMMAND when it failed, else SCRIPT's.
+# but never beside the burners, which would only slow a compiler down.
+# --beside LOCK: a build started elsewhere (another stage, in the background)
+# holds the lock file LOCK while it runs; it is the load until it ends, the
+# burners wait for it (busy.sh does not). The burners are stopped when
+# COMMAND ends, however it ends. The exit status is that of CMD or COMMAND
+# when it failed, else SCRIPT's.
 set -euo pipefail
 load="" build=""
 if [[ "${1:-}" == --load ]]; then
@@ -25,7 +28,13 @@ if [[ "${1:-}" == --load ]]; then
     shift 2
   fi
 fi
-(($# > 0)) || { echo "usage: busy.sh [--load SCRIPT [--build CMD]] COMMAND..." >&2; exit 2; }
+beside=""
+if [[ "${1:-}" == --beside ]]; then
+  beside="${2:?busy.sh: --beside needs a lock file}"
+  mkdir -p "$(dirname "$beside")"
+  shift 2
+fi
+(($# > 0)) || { echo "usage: busy.sh [--load SCRIPT [--build CMD]] [--beside LOCK] COMMAND..." >&2; exit 2; }
 burners="${BURNERS:-2}"
 [[ "$burners" =~ ^[0-9]+$ ]] || { echo "busy.sh: BURNERS must be a number, not '$burners'" >&2; exit 2; }
 target="${CARGO_TARGET_DIR:-target}"
@@ -45,10 +54,12 @@ trap 'exit 130' INT TERM
 start_burners() {
   local i
   for ((i = 0; i < burners; i++)); do
-    nice -n 0 sh -c 'while :; do :; done' &
+    # flock(1) creates LOCK when it is missing; a shared lock waits only
+    # for the build's exclusive one.
+    nice -n 0 sh -c '[ -z "$1" ] || flock -s "$1" true; while :; do :; done' burner "$beside" &
     pids+=("$!") burner_pids+=("$!")
   done
-  echo "busy.sh: $burners CPU burners (pids ${burner_pids[*]}) running beside: $*" >&2
+  echo "busy.sh: $burners CPU burners (pids ${burner_pids[*]}) running beside: $*${beside:+ (once the build holding $beside ends)}" >&2
 }
 
 if [[ -z "$load" ]]; then

@@ -3,8 +3,8 @@
 # "Fuzzing"), each run for a bounded time; a crash fails.
 #   build  installs cargo-fuzz (pinned) when missing and builds every
 #          target once, optimised with debug assertions, without sanitizer,
-#          in ${CARGO_TARGET_DIR:-target}/fuzz (the prebuild of the unit
-#          stage runs this beside the unit tests);
+#          in ${CARGO_TARGET_DIR:-target}/fuzz (`make test` runs this
+#          beside the unit stage, holding target/fuzz/build.lock);
 #   run    builds what is not built yet, seeds the corpora (fuzz/seed.py),
 #          then runs every target for FUZZ_SECONDS (default 30), FUZZ_JOBS
 #          (default 2) at a time; FUZZ_TARGETS="a b" runs only those.
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
-# The prebuild's musl target is not the fuzzer's (nor cargo-fuzz's).
+# The unit stage's musl target is not the fuzzer's (nor cargo-fuzz's).
 unset CARGO_BUILD_TARGET
 CARGO_FUZZ_VERSION=0.13.1
 seconds="${FUZZ_SECONDS:-30}"
@@ -48,21 +48,29 @@ bin_dir="$fuzz_dir/$host/release"
 mapfile -t all_targets < <(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^kascade-fuzz$')
 
 build() {
-  tools
   local t0=$SECONDS
-  (cd fuzz && cargo +nightly fuzz build "${build_opts[@]}")
+  mkdir -p "$fuzz_dir"
+  # Held while installing and building: the unit stage's busy.sh (--beside)
+  # counts this build as its load and starts its burners only when it ends.
+  (flock 9 && tools && cd fuzz && cargo +nightly fuzz build "${build_opts[@]}") 9>"$fuzz_dir/build.lock"
   log "built ${#all_targets[@]} targets in $((SECONDS - t0))s (${all_targets[*]})"
 }
 
 # Runs one target for $seconds; its output goes to $fuzz_dir/logs/<target>.log.
 run_one() {
-  local t="$1" out="$fuzz_dir/logs/$1.log"
-  mkdir -p "fuzz/artifacts/$t" "fuzz/corpus/$t"
+  local t="$1" out="$fuzz_dir/logs/$1.log" rc=0
+  # The targets that write files (audit_lines, spool_files) make a directory
+  # per process, which libFuzzer's exit leaves behind: under this TMPDIR,
+  # removed here, rather than in /tmp for good.
+  local tmp="$fuzz_dir/tmp/$t"
+  mkdir -p "fuzz/artifacts/$t" "fuzz/corpus/$t" "$tmp"
   # -close_fd_mask=3: what the product prints (warnings on damaged input)
   # is not the fuzzer's report; a crash is run again below to show it.
   # -timeout: an input taking 30 s is a hang, reported as a crash.
-  "$bin_dir/$t" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=30 \
-    -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" >"$out" 2>&1
+  TMPDIR="$tmp" "$bin_dir/$t" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=30 \
+    -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" >"$out" 2>&1 || rc=$?
+  rm -rf "$tmp"
+  return "$rc"
 }
 
 report() {

@@ -11,11 +11,29 @@
 # for a fixed time each) beside stages that mostly wait on a control plane.
 # A failure of either fails the run; when a foreground stage fails, the
 # background one is stopped.
+#
+# Each foreground stage that passes leaves a mark, for which a background
+# stage can wait (`bash .ci/stages.sh --await STAGE`; outside a stages.sh
+# run it returns at once): the fuzz stage builds its targets beside the unit
+# stage and runs them only after it.
 set -uo pipefail
+if [[ "${1:-}" == --await ]]; then
+  awaited="${2:?stages.sh: --await needs a stage}"
+  [[ -n "${KASCADE_STAGES_DIR:-}" ]] || exit 0
+  echo "stages.sh: waiting for the $awaited stage to pass" >&2
+  # When it fails instead, stages.sh stops the stage waiting here.
+  until [[ -e "$KASCADE_STAGES_DIR/$awaited.passed" ]]; do sleep 1; done
+  echo "stages.sh: the $awaited stage passed" >&2
+  exit 0
+fi
 declare -a rows=()
 started=$SECONDS
 target="${CARGO_TARGET_DIR:-target}"
 bg_name="" bg_pid="" bg_started=0 bg_log=""
+mkdir -p "$target/stages"
+KASCADE_STAGES_DIR="$(cd "$target/stages" && pwd)"
+export KASCADE_STAGES_DIR
+rm -f "$KASCADE_STAGES_DIR"/*.passed
 
 finish_background() {
   [[ -n "$bg_pid" ]] || return 0
@@ -64,5 +82,6 @@ for stage in "$@"; do
   rc=$?
   rows+=("$(printf '%-8s %5ds%s' "$stage" $((SECONDS - t)) "$([[ $rc -ne 0 ]] && echo '  FAILED')")")
   [[ $rc -eq 0 ]] || exit $rc
+  touch "$KASCADE_STAGES_DIR/$stage.passed"
 done
 finish_background || exit $?
