@@ -15,13 +15,15 @@
 //! directions agree on it by more than [`NOTICEABLE`], so a slow response
 //! now and then (a create answered after the binding that followed it)
 //! cannot make one up.
+//!
+//! The offline commands measure it in a first pass over the files
+//! ([`Revisions::record_line`]) and then read each file's times by the
+//! reference's clock (`app::Lines::correcting_clocks`): a write logged by a
+//! lagging apiserver then follows the change it reacted to, as it did.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::model::FastHashMap as HashMap;
-use crate::pipeline::{ChangeRecord, ChangeSink};
 
 /// Offsets smaller than this are not said: hops are reported in
 /// milliseconds, but the tight pairs themselves spread over tens of them.
@@ -38,35 +40,14 @@ const MAX_WRITES: usize = 4 << 20;
 /// tight pairs, with room for the occasional slow response below them.
 const LOW_QUANTILE: f64 = 0.1;
 
-/// One write: its revision, when its response completed (ns since the
-/// epoch), and the key of its audit ID (see [`audit_key`]).
-#[derive(Clone, Copy)]
-struct Write {
-    revision: u64,
-    completed_ns: i64,
-    audit_key: u64,
-}
-
-/// The key by which a write's audit ID is matched with the file that
-/// logged it.
-pub fn audit_key(audit_id: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(audit_id)
-}
-
-/// Records each write that stored a new revision (a change sink beside
-/// the others, on the processor's shards).
+/// The writes of several files that stored a new revision: the revision,
+/// when the response completed (ns since the epoch) by the clock of the
+/// apiserver that logged it, and the file (index) that logged it. Bounded:
+/// past [`MAX_WRITES`] writes are counted and left out.
 #[derive(Default)]
-pub struct RevisionClock {
-    writes: Mutex<Recorded>,
-    dropped: AtomicU64,
-}
-
-#[derive(Default)]
-struct Recorded {
-    writes: Vec<Write>,
-    /// The newest revision seen per object: a write that answers with it
-    /// again stored nothing (an update that changed nothing).
-    newest: HashMap<u128, u64>,
+pub struct Revisions {
+    writes: Vec<(u64, i64, usize)>,
+    dropped: u64,
 }
 
 /// How far one file's apiserver clock is from the reference file's.
@@ -82,55 +63,67 @@ pub struct ClockOffset {
     pub pairs: (usize, usize),
 }
 
-impl ChangeSink for RevisionClock {
-    fn record(&self, c: &ChangeRecord) {
-        let (Some(revision), false) = (c.version, c.deleted) else {
-            return;
-        };
-        if !matches!(c.verb.as_str(), "create" | "update" | "patch")
-            || !(200..300).contains(&c.code)
-        {
-            return;
-        }
-        let Ok(completed) = c.completed.duration_since(UNIX_EPOCH) else {
-            return;
-        };
-        let mut rec = self.writes.lock().expect("revision clock");
-        if rec.writes.len() >= MAX_WRITES {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let object = {
-            let mut h = crate::model::KeyHasher::new();
-            c.object.hash_key(&mut h);
-            h.digest128()
-        };
-        let newest = rec.newest.entry(object).or_insert(0);
-        if revision <= *newest {
-            return;
-        }
-        *newest = revision;
-        rec.writes.push(Write {
-            revision,
-            completed_ns: i64::try_from(completed.as_nanos()).unwrap_or(i64::MAX),
-            audit_key: audit_key(c.audit_id.as_bytes()),
-        });
+impl ClockOffset {
+    /// What to add to the file's times to read them by the reference's
+    /// clock (ns).
+    pub fn correction_ns(&self) -> i64 {
+        let ns = i64::try_from(self.offset.as_nanos()).unwrap_or(i64::MAX);
+        if self.ahead { -ns } else { ns }
     }
 }
 
-impl RevisionClock {
-    /// The offsets worth saying, of each file against the first file that
-    /// has writes; `origin` names the file (index) that logged an audit ID
-    /// (its [`audit_key`]).
-    pub fn offsets(&self, origin: impl Fn(u64) -> Option<usize>) -> Vec<ClockOffset> {
-        let mut writes: Vec<(u64, i64, usize)> = {
-            let rec = self.writes.lock().expect("revision clock");
-            rec.writes
-                .iter()
-                .filter_map(|w| Some((w.revision, w.completed_ns, origin(w.audit_key)?)))
-                .collect()
+impl Revisions {
+    /// Notes the write of `line` (an audit event, or an EventList's items)
+    /// logged in `file`, when it stored a revision: a create, update or
+    /// patch answered 2xx with the object, at its `ResponseComplete`
+    /// stage. Anything else, malformed text included, is passed over.
+    pub fn record_line(&mut self, line: &str, file: usize) {
+        // Only writes are parsed: the verb is found as text first.
+        if !has_write_verb(line.as_bytes()) {
+            return;
+        }
+        if crate::json::depth::exceeds(line.as_bytes(), crate::json::depth::MAX_OBJECT_DEPTH) {
+            return;
+        }
+        let Ok(probe) = sonic_rs::from_str::<Probe>(line) else {
+            return;
         };
+        for event in std::iter::once(&probe).chain(probe.items.iter().flatten()) {
+            if let Some((revision, completed_ns)) = event.stored_revision() {
+                self.push(revision, completed_ns, file);
+            }
+        }
+    }
+
+    fn push(&mut self, revision: u64, completed_ns: i64, file: usize) {
+        if self.writes.len() >= MAX_WRITES {
+            self.dropped += 1;
+            return;
+        }
+        self.writes.push((revision, completed_ns, file));
+    }
+
+    /// Writes left out over the bound.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The offsets worth saying, of each file against the first file that
+    /// has writes.
+    pub fn offsets(mut self) -> Vec<ClockOffset> {
+        let writes = &mut self.writes;
         writes.sort_unstable_by_key(|w| w.0);
+        // A revision answered by several writes was stored by one of them;
+        // the others changed nothing (an update to what was there) or are
+        // the same event logged twice. Which one stored it is not known, so
+        // none of them is used.
+        let mut unique = Vec::with_capacity(writes.len());
+        for group in writes.chunk_by(|a, b| a.0 == b.0) {
+            if let [one] = group {
+                unique.push(*one);
+            }
+        }
+        let writes = unique;
         // Time differences of adjacent writes logged in different files,
         // by (earlier's file, later's file).
         let mut diffs: HashMap<(usize, usize), Vec<i64>> = HashMap::default();
@@ -179,10 +172,93 @@ impl RevisionClock {
         }
         out
     }
+}
 
-    /// Writes left out over the bound.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+type Finder = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
+
+static VERB: Finder = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(br#""verb""#));
+
+/// Whether a `"verb"` of the line (any event's, in an EventList) is a
+/// write that stores a revision; spaces around the colon allowed, as
+/// shippers and other writers put them.
+fn has_write_verb(line: &[u8]) -> bool {
+    VERB.find_iter(line).any(|at| {
+        let rest = line[at + VERB.needle().len()..].trim_ascii_start();
+        let Some(rest) = rest.strip_prefix(b":") else {
+            return false;
+        };
+        let rest = rest.trim_ascii_start();
+        [&b"\"create\""[..], b"\"update\"", b"\"patch\""]
+            .iter()
+            .any(|v| rest.starts_with(v))
+    })
+}
+
+/// What the clock check reads of an audit event (the rest is skipped).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Probe<'a> {
+    #[serde(default, borrow)]
+    verb: Option<&'a str>,
+    #[serde(default, borrow)]
+    stage: Option<&'a str>,
+    #[serde(default, borrow)]
+    stage_timestamp: Option<&'a str>,
+    #[serde(default)]
+    response_status: Option<ProbeStatus>,
+    #[serde(default, borrow)]
+    response_object: Option<ProbeObject<'a>>,
+    /// An EventList's events.
+    #[serde(default, borrow)]
+    items: Option<Vec<Probe<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ProbeStatus {
+    #[serde(default)]
+    code: Option<u16>,
+}
+
+#[derive(serde::Deserialize)]
+struct ProbeObject<'a> {
+    #[serde(default, borrow)]
+    metadata: Option<ProbeMeta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProbeMeta<'a> {
+    #[serde(default, borrow)]
+    resource_version: Option<&'a str>,
+}
+
+impl Probe<'_> {
+    /// The revision the write stored and when its response completed.
+    fn stored_revision(&self) -> Option<(u64, i64)> {
+        if !matches!(self.verb, Some("create" | "update" | "patch"))
+            || self.stage != Some("ResponseComplete")
+            || !self
+                .response_status
+                .as_ref()
+                .and_then(|s| s.code)
+                .is_some_and(|c| (200..300).contains(&c))
+        {
+            return None;
+        }
+        let revision = self
+            .response_object
+            .as_ref()?
+            .metadata
+            .as_ref()?
+            .resource_version?
+            .parse()
+            .ok()?;
+        let completed = humantime::parse_rfc3339(self.stage_timestamp?).ok()?;
+        let ns = completed
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_nanos();
+        Some((revision, i64::try_from(ns).ok()?))
     }
 }
 
@@ -191,19 +267,23 @@ fn low_quantile(values: &mut [i64]) -> i64 {
     *values.select_nth_unstable(k).1
 }
 
-/// What an offset means for the report, naming the files.
+/// What an offset means for the report, naming the files; the offline
+/// commands read the file's times corrected by it
+/// ([`ClockOffset::correction_ns`]).
 pub fn describe(o: &ClockOffset, files: &[String]) -> String {
     let name = |i: usize| files.get(i).map(String::as_str).unwrap_or("?");
     format!(
         "the clock of the apiserver that logged {} is about {:.1} s {} that of {} (judged by etcd's \
-         revision order: {} and {} adjacent pairs of writes each way): hops between writes logged \
-         in the two files are off by that much",
+         revision order: {} and {} adjacent pairs of writes each way): its times are read {:.1} s \
+         {}, by the other's clock, so that hops between the two files are not off by the difference",
         name(o.file),
         o.offset.as_secs_f64(),
         if o.ahead { "ahead of" } else { "behind" },
         name(o.reference),
         o.pairs.0,
-        o.pairs.1
+        o.pairs.1,
+        o.offset.as_secs_f64(),
+        if o.ahead { "earlier" } else { "later" },
     )
 }
 
@@ -211,22 +291,12 @@ pub fn describe(o: &ClockOffset, files: &[String]) -> String {
 mod tests {
     use super::*;
 
-    fn clock_of(writes: &[(u64, i64, usize)]) -> (RevisionClock, HashMap<u64, usize>) {
-        let clock = RevisionClock::default();
-        let mut origin = HashMap::default();
-        {
-            let mut rec = clock.writes.lock().unwrap();
-            for (i, &(revision, completed_ns, file)) in writes.iter().enumerate() {
-                let key = audit_key(i.to_string().as_bytes());
-                origin.insert(key, file);
-                rec.writes.push(Write {
-                    revision,
-                    completed_ns,
-                    audit_key: key,
-                });
-            }
+    fn clock_of(writes: &[(u64, i64, usize)]) -> Revisions {
+        let mut revisions = Revisions::default();
+        for &(revision, completed_ns, file) in writes {
+            revisions.push(revision, completed_ns, file);
         }
-        (clock, origin)
+        revisions
     }
 
     /// Writes alternating between two apiservers every 5 ms, the second's
@@ -245,21 +315,14 @@ mod tests {
 
     #[test]
     fn clocks_that_agree_give_no_offset_despite_slow_responses() {
-        let (clock, origin) = clock_of(&alternating(0));
-        assert_eq!(clock.offsets(|k| origin.get(&k).copied()), []);
-        let (clock, origin) = clock_of(&alternating(50));
-        assert_eq!(
-            clock.offsets(|k| origin.get(&k).copied()),
-            [],
-            "under 100 ms"
-        );
+        assert_eq!(clock_of(&alternating(0)).offsets(), []);
+        assert_eq!(clock_of(&alternating(50)).offsets(), [], "under 100 ms");
     }
 
     #[test]
     fn a_clock_ahead_or_behind_is_measured_against_the_first_file() {
         for (skew, ahead) in [(2000, true), (-1500, false)] {
-            let (clock, origin) = clock_of(&alternating(skew));
-            let offsets = clock.offsets(|k| origin.get(&k).copied());
+            let offsets = clock_of(&alternating(skew)).offsets();
             assert_eq!(offsets.len(), 1, "{skew}");
             let o = &offsets[0];
             assert_eq!((o.file, o.reference, o.ahead), (1, 0, ahead));
@@ -269,9 +332,69 @@ mod tests {
     }
 
     #[test]
+    fn revisions_answered_by_several_writes_are_left_out() {
+        // Every write of one apiserver's log, and in the other's only
+        // updates that changed nothing, answered with those same revisions
+        // and logged 2 s earlier: which write stored a revision is not
+        // known, so no offset is made up from them.
+        let stored: Vec<_> = (0..400_i64)
+            .map(|i| (i as u64 + 1, i * 5_000_000, 0))
+            .collect();
+        let echoes = stored.iter().map(|&(r, t, _)| (r, t - 2_000_000_000, 1));
+        let writes: Vec<_> = stored.iter().copied().chain(echoes).collect();
+        assert_eq!(clock_of(&writes).offsets(), []);
+        // The same file given twice: the same.
+        let twice: Vec<_> = alternating(2000)
+            .into_iter()
+            .flat_map(|(r, t, _)| [(r, t, 0), (r, t, 1)])
+            .collect();
+        assert_eq!(clock_of(&twice).offsets(), []);
+    }
+
+    /// The deployment scenario's lines as logged, and as a writer that puts
+    /// spaces around colons and commas writes them (one line each still).
+    fn fixture_lines() -> Vec<(String, String)> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/deployment/audit.log"
+        );
+        std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let spaced = serde_json::to_string_pretty(&v).unwrap().replace('\n', "");
+                (l.to_string(), spaced)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_write_that_stored_a_revision_is_recorded_however_spaced() {
+        let lines = fixture_lines();
+        let expected = lines
+            .iter()
+            .filter(|(l, _)| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                ["create", "update", "patch"].contains(&v["verb"].as_str().unwrap())
+                    && v["stage"] == "ResponseComplete"
+                    && (200..300).contains(&v["responseStatus"]["code"].as_u64().unwrap_or(0))
+                    && v["responseObject"]["metadata"]["resourceVersion"].is_string()
+            })
+            .count();
+        assert!(expected > 10, "{expected}");
+        for spaced in [false, true] {
+            let mut revisions = Revisions::default();
+            for (compact, with_spaces) in &lines {
+                revisions.record_line(if spaced { with_spaces } else { compact }, 0);
+            }
+            assert_eq!(revisions.writes.len(), expected, "spaced: {spaced}");
+        }
+    }
+
+    #[test]
     fn too_few_pairs_say_nothing() {
         let writes: Vec<_> = alternating(2000).into_iter().take(8).collect();
-        let (clock, origin) = clock_of(&writes);
-        assert_eq!(clock.offsets(|k| origin.get(&k).copied()), []);
+        assert_eq!(clock_of(&writes).offsets(), []);
     }
 }

@@ -94,7 +94,8 @@ pub async fn analyze(
     };
     let rules = Arc::new(pipeline.rules.load()?);
     let shared = Arc::new(Mutex::new(LinesState::default()));
-    let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone());
+    // Several apiservers' logs: read by one clock.
+    let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone()).correcting_clocks();
     let sink = Arc::new(PropagationStats::default());
     // Completion times: the cascade tracker tells the statistics of every
     // cascade that completed (by root kind and verb).
@@ -142,6 +143,7 @@ pub async fn analyze(
         return Err(e);
     }
     super::lines::print_skipped(&located, errors.len(), config.max_errors_shown);
+    super::lines::print_clock_notes(&st);
     let mut stats = Arc::try_unwrap(sink)
         .map(PropagationStats::into_stats)
         .unwrap_or_else(|s| s.snapshot());

@@ -9,7 +9,6 @@ use anyhow::{Context, bail};
 
 use super::PipelineConfig;
 use super::lines::{Lines, LinesState, in_time_order, progress_bar, total_size};
-use crate::analysis::clocks::{self, RevisionClock};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, Severity};
 use crate::offline::changes_with_watch_to_sinks;
 use crate::pipeline::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind};
@@ -352,17 +351,12 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     };
     let rules = Arc::new(pipeline.rules.load()?);
     let shared = Arc::new(Mutex::new(LinesState::default()));
-    let mut lines = Lines::new(files.clone(), bar.clone(), shared.clone());
+    // Several logs (several apiservers'): read by one clock.
+    let mut lines = Lines::new(files.clone(), bar.clone(), shared.clone()).correcting_clocks();
     // One namespace: lines that do not mention it are not parsed at all.
     if let Some(ns) = &config.scope.namespace {
         lines = lines.containing(&format!("\"{ns}\""));
     }
-    // Several logs (several apiservers'): do their clocks agree?
-    let clock = (files.len() > 1).then(|| {
-        lines =
-            std::mem::replace(&mut lines, Lines::without_progress(Vec::new())).recording_origins();
-        Arc::new(RevisionClock::default())
-    });
     let mut collector = ExplainCollector::on_own_thread(config.scope.clone());
     if !config.component_traces.is_empty() {
         collector = collector.with_components(super::trace::read_component_traces(
@@ -383,9 +377,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
         &pipeline.filter()?,
         pipeline.processor_config()?,
         pipeline.redactor()?,
-        std::iter::once(collector.clone() as Arc<dyn ChangeSink>)
-            .chain(clock.clone().map(|c| c as Arc<dyn ChangeSink>))
-            .collect(),
+        vec![collector.clone() as Arc<dyn ChangeSink>],
     )
     .await;
     bar.finish_and_clear();
@@ -415,20 +407,7 @@ pub async fn explain(config: &ExplainConfig) -> anyhow::Result<Report> {
     let resources_seen = collector.resources_seen();
     let collector = Arc::try_unwrap(collector)
         .map_err(|_| anyhow::anyhow!("the pipeline still holds the explain collector"))?;
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    let mut clock_notes: Vec<String> = match (&clock, &st.origins) {
-        (Some(clock), Some(origins)) => clock
-            .offsets(|key| origins.get(&key).copied())
-            .iter()
-            .map(|o| clocks::describe(o, &names))
-            .collect(),
-        _ => Vec::new(),
-    };
-    if let Some(dropped) = clock.as_ref().map(|c| c.dropped()).filter(|&d| d > 0) {
-        clock_notes.push(format!(
-            "{dropped} writes were left out of the check of the apiservers' clocks (bound reached)"
-        ));
-    }
+    let clock_notes = st.clock_notes();
     let inputs = Inputs {
         files: files
             .iter()

@@ -125,10 +125,14 @@ pub async fn run(config: ReplayConfig) -> anyhow::Result<()> {
         }
         // Several files (rotated logs, several apiservers' logs): merged by
         // time, as the offline commands read them, so that every write is
-        // processed after the changes it followed.
+        // processed after the changes it followed, and read by one clock.
         let bar = super::lines::progress_bar(super::lines::total_size(&config.files)?);
         let shared = Arc::new(std::sync::Mutex::new(super::lines::LinesState::default()));
-        let lines = super::lines::Lines::new(config.files.clone(), bar.clone(), shared.clone());
+        let lines = super::lines::Lines::new(config.files.clone(), bar.clone(), shared.clone())
+            .correcting_clocks();
+        bar.suspend(|| {
+            super::lines::print_clock_notes(&shared.lock().unwrap_or_else(|e| e.into_inner()))
+        });
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let reader = std::thread::spawn(move || {
             for line in lines {

@@ -169,7 +169,8 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
     // UTF-8 skipped (not the whole file), errors named by file:line.
     let bar = progress_bar(total_size(&config.files)?);
     let shared = Arc::new(Mutex::new(LinesState::default()));
-    let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone());
+    // Several apiservers' logs: read by one clock.
+    let lines = Lines::new(config.files.clone(), bar.clone(), shared.clone()).correcting_clocks();
     // The collector's pipeline at its defaults, with this window and these rules.
     let pipeline = PipelineConfig {
         window: config.assembly.window,
@@ -195,6 +196,7 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
         if let Some(e) = st.io_error.take() {
             return Err(e);
         }
+        super::lines::print_clock_notes(&st);
         let shown = &errors[..errors.len().min(MAX_ERRORS_SHOWN)];
         (st.located(shown), st.non_empty)
     };

@@ -1,8 +1,11 @@
 //! Audit log files read as one stream of lines for the offline commands
 //! (`analyze`, `explain`; and for `replay` too, the refusal of an input
 //! without audit events): a progress bar over the bytes, `.gz` files
-//! decompressed, each line's file:line kept for error messages, and an
-//! optional cheap filter that skips lines before they are parsed.
+//! decompressed, each line's file:line kept for error messages, an
+//! optional cheap filter that skips lines before they are parsed, and
+//! several apiservers' logs read by one clock (`clocks.rs`).
+
+mod clocks;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -71,6 +74,17 @@ pub fn no_audit_events(
     ))
 }
 
+/// Says on stderr (unless `--quiet`) how the files' clocks were corrected
+/// ([`Lines::correcting_clocks`]), for the commands whose output has no
+/// place for notes.
+pub fn print_clock_notes(st: &LinesState) {
+    if !crate::terminal::quiet() {
+        for note in st.clock_notes() {
+            eprintln!("note: {note}");
+        }
+    }
+}
+
 /// Says the malformed lines skipped on stderr: the first `max_shown` of
 /// `located` (as `file:line: why`), then how many more of `malformed` there
 /// were.
@@ -123,6 +137,9 @@ struct Source {
     next: Option<(u64, Vec<u8>)>,
     /// Its last line's time: a line without one keeps its place after it.
     last_time: Vec<u8>,
+    /// What its audit times are moved by (ns), to read them by the
+    /// reference file's clock ([`Lines::correcting_clocks`]).
+    shift_ns: i64,
 }
 
 /// What reading found, shared with the caller.
@@ -141,13 +158,32 @@ pub struct LinesState {
     pub io_error: Option<anyhow::Error>,
     /// Gzipped files read only up to damage, as `file: why`.
     pub damaged: Vec<String>,
-    /// With [`Lines::recording_origins`]: the file (index) that logged
-    /// each audit ID (its [`audit_key`](crate::analysis::clocks::audit_key)),
-    /// the first file where it was logged twice.
-    pub origins: Option<crate::model::FastHashMap<u64, usize>>,
+    /// With [`Lines::correcting_clocks`]: the files whose apiserver's clock
+    /// was found off, by how much (their times are read corrected), and
+    /// the writes left out of that check over its bound.
+    pub clock_offsets: Vec<crate::analysis::clocks::ClockOffset>,
+    pub clock_writes_dropped: u64,
 }
 
 impl LinesState {
+    /// What the report says of the clock correction, one note per file
+    /// corrected (see [`clocks::describe`](crate::analysis::clocks::describe)).
+    pub fn clock_notes(&self) -> Vec<String> {
+        let names: Vec<String> = self.files.iter().map(|f| f.display().to_string()).collect();
+        let mut notes: Vec<String> = self
+            .clock_offsets
+            .iter()
+            .map(|o| crate::analysis::clocks::describe(o, &names))
+            .collect();
+        if self.clock_writes_dropped > 0 {
+            notes.push(format!(
+                "{} writes were left out of the check of the apiservers' clocks (bound reached)",
+                self.clock_writes_dropped
+            ));
+        }
+        notes
+    }
+
     /// `file:line` of a global line number (1-based).
     pub fn locate(&self, global_line: u64) -> String {
         let i = self
@@ -192,7 +228,6 @@ type Key = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
 
 static STAGE_TIMESTAMP: Key =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"stageTimestamp\""));
-static AUDIT_ID: Key = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"auditID\""));
 
 /// The `stageTimestamp` of an audit line (the first one: an EventList's
 /// first item's), as its bytes: the apiserver writes RFC 3339 times in UTC
@@ -221,20 +256,13 @@ fn string_field<'a>(line: &'a [u8], key: &Key) -> Option<&'a [u8]> {
 impl Lines {
     pub fn new(files: Vec<PathBuf>, bar: ProgressBar, shared: Arc<Mutex<LinesState>>) -> Self {
         let single = files.len() <= 1;
-        // Oldest first (files without a readable first event last, in the
-        // order given), popped from the end.
+        // Popped from the end: the oldest last.
         let mut unopened: Vec<(Option<String>, usize)> = files
             .iter()
             .enumerate()
             .map(|(i, f)| (if single { None } else { first_time(f) }, i))
             .collect();
-        unopened.sort_by(|a, b| match (&a.0, &b.0) {
-            (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => a.1.cmp(&b.1),
-        });
-        unopened.reverse();
+        unopened.sort_by(oldest_last);
         shared
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -250,6 +278,7 @@ impl Lines {
                     line: 0,
                     next: None,
                     last_time: Vec::new(),
+                    shift_ns: 0,
                 })
                 .collect(),
             unopened,
@@ -267,15 +296,49 @@ impl Lines {
         Self::new(files, ProgressBar::hidden(), Arc::default())
     }
 
-    /// Notes which file logged each audit ID (`LinesState::origins`), when
-    /// there are several files: whose clock stamped which write.
-    pub fn recording_origins(self) -> Self {
-        if !self.single {
-            self.shared
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .origins = Some(Default::default());
+    /// Several apiservers' logs read by one clock: before the first line,
+    /// a first pass over the files measures how far each one's apiserver
+    /// clock is from the first's (by etcd's revision order, see
+    /// [`crate::analysis::clocks`]; the first is the one whose first event
+    /// is oldest), and each file found off is then read
+    /// with its audit times (`requestReceivedTimestamp`, `stageTimestamp`)
+    /// corrected by that much, merged in that order, and said in
+    /// [`LinesState::clock_notes`]. Offsets under
+    /// [`NOTICEABLE`](crate::analysis::clocks::NOTICEABLE) are not
+    /// measured. Nothing is done for one file, or when one of the files is
+    /// standard input, which can be read only once.
+    pub fn correcting_clocks(mut self) -> Self {
+        if self.single || self.sources.iter().any(|s| s.path.as_os_str() == STDIN) {
+            return self;
         }
+        // Measured in time order, so that the reference is the file that
+        // starts first, whatever order the files were given in.
+        let order: Vec<usize> = self.unopened.iter().rev().map(|&(_, i)| i).collect();
+        let paths: Vec<PathBuf> = order
+            .iter()
+            .map(|&i| self.sources[i].path.clone())
+            .collect();
+        if let Some(total) = self.bar.length() {
+            self.bar.set_length(total * 2);
+        }
+        let (mut offsets, dropped) = clocks::measure(&paths, &self.bar);
+        for o in &mut offsets {
+            (o.file, o.reference) = (order[o.file], order[o.reference]);
+        }
+        for o in &offsets {
+            self.sources[o.file].shift_ns = o.correction_ns();
+        }
+        for (first, i) in &mut self.unopened {
+            let by = self.sources[*i].shift_ns;
+            if by != 0 {
+                *first = first.take().and_then(|t| clocks::shifted(&t, by));
+            }
+        }
+        self.unopened.sort_by(oldest_last);
+        let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        st.clock_offsets = offsets;
+        st.clock_writes_dropped = dropped;
+        drop(st);
         self
     }
 
@@ -294,26 +357,21 @@ impl Lines {
             source.reader = Some(BufReader::with_capacity(1 << 20, Box::new(read)));
             return Some(());
         }
-        let file = match File::open(&source.path) {
-            Ok(f) => f,
+        match open_file(&source.path, &self.bar) {
+            Ok((reader, gzipped)) => {
+                source.gzipped = gzipped;
+                source.reader = Some(reader);
+                Some(())
+            }
             Err(e) => {
                 let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
                 st.io_error = Some(anyhow::anyhow!(
                     "cannot open {}: {e}",
                     source.path.display()
                 ));
-                return None;
+                None
             }
-        };
-        let read = self.bar.wrap_read(file);
-        source.gzipped = source.path.extension().is_some_and(|e| e == "gz");
-        let reader: Box<dyn Read + Send> = if source.gzipped {
-            Box::new(flate2::read::MultiGzDecoder::new(read))
-        } else {
-            Box::new(read)
-        };
-        source.reader = Some(BufReader::with_capacity(1 << 20, reader));
-        Some(())
+        }
     }
 
     /// The next raw line of source `i` (with its newline), `Ok(None)` at its
@@ -359,10 +417,13 @@ impl Lines {
 
     /// Reads source `i`'s next line ahead and queues it by its time.
     fn queue_next(&mut self, i: usize) -> Result<(), ()> {
-        let Some(line) = self.read_raw(i)? else {
+        let Some(mut line) = self.read_raw(i)? else {
             return Ok(());
         };
         let source = &mut self.sources[i];
+        if source.shift_ns != 0 {
+            line = clocks::shift_times(&line, source.shift_ns);
+        }
         if let Some(t) = stage_time(&line) {
             source.last_time.clear();
             source.last_time.extend_from_slice(t);
@@ -426,13 +487,6 @@ impl Iterator for Lines {
         let (i, number, line) = self.next_raw()?;
         let mut st = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         st.yield_line(i, number);
-        if let Some(origins) = st.origins.as_mut()
-            && let Some(id) = string_field(&line, &AUDIT_ID)
-        {
-            origins
-                .entry(crate::analysis::clocks::audit_key(id))
-                .or_insert(i);
-        }
         if line.iter().all(u8::is_ascii_whitespace) {
             return Some(String::new());
         }
@@ -480,6 +534,34 @@ fn read_line<R: BufRead + ?Sized>(reader: &mut R, buf: &mut Vec<u8>) -> std::io:
             return Ok(read);
         }
     }
+}
+
+/// A file's reader (decompressed when it ends in `.gz`, counted on `bar`),
+/// and whether it is gzipped.
+fn open_file(
+    path: &std::path::Path,
+    bar: &ProgressBar,
+) -> std::io::Result<(BufReader<Box<dyn Read + Send>>, bool)> {
+    let read = bar.wrap_read(File::open(path)?);
+    let gzipped = path.extension().is_some_and(|e| e == "gz");
+    let reader: Box<dyn Read + Send> = if gzipped {
+        Box::new(flate2::read::MultiGzDecoder::new(read))
+    } else {
+        Box::new(read)
+    };
+    Ok((BufReader::with_capacity(1 << 20, reader), gzipped))
+}
+
+/// Files by their first event's time, oldest last (popped from the end);
+/// files without a readable first event after them, in the order given.
+fn oldest_last(a: &(Option<String>, usize), b: &(Option<String>, usize)) -> std::cmp::Ordering {
+    let oldest_first = match (&a.0, &b.0) {
+        (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.1.cmp(&b.1),
+    };
+    oldest_first.reverse()
 }
 
 /// The audit time of a file's first event (`requestReceivedTimestamp`),
