@@ -1616,6 +1616,30 @@ fn a_second_apiservers_clock_behind_is_measured_and_corrected() {
     }
 }
 
+/// Two clusters' logs given together (two corpus runs, each its own
+/// control plane, about 12 minutes apart): their etcds count revisions
+/// alike, so revision order pairs their writes as if their clocks were 700 s
+/// apart, but no object is in both, so neither log is read by the other's
+/// clock (and explain says the input mixes clusters).
+#[test]
+fn two_clusters_logs_are_not_read_by_one_clock() {
+    let files = vec![
+        corpus_log("controller-fight"),
+        corpus_log("multi-healthy-a"),
+    ];
+    let report = explain_files(files);
+    assert_eq!(clock_note(&report), None);
+    assert!(
+        report
+            .inputs
+            .notes
+            .iter()
+            .any(|n| n.contains("the input seems to mix several clusters' logs")),
+        "{:?}",
+        report.inputs.notes
+    );
+}
+
 /// The second apiserver's clock behind the first's by 50 ms and by 80 ms
 /// (too little to measure and correct, under 100 ms): the scheduler's bindings and the
 /// kubelets' writes are logged before the writes they react to, so they

@@ -36,6 +36,10 @@ const MIN_PAIRS: usize = 5;
 /// Writes kept (24 bytes each); more are counted and left out.
 const MAX_WRITES: usize = 4 << 20;
 
+/// Objects whose files are kept (about 24 bytes each), for telling one
+/// cluster's logs from several clusters'; more are left out.
+const MAX_OBJECTS: usize = 1 << 20;
+
 /// The share of each direction's time differences below its statistic: the
 /// tight pairs, with room for the occasional slow response below them.
 const LOW_QUANTILE: f64 = 0.1;
@@ -48,6 +52,10 @@ const LOW_QUANTILE: f64 = 0.1;
 pub struct Revisions {
     writes: Vec<(u64, i64, usize)>,
     dropped: u64,
+    /// The files (a bit each, the first 64) that wrote each object, by a
+    /// hash of its uid: revisions compare only between files that wrote
+    /// the same objects, one etcd's.
+    written_by: HashMap<u64, u64>,
 }
 
 /// How far one file's apiserver clock is from the reference file's.
@@ -89,10 +97,40 @@ impl Revisions {
             return;
         };
         for event in std::iter::once(&probe).chain(probe.items.iter().flatten()) {
-            if let Some((revision, completed_ns)) = event.stored_revision() {
+            if let Some((revision, completed_ns, uid)) = event.stored_revision() {
                 self.push(revision, completed_ns, file);
+                self.note_object(uid, file);
             }
         }
+    }
+
+    fn note_object(&mut self, uid: &str, file: usize) {
+        let Some(bit) = u32::try_from(file).ok().and_then(|f| 1u64.checked_shl(f)) else {
+            return;
+        };
+        let key = xxhash_rust::xxh3::xxh3_64(uid.as_bytes());
+        if let Some(files) = self.written_by.get_mut(&key) {
+            *files |= bit;
+        } else if self.written_by.len() < MAX_OBJECTS {
+            self.written_by.insert(key, bit);
+        }
+    }
+
+    /// Whether `a` and `b` wrote an object in common: the logs of one
+    /// cluster's apiservers do (a Pod one creates, the other's kubelet
+    /// updates), several clusters' logs never (uids are random), and their
+    /// revisions, counted by different etcds, say nothing of each other's
+    /// clocks.
+    fn share_objects(&self, a: usize, b: usize) -> bool {
+        let (Some(a), Some(b)) = (
+            u32::try_from(a).ok().and_then(|f| 1u64.checked_shl(f)),
+            u32::try_from(b).ok().and_then(|f| 1u64.checked_shl(f)),
+        ) else {
+            return false;
+        };
+        self.written_by
+            .values()
+            .any(|&files| files & a != 0 && files & b != 0)
     }
 
     fn push(&mut self, revision: u64, completed_ns: i64, file: usize) {
@@ -145,6 +183,9 @@ impl Revisions {
         let noticeable = NOTICEABLE.as_nanos() as i64;
         let mut out = Vec::new();
         for file in files.into_iter().filter(|&f| f != reference) {
+            if !self.share_objects(reference, file) {
+                continue;
+            }
             let (Some(mut towards), Some(mut away)) = (
                 diffs.remove(&(reference, file)),
                 diffs.remove(&(file, reference)),
@@ -230,11 +271,14 @@ struct ProbeObject<'a> {
 struct ProbeMeta<'a> {
     #[serde(default, borrow)]
     resource_version: Option<&'a str>,
+    #[serde(default, borrow)]
+    uid: Option<&'a str>,
 }
 
 impl Probe<'_> {
-    /// The revision the write stored and when its response completed.
-    fn stored_revision(&self) -> Option<(u64, i64)> {
+    /// The revision the write stored, when its response completed, and the
+    /// object's uid.
+    fn stored_revision(&self) -> Option<(u64, i64, &str)> {
         if !matches!(self.verb, Some("create" | "update" | "patch"))
             || self.stage != Some("ResponseComplete")
             || !self
@@ -245,20 +289,14 @@ impl Probe<'_> {
         {
             return None;
         }
-        let revision = self
-            .response_object
-            .as_ref()?
-            .metadata
-            .as_ref()?
-            .resource_version?
-            .parse()
-            .ok()?;
+        let metadata = self.response_object.as_ref()?.metadata.as_ref()?;
+        let revision = metadata.resource_version?.parse().ok()?;
         let completed = humantime::parse_rfc3339(self.stage_timestamp?).ok()?;
         let ns = completed
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?
             .as_nanos();
-        Some((revision, i64::try_from(ns).ok()?))
+        Some((revision, i64::try_from(ns).ok()?, metadata.uid?))
     }
 }
 
@@ -291,10 +329,22 @@ pub fn describe(o: &ClockOffset, files: &[String]) -> String {
 mod tests {
     use super::*;
 
+    /// The writes of one cluster's apiservers: every file also wrote one
+    /// object the others did.
     fn clock_of(writes: &[(u64, i64, usize)]) -> Revisions {
+        let mut revisions = of_separate_clusters(writes);
+        for &(_, _, file) in writes {
+            revisions.note_object("a Pod written through every apiserver", file);
+        }
+        revisions
+    }
+
+    /// The writes, with no object written by two files in common.
+    fn of_separate_clusters(writes: &[(u64, i64, usize)]) -> Revisions {
         let mut revisions = Revisions::default();
         for &(revision, completed_ns, file) in writes {
             revisions.push(revision, completed_ns, file);
+            revisions.note_object(&format!("{file}/{revision}"), file);
         }
         revisions
     }
@@ -390,6 +440,15 @@ mod tests {
             }
             assert_eq!(revisions.writes.len(), expected, "spaced: {spaced}");
         }
+    }
+
+    #[test]
+    fn logs_of_separate_clusters_say_nothing_of_each_others_clocks() {
+        // Two clusters, one run 2 s after the other: their etcds count
+        // revisions from 1 alike, so revision order pairs their writes, but
+        // no object is in both.
+        assert_eq!(of_separate_clusters(&alternating(2000)).offsets(), []);
+        assert_eq!(clock_of(&alternating(2000)).offsets().len(), 1);
     }
 
     #[test]

@@ -305,7 +305,8 @@ impl Lines {
     /// corrected by that much, merged in that order, and said in
     /// [`LinesState::clock_notes`]. Offsets under
     /// [`NOTICEABLE`](crate::analysis::clocks::NOTICEABLE) are not
-    /// measured. Nothing is done for one file, or when one of the files is
+    /// measured, nor files that wrote no object in common (several
+    /// clusters' logs). Nothing is done for one file, or when one of the files is
     /// standard input, which can be read only once.
     pub fn correcting_clocks(mut self) -> Self {
         if self.single || self.sources.iter().any(|s| s.path.as_os_str() == STDIN) {
