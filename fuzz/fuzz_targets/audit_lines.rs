@@ -1,7 +1,8 @@
 //! Audit logs as the offline commands read them, from a file: `Lines`
 //! (`kascade trace`, `explain`, `analyze`), the bytes as a plain log, the
 //! same bytes gzipped and the bytes taken for a `.gz` (damage is read up
-//! to); `replay_files` (`kascade replay`, its own reader) over the plain
+//! to), and two files read by one clock (`Lines::correcting_clocks`, with
+//! the rewrite of a line's times); `replay_files` (`kascade replay`, its own reader) over the plain
 //! and the `.gz` file; then the lines through the collector's processing
 //! in memory (`offline::spans_from_audit_lines`: parse, filter, windows,
 //! diffs, causes, spans).
@@ -109,6 +110,30 @@ fuzz_target!(|data: &[u8]| {
     assert!(zstate.damaged.is_empty(), "{:?}", zstate.damaged);
     // Any bytes taken for a .gz: read up to the damage.
     let _ = read_lines(&raw_gz);
+
+    // Two files, read by one clock (`correcting_clocks`: the first pass
+    // over both, and their times corrected when it finds an offset): the
+    // halves of the bytes, and the bytes with both halves again.
+    let (first, second) = data.split_at(data.len() / 2);
+    let half = s.dir.join("half.log");
+    write(&half, first);
+    let other = s.dir.join("other.log");
+    write(&other, second);
+    for files in [vec![half.clone(), other.clone()], vec![plain.clone(), half, other]] {
+        let shared = Arc::new(Mutex::new(LinesState::default()));
+        let read = Lines::new(files, indicatif::ProgressBar::hidden(), shared.clone())
+            .correcting_clocks()
+            .count();
+        let state = shared.lock().unwrap();
+        assert!(state.io_error.is_none(), "{:?}", state.io_error);
+        assert!(state.non_empty <= read as u64);
+        let _ = state.clock_notes();
+    }
+    // The rewrite of a line's audit times, by any amount: text stays text.
+    for by in [1, -1_500_000_000, i64::MAX, i64::MIN] {
+        let moved = kascade::app::lines::fuzzing::shift_times(data, by);
+        assert_eq!(std::str::from_utf8(&moved).is_ok(), std::str::from_utf8(data).is_ok());
+    }
 
     // replay reads as many lines as the other commands.
     assert_eq!(replay(s, &plain), state.non_empty);

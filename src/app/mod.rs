@@ -8,7 +8,10 @@ pub mod cpid_webhook;
 pub mod doctor;
 pub mod explain;
 pub mod frontend;
+#[cfg(not(fuzzing))]
 mod lines;
+#[cfg(fuzzing)]
+pub mod lines;
 mod pipeline;
 pub mod replay;
 pub mod rules;

@@ -100,8 +100,14 @@ pub(super) fn shifted(time: &str, by_ns: i64) -> Option<String> {
     } else {
         t.checked_add(by)?
     };
-    Some(humantime::format_rfc3339_micros(t).to_string())
+    // What RFC 3339 (and humantime, which panics outside it) writes: from
+    // the epoch to the end of year 9999.
+    let since_epoch = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    (since_epoch.as_secs() < END_OF_9999).then(|| humantime::format_rfc3339_micros(t).to_string())
 }
+
+/// 10000-01-01T00:00:00Z, in seconds since the epoch.
+const END_OF_9999: u64 = 253_402_300_800;
 
 #[cfg(test)]
 mod tests {
@@ -147,6 +153,21 @@ mod tests {
             assert_eq!(strip(now), strip(was));
             assert_eq!(shift_times(&moved, -1_500_000_000), line.as_bytes());
         }
+    }
+
+    /// Found by the fuzz target `audit_lines`: a time moved before the
+    /// epoch (or past year 9999) made humantime panic; it stays as logged.
+    #[test]
+    fn a_time_moved_out_of_rfc_3339s_range_stays_as_it_is() {
+        let line = fixture_lines().remove(0);
+        // 292 years back: before the epoch.
+        assert_eq!(shift_times(line.as_bytes(), i64::MIN), line.as_bytes());
+        assert_eq!(shifted("1970-01-01T00:00:00.000001Z", -2_000), None);
+        assert_eq!(shifted("9999-12-31T23:59:59.000000Z", 1_000_000_000), None);
+        assert_eq!(
+            shifted("9999-12-31T23:59:58.000000Z", 1_000_000_000).as_deref(),
+            Some("9999-12-31T23:59:59.000000Z")
+        );
     }
 
     #[test]
