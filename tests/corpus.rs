@@ -1469,20 +1469,7 @@ fn two_apiservers_logs_given_together_read_as_one_healthy_cluster() {
             "{:?}",
             report.inputs.notes
         );
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kascade"))
-            .arg("trace")
-            .args(&files)
-            .args([
-                "--resource",
-                "deployments",
-                "--namespace",
-                "ha-demo",
-                "--name",
-                "web",
-            ])
-            .args(["--mode", "cascade"])
-            .output()
-            .unwrap();
+        let out = cascade_mode_of_ha_web(&files);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.starts_with("3 cascades, all complete without a failed write"),
@@ -1504,6 +1491,18 @@ fn two_apiservers_logs_given_together_read_as_one_healthy_cluster() {
         &rt.block_on(common::changes_of_lines(lines("two-apiservers"), CLUSTER)),
         "two apiservers",
     );
+}
+
+/// `kascade trace FILES --mode cascade` of the `two-apiservers` run's
+/// Deployment, ha-demo/web (it must succeed).
+fn cascade_mode_of_ha_web(files: &[PathBuf]) -> std::process::Output {
+    common::succeeded(
+        common::kascade()
+            .arg("trace")
+            .args(files)
+            .args(["--resource", "deployments", "--namespace", "ha-demo"])
+            .args(["--name", "web", "--mode", "cascade"]),
+    )
 }
 
 /// The run's second log with its times moved by `secs` (derived: no
@@ -1580,13 +1579,7 @@ fn a_second_apiservers_clock_behind_is_measured_and_corrected() {
             "{ms} ms: {:?}",
             report.inputs.notes
         );
-        let out = common::succeeded(
-            common::kascade()
-                .arg("trace")
-                .args(&files)
-                .args(["--resource", "deployments", "--namespace", "ha-demo"])
-                .args(["--name", "web", "--mode", "cascade"]),
-        );
+        let out = cascade_mode_of_ha_web(&files);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.starts_with("3 cascades, all complete without a failed write"),
@@ -1661,13 +1654,7 @@ fn a_skewed_apiservers_writes_leave_cascades_not_known_rather_than_wrong() {
             second_log_shifted_ms(dir.path(), -80, "audit-2-shifted-80ms.log"),
         ),
     ] {
-        let out = common::succeeded(
-            common::kascade()
-                .arg("trace")
-                .args(&files)
-                .args(["--resource", "deployments", "--namespace", "ha-demo"])
-                .args(["--name", "web", "--mode", "cascade"]),
-        );
+        let out = cascade_mode_of_ha_web(&files);
         let text = String::from_utf8_lossy(&out.stdout);
         let first = text.lines().next().unwrap_or_default();
         assert!(first.contains("none went wrong"), "{what}: {text}");
