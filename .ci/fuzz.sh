@@ -95,7 +95,9 @@ report() {
       log "$t: the input, base64: $(base64 -w0 "$artifact")"
     fi
     log "$t: what it does run once more (the panic):"
-    timeout 120 "$bin_dir/$t" "$artifact" 2>&1 | grep -v "^INFO:" | head -n 40 >&2 || true
+    mkdir -p "$fuzz_dir/tmp/$t"
+    TMPDIR="$fuzz_dir/tmp/$t" timeout 120 "$bin_dir/$t" "$artifact" 2>&1 | grep -v "^INFO:" | head -n 40 >&2 || true
+    rm -rf "$fuzz_dir/tmp/$t"
   fi
   return 1
 }
