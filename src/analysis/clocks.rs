@@ -105,7 +105,7 @@ impl Revisions {
     }
 
     fn note_object(&mut self, uid: &str, file: usize) {
-        let Some(bit) = u32::try_from(file).ok().and_then(|f| 1u64.checked_shl(f)) else {
+        let Some(bit) = file_bit(file) else {
             return;
         };
         let key = xxhash_rust::xxh3::xxh3_64(uid.as_bytes());
@@ -122,10 +122,7 @@ impl Revisions {
     /// revisions, counted by different etcds, say nothing of each other's
     /// clocks.
     fn share_objects(&self, a: usize, b: usize) -> bool {
-        let (Some(a), Some(b)) = (
-            u32::try_from(a).ok().and_then(|f| 1u64.checked_shl(f)),
-            u32::try_from(b).ok().and_then(|f| 1u64.checked_shl(f)),
-        ) else {
+        let (Some(a), Some(b)) = (file_bit(a), file_bit(b)) else {
             return false;
         };
         self.written_by
@@ -298,6 +295,11 @@ impl Probe<'_> {
             .as_nanos();
         Some((revision, i64::try_from(ns).ok()?, metadata.uid?))
     }
+}
+
+/// A file's bit in [`Revisions`]' sets of files: the first 64 have one.
+fn file_bit(file: usize) -> Option<u64> {
+    u32::try_from(file).ok().and_then(|f| 1u64.checked_shl(f))
 }
 
 fn low_quantile(values: &mut [i64]) -> i64 {

@@ -564,35 +564,32 @@ fn open_file(
     Ok((BufReader::with_capacity(1 << 20, reader), gzipped))
 }
 
-/// Files by their first event's time, oldest last (popped from the end);
+/// Files by their first event's time (and the order given), oldest first;
 /// files without a readable first event after them, in the order given.
-fn oldest_last(a: &(Option<String>, usize), b: &(Option<String>, usize)) -> std::cmp::Ordering {
-    let oldest_first = match (&a.0, &b.0) {
+fn oldest_first(a: (Option<&str>, usize), b: (Option<&str>, usize)) -> std::cmp::Ordering {
+    match (a.0, b.0) {
         (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
         (Some(_), None) => std::cmp::Ordering::Less,
         (None, Some(_)) => std::cmp::Ordering::Greater,
         (None, None) => a.1.cmp(&b.1),
-    };
-    oldest_first.reverse()
+    }
+}
+
+/// [`oldest_first`] reversed: the unopened files, popped from the end.
+fn oldest_last(a: &(Option<String>, usize), b: &(Option<String>, usize)) -> std::cmp::Ordering {
+    oldest_first((a.0.as_deref(), a.1), (b.0.as_deref(), b.1)).reverse()
 }
 
 /// The audit time of a file's first event (`requestReceivedTimestamp`),
 /// when its first line has one.
-fn first_time(path: &PathBuf) -> Option<String> {
+fn first_time(path: &std::path::Path) -> Option<String> {
     // Standard input is read once, in its place.
     if path.as_os_str() == STDIN {
         return None;
     }
-    let file = File::open(path).ok()?;
-    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::read::MultiGzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
+    let (reader, _) = open_file(path, &ProgressBar::hidden()).ok()?;
     let mut line = String::new();
-    BufReader::new(reader.take(1 << 24))
-        .read_line(&mut line)
-        .ok()?;
+    reader.take(1 << 24).read_line(&mut line).ok()?;
     let v: serde_json::Value = serde_json::from_str(&line).ok()?;
     v.get("requestReceivedTimestamp")?
         .as_str()
@@ -610,12 +607,7 @@ pub fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
         .collect();
     let given: Vec<PathBuf> = keyed.iter().map(|(_, _, f)| f.clone()).collect();
     // Files without a readable first event keep their place at the end.
-    keyed.sort_by(|a, b| match (&a.0, &b.0) {
-        (Some(x), Some(y)) => x.cmp(y).then(a.1.cmp(&b.1)),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => a.1.cmp(&b.1),
-    });
+    keyed.sort_by(|a, b| oldest_first((a.0.as_deref(), a.1), (b.0.as_deref(), b.1)));
     let ordered: Vec<PathBuf> = keyed.into_iter().map(|(_, _, f)| f).collect();
     let note = (ordered != given).then(|| {
         format!(
