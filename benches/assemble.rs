@@ -11,15 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::app::RuleSources;
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::display::Mode;
-use kascade::frontend::offline::store_from_audit_lines;
-use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos};
-use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
-use kascade::source::audit::AuditFilter;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::offline::store_from_audit_lines;
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos};
+use kascade::test_support::frontend::{Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::source::audit::AuditFilter;
 
 const TEMPLATE_POD: &str = "hello-54f9b65d48-dfv6w";
 
@@ -53,7 +53,8 @@ fn store(pods: usize, rt: &tokio::runtime::Runtime) -> (Arc<MemoryStore>, TimeRa
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(Some(
-            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
+            kascade::test_support::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS)
+                .unwrap(),
         )),
     ));
     assert!(errors.is_empty(), "{errors:?}");
@@ -132,7 +133,7 @@ fn stream_cached(c: &mut Criterion) {
     group.throughput(Throughput::Elements(spans as u64));
     group.bench_with_input(BenchmarkId::new("clone_and_encode", pods), &pods, |b, _| {
         b.iter(|| {
-            let messages = kascade::frontend::service::chunks(&trace);
+            let messages = kascade::test_support::frontend::service::chunks(&trace);
             let bytes: usize = messages.iter().map(|m| m.encode_to_vec().len()).sum();
             assert!(bytes > spans * 100, "{bytes} bytes for {spans} raw spans");
             bytes
@@ -140,10 +141,10 @@ fn stream_cached(c: &mut Criterion) {
     });
     group.bench_with_input(BenchmarkId::new("encoded_once", pods), &pods, |b, _| {
         b.iter(|| {
-            let messages = kascade::frontend::service::encoded_chunks(&trace)
+            let messages = kascade::test_support::frontend::service::encoded_chunks(&trace)
                 .iter()
                 .cloned()
-                .map(kascade::frontend::proto::TracesMessage::Encoded);
+                .map(kascade::test_support::frontend::proto::TracesMessage::Encoded);
             let bytes: usize = messages.map(|m| m.encode_to_vec().len()).sum();
             assert!(bytes > spans * 100, "{bytes} bytes for {spans} raw spans");
             bytes
@@ -175,7 +176,7 @@ fn weigh(c: &mut Criterion) {
         };
         let trace = rt.block_on(f.search(&query)).unwrap().remove(0);
         group.bench_with_input(BenchmarkId::new(name, pods), &pods, |b, _| {
-            b.iter(|| kascade::frontend::cache_weight::trace_bytes(&trace))
+            b.iter(|| kascade::test_support::frontend::cache_weight::trace_bytes(&trace))
         });
     }
     group.finish();

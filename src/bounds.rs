@@ -4,20 +4,20 @@
 //! how often a repeated warning is logged.
 
 /// Object names (DNS subdomains), API groups, resources, cluster names.
-pub const MAX_NAME_BYTES: usize = 253;
+pub(crate) const MAX_NAME_BYTES: usize = 253;
 /// Namespaces are DNS labels.
-pub const MAX_NAMESPACE_BYTES: usize = 63;
+pub(crate) const MAX_NAMESPACE_BYTES: usize = 63;
 /// User names and user agents (the apiserver truncates user agents in audit
 /// events to 1 KiB; user names from certificates or OIDC are shorter still).
-pub const MAX_TEXT_BYTES: usize = 4096;
+pub(crate) const MAX_TEXT_BYTES: usize = 4096;
 /// Characters of an input quoted in an error message.
-pub const QUOTE_CHARS: usize = 200;
+pub(crate) const QUOTE_CHARS: usize = 200;
 /// Longest error message sent back (HTTP body, gRPC status message).
 pub const MAX_MESSAGE_BYTES: usize = 2048;
 
 /// `s` as a quoted string for an error message, cut after [`QUOTE_CHARS`]
 /// characters with its full length noted: `"aaaa…" (1048576 bytes)`.
-pub fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     match s.char_indices().nth(QUOTE_CHARS) {
         None => format!("{s:?}"),
         Some((cut, _)) => format!("{:?}… ({} bytes)", &s[..cut], s.len()),
@@ -25,7 +25,7 @@ pub fn quote(s: &str) -> String {
 }
 
 /// An error unless `value` (the input `what`) is at most `max` bytes.
-pub fn check_len(what: &str, value: &str, max: usize) -> Result<(), String> {
+pub(crate) fn check_len(what: &str, value: &str, max: usize) -> Result<(), String> {
     if value.len() <= max {
         Ok(())
     } else {
@@ -38,7 +38,7 @@ pub fn check_len(what: &str, value: &str, max: usize) -> Result<(), String> {
 }
 
 /// The most a name-like field (`resource`, `name`, …) may be, by field name.
-pub fn max_name_bytes(field: &str) -> usize {
+pub(crate) fn max_name_bytes(field: &str) -> usize {
     if field == "namespace" {
         MAX_NAMESPACE_BYTES
     } else {
@@ -48,7 +48,7 @@ pub fn max_name_bytes(field: &str) -> usize {
 
 /// Whether every part of `o` is within Kubernetes' bounds, i.e. it names an
 /// object that can exist.
-pub fn object_within_bounds(o: &crate::model::ObjectRef) -> bool {
+pub(crate) fn object_within_bounds(o: &crate::model::ObjectRef) -> bool {
     [&o.cluster, &o.group, &o.resource, &o.name]
         .iter()
         .all(|f| f.len() <= MAX_NAME_BYTES)
@@ -57,7 +57,7 @@ pub fn object_within_bounds(o: &crate::model::ObjectRef) -> bool {
 
 /// A message sent back to a client, cut at [`MAX_MESSAGE_BYTES`]: the last
 /// guard for messages that embed input or answers of other services.
-pub fn clip_message(mut msg: String) -> String {
+pub(crate) fn clip_message(mut msg: String) -> String {
     if msg.len() > MAX_MESSAGE_BYTES {
         let total = msg.len();
         let mut cut = MAX_MESSAGE_BYTES;
@@ -72,13 +72,13 @@ pub fn clip_message(mut msg: String) -> String {
 
 /// Lets a repeated warning through at most once per interval (the rest are
 /// only counted, in a metric the caller keeps).
-pub struct LogEvery {
+pub(crate) struct LogEvery {
     every: std::time::Duration,
     last: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl LogEvery {
-    pub fn new(every: std::time::Duration) -> Self {
+    pub(crate) fn new(every: std::time::Duration) -> Self {
         LogEvery {
             every,
             last: std::sync::Mutex::new(None),
@@ -86,7 +86,7 @@ impl LogEvery {
     }
 
     /// True for the first call, then for the first call after each interval.
-    pub fn should_log(&self) -> bool {
+    pub(crate) fn should_log(&self) -> bool {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let due = last.is_none_or(|t| t.elapsed() >= self.every);
         if due {
@@ -101,7 +101,7 @@ impl LogEvery {
 /// in their own message and give it as their source too (kube's kubeconfig
 /// errors and hyper's connect errors do), which read `…: No such file or
 /// directory (os error 2): No such file or directory (os error 2)`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -163,7 +163,7 @@ fn system_roots() -> Result<rustls::RootCertStore, TlsError> {
 }
 
 /// A connection [`grpc_tls_connector`] makes.
-pub type GrpcTlsStream =
+pub(crate) type GrpcTlsStream =
     hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 
 /// A connector for tonic's `connect_with_connector_lazy` that dials
@@ -172,7 +172,7 @@ pub type GrpcTlsStream =
 /// `http://host:port`, so tonic never attempts TLS of its own and kascade's
 /// rustls configuration (CA file, client certificate) applies to every
 /// gRPC client alike (OTLP export, etcd).
-pub fn grpc_tls_connector(
+pub(crate) fn grpc_tls_connector(
     authority: &tonic::codegen::http::uri::Authority,
     default_port: u16,
     config: Arc<rustls::ClientConfig>,
@@ -208,13 +208,13 @@ pub fn grpc_tls_connector(
 }
 
 /// `true` for an `https://` URL.
-pub fn is_https(url: &str) -> bool {
+pub(crate) fn is_https(url: &str) -> bool {
     url.get(..8)
         .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
 }
 
 /// Checks that both halves of a client identity are given, or neither.
-pub fn identity(
+pub(crate) fn identity(
     cert: Option<FileSetting>,
     key: Option<FileSetting>,
 ) -> Result<Option<(FileSetting, FileSetting)>, TlsError> {
@@ -234,7 +234,7 @@ pub fn identity(
 /// a server certificate for 127.0.0.1 and localhost, and a client
 /// certificate, written as PEM files.
 #[cfg(test)]
-pub mod test_pki {
+pub(crate) mod test_pki {
     use std::path::PathBuf;
     use std::sync::Arc;
 
@@ -245,7 +245,7 @@ pub mod test_pki {
         IsCa, KeyPair,
     };
 
-    pub struct TestPki {
+    pub(crate) struct TestPki {
         _dir: tempfile::TempDir,
         pub ca: PathBuf,
         pub server_cert: PathBuf,
@@ -264,7 +264,7 @@ pub mod test_pki {
     }
 
     impl TestPki {
-        pub fn generate() -> Self {
+        pub(crate) fn generate() -> Self {
             let dir = tempfile::tempdir().unwrap();
             let write = |name: &str, pem: String| {
                 let p = dir.path().join(name);
@@ -304,7 +304,7 @@ pub mod test_pki {
         /// stand in for receivers (built here, not by kascade's webhook
         /// code, so that client TLS depends on no stage); with
         /// `require_client_cert`, mutual TLS.
-        pub fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
+        pub(crate) fn server_config(&self, require_client_cert: bool) -> rustls::ServerConfig {
             use rustls::pki_types::pem::PemObject as _;
             let certs = CertificateDer::pem_file_iter(&self.server_cert)
                 .and_then(|it| it.collect::<Result<Vec<_>, _>>())

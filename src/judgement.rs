@@ -47,7 +47,7 @@ impl Severity {
 /// Who made a write: the cluster's own components or its users (people,
 /// CI jobs, and the workloads and operators they run).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Writer {
+pub(crate) enum Writer {
     Cluster,
     User,
 }
@@ -65,7 +65,7 @@ impl Writer {
     /// managed control planes' components are the cluster; `system:admin`
     /// (a person with the admin credentials), service accounts of other
     /// namespaces (workloads, operators) and everyone else are users.
-    pub fn of(user: &str) -> Writer {
+    pub(crate) fn of(user: &str) -> Writer {
         if user.is_empty() {
             // A change only a watch saw: nothing says who made it.
             return Writer::User;
@@ -95,7 +95,7 @@ impl Writer {
 
 /// What a refused write (HTTP status ≥ 400) was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// An optimistic-concurrency conflict on an update or patch: its
     /// writer reads the newer version and tries again.
     Conflict,
@@ -122,7 +122,7 @@ pub enum Refusal {
 impl Refusal {
     /// Judges a refused write from its status code, verb, the apiserver's
     /// message, and whether the object was already gone.
-    pub fn of(code: i32, verb: &str, message: &str, target_gone: bool) -> Refusal {
+    pub(crate) fn of(code: i32, verb: &str, message: &str, target_gone: bool) -> Refusal {
         if code == 404 && (verb == "delete" || verb == "deletecollection" || target_gone) {
             return Refusal::AlreadyGone;
         }
@@ -145,7 +145,8 @@ impl Refusal {
     }
 
     /// Expected and handled by its writer.
-    pub fn is_routine(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_routine(self) -> bool {
         matches!(
             self,
             Refusal::Conflict | Refusal::AlreadyGone | Refusal::NamespaceTerminating
@@ -155,7 +156,7 @@ impl Refusal {
     /// Whether the refused write is shown in error (red in every display
     /// mode, an error in explain): only when its severity is
     /// [`Severity::Error`].
-    pub fn is_error(self) -> bool {
+    pub(crate) fn is_error(self) -> bool {
         self.severity(Writer::User) == Some(Severity::Error)
     }
 
@@ -166,7 +167,7 @@ impl Refusal {
     /// missing are warnings; a delete of something gone, a cluster
     /// component's idempotent create and content refused in a namespace
     /// being deleted are nothing.
-    pub fn severity(self, writer: Writer) -> Option<Severity> {
+    pub(crate) fn severity(self, writer: Writer) -> Option<Severity> {
         match self {
             Refusal::AlreadyGone | Refusal::NamespaceTerminating => None,
             Refusal::AlreadyExists if writer == Writer::Cluster => None,
@@ -181,7 +182,7 @@ impl Refusal {
 /// A refusal the apiserver gave no message for, in words: a create
 /// answered 404 means no API serves the resource (for a custom resource:
 /// its CustomResourceDefinition is missing).
-pub fn unexplained_refusal(resource: &str, group: &str, verb: &str, code: i32) -> String {
+pub(crate) fn unexplained_refusal(resource: &str, group: &str, verb: &str, code: i32) -> String {
     if code == 404 && verb == "create" {
         let resource = if group.is_empty() {
             resource.to_string()
@@ -246,7 +247,7 @@ const FAILURE_REASONS: &[&str] = &[
 /// is an error, another Warning it did not recover from a warning, and
 /// any Warning the object recovered from (it became ready, or settled,
 /// after it) a note.
-pub fn warning_severity(reason: &str, recovered: bool) -> Severity {
+pub(crate) fn warning_severity(reason: &str, recovered: bool) -> Severity {
     if recovered {
         Severity::Info
     } else if FAILURE_REASONS.contains(&reason) {
@@ -261,7 +262,7 @@ pub fn warning_severity(reason: &str, recovered: bool) -> Severity {
 /// each set it again and again) from a new owner taking over or a person
 /// correcting a controller once.
 #[derive(Clone, Debug)]
-pub struct FieldOwnership<W> {
+pub(crate) struct FieldOwnership<W> {
     last: Option<W>,
     handovers: u64,
     /// (writer, times it set the field), at most [`FIELD_WRITERS`].
@@ -286,7 +287,7 @@ const FIGHT_HANDOVERS: u64 = 4;
 
 impl<W: PartialEq + Clone> FieldOwnership<W> {
     /// `writer` changed the field.
-    pub fn set(&mut self, writer: &W) {
+    pub(crate) fn set(&mut self, writer: &W) {
         if self.last.as_ref().is_some_and(|l| l != writer) {
             self.handovers += 1;
         }
@@ -299,12 +300,12 @@ impl<W: PartialEq + Clone> FieldOwnership<W> {
     }
 
     /// Times the field changed hands.
-    pub fn handovers(&self) -> u64 {
+    pub(crate) fn handovers(&self) -> u64 {
         self.handovers
     }
 
     /// The writers that set it twice or more, with how often.
-    pub fn repeat_writers(&self) -> impl Iterator<Item = (&W, u64)> {
+    pub(crate) fn repeat_writers(&self) -> impl Iterator<Item = (&W, u64)> {
         self.writers
             .iter()
             .filter(|(_, n)| *n >= 2)
@@ -312,7 +313,7 @@ impl<W: PartialEq + Clone> FieldOwnership<W> {
     }
 
     /// Whether the writers fight over the field: an error wherever shown.
-    pub fn is_fight(&self) -> bool {
+    pub(crate) fn is_fight(&self) -> bool {
         self.handovers >= FIGHT_HANDOVERS && self.repeat_writers().count() >= 2
     }
 }
@@ -323,7 +324,7 @@ impl<W: PartialEq + Clone> FieldOwnership<W> {
 /// user-started cascade ever touched its object. Such problems are listed
 /// last and are never errors: they were there before the run and stayed
 /// out of its way.
-pub fn is_background(
+pub(crate) fn is_background(
     started_by: Option<Writer>,
     began: std::time::SystemTime,
     first_user_cascade: Option<std::time::SystemTime>,

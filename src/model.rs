@@ -14,10 +14,10 @@ use xxhash_rust::xxh3::{xxh3_64_with_seed, xxh3_128_with_seed};
 /// A hash map for kascade's own lookups on the hot path (object keys, span
 /// and object hashes, resource names): foldhash, seeded per process, instead
 /// of std's SipHash, which cost ≈ 2 % of the instructions per event.
-pub type FastHashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type FastHashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The set counterpart of [`FastHashMap`].
-pub type FastHashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+pub(crate) type FastHashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// A stable hash of a short key written in parts: the parts are gathered
 /// and hashed in one go, which gives what xxh3's streaming hasher gives for
@@ -34,7 +34,7 @@ pub struct KeyHasher {
 }
 
 /// Key bytes a [`KeyHasher`] gathers without allocating.
-pub const KEY_BYTES_INLINE: usize = 128;
+pub(crate) const KEY_BYTES_INLINE: usize = 128;
 
 impl KeyHasher {
     pub fn new() -> Self {
@@ -252,7 +252,7 @@ impl ObjectWindow {
 
 /// [`ObjectWindow::hash_cache_key`] of `object` and `window_start`, without
 /// an `ObjectWindow` (no copy of the object).
-pub fn hash_window_key(object: &ObjectRef, window_start: u64, h: &mut KeyHasher) {
+pub(crate) fn hash_window_key(object: &ObjectRef, window_start: u64, h: &mut KeyHasher) {
     {
         object.hash_key(h);
         h.update(b"@");
@@ -273,7 +273,7 @@ pub fn hash_window_key(object: &ObjectRef, window_start: u64, h: &mut KeyHasher)
 
 /// The raw trace id of the window starting at `window_start` of the object
 /// whose [`ObjectRef::hash`] is `object_hash`.
-pub fn raw_trace_id(object_hash: u64, window_start: u64) -> TraceId {
+pub(crate) fn raw_trace_id(object_hash: u64, window_start: u64) -> TraceId {
     let mut id = [0u8; 16];
     id[..8].copy_from_slice(&object_hash.to_be_bytes());
     id[8..].copy_from_slice(&window_start.to_be_bytes());
@@ -286,12 +286,12 @@ pub fn raw_trace_id(object_hash: u64, window_start: u64) -> TraceId {
 
 /// A non-zero span id derived from `data`; `salt` separates span kinds that
 /// share the same input (e.g. the object span and a link span).
-pub fn derived_span_id(data: &[u8], salt: u64) -> SpanId {
+pub(crate) fn derived_span_id(data: &[u8], salt: u64) -> SpanId {
     derived_span_id_of(salt, |h| h.update(data))
 }
 
 /// [`derived_span_id`] of the bytes `feed` writes, without collecting them.
-pub fn derived_span_id_of(salt: u64, feed: impl FnOnce(&mut KeyHasher)) -> SpanId {
+pub(crate) fn derived_span_id_of(salt: u64, feed: impl FnOnce(&mut KeyHasher)) -> SpanId {
     let mut h = KeyHasher::with_seed(salt);
     feed(&mut h);
     let mut v = h.digest();

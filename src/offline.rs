@@ -32,30 +32,6 @@ pub async fn spans_from_audit_lines(
     run(lines, cluster, rules, filter, cfg, redactor, None, true).await
 }
 
-/// [`spans_from_audit_lines`], also handing every change (with its
-/// inferred cause) to `sink`.
-pub async fn spans_and_changes_from_audit_lines(
-    lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
-    cluster: &str,
-    rules: Arc<RuleSet>,
-    filter: &AuditFilter,
-    cfg: ProcessorConfig,
-    redactor: Redactor,
-    sink: Arc<dyn ChangeSink>,
-) -> (Vec<crate::span_model::Span>, Vec<String>) {
-    run(
-        lines,
-        cluster,
-        rules,
-        filter,
-        cfg,
-        redactor,
-        Some(sink),
-        true,
-    )
-    .await
-}
-
 /// Only the changes, to `sink` (the spans are discarded as they come, so
 /// memory stays flat on large inputs); returns the malformed lines.
 pub async fn changes_from_audit_lines(
@@ -82,7 +58,7 @@ pub async fn changes_from_audit_lines(
 }
 
 /// [`changes_from_audit_lines`] with several sinks, each handed every change.
-pub async fn changes_to_sinks(
+pub(crate) async fn changes_to_sinks(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
     rules: Arc<RuleSet>,
@@ -110,7 +86,7 @@ pub async fn changes_to_sinks(
 /// (versions the audit log did not show: a Metadata-level policy, writes
 /// of other apiservers), as the list-watch would have brought them.
 #[allow(clippy::too_many_arguments)]
-pub async fn changes_with_watch_to_sinks(
+pub(crate) async fn changes_with_watch_to_sinks(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     watch: Vec<WatchChange>,
     cluster: &str,

@@ -12,7 +12,7 @@ const OWNER_ONLY: u32 = 0o600;
 /// Creates (truncates) `path`, readable and writable by its owner only. A
 /// regular file that existed keeps its mode through `open`: it is narrowed
 /// too. Anything else (`/dev/stdout`, a pipe) is written as it is.
-pub fn create(path: &Path) -> std::io::Result<File> {
+pub(crate) fn create(path: &Path) -> std::io::Result<File> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -26,12 +26,12 @@ pub fn create(path: &Path) -> std::io::Result<File> {
 }
 
 /// Writes `contents` to `path` as [`create`] makes it.
-pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+pub(crate) fn write(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
     create(path)?.write_all(contents.as_ref())
 }
 
 /// Narrows a regular file another library wrote to owner-only.
-pub fn restrict(path: &Path) -> std::io::Result<()> {
+pub(crate) fn restrict(path: &Path) -> std::io::Result<()> {
     if std::fs::metadata(path)?.is_file() {
         std::fs::set_permissions(path, Permissions::from_mode(OWNER_ONLY))?;
     }

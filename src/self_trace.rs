@@ -9,12 +9,12 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The target of every self-tracing span.
-pub const TARGET: &str = "kascade::self_trace";
+pub(crate) const TARGET: &str = "kascade::self_trace";
 
 /// The span of a request to a server of kascade, continuing the caller's
 /// trace when its headers carry a W3C `traceparent` (the Jaeger query
 /// service sends one when it traces itself).
-pub fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+pub(crate) fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
     if span.is_disabled() || !headers.contains_key("traceparent") {
         return;
     }
@@ -37,7 +37,7 @@ pub fn grpc_request_span(request: &axum::http::Request<()>) -> tracing::Span {
 }
 
 /// Marks `span` as failed (OpenTelemetry's error status).
-pub fn record_error(span: &tracing::Span, message: &str) {
+pub(crate) fn record_error(span: &tracing::Span, message: &str) {
     span.record("otel.status_code", "ERROR");
     span.record(
         "otel.status_description",

@@ -36,7 +36,7 @@ pub struct Manners {
 static MANNERS: OnceLock<Manners> = OnceLock::new();
 
 /// Sets the process's manners; the first call wins.
-pub fn init(manners: Manners) {
+pub(crate) fn init(manners: Manners) {
     let _ = MANNERS.set(manners);
 }
 

@@ -11,7 +11,10 @@ fn freed_pages_are_returned_after_the_time_asked() {
     let before: isize = unsafe { tikv_jemalloc_ctl::raw::read(b"arena.0.dirty_decay_ms\0") }
         .expect("arena 0's decay");
     assert_eq!(before, 10_000, "jemalloc's default, before");
-    assert_eq!(kascade::return_freed_pages_after(1000).unwrap(), 1000);
+    assert_eq!(
+        kascade::test_support::return_freed_pages_after(1000).unwrap(),
+        1000
+    );
     let existing: isize = unsafe { tikv_jemalloc_ctl::raw::read(b"arena.0.dirty_decay_ms\0") }
         .expect("arena 0's decay");
     assert_eq!(existing, 1000, "an arena made before the call");

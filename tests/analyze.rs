@@ -9,14 +9,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::Redactor;
-use kascade::analysis::report::Report;
-use kascade::analysis::stats::PropagationStats;
 use kascade::app::RuleSources;
-use kascade::offline::changes_from_audit_lines;
-use kascade::pipeline::ChangeRecord;
-use kascade::source::audit::AuditFilter;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::Redactor;
+use kascade::test_support::analysis::report::Report;
+use kascade::test_support::analysis::stats::PropagationStats;
+use kascade::test_support::offline::changes_from_audit_lines;
+use kascade::test_support::pipeline::ChangeRecord;
+use kascade::test_support::source::audit::AuditFilter;
 use serde_json::Value;
 
 use common::kascade;
@@ -219,7 +219,7 @@ async fn hop_percentiles_are_those_of_the_fixtures_timestamps() {
     // back-off, not a hop.
     let mut sorted: Vec<_> = all.iter().collect();
     sorted.sort_by_key(|c| c.received);
-    let retry = |c: &kascade::pipeline::ChangeRecord| {
+    let retry = |c: &kascade::test_support::pipeline::ChangeRecord| {
         let previous = sorted.iter().rev().find(|p| {
             p.received < c.received
                 && p.user == c.user
@@ -407,7 +407,7 @@ fn the_changelog_holds_redacted_objects_only() {
 #[tokio::test]
 async fn collect_exports_propagation_seconds_and_writes_the_changelog() {
     use kascade::app::collect::{self, CollectConfig};
-    use kascade::export::OutputSpec;
+    use kascade::test_support::export::OutputSpec;
     let dir = tempfile::tempdir().unwrap();
     let changelog = dir.path().join("changes.jsonl");
     let mut config = CollectConfig::default()

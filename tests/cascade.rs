@@ -11,19 +11,21 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::Redactor;
-use kascade::analysis::cascade::{self, Cascade, Completion, change_name, format_duration};
 use kascade::app::RuleSources;
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::display::Mode;
-use kascade::frontend::display::cascade::CRITICAL_MARK;
-use kascade::frontend::offline::store_from_audit_lines;
-use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
-use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
-use kascade::pipeline::ChangeRecord;
-use kascade::source::audit::AuditFilter;
-use kascade::span_model::attr;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::Redactor;
+use kascade::test_support::analysis::cascade::{
+    self, Cascade, Completion, change_name, format_duration,
+};
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::display::cascade::CRITICAL_MARK;
+use kascade::test_support::frontend::offline::store_from_audit_lines;
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
+use kascade::test_support::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::pipeline::ChangeRecord;
+use kascade::test_support::source::audit::AuditFilter;
+use kascade::test_support::span_model::attr;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
 

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use kascade::pipeline::{CascadeRole, ChangeRecord};
+use kascade::test_support::pipeline::{CascadeRole, ChangeRecord};
 
 async fn changes(scenario: &str) -> Vec<ChangeRecord> {
     changes_of(common::audit_lines(scenario)).await
@@ -340,7 +340,7 @@ fn assert_race_resolved_by_revisions(lines: &[String], all: &[ChangeRecord]) {
     let record = |e: &serde_json::Value| {
         all.iter()
             .find(|c| {
-                c.source == kascade::pipeline::ChangeSource::Audit
+                c.source == kascade::test_support::pipeline::ChangeSource::Audit
                     && c.verb == e["verb"].as_str().unwrap()
                     && c.subresource.is_empty()
                     && c.object.name == event_name(e)
@@ -387,10 +387,10 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
 /// then, and the graceful delete's cause, logged after it, is missed.)
 #[tokio::test]
 async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
-    use kascade::aggregate::LookAhead;
     use kascade::app::{Pipeline, PipelineConfig};
-    use kascade::export::{OutputSpec, config::ExportSettings};
-    use kascade::metrics::Metrics;
+    use kascade::test_support::aggregate::LookAhead;
+    use kascade::test_support::export::{OutputSpec, config::ExportSettings};
+    use kascade::test_support::metrics::Metrics;
     use std::sync::Arc;
 
     let lines = common::audit_lines(OVERLAPPING_WRITES);
@@ -413,10 +413,11 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
         None,
     )
     .unwrap();
-    let filter = kascade::source::audit::AuditFilter::default();
+    let filter = kascade::test_support::source::audit::AuditFilter::default();
     for line in &lines {
-        let event = kascade::source::audit::parse_event(line).unwrap();
-        let Some(item) = kascade::source::accept(event, "fixture", &filter, &metrics) else {
+        let event = kascade::test_support::source::audit::parse_event(line).unwrap();
+        let Some(item) = kascade::test_support::source::accept(event, "fixture", &filter, &metrics)
+        else {
             continue;
         };
         pipeline.intake.submit(item).await.unwrap();

@@ -9,11 +9,11 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::components::{self, APISERVER_SERVICE, AUDIT_ID_TAG};
-use kascade::frontend::display::Mode;
-use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
-use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::components::{self, APISERVER_SERVICE, AUDIT_ID_TAG};
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos, string_attr};
+use kascade::test_support::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 const SCENARIO: &str = "slow-webhook";

@@ -11,12 +11,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kascade::analysis::explain::{FindingKind, Report, Scope, Severity};
 use kascade::app::explain::{ExplainConfig, explain};
-use kascade::frontend::assemble::Scope as TreeScope;
-use kascade::frontend::display::Mode;
-use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos};
-use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::analysis::explain::{FindingKind, Report, Scope, Severity};
+use kascade::test_support::frontend::assemble::Scope as TreeScope;
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos};
+use kascade::test_support::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 const CLUSTER: &str = "corpus";
@@ -152,7 +152,7 @@ fn in_error(s: &Span) -> bool {
 }
 
 fn string_attr<'a>(s: &'a Span, key: &str) -> Option<&'a str> {
-    kascade::frontend::raw::string_attr(&s.attributes, key)
+    kascade::test_support::frontend::raw::string_attr(&s.attributes, key)
 }
 
 /// No span of `object`'s trace is in error, in any display mode.
@@ -467,7 +467,7 @@ async fn a_statefulsets_cascades_leave_out_the_volume_set_up_before_it() {
     let roots: Vec<String> = t
         .cascades
         .iter()
-        .map(|c| kascade::analysis::cascade::change_name(c.root()))
+        .map(|c| kascade::test_support::analysis::cascade::change_name(c.root()))
         .collect();
     assert!(
         roots.iter().all(|r| !r.contains(" persistentvolumes ")),
@@ -560,8 +560,8 @@ async fn a_log_that_starts_mid_run_or_comes_out_of_order_points_no_cause_forward
                 assert!(
                     cause.received <= c.received,
                     "{what}: {} caused by the later {}",
-                    kascade::analysis::cascade::change_name(c),
-                    kascade::analysis::cascade::change_name(cause)
+                    kascade::test_support::analysis::cascade::change_name(c),
+                    kascade::test_support::analysis::cascade::change_name(cause)
                 );
             }
         }
@@ -588,13 +588,13 @@ async fn a_log_that_starts_mid_run_or_comes_out_of_order_points_no_cause_forward
 }
 
 /// Sends each change to several sinks.
-struct Tee(Vec<Arc<dyn kascade::pipeline::ChangeSink>>);
+struct Tee(Vec<Arc<dyn kascade::test_support::pipeline::ChangeSink>>);
 
-impl kascade::pipeline::ChangeSink for Tee {
+impl kascade::test_support::pipeline::ChangeSink for Tee {
     fn wants_objects(&self) -> bool {
         self.0.iter().any(|s| s.wants_objects())
     }
-    fn record(&self, change: &kascade::pipeline::ChangeRecord) {
+    fn record(&self, change: &kascade::test_support::pipeline::ChangeRecord) {
         for s in &self.0 {
             s.record(change);
         }
@@ -607,9 +607,9 @@ impl kascade::pipeline::ChangeSink for Tee {
 /// per edge, the cluster's start-up left out of both.
 #[test]
 fn explain_and_analyze_count_the_same_hops_per_edge() {
-    use kascade::analysis::explain::ExplainCollector;
-    use kascade::analysis::foreground::{ForegroundScope, ForegroundSink};
-    use kascade::analysis::stats::PropagationStats;
+    use kascade::test_support::analysis::explain::ExplainCollector;
+    use kascade::test_support::analysis::foreground::{ForegroundScope, ForegroundSink};
+    use kascade::test_support::analysis::stats::PropagationStats;
     let rt = tokio::runtime::Runtime::new().unwrap();
     for run in [
         "quota-exceeded",
@@ -623,13 +623,13 @@ fn explain_and_analyze_count_the_same_hops_per_edge() {
             ForegroundScope::default(),
             vec![stats.clone()],
         ));
-        let errors = rt.block_on(kascade::offline::changes_from_audit_lines(
+        let errors = rt.block_on(kascade::test_support::offline::changes_from_audit_lines(
             lines(run),
             CLUSTER,
             Arc::new(kascade::app::RuleSources::default().load().unwrap()),
-            &kascade::source::audit::AuditFilter::default(),
-            kascade::aggregate::ProcessorConfig::default(),
-            kascade::aggregate::redact::Redactor::new(None),
+            &kascade::test_support::source::audit::AuditFilter::default(),
+            kascade::test_support::aggregate::ProcessorConfig::default(),
+            kascade::test_support::aggregate::redact::Redactor::new(None),
             Arc::new(Tee(vec![explain.clone(), analyze.clone()])),
         ));
         assert!(errors.is_empty(), "{run}: {errors:?}");
@@ -714,7 +714,7 @@ fn analyze_by_selector_counts_the_labelled_objects_cascades_only() {
 #[tokio::test]
 async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
     let changes = common::changes_of_lines(lines("recreate-same-name"), CLUSTER).await;
-    let of = |resource: &str, verb: &str| -> Vec<&kascade::pipeline::ChangeRecord> {
+    let of = |resource: &str, verb: &str| -> Vec<&kascade::test_support::pipeline::ChangeRecord> {
         changes
             .iter()
             .filter(|c| {
@@ -760,8 +760,8 @@ async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
             assert!(
                 cause.received > first_life_end || cause.object.resource == "namespaces",
                 "{} caused by the first life's {}",
-                kascade::analysis::cascade::change_name(c),
-                kascade::analysis::cascade::change_name(cause)
+                kascade::test_support::analysis::cascade::change_name(c),
+                kascade::test_support::analysis::cascade::change_name(cause)
             );
         }
     }
@@ -1019,7 +1019,7 @@ async fn a_repeated_event_after_the_last_write_is_folded_and_does_not_stretch_th
         ("persistentvolumeclaims", "pvc-demo", "data"),
     )
     .await;
-    let text = kascade::frontend::text::render_text(&t.assembly, &Default::default());
+    let text = kascade::test_support::frontend::text::render_text(&t.assembly, &Default::default());
     assert!(
         text.contains("repeated 1 more time until +13.") && text.contains("(count 2)"),
         "{text}"
@@ -1043,7 +1043,7 @@ async fn an_event_new_after_the_last_write_is_shown() {
 
 #[tokio::test]
 async fn a_trace_is_the_same_whatever_order_its_raw_spans_come_in() {
-    use kascade::frontend::raw::RawStore as _;
+    use kascade::test_support::frontend::raw::RawStore as _;
     for (run, object) in [
         ("statefulset-volumes", ("statefulsets", "vol-demo", "data")),
         ("rolling-update", ("deployments", "catalog", "catalog")),
@@ -1335,7 +1335,7 @@ fn no_healthy_run_has_a_cascade_analyze_calls_incomplete() {
 #[tokio::test]
 async fn a_jobs_next_pod_follows_the_pod_that_finished_and_one_after_a_failure_is_a_retry() {
     let changes = common::changes_of_lines(lines("job-complete"), CLUSTER).await;
-    let creates: Vec<&kascade::pipeline::ChangeRecord> = changes
+    let creates: Vec<&kascade::test_support::pipeline::ChangeRecord> = changes
         .iter()
         .filter(|c| {
             c.object.resource == "pods"
@@ -1394,17 +1394,17 @@ async fn a_jobs_next_pod_follows_the_pod_that_finished_and_one_after_a_failure_i
 #[tokio::test]
 async fn lease_renewals_kept_are_timers_not_effects_of_the_change_before() {
     let sink = Arc::new(common::Collect::default());
-    let filter = kascade::source::audit::AuditFilter {
+    let filter = kascade::test_support::source::audit::AuditFilter {
         exclude_resources: Default::default(),
         ..Default::default()
     };
-    let errors = kascade::offline::changes_from_audit_lines(
+    let errors = kascade::test_support::offline::changes_from_audit_lines(
         lines("timers"),
         CLUSTER,
         Arc::new(kascade::app::RuleSources::default().load().unwrap()),
         &filter,
-        kascade::aggregate::ProcessorConfig::default(),
-        kascade::aggregate::redact::Redactor::new(None),
+        kascade::test_support::aggregate::ProcessorConfig::default(),
+        kascade::test_support::aggregate::redact::Redactor::new(None),
         sink.clone(),
     )
     .await;
@@ -1424,7 +1424,7 @@ async fn lease_renewals_kept_are_timers_not_effects_of_the_change_before() {
 
 /// Every change's cause was received before it: no cause points forward in
 /// time, whatever order or clocks the logs came with.
-fn no_cause_after(changes: &[kascade::pipeline::ChangeRecord], what: &str) {
+fn no_cause_after(changes: &[kascade::test_support::pipeline::ChangeRecord], what: &str) {
     let received: std::collections::HashMap<_, _> =
         changes.iter().map(|c| (c.span, c.received)).collect();
     for c in changes {

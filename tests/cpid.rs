@@ -10,12 +10,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::Redactor;
 use kascade::app::RuleSources;
-use kascade::frontend::raw::string_attr;
-use kascade::pipeline::{ChangeRecord, CpidOrigin};
-use kascade::source::audit::AuditFilter;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::Redactor;
+use kascade::test_support::frontend::raw::string_attr;
+use kascade::test_support::pipeline::{ChangeRecord, CpidOrigin};
+use kascade::test_support::source::audit::AuditFilter;
 use serde_json::Value;
 
 const SCENARIO: &str = "cpid-annotated";
@@ -127,7 +127,7 @@ async fn a_traceparent_is_a_cpid_and_a_malformed_annotation_none() {
 
 /// The spans the collector makes of the fixture.
 async fn fixture_spans() -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
-    let (spans, errors) = kascade::offline::spans_from_audit_lines(
+    let (spans, errors) = kascade::test_support::offline::spans_from_audit_lines(
         common::audit_lines(SCENARIO),
         "fixture",
         Arc::new(RuleSources::default().load().unwrap()),
@@ -173,8 +173,8 @@ async fn audit_spans_carry_cpid_attributes_users_can_search() {
 
 // ---- Search by change, over the fixture's spans plus merges.
 
-use kascade::frontend::raw::MemoryStore;
-use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::frontend::raw::MemoryStore;
+use kascade::test_support::frontend::{Frontend, FrontendConfig, SearchQuery};
 use kascade_cpid::{Cpid, Mergelog};
 
 /// The fixture's spans, and the spans of `mergelogs` as the collector
@@ -183,7 +183,7 @@ async fn store_with(mergelogs: &[Mergelog]) -> (Frontend<MemoryStore>, TimeRange
     let mut spans = fixture_spans().await;
     for m in mergelogs {
         spans.extend(
-            kascade::span_model::merge_spans("fixture", m)
+            kascade::test_support::span_model::merge_spans("fixture", m)
                 .into_iter()
                 .map(|s| s.finish().decode()),
         );
@@ -191,8 +191,8 @@ async fn store_with(mergelogs: &[Mergelog]) -> (Frontend<MemoryStore>, TimeRange
     let store = MemoryStore::new(spans);
     let (a, b) = store.time_span().unwrap();
     let range = TimeRange::new(
-        kascade::frontend::raw::from_nanos(a),
-        kascade::frontend::raw::from_nanos(b),
+        kascade::test_support::frontend::raw::from_nanos(a),
+        kascade::test_support::frontend::raw::from_nanos(b),
     );
     let config = FrontendConfig {
         // Reloading a change by id looks back from now: far enough for the
@@ -203,7 +203,7 @@ async fn store_with(mergelogs: &[Mergelog]) -> (Frontend<MemoryStore>, TimeRange
     (Frontend::new(Arc::new(store), config), range)
 }
 
-use kascade::frontend::raw::TimeRange;
+use kascade::test_support::frontend::raw::TimeRange;
 
 fn cpid(s: &str) -> Cpid {
     Cpid::parse(s).unwrap()
@@ -211,8 +211,8 @@ fn cpid(s: &str) -> Cpid {
 
 fn by_change(id: &str, range: TimeRange) -> SearchQuery {
     SearchQuery {
-        mode: kascade::frontend::display::Mode::Cascade,
-        scope: kascade::frontend::assemble::Scope::Object,
+        mode: kascade::test_support::frontend::display::Mode::Cascade,
+        scope: kascade::test_support::frontend::assemble::Scope::Object,
         all_siblings: false,
         tags: vec![("cpid".into(), id.into())],
         range,
@@ -428,12 +428,12 @@ async fn a_pod_created_before_its_replicasets_create_response_carries_the_rollou
 /// past its limit.
 #[tokio::test]
 async fn a_change_in_more_windows_than_one_search_returns_is_shown_whole() {
-    use kascade::frontend::raw::{RawStore, find_all};
+    use kascade::test_support::frontend::raw::{RawStore, find_all};
     let store = Arc::new(MemoryStore::new(fixture_spans().await));
     let (a, b) = store.time_span().unwrap();
     let range = TimeRange::new(
-        kascade::frontend::raw::from_nanos(a),
-        kascade::frontend::raw::from_nanos(b),
+        kascade::test_support::frontend::raw::from_nanos(a),
+        kascade::test_support::frontend::raw::from_nanos(b),
     );
     let tags = [("cpid".to_string(), FIRST.to_string())];
     let every = store.find(&tags, range, usize::MAX).await.unwrap();
@@ -465,7 +465,7 @@ async fn a_change_in_more_windows_than_one_search_returns_is_shown_whole() {
             },
         )
     };
-    let writes = |t: &kascade::frontend::AssembledTrace| {
+    let writes = |t: &kascade::test_support::frontend::AssembledTrace| {
         let mut spans: Vec<_> = t
             .cascades
             .iter()

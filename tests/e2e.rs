@@ -1710,7 +1710,7 @@ async fn oversized_writes_arrived(service: &str, cluster: &str) {
         let new = diff["diff.new"].as_str().unwrap();
         assert_eq!(
             new.len(),
-            kascade::span_model::DEFAULT_MAX_VALUE_BYTES,
+            kascade::test_support::span_model::DEFAULT_MAX_VALUE_BYTES,
             "the value is cut to the cap"
         );
         // The JSON text of the 999000-byte value, quotes included.
@@ -2171,8 +2171,10 @@ async fn a_change_is_found_by_its_cpid_and_a_reported_merge_is_named() {
 #[tokio::test]
 #[ignore]
 async fn a_change_is_searched_past_the_raw_search_limit_in_the_raw_jaeger() {
-    use kascade::frontend::raw::{JaegerGrpc, JaegerHttp, JaegerStore, RawStore as _};
-    use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+    use kascade::test_support::frontend::raw::{
+        JaegerGrpc, JaegerHttp, JaegerStore, RawStore as _,
+    };
+    use kascade::test_support::frontend::{Frontend, FrontendConfig, SearchQuery};
     // Stored, and read as the UI reads it, before the frontends below look.
     ui_search("cascade", serde_json::json!({ "cpid": CPID_FIRST }), |t| {
         t.len() == 1
@@ -2202,14 +2204,17 @@ async fn a_change_is_searched_past_the_raw_search_limit_in_the_raw_jaeger() {
     };
     let now = std::time::SystemTime::now();
     let query = SearchQuery {
-        mode: kascade::frontend::display::Mode::Cascade,
-        scope: kascade::frontend::assemble::Scope::Object,
+        mode: kascade::test_support::frontend::display::Mode::Cascade,
+        scope: kascade::test_support::frontend::assemble::Scope::Object,
         all_siblings: false,
         tags: vec![("cpid".into(), CPID_FIRST.into())],
-        range: kascade::frontend::raw::TimeRange::new(now - Duration::from_secs(7200), now),
+        range: kascade::test_support::frontend::raw::TimeRange::new(
+            now - Duration::from_secs(7200),
+            now,
+        ),
         limit: 1,
     };
-    let writes = |t: &kascade::frontend::AssembledTrace| {
+    let writes = |t: &kascade::test_support::frontend::AssembledTrace| {
         let mut w: Vec<(String, String)> = t
             .cascades
             .iter()
@@ -2603,9 +2608,9 @@ async fn two_collectors_and_two_frontends_answer_the_related_cpid_query_alike() 
 #[tokio::test]
 #[ignore]
 async fn a_resource_rbac_refuses_is_watched_once_it_is_allowed() {
-    use kascade::metrics::Metrics;
-    use kascade::pipeline::{Intake, Work};
-    use kascade::source::watch::{WatchConfig, start};
+    use kascade::test_support::metrics::Metrics;
+    use kascade::test_support::pipeline::{Intake, Work};
+    use kascade::test_support::source::watch::{WatchConfig, start};
     // An apiserver that has just started refuses everything until its
     // authorizer has synced, and an operator may grant a resource later:
     // a watcher refused once must try again, not give up.
@@ -2731,9 +2736,9 @@ async fn a_resource_rbac_refuses_is_watched_once_it_is_allowed() {
 
 /// The spans of one assembled trace with their services.
 fn assembled_spans(
-    t: &kascade::frontend::AssembledTrace,
+    t: &kascade::test_support::frontend::AssembledTrace,
 ) -> Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> {
-    use kascade::frontend::raw::string_attr;
+    use kascade::test_support::frontend::raw::string_attr;
     t.resource_spans
         .iter()
         .flat_map(|rs| {
@@ -2753,7 +2758,7 @@ fn assembled_spans(
 
 /// The audit IDs a span shows: its own write's, or those of the writes it logs.
 fn audit_ids_of(s: &opentelemetry_proto::tonic::trace::v1::Span) -> Vec<String> {
-    use kascade::frontend::raw::string_attr;
+    use kascade::test_support::frontend::raw::string_attr;
     let own = string_attr(&s.attributes, "audit.id").map(str::to_string);
     let logged = s
         .events
@@ -2765,9 +2770,9 @@ fn audit_ids_of(s: &opentelemetry_proto::tonic::trace::v1::Span) -> Vec<String> 
 #[tokio::test]
 #[ignore = "needs the e2e environment (e2e/suite.sh)"]
 async fn each_traced_write_shows_its_apiserver_spans_and_the_slow_webhook_inside_the_creates() {
-    use kascade::frontend::components::{APISERVER_SERVICE, AUDIT_ID_TAG};
-    use kascade::frontend::raw::{JaegerHttp, RawStore, TimeRange, string_attr};
-    use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+    use kascade::test_support::frontend::components::{APISERVER_SERVICE, AUDIT_ID_TAG};
+    use kascade::test_support::frontend::raw::{JaegerHttp, RawStore, TimeRange, string_attr};
+    use kascade::test_support::frontend::{Frontend, FrontendConfig, SearchQuery};
     let cluster = env("CLUSTER_NAME");
     // The scenario's Pod creates in kascade's raw spans: every one arrived.
     let pods = search(
@@ -2781,7 +2786,7 @@ async fn each_traced_write_shows_its_apiserver_spans_and_the_slow_webhook_inside
     let range = TimeRange::new(now - Duration::from_secs(7200), now);
     let query = |mode| SearchQuery {
         mode,
-        scope: kascade::frontend::assemble::Scope::Full,
+        scope: kascade::test_support::frontend::assemble::Scope::Full,
         all_siblings: true,
         tags: vec![
             ("cluster".into(), cluster.clone()),
@@ -2793,7 +2798,7 @@ async fn each_traced_write_shows_its_apiserver_spans_and_the_slow_webhook_inside
         limit: 1,
     };
     let frontend = Frontend::new(std::sync::Arc::new(store), FrontendConfig::default());
-    for mode in kascade::frontend::display::Mode::ALL {
+    for mode in kascade::test_support::frontend::display::Mode::ALL {
         // The apiserver's exporter batches every 5 s: poll until every write
         // shown is joined (traced = joined is checked below, once stable).
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -2875,7 +2880,7 @@ async fn each_traced_write_shows_its_apiserver_spans_and_the_slow_webhook_inside
                 parent.name
             );
         }
-        if mode == kascade::frontend::display::Mode::Tree {
+        if mode == kascade::test_support::frontend::display::Mode::Tree {
             // Each Pod create holds the slow webhook's call: ≥ its 800 ms
             // delay (the webhook sleeps; no claim on this machine's speed),
             // and named as what took the request's time.

@@ -6,8 +6,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use kascade::analysis::explain::{FindingKind, Report, Scope, Severity};
 use kascade::app::explain::{ExplainConfig, explain};
+use kascade::test_support::analysis::explain::{FindingKind, Report, Scope, Severity};
 
 fn run(files: Vec<PathBuf>, scope: Scope) -> Report {
     let config = ExplainConfig {
@@ -488,7 +488,7 @@ fn a_label_selector_scopes_to_the_labelled_objects_and_what_they_own() {
     let selected = |text: &str| Scope {
         selector: Some((
             text.to_string(),
-            kascade::analysis::explain::parse_selector(text).unwrap(),
+            kascade::test_support::analysis::explain::parse_selector(text).unwrap(),
         )),
         ..Scope::default()
     };

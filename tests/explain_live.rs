@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use kascade::analysis::explain::{Report, Scope};
 use kascade::app::explain::{ExplainConfig, explain};
-use kascade::frontend::explain::ExplainQuery;
-use kascade::frontend::http::{RedirectState, router};
-use kascade::frontend::raw::{MemoryStore, TimeRange};
-use kascade::frontend::{Frontend, FrontendConfig};
+use kascade::test_support::analysis::explain::{Report, Scope};
+use kascade::test_support::frontend::explain::ExplainQuery;
+use kascade::test_support::frontend::http::{RedirectState, router};
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange};
+use kascade::test_support::frontend::{Frontend, FrontendConfig};
 use tower::ServiceExt as _;
 
 const CLUSTER: &str = "fixture";
@@ -63,7 +63,7 @@ async fn the_stored_spans_give_the_same_first_finding_as_the_audit_log() {
         assert_eq!(a.object, b.object, "{scenario}");
         assert_eq!(a.title, b.title, "{scenario}");
         assert_eq!(a.severity, b.severity, "{scenario}");
-        let chain = |r: &kascade::analysis::explain::Finding| -> Vec<String> {
+        let chain = |r: &kascade::test_support::analysis::explain::Finding| -> Vec<String> {
             r.chain.iter().map(|s| s.object.display.clone()).collect()
         };
         assert_eq!(chain(a), chain(b), "{scenario}");

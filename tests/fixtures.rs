@@ -9,14 +9,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
 use kascade::app::RuleSources;
-use kascade::model::Windowing;
-use kascade::offline::spans_from_audit_lines;
-use kascade::pipeline::FilterReason;
-use kascade::source::audit::AuditFilter;
-use kascade::span_model::Span;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
+use kascade::test_support::model::Windowing;
+use kascade::test_support::offline::spans_from_audit_lines;
+use kascade::test_support::pipeline::FilterReason;
+use kascade::test_support::source::audit::AuditFilter;
+use kascade::test_support::span_model::Span;
 use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::span::Event;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -428,8 +428,8 @@ async fn secret_values_appear_nowhere_in_the_output() {
     // Precondition: the fixture does carry the secret (base64 in Secret data).
     assert!(raw.contains(secrets[1]) && raw.contains(secrets[3]));
     let spans = build("config", Duration::from_secs(3600 * 24)).await;
-    let resource = kascade::export::resource("kascade");
-    let json = kascade::export::to_otlp_json(spans.clone(), &resource).unwrap();
+    let resource = kascade::test_support::export::resource("kascade");
+    let json = kascade::test_support::export::to_otlp_json(spans.clone(), &resource).unwrap();
     for secret in secrets {
         assert!(
             !json.contains(secret),
@@ -948,11 +948,11 @@ async fn the_same_event_write_twice_is_one_event_span() {
 
 #[tokio::test]
 async fn event_writes_without_a_response_fall_back_to_the_request_or_are_counted() {
-    use kascade::aggregate::Processor;
-    use kascade::aggregate::span_cache::LocalSpanCache;
-    use kascade::metrics::Metrics;
-    use kascade::source::accept;
-    use kascade::source::audit::parse_event;
+    use kascade::test_support::aggregate::Processor;
+    use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+    use kascade::test_support::metrics::Metrics;
+    use kascade::test_support::source::accept;
+    use kascade::test_support::source::audit::parse_event;
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
@@ -1010,7 +1010,7 @@ fn audit_events_keep_their_request_uri() {
     let mut checked = 0;
     for line in common::audit_lines("deployment") {
         let raw: Value = serde_json::from_str(&line).unwrap();
-        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        let ev = kascade::test_support::source::audit::parse_event(&line).unwrap();
         assert_eq!(ev.request_uri, raw["requestURI"].as_str().unwrap());
         checked += 1;
     }
@@ -1032,7 +1032,7 @@ async fn audit_and_watch_with(
     cfg: ProcessorConfig,
     watch_first: bool,
     audited: impl Fn(&Value) -> bool,
-) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
+) -> (Vec<Span>, Arc<kascade::test_support::metrics::Metrics>) {
     audit_and_watch_in("deployment", cfg, watch_first, audited).await
 }
 
@@ -1043,12 +1043,12 @@ async fn audit_and_watch_in(
     cfg: ProcessorConfig,
     watch_first: bool,
     audited: impl Fn(&Value) -> bool,
-) -> (Vec<Span>, Arc<kascade::metrics::Metrics>) {
-    use kascade::aggregate::Processor;
-    use kascade::aggregate::span_cache::LocalSpanCache;
-    use kascade::metrics::Metrics;
-    use kascade::model::ObjectRef;
-    use kascade::pipeline::{WatchChange, WatchKind};
+) -> (Vec<Span>, Arc<kascade::test_support::metrics::Metrics>) {
+    use kascade::test_support::aggregate::Processor;
+    use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+    use kascade::test_support::metrics::Metrics;
+    use kascade::test_support::model::ObjectRef;
+    use kascade::test_support::pipeline::{WatchChange, WatchKind};
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);
@@ -1071,9 +1071,9 @@ async fn audit_and_watch_in(
         if !audited(&raw) {
             continue;
         }
-        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        let ev = kascade::test_support::source::audit::parse_event(&line).unwrap();
         if let Some(item) =
-            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+            kascade::test_support::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
         {
             audit.push(item);
         }
@@ -1108,7 +1108,7 @@ async fn audit_and_watch_in(
             watch.push(WatchChange {
                 object,
                 kind,
-                state: kascade::json::parse(&state.to_string()).unwrap(),
+                state: kascade::test_support::json::parse(&state.to_string()).unwrap(),
                 observed: std::time::SystemTime::now(),
             });
         }
@@ -1259,9 +1259,9 @@ async fn watch_changes_are_shown_even_when_the_ledger_evicted_them() {
     assert_eq!(watch_spans(&cramped), expected);
     let evicted = metrics
         .cache_evictions
-        .get_or_create(&kascade::metrics::CacheEvictionLabel {
-            cache: kascade::metrics::Cache::Ledger,
-            cause: kascade::metrics::EvictionCause::Size,
+        .get_or_create(&kascade::test_support::metrics::CacheEvictionLabel {
+            cache: kascade::test_support::metrics::Cache::Ledger,
+            cause: kascade::test_support::metrics::EvictionCause::Size,
         })
         .get();
     assert!(
@@ -1275,11 +1275,11 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
     // StatefulSet pods come back under the same name. The captured lifetime
     // of a real pod (db-2: added, updated, deleted), then the same lifetime
     // again as a new pod: another uid, later resourceVersions.
-    use kascade::aggregate::Processor;
-    use kascade::aggregate::span_cache::LocalSpanCache;
-    use kascade::metrics::Metrics;
-    use kascade::model::ObjectRef;
-    use kascade::pipeline::{WatchChange, WatchKind};
+    use kascade::test_support::aggregate::Processor;
+    use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+    use kascade::test_support::metrics::Metrics;
+    use kascade::test_support::model::ObjectRef;
+    use kascade::test_support::pipeline::{WatchChange, WatchKind};
 
     let stream =
         std::fs::read_to_string(common::fixture_path("statefulset", "watch/core.pods.jsonl"))
@@ -1330,7 +1330,7 @@ async fn a_pod_deleted_again_under_the_same_name_is_shown_deleted_again() {
                 .process_watch(WatchChange {
                     object,
                     kind,
-                    state: kascade::json::parse(&state.to_string()).unwrap(),
+                    state: kascade::test_support::json::parse(&state.to_string()).unwrap(),
                     observed: std::time::SystemTime::now(),
                 })
                 .await
@@ -1424,19 +1424,21 @@ async fn quota_denied_pod_creates_are_errors_on_their_replicaset() {
     );
 
     // They are no longer filtered as naming no object.
-    let metrics = Arc::new(kascade::metrics::Metrics::default());
+    let metrics = Arc::new(kascade::test_support::metrics::Metrics::default());
     let accepted = common::audit_lines("quota")
         .into_iter()
         .filter_map(|l| {
-            let ev = kascade::source::audit::parse_event(&l).unwrap();
-            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+            let ev = kascade::test_support::source::audit::parse_event(&l).unwrap();
+            kascade::test_support::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
         })
         .filter(|a| a.failed_create.is_some())
         .count();
     assert_eq!(accepted, denied.len());
     let no_object = metrics
         .events_filtered
-        .get_or_create(&kascade::metrics::Metrics::filtered(FilterReason::NoObject))
+        .get_or_create(&kascade::test_support::metrics::Metrics::filtered(
+            FilterReason::NoObject,
+        ))
         .get();
     assert_eq!(no_object, 0);
 }

@@ -13,18 +13,20 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use kascade::frontend::assemble::{Limits, Scope};
-use kascade::frontend::display::{Mode, render};
-use kascade::frontend::http::{RedirectState, router};
-use kascade::frontend::proto::{
+use kascade::test_support::frontend::assemble::{Limits, Scope};
+use kascade::test_support::frontend::display::{Mode, render};
+use kascade::test_support::frontend::http::{RedirectState, router};
+use kascade::test_support::frontend::proto::{
     AnyValue, FindTracesRequest, GetTraceParams, GetTracesRequest, KeyValue, TraceQueryParameters,
     any_value,
 };
-use kascade::frontend::raw::{
+use kascade::test_support::frontend::raw::{
     JaegerHttp, MemoryStore, RawStore, TimeRange, from_nanos, parse_hex_trace_id, string_attr,
 };
-use kascade::frontend::service::{JaegerStorage, parse_query};
-use kascade::frontend::{AssembledTrace, Frontend, FrontendConfig, FrontendError, SearchQuery};
+use kascade::test_support::frontend::service::{JaegerStorage, parse_query};
+use kascade::test_support::frontend::{
+    AssembledTrace, Frontend, FrontendConfig, FrontendError, SearchQuery,
+};
 use opentelemetry_proto::tonic::trace::v1::{Span, TracesData};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -504,7 +506,7 @@ async fn the_trace_cache_keeps_what_fits_in_cache_bytes() {
 
 #[tokio::test]
 async fn wide_assemblies_are_assembled_one_at_a_time() {
-    use kascade::frontend::assemble::{Assembler, Clip};
+    use kascade::test_support::frontend::assemble::{Assembler, Clip};
     let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);
     let f = Frontend::new(s.clone(), FrontendConfig::default());
     let whole = hello_in(&f, Mode::Tree).await;
@@ -517,7 +519,7 @@ async fn wide_assemblies_are_assembled_one_at_a_time() {
         until: u64::MAX,
     };
     // Wide past a quarter of the budget: the whole tree is, and fits it.
-    let metrics = Arc::new(kascade::metrics::FrontendMetrics::default());
+    let metrics = Arc::new(kascade::test_support::metrics::FrontendMetrics::default());
     let assembler = Arc::new(Assembler::new(
         s.clone(),
         Limits {
@@ -554,7 +556,7 @@ async fn wide_assemblies_are_assembled_one_at_a_time() {
 
 #[tokio::test]
 async fn the_server_keeps_only_the_stream_it_serves() {
-    use kascade::frontend::service::encoded_chunks;
+    use kascade::test_support::frontend::service::encoded_chunks;
     let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);
     for mode in [Mode::Tracing, Mode::Cascade] {
         let whole = hello_in(&Frontend::new(s.clone(), FrontendConfig::default()), mode).await;
@@ -596,7 +598,7 @@ fn loaded_bytes(t: &AssembledTrace) -> u64 {
         .nodes
         .iter()
         .filter(|n| n.copy_of.is_none())
-        .map(|n| kascade::frontend::cache_weight::history_bytes(&n.history) as u64)
+        .map(|n| kascade::test_support::frontend::cache_weight::history_bytes(&n.history) as u64)
         .sum()
 }
 
@@ -610,7 +612,7 @@ fn pods_in(t: &AssembledTrace) -> usize {
 
 #[tokio::test]
 async fn an_assembly_stops_loading_objects_at_max_trace_bytes() {
-    use kascade::metrics::{AssemblyLimit, AssemblyLimitLabel};
+    use kascade::test_support::metrics::{AssemblyLimit, AssemblyLimitLabel};
     let s = Arc::new(store_of_lines(common::deployment_with_pods(300)).await);
     let whole = hello_in(
         &Frontend::new(s.clone(), FrontendConfig::default()),
@@ -1346,7 +1348,7 @@ async fn grpc_searches_beyond_bounds_get_invalid_argument_with_a_short_message()
 
 #[tokio::test]
 async fn get_traces_bounds_the_ids_per_request() {
-    use kascade::frontend::proto::trace_reader_server::TraceReader;
+    use kascade::test_support::frontend::proto::trace_reader_server::TraceReader;
     let (f, _) = frontend("deployment").await;
     let storage = JaegerStorage::new(f);
     let ids = |n: usize| GetTracesRequest {
@@ -1398,7 +1400,7 @@ fn pod_uses(scenario: &str) -> BTreeMap<String, (String, String)> {
 }
 
 fn children_of(
-    asm: &kascade::frontend::assemble::Assembly,
+    asm: &kascade::test_support::frontend::assemble::Assembly,
     i: usize,
 ) -> BTreeSet<(String, String)> {
     asm.nodes[i]
@@ -1558,7 +1560,7 @@ async fn search_results_are_titled_by_the_searched_object() {
 /// requestReceivedTimestamp of an audit line, in ns since the epoch.
 fn received_ns(ev: &Value) -> u64 {
     let t = ev["requestReceivedTimestamp"].as_str().unwrap();
-    kascade::frontend::raw::nanos(humantime::parse_rfc3339(t).unwrap())
+    kascade::test_support::frontend::raw::nanos(humantime::parse_rfc3339(t).unwrap())
 }
 
 #[tokio::test]
@@ -1993,25 +1995,28 @@ async fn assemblies_past_max_assemblies_wait_for_one_in_flight() {
 #[tokio::test]
 async fn unreachable_remote_storage_is_an_error_naming_its_url() {
     // Nothing listens on port 1 of the loopback: a real refused connection.
-    let store = kascade::frontend::raw::JaegerGrpc::connect(
+    let store = kascade::test_support::frontend::raw::JaegerGrpc::connect(
         "http://127.0.0.1:1",
         "kascade",
         Duration::from_secs(2),
-        &kascade::client_tls::ClientTls::default(),
+        &kascade::test_support::client_tls::ClientTls::default(),
     )
     .unwrap();
     let err = store.get_many(&[[1; 16], [2; 16]], 4).await.unwrap_err();
     assert!(
-        matches!(err, kascade::frontend::raw::RawError::Unreachable { .. }),
+        matches!(
+            err,
+            kascade::test_support::frontend::raw::RawError::Unreachable { .. }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("http://127.0.0.1:1"), "{err}");
     // A URL that is not one fails when the frontend starts, naming it.
-    let err = kascade::frontend::raw::JaegerGrpc::connect(
+    let err = kascade::test_support::frontend::raw::JaegerGrpc::connect(
         "not a url",
         "kascade",
         Duration::from_secs(2),
-        &kascade::client_tls::ClientTls::default(),
+        &kascade::test_support::client_tls::ClientTls::default(),
     )
     .err()
     .unwrap();
@@ -2020,7 +2025,7 @@ async fn unreachable_remote_storage_is_an_error_naming_its_url() {
 
 #[tokio::test]
 async fn encoded_messages_go_on_the_wire_as_the_message_they_were_encoded_from() {
-    use kascade::frontend::proto::TracesMessage;
+    use kascade::test_support::frontend::proto::TracesMessage;
     use prost::Message as _;
     let (f, range) = frontend("deployment").await;
     let assembled = search_one(
@@ -2079,7 +2084,10 @@ async fn a_trace_too_big_for_one_grpc_message_streams_in_chunks_jaeger_joins() {
         .collect();
 
     let channel = grpc_frontend(f).await;
-    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel)
+    let mut client =
+        kascade::test_support::frontend::proto::trace_reader_client::TraceReaderClient::new(
+            channel,
+        )
         .max_decoding_message_size(64 << 20);
     // Twice: the first answer encodes the cached trace, the second sends
     // the same bytes again.
@@ -2175,7 +2183,10 @@ async fn a_served_search_assembles_each_trace_once_the_previous_one_is_taken() {
         },
     ));
     let channel = grpc_frontend(uncached.clone()).await;
-    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel)
+    let mut client =
+        kascade::test_support::frontend::proto::trace_reader_client::TraceReaderClient::new(
+            channel,
+        )
         .max_decoding_message_size(64 << 20);
     let mut stream = client
         .find_traces(FindTracesRequest {
@@ -2208,7 +2219,7 @@ async fn a_served_search_assembles_each_trace_once_the_previous_one_is_taken() {
 
 #[tokio::test]
 async fn an_assembly_failing_while_its_answer_streams_ends_the_stream_with_its_status() {
-    use kascade::metrics::{FrontendMetrics, Rpc};
+    use kascade::test_support::metrics::{FrontendMetrics, Rpc};
     // Its reads would time out only after a minute; the assembly's deadline
     // ends them first.
     let url = silent_jaeger_url().await;
@@ -2221,7 +2232,10 @@ async fn an_assembly_failing_while_its_answer_streams_ends_the_stream_with_its_s
         },
     ));
     let channel = grpc_frontend(f.clone()).await;
-    let mut client = kascade::frontend::proto::trace_reader_client::TraceReaderClient::new(channel);
+    let mut client =
+        kascade::test_support::frontend::proto::trace_reader_client::TraceReaderClient::new(
+            channel,
+        );
     // The call is answered at once; the trace is assembled as its stream is read.
     let mut stream = client
         .get_traces(GetTracesRequest {
@@ -2288,7 +2302,9 @@ fn ready_after_by_pod(lines: &[String]) -> BTreeMap<String, u64> {
         }
         let name = obj["metadata"]["name"].as_str().unwrap().to_string();
         let ns = |t: &Value| {
-            kascade::frontend::raw::nanos(humantime::parse_rfc3339(t.as_str().unwrap()).unwrap())
+            kascade::test_support::frontend::raw::nanos(
+                humantime::parse_rfc3339(t.as_str().unwrap()).unwrap(),
+            )
         };
         let (received, done) = (
             ns(&ev["requestReceivedTimestamp"]),
@@ -2427,8 +2443,10 @@ async fn a_wide_level_is_summarised_beyond_max_siblings() {
             assert_eq!(
                 string_attr(&e.attributes, "ready_after"),
                 Some(
-                    kascade::analysis::cascade::format_duration(Duration::from_nanos(want))
-                        .as_str()
+                    kascade::test_support::analysis::cascade::format_duration(
+                        Duration::from_nanos(want)
+                    )
+                    .as_str()
                 ),
                 "{}",
                 e.name
@@ -2481,7 +2499,7 @@ async fn a_summarised_level_shows_the_slowest_to_get_ready() {
             continue;
         }
         let Some(name) = name else { continue };
-        let done = kascade::frontend::raw::nanos(
+        let done = kascade::test_support::frontend::raw::nanos(
             humantime::parse_rfc3339(ev["stageTimestamp"].as_str().unwrap()).unwrap(),
         );
         let e = span_of
@@ -2667,7 +2685,10 @@ impl RawStore for GatedStore {
         tags: &[(String, String)],
         range: TimeRange,
         limit: usize,
-    ) -> Result<Vec<kascade::frontend::raw::TraceIdBytes>, kascade::frontend::raw::RawError> {
+    ) -> Result<
+        Vec<kascade::test_support::frontend::raw::TraceIdBytes>,
+        kascade::test_support::frontend::raw::RawError,
+    > {
         self.finds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.gate.acquire().await.unwrap().forget();
         self.inner.find(tags, range, limit).await
@@ -2675,8 +2696,8 @@ impl RawStore for GatedStore {
 
     async fn get(
         &self,
-        id: kascade::frontend::raw::TraceIdBytes,
-    ) -> Result<Vec<Span>, kascade::frontend::raw::RawError> {
+        id: kascade::test_support::frontend::raw::TraceIdBytes,
+    ) -> Result<Vec<Span>, kascade::test_support::frontend::raw::RawError> {
         self.inner.get(id).await
     }
 
@@ -2684,7 +2705,10 @@ impl RawStore for GatedStore {
         &self,
         range: TimeRange,
         limit: usize,
-    ) -> Result<kascade::frontend::raw::RelationCounts, kascade::frontend::raw::RawError> {
+    ) -> Result<
+        kascade::test_support::frontend::raw::RelationCounts,
+        kascade::test_support::frontend::raw::RawError,
+    > {
         self.inner.relation_counts(range, limit).await
     }
 
@@ -2692,7 +2716,7 @@ impl RawStore for GatedStore {
         &self,
         range: TimeRange,
         limit: usize,
-    ) -> Result<BTreeSet<String>, kascade::frontend::raw::RawError> {
+    ) -> Result<BTreeSet<String>, kascade::test_support::frontend::raw::RawError> {
         self.inner.clusters(range, limit).await
     }
 

@@ -9,10 +9,10 @@ mod common;
 
 use std::sync::Arc;
 
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::display::Mode;
-use kascade::frontend::raw::{MemoryStore, TimeRange, from_nanos};
-use kascade::frontend::{Frontend, FrontendConfig, SearchQuery};
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos};
+use kascade::test_support::frontend::{Frontend, FrontendConfig, SearchQuery};
 
 /// Bytes allocated in the process now.
 fn allocated() -> i64 {
@@ -78,7 +78,7 @@ async fn a_cached_traces_weight_is_the_memory_it_holds() {
                 }
                 // What the trace holds once streamed, the frontend (and its
                 // cache, and every buffer of the assembly) gone.
-                kascade::frontend::service::encoded_chunks(&trace);
+                kascade::test_support::frontend::service::encoded_chunks(&trace);
                 drop(f);
                 let held = allocated() - before;
                 let ratio = trace.bytes as f64 / held as f64;

@@ -10,12 +10,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
 use kascade::app::RuleSources;
-use kascade::offline::spans_from_audit_lines;
-use kascade::source::audit::AuditFilter;
-use kascade::span_model::{Span, attr as key};
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, Redactor};
+use kascade::test_support::offline::spans_from_audit_lines;
+use kascade::test_support::source::audit::AuditFilter;
+use kascade::test_support::span_model::{Span, attr as key};
 use opentelemetry_proto::tonic::common::v1::any_value;
 use serde_json::Value;
 
@@ -36,7 +36,8 @@ async fn build(scenario: &str) -> Vec<Span> {
         &AuditFilter::default(),
         ProcessorConfig::default(),
         Redactor::new(Some(
-            kascade::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS).unwrap(),
+            kascade::test_support::aggregate::redact::PathPattern::new(DEFAULT_REDACT_PATHS)
+                .unwrap(),
         )),
     )
     .await;
@@ -235,11 +236,11 @@ async fn writes_that_leave_no_known_readiness_carry_no_status() {
 /// (a Metadata-level policy for pods): their changes reach the trace through
 /// the list-watch alone, as watch spans.
 async fn pods_from_the_watch_only() -> Vec<Span> {
-    use kascade::aggregate::Processor;
-    use kascade::aggregate::span_cache::LocalSpanCache;
-    use kascade::metrics::Metrics;
-    use kascade::model::ObjectRef;
-    use kascade::pipeline::{WatchChange, WatchKind};
+    use kascade::test_support::aggregate::Processor;
+    use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+    use kascade::test_support::metrics::Metrics;
+    use kascade::test_support::model::ObjectRef;
+    use kascade::test_support::pipeline::{WatchChange, WatchKind};
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);
@@ -260,9 +261,9 @@ async fn pods_from_the_watch_only() -> Vec<Span> {
         if raw["objectRef"]["resource"] == "pods" {
             continue;
         }
-        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        let ev = kascade::test_support::source::audit::parse_event(&line).unwrap();
         if let Some(item) =
-            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+            kascade::test_support::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
         {
             processor.process(&item).await.unwrap();
         }
@@ -290,7 +291,7 @@ async fn pods_from_the_watch_only() -> Vec<Span> {
             .process_watch(WatchChange {
                 object,
                 kind,
-                state: kascade::json::parse(&state.to_string()).unwrap(),
+                state: kascade::test_support::json::parse(&state.to_string()).unwrap(),
                 observed: std::time::SystemTime::now(),
             })
             .await

@@ -23,16 +23,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
-use kascade::aggregate::span_cache::LocalSpanCache;
-use kascade::aggregate::{Processor, ProcessorConfig};
 use kascade::app::RuleSources;
-use kascade::metrics::Metrics;
-use kascade::model::{ObjectRef, Windowing};
-use kascade::offline::spans_from_audit_lines;
-use kascade::pipeline::{WatchChange, WatchKind};
-use kascade::source::audit::AuditFilter;
-use kascade::span_model::Span;
+use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
+use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+use kascade::test_support::aggregate::{Processor, ProcessorConfig};
+use kascade::test_support::metrics::Metrics;
+use kascade::test_support::model::{ObjectRef, Windowing};
+use kascade::test_support::offline::spans_from_audit_lines;
+use kascade::test_support::pipeline::{WatchChange, WatchKind};
+use kascade::test_support::source::audit::AuditFilter;
+use kascade::test_support::span_model::Span;
 use serde_json::{Value, json};
 
 const SCENARIOS: [&str; 9] = [
@@ -234,7 +234,7 @@ impl Planter {
 
 fn config() -> ProcessorConfig {
     // Nothing is cut off, so every planted value has its chance to show.
-    kascade::span_model::set_max_value_bytes(64 << 20);
+    kascade::test_support::span_model::set_max_value_bytes(64 << 20);
     ProcessorConfig {
         windowing: Windowing::new(Duration::from_secs(3600 * 24)),
         max_diff_changes: 100_000,
@@ -355,9 +355,9 @@ async fn run_watch_then_audit(
         processor.process_watch(change).await.unwrap();
     }
     for line in audit_lines {
-        let ev = kascade::source::audit::parse_event(&line).unwrap();
+        let ev = kascade::test_support::source::audit::parse_event(&line).unwrap();
         if let Some(item) =
-            kascade::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
+            kascade::test_support::source::accept(ev, "fixture", &AuditFilter::default(), &metrics)
         {
             processor.process(&item).await.unwrap();
         }
@@ -535,7 +535,7 @@ async fn planted_secrets_quoted_by_watched_events_never_leave_the_process() {
             item["apiVersion"] = "v1".into();
             item["kind"] = "Event".into();
             p.plant(&mut item);
-            let Some(event) = kascade::pipeline::K8sEvent::from_object(&item) else {
+            let Some(event) = kascade::test_support::pipeline::K8sEvent::from_object(&item) else {
                 continue;
             };
             let meta = &item["metadata"];
@@ -575,8 +575,10 @@ async fn planted_secrets_quoted_by_watched_events_never_leave_the_process() {
 
 #[test]
 fn planted_secrets_never_reach_an_explain_report() {
-    use kascade::analysis::explain::{Scope, html::render_html, render_markdown, render_text};
     use kascade::app::explain::{ExplainConfig, explain};
+    use kascade::test_support::analysis::explain::{
+        Scope, html::render_html, render_markdown, render_text,
+    };
     let mut p = Planter::default();
     let mut all = String::new();
     for scenario in SCENARIOS {

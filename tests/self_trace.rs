@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kascade::app::collect::{self, CollectConfig};
-use kascade::cli::{Cli, Command};
+use kascade::test_support::cli::{Cli, Command};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -26,8 +26,9 @@ fn spans() -> &'static InMemorySpanExporter {
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
-        let subscriber =
-            tracing_subscriber::registry().with(kascade::telemetry::self_tracing_layer(&provider));
+        let subscriber = tracing_subscriber::registry().with(
+            kascade::test_support::telemetry::self_tracing_layer(&provider),
+        );
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         // Keeps the provider (and so the exporter) alive for the process.
         std::mem::forget(provider);
@@ -187,10 +188,10 @@ async fn a_webhook_batch_is_one_trace_of_decode_admit_and_process_and_exports_ar
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_frontend_continues_the_callers_trace() {
-    use kascade::frontend::proto::{GetTraceParams, GetTracesRequest};
-    use kascade::frontend::raw::MemoryStore;
-    use kascade::frontend::service::JaegerStorage;
-    use kascade::frontend::{Frontend, FrontendConfig};
+    use kascade::test_support::frontend::proto::{GetTraceParams, GetTracesRequest};
+    use kascade::test_support::frontend::raw::MemoryStore;
+    use kascade::test_support::frontend::service::JaegerStorage;
+    use kascade::test_support::frontend::{Frontend, FrontendConfig};
 
     spans();
     let frontend = Arc::new(Frontend::new(
@@ -202,7 +203,7 @@ async fn the_frontend_continues_the_callers_trace() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .trace_fn(kascade::self_trace::grpc_request_span)
+            .trace_fn(kascade::test_support::self_trace::grpc_request_span)
             .add_service(traces)
             .add_service(deps)
             .serve_with_incoming(tokio_stream_of(listener)),
@@ -266,14 +267,14 @@ fn tokio_stream_of(
     })
 }
 
-fn self_trace_config(vars: &[(&str, &str)]) -> kascade::telemetry::SelfTraceConfig {
+fn self_trace_config(vars: &[(&str, &str)]) -> kascade::test_support::telemetry::SelfTraceConfig {
     let vars: Vec<(String, String)> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    kascade::telemetry::config_from_env(
+    kascade::test_support::telemetry::config_from_env(
         &move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
-        kascade::telemetry::Role {
+        kascade::test_support::telemetry::Role {
             component: "test",
             object_service: Some(("kascade", "--service-name")),
         },
@@ -284,9 +285,9 @@ fn self_trace_config(vars: &[(&str, &str)]) -> kascade::telemetry::SelfTraceConf
 
 /// Ends one span through the SDK pipeline of `cfg` and flushes it (the
 /// batch processor exports from a thread of its own).
-async fn export_one_span(cfg: &kascade::telemetry::SelfTraceConfig) {
+async fn export_one_span(cfg: &kascade::test_support::telemetry::SelfTraceConfig) {
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
-    let provider = kascade::telemetry::tracer_provider(cfg).unwrap();
+    let provider = kascade::test_support::telemetry::tracer_provider(cfg).unwrap();
     provider.tracer("test").in_span("exported", |_| {});
     tokio::task::spawn_blocking(move || {
         provider.force_flush().unwrap();

@@ -13,24 +13,26 @@
 
 mod common;
 
-use kascade::metrics::{EtcdErrorReason, EtcdOp};
+use kascade::test_support::metrics::{EtcdErrorReason, EtcdOp};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kascade::aggregate::span_cache::{EtcdConfig, EtcdSpanCache, Slot, SpanCache, etcd_key};
 use kascade::app::SpanCacheConfig;
 use kascade::app::collect::{self, CollectConfig};
-use kascade::coordination::etcd::proto::etcdserverpb::{
+use kascade::test_support::aggregate::span_cache::{
+    EtcdConfig, EtcdSpanCache, Slot, SpanCache, etcd_key,
+};
+use kascade::test_support::coordination::etcd::proto::etcdserverpb::{
     AuthenticateRequest, AuthenticateResponse, LeaseGrantRequest, LeaseGrantResponse, RequestOp,
     ResponseOp, TxnRequest, TxnResponse, auth_server, compare, kv_server, lease_server, request_op,
     response_op,
 };
-use kascade::coordination::etcd::proto::mvccpb::KeyValue;
-use kascade::export::OutputSpec;
-use kascade::metrics::Metrics;
-use kascade::model::{ObjectRef, ObjectWindow};
+use kascade::test_support::coordination::etcd::proto::mvccpb::KeyValue;
+use kascade::test_support::export::OutputSpec;
+use kascade::test_support::metrics::Metrics;
+use kascade::test_support::model::{ObjectRef, ObjectWindow};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
@@ -216,7 +218,7 @@ fn apply_txn(f: &FakeEtcd, txn: &TxnRequest) -> Result<TxnResponse, Status> {
             succeeded: false,
             responses: vec![ResponseOp {
                 response: Some(response_op::Response::ResponseRange(
-                    kascade::coordination::etcd::proto::etcdserverpb::RangeResponse {
+                    kascade::test_support::coordination::etcd::proto::etcdserverpb::RangeResponse {
                         kvs: vec![KeyValue {
                             key: key.clone(),
                             value: v.clone(),

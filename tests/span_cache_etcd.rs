@@ -25,26 +25,28 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use kascade::aggregate::span_cache::{
+use kascade::test_support::aggregate::span_cache::{
     EtcdConfig, EtcdSpanCache, EtcdTls, Slot, SpanCache, etcd_key,
 };
-use kascade::coordination::election::{Campaign, EtcdElection, Leadership, RoleElection};
-use kascade::coordination::etcd::EtcdClient;
-use kascade::metrics::Metrics;
-use kascade::model::{ObjectRef, ObjectWindow};
+use kascade::test_support::coordination::election::{
+    Campaign, EtcdElection, Leadership, RoleElection,
+};
+use kascade::test_support::coordination::etcd::EtcdClient;
+use kascade::test_support::metrics::Metrics;
+use kascade::test_support::model::{ObjectRef, ObjectWindow};
 use serde_json::{Value, json};
 
 /// The `op` label spelt `name`, as /metrics shows it.
-fn etcd_op(name: &str) -> kascade::metrics::EtcdOp {
-    *kascade::metrics::EtcdOp::ALL
+fn etcd_op(name: &str) -> kascade::test_support::metrics::EtcdOp {
+    *kascade::test_support::metrics::EtcdOp::ALL
         .iter()
         .find(|o| o.as_str() == name)
         .unwrap_or_else(|| panic!("no etcd op {name:?}"))
 }
 
 /// The `reason` label spelt `name`, as /metrics shows it.
-fn etcd_reason(name: &str) -> kascade::metrics::EtcdErrorReason {
-    *kascade::metrics::EtcdErrorReason::ALL
+fn etcd_reason(name: &str) -> kascade::test_support::metrics::EtcdErrorReason {
+    *kascade::test_support::metrics::EtcdErrorReason::ALL
         .iter()
         .find(|r| r.as_str() == name)
         .unwrap_or_else(|| panic!("no etcd error reason {name:?}"))

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::collector::{metric, metrics_text, serve, spawn_server};
 use kascade::app::collect::{self, CollectConfig};
-use kascade::export::OutputSpec;
+use kascade::test_support::export::OutputSpec;
 
 #[tokio::test]
 async fn accepts_a_real_batch_plain_and_gzipped() {
@@ -458,7 +458,7 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
         .collect();
     let in_order: std::collections::BTreeMap<String, (String, String)> = records
         .iter()
-        .filter(|c| c.source == kascade::pipeline::ChangeSource::Audit)
+        .filter(|c| c.source == kascade::test_support::pipeline::ChangeSource::Audit)
         .map(|c| {
             let cause = c
                 .cause

@@ -12,15 +12,15 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use kascade::aggregate::ProcessorConfig;
-use kascade::aggregate::redact::Redactor;
-use kascade::aggregate::rules::RuleSet;
+use kascade::test_support::aggregate::ProcessorConfig;
+use kascade::test_support::aggregate::redact::Redactor;
+use kascade::test_support::aggregate::rules::RuleSet;
 use kascade::app::{Lines, LinesState, PipelineConfig};
-use kascade::metrics::Metrics;
-use kascade::offline::spans_from_audit_lines;
-use kascade::pipeline::Intake;
-use kascade::source::audit::AuditFilter;
-use kascade::source::replay::replay_files;
+use kascade::test_support::metrics::Metrics;
+use kascade::test_support::offline::spans_from_audit_lines;
+use kascade::test_support::pipeline::Intake;
+use kascade::test_support::source::audit::AuditFilter;
+use kascade::test_support::source::replay::replay_files;
 use libfuzzer_sys::fuzz_target;
 
 struct Setup {

@@ -4,7 +4,7 @@
 //! parses it without running out of stack).
 #![no_main]
 
-use kascade::json::depth::{cap, exceeds};
+use kascade::test_support::json::depth::{cap, exceeds};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -6,11 +6,11 @@
 
 use std::sync::LazyLock;
 
-use kascade::aggregate::diff::{diff, is_noise, parse_object, walk_leaves};
-use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, MARKER_PREFIX, PathPattern, Redactor};
+use kascade::test_support::aggregate::diff::{diff, is_noise, parse_object, walk_leaves};
+use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, MARKER_PREFIX, PathPattern, Redactor};
 use libfuzzer_sys::fuzz_target;
 use regex::Regex;
-use kascade::json::{JsonValueTrait as _, Value};
+use kascade::test_support::json::{JsonValueTrait as _, Value};
 
 static PATHS: LazyLock<Regex> = LazyLock::new(|| Regex::new(DEFAULT_REDACT_PATHS).unwrap());
 static REDACTOR: LazyLock<Redactor> =

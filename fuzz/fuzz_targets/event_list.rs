@@ -2,8 +2,8 @@
 //! does next with each decoded event: filter, resolve the object.
 #![no_main]
 
-use kascade::bounds::MAX_MESSAGE_BYTES;
-use kascade::source::audit::{AuditFilter, decode_event_list};
+use kascade::test_support::bounds::MAX_MESSAGE_BYTES;
+use kascade::test_support::source::audit::{AuditFilter, decode_event_list};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,8 +4,8 @@
 //! (the forms a CPID arrives in).
 #![no_main]
 
-use kascade::source::mergelog::{MAX_MERGELOGS_PER_REQUEST, MAX_SOURCES, decode_mergelogs};
-use kascade::span_model::merge_spans;
+use kascade::test_support::source::mergelog::{MAX_MERGELOGS_PER_REQUEST, MAX_SOURCES, decode_mergelogs};
+use kascade::test_support::span_model::merge_spans;
 use kascade_cpid::Cpid;
 use libfuzzer_sys::fuzz_target;
 

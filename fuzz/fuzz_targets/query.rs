@@ -4,10 +4,10 @@
 //! known tags only, a time range in order, a positive limit.
 #![no_main]
 
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::proto::FindTracesRequest;
-use kascade::frontend::service::parse_query;
-use kascade::frontend::{CPID_TAG, SEARCH_TAGS};
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::proto::FindTracesRequest;
+use kascade::test_support::frontend::service::parse_query;
+use kascade::test_support::frontend::{CPID_TAG, SEARCH_TAGS};
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 

@@ -10,13 +10,13 @@
 
 use std::sync::{Arc, LazyLock};
 
-use kascade::frontend::assemble::Scope;
-use kascade::frontend::display::Mode;
-use kascade::frontend::proto::TracesMessage;
-use kascade::frontend::raw::{
+use kascade::test_support::frontend::assemble::Scope;
+use kascade::test_support::frontend::display::Mode;
+use kascade::test_support::frontend::proto::TracesMessage;
+use kascade::test_support::frontend::raw::{
     MemoryStore, TimeRange, decode_v3_trace, from_nanos, spans_of, string_attr,
 };
-use kascade::frontend::{Frontend, FrontendConfig, SEARCH_TAGS, SearchQuery};
+use kascade::test_support::frontend::{Frontend, FrontendConfig, SEARCH_TAGS, SearchQuery};
 use libfuzzer_sys::fuzz_target;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, TracesData};
 use prost::Message as _;

@@ -4,10 +4,10 @@
 
 use std::sync::LazyLock;
 
-use kascade::aggregate::rules::RuleSet;
-use kascade::model::ObjectRef;
+use kascade::test_support::aggregate::rules::RuleSet;
+use kascade::test_support::model::ObjectRef;
 use libfuzzer_sys::fuzz_target;
-use kascade::json::Value;
+use kascade::test_support::json::Value;
 
 /// Objects the real control plane wrote (responses in the fixtures' audit logs).
 static OBJECTS: LazyLock<Vec<(ObjectRef, Value)>> = LazyLock::new(|| {
@@ -36,7 +36,7 @@ static OBJECTS: LazyLock<Vec<(ObjectRef, Value)>> = LazyLock::new(|| {
             name,
         );
         if seen.insert(obj.clone()) {
-            let Ok(state) = kascade::json::parse(&state.to_string()) else {
+            let Ok(state) = kascade::test_support::json::parse(&state.to_string()) else {
                 continue;
             };
             out.push((obj, state));

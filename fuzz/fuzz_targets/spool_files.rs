@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use kascade::metrics::Metrics;
-use kascade::pipeline::{SENT_LINKS_FILE, SentLinks};
-use kascade::source::spool::{Spool, SpoolConfig};
+use kascade::test_support::metrics::Metrics;
+use kascade::test_support::pipeline::{SENT_LINKS_FILE, SentLinks};
+use kascade::test_support::source::spool::{Spool, SpoolConfig};
 use libfuzzer_sys::fuzz_target;
 
 static DIR: LazyLock<PathBuf> =

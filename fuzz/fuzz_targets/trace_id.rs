@@ -2,8 +2,8 @@
 //! (GetTraces, a bookmarked URL): 16 bytes, then a width and a hex id.
 #![no_main]
 
-use kascade::frontend::raw::{hex_trace_id, parse_hex_trace_id};
-use kascade::frontend::trace_id::AssembledId;
+use kascade::test_support::frontend::raw::{hex_trace_id, parse_hex_trace_id};
+use kascade::test_support::frontend::trace_id::AssembledId;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

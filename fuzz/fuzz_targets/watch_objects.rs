@@ -6,7 +6,7 @@
 //! panics or overflows its stack.
 #![no_main]
 
-use kascade::source::watch::fuzzing::decode;
+use kascade::test_support::source::watch::fuzzing::decode;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,8 +7,8 @@
 //! body bound; every message sent back is bounded.
 #![no_main]
 
-use kascade::bounds::MAX_MESSAGE_BYTES;
-use kascade::source::webhook::fuzzing::{audit_batch, otlp_logs};
+use kascade::test_support::bounds::MAX_MESSAGE_BYTES;
+use kascade::test_support::source::webhook::fuzzing::{audit_batch, otlp_logs};
 use libfuzzer_sys::fuzz_target;
 
 /// `--max-body-bytes`, small: a bomb reaches it at once.

@@ -39,13 +39,13 @@ impl Change {
 }
 
 /// Whether `key` is written as `.key` in a path (else `["key"]`).
-pub fn is_plain_key(key: &str) -> bool {
+pub(crate) fn is_plain_key(key: &str) -> bool {
     !key.is_empty() && key.bytes().all(is_plain_key_byte)
 }
 
 /// Whether `b` may appear in a key written as `.key`.
 #[inline]
-pub fn is_plain_key_byte(b: u8) -> bool {
+pub(crate) fn is_plain_key_byte(b: u8) -> bool {
     // A table over bytes, not chars: every allowed character is ASCII, and
     // no byte of a multi-byte character is (keys are checked a million
     // times a second).
@@ -64,7 +64,7 @@ pub fn is_plain_key_byte(b: u8) -> bool {
 
 /// Appends `key` to `path` as a field segment, quoting keys that are not
 /// plain identifiers (label and annotation keys contain dots and slashes).
-pub fn push_field(path: &mut String, key: &str) {
+pub(crate) fn push_field(path: &mut String, key: &str) {
     let first = path.is_empty();
     push_field_segment(path, key, first);
 }
@@ -73,7 +73,7 @@ pub fn push_field(path: &mut String, key: &str) {
 /// writes it out ([`push_field_segment`]); redaction feeds it to a DFA
 /// forwards or backwards without writing it: one spelling for all three.
 #[derive(Clone, Copy)]
-pub enum FieldSegment<'a> {
+pub(crate) enum FieldSegment<'a> {
     /// `.key`, or `key` when it begins the path.
     Plain(&'a str),
     /// `["key"]`: a key that is not an identifier (label and annotation
@@ -86,7 +86,7 @@ pub enum FieldSegment<'a> {
 
 impl<'a> FieldSegment<'a> {
     #[inline]
-    pub fn of(key: &'a str) -> Self {
+    pub(crate) fn of(key: &'a str) -> Self {
         if is_plain_key(key) {
             Self::Plain(key)
         } else if crate::json::needs_no_escape(key) {
@@ -97,14 +97,14 @@ impl<'a> FieldSegment<'a> {
     }
 
     /// The segment of an escaped key, written out.
-    pub fn escaped(key: &str) -> String {
+    pub(crate) fn escaped(key: &str) -> String {
         format!("[{}]", serde_json::Value::String(key.to_string()))
     }
 }
 
 /// Appends `key` as a field segment to `path`; `first`: it begins the path
 /// (no dot before it).
-pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
+pub(crate) fn push_field_segment(path: &mut String, key: &str, first: bool) {
     match FieldSegment::of(key) {
         FieldSegment::Plain(key) => {
             if !first {
@@ -123,7 +123,7 @@ pub fn push_field_segment(path: &mut String, key: &str, first: bool) {
 
 /// The key that names the items of `items`, if every item is an object
 /// carrying it with a distinct scalar value.
-pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
+pub(crate) fn list_item_key(items: &[Value]) -> Option<&'static str> {
     // Lists of scalars (args, finalizers) have no key: said before any
     // label is gathered.
     if !items.first().is_some_and(|i| i.is_object()) {
@@ -166,7 +166,7 @@ pub fn list_item_key(items: &[Value]) -> Option<&'static str> {
 
 /// Appends `[label]` of a list item to `path`: its value of `key` for lists
 /// of named items, else its index.
-pub fn push_item_label(path: &mut String, item: &Value, key: Option<&str>, index: usize) {
+pub(crate) fn push_item_label(path: &mut String, item: &Value, key: Option<&str>, index: usize) {
     path.push('[');
     match key.and_then(|k| item.get(k)) {
         Some(v) if v.is_str() => path.push_str(v.as_str().unwrap_or_default()),
@@ -230,7 +230,11 @@ pub fn diff(old: &Value, new: &Value) -> Vec<Change> {
 /// [`diff`], where the top-level fields `known_same` names are known to be
 /// equal in `old` and `new` (written alike when they were logged): they
 /// are not compared.
-pub fn diff_unless(old: &Value, new: &Value, known_same: impl Fn(&str) -> bool) -> Vec<Change> {
+pub(crate) fn diff_unless(
+    old: &Value,
+    new: &Value,
+    known_same: impl Fn(&str) -> bool,
+) -> Vec<Change> {
     let mut changes = Vec::new();
     let mut path = String::new();
     match (old.as_ref(), new.as_ref()) {
@@ -251,7 +255,7 @@ pub fn diff_unless(old: &Value, new: &Value, known_same: impl Fn(&str) -> bool) 
 /// rest node by node (a Pod's whole spec and status, ≈ 70,000
 /// instructions per binding). `None` when a step above the field is not an
 /// object in both: compare them whole.
-pub fn diff_of_field(old: &Value, new: &Value, field: &[&str]) -> Option<Vec<Change>> {
+pub(crate) fn diff_of_field(old: &Value, new: &Value, field: &[&str]) -> Option<Vec<Change>> {
     let (last, parents) = field.split_last()?;
     let (mut a, mut b) = (old, new);
     let mut path = String::new();
@@ -456,7 +460,7 @@ pub fn parse_object(json: &str) -> sonic_rs::Result<Value> {
 
 /// Removes fields that are never shown: `metadata.managedFields`. Looks
 /// first: a mutable lookup makes the objects on its way owned maps.
-pub fn strip_noise(v: &mut Value) {
+pub(crate) fn strip_noise(v: &mut Value) {
     if crate::json::pointer(v, "/metadata/managedFields").is_none() {
         return;
     }

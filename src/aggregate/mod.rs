@@ -6,16 +6,16 @@
 //! a refused batch whole), then is sharded by object so each object's writes
 //! are processed in order while different objects proceed in parallel.
 
-pub mod causes;
-pub mod diff;
-pub mod processor;
-pub mod redact;
-pub mod relations;
-pub mod rules;
-pub mod selectors;
-pub mod span_cache;
-pub mod states;
-pub mod status;
+pub(crate) mod causes;
+pub(crate) mod diff;
+pub(crate) mod processor;
+pub(crate) mod redact;
+pub(crate) mod relations;
+pub(crate) mod rules;
+pub(crate) mod selectors;
+pub(crate) mod span_cache;
+pub(crate) mod states;
+pub(crate) mod status;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,11 +25,13 @@ use tracing::Instrument as _;
 
 use crate::metrics::Metrics;
 use crate::pipeline::{Accepted, Intake, Shutdown, Work};
-pub use processor::{ParsedResponse, Processor, ProcessorConfig};
+pub(crate) use processor::ParsedResponse;
+pub use processor::Processor;
+pub use processor::ProcessorConfig;
 
 /// Queued items the dispatcher notes together before handing them to the
 /// shards (and offline runs, lines).
-pub const NOTE_AHEAD: usize = 64;
+pub(crate) const NOTE_AHEAD: usize = 64;
 
 /// Writes whose spans a shard may still be sending while it processes the
 /// next ones, with a shared span cache (see
@@ -42,11 +44,11 @@ const EMISSIONS_IN_FLIGHT: u32 = 128;
 /// is a candidate cause only once it is noted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LookAhead {
-    /// What is already queued, up to [`NOTE_AHEAD`] items after each: a live
+    /// What is already queued, up to 64 items after each (`NOTE_AHEAD`): a live
     /// source never waits for lines that have not arrived.
     #[default]
     Queued,
-    /// The [`NOTE_AHEAD`] items after each (fewer only at the end of the
+    /// The 64 items after each (fewer only at the end of the
     /// input or before a barrier), waiting for them: replaying a file gives
     /// the same causes however fast it is read.
     Full,
@@ -55,7 +57,7 @@ pub enum LookAhead {
 /// Starts the dispatcher and `shards` workers. The returned handle finishes
 /// once the intake is closed (by `Shutdown` or by dropping every `Intake`)
 /// and all queued events are processed.
-pub fn start(
+pub(crate) fn start(
     processor: Arc<Processor>,
     queue_capacity: usize,
     shards: usize,

@@ -8,12 +8,12 @@ use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 use super::rules::{Relation, Role, RuleSet};
 use crate::model::ObjectRef;
 
-pub const CLASS_OWNER: &str = "owner";
-pub const CLASS_NON_CONTROLLER_OWNER: &str = "owner-ref";
+pub(crate) const CLASS_OWNER: &str = "owner";
+pub(crate) const CLASS_NON_CONTROLLER_OWNER: &str = "owner-ref";
 
 /// Maps an owner reference's kind to its resource and scope. Seeded with the
 /// built-in kinds, and taught by every audit event that names both.
-pub struct KindRegistry {
+pub(crate) struct KindRegistry {
     map: RwLock<FastHashMap<(String, String), (String, bool)>>,
 }
 
@@ -36,7 +36,7 @@ impl Default for KindRegistry {
 
 impl KindRegistry {
     /// Records that `kind` in `group` is served as `resource`.
-    pub fn learn(&self, group: &str, kind: &str, resource: &str, namespaced: bool) {
+    pub(crate) fn learn(&self, group: &str, kind: &str, resource: &str, namespaced: bool) {
         if kind.is_empty() || resource.is_empty() {
             return;
         }
@@ -52,7 +52,7 @@ impl KindRegistry {
 
     /// Resource and scope of `kind`; unknown kinds are guessed the way
     /// Kubernetes pluralises (`Foo` → `foos`, `Policy` → `policies`) and assumed namespaced.
-    pub fn resolve(&self, group: &str, kind: &str) -> (String, bool) {
+    pub(crate) fn resolve(&self, group: &str, kind: &str) -> (String, bool) {
         if let Some(v) = self
             .map
             .read()
@@ -67,7 +67,7 @@ impl KindRegistry {
     /// The object a reference by `apiVersion` and `kind` names (an owner
     /// reference, an Event's involved object): in `namespace` when its kind
     /// is namespaced, cluster-scoped otherwise.
-    pub fn referenced_object(
+    pub(crate) fn referenced_object(
         &self,
         cluster: &str,
         api_version: &str,
@@ -90,7 +90,7 @@ impl KindRegistry {
 /// Relations from `metadata.ownerReferences`: each owner is a parent; the
 /// controller owner with class `owner`, others with `owner-ref`. Returns the
 /// owners' uids alongside, for their object spans.
-pub fn owner_relations(
+pub(crate) fn owner_relations(
     obj: &ObjectRef,
     state: &Value,
     kinds: &KindRegistry,
@@ -141,7 +141,7 @@ pub fn owner_relations(
 }
 
 /// Every relation of `obj`: owners first, then rule matches; deduplicated.
-pub fn all_relations(
+pub(crate) fn all_relations(
     obj: &ObjectRef,
     state: &Value,
     kinds: &KindRegistry,

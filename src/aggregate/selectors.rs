@@ -22,7 +22,7 @@ struct Inner {
     selectors: HashMap<Scope, HashMap<ObjectRef, Vec<(SelectorRule, LabelSelector)>>>,
 }
 
-pub struct SelectorIndex {
+pub(crate) struct SelectorIndex {
     targets: HashSet<(String, String)>,
     /// What selector rules match, as a list: a handful, compared in place.
     holders: Vec<(String, String)>,
@@ -30,7 +30,7 @@ pub struct SelectorIndex {
 }
 
 /// A relation found by a selector, seen from the selecting object.
-pub struct SelectorLink {
+pub(crate) struct SelectorLink {
     pub holder: ObjectRef,
     pub relation: Relation,
 }
@@ -40,7 +40,7 @@ fn labels_of(state: &Value) -> BTreeMap<String, String> {
 }
 
 impl SelectorIndex {
-    pub fn new(rules: &RuleSet) -> Self {
+    pub(crate) fn new(rules: &RuleSet) -> Self {
         Self {
             targets: rules.selector_targets().into_iter().collect(),
             holders: rules.selector_holders().into_iter().collect(),
@@ -48,14 +48,15 @@ impl SelectorIndex {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
-    }
-
     /// Records `obj`'s new state and returns the selector links it makes:
     /// as a selected object (selectors in its namespace that match its
     /// labels) and as a selecting object (indexed objects its selectors match).
-    pub fn update(&self, rules: &RuleSet, obj: &ObjectRef, state: &Value) -> Vec<SelectorLink> {
+    pub(crate) fn update(
+        &self,
+        rules: &RuleSet,
+        obj: &ObjectRef,
+        state: &Value,
+    ) -> Vec<SelectorLink> {
         if self.targets.is_empty() {
             return Vec::new();
         }
@@ -123,7 +124,7 @@ impl SelectorIndex {
     /// The selectors that pick `obj` in its new `state`, as links, without
     /// recording anything: what [`Self::update`] found as a selected
     /// object, asked again once others' selectors may have been indexed.
-    pub fn selected_by(&self, obj: &ObjectRef, state: &Value) -> Vec<SelectorLink> {
+    pub(crate) fn selected_by(&self, obj: &ObjectRef, state: &Value) -> Vec<SelectorLink> {
         let mut out = Vec::new();
         if !self
             .targets
@@ -170,7 +171,7 @@ impl SelectorIndex {
     }
 
     /// The object is gone: it selects and is selected no more.
-    pub fn remove(&self, obj: &ObjectRef) {
+    pub(crate) fn remove(&self, obj: &ObjectRef) {
         if self.targets.is_empty() {
             return;
         }
@@ -212,12 +213,6 @@ impl SelectorIndex {
                 holders.remove(obj);
             }
         }
-    }
-
-    /// Objects whose labels are indexed (for metrics and the memory note of docs/benchmarks.md).
-    pub fn indexed_objects(&self) -> usize {
-        let inner = self.inner.lock().expect("selector index");
-        inner.labels.values().map(HashMap::len).sum()
     }
 }
 

@@ -33,7 +33,7 @@ pub struct StateError {
 /// Hot-tier partitions: workers writing different objects rarely share a lock.
 const PARTITIONS: usize = 16;
 
-pub struct StateStore {
+pub(crate) struct StateStore {
     hot: Vec<Mutex<HotPartition>>,
     cold: moka::sync::Cache<String, Arc<[u8]>>,
 }
@@ -59,7 +59,7 @@ impl StateStore {
     /// `cold_bytes` bounds the compressed tier; `hot_entries` (0 disables the
     /// hot tier) the parsed one. States the cold tier evicts for room are
     /// counted in `metrics` (the next write of such an object has no diff).
-    pub fn new(cold_bytes: u64, hot_entries: usize, metrics: &Metrics) -> Self {
+    pub(crate) fn new(cold_bytes: u64, hot_entries: usize, metrics: &Metrics) -> Self {
         let evictions = CacheEvictions::new(
             metrics,
             Cache::States,
@@ -95,13 +95,16 @@ impl StateStore {
         self.hot[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn get(&self, key: &str) -> Option<Arc<Value>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Value>> {
         self.get_with_fields(key).map(|(state, _)| state)
     }
 
     /// [`StateStore::get`], with the hashes of the state's top-level fields
     /// as logged when it was kept with them (hot states only).
-    pub fn get_with_fields(&self, key: &str) -> Option<(Arc<Value>, Option<Arc<FieldHashes>>)> {
+    pub(crate) fn get_with_fields(
+        &self,
+        key: &str,
+    ) -> Option<(Arc<Value>, Option<Arc<FieldHashes>>)> {
         if let Some(hot) = self.partition(key).entries.get(key) {
             return Some((hot.state.clone(), hot.fields.clone()));
         }
@@ -116,7 +119,7 @@ impl StateStore {
     /// JSON that parses to `state` exactly (the response as logged, when
     /// nothing of it was redacted): moving the state to the cold tier then
     /// compresses it as it is instead of writing the state out again.
-    pub fn put(
+    pub(crate) fn put(
         &self,
         key: String,
         state: Arc<Value>,
@@ -127,7 +130,7 @@ impl StateStore {
 
     /// [`StateStore::put`], with the hashes of the top-level fields of
     /// `text` (given only with it: they describe that text).
-    pub fn put_with_fields(
+    pub(crate) fn put_with_fields(
         &self,
         key: String,
         state: Arc<Value>,
@@ -189,18 +192,18 @@ impl StateStore {
         Ok(())
     }
 
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         self.partition(key).entries.remove(key);
         self.cold.invalidate(key);
     }
 
     /// Objects whose state is kept (both tiers).
-    pub fn entry_count(&self) -> u64 {
+    pub(crate) fn entry_count(&self) -> u64 {
         self.cold.run_pending_tasks();
         self.cold.entry_count() + self.hot_entries() as u64
     }
 
-    pub fn hot_entries(&self) -> usize {
+    pub(crate) fn hot_entries(&self) -> usize {
         self.hot
             .iter()
             .map(|p| p.lock().map(|p| p.entries.len()).unwrap_or(0))
@@ -208,7 +211,7 @@ impl StateStore {
     }
 
     /// Bytes of the cold tier (the hot tier is bounded by entries).
-    pub fn cold_bytes(&self) -> u64 {
+    pub(crate) fn cold_bytes(&self) -> u64 {
         self.cold.weighted_size()
     }
 }

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{ChangeRecord, ChangeSink, SpanRef};
 
 /// Records that may wait for the writer.
-pub const DEFAULT_QUEUE: usize = 10_000;
+pub(crate) const DEFAULT_QUEUE: usize = 10_000;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_micros(t).to_string()
@@ -30,7 +30,7 @@ fn span_json(s: &SpanRef) -> Value {
 }
 
 /// The change-log line of a change (without the trailing newline).
-pub fn change_line(c: &ChangeRecord) -> Value {
+pub(crate) fn change_line(c: &ChangeRecord) -> Value {
     let operation = if c.subresource.is_empty() {
         c.verb.clone()
     } else {
@@ -90,7 +90,7 @@ struct Drops {
 }
 
 /// The change-log writer: a [`ChangeSink`] in front of a writer thread.
-pub struct ChangelogWriter {
+pub(crate) struct ChangelogWriter {
     path: PathBuf,
     tx: Mutex<Option<SyncSender<ChangeRecord>>>,
     thread: Mutex<Option<JoinHandle<std::io::Result<u64>>>>,
@@ -100,7 +100,7 @@ pub struct ChangelogWriter {
 
 impl ChangelogWriter {
     /// Creates (truncates) `path` and starts the writer thread.
-    pub fn create(path: &Path, queue: usize, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+    pub(crate) fn create(path: &Path, queue: usize, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
         let file = crate::output_file::create(path)
             .map_err(|e| anyhow::anyhow!("cannot create the change log {}: {e}", path.display()))?;
         let (tx, rx) = sync_channel(queue.max(1));
@@ -118,7 +118,7 @@ impl ChangelogWriter {
 
     /// Stops taking records, writes what is queued and flushes; returns
     /// the lines written.
-    pub fn finish(&self) -> anyhow::Result<u64> {
+    pub(crate) fn finish(&self) -> anyhow::Result<u64> {
         drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
         let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Ok(0);

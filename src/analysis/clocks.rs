@@ -27,7 +27,7 @@ use crate::model::FastHashMap as HashMap;
 
 /// Offsets smaller than this are not said: hops are reported in
 /// milliseconds, but the tight pairs themselves spread over tens of them.
-pub const NOTICEABLE: Duration = Duration::from_millis(100);
+pub(crate) const NOTICEABLE: Duration = Duration::from_millis(100);
 
 /// Pairs needed in each direction before anything is said (a small
 /// cluster's two apiservers give a handful: their writes come in runs).
@@ -49,7 +49,7 @@ const LOW_QUANTILE: f64 = 0.1;
 /// apiserver that logged it, and the file (index) that logged it. Bounded:
 /// past [`MAX_WRITES`] writes are counted and left out.
 #[derive(Default)]
-pub struct Revisions {
+pub(crate) struct Revisions {
     writes: Vec<(u64, i64, usize)>,
     dropped: u64,
     /// The files (a bit each, the first 64) that wrote each object, by a
@@ -85,7 +85,7 @@ impl Revisions {
     /// logged in `file`, when it stored a revision: a create, update or
     /// patch answered 2xx with the object, at its `ResponseComplete`
     /// stage. Anything else, malformed text included, is passed over.
-    pub fn record_line(&mut self, line: &str, file: usize) {
+    pub(crate) fn record_line(&mut self, line: &str, file: usize) {
         // Only writes are parsed: the verb is found as text first.
         if !has_write_verb(line.as_bytes()) {
             return;
@@ -139,13 +139,13 @@ impl Revisions {
     }
 
     /// Writes left out over the bound.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// The offsets worth saying, of each file against the first file that
     /// has writes.
-    pub fn offsets(mut self) -> Vec<ClockOffset> {
+    pub(crate) fn offsets(mut self) -> Vec<ClockOffset> {
         let writes = &mut self.writes;
         writes.sort_unstable_by_key(|w| w.0);
         // A revision answered by several writes was stored by one of them;
@@ -310,7 +310,7 @@ fn low_quantile(values: &mut [i64]) -> i64 {
 /// What an offset means for the report, naming the files; the offline
 /// commands read the file's times corrected by it
 /// ([`ClockOffset::correction_ns`]).
-pub fn describe(o: &ClockOffset, files: &[String]) -> String {
+pub(crate) fn describe(o: &ClockOffset, files: &[String]) -> String {
     let name = |i: usize| files.get(i).map(String::as_str).unwrap_or("?");
     format!(
         "the clock of the apiserver that logged {} is about {:.1} s {} that of {} (judged by etcd's \

@@ -49,7 +49,7 @@ pub struct LeftOut {
 /// cluster itself started before any user's. What `kascade analyze` leaves
 /// out, and what `kascade explain` keeps out of its hop statistics.
 #[derive(Default)]
-pub struct StartUp {
+pub(crate) struct StartUp {
     /// Roots of the start-up's cascades (bounded by what a cluster does
     /// before its first user).
     roots: HashSet<SpanRef>,
@@ -61,7 +61,7 @@ pub struct StartUp {
 
 impl StartUp {
     /// Notes `c` if it starts a cascade.
-    pub fn observe(&mut self, c: &ChangeRecord) {
+    pub(crate) fn observe(&mut self, c: &ChangeRecord) {
         if !matches!(c.role, CascadeRole::Root | CascadeRole::Unexplained) {
             return;
         }
@@ -79,7 +79,7 @@ impl StartUp {
     }
 
     /// Whether the cascade rooted at `root` is the cluster's start-up.
-    pub fn started(&self, root: &SpanRef) -> bool {
+    pub(crate) fn started(&self, root: &SpanRef) -> bool {
         self.roots.contains(root)
     }
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use crate::metrics::PropagationMetrics;
 use crate::pipeline::{ChangeRecord, ChangeSink};
 
-pub struct PropagationSink {
+pub(crate) struct PropagationSink {
     metrics: Arc<PropagationMetrics>,
 }
 
 impl PropagationSink {
-    pub fn new(metrics: Arc<PropagationMetrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<PropagationMetrics>) -> Self {
         Self { metrics }
     }
 }

@@ -9,13 +9,13 @@
 //! the terminal, for both of its trees). Depends on `pipeline`, `model`,
 //! `judgement`, `span_model` constants and `metrics`.
 
-pub mod cascade;
-pub mod changelog;
-pub mod clocks;
-pub mod explain;
-pub mod foreground;
-pub mod live;
-pub mod plot;
-pub mod report;
-pub mod stats;
-pub mod tree_text;
+pub(crate) mod cascade;
+pub(crate) mod changelog;
+pub(crate) mod clocks;
+pub(crate) mod explain;
+pub(crate) mod foreground;
+pub(crate) mod live;
+pub(crate) mod plot;
+pub(crate) mod report;
+pub(crate) mod stats;
+pub(crate) mod tree_text;

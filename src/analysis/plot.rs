@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use super::report::{Bucket, Report, buckets};
 use super::stats::{Latencies, Stats};
 
-pub const FONT_CANDIDATES: &[&str] = &[
+pub(crate) const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
     "/usr/share/fonts/truetype/liberation2/LiberationSans-Regular.ttf",
@@ -55,7 +55,7 @@ fn ensure_font() -> anyhow::Result<()> {
 }
 
 /// `replicasets → pods create` → `replicasets-to-pods-create`.
-pub fn file_stem(class: &str) -> String {
+pub(crate) fn file_stem(class: &str) -> String {
     let mut out = String::new();
     for word in class.split_whitespace() {
         let word = if word == "→" { "to" } else { word };
@@ -84,7 +84,11 @@ pub fn file_stem(class: &str) -> String {
 /// Writes `<class>.png` and `<class>.svg` per edge class and
 /// `completion-<kind>-<verb>.{png,svg}` per completion class into `dir`
 /// (created); returns the files written.
-pub fn write_plots(dir: &Path, report: &Report, stats: &Stats) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn write_plots(
+    dir: &Path,
+    report: &Report,
+    stats: &Stats,
+) -> anyhow::Result<Vec<PathBuf>> {
     ensure_font()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();

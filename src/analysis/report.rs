@@ -43,7 +43,7 @@ pub struct UnexplainedRow {
 
 /// A histogram bucket of hop latencies, `[from_us, to_us)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub label: String,
     pub from_us: u64,
     pub to_us: u64,
@@ -88,13 +88,13 @@ pub struct Report {
 }
 
 /// The buckets of the terminal bars and the plots (microseconds).
-pub const BUCKET_BOUNDS_US: &[u64] = &[
+pub(crate) const BUCKET_BOUNDS_US: &[u64] = &[
     0, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
     2_000_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
 ];
 
 /// The latencies in [`BUCKET_BOUNDS_US`] buckets (the last one open).
-pub fn buckets(l: &Latencies) -> Vec<Bucket> {
+pub(crate) fn buckets(l: &Latencies) -> Vec<Bucket> {
     let mut out = Vec::new();
     for (i, &from) in BUCKET_BOUNDS_US.iter().enumerate() {
         let to = BUCKET_BOUNDS_US.get(i + 1).copied().unwrap_or(u64::MAX);
@@ -114,7 +114,7 @@ pub fn buckets(l: &Latencies) -> Vec<Bucket> {
 }
 
 /// `850µs`, `12.3ms`, `4.05s`.
-pub fn short_duration(us: u64) -> String {
+pub(crate) fn short_duration(us: u64) -> String {
     if us < 1_000 {
         format!("{us}µs")
     } else if us < 1_000_000 {

@@ -16,7 +16,7 @@ use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink};
 
 /// Samples kept exactly per class; past this, percentiles come from the
 /// histogram (within 0.1 %).
-pub const EXACT_SAMPLES: usize = 100_000;
+pub(crate) const EXACT_SAMPLES: usize = 100_000;
 
 /// Longest latency the histograms tell apart (longer ones count as this).
 const MAX_MICROS: u64 = 24 * 3600 * 1_000_000;
@@ -173,7 +173,7 @@ impl Stats {
 }
 
 /// `<resource> <verb|subresource>`, e.g. `pods binding`.
-pub fn write_class(c: &ChangeRecord) -> String {
+pub(crate) fn write_class(c: &ChangeRecord) -> String {
     let op = if c.subresource.is_empty() {
         &c.verb
     } else {

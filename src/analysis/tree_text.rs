@@ -5,7 +5,7 @@
 /// One line of a tree: a node (its index), or the line standing for the
 /// rest of a level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Row<'a> {
+pub(crate) enum Row<'a> {
     Node(usize),
     Rest(&'a str),
 }
@@ -13,7 +13,7 @@ pub enum Row<'a> {
 /// The tree's lines in order with their depths: `walk` (node, depth),
 /// depth first, without the nodes `hidden` leaves out, and each rest
 /// `(parent, line)` said last under its parent, in the order given.
-pub fn rows<'a>(
+pub(crate) fn rows<'a>(
     walk: &[(usize, usize)],
     hidden: impl Fn(usize) -> bool,
     rests: &'a [(usize, String)],
@@ -43,7 +43,7 @@ pub fn rows<'a>(
 
 /// The prefixes of a tree's lines, taken row by row in order.
 #[derive(Debug, Default)]
-pub struct Prefixes {
+pub(crate) struct Prefixes {
     /// Per depth: whether the row last seen at it is the last of its level.
     last_at_depth: Vec<bool>,
 }
@@ -52,7 +52,7 @@ impl Prefixes {
     /// The prefix of `rows[pos]`: "│  " for each ancestor with siblings
     /// still to come, then the row's own branch. Called for every row, in
     /// order.
-    pub fn of<R>(&mut self, rows: &[(R, usize)], pos: usize) -> String {
+    pub(crate) fn of<R>(&mut self, rows: &[(R, usize)], pos: usize) -> String {
         let depth = rows[pos].1;
         let is_last = !rows[pos + 1..]
             .iter()
@@ -69,7 +69,7 @@ impl Prefixes {
 
     /// The prefix of lines under the row last taken (its details): the
     /// tree's lines go on through them, its own too when it has children.
-    pub fn under(&self, has_children: bool) -> String {
+    pub(crate) fn under(&self, has_children: bool) -> String {
         let mut prefix = self.ancestors();
         prefix.push_str(if has_children { "│  " } else { "   " });
         prefix

@@ -20,15 +20,20 @@ use crate::offline::changes_to_sinks;
 /// Output format of `kascade analyze`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnalyzeFormat {
+    /// Tables for a terminal.
     Text,
+    /// One JSON document.
     Json,
+    /// Comma-separated values, one row per propagation.
     Csv,
 }
 
 impl AnalyzeFormat {
+    /// Every format, in the order the help lists them.
     pub const ALL: [AnalyzeFormat; 3] =
         [AnalyzeFormat::Text, AnalyzeFormat::Json, AnalyzeFormat::Csv];
 
+    /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             AnalyzeFormat::Text => "text",
@@ -43,7 +48,9 @@ impl AnalyzeFormat {
 pub struct AnalyzeConfig {
     /// Audit log files (JSON lines).
     pub files: Vec<PathBuf>,
+    /// Cluster name recorded on every change.
     pub cluster: String,
+    /// Written on stdout.
     pub format: AnalyzeFormat,
     /// Directory for the PNG and SVG plots.
     pub plot: Option<PathBuf>,

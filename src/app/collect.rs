@@ -47,6 +47,7 @@ pub struct CollectConfig {
     pub webhook_token_file: Option<PathBuf>,
     /// Serve HTTPS with this certificate (PEM chain) and `tls_key_file`.
     pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
     /// Require client certificates signed by this CA (mutual TLS).
     pub tls_client_ca_file: Option<PathBuf>,
@@ -78,9 +79,13 @@ pub struct CollectConfig {
     pub component_traces_listen: Option<SocketAddr>,
     /// Encoded bytes of component trace requests waiting to be forwarded.
     pub component_traces_queue_bytes: usize,
+    /// Where object spans are remembered between writes (local or etcd).
     pub span_cache: SpanCacheConfig,
+    /// The list-watch of every resource, and the Event watch.
     pub watch: WatchersConfig,
+    /// The processing pipeline: windows, redaction, rules, bounds.
     pub pipeline: PipelineConfig,
+    /// Where spans go (OTLP, OTLP/JSON files) and how they are batched.
     pub export: ExportSettings,
 }
 
@@ -239,8 +244,12 @@ impl CollectConfig {
 /// The collector's HTTP apps: the audit webhook, the admin endpoints and,
 /// with `component_traces_listen`, the component traces' intake.
 pub struct CollectApps {
+    /// The intake: audit events (`/audit`, `/audit/{cluster}`), OTLP logs
+    /// (`/v1/logs`, gRPC) and mergelogs (`/cpid/mergelogs`).
     pub audit: axum::Router,
+    /// `/metrics`, `/healthz`, `/readyz`, `/intake`.
     pub admin: axum::Router,
+    /// Kubernetes components' own traces (OTLP), when served.
     pub component_traces: Option<axum::Router>,
 }
 

@@ -35,9 +35,11 @@ use crate::cpid_webhook::{DEFAULT_SKIP_GROUPS, DEFAULT_SKIP_USERS, Stamp, StampP
 /// Everything `kascade cpid-webhook` runs with.
 #[derive(Clone, Debug)]
 pub struct CpidWebhookConfig {
+    /// Address the webhook serves on.
     pub listen: SocketAddr,
     /// The apiserver calls admission webhooks over HTTPS only.
     pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
     /// Users never stamped (regexes, anchored).
     pub skip_users: Vec<String>,
@@ -45,6 +47,7 @@ pub struct CpidWebhookConfig {
     pub skip_groups: Vec<String>,
     /// Largest AdmissionReview body (the object and its old version).
     pub max_body_bytes: usize,
+    /// Longest a client may take to send its request headers.
     pub header_read_timeout: Duration,
 }
 

@@ -13,22 +13,36 @@ use crate::doctor::{checks, probe, report};
 /// Exit code when a check failed (as `explain --fail-on` with findings).
 pub const BROKEN_EXIT_CODE: u8 = 3;
 
+/// How `kascade doctor` writes its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DoctorFormat {
+    /// One line per check, for a terminal.
     Text,
+    /// The checks and what they gathered, as one JSON document.
     Json,
 }
 
+/// What `kascade doctor` probes and how it reports.
 #[derive(Debug, Clone)]
 pub struct DoctorConfig {
+    /// The collector's admin address, whose `/intake` tells what arrived.
     pub admin_url: String,
     /// Empty: the collector's `--cluster`.
     pub cluster: String,
+    /// Kubeconfig of the identity the collector list-watches with: its
+    /// list/watch permissions and the apiserver's clock are checked through
+    /// it; `None`: not checked.
     pub kubeconfig: Option<PathBuf>,
+    /// The frontend's HTTP address: checks that it reaches its raw store.
     pub frontend_url: Option<String>,
+    /// Resources the collector's watch leaves out (as `--watch-exclude`).
     pub watch_exclude: Vec<String>,
+    /// How the report is written.
     pub format: DoctorFormat,
+    /// Largest clock difference between apiserver and collector judged
+    /// harmless.
     pub max_clock_skew: Duration,
+    /// Longest any one probe may take.
     pub timeout: Duration,
     /// Also write what was gathered here (JSON, no credentials).
     pub save_inputs: Option<PathBuf>,

@@ -16,13 +16,18 @@ use crate::pipeline::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind}
 /// How a report is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExplainFormat {
+    /// For a terminal.
     Text,
+    /// For a CI job summary or a pull-request comment.
     Markdown,
+    /// One JSON document.
     Json,
+    /// One self-contained page.
     Html,
 }
 
 impl ExplainFormat {
+    /// Every format, in the order the help lists them.
     pub const ALL: [ExplainFormat; 4] = [
         ExplainFormat::Text,
         ExplainFormat::Markdown,
@@ -30,6 +35,7 @@ impl ExplainFormat {
         ExplainFormat::Html,
     ];
 
+    /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             ExplainFormat::Text => "text",
@@ -53,15 +59,21 @@ impl std::str::FromStr for ExplainFormat {
 /// Which findings make `kascade explain` exit with [`FINDINGS_EXIT_CODE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailOn {
+    /// Any error.
     Error,
+    /// Any error or warning.
     Warning,
+    /// Any finding at all.
     Info,
+    /// None: the exit code says only whether the log could be read.
     Never,
 }
 
 impl FailOn {
+    /// Every level, in the order the help lists them.
     pub const ALL: [FailOn; 4] = [FailOn::Error, FailOn::Warning, FailOn::Info, FailOn::Never];
 
+    /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             FailOn::Error => "error",
@@ -97,17 +109,20 @@ pub struct ExplainConfig {
     pub component_traces: Vec<PathBuf>,
     /// Captured watch streams (`{"type":…,"object":…}` per line).
     pub watch: Vec<PathBuf>,
+    /// Cluster name the report names.
     pub cluster: String,
 
     /// The relation rules: the built-in ones and a user's directory over them.
     pub rules: super::RuleSources,
     /// The secret key of the redaction markers; `None`: a random key.
     pub redaction_key_file: Option<PathBuf>,
+    /// What the report is about: namespaces, objects, a time range.
     pub scope: Scope,
     /// Written on stdout.
     pub format: ExplainFormat,
     /// Also written to files.
     pub outputs: Vec<(ExplainFormat, PathBuf)>,
+    /// Which findings fail the run.
     pub fail_on: FailOn,
     /// Malformed lines listed at most (all are counted).
     pub max_errors_shown: usize,

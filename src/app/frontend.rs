@@ -51,8 +51,7 @@ pub struct AssemblyConfig {
     /// Link classes whose objects are grouped under a virtual span.
     pub group_classes: Vec<String>,
     /// Objects of one resource and link class shown under one object;
-    /// the rest are summarised by one span (0 shows all;
-    /// [`FrontendConfig::max_siblings`]).
+    /// the rest are summarised by one span (0 shows all).
     pub max_siblings: usize,
 }
 
@@ -179,14 +178,15 @@ pub struct FrontendServerConfig {
     pub cache_bytes: u64,
     /// Longest one trace's assembly may take.
     pub assembly_timeout: Duration,
-    /// Assemblies in flight at once ([`crate::frontend::FrontendConfig::max_assemblies`]).
+    /// Assemblies in flight at once.
     pub max_assemblies: usize,
-    /// Searches reading the raw store at once ([`crate::frontend::FrontendConfig::max_searches`]).
+    /// Searches reading the raw store at once.
     pub max_searches: usize,
     /// Longest a search queues for one of `max_searches`.
     pub search_wait: Duration,
     /// Bytes one search's answer may stream.
     pub max_search_bytes: u64,
+    /// How traces are assembled: bounds, cache, display defaults.
     pub assembly: AssemblyConfig,
 }
 

@@ -30,6 +30,15 @@ pub use rules::{BUILTIN_RULES, RuleSources, run_rules_check, run_rules_list};
 pub use span_cache::SpanCacheConfig;
 pub use trace::{TraceConfig, TraceFormat};
 
+// The vocabulary of the configs above: what their fields and builders take.
+pub use crate::aggregate::LookAhead;
+pub use crate::analysis::explain::Scope as ExplainScope;
+pub use crate::analysis::foreground::ForegroundScope;
+pub use crate::export::OutputSpec;
+pub use crate::export::config::ExportSettings;
+pub use crate::frontend::assemble::Scope as TraceScope;
+pub use crate::frontend::display::Mode;
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

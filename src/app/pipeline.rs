@@ -83,7 +83,7 @@ pub struct PipelineConfig {
 
 /// The fewest bytes a redaction key may have: a short key could be
 /// guessed, and with it every weak secret behind a marker.
-pub const MIN_REDACTION_KEY_BYTES: usize = 16;
+pub(super) const MIN_REDACTION_KEY_BYTES: usize = 16;
 
 /// Reads a redaction key: the file's bytes without the whitespace that
 /// ends it (an editor's or `echo`'s newline would otherwise make two
@@ -259,14 +259,19 @@ impl PipelineConfig {
 
 /// A running pipeline: the intake for sources, and what to await on shutdown.
 pub struct Pipeline {
+    /// Where sources hand accepted events, watch changes and Events.
     pub intake: crate::pipeline::Intake,
+    /// The processor the shards run.
     pub processor: Arc<Processor>,
+    /// The span cache in use.
     pub spans: Arc<dyn SpanCache>,
+    /// The pipeline's metrics.
     pub metrics: Arc<Metrics>,
     shutdown: crate::pipeline::Shutdown,
     export_shutdown: crate::pipeline::Shutdown,
     aggregate_done: tokio::task::JoinHandle<()>,
     export_done: tokio::task::JoinHandle<()>,
+    /// How far export has got (what the spool may release).
     pub export_progress: Arc<export::ExportProgress>,
     /// The durable intake, when `collect` runs with one.
     pub spool: Option<Arc<Spool>>,

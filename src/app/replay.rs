@@ -15,7 +15,7 @@ use crate::source::{replay, validate_cluster_name};
 ///
 /// ```no_run
 /// use kascade::app::replay::{self, ReplayConfig};
-/// use kascade::export::OutputSpec;
+/// use kascade::app::OutputSpec;
 ///
 /// # async fn run() -> anyhow::Result<()> {
 /// let mut config = ReplayConfig::new(["audit.log"]).cluster("ci-4711");
@@ -34,7 +34,9 @@ pub struct ReplayConfig {
     /// How long the OTLP receiver may be unreachable: before reading, and
     /// (at most `--export-retry-for`) when it is lost midway.
     pub otlp_wait: Duration,
+    /// The processing pipeline: windows, redaction, rules, bounds.
     pub pipeline: PipelineConfig,
+    /// Where spans go (OTLP, OTLP/JSON files) and how they are batched.
     pub export: ExportSettings,
 }
 

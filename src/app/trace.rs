@@ -33,6 +33,7 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
+    /// Every format, in the order the help lists them.
     pub const ALL: [TraceFormat; 3] = [TraceFormat::Text, TraceFormat::Json, TraceFormat::OtlpJson];
 
     /// The name on the command line.
@@ -76,10 +77,11 @@ pub struct TraceConfig {
     pub cluster: String,
     /// Scope of the tree; `None`: the assembly's default scope.
     pub scope: Option<Scope>,
+    /// Written on stdout.
     pub format: TraceFormat,
     /// Display mode for [`TraceFormat::OtlpJson`]; text shows
-    /// [`Mode::Tracing`] (the object tree) and [`Mode::Cascade`] (the
-    /// cascades the object took part in), JSON [`Mode::Tracing`] only.
+    /// the tracing mode (the object tree) and the cascade mode (the
+    /// cascades the object took part in), JSON the tracing mode only.
     pub mode: Mode,
     /// Changed paths shown per write in text output.
     pub max_diff_lines: usize,
@@ -91,6 +93,7 @@ pub struct TraceConfig {
     pub rules: super::RuleSources,
     /// The secret key of the redaction markers; `None`: a random key.
     pub redaction_key_file: Option<PathBuf>,
+    /// How the trace is assembled: bounds and display defaults.
     pub assembly: AssemblyConfig,
 }
 

@@ -9,7 +9,7 @@ use clap::CommandFactory as _;
 use super::Cli;
 
 /// The completion script for `shell` on stdout.
-pub fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+pub(crate) fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     let mut cmd = Cli::command();
     // Generated into memory: clap_complete panics on a failed write, and a
     // closed stdout is the reader's choice, not a failure.
@@ -21,7 +21,7 @@ pub fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
 
 /// The top man page on stdout, or with `dir` one page per (sub)command
 /// written there; returns the files written.
-pub fn man(dir: Option<&Path>) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn man(dir: Option<&Path>) -> anyhow::Result<Vec<PathBuf>> {
     let Some(dir) = dir else {
         let page = render(Cli::command())?;
         crate::terminal::print(&page).context("writing the man page")?;

@@ -2,30 +2,30 @@
 //! subcommand. Each maps onto its config in `crate::app` (which holds the
 //! defaults the help shows, and the wiring that runs it).
 
-pub mod analyze;
-pub mod collect;
-pub mod cpid_webhook;
-pub mod docs;
-pub mod doctor;
-pub mod explain;
-pub mod frontend;
-pub mod pipeline;
-pub mod replay;
-pub mod rules;
-pub mod trace;
+pub(crate) mod analyze;
+pub(crate) mod collect;
+pub(crate) mod cpid_webhook;
+pub(crate) mod docs;
+pub(crate) mod doctor;
+pub(crate) mod explain;
+pub(crate) mod frontend;
+pub(crate) mod pipeline;
+pub(crate) mod replay;
+pub(crate) mod rules;
+pub(crate) mod trace;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use analyze::AnalyzeArgs;
-pub use collect::{CollectArgs, SpanCacheArgs, WatchArgs};
-pub use cpid_webhook::CpidWebhookArgs;
-pub use doctor::DoctorArgs;
-pub use explain::ExplainArgs;
-pub use frontend::{AssemblyArgs, FrontendArgs};
-pub use pipeline::{ExportArgs, PipelineArgs};
-pub use replay::ReplayArgs;
-pub use rules::{RulesArgs, RulesCommand};
-pub use trace::TraceArgs;
+pub(crate) use analyze::AnalyzeArgs;
+pub(crate) use collect::CollectArgs;
+pub(crate) use cpid_webhook::CpidWebhookArgs;
+pub(crate) use doctor::DoctorArgs;
+pub(crate) use explain::ExplainArgs;
+pub(crate) use frontend::{AssemblyArgs, FrontendArgs};
+pub(crate) use pipeline::{ExportArgs, PipelineArgs};
+pub(crate) use replay::ReplayArgs;
+pub(crate) use rules::{RulesArgs, RulesCommand};
+pub(crate) use trace::TraceArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -87,8 +87,8 @@ fn color_asked(
     }
 }
 
-pub use crate::telemetry::LogFormat;
-pub use crate::terminal::ColorChoice;
+pub(crate) use crate::telemetry::LogFormat;
+pub(crate) use crate::terminal::ColorChoice;
 
 impl Cli {
     /// Parses this process's command line, exiting on an error or after

@@ -4,5 +4,5 @@
 //! election of one watcher per cluster ([`election`]), which watchers
 //! depend on instead of on the span cache.
 
-pub mod election;
-pub mod etcd;
+pub(crate) mod election;
+pub(crate) mod etcd;

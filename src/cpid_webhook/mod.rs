@@ -21,7 +21,7 @@ use regex::Regex;
 
 /// Whose writes are stamped.
 #[derive(Clone, Debug)]
-pub struct StampPolicy {
+pub(crate) struct StampPolicy {
     /// Users whose writes are never stamped (anchored regexes).
     pub skip_users: Vec<Regex>,
     /// Members of these groups are never stamped.
@@ -29,7 +29,7 @@ pub struct StampPolicy {
 }
 
 /// The default `--skip-users`: the control plane's own writers.
-pub const DEFAULT_SKIP_USERS: &[&str] = &[
+pub(crate) const DEFAULT_SKIP_USERS: &[&str] = &[
     "system:serviceaccount:kube-system:.*",
     "system:kube-controller-manager",
     "system:kube-scheduler",
@@ -38,7 +38,7 @@ pub const DEFAULT_SKIP_USERS: &[&str] = &[
 ];
 
 /// The default `--skip-groups`.
-pub const DEFAULT_SKIP_GROUPS: &[&str] = &["system:nodes"];
+pub(crate) const DEFAULT_SKIP_GROUPS: &[&str] = &["system:nodes"];
 
 impl Default for StampPolicy {
     fn default() -> Self {
@@ -49,7 +49,7 @@ impl Default for StampPolicy {
 impl StampPolicy {
     /// A policy from user patterns (each anchored at both ends) and groups;
     /// an invalid pattern is an error naming it.
-    pub fn new(
+    pub(crate) fn new(
         skip_users: &[impl AsRef<str>],
         skip_groups: &[impl AsRef<str>],
     ) -> Result<Self, String> {
@@ -74,7 +74,7 @@ impl StampPolicy {
 
 /// What the webhook decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stamp {
+pub(crate) enum Stamp {
     /// A new CPID was added.
     Stamped(Cpid),
     /// The request set a CPID of its own: kept.
@@ -90,7 +90,7 @@ fn annotations(o: Option<&DynamicObject>) -> Option<&std::collections::BTreeMap<
 
 /// The answer to one admission request: always allowed (the webhook never
 /// blocks a write), with a patch adding a fresh CPID when due.
-pub fn review(
+pub(crate) fn review(
     policy: &StampPolicy,
     req: &AdmissionRequest<DynamicObject>,
 ) -> (AdmissionResponse, Stamp) {

@@ -9,7 +9,7 @@ use crate::source::arrivals::{ClusterIntake, INTAKE_SCHEMA, IntakeReport};
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     /// Skipped: nothing to judge (no kubeconfig, no `--frontend`, not built yet).
     Skip,
@@ -20,7 +20,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Status::Ok => "OK",
             Status::Skip => "SKIP",
@@ -32,7 +32,7 @@ impl Status {
 
 /// One check's verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// Stable id (`audit-events`, `audit-level`, …).
     pub id: String,
     pub status: Status,
@@ -71,7 +71,7 @@ impl Check {
 /// Helm chart's ClusterRole grants (`rbac.rules` in its values.yaml; a
 /// test keeps the two equal), as `--watch-exclude` names them. A refusal
 /// of any other resource (Secrets above all) is what the chart intends.
-pub const NEEDED_RESOURCES: &[&str] = &[
+pub(crate) const NEEDED_RESOURCES: &[&str] = &[
     "pods",
     "nodes",
     "namespaces",
@@ -101,7 +101,7 @@ pub const NEEDED_RESOURCES: &[&str] = &[
 ];
 
 /// Judges everything gathered.
-pub fn judge(inputs: &Inputs, max_skew_ms: i64) -> Vec<Check> {
+pub(crate) fn judge(inputs: &Inputs, max_skew_ms: i64) -> Vec<Check> {
     let mut out = Vec::new();
     let intake = match &inputs.intake {
         Probe::Ok(r) if r.schema == INTAKE_SCHEMA => {
@@ -161,7 +161,7 @@ pub fn judge(inputs: &Inputs, max_skew_ms: i64) -> Vec<Check> {
 }
 
 /// The cluster judged: `--cluster`, else the collector's default.
-pub fn judged_cluster(inputs: &Inputs) -> String {
+pub(crate) fn judged_cluster(inputs: &Inputs) -> String {
     match (&inputs.intake, inputs.cluster.is_empty()) {
         (Probe::Ok(r), true) => r.default_cluster.clone(),
         _ => inputs.cluster.clone(),
@@ -636,7 +636,7 @@ fn frontend(inputs: &Inputs) -> Check {
 }
 
 /// Whether anything is broken.
-pub fn broken(checks: &[Check]) -> bool {
+pub(crate) fn broken(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.status == Status::Fail)
 }
 

@@ -4,21 +4,21 @@
 //! is tested on inputs captured from real runs (`e2e/fixtures/doctor/`),
 //! and printed for a newcomer or as JSON ([`report`]).
 
-pub mod checks;
-pub mod probe;
-pub mod report;
+pub(crate) mod checks;
+pub(crate) mod probe;
+pub(crate) mod report;
 
 use serde::{Deserialize, Serialize};
 
 use crate::source::arrivals::IntakeReport;
 
 /// The schema of the inputs `--save-inputs` writes (and the tests read).
-pub const INPUTS_SCHEMA: &str = "kascade.doctor.inputs/v1";
+pub(crate) const INPUTS_SCHEMA: &str = "kascade.doctor.inputs/v1";
 
 /// A probe's answer, or why there is none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Probe<T> {
+pub(crate) enum Probe<T> {
     Ok(T),
     Failed(String),
 }
@@ -28,7 +28,7 @@ pub enum Probe<T> {
 /// epoch); `remote_resolution_ms` is how coarse the remote reading is
 /// (an HTTP `Date` header: whole seconds, cut down).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClockReading {
+pub(crate) struct ClockReading {
     pub local_before_ms: u64,
     pub local_after_ms: u64,
     pub remote_ms: u64,
@@ -38,7 +38,7 @@ pub struct ClockReading {
 impl ClockReading {
     /// The remote clock minus ours, as the range of values the reading
     /// allows (ms).
-    pub fn offset_range(&self) -> (i64, i64) {
+    pub(crate) fn offset_range(&self) -> (i64, i64) {
         let r = self.remote_ms as i64;
         (
             r - self.local_after_ms as i64,
@@ -49,7 +49,7 @@ impl ClockReading {
 
 /// The list-watch identity's access to one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourceAccess {
+pub(crate) struct ResourceAccess {
     /// `resource` or `resource.group`.
     pub resource: String,
     pub list: bool,
@@ -61,7 +61,7 @@ pub struct ResourceAccess {
 
 /// What the frontend says of its raw store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FrontendProbe {
+pub(crate) struct FrontendProbe {
     /// HTTP status of `GET /readyz/raw`.
     pub status: u16,
     pub body: String,
@@ -70,7 +70,7 @@ pub struct FrontendProbe {
 /// Everything `kascade doctor` judges (no credentials: addresses, names,
 /// counts, messages).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     pub schema: String,
     /// The cluster judged; empty: the collector's `--cluster`.
     pub cluster: String,

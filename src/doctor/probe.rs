@@ -21,7 +21,7 @@ use crate::source::watch;
 
 /// What to probe.
 #[derive(Clone)]
-pub struct Targets {
+pub(crate) struct Targets {
     pub admin_url: String,
     pub cluster: String,
     pub kubeconfig: Option<PathBuf>,
@@ -36,7 +36,7 @@ const REVIEWS_AT_ONCE: usize = 8;
 /// Largest answer read from the collector or the frontend.
 const MAX_ANSWER_BYTES: usize = 4 << 20;
 
-pub async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
+pub(crate) async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
     let http = reqwest::Client::builder()
         .timeout(t.timeout)
         .build()
@@ -95,7 +95,7 @@ pub async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
 }
 
 /// `url` as it may be shown: credentials in it (`user:password@`) masked.
-pub fn shown_url(url: &str) -> String {
+pub(crate) fn shown_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
             let _ = u.set_username("***");

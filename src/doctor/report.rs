@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::checks::{Check, Status};
 
 /// The schema of the JSON report.
-pub const REPORT_SCHEMA: &str = "kascade.doctor/v1";
+pub(crate) const REPORT_SCHEMA: &str = "kascade.doctor/v1";
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
@@ -16,7 +16,7 @@ struct JsonReport<'a> {
     checks: &'a [Check],
 }
 
-pub fn json(cluster: &str, checks: &[Check]) -> String {
+pub(crate) fn json(cluster: &str, checks: &[Check]) -> String {
     let report = JsonReport {
         schema: REPORT_SCHEMA,
         cluster,
@@ -26,7 +26,7 @@ pub fn json(cluster: &str, checks: &[Check]) -> String {
     serde_json::to_string_pretty(&report).expect("a report serializes") + "\n"
 }
 
-pub fn text(cluster: &str, admin_url: &str, checks: &[Check]) -> String {
+pub(crate) fn text(cluster: &str, admin_url: &str, checks: &[Check]) -> String {
     let mut out = format!("kascade doctor: cluster {cluster}, collector {admin_url}\n\n");
     for c in checks {
         out.push_str(&format!(

@@ -13,7 +13,7 @@ const MAX_MESSAGE_CHARS: usize = 500;
 
 /// What a failed export request tells the exporter to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Try again, after `after` when the receiver said how long to wait.
     Retryable { after: Option<Duration> },
     /// The request is larger than the receiver takes: send it in parts.
@@ -23,7 +23,7 @@ pub enum Failure {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendError {
+pub(crate) struct SendError {
     pub failure: Failure,
     pub message: String,
 }
@@ -45,7 +45,7 @@ impl SendError {
 
 /// A request the receiver took; it may still have refused some spans.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Accepted {
+pub(super) struct Accepted {
     pub rejected_spans: u64,
     pub message: String,
 }
@@ -115,7 +115,7 @@ fn says_too_large(message: &str) -> bool {
 /// answer from the receiver: connection refused or reset, timeout) is a
 /// transport failure, always retried. "Too large", whatever its code, is
 /// answered by sending smaller requests.
-pub fn classify_grpc(status: &tonic::Status) -> SendError {
+pub(crate) fn classify_grpc(status: &tonic::Status) -> SendError {
     let local = std::error::Error::source(status);
     let message = match local {
         // What tonic saw, e.g. `tcp connect error: Connection refused`.
@@ -151,7 +151,7 @@ pub fn classify_grpc(status: &tonic::Status) -> SendError {
 /// An HTTP answer, classified per the OTLP specification: 429, 502, 503 and
 /// 504 are retried (after `Retry-After`, in seconds or as an HTTP date, when
 /// given); 413 means too large; everything else is permanent.
-pub fn classify_http(
+pub(crate) fn classify_http(
     status: u16,
     retry_after: Option<&str>,
     message: &str,

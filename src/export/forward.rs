@@ -30,7 +30,7 @@ struct Request {
 }
 
 /// The intake's handle: offers requests to the forwarding task.
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     tx: mpsc::UnboundedSender<Request>,
     queued_bytes: Arc<AtomicUsize>,
     max_bytes: usize,
@@ -86,7 +86,7 @@ impl Forwarder {
 
 /// Starts the forwarding task towards the `otlp` output of `cfg`; `None`
 /// when there is none (component traces need a raw store to be joined from).
-pub fn start_forwarder(
+pub(crate) fn start_forwarder(
     cfg: &ExportConfig,
     max_bytes: usize,
     metrics: Arc<Metrics>,

@@ -27,12 +27,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod batcher;
-pub mod config;
+pub(crate) mod config;
 mod failure;
 mod forward;
 mod otlp;
 mod output;
-pub mod trim;
+pub(crate) mod trim;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -41,10 +41,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use config::{Compression, OtlpConfig, OtlpFlags};
-pub use failure::{Failure, SendError, classify_grpc, classify_http};
-pub use forward::{Forwarder, start_forwarder};
-pub use otlp::grpc_channel;
+pub(crate) use config::Compression;
+pub(crate) use config::OtlpConfig;
+pub(crate) use failure::Failure;
+pub(crate) use forward::start_forwarder;
+pub(crate) use otlp::grpc_channel;
 
 use crate::metrics::{ExportOutput, Metrics};
 use crate::span_model::{self, EncodedSpan, Span};
@@ -65,8 +66,11 @@ pub enum OtlpProtocol {
 /// `analysis::changelog`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputSpec {
+    /// The configured OTLP endpoint.
     Otlp,
+    /// OTLP/JSON lines written to this file.
     OtlpJson(PathBuf),
+    /// One JSON line per change written to this file.
     Changelog(PathBuf),
 }
 
@@ -103,11 +107,11 @@ impl std::str::FromStr for OutputSpec {
 /// Default bound of one export request's encoded size: half of the 4 MiB
 /// gRPC message limit of Jaeger and the OpenTelemetry Collector, so a batch
 /// is never refused for its size by a receiver with default settings.
-pub const DEFAULT_MAX_BATCH_BYTES: usize = 2 << 20;
+pub(crate) const DEFAULT_MAX_BATCH_BYTES: usize = 2 << 20;
 /// Smallest `--export-max-batch-bytes`: room for a span with its attributes.
-pub const MIN_MAX_BATCH_BYTES: usize = 16 << 10;
+pub(crate) const MIN_MAX_BATCH_BYTES: usize = 16 << 10;
 /// Default number of batches each output may have waiting.
-pub const DEFAULT_OUTPUT_QUEUE_BATCHES: usize = 8;
+pub(crate) const DEFAULT_OUTPUT_QUEUE_BATCHES: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct ExportConfig {
@@ -133,10 +137,10 @@ pub struct ExportConfig {
 }
 
 /// Why spans were not exported (defined among the metrics' labels).
-pub use crate::metrics::DropReason;
+pub(crate) use crate::metrics::DropReason;
 
 /// Spans exported, over every output.
-pub fn spans_exported(metrics: &Metrics) -> u64 {
+pub(crate) fn spans_exported(metrics: &Metrics) -> u64 {
     ExportOutput::ALL
         .iter()
         .map(|o| {
@@ -149,7 +153,7 @@ pub fn spans_exported(metrics: &Metrics) -> u64 {
 }
 
 /// Spans dropped, over every output and reason.
-pub fn spans_dropped(metrics: &Metrics) -> u64 {
+pub(crate) fn spans_dropped(metrics: &Metrics) -> u64 {
     DropReason::ALL
         .iter()
         .map(|r| spans_dropped_for(metrics, *r))
@@ -157,7 +161,7 @@ pub fn spans_dropped(metrics: &Metrics) -> u64 {
 }
 
 /// Spans dropped for `reason`, over every output.
-pub fn spans_dropped_for(metrics: &Metrics, reason: DropReason) -> u64 {
+pub(crate) fn spans_dropped_for(metrics: &Metrics, reason: DropReason) -> u64 {
     ExportOutput::ALL
         .iter()
         .map(|o| {
@@ -183,7 +187,7 @@ pub fn to_otlp_json(spans: Vec<Span>, resource: &Resource) -> serde_json::Result
 }
 
 /// Every span kascade writes shares one resource and one scope.
-pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRequest {
+pub(crate) fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(resource.clone()),
@@ -197,14 +201,14 @@ pub fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRe
     }
 }
 
-pub use crate::pipeline::ExportProgress;
+pub(crate) use crate::pipeline::ExportProgress;
 
 /// One batch, framed once into a protobuf request for every output and
 /// every retry (the JSON output decodes it again). The spans stay at hand
 /// for a request that must be split.
 /// An output that cannot be set up; the message names the setting.
 #[derive(Debug, thiserror::Error)]
-pub enum SetupError {
+pub(crate) enum SetupError {
     #[error("the otlp output has no OTLP settings")]
     NoOtlpSettings,
     #[error("cannot create output file {}", path.display())]
@@ -270,7 +274,7 @@ impl SetupError {
 
 /// Starts the export tasks. They end, after exporting what is queued, when
 /// every sender is dropped or `stop` fires (once nothing more will be sent).
-pub fn start(
+pub(crate) fn start(
     cfg: ExportConfig,
     specs: &[OutputSpec],
     metrics: Arc<Metrics>,
@@ -280,7 +284,7 @@ pub fn start(
     Ok(start_outputs(cfg, outputs, metrics, progress))
 }
 
-pub type Started = (
+pub(crate) type Started = (
     mpsc::Sender<EncodedSpan>,
     crate::pipeline::Shutdown,
     JoinHandle<()>,

@@ -30,11 +30,11 @@ const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceSer
 /// Sends one encoded `ExportTraceServiceRequest`. The exporter's retry,
 /// split and trim logic is written against this, so it can be tested with a
 /// receiver that answers in a scripted order.
-pub trait Transport: Send {
+pub(super) trait Transport: Send {
     fn send(&mut self, body: Bytes) -> impl Future<Output = Result<Accepted, SendError>> + Send;
 }
 
-pub struct OtlpSender {
+pub(super) struct OtlpSender {
     transport: Inner,
 }
 
@@ -53,7 +53,7 @@ enum Inner {
 impl OtlpSender {
     /// Connects lazily: the receiver may come up after kascade. TLS files
     /// are read now, so a bad one fails at startup.
-    pub fn new(cfg: &OtlpConfig) -> Result<Self, SetupError> {
+    pub(super) fn new(cfg: &OtlpConfig) -> Result<Self, SetupError> {
         let src = &cfg.endpoint_source;
         let tls = client_tls::is_https(&cfg.endpoint);
         let transport =
@@ -236,7 +236,7 @@ fn gzip_bytes(body: &[u8]) -> Bytes {
 
 /// The gRPC channel to `cfg.endpoint`, over TLS for `https://` (also
 /// used by self-tracing, crate::telemetry). Connects lazily.
-pub fn grpc_channel(cfg: &OtlpConfig) -> Result<Channel, SetupError> {
+pub(crate) fn grpc_channel(cfg: &OtlpConfig) -> Result<Channel, SetupError> {
     let src = &cfg.endpoint_source;
     let uri: tonic::codegen::http::Uri = cfg
         .endpoint

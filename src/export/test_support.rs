@@ -10,7 +10,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::failure::Accepted;
+use super::failure::{Accepted, SendError, classify_grpc};
 use super::otlp::Transport;
 use super::*;
 use crate::metrics::ExportOutput;

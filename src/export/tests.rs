@@ -2,7 +2,7 @@
 //! retries, deadlines, stalled outputs, backpressure and progress.
 
 use super::batcher::Batch;
-use super::failure::Accepted;
+use super::failure::{Accepted, SendError, classify_http};
 use super::otlp::Transport;
 use super::output::{OutputContext, export_batch};
 use super::test_support::*;

@@ -12,15 +12,15 @@ use crate::span_model::{self, EncodedSpan, kv_int};
 
 /// Span events dropped from a trimmed span (also in the span's standard
 /// `dropped_events_count`).
-pub const TRIMMED_EVENTS_DROPPED: &str = "kascade.trimmed.events_dropped";
+pub(crate) const TRIMMED_EVENTS_DROPPED: &str = "kascade.trimmed.events_dropped";
 /// Encoded size in bytes of a trimmed span before trimming.
-pub const TRIMMED_FROM_BYTES: &str = "kascade.trimmed.from_bytes";
+pub(crate) const TRIMMED_FROM_BYTES: &str = "kascade.trimmed.from_bytes";
 /// Attribute values are not cut shorter than this while trimming.
 const MIN_VALUE_BYTES: usize = 256;
 
 /// What trimming removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Trimmed {
+pub(crate) struct Trimmed {
     pub events_dropped: usize,
     pub values_cut: usize,
     pub links_dropped: usize,
@@ -30,7 +30,7 @@ pub struct Trimmed {
 /// `span` shrunk so that its encoding takes at most `max_len` bytes, or
 /// `None` when even the bare span (no events, short values, no links) is
 /// larger. Events are kept in order, each one that still fits.
-pub fn trim_span(span: &EncodedSpan, max_len: usize) -> Option<(EncodedSpan, Trimmed)> {
+pub(crate) fn trim_span(span: &EncodedSpan, max_len: usize) -> Option<(EncodedSpan, Trimmed)> {
     let from_bytes = span.0.len();
     let mut s = Span::decode(span.0.as_ref()).ok()?;
     let events = std::mem::take(&mut s.events);

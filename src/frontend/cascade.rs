@@ -20,7 +20,7 @@ use crate::span_model::{CASCADE_ROLE_EFFECT, CASCADE_ROLE_UNEXPLAINED, attr};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 /// Cascades shown in one assembled trace at most (the latest ones).
-pub const MAX_CASCADES: usize = 20;
+pub(crate) const MAX_CASCADES: usize = 20;
 
 fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     if s.len() != 2 * N {
@@ -41,7 +41,7 @@ fn span_ref(trace_hex: &str, span_hex: &str) -> Option<SpanRef> {
 }
 
 /// The cascade root a raw audit or watch span names, if any.
-pub fn root_of(span: &Span) -> Option<SpanRef> {
+pub(crate) fn root_of(span: &Span) -> Option<SpanRef> {
     let a = &span.attributes;
     span_ref(
         string_attr(a, attr::CASCADE_ROOT_TRACE_ID)?,
@@ -54,7 +54,7 @@ pub fn root_of(span: &Span) -> Option<SpanRef> {
 /// attributes (written before cause inference). The cause's object is not
 /// an attribute: it is left empty here ([`records_from_histories`] fills
 /// it in when the cause is among the records).
-pub fn record_from_span(
+pub(crate) fn record_from_span(
     object: &ObjectRef,
     uid: &str,
     source: Source,
@@ -185,7 +185,7 @@ pub fn record_from_span(
 }
 
 /// The `cpid` and `cpid.origin` attributes of a write's span.
-pub fn write_cpid(a: &[KeyValue]) -> Option<WriteCpid> {
+pub(crate) fn write_cpid(a: &[KeyValue]) -> Option<WriteCpid> {
     let cpid = kascade_cpid::Cpid::parse(string_attr(a, attr::CPID)?).ok()?;
     let origin = match string_attr(a, attr::CPID_ORIGIN) {
         Some("inferred") => CpidOrigin::Inferred,
@@ -197,7 +197,7 @@ pub fn write_cpid(a: &[KeyValue]) -> Option<WriteCpid> {
 
 /// The changes of cascades `roots` recorded in `histories` up to `until`
 /// (ns since the epoch), each once, causes' objects filled in.
-pub fn records_from_histories<'a>(
+pub(crate) fn records_from_histories<'a>(
     histories: impl IntoIterator<Item = &'a ObjectHistory>,
     roots: &HashSet<SpanRef>,
     until: u64,
@@ -239,7 +239,7 @@ pub fn records_from_histories<'a>(
 /// EndpointSlice, the Deployments a ConfigMap rolled), of which only those
 /// not already held are read. So a rollout wider than `--raw-search-limit`
 /// keeps every write on its own Pods, and a warm tree is not read twice.
-pub async fn cascades_of<S: RawStore>(
+pub(crate) async fn cascades_of<S: RawStore>(
     assembler: &Assembler<S>,
     asm: &Assembly,
     clip: &Clip,

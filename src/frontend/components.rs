@@ -21,19 +21,21 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, kv, string_attr};
 use crate::span_model::attr;
 
-pub use crate::component_spans::{
-    APISERVER_SERVICE, AUDIT_ID_TAG, ComponentSpans, Part, parts, spans_from_otlp_json_lines,
-};
+pub use crate::component_spans::APISERVER_SERVICE;
+pub use crate::component_spans::AUDIT_ID_TAG;
+pub(crate) use crate::component_spans::ComponentSpans;
+pub use crate::component_spans::parts;
+pub use crate::component_spans::spans_from_otlp_json_lines;
 /// Most writes of one assembled trace whose component spans are read: each
 /// is one search of the raw store.
-pub const MAX_JOINED_WRITES: usize = 256;
+pub(crate) const MAX_JOINED_WRITES: usize = 256;
 /// How far around a write its request's spans are searched (the apiserver
 /// starts its root span as the request arrives; clocks are one host's).
 const SLACK: Duration = Duration::from_secs(5);
 
 /// A write to look up: its audit ID and its request's times (ns).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Write {
+pub(crate) struct Write {
     pub audit_id: String,
     pub received: u64,
     pub completed: u64,
@@ -43,7 +45,7 @@ pub struct Write {
 /// [`MAX_JOINED_WRITES`]) from `store`, `concurrency` searches at a time;
 /// one search over their whole time range first, so a store without
 /// component traces costs one search.
-pub async fn read<S: RawStore>(
+pub(crate) async fn read<S: RawStore>(
     store: &S,
     service: &str,
     mut writes: Vec<Write>,
@@ -98,7 +100,7 @@ pub async fn read<S: RawStore>(
 /// write in `out` (a span with `audit.id`, or one with a log naming it:
 /// modes tracing and grouped show writes as logs), once each. Returns the
 /// requests joined.
-pub fn join(
+pub(crate) fn join(
     out: &mut Vec<ResourceSpans>,
     trace_id: &TraceIdBytes,
     comps: &ComponentSpans,

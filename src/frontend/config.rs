@@ -9,15 +9,15 @@ use super::cpid;
 /// Default of [`FrontendConfig::max_assemblies`]: with the default budget
 /// (64 MiB of histories, 16 MiB before an assembly is wide) three small
 /// assemblies and the wide one peak near 350 MB together.
-pub const DEFAULT_MAX_ASSEMBLIES: usize = 4;
+pub(crate) const DEFAULT_MAX_ASSEMBLIES: usize = 4;
 
 /// Default of [`FrontendConfig::max_searches`]: a search's raw read asks
 /// the raw Jaeger for up to `raw_search_limit` traces' ids; two hundred at
 /// once made it time every one of them out.
-pub const DEFAULT_MAX_SEARCHES: usize = 4;
+pub(crate) const DEFAULT_MAX_SEARCHES: usize = 4;
 
 /// Default of [`FrontendConfig::max_search_bytes`].
-pub const DEFAULT_MAX_SEARCH_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_SEARCH_BYTES: u64 = 64 << 20;
 
 /// Settings of a [`super::Frontend`]; `kascade frontend` and `kascade
 /// trace` fill it from their flags.

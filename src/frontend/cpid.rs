@@ -32,12 +32,12 @@ use crate::self_trace::TARGET;
 use crate::span_model::{SPAN_KIND_MERGE, SPAN_KIND_MERGED_INTO, attr};
 
 /// CPIDs one search follows at most (the searched one and its descendants).
-pub const MAX_RELATED: usize = 256;
+pub(crate) const MAX_RELATED: usize = 256;
 /// How far back a change's trace looks when reloaded by id, by default (the
 /// id is the CPID and carries no time).
-pub const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const LOOKBACK: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The rule named on a cause found through CPIDs.
-pub const EXPLICIT_RULE: &str = "cpid";
+pub(crate) const EXPLICIT_RULE: &str = "cpid";
 /// Raw reads in flight for a change's trace when the store reads one
 /// trace per request (the gRPC store batches them instead).
 const READ_CONCURRENCY: usize = 16;
@@ -56,7 +56,7 @@ pub struct Related {
 }
 
 /// The searched CPID and its descendants, breadth first.
-pub async fn related<S: RawStore>(
+pub(crate) async fn related<S: RawStore>(
     store: &S,
     searched: Cpid,
     notes: &mut Vec<String>,
@@ -67,7 +67,7 @@ pub async fn related<S: RawStore>(
 
 /// The searched CPID and the CPIDs it was merged from, their sources, …
 /// ("where did this come from"), breadth first.
-pub async fn ancestors<S: RawStore>(
+pub(crate) async fn ancestors<S: RawStore>(
     store: &S,
     searched: Cpid,
     notes: &mut Vec<String>,
@@ -155,7 +155,7 @@ async fn walk<S: RawStore>(
 /// `max_windows` of them in all, and read in slices of `raw_search_limit`
 /// (only the slice's histories are held at once). Raw traces read are
 /// counted in `reads`.
-pub async fn cascades_of_change<S: RawStore>(
+pub(crate) async fn cascades_of_change<S: RawStore>(
     store: &S,
     searched: Cpid,
     range: TimeRange,
@@ -217,7 +217,7 @@ pub async fn cascades_of_change<S: RawStore>(
 /// belongs to the same change or one it was merged from; else the latest
 /// write of such a change that completed before it was received; else it
 /// roots a cascade of its own.
-pub fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec<Cpid>>) {
+pub(crate) fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec<Cpid>>) {
     records.sort_by_key(|r| (r.received, r.completed, r.span));
     let by_span: HashMap<_, _> = records
         .iter()
@@ -274,7 +274,7 @@ pub fn explicit_causes(records: &mut [ChangeRecord], sources: &HashMap<Cpid, Vec
 }
 
 /// How the notes of a change's trace name its CPIDs.
-pub fn describe_related(related: &[Related]) -> Vec<String> {
+pub(crate) fn describe_related(related: &[Related]) -> Vec<String> {
     related
         .iter()
         .map(|r| {

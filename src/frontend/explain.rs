@@ -20,7 +20,7 @@ use crate::pipeline::{
 use crate::span_model::{EVENT_DIFF, attr};
 
 /// Range looked at when a request gives none: the last hour.
-pub const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
 
 /// What `/explain` was asked.
 #[derive(Clone, Debug)]
@@ -186,7 +186,7 @@ impl<S: RawStore> Frontend<S> {
 
 /// The range of a request: `from`/`to` when given, else the hour up to
 /// `to` (or now).
-pub fn range_of(from: Option<SystemTime>, to: Option<SystemTime>) -> TimeRange {
+pub(crate) fn range_of(from: Option<SystemTime>, to: Option<SystemTime>) -> TimeRange {
     let end = to.unwrap_or_else(SystemTime::now);
     let start = from.unwrap_or_else(|| {
         end.checked_sub(DEFAULT_RANGE)

@@ -28,7 +28,7 @@ pub struct RedirectState<S> {
 }
 
 #[derive(Deserialize)]
-pub struct RedirectParams {
+pub(crate) struct RedirectParams {
     cluster: Option<String>,
     group: Option<String>,
     resource: Option<String>,
@@ -47,7 +47,7 @@ pub struct RedirectParams {
 
 /// Query of `/explain`.
 #[derive(Deserialize)]
-pub struct ExplainParams {
+pub(crate) struct ExplainParams {
     cluster: Option<String>,
     namespace: Option<String>,
     /// RFC 3339 or seconds since the epoch; default: `to` − 1 h, `to` = now.
@@ -63,11 +63,11 @@ fn bad(msg: String) -> Response {
 
 /// The latest time accepted: RFC 3339's last second, 9999-12-31T23:59:59Z
 /// (assembled ids count minutes in 32 bits, which lasts until year 10135).
-pub const MAX_TIME_SECS: u64 = 253_402_300_799;
+pub(crate) const MAX_TIME_SECS: u64 = 253_402_300_799;
 
 /// A time from a request: RFC 3339, or seconds since the epoch, between
 /// the epoch and [`MAX_TIME_SECS`].
-pub fn parse_time(s: &str) -> Result<SystemTime, String> {
+pub(crate) fn parse_time(s: &str) -> Result<SystemTime, String> {
     // Longer than any RFC 3339 time or number of seconds worth writing.
     if s.len() > 64 {
         return Err(format!(
@@ -349,7 +349,7 @@ async fn answer_explain<S: RawStore>(
 }
 
 #[derive(Deserialize)]
-pub struct RelatedParams {
+pub(crate) struct RelatedParams {
     cpid: Option<String>,
 }
 

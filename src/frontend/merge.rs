@@ -52,7 +52,7 @@ impl Entry {
 }
 
 /// `acc` widened to cover `range`: folds many time ranges into one.
-pub fn widen(acc: Option<(u64, u64)>, (start, end): (u64, u64)) -> Option<(u64, u64)> {
+pub(crate) fn widen(acc: Option<(u64, u64)>, (start, end): (u64, u64)) -> Option<(u64, u64)> {
     Some(acc.map_or((start, end), |(a, b)| (a.min(start), b.max(end))))
 }
 
@@ -131,7 +131,7 @@ impl ObjectHistory {
     }
 }
 
-pub fn object_of(attrs: &[KeyValue], prefix: &str) -> Option<ObjectRef> {
+pub(crate) fn object_of(attrs: &[KeyValue], prefix: &str) -> Option<ObjectRef> {
     let get = |k: &str| string_attr(attrs, &format!("{prefix}{k}")).map(str::to_string);
     Some(ObjectRef::new(
         get(attr::CLUSTER)?,
@@ -144,13 +144,16 @@ pub fn object_of(attrs: &[KeyValue], prefix: &str) -> Option<ObjectRef> {
 
 /// Merges raw spans of one object (any number of windows). `None` when there
 /// is no object span among them.
-pub fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
+pub(crate) fn merge(spans: impl IntoIterator<Item = Span>) -> Option<ObjectHistory> {
     merge_until(spans, u64::MAX)
 }
 
 /// Like [`merge`], leaving out entries and links recorded after `until`
 /// (ns since the epoch): a trace shows what was stored when it was searched.
-pub fn merge_until(spans: impl IntoIterator<Item = Span>, until: u64) -> Option<ObjectHistory> {
+pub(crate) fn merge_until(
+    spans: impl IntoIterator<Item = Span>,
+    until: u64,
+) -> Option<ObjectHistory> {
     let mut history: Option<ObjectHistory> = None;
     let mut entries = Vec::new();
     let mut links = Vec::new();

@@ -4,26 +4,24 @@
 //! serves the Jaeger UI through Jaeger's remote storage API v2 (service.rs),
 //! dashboard links (http.rs), and `kascade trace` offline (text.rs).
 
-pub mod assemble;
-pub mod cache_weight;
-pub mod cascade;
-pub mod components;
+pub(crate) mod assemble;
+pub(crate) mod cache_weight;
+pub(crate) mod cascade;
+pub(crate) mod components;
 mod config;
-pub use config::{
-    DEFAULT_MAX_ASSEMBLIES, DEFAULT_MAX_SEARCH_BYTES, DEFAULT_MAX_SEARCHES, FrontendConfig,
-};
-pub mod cpid;
-pub use cpid::RelatedCpids;
-pub mod display;
-pub mod explain;
-pub mod http;
-pub mod merge;
-pub mod offline;
+pub use config::FrontendConfig;
+pub(crate) use config::{DEFAULT_MAX_ASSEMBLIES, DEFAULT_MAX_SEARCH_BYTES, DEFAULT_MAX_SEARCHES};
+pub(crate) mod cpid;
+pub(crate) mod display;
+pub(crate) mod explain;
+pub(crate) mod http;
+pub(crate) mod merge;
+pub(crate) mod offline;
 pub mod proto;
-pub mod raw;
-pub mod service;
-pub mod text;
-pub mod trace_id;
+pub(crate) mod raw;
+pub(crate) mod service;
+pub(crate) mod text;
+pub(crate) mod trace_id;
 pub(crate) mod tree_json;
 
 use std::collections::{BTreeMap, HashMap};
@@ -53,11 +51,11 @@ pub const CPID_TAG: &str = "cpid";
 /// traces as the server keeps them; full, and with `--max-assemblies`
 /// assemblies in flight (one of them wide), the frontend peaked below
 /// 500 MiB, within its 640 MiB limit (`deploy/`; `e2e/bench/frontend-memory.sh`).
-pub const DEFAULT_CACHE_BYTES: u64 = 192 << 20;
+pub(crate) const DEFAULT_CACHE_BYTES: u64 = 192 << 20;
 
 /// A search tag's value within Kubernetes' bounds (names and resources 253
 /// bytes, namespaces 63; cluster names as the collector accepts them).
-pub fn check_tag(key: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_tag(key: &str, value: &str) -> Result<(), String> {
     if key == "cluster" && !value.is_empty() {
         return crate::source::validate_cluster_name(value)
             .map_err(|e| format!("tag \"cluster\": {e}"));

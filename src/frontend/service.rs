@@ -25,7 +25,7 @@ use super::proto::{
     GetServicesResponse, GetTracesRequest, Operation, TraceQueryParameters, TracesMessage,
     any_value,
 };
-use super::raw::{RawStore, TimeRange, TraceIdBytes, from_nanos, trace_id_bytes};
+use super::raw::{RawStore, TimeRange, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Found, Frontend, FrontendError, SearchQuery};
 use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
@@ -115,9 +115,9 @@ fn status_of(e: &FrontendError) -> Status {
 }
 
 /// Trace ids asked for in one GetTraces (the UI asks for one or two).
-pub const MAX_TRACES_PER_GET: usize = 100;
+pub(crate) const MAX_TRACES_PER_GET: usize = 100;
 /// Tags in one search (there are six distinct ones).
-pub const MAX_SEARCH_TAGS: usize = 32;
+pub(crate) const MAX_SEARCH_TAGS: usize = 32;
 
 /// A time of a query. `None` when absent or before the epoch: Jaeger sends
 /// Go's zero time (year 1) for a bound the user left open. Times beyond
@@ -247,7 +247,7 @@ pub fn parse_query(
 
 /// Largest message of a trace stream, in encoded bytes of spans: a quarter
 /// of the 4 MiB a Go gRPC client (the query Jaeger) accepts by default.
-pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
 
 /// One assembled trace as consecutive messages of at most
 /// [`MAX_CHUNK_BYTES`] of spans each (a Deployment with 1,000 Pods, 4,043
@@ -582,9 +582,4 @@ impl<S: RawStore> DependencyReader for Deps<S> {
                 .collect(),
         }))
     }
-}
-
-/// Hex of an assembled id, as the Jaeger UI shows it.
-pub fn hex_id(id: &TraceIdBytes) -> String {
-    super::raw::hex_trace_id(id)
 }

@@ -29,7 +29,7 @@ use super::display::Mode;
 use super::raw::TraceIdBytes;
 
 /// Windows one assembled trace spans at most.
-pub const MAX_WINDOWS: u64 = 255;
+pub(crate) const MAX_WINDOWS: u64 = 255;
 /// The clip end lies at most this many seconds after the first window.
 const MAX_END_OFFSET: u64 = (1 << 23) - 1;
 /// In the id's byte 12: every object of a wide level is shown.

@@ -20,14 +20,14 @@ use std::fmt::Write;
 /// sonic-rs's validating skip takes ≈ 21 KB a level (measured with gdb), so
 /// 64 levels need ≈ 1.35 MB, inside the 2 MiB a thread gets by default
 /// (an embedding runtime's), and far inside [`THREAD_STACK_BYTES`].
-pub const MAX_OBJECT_DEPTH: usize = 64;
+pub(crate) const MAX_OBJECT_DEPTH: usize = 64;
 
 /// The stack of kascade's runtime threads: four times what
 /// [`MAX_OBJECT_DEPTH`] levels take, for the walks after the parse.
-pub const THREAD_STACK_BYTES: usize = 8 << 20;
+pub(crate) const THREAD_STACK_BYTES: usize = 8 << 20;
 
 /// How every marker begins (the bound and the size follow).
-pub const MARKER_PREFIX: &str = "<nested deeper than ";
+pub(crate) const MARKER_PREFIX: &str = "<nested deeper than ";
 
 const OTHER: u8 = 0;
 const OPEN: u8 = 1;
@@ -57,7 +57,7 @@ pub struct Capped<'a> {
 /// is level 1). Malformed text is scanned as far as it goes.
 ///
 /// ```
-/// use kascade::json::depth::exceeds;
+/// use kascade::test_support::json::depth::exceeds;
 /// assert!(!exceeds(br#"{"a": [1, {"b": "[[[["}]}"#, 3));
 /// assert!(exceeds(br#"{"a": [1, {"b": []}]}"#, 3));
 /// ```
@@ -76,7 +76,7 @@ pub fn exceeds(text: &[u8], limit: usize) -> bool {
 /// capped with `above` 1, and the marker names the objects' own bound.
 ///
 /// ```
-/// use kascade::json::depth::cap;
+/// use kascade::test_support::json::depth::cap;
 /// let capped = cap(r#"{"a": {"b": [[1]], "c": 2}}"#, 2, 0);
 /// assert_eq!(capped.text, r#"{"a": {"b": "<nested deeper than 2 levels: 5 bytes>", "c": 2}}"#);
 /// assert_eq!(capped.markers, 1);
@@ -129,7 +129,7 @@ pub fn cap(text: &str, limit: usize, above: usize) -> Capped<'_> {
 
 /// How many markers [`cap`] left in `text` (counted where an object's text
 /// was cut from a capped event).
-pub fn markers_in(text: &str) -> u32 {
+pub(crate) fn markers_in(text: &str) -> u32 {
     let finder = memchr::memmem::find_iter(text.as_bytes(), MARKER_PREFIX.as_bytes());
     u32::try_from(finder.count()).unwrap_or(u32::MAX)
 }

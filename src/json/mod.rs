@@ -10,28 +10,24 @@
 //! The pointers here walk the segments as they are, without unescaping
 //! (`~0`/`~1`): the paths kascade looks up have none.
 
-pub mod depth;
+pub(crate) mod depth;
 
-pub use sonic_rs::{
-    Array, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Object, Value, ValueRef,
-};
+pub use sonic_rs::JsonValueTrait;
+pub use sonic_rs::Value;
+pub(crate) use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, Object, ValueRef};
 
 /// The value at a JSON pointer whose segments need no unescaping (no `~`):
 /// object fields, and list indices. In either object model ([`Tree`]).
 ///
-/// ```
-/// let v = sonic_rs::json!({"metadata": {"labels": {"app": "web"}}, "items": [1, 2]});
-/// assert_eq!(kascade::json::pointer(&v, "/metadata/labels/app"), Some(&"web".into()));
-/// assert_eq!(kascade::json::pointer(&v, "/items/1"), Some(&2.into()));
-/// assert_eq!(kascade::json::pointer(&v, "/metadata/name"), None);
-/// ```
-pub fn pointer<'a, T: Tree>(v: &'a T, path: &str) -> Option<&'a T> {
+/// `/metadata/labels/app` of `{"metadata": {"labels": {"app": "web"}}}` is
+/// `"web"`, `/items/1` of `{"items": [1, 2]}` is `2` (the unit tests say so).
+pub(crate) fn pointer<'a, T: Tree>(v: &'a T, path: &str) -> Option<&'a T> {
     segments(path)?.try_fold(v, |cur, key| cur.child(key))
 }
 
 /// A JSON tree [`pointer`] walks: processing's [`Value`], and
 /// `serde_json::Value`, which the analysis of audit logs reads.
-pub trait Tree {
+pub(crate) trait Tree {
     /// The field `key` of an object, or the item at index `key` of a list.
     fn child(&self, key: &str) -> Option<&Self>;
 }
@@ -58,7 +54,7 @@ impl Tree for serde_json::Value {
 
 /// [`pointer`], mutably. Every object on the way becomes an owned map
 /// (see the module's note): only for a value that is there to change.
-pub fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+pub(crate) fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
     pointer(v, path)?;
     segments(path)?.try_fold(v, |cur, key| {
         if cur.is_object() {
@@ -74,7 +70,7 @@ pub fn pointer_mut<'a>(v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
 /// of pairs); two versions of an object list their keys in the same order,
 /// so the keys are walked side by side, and looked up only after they
 /// part.
-pub fn same(a: &Value, b: &Value) -> bool {
+pub(crate) fn same(a: &Value, b: &Value) -> bool {
     match (a.as_ref(), b.as_ref()) {
         (ValueRef::Object(x), ValueRef::Object(y)) => {
             if x.len() != y.len() {
@@ -113,8 +109,8 @@ pub fn same(a: &Value, b: &Value) -> bool {
 /// UTF-8 is checked again by std, whose error says where.
 ///
 /// ```
-/// assert_eq!(kascade::json::utf8(b"{}"), Ok("{}"));
-/// assert_eq!(kascade::json::utf8(b"a\xffb").unwrap_err().valid_up_to(), 1);
+/// assert_eq!(kascade::test_support::json::utf8(b"{}"), Ok("{}"));
+/// assert_eq!(kascade::test_support::json::utf8(b"a\xffb").unwrap_err().valid_up_to(), 1);
 /// ```
 pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
     match simdutf8::basic::from_utf8(bytes) {
@@ -128,7 +124,7 @@ pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
 ///
 /// ```
 /// let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-/// assert!(kascade::json::parse(&deep).unwrap_err().to_string().contains("nested deeper"));
+/// assert!(kascade::test_support::json::parse(&deep).unwrap_err().to_string().contains("nested deeper"));
 /// ```
 pub fn parse(text: &str) -> sonic_rs::Result<Value> {
     if depth::exceeds(text.as_bytes(), depth::MAX_OBJECT_DEPTH) {
@@ -147,13 +143,13 @@ pub(crate) fn parse_capped(text: &str) -> sonic_rs::Result<Value> {
 }
 
 /// A value as compact JSON text.
-pub fn to_text(v: &Value) -> String {
+pub(crate) fn to_text(v: &Value) -> String {
     sonic_rs::to_string(v).unwrap_or_default()
 }
 
 /// Whether JSON writes `text` as it is between its quotes (serde_json
 /// escapes only quotes, backslashes and control characters).
-pub fn needs_no_escape(text: &str) -> bool {
+pub(crate) fn needs_no_escape(text: &str) -> bool {
     !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
 }
 
@@ -191,6 +187,14 @@ impl<'a> Iterator for Segments<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pointer_reaches_fields_and_list_items() {
+        let v = sonic_rs::json!({"metadata": {"labels": {"app": "web"}}, "items": [1, 2]});
+        assert_eq!(pointer(&v, "/metadata/labels/app"), Some(&"web".into()));
+        assert_eq!(pointer(&v, "/items/1"), Some(&2.into()));
+        assert_eq!(pointer(&v, "/metadata/name"), None);
+    }
 
     #[test]
     fn finds_what_serde_json_finds() {

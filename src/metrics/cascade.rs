@@ -11,14 +11,14 @@ use prometheus_client::registry::Registry;
 
 /// Distinct `kind` label values at most; roots of other resources are
 /// counted under `other` (and in `cascade_kinds_folded`).
-pub const MAX_CASCADE_KINDS: usize = 32;
+pub(crate) const MAX_CASCADE_KINDS: usize = 32;
 /// The `kind` of roots beyond [`MAX_CASCADE_KINDS`].
-pub const OTHER_KIND: &str = "other";
+pub(crate) const OTHER_KIND: &str = "other";
 
 /// The `kind` of `kascade_cascade_completion_seconds`: the resource of the
 /// cascade's root write, from a bounded set.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CascadeKindLabel {
+pub(crate) struct CascadeKindLabel {
     pub kind: String,
 }
 
@@ -29,7 +29,7 @@ fn completion_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 18))
 }
 
-pub struct CascadeMetrics {
+pub(crate) struct CascadeMetrics {
     /// Root request received → last object settled, by root resource.
     pub completion_seconds: HistogramFamily,
     /// Cascades followed, not yet complete (or complete and still quiet).
@@ -64,7 +64,7 @@ impl Default for CascadeMetrics {
 impl CascadeMetrics {
     /// The label of a root of `resource`: itself while fewer than
     /// [`MAX_CASCADE_KINDS`] kinds have been seen, else `other` (counted).
-    pub fn kind(&self, resource: &str) -> CascadeKindLabel {
+    pub(crate) fn kind(&self, resource: &str) -> CascadeKindLabel {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         let kind = if kinds.contains(resource) {
             resource.to_string()
@@ -78,7 +78,7 @@ impl CascadeMetrics {
         CascadeKindLabel { kind }
     }
 
-    pub fn register(&self, r: &mut Registry) {
+    pub(crate) fn register(&self, r: &mut Registry) {
         let r = r.sub_registry_with_prefix("kascade");
         r.register(
             "cascade_completion_seconds",

@@ -10,7 +10,7 @@ use super::{Cache, CacheEvictionLabel, EvictionCause, Metrics};
 /// since the last warning) when entries go for lack of room, naming the flag
 /// that gives it more. Removals by the program itself (invalidated,
 /// replaced) are not evictions.
-pub struct CacheEvictions {
+pub(crate) struct CacheEvictions {
     cache: Cache,
     remedy: &'static str,
     size: Counter,
@@ -22,7 +22,7 @@ pub struct CacheEvictions {
 impl CacheEvictions {
     const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-    pub fn new(metrics: &Metrics, cache: Cache, remedy: &'static str) -> Self {
+    pub(crate) fn new(metrics: &Metrics, cache: Cache, remedy: &'static str) -> Self {
         let counter = |cause| {
             metrics
                 .cache_evictions
@@ -39,11 +39,11 @@ impl CacheEvictions {
         }
     }
 
-    pub fn record(&self, cause: moka::notification::RemovalCause) {
+    pub(crate) fn record(&self, cause: moka::notification::RemovalCause) {
         self.record_many(cause, 1);
     }
 
-    pub fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
+    pub(crate) fn record_many(&self, cause: moka::notification::RemovalCause, n: u64) {
         use moka::notification::RemovalCause;
         match cause {
             RemovalCause::Expired => {

@@ -94,6 +94,8 @@ label_values! {
 
 label_values! {
     /// The bounded in-process caches whose evictions are counted.
+    // `SpanCache`: the span cache's name everywhere else.
+    #[allow(clippy::enum_variant_names)]
     pub enum Cache {
         /// The audit/watch ledger.
         Ledger => "ledger",
@@ -136,7 +138,7 @@ label_values! {
 
 /// Why an event was not turned into spans: part of the stages' contract
 /// (`crate::pipeline`), spelt here as a label value.
-pub use crate::pipeline::FilterReason;
+pub(crate) use crate::pipeline::FilterReason;
 
 impl EncodeLabelValue for FilterReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -182,7 +184,7 @@ pub struct SourceLabel {
     pub source: Source,
 }
 
-pub use crate::pipeline::CascadeRole;
+pub(crate) use crate::pipeline::CascadeRole;
 
 impl EncodeLabelValue for CascadeRole {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {

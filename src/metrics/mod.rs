@@ -3,7 +3,7 @@
 mod cascade;
 mod evictions;
 mod frontend;
-pub mod labels;
+pub(crate) mod labels;
 mod propagation;
 
 use prometheus_client::metrics::counter::Counter;
@@ -11,11 +11,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use cascade::{CascadeKindLabel, CascadeMetrics, MAX_CASCADE_KINDS, OTHER_KIND};
-pub use evictions::CacheEvictions;
+pub(crate) use cascade::CascadeMetrics;
+pub(crate) use evictions::CacheEvictions;
 pub use frontend::FrontendMetrics;
 pub use labels::*;
-pub use propagation::{EdgeLabel, MAX_EDGES, OTHER_EDGE, PropagationMetrics};
+pub(crate) use propagation::PropagationMetrics;
 
 /// A latency histogram (seconds, 0.5 ms to ~4 s), with a `Default` so
 /// `Metrics` can derive one.

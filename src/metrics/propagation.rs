@@ -13,13 +13,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Distinct edge label values at most (then `other`).
-pub const MAX_EDGES: usize = 64;
+pub(crate) const MAX_EDGES: usize = 64;
 
 /// The label value of classes past [`MAX_EDGES`].
-pub const OTHER_EDGE: &str = "other";
+pub(crate) const OTHER_EDGE: &str = "other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EdgeLabel {
+pub(crate) struct EdgeLabel {
     pub edge: String,
 }
 
@@ -28,7 +28,7 @@ fn propagation_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
-pub struct PropagationMetrics {
+pub(crate) struct PropagationMetrics {
     pub seconds: Family<EdgeLabel, Histogram, fn() -> Histogram>,
     /// Hops whose edge class was folded into `other`.
     pub folded: Counter,
@@ -46,7 +46,7 @@ impl Default for PropagationMetrics {
 }
 
 impl PropagationMetrics {
-    pub fn register(&self, r: &mut Registry) {
+    pub(crate) fn register(&self, r: &mut Registry) {
         let r = r.sub_registry_with_prefix("kascade");
         r.register(
             "propagation_seconds",
@@ -61,7 +61,7 @@ impl PropagationMetrics {
     }
 
     /// Observes one hop of class `edge`.
-    pub fn observe(&self, edge: &str, seconds: f64) {
+    pub(crate) fn observe(&self, edge: &str, seconds: f64) {
         let label = {
             let mut edges = self.edges.lock().unwrap_or_else(|e| e.into_inner());
             if edges.contains(edge) {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::object_json::{ObjectText, OwnerReference};
 use crate::model::ObjectRef;
 
-pub const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
+pub(crate) const AUDIT_API_VERSION: &str = "audit.k8s.io/v1";
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,7 +137,7 @@ pub struct StatusDetails {
 
 /// The name given to the object of a create refused before anything named
 /// it (its body unread or not logged): `widgets crd-demo/(unnamed)`.
-pub const UNNAMED_OBJECT: &str = "(unnamed)";
+pub(crate) const UNNAMED_OBJECT: &str = "(unnamed)";
 
 /// A create refused before its object had a name (it asked for
 /// `generateName`, e.g. a ReplicaSet's Pod denied by a quota; or its body
@@ -173,7 +173,7 @@ mod rfc3339 {
     use serde::{Deserialize, Deserializer};
     use std::time::SystemTime;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
         let s = <&str>::deserialize(d)?;
         humantime::parse_rfc3339_weak(s)
             .map_err(|e| serde::de::Error::custom(format!("bad timestamp {s:?}: {e}")))

@@ -29,7 +29,7 @@ impl SpanRef {
 
 /// Bytes as lowercase hex, as OTLP/JSON and Jaeger write ids (a formatter
 /// with padding cost several times more, for several ids per write).
-pub fn lower_hex(bytes: &[u8]) -> String {
+pub(super) fn lower_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -121,16 +121,16 @@ pub struct Cause {
 /// when the cause was a Pod that failed: the effect is the writer's next
 /// attempt (a Job's replacement Pod), and the wait before it is the
 /// writer's back-off, not a hop's latency.
-pub const AFTER_FAILURE: &str = " failed → ";
+pub(super) const AFTER_FAILURE: &str = " failed → ";
 
 /// The edge of an effect written after its cause, a Pod, failed:
 /// `pods failed → pods create`.
-pub fn edge_after_failure(cause_resource: &str, effect_resource: &str, op: &str) -> String {
+pub(crate) fn edge_after_failure(cause_resource: &str, effect_resource: &str, op: &str) -> String {
     format!("{cause_resource}{AFTER_FAILURE}{effect_resource} {op}")
 }
 
 /// Whether an edge names an effect written after its cause failed.
-pub fn is_after_failure(edge: &str) -> bool {
+pub(crate) fn is_after_failure(edge: &str) -> bool {
     edge.contains(AFTER_FAILURE)
 }
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 /// Takes component trace requests for the raw store, or refuses one at once
 /// when it has no room (the component's exporter retries it).
-pub trait ComponentTraceSink: Send + Sync {
+pub(crate) trait ComponentTraceSink: Send + Sync {
     /// Queues `body` (an encoded `ExportTraceServiceRequest` of `spans`
     /// spans).
     fn offer(&self, body: Bytes, spans: usize) -> Result<(), QueueFull>;
@@ -18,7 +18,7 @@ pub trait ComponentTraceSink: Send + Sync {
 #[error(
     "kascade's forwarding queue is full ({queued} of {max} bytes waiting for the raw store); retry later"
 )]
-pub struct QueueFull {
+pub(crate) struct QueueFull {
     pub queued: usize,
     pub max: usize,
 }

@@ -154,15 +154,15 @@ impl Intake {
 
 /// Ends a stage: its intake stops admitting (sources get `Closed`), what
 /// was admitted is still processed.
-pub struct Shutdown(oneshot::Sender<()>);
+pub(crate) struct Shutdown(oneshot::Sender<()>);
 
 impl Shutdown {
-    pub fn new() -> (Shutdown, oneshot::Receiver<()>) {
+    pub(crate) fn new() -> (Shutdown, oneshot::Receiver<()>) {
         let (tx, rx) = oneshot::channel();
         (Shutdown(tx), rx)
     }
 
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         let _ = self.0.send(());
     }
 }

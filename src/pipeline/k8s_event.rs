@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-pub const EVENTS_GROUP: &str = "events.k8s.io";
-pub const EVENTS_RESOURCE: &str = "events";
+pub(crate) const EVENTS_GROUP: &str = "events.k8s.io";
+pub(crate) const EVENTS_RESOURCE: &str = "events";
 
 /// Whether (group, resource) is one of the two Event APIs.
-pub fn is_event_resource(group: &str, resource: &str) -> bool {
+pub(crate) fn is_event_resource(group: &str, resource: &str) -> bool {
     resource == EVENTS_RESOURCE && (group.is_empty() || group == EVENTS_GROUP)
 }
 
@@ -160,7 +160,7 @@ impl K8sEvent {
 /// latest time both allow, `min(seen, t + 1 s - 1 µs)`, never precedes a
 /// write the Event reports. A precise time, or one seen earlier than it
 /// (another clock), is kept.
-pub fn precise_occurrence(occurred: Option<SystemTime>, seen: SystemTime) -> SystemTime {
+pub(crate) fn precise_occurrence(occurred: Option<SystemTime>, seen: SystemTime) -> SystemTime {
     let Some(t) = occurred else {
         return seen;
     };

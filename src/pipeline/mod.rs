@@ -21,24 +21,28 @@ use std::time::SystemTime;
 
 use crate::json::Value;
 
-pub use audit::{
-    AUDIT_API_VERSION, AuditEvent, AuditLevel, AuditObjectRef, FailedCreate, HeadMeta, ObjectHead,
-    ResponseStatus, StatusDetails, UNNAMED_OBJECT, UserInfo,
+pub(crate) use audit::{AUDIT_API_VERSION, AuditEvent, AuditLevel, FailedCreate, UNNAMED_OBJECT};
+pub use change::CascadeRole;
+pub use change::ChangeRecord;
+pub use change::ChangeSink;
+pub use change::ChangeSource;
+pub use change::CpidOrigin;
+pub(crate) use change::{
+    Cause, EventRecord, Readiness, RelatedObject, SpanRef, WriteCpid, edge_after_failure,
+    is_after_failure,
 };
-pub use change::{
-    CascadeRole, Cause, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, EventRecord, Readiness,
-    RelatedObject, SpanRef, WriteCpid, edge_after_failure, is_after_failure,
-};
-pub use component_traces::{ComponentTraceSink, QueueFull};
-pub use intake::{AdmitError, Barrier, Intake, Reserved, Shutdown};
-pub use k8s_event::{
-    EVENTS_GROUP, EVENTS_RESOURCE, InvolvedObject, K8sEvent, is_event_resource, precise_occurrence,
-};
+pub(crate) use component_traces::{ComponentTraceSink, QueueFull};
+pub use intake::Intake;
+pub(crate) use intake::{AdmitError, Barrier, Shutdown};
+pub use k8s_event::K8sEvent;
+pub(crate) use k8s_event::{InvolvedObject, is_event_resource, precise_occurrence};
 #[cfg(test)]
 pub(crate) use object_json::fixture_objects;
-pub use object_json::{FieldHashes, ObjectText, OwnerReference, object_text, owner_references_of};
-pub use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
-pub use sent_links::{LinkNote, SENT_LINKS_FILE, SentLinks, SentLinksError, SentLinksMetrics};
+pub(crate) use object_json::{FieldHashes, ObjectText, object_text, owner_references_of};
+pub(crate) use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
+pub use sent_links::SENT_LINKS_FILE;
+pub use sent_links::SentLinks;
+pub(crate) use sent_links::SentLinksMetrics;
 
 use crate::model::ObjectRef;
 

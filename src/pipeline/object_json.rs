@@ -37,7 +37,7 @@ pub struct OwnerReference {
 /// written compact). `null` is no object; anything else but an object is
 /// kept whole. Only under sonic-rs's `Deserializer`: the fields are taken as
 /// its raw `LazyValue`s, which another deserializer refuses with an error.
-pub fn without_managed_fields<'de, D: Deserializer<'de>>(
+pub(super) fn without_managed_fields<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ObjectText>, D::Error> {
     let version = Cell::new(None);
@@ -74,7 +74,7 @@ pub fn without_managed_fields<'de, D: Deserializer<'de>>(
 /// watch event) cut as [`without_managed_fields`] cuts an event's objects;
 /// `None` when it is `null` or not JSON. Its nesting must be bounded first
 /// (`json::depth::cap`): sonic-rs recurses.
-pub fn object_text(text: &str) -> Option<ObjectText> {
+pub(crate) fn object_text(text: &str) -> Option<ObjectText> {
     let mut de = sonic_rs::Deserializer::from_str(text);
     without_managed_fields(&mut de).ok().flatten()
 }
@@ -119,7 +119,7 @@ impl FieldHashes {
 
 /// `#[serde(deserialize_with)]` for an object kept as written (managedFields
 /// included): one copy of its raw text. `null` is no object.
-pub fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D::Error> {
+pub(super) fn kept_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ObjectText>, D::Error> {
     let raw = LazyValue::deserialize(d)?;
     let text = raw.as_raw_str();
     if text == "null" {
@@ -411,7 +411,7 @@ fn write_fields(out: &mut String, fields: &[(Key<'_>, Piece<'_>)]) {
 /// the parse stops once they are read or the metadata ends, so the object's
 /// `managedFields`, spec and status are not scanned (an owner learns of a new
 /// object as it arrives). Empty when there are none, or they do not parse.
-pub fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
+pub(crate) fn owner_references_of(object_json: &str) -> Vec<OwnerReference> {
     metadata_field(object_json, "ownerReferences").unwrap_or_default()
 }
 

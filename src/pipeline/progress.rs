@@ -111,7 +111,7 @@ impl ExportProgress {
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
-pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+pub(crate) fn unix_ms(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
@@ -119,6 +119,6 @@ pub fn unix_ms(t: std::time::SystemTime) -> u64 {
 
 /// Gauges a stage refreshes when metrics are scraped (the webhook's
 /// `/metrics` serves them without knowing the stage).
-pub trait Gauges: Send + Sync {
+pub(crate) trait Gauges: Send + Sync {
     fn update_gauges(&self);
 }

@@ -42,7 +42,7 @@ pub const SENT_LINKS_FILE: &str = "sent-links";
 const RECORD: usize = 36;
 
 /// The file is compacted when it grows past this (about 1.8 M links).
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+pub(super) const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Links noted and not yet persisted, at most (a release runs twice a
 /// second, so this is far beyond any real rate); over it notes are dropped

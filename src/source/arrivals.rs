@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 use crate::pipeline::{AuditEvent, AuditLevel, OutputHealth, unix_ms};
 
 /// Cluster names tracked; events of names beyond these are only counted.
-pub const MAX_CLUSTERS: usize = 64;
+pub(crate) const MAX_CLUSTERS: usize = 64;
 /// Resources named per cluster among the writes that arrived at `Metadata`.
-pub const MAX_METADATA_RESOURCES: usize = 32;
+pub(crate) const MAX_METADATA_RESOURCES: usize = 32;
 
 /// The schema of [`IntakeReport`], so a reader can tell a collector that
 /// speaks another.
-pub const INTAKE_SCHEMA: &str = "kascade.intake/v1";
+pub(crate) const INTAKE_SCHEMA: &str = "kascade.intake/v1";
 
 /// The verbs whose events kascade turns into spans and whose level matters.
 fn is_write(verb: &str) -> bool {
@@ -34,7 +34,7 @@ fn is_write(verb: &str) -> bool {
 
 /// The audit events of one cluster name, as far as `kascade doctor` cares.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterIntake {
+pub(crate) struct ClusterIntake {
     pub name: String,
     /// Audit events received under this name (every stage and verb).
     pub events: u64,
@@ -57,7 +57,7 @@ pub struct ClusterIntake {
 
 /// `GET /intake` on the admin listener.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntakeReport {
+pub(crate) struct IntakeReport {
     pub schema: String,
     /// The collector's clock when it answered (ms since the epoch).
     pub now_ms: u64,
@@ -78,7 +78,7 @@ pub struct IntakeReport {
 }
 
 /// Per-cluster intake state, bounded; shared by the webhook handlers.
-pub struct Arrivals {
+pub(crate) struct Arrivals {
     clusters: Mutex<Clusters>,
     shed_log: crate::bounds::LogEvery,
 }
@@ -100,7 +100,7 @@ impl Default for Arrivals {
 
 impl Arrivals {
     /// Notes a decoded batch of `cluster`, received at `now`.
-    pub fn note(&self, cluster: &str, events: &[AuditEvent], now: SystemTime) {
+    pub(crate) fn note(&self, cluster: &str, events: &[AuditEvent], now: SystemTime) {
         if events.is_empty() {
             return;
         }
@@ -169,7 +169,7 @@ impl Arrivals {
     }
 
     /// The clusters seen so far, by name, and the events of untracked names.
-    pub fn snapshot(&self) -> (Vec<ClusterIntake>, u64) {
+    pub(crate) fn snapshot(&self) -> (Vec<ClusterIntake>, u64) {
         let g = self.clusters.lock().expect("arrivals");
         (g.by_name.values().cloned().collect(), g.untracked_events)
     }

@@ -31,10 +31,11 @@ pub struct AuditFilter {
     pub exclude_user_agents: Option<Regex>,
 }
 
-pub const DEFAULT_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+pub(crate) const DEFAULT_VERBS: &[&str] =
+    &["create", "update", "patch", "delete", "deletecollection"];
 /// Events (`events`, `events.events.k8s.io`) are not excluded: each Event
 /// write becomes an event span on the object it is about.
-pub const DEFAULT_EXCLUDED_RESOURCES: &[&str] = &["leases"];
+pub(crate) const DEFAULT_EXCLUDED_RESOURCES: &[&str] = &["leases"];
 
 impl Default for AuditFilter {
     fn default() -> Self {
@@ -83,7 +84,7 @@ impl AuditFilter {
 /// The body of an audit webhook request.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EventListEnvelope {
+pub(crate) struct EventListEnvelope {
     #[serde(default)]
     pub kind: String,
     #[serde(default)]

@@ -27,7 +27,7 @@ use crate::pipeline::AuditEvent;
 /// `message` (Vector's `file` source). Other fields shippers add (a `date`)
 /// are ignored. A malformed line or item is reported by its number
 /// (`line 3`, `items[2]`) and does not take the rest down.
-pub fn decode_body(body: &[u8]) -> Result<DecodedBatch, String> {
+pub(crate) fn decode_body(body: &[u8]) -> Result<DecodedBatch, String> {
     let start = body.trim_ascii_start();
     match start.first() {
         Some(b'[') => decode_array(body),
@@ -134,7 +134,7 @@ fn decode_array(body: &[u8]) -> Result<DecodedBatch, String> {
 ///   service `k8s.io`), mapped by [`from_gke`].
 ///
 /// The error is the event's own when none of these holds one.
-pub fn parse_line(text: &str) -> Result<AuditEvent, String> {
+pub(crate) fn parse_line(text: &str) -> Result<AuditEvent, String> {
     parse_event(text).or_else(|why| {
         let text = text.trim();
         if text.starts_with('{') {
@@ -206,7 +206,7 @@ fn unwrap_record(text: &str) -> Option<Result<AuditEvent, String>> {
 /// `timestamp`, used for both ends: a write takes no time), the request
 /// URI's query, impersonation, and the exact HTTP code (derived from the
 /// entry's gRPC status and the verb).
-pub fn from_gke(entry: &Value) -> Result<Value, String> {
+pub(crate) fn from_gke(entry: &Value) -> Result<Value, String> {
     let payload = &entry["protoPayload"];
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     if payload["serviceName"].as_str() != Some("k8s.io") {

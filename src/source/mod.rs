@@ -1,16 +1,16 @@
 //! Sources: the apiserver's audit webhook, audit log files, and list-watch
 //! of objects and Events.
 
-pub mod arrivals;
-pub mod audit;
-pub mod exports;
-pub mod mergelog;
+pub(crate) mod arrivals;
+pub(crate) mod audit;
+pub(crate) mod exports;
+pub(crate) mod mergelog;
 pub(crate) mod repeats;
-pub mod replay;
-pub mod server;
-pub mod spool;
-pub mod watch;
-pub mod webhook;
+pub(crate) mod replay;
+pub(crate) mod server;
+pub(crate) mod spool;
+pub(crate) mod watch;
+pub(crate) mod webhook;
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use audit::AuditFilter;
 /// Who is told that audit events carry `metadata.managedFields`, and how
 /// to spare them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyAdvice {
+pub(crate) enum PolicyAdvice {
     /// The collector's operator, who can change the apiserver's audit
     /// policy: logged at INFO, once per cluster.
     Operator,
@@ -44,7 +44,7 @@ pub fn accept(
 }
 
 /// [`accept`], telling `advice` about managedFields.
-pub fn accept_advising(
+pub(crate) fn accept_advising(
     ev: AuditEvent,
     cluster: &str,
     filter: &AuditFilter,
@@ -166,7 +166,7 @@ fn note_managed_fields(ev: &AuditEvent, cluster: &str, metrics: &Metrics, advice
 }
 
 /// Cluster names go into span attributes and URL paths: keep them DNS-like.
-pub fn validate_cluster_name(name: &str) -> Result<(), String> {
+pub(crate) fn validate_cluster_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 253
         && name

@@ -15,7 +15,7 @@ use crate::pipeline::{AdmitError, Intake};
 /// Longest line kept: an audit event carries at most a request and a response
 /// object (each under the apiserver's 3 MiB request limit). A longer line is
 /// reported and skipped without being held in memory.
-pub const MAX_LINE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 64 << 20;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +148,7 @@ pub async fn replay_files(
 /// commands read them), fed as [`replay_files`] feeds each file's:
 /// `locate` names a line (`file:line`) by its number in the merge (from 1).
 /// Reading and its progress are the caller's.
-pub async fn replay_merged(
+pub(crate) async fn replay_merged(
     mut lines: tokio::sync::mpsc::Receiver<String>,
     locate: impl Fn(u64) -> String,
     bar: ProgressBar,
@@ -164,7 +164,7 @@ pub async fn replay_merged(
 }
 
 /// Where replayed lines go, and how strictly they are read.
-pub struct ReplayInto<'a> {
+pub(crate) struct ReplayInto<'a> {
     /// Cluster name recorded on every span.
     pub cluster: &'a str,
     pub filter: &'a AuditFilter,

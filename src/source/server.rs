@@ -194,7 +194,7 @@ where
 }
 
 /// A connection holding its place among `--max-connections` until it closes.
-pub struct Counted<S> {
+pub(crate) struct Counted<S> {
     inner: S,
     _permit: OwnedSemaphorePermit,
 }
@@ -249,7 +249,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 /// below the open-files limit kascade raises itself to (1,048,576 on most
 /// distributions; 524,288 in many containers), far above what the
 /// apiservers of a central collector keep open (a few each).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// How the webhook's server holds its clients to account.
 #[derive(Clone, Debug)]
@@ -265,7 +265,7 @@ pub struct ConnectionLimits {
 /// Raises this process's soft limit of open files to its hard limit (a
 /// burst of connections otherwise exhausts the default 1,024, and then
 /// `/healthz` too goes unanswered); the limits before and after.
-pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+pub(crate) fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

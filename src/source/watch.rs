@@ -28,7 +28,7 @@ use crate::pipeline::{
 
 /// Resources never watched: Events are consumed by their own watcher,
 /// Leases change every few seconds and say nothing about the cascade.
-pub const DEFAULT_WATCH_EXCLUDE: &[&str] = &[
+pub(crate) const DEFAULT_WATCH_EXCLUDE: &[&str] = &[
     "events",
     "events.events.k8s.io",
     "leases.coordination.k8s.io",
@@ -47,7 +47,7 @@ pub struct WatchConfig {
 }
 
 /// `name=path` of `--watch-cluster`.
-pub fn parse_cluster_kubeconfig(s: &str) -> Result<(String, PathBuf), String> {
+pub(crate) fn parse_cluster_kubeconfig(s: &str) -> Result<(String, PathBuf), String> {
     let (name, path) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not CLUSTER=KUBECONFIG"))?;
@@ -106,7 +106,7 @@ pub enum WatchError {
 }
 
 /// Fails early, naming the flag and file, when a kubeconfig cannot be used.
-pub fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> Result<(), WatchError> {
+pub(crate) fn check_kubeconfig(cluster: &str, path: &std::path::Path) -> Result<(), WatchError> {
     kube::config::Kubeconfig::read_from(path).map_err(|source| WatchError::Unreadable {
         cluster: cluster.to_string(),
         path: path.to_path_buf(),
@@ -121,7 +121,7 @@ async fn client_for(cfg: &WatchConfig) -> Result<kube::Client, WatchError> {
 
 /// A client for `cluster` from the kubeconfig at `path` (its current
 /// context), as the list-watch uses it (also `kascade doctor`).
-pub async fn client_from_kubeconfig(
+pub(crate) async fn client_from_kubeconfig(
     cluster: &str,
     path: &std::path::Path,
 ) -> Result<kube::Client, WatchError> {
@@ -148,13 +148,13 @@ pub async fn client_from_kubeconfig(
 /// listable, watchable resources (by `include`/`exclude`, as
 /// `resource` or `resource.group`), and the Events resource (the
 /// events.k8s.io view when served).
-pub struct Watched {
+pub(crate) struct Watched {
     pub objects: Vec<ApiResource>,
     pub events: Option<ApiResource>,
 }
 
 /// Runs discovery and picks the resources the list-watch watches.
-pub async fn watched_resources(
+pub(crate) async fn watched_resources(
     cluster: &str,
     client: &kube::Client,
     include: &HashSet<String>,
@@ -195,7 +195,7 @@ pub async fn watched_resources(
 }
 
 /// `resource` or `resource.group`, as `--watch-resources` names it.
-pub fn watched_name(ar: &ApiResource) -> String {
+pub(crate) fn watched_name(ar: &ApiResource) -> String {
     resource_name(ar)
 }
 
@@ -343,7 +343,7 @@ impl Drop for Refusal<'_> {
 /// always): N replicas watch each cluster once, and another replica takes
 /// over when the holder goes away. While the election cannot tell, the
 /// current state is kept (a watcher too many is better than none).
-pub async fn supervise(
+pub(crate) async fn supervise(
     cfg: WatchConfig,
     intake: Intake,
     metrics: Arc<Metrics>,
@@ -418,7 +418,7 @@ fn object_ref(cluster: &str, ar: &ApiResource, obj: &RawObject) -> Option<Object
 /// as text, it is skipped by a loop (no recursion), and bounded as an audit
 /// event's objects are ([`depth::cap`]) when it is read.
 #[derive(Clone, Debug)]
-pub struct RawObject {
+pub(crate) struct RawObject {
     metadata: ObjectMeta,
     text: Box<serde_json::value::RawValue>,
 }
@@ -718,7 +718,7 @@ fn event_of(obj: &RawObject) -> Option<K8sEvent> {
 /// The list-watch's decoding without an apiserver, for the fuzz targets
 /// (fuzz/); built only by `cargo fuzz` (`--cfg fuzzing`).
 #[cfg(fuzzing)]
-pub mod fuzzing {
+pub(crate) mod fuzzing {
     use super::*;
 
     /// One line of a watch stream or one list page, decoded as kube's client

@@ -12,12 +12,12 @@ use crate::span_model::SpanBuf;
 use kascade_cpid::{Cpid, Mergelog};
 
 /// The `merge` span of `cpid` (in its own trace).
-pub fn merge_span_id(cpid: Cpid) -> SpanId {
+pub(crate) fn merge_span_id(cpid: Cpid) -> SpanId {
     derived_span_id_of(SALT_MERGE, |h| h.update(&cpid.to_bytes()))
 }
 
 /// The `merged_into` span of `source` → `merged` (in the source's trace).
-pub fn merged_into_span_id(source: Cpid, merged: Cpid) -> SpanId {
+pub(crate) fn merged_into_span_id(source: Cpid, merged: Cpid) -> SpanId {
     derived_span_id_of(SALT_MERGED_INTO, |h| {
         h.update(&source.to_bytes());
         h.update(&merged.to_bytes());

@@ -140,21 +140,21 @@ pub mod attr {
 }
 
 /// Values of [`attr::CASCADE_ROLE`].
-pub const CASCADE_ROLE_ROOT: &str = crate::pipeline::CascadeRole::Root.as_str();
-pub const CASCADE_ROLE_EFFECT: &str = crate::pipeline::CascadeRole::Effect.as_str();
-pub const CASCADE_ROLE_UNEXPLAINED: &str = crate::pipeline::CascadeRole::Unexplained.as_str();
+pub(crate) const CASCADE_ROLE_EFFECT: &str = crate::pipeline::CascadeRole::Effect.as_str();
+pub(crate) const CASCADE_ROLE_UNEXPLAINED: &str =
+    crate::pipeline::CascadeRole::Unexplained.as_str();
 
-pub const SPAN_KIND_OBJECT: &str = "object";
-pub const SPAN_KIND_AUDIT: &str = "audit";
-pub const SPAN_KIND_LINK: &str = "link";
-pub const SPAN_KIND_WATCH: &str = "watch";
-pub const SPAN_KIND_EVENT: &str = "event";
+pub(crate) const SPAN_KIND_OBJECT: &str = "object";
+pub(crate) const SPAN_KIND_AUDIT: &str = "audit";
+pub(crate) const SPAN_KIND_LINK: &str = "link";
+pub(crate) const SPAN_KIND_WATCH: &str = "watch";
+pub(crate) const SPAN_KIND_EVENT: &str = "event";
 /// A mergelog, in the trace of the CPID it minted (`merges.rs`).
-pub const SPAN_KIND_MERGE: &str = "merge";
+pub(crate) const SPAN_KIND_MERGE: &str = "merge";
 /// A mergelog, in the trace of each CPID it merged.
-pub const SPAN_KIND_MERGED_INTO: &str = "merged_into";
-pub const EVENT_DIFF: &str = "diff";
-pub const EVENT_SNAPSHOT: &str = "snapshot";
+pub(crate) const SPAN_KIND_MERGED_INTO: &str = "merged_into";
+pub(crate) const EVENT_DIFF: &str = "diff";
+pub(crate) const EVENT_SNAPSHOT: &str = "snapshot";
 
 /// Default cap of one attribute or span-event value (a diff side, a
 /// snapshot, an Event message), in bytes: a 1.5 MB ConfigMap value must not
@@ -165,21 +165,21 @@ pub const EVENT_SNAPSHOT: &str = "snapshot";
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 32 << 10;
 /// Smallest cap `set_max_value_bytes` accepts: a cap must leave a value
 /// recognisable.
-pub const MIN_MAX_VALUE_BYTES: usize = 64;
+pub(crate) const MIN_MAX_VALUE_BYTES: usize = 64;
 /// Suffix of the integer attribute that marks a truncated value with its
 /// original length in bytes: `diff.new` cut → `diff.new.truncated_from`.
-pub const TRUNCATED_FROM_SUFFIX: &str = ".truncated_from";
+pub(crate) const TRUNCATED_FROM_SUFFIX: &str = ".truncated_from";
 /// Marks a span name cut to the value cap (its original length in bytes).
-pub const NAME_TRUNCATED_FROM: &str = "kascade.name.truncated_from";
+pub(crate) const NAME_TRUNCATED_FROM: &str = "kascade.name.truncated_from";
 /// Marks a status message cut to the value cap (its original length in bytes).
-pub const STATUS_MESSAGE_TRUNCATED_FROM: &str = "kascade.status_message.truncated_from";
+pub(crate) const STATUS_MESSAGE_TRUNCATED_FROM: &str = "kascade.status_message.truncated_from";
 
 /// The cap every `SpanBuf` applies. Process-wide, because spans are written
 /// all over the processor; set once at start from `--export-max-value-bytes`.
 static MAX_VALUE_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_VALUE_BYTES);
 
 /// Values cut to the cap, over the process (`kascade_span_values_truncated_total`).
-pub static VALUES_TRUNCATED: LazyLock<prometheus_client::metrics::counter::Counter> =
+pub(crate) static VALUES_TRUNCATED: LazyLock<prometheus_client::metrics::counter::Counter> =
     LazyLock::new(Default::default);
 
 /// Sets the cap of attribute and span-event values for spans written from now on.
@@ -187,12 +187,12 @@ pub fn set_max_value_bytes(max: usize) {
     MAX_VALUE_BYTES.store(max.max(MIN_MAX_VALUE_BYTES), Ordering::Relaxed);
 }
 
-pub fn max_value_bytes() -> usize {
+pub(crate) fn max_value_bytes() -> usize {
     MAX_VALUE_BYTES.load(Ordering::Relaxed)
 }
 
 /// `s` cut to at most `max` bytes on a UTF-8 character boundary.
-pub fn truncate_str(s: &str, max: usize) -> &str {
+pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -204,7 +204,7 @@ pub fn truncate_str(s: &str, max: usize) -> &str {
 }
 
 /// The key marking `key` as truncated: `<key>.truncated_from`.
-pub fn truncated_from_key(key: &str) -> String {
+pub(crate) fn truncated_from_key(key: &str) -> String {
     format!("{key}{TRUNCATED_FROM_SUFFIX}")
 }
 
@@ -217,7 +217,7 @@ const SALT_MERGE: u64 = 5;
 const SALT_MERGED_INTO: u64 = 6;
 
 /// A string attribute.
-pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
+pub(crate) fn kv(key: &str, value: impl Into<String>) -> KeyValue {
     KeyValue {
         key: key.to_string(),
         value: Some(AnyValue {
@@ -228,7 +228,7 @@ pub fn kv(key: &str, value: impl Into<String>) -> KeyValue {
 }
 
 /// An integer attribute.
-pub fn kv_int(key: &str, value: i64) -> KeyValue {
+pub(crate) fn kv_int(key: &str, value: i64) -> KeyValue {
     KeyValue {
         key: key.to_string(),
         value: Some(AnyValue {
@@ -248,6 +248,6 @@ mod spans;
 pub(crate) mod wire;
 mod writer;
 
-pub use merges::{merge_span_id, merge_spans, merged_into_span_id};
-pub use spans::*;
-pub use writer::{EncodedSpan, SpanBuf};
+pub use merges::merge_spans;
+pub(crate) use spans::*;
+pub(crate) use writer::{EncodedSpan, SpanBuf};

@@ -4,7 +4,7 @@
 use super::*;
 
 /// The instrumentation scope every span is reported under.
-pub fn scope() -> opentelemetry_proto::tonic::common::v1::InstrumentationScope {
+pub(crate) fn scope() -> opentelemetry_proto::tonic::common::v1::InstrumentationScope {
     opentelemetry_proto::tonic::common::v1::InstrumentationScope {
         name: "kascade".to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -31,7 +31,7 @@ fn semconv_prefix(group: &str, resource: &str) -> Option<&'static str> {
 
 /// The span of one object in one window: the root of that window's trace,
 /// covering the whole window.
-pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> SpanBuf {
+pub(crate) fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> SpanBuf {
     let o = &ow.object;
     let start = UNIX_EPOCH + std::time::Duration::from_secs(ow.window_start);
     let name = if o.namespace.is_empty() {
@@ -73,7 +73,7 @@ pub fn object_span(ow: &ObjectWindow, uid: &str, window_end: SystemTime) -> Span
 }
 
 /// The fields of one audited write, as the audit span shows them.
-pub struct AuditWrite<'a> {
+pub(crate) struct AuditWrite<'a> {
     pub audit_id: &'a str,
     pub user: &'a str,
     pub impersonated_user: Option<&'a str>,
@@ -101,7 +101,7 @@ fn child_span(
 }
 
 /// One write, as a child of the object span: `<user> <verb>[ <subresource>]`.
-pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
+pub(crate) fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
     let mut name = [w.user, w.verb].join(" ");
     if !w.subresource.is_empty() {
         name.push(' ');
@@ -112,12 +112,12 @@ pub fn audit_span(ow: &ObjectWindow, w: &AuditWrite<'_>) -> SpanBuf {
 
 /// The id of the audit span of `audit_id` in `ow` (known before the write
 /// is processed, so a later write can name it as its cause).
-pub fn audit_span_id(ow: &ObjectWindow, audit_id: &str) -> SpanId {
+pub(crate) fn audit_span_id(ow: &ObjectWindow, audit_id: &str) -> SpanId {
     audit_span_id_of(&ow.object, ow.window_start, audit_id)
 }
 
 /// [`audit_span_id`] from the object and window start.
-pub fn audit_span_id_of(
+pub(crate) fn audit_span_id_of(
     object: &crate::model::ObjectRef,
     window_start: u64,
     audit_id: &str,
@@ -132,7 +132,7 @@ pub fn audit_span_id_of(
 
 /// [`audit_span`] under a name of the caller's (a write shown on another
 /// object's span says what it wrote).
-pub fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str) -> SpanBuf {
+pub(crate) fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str) -> SpanBuf {
     let id = audit_span_id(ow, w.audit_id);
     // Sized for the usual audit span: from 512 bytes, nearly every one grew
     // twice (its attributes are 0.6-1 KB, with a write's diffs 1-2 KB; the
@@ -176,7 +176,7 @@ pub fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str) -> Sp
 }
 
 /// A relation recorded on `ow`'s span: `target` plays `role` (class `class`).
-pub struct LinkFields<'a> {
+pub(crate) struct LinkFields<'a> {
     pub target: &'a ObjectWindow,
     pub role: &'a str,
     pub class: &'a str,
@@ -185,7 +185,7 @@ pub struct LinkFields<'a> {
 
 /// A zero-length child of the object span naming the linked object; it also
 /// carries an OpenTelemetry link to the linked object's span.
-pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBuf {
+pub(crate) fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBuf {
     // The hash of the cache key followed by the link key.
     let id = derived_span_id_of(SALT_LINK, |h| {
         ow.hash_cache_key(h);
@@ -210,7 +210,7 @@ pub fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBu
 }
 
 /// One occurrence of a Kubernetes Event, as its event span shows it.
-pub struct EventFields<'a> {
+pub(crate) struct EventFields<'a> {
     /// What identifies the Event across sources: its uid (or, when the uid is
     /// not known, the Event object's key, `cluster/group/events/namespace/name`).
     pub identity: &'a str,
@@ -228,13 +228,13 @@ pub struct EventFields<'a> {
 
 /// The span id of an Event occurrence: the same Event seen twice (a retried
 /// webhook batch, another source) gets the same id; each new count a new one.
-pub fn event_span_id(identity: &str, count: i64) -> SpanId {
+pub(crate) fn event_span_id(identity: &str, count: i64) -> SpanId {
     derived_span_id(format!("{identity}|{count}").as_bytes(), SALT_EVENT)
 }
 
 /// A Kubernetes Event about the object, as a zero-length child of the
 /// object's span named after the Event's reason; an error when it is a Warning.
-pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanBuf {
+pub(crate) fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanBuf {
     let name = if e.reason.is_empty() {
         SPAN_KIND_EVENT
     } else {
@@ -266,7 +266,7 @@ pub fn event_span(ow: &ObjectWindow, e: &EventFields<'_>) -> SpanBuf {
 }
 
 /// The id of the watch span of a `kind` change to version `new_rv` in `ow`.
-pub fn watch_span_id(ow: &ObjectWindow, kind: &str, new_rv: &str) -> SpanId {
+pub(crate) fn watch_span_id(ow: &ObjectWindow, kind: &str, new_rv: &str) -> SpanId {
     // The hash of `<cache key>|<kind>|<new resourceVersion>`.
     derived_span_id_of(SALT_WATCH, |h| {
         ow.hash_cache_key(h);
@@ -280,7 +280,7 @@ pub fn watch_span_id(ow: &ObjectWindow, kind: &str, new_rv: &str) -> SpanId {
 /// A change seen only by the list-watch (no audit event showed it): a
 /// zero-length child of the object span at the time it was observed, named
 /// `watch <added|modified|deleted|listed>`; the diff or snapshot are its events.
-pub fn watch_span(
+pub(crate) fn watch_span(
     ow: &ObjectWindow,
     kind: &str,
     old_rv: &str,

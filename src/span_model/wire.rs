@@ -25,48 +25,48 @@ fn put_key(buf: &mut Vec<u8>, field: u32, wire_type: WireType) {
 
 /// Length of a length-delimited field of `len` bytes with a one-byte key
 /// (field numbers up to 15).
-pub fn framed_len(len: usize) -> usize {
+pub(crate) fn framed_len(len: usize) -> usize {
     1 + encoded_len_varint(len as u64) + len
 }
 
 /// The key and length of a length-delimited field whose `len` bytes follow.
 #[inline]
-pub fn len_prefix(buf: &mut Vec<u8>, field: u32, len: usize) {
+pub(crate) fn len_prefix(buf: &mut Vec<u8>, field: u32, len: usize) {
     put_key(buf, field, WireType::LengthDelimited);
     put_varint(buf, len as u64);
 }
 
 #[inline]
-pub fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
+pub(crate) fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
     len_prefix(buf, field, data.len());
     buf.extend_from_slice(data);
 }
 
-pub fn varint(buf: &mut Vec<u8>, field: u32, v: u64) {
+pub(crate) fn varint(buf: &mut Vec<u8>, field: u32, v: u64) {
     put_key(buf, field, WireType::Varint);
     put_varint(buf, v);
 }
 
-pub fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
+pub(crate) fn fixed64(buf: &mut Vec<u8>, field: u32, v: u64) {
     fixed64::encode(field, &v, buf);
 }
 
-pub fn fixed32(buf: &mut Vec<u8>, field: u32, v: u32) {
+pub(crate) fn fixed32(buf: &mut Vec<u8>, field: u32, v: u32) {
     fixed32::encode(field, &v, buf);
 }
 
 /// The bytes [`kv_str`] writes (a one-byte field key).
-pub fn kv_str_len(k: &str, v: &str) -> usize {
+pub(crate) fn kv_str_len(k: &str, v: &str) -> usize {
     framed_len(framed_len(k.len()) + framed_len(framed_len(v.len())))
 }
 
 /// The bytes [`kv_int`] writes (a one-byte field key).
-pub fn kv_int_len(k: &str, v: i64) -> usize {
+pub(crate) fn kv_int_len(k: &str, v: i64) -> usize {
     framed_len(framed_len(k.len()) + framed_len(1 + encoded_len_varint(v as u64)))
 }
 
 /// A `KeyValue` with a string value as field `field`.
-pub fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
+pub(crate) fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
     let any = framed_len(v.len());
     let kv = framed_len(k.len()) + framed_len(any);
     // Room for all of it at once (keys of up to 5 bytes), not per piece.
@@ -78,7 +78,7 @@ pub fn kv_str(buf: &mut Vec<u8>, field: u32, k: &str, v: &str) {
 }
 
 /// A `KeyValue` with an integer value as field `field`.
-pub fn kv_int(buf: &mut Vec<u8>, field: u32, k: &str, v: i64) {
+pub(crate) fn kv_int(buf: &mut Vec<u8>, field: u32, k: &str, v: i64) {
     let any = 1 + encoded_len_varint(v as u64);
     let kv = framed_len(k.len()) + framed_len(any);
     buf.reserve(5 + encoded_len_varint(kv as u64) + kv);

@@ -51,7 +51,7 @@ pub enum LogFormat {
     Json,
 }
 
-pub use crate::self_trace::TARGET;
+pub(crate) use crate::self_trace::TARGET;
 
 /// What a subcommand is, for self-tracing: its default service name and the
 /// service of the object spans it writes or reads (which self-traces must
@@ -66,22 +66,19 @@ pub struct Role<'a> {
 
 mod config;
 
-pub use config::{SelfTraceConfig, TelemetryError, config_from_env};
+pub use config::SelfTraceConfig;
+pub(crate) use config::TelemetryError;
+pub use config::config_from_env;
 
 /// The log layer's and, when self-tracing is on, the tracer provider that
 /// must be shut down (flushed) before the process exits.
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
 }
 
 impl Telemetry {
-    /// Whether self-tracing is on.
-    pub fn is_tracing(&self) -> bool {
-        self.provider.is_some()
-    }
-
     /// Exports the spans still buffered; waits at most the export timeout.
-    pub fn shutdown(self) {
+    pub(crate) fn shutdown(self) {
         if let Some(p) = self.provider
             && let Err(e) = p.shutdown()
         {
@@ -94,7 +91,7 @@ impl Telemetry {
 /// `--quiet`; coloured as `--color` says, see [`crate::terminal`]) and,
 /// when the environment asks for it, self-tracing. Call once, inside the
 /// Tokio runtime, after [`crate::terminal::init`].
-pub fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryError> {
+pub(crate) fn init(format: LogFormat, role: Role<'_>) -> Result<Telemetry, TelemetryError> {
     let cfg = config_from_env(&|k| std::env::var(k).ok(), role)?;
     let provider = cfg.as_ref().map(tracer_provider).transpose()?;
     let levels = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use kascade::app::collect::{self, CollectConfig, serve_webhook};
-use kascade::export::OutputSpec;
-use kascade::source::server::ConnectionLimits;
+use kascade::test_support::export::OutputSpec;
+use kascade::test_support::source::server::ConnectionLimits;
 
 pub struct Server {
     pub url: String,

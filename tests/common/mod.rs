@@ -105,17 +105,17 @@ pub fn bindings(scenario: &str) -> std::collections::HashMap<String, String> {
 
 /// Collects every change the processor hands to its sinks.
 #[derive(Default)]
-pub struct Collect(std::sync::Mutex<Vec<kascade::pipeline::ChangeRecord>>);
+pub struct Collect(std::sync::Mutex<Vec<kascade::test_support::pipeline::ChangeRecord>>);
 
 impl Collect {
     /// The changes recorded so far, in the order they were recorded.
-    pub fn take(&self) -> Vec<kascade::pipeline::ChangeRecord> {
+    pub fn take(&self) -> Vec<kascade::test_support::pipeline::ChangeRecord> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
 
-impl kascade::pipeline::ChangeSink for Collect {
-    fn record(&self, change: &kascade::pipeline::ChangeRecord) {
+impl kascade::test_support::pipeline::ChangeSink for Collect {
+    fn record(&self, change: &kascade::test_support::pipeline::ChangeRecord) {
         self.0.lock().unwrap().push(change.clone());
     }
 }
@@ -125,7 +125,7 @@ impl kascade::pipeline::ChangeSink for Collect {
 pub async fn changes_of_lines(
     lines: Vec<String>,
     cluster: &str,
-) -> Vec<kascade::pipeline::ChangeRecord> {
+) -> Vec<kascade::test_support::pipeline::ChangeRecord> {
     let (changes, errors) = changes_and_errors_of_lines(lines, cluster).await;
     assert!(errors.is_empty(), "{errors:?}");
     changes
@@ -136,16 +136,19 @@ pub async fn changes_of_lines(
 pub async fn changes_and_errors_of_lines(
     lines: Vec<String>,
     cluster: &str,
-) -> (Vec<kascade::pipeline::ChangeRecord>, Vec<String>) {
+) -> (
+    Vec<kascade::test_support::pipeline::ChangeRecord>,
+    Vec<String>,
+) {
     use std::sync::Arc;
     let sink = Arc::new(Collect::default());
-    let errors = kascade::offline::changes_from_audit_lines(
+    let errors = kascade::test_support::offline::changes_from_audit_lines(
         lines,
         cluster,
         Arc::new(kascade::app::RuleSources::default().load().unwrap()),
-        &kascade::source::audit::AuditFilter::default(),
-        kascade::aggregate::ProcessorConfig::default(),
-        kascade::aggregate::redact::Redactor::new(None),
+        &kascade::test_support::source::audit::AuditFilter::default(),
+        kascade::test_support::aggregate::ProcessorConfig::default(),
+        kascade::test_support::aggregate::redact::Redactor::new(None),
         sink.clone(),
     )
     .await;
@@ -157,16 +160,18 @@ pub async fn changes_and_errors_of_lines(
 pub async fn raw_store_of_lines(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
-) -> kascade::frontend::raw::MemoryStore {
-    use kascade::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
-    let (store, errors) = kascade::frontend::offline::store_from_audit_lines(
+) -> kascade::test_support::frontend::raw::MemoryStore {
+    use kascade::test_support::aggregate::redact::{DEFAULT_REDACT_PATHS, PathPattern, Redactor};
+    let (store, errors) = kascade::test_support::frontend::offline::store_from_audit_lines(
         lines,
         cluster,
         std::sync::Arc::new(kascade::app::RuleSources::default().load().unwrap()),
-        &kascade::source::audit::AuditFilter::default(),
-        kascade::aggregate::ProcessorConfig {
-            windowing: kascade::model::Windowing::new(std::time::Duration::from_secs(1800)),
-            ..kascade::aggregate::ProcessorConfig::default()
+        &kascade::test_support::source::audit::AuditFilter::default(),
+        kascade::test_support::aggregate::ProcessorConfig {
+            windowing: kascade::test_support::model::Windowing::new(
+                std::time::Duration::from_secs(1800),
+            ),
+            ..kascade::test_support::aggregate::ProcessorConfig::default()
         },
         Redactor::new(Some(PathPattern::new(DEFAULT_REDACT_PATHS).unwrap())),
     )
@@ -202,9 +207,9 @@ pub fn deployment_with_pods(pods: usize) -> Vec<String> {
 
 /// Each of `traces`, got by its id from `replica` (a frontend without them
 /// in its cache), is rebuilt span for span: the id carries what was asked.
-pub async fn assert_rebuilt_alike<S: kascade::frontend::raw::RawStore>(
-    replica: &kascade::frontend::Frontend<S>,
-    traces: &[&kascade::frontend::AssembledTrace],
+pub async fn assert_rebuilt_alike<S: kascade::test_support::frontend::raw::RawStore>(
+    replica: &kascade::test_support::frontend::Frontend<S>,
+    traces: &[&kascade::test_support::frontend::AssembledTrace],
 ) {
     for t in traces {
         let reloaded = replica.get(&t.id).await.unwrap().expect("rebuilt");

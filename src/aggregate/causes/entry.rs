@@ -11,7 +11,7 @@ use super::super::rules::ChangeClass;
 
 /// The cascade a change belongs to, once its shard has inferred its cause.
 #[derive(Clone, Copy, Debug)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub root: SpanRef,
     pub depth: u32,
     /// The change's CPID (its object's, or carried over from its cause).
@@ -22,14 +22,14 @@ pub struct Resolved {
 
 /// How a Pod finished (`status.phase` Succeeded or Failed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodEnd {
+pub(crate) enum PodEnd {
     Succeeded,
     Failed,
 }
 
 impl PodEnd {
     /// Of a Pod status write's new phase, if it finished the Pod.
-    pub fn of(new_phase: Option<&str>) -> Option<Self> {
+    pub(crate) fn of(new_phase: Option<&str>) -> Option<Self> {
         match new_phase? {
             "Succeeded" => Some(PodEnd::Succeeded),
             "Failed" => Some(PodEnd::Failed),
@@ -41,19 +41,19 @@ impl PodEnd {
 /// A time as nanoseconds since the Unix epoch (earlier ones as the epoch):
 /// 8 bytes where `SystemTime` takes 16, in every entry of the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Nanos(u64);
+pub(crate) struct Nanos(u64);
 
 impl Nanos {
-    pub fn of(t: SystemTime) -> Self {
+    pub(crate) fn of(t: SystemTime) -> Self {
         let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
         Nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    pub fn time(self) -> SystemTime {
+    pub(crate) fn time(self) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(self.0)
     }
 
-    pub fn minus(self, d: Duration) -> Self {
+    pub(crate) fn minus(self, d: Duration) -> Self {
         Nanos(
             self.0
                 .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
@@ -65,7 +65,7 @@ impl Nanos {
 /// fills a 128-byte allocation): the index holds one for every write of the
 /// last seconds and the newest of each kind for every object written in the
 /// last 15 minutes.
-pub struct ChangeEntry {
+pub(crate) struct ChangeEntry {
     pub span: SpanRef,
     /// Its place in arrival order ([`CauseIndex::next_arrival`](super::CauseIndex::next_arrival)).
     pub arrival: u64,
@@ -88,7 +88,7 @@ pub struct ChangeEntry {
 /// `Notify` shared by all changes woke every waiting shard on every
 /// resolution, each then checked and waited again: under load the wakeups
 /// were ≈ 1 % of the collector's CPU.)
-pub struct ResolvedWakers([tokio::sync::Notify; WAKER_SLOTS]);
+pub(crate) struct ResolvedWakers([tokio::sync::Notify; WAKER_SLOTS]);
 
 /// Slots of [`ResolvedWakers`]: far more than shards can wait on at once.
 const WAKER_SLOTS: usize = 64;
@@ -111,17 +111,17 @@ impl ResolvedWakers {
 /// arithmetic, RFC 1982) is exact. 0 when not known: a failed write, a
 /// response without the object, another storage's opaque version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Revision(u32);
+pub(crate) struct Revision(u32);
 
 impl Revision {
-    pub fn of(resource_version: Option<u64>) -> Self {
+    pub(crate) fn of(resource_version: Option<u64>) -> Self {
         // Truncated on purpose: see the type's comment.
         Revision(resource_version.map_or(0, |v| v as u32))
     }
 
     /// Whether this revision is later than `other`; `None` when either is
     /// not known.
-    pub fn after(self, other: Revision) -> Option<bool> {
+    pub(crate) fn after(self, other: Revision) -> Option<bool> {
         (self.0 != 0 && other.0 != 0 && self != other)
             .then(|| (self.0.wrapping_sub(other.0) as i32) > 0)
     }
@@ -131,7 +131,7 @@ impl Revision {
 /// microseconds since the epoch, its span id and arrival `i`, stored as
 /// revision `rv` (0: not known).
 #[cfg(test)]
-pub fn test_entry(
+pub(super) fn test_entry(
     i: u64,
     class: ChangeClass,
     received_us: u64,
@@ -156,7 +156,7 @@ pub fn test_entry(
 
 /// `<verb>[ <subresource>]` of a write, as an index into [`Op::NAMES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Op(u8);
+pub(crate) struct Op(u8);
 
 impl Op {
     const NAMES: [&'static str; 14] = [
@@ -178,7 +178,7 @@ impl Op {
 
     /// The op of a write [`ChangeClass::of`] classifies, or of a watch
     /// change (`added`, `modified`, `deleted`).
-    pub fn of(verb: &str, subresource: &str) -> Self {
+    pub(crate) fn of(verb: &str, subresource: &str) -> Self {
         Op(match (verb, subresource) {
             ("create", "binding") => 0,
             ("create", _) => 1,
@@ -197,14 +197,14 @@ impl Op {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         Self::NAMES[self.0 as usize]
     }
 }
 
 impl ChangeEntry {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         span: SpanRef,
         arrival: u64,
         class: ChangeClass,
@@ -229,7 +229,7 @@ impl ChangeEntry {
     }
 
     /// When the write's response completed (to the microsecond).
-    pub fn completed(&self) -> Nanos {
+    pub(crate) fn completed(&self) -> Nanos {
         Nanos(
             self.received
                 .0
@@ -244,7 +244,7 @@ impl ChangeEntry {
     /// stored and watchers saw it; a write that changed nothing keeps its
     /// object's old revision, but it stored nothing for a watcher to see).
     /// Among equals, the larger span id.
-    pub fn stored_after(&self, other: &ChangeEntry, same_cluster: bool) -> bool {
+    pub(crate) fn stored_after(&self, other: &ChangeEntry, same_cluster: bool) -> bool {
         if same_cluster
             && let Some(after) = self.revision.after(other.revision)
             && self.received <= other.completed()
@@ -257,19 +257,23 @@ impl ChangeEntry {
 
     /// Sets the cascade of this change and wakes whoever waits for one
     /// on its slot of `ready`.
-    pub fn resolve(&self, r: Resolved, ready: &ResolvedWakers) {
+    pub(crate) fn resolve(&self, r: Resolved, ready: &ResolvedWakers) {
         if self.resolved.set(r).is_ok() {
             ready.slot(self).notify_waiters();
         }
     }
 
     /// The cascade of this change if its shard has inferred it.
-    pub fn resolved_now(&self) -> Option<Resolved> {
+    pub(crate) fn resolved_now(&self) -> Option<Resolved> {
         self.resolved.get().copied()
     }
 
     /// The cascade of this change, waiting up to `wait` for its shard.
-    pub async fn resolved(&self, wait: Duration, ready: &ResolvedWakers) -> Option<Resolved> {
+    pub(crate) async fn resolved(
+        &self,
+        wait: Duration,
+        ready: &ResolvedWakers,
+    ) -> Option<Resolved> {
         if let Some(r) = self.resolved.get() {
             return Some(*r);
         }

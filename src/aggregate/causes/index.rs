@@ -68,13 +68,13 @@ impl ObjectChanges {
         self.changes.iter().filter(move |e| e.class == class)
     }
 
-    pub fn find(&self, class: ChangeClass, span: SpanRef) -> Option<Arc<ChangeEntry>> {
+    pub(super) fn find(&self, class: ChangeClass, span: SpanRef) -> Option<Arc<ChangeEntry>> {
         self.of_class(class).find(|e| e.span == span).cloned()
     }
 
     /// Keeps `entry`; false when the class was at its cap and a change was
     /// forgotten early (the oldest by completion; input may be out of order).
-    pub fn push(&mut self, entry: Arc<ChangeEntry>, now: u32) -> bool {
+    pub(super) fn push(&mut self, entry: Arc<ChangeEntry>, now: u32) -> bool {
         self.touched = now.min(COMPACTED - 1);
         let class = entry.class;
         let newest = self
@@ -124,7 +124,7 @@ impl ObjectChanges {
     /// (the garbage collector's deletes of its dependents follow it) and its
     /// holders (nothing writes a deleted object). False when it was touched
     /// since, or compacted already.
-    pub fn compact(&mut self, idle_since: u32) -> bool {
+    pub(super) fn compact(&mut self, idle_since: u32) -> bool {
         if self.touched == COMPACTED || self.touched > idle_since {
             return false;
         }
@@ -156,7 +156,7 @@ impl ObjectChanges {
     }
 
     /// False when the holder list is full (the relation is not registered).
-    pub fn add_holder(&mut self, holder: &ObjectRef, role: Role, class: &str) -> bool {
+    pub(super) fn add_holder(&mut self, holder: &ObjectRef, role: Role, class: &str) -> bool {
         let hash = holder.hash();
         let key = |hash: u64, role: Role, class: &str| {
             xxhash_rust::xxh3::xxh3_64_with_seed(
@@ -194,7 +194,7 @@ impl ObjectChanges {
 
     /// Holders that play `role` for this object through a relation of
     /// `class`, with their hashes.
-    pub fn holders(&self, class: &str, role: Role) -> Vec<(u64, Arc<ObjectRef>)> {
+    pub(super) fn holders(&self, class: &str, role: Role) -> Vec<(u64, Arc<ObjectRef>)> {
         self.holders
             .iter()
             .filter(|(_, _, r, c)| *r == role && c.as_ref() == class)
@@ -213,7 +213,12 @@ impl ObjectChanges {
     /// `same_object`, not before the object's latest create (an earlier
     /// object of the same name). "Latest" is [`ChangeEntry::stored_after`].
     /// Also whether a triggering change was received only after the effect.
-    pub fn latest_before(&self, p: &Propagation, effect: &EffectTimes, same_object: bool) -> Found {
+    pub(super) fn latest_before(
+        &self,
+        p: &Propagation,
+        effect: &EffectTimes,
+        same_object: bool,
+    ) -> Found {
         let received_first = |e: &ChangeEntry| {
             e.span != effect.span
                 && e.received <= effect.received
@@ -326,7 +331,7 @@ struct Generations {
 }
 
 impl Objects {
-    pub fn new(max_objects: u64, idle: Duration, metrics: &Arc<Metrics>) -> Self {
+    pub(super) fn new(max_objects: u64, idle: Duration, metrics: &Arc<Metrics>) -> Self {
         let evictions = CacheEvictions::new(
             metrics,
             Cache::Causes,
@@ -353,7 +358,7 @@ impl Objects {
     }
 
     /// Seconds on the clock of [`ObjectChanges::touched`].
-    pub fn now_secs(&self) -> u32 {
+    pub(super) fn now_secs(&self) -> u32 {
         self.started
             .elapsed()
             .as_secs()
@@ -362,7 +367,7 @@ impl Objects {
 
     /// Compacts the next shard when one is due (called as writes arrive, so
     /// an idle collector does no work and a busy one a little at a time).
-    pub fn maintain(&self) {
+    pub(super) fn maintain(&self) {
         self.maintain_at(self.started.elapsed().as_millis() as u64);
     }
 
@@ -396,7 +401,7 @@ impl Objects {
     /// Compacts the objects of one shard left alone since `idle_since`;
     /// returns how many were compacted. An object another thread holds is
     /// left for the next round.
-    pub fn compact_shard(&self, shard: usize, idle_since: u32) -> usize {
+    pub(super) fn compact_shard(&self, shard: usize, idle_since: u32) -> usize {
         let g = self.shards[shard].lock().unwrap_or_else(|p| p.into_inner());
         g.current
             .values()
@@ -411,7 +416,7 @@ impl Objects {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, object_hash: u64) -> Option<Changes> {
+    pub(super) fn get(&self, object_hash: u64) -> Option<Changes> {
         let mut g = self.shard(object_hash);
         if let Some(c) = g.current.get(&object_hash) {
             return Some(c.clone());
@@ -421,7 +426,7 @@ impl Objects {
         Some(c)
     }
 
-    pub fn get_or_insert(&self, object_hash: u64) -> Changes {
+    pub(super) fn get_or_insert(&self, object_hash: u64) -> Changes {
         if let Some(c) = self.get(object_hash) {
             return c;
         }
@@ -448,7 +453,7 @@ impl Objects {
         g.current.insert(object_hash, c);
     }
 
-    pub fn entry_count(&self) -> u64 {
+    pub(super) fn entry_count(&self) -> u64 {
         self.shards
             .iter()
             .map(|s| {

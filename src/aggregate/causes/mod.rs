@@ -34,7 +34,7 @@ use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, Role, RuleSet, Via};
 use entry::ResolvedWakers;
-pub use entry::{ChangeEntry, Op, PodEnd, Resolved, Revision};
+pub(crate) use entry::{ChangeEntry, Op, PodEnd, Resolved, Revision};
 use index::{Candidate, EffectTimes, ObjectChanges};
 use writers::WriterPatterns;
 
@@ -59,15 +59,15 @@ fn effect_cpid(effect: &Effect<'_>, cause: Option<WriteCpid>) -> Option<WriteCpi
 
 /// Longest wait for a cause's cascade to be known before the effect is
 /// shown under the cause alone (counted).
-pub const RESOLVE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const RESOLVE_WAIT: Duration = Duration::from_secs(10);
 
 /// Default number of objects whose recent changes are kept.
-pub const DEFAULT_CAUSE_OBJECTS: u64 = 1 << 18;
+pub(crate) const DEFAULT_CAUSE_OBJECTS: u64 = 1 << 18;
 /// How long an object's changes stay candidates after its last write.
-pub const CAUSE_IDLE: Duration = Duration::from_secs(15 * 60);
+pub(crate) const CAUSE_IDLE: Duration = Duration::from_secs(15 * 60);
 
 /// A write whose cause is sought.
-pub struct Effect<'a> {
+pub(crate) struct Effect<'a> {
     pub object: &'a ObjectRef,
     pub span: SpanRef,
     /// Its place in arrival order ([`CauseIndex::next_arrival`]): its own
@@ -97,7 +97,7 @@ pub struct Effect<'a> {
 
 /// What was inferred for one write.
 #[derive(Clone, Debug)]
-pub struct Inference {
+pub(crate) struct Inference {
     pub role: CascadeRole,
     pub cause: Option<Cause>,
     pub root: SpanRef,
@@ -111,7 +111,7 @@ pub struct Inference {
     pub cause_logged_after: bool,
 }
 
-pub struct CauseIndex {
+pub(crate) struct CauseIndex {
     objects: index::Objects,
     /// The last place in arrival order given out.
     arrivals: std::sync::atomic::AtomicU64,
@@ -144,7 +144,7 @@ pub struct CauseIndex {
 const MAX_CREATED_CPIDS: usize = 1 << 14;
 
 impl CauseIndex {
-    pub fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
+    pub(crate) fn new(rules: &RuleSet, max_objects: u64, metrics: &Arc<Metrics>) -> Self {
         Self {
             objects: index::Objects::new(max_objects, CAUSE_IDLE, metrics),
             arrivals: Default::default(),
@@ -160,7 +160,7 @@ impl CauseIndex {
     }
 
     /// Keeps the CPID a create gave its object until the create is resolved.
-    pub fn note_own_cpid(&self, entry: &ChangeEntry, cpid: WriteCpid) {
+    pub(crate) fn note_own_cpid(&self, entry: &ChangeEntry, cpid: WriteCpid) {
         let mut m = self.created_cpids.lock().unwrap_or_else(|p| p.into_inner());
         m.insert(entry.arrival, cpid);
         if m.len() > MAX_CREATED_CPIDS {
@@ -211,7 +211,7 @@ impl CauseIndex {
     /// Keeps the dispatcher's entry of a write for the shard that processes
     /// it ([`Self::take_noted`]) until that shard has done so
     /// ([`Self::settle`]).
-    pub fn hand_to_shard(&self, entry: &Arc<ChangeEntry>) {
+    pub(crate) fn hand_to_shard(&self, entry: &Arc<ChangeEntry>) {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         in_flight.insert(entry.arrival, entry.clone());
         self.metrics
@@ -220,7 +220,7 @@ impl CauseIndex {
     }
 
     /// The entry the dispatcher noted for the write that arrived `arrival`-th.
-    pub fn take_noted(&self, arrival: u64) -> Option<Arc<ChangeEntry>> {
+    pub(crate) fn take_noted(&self, arrival: u64) -> Option<Arc<ChangeEntry>> {
         self.in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -232,7 +232,7 @@ impl CauseIndex {
     /// it ended: its entry leaves the writes in flight, and if its cascade
     /// was never inferred (its processing failed) the write stands for its
     /// own, so that no effect waits for it longer.
-    pub fn settle(&self, arrival: u64) {
+    pub(crate) fn settle(&self, arrival: u64) {
         if arrival == 0 {
             return;
         }
@@ -285,7 +285,7 @@ impl CauseIndex {
 
     /// Compacts every object of the index as if it had been idle long enough.
     #[cfg(test)]
-    pub fn compact_all_now(&self) -> usize {
+    pub(crate) fn compact_all_now(&self) -> usize {
         (0..index::SHARDS)
             .map(|shard| self.objects.compact_shard(shard, u32::MAX - 1))
             .sum()
@@ -294,7 +294,7 @@ impl CauseIndex {
     /// The next place in arrival order (from 1), for a write that is not
     /// recorded as a candidate cause but has a cause of its own (a refused
     /// write).
-    pub fn next_arrival(&self) -> u64 {
+    pub(crate) fn next_arrival(&self) -> u64 {
         self.arrivals
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1
@@ -304,7 +304,7 @@ impl CauseIndex {
     /// it again for writes that did not come through the dispatcher); true
     /// when this call recorded it.
     #[allow(clippy::too_many_arguments)]
-    pub fn note_arrival(
+    pub(crate) fn note_arrival(
         &self,
         object: &ObjectRef,
         span: SpanRef,
@@ -357,7 +357,7 @@ impl CauseIndex {
 
     /// Registers the relations `holder` has, on the other side, so that an
     /// effect on a target finds its holders (the ReplicaSet finds its Pods).
-    pub fn register_relations(&self, holder: &ObjectRef, relations: &[(Relation, String)]) {
+    pub(crate) fn register_relations(&self, holder: &ObjectRef, relations: &[(Relation, String)]) {
         for (rel, _) in relations {
             if !self.propagates(&rel.class) {
                 continue;
@@ -385,7 +385,7 @@ impl CauseIndex {
     /// (the relation that explains it may be one of theirs: the selector of
     /// a StatefulSet created 16 ms before its first claim), then looks again
     /// with the relations `relations_now` finds then.
-    pub async fn infer(
+    pub(crate) async fn infer(
         &self,
         effect: &Effect<'_>,
         relations: &[(Relation, String)],
@@ -671,7 +671,7 @@ impl CauseIndex {
         (best, later_only)
     }
 
-    pub fn entry_count(&self) -> u64 {
+    pub(crate) fn entry_count(&self) -> u64 {
         self.objects.entry_count()
     }
 }

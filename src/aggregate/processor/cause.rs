@@ -43,7 +43,7 @@ pub(super) struct CauseInferrer {
 
 impl<'a> Write<'a> {
     /// An audit write of `object` shown by the span `span`.
-    pub fn audit(
+    pub(super) fn audit(
         ev: &'a crate::pipeline::AuditEvent,
         object: &'a ObjectRef,
         span: SpanRef,

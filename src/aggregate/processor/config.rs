@@ -37,7 +37,7 @@ pub struct ProcessorConfig {
 
 /// The ledger's default size: ≈ 80 MiB when full, which takes ≈ 440 writes
 /// per second sustained over its 10 minutes.
-pub const DEFAULT_LEDGER_ENTRIES: u64 = 1 << 18;
+pub(crate) const DEFAULT_LEDGER_ENTRIES: u64 = 1 << 18;
 
 impl Default for ProcessorConfig {
     fn default() -> Self {

@@ -39,7 +39,7 @@ impl AppliedWrite {
     /// Sets the version before the write and whether its state is kept,
     /// from the new version and `watch_old_rv` (the version before, as the
     /// list-watch saw it; empty if unknown).
-    pub fn settle_versions(&mut self, ev: &AuditEvent, watch_old_rv: &str) {
+    pub(super) fn settle_versions(&mut self, ev: &AuditEvent, watch_old_rv: &str) {
         let last_rv = self.old.as_deref().map(resource_version).unwrap_or("");
         self.old_rv = state::old_resource_version(ev, watch_old_rv, last_rv, &self.new_rv);
         self.keeps_state =
@@ -107,14 +107,14 @@ pub(super) enum NewState<'a> {
 }
 
 impl<'a> NewState<'a> {
-    pub fn value(self) -> &'a Value {
+    pub(super) fn value(self) -> &'a Value {
         match self {
             NewState::Shared(v) => v,
             NewState::Borrowed(v) => v,
         }
     }
 
-    pub fn shared(self) -> Arc<Value> {
+    pub(super) fn shared(self) -> Arc<Value> {
         match self {
             NewState::Shared(v) => Arc::clone(v),
             NewState::Borrowed(v) => Arc::new(v.clone()),

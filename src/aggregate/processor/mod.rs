@@ -27,10 +27,11 @@ mod state;
 mod test_support;
 mod watch;
 
-pub use config::{DEFAULT_LEDGER_ENTRIES, ProcessorConfig};
-pub use error::ProcessError;
-pub use flow::Emission;
-pub use parsed::ParsedResponse;
+pub(crate) use config::DEFAULT_LEDGER_ENTRIES;
+pub use config::ProcessorConfig;
+pub(crate) use error::ProcessError;
+pub(crate) use flow::Emission;
+pub(crate) use parsed::ParsedResponse;
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -102,7 +102,7 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(max_entries: u64, wait: Duration, metrics: &Arc<Metrics>) -> Self {
+    pub(super) fn new(max_entries: u64, wait: Duration, metrics: &Arc<Metrics>) -> Self {
         let evictions = CacheEvictions::new(
             metrics,
             Cache::Ledger,
@@ -123,7 +123,7 @@ impl Ledger {
     }
 
     /// Watch changes waiting for their audit event.
-    pub fn pending(&self) -> usize {
+    pub(super) fn pending(&self) -> usize {
         self.pending.lock().map(|q| q.len()).unwrap_or(0)
     }
 
@@ -188,7 +188,7 @@ impl Ledger {
     /// Files the watch's diff of a write under its version key and its
     /// aliases, to wait for the audit event; `None` when that event showed
     /// the write already.
-    pub fn file(
+    pub(super) fn file(
         &self,
         object_key: &str,
         version_key: u128,
@@ -221,7 +221,7 @@ impl Ledger {
         Some((entry, ledger_keys))
     }
 
-    pub fn wait(&self, p: PendingWatch) {
+    pub(super) fn wait(&self, p: PendingWatch) {
         self.pending
             .lock()
             .expect("pending watch changes")
@@ -230,7 +230,7 @@ impl Ledger {
 
     /// The next change whose wait is over (any when `all`) that no audit
     /// event has shown; it is then the watch's to show.
-    pub fn next_due(&self, now: Instant, all: bool) -> Option<PendingWatch> {
+    pub(super) fn next_due(&self, now: Instant, all: bool) -> Option<PendingWatch> {
         loop {
             let p = {
                 let mut q = self.pending.lock().expect("pending watch changes");

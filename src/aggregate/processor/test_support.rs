@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{Accepted, AuditEvent};
 use crate::span_model::{EncodedSpan, Span};
 
-pub fn fixture(scenario: &str, file: &str) -> String {
+pub(super) fn fixture(scenario: &str, file: &str) -> String {
     let path = format!(
         "{}/e2e/fixtures/{scenario}/{file}",
         env!("CARGO_MANIFEST_DIR")
@@ -24,14 +24,14 @@ pub fn fixture(scenario: &str, file: &str) -> String {
 }
 
 /// The audit events of a scenario, as logged.
-pub fn audit_values(scenario: &str) -> Vec<Value> {
+pub(super) fn audit_values(scenario: &str) -> Vec<Value> {
     fixture(scenario, "audit.log")
         .lines()
         .map(|l| serde_json::from_str(l).expect("an audit event"))
         .collect()
 }
 
-pub fn parse(v: &Value) -> AuditEvent {
+pub(super) fn parse(v: &Value) -> AuditEvent {
     // Timestamps are read borrowed: from text, not from a `Value`.
     let ev: AuditEvent = sonic_rs::from_str(&v.to_string()).expect("an audit event");
     ev.validate().expect("a valid audit event");
@@ -40,7 +40,7 @@ pub fn parse(v: &Value) -> AuditEvent {
 
 /// The event with its object resolved, as the source accepts it; `None`
 /// for what names no object.
-pub fn accepted(v: &Value) -> Option<Accepted> {
+pub(super) fn accepted(v: &Value) -> Option<Accepted> {
     let event = parse(v);
     let (object, uid) = event.object("c").expect("within bounds")?;
     Some(Accepted {
@@ -56,13 +56,15 @@ pub fn accepted(v: &Value) -> Option<Accepted> {
 
 /// A processor with the default configuration and rules found in the
 /// repository, its spans sent to the returned receiver.
-pub fn processor(cfg: ProcessorConfig) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
+pub(super) fn processor(
+    cfg: ProcessorConfig,
+) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
     processor_redacting(cfg, Redactor::new(None))
 }
 
 /// [`processor`] with `redactor` (processors that must redact alike share
 /// one: its markers are keyed by a seed of its own).
-pub fn processor_redacting(
+pub(super) fn processor_redacting(
     cfg: ProcessorConfig,
     redactor: Redactor,
 ) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
@@ -82,7 +84,7 @@ pub fn processor_redacting(
 }
 
 /// The rules found in the repository (`rules/`).
-pub fn repository_rules() -> RuleSet {
+pub(super) fn repository_rules() -> RuleSet {
     RuleSet::load_dir(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/rules"
@@ -92,7 +94,7 @@ pub fn repository_rules() -> RuleSet {
 
 /// The change records a sink was handed.
 #[derive(Default)]
-pub struct Records(pub std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+pub(super) struct Records(pub std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
 
 impl crate::pipeline::ChangeSink for Records {
     fn record(&self, change: &crate::pipeline::ChangeRecord) {
@@ -101,7 +103,7 @@ impl crate::pipeline::ChangeSink for Records {
 }
 
 /// The spans sent so far.
-pub fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
+pub(super) fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
     let mut out = Vec::new();
     while let Ok(s) = rx.try_recv() {
         out.push(s.decode());
@@ -109,7 +111,7 @@ pub fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
     out
 }
 
-pub fn attr(s: &Span, key: &str) -> Option<String> {
+pub(super) fn attr(s: &Span, key: &str) -> Option<String> {
     use opentelemetry_proto::tonic::common::v1::any_value;
     s.attributes
         .iter()

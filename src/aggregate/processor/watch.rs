@@ -19,7 +19,7 @@ use crate::span_model::{self, SpanBuf};
 
 impl<'a> Write<'a> {
     /// A change only the list-watch saw, shown by the span `span`.
-    pub fn watched(
+    pub(super) fn watched(
         p: &'a super::reconcile::PendingWatch,
         span: SpanRef,
         arrival: u64,

@@ -16,7 +16,7 @@ use crate::json::{JsonValueTrait as _, Value, ValueRef};
 
 /// Values kept for one object: the longest (the most telling) when it hid
 /// more (a Secret with hundreds of keys).
-pub const MAX_VALUES: usize = 64;
+pub(crate) const MAX_VALUES: usize = 64;
 
 /// Base of the rolling hash (odd, so every power is invertible mod 2^64).
 const BASE: u64 = 0x0100_0000_01b3;

@@ -34,10 +34,11 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 mod hidden;
 mod paths;
 
+pub(crate) use hidden::HiddenValues;
 use hidden::Sink;
-pub use hidden::{HiddenValues, MAX_VALUES as MAX_HIDDEN_VALUES};
 
-pub use paths::{Backwards, PathCursor, PathPattern};
+pub use paths::PathPattern;
+pub(crate) use paths::{Backwards, PathCursor};
 
 use std::ops::Range;
 
@@ -48,7 +49,7 @@ use super::diff::{FieldSegment, list_item_key, push_item_label};
 pub const MARKER_PREFIX: &str = "<redacted:";
 
 /// Annotation that holds a client-side applied copy of the whole object.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Annotations in which tools keep a copy of the object as applied. One that
 /// cannot be read as a JSON object is replaced whole.
@@ -65,7 +66,7 @@ const COPY_ANNOTATIONS: &[&str] = &[
 const MAX_COPY_DEPTH: u32 = 4;
 
 /// Values this short are not scrubbed from messages ([`Redactor::scrub`]).
-pub const MIN_SCRUBBED_BYTES: usize = 4;
+pub(crate) const MIN_SCRUBBED_BYTES: usize = 4;
 
 /// Default extra redaction: env var values whose names look like credentials.
 pub const DEFAULT_REDACT_PATHS: &str =

@@ -11,9 +11,9 @@ mod selector;
 mod spec;
 mod timer;
 
-pub use propagation::{ChangeClass, Propagation, Via};
-pub use selector::{LabelSelector, labels_of};
-pub use timer::Timer;
+pub(crate) use propagation::{ChangeClass, Propagation, Via};
+pub(crate) use selector::{LabelSelector, labels_of};
+pub(crate) use timer::Timer;
 
 use finder::Finder;
 use spec::RuleFile;
@@ -242,7 +242,7 @@ fn parse_file(source: &str, text: &str) -> Result<RuleFile, RuleError> {
 }
 
 /// `(source, text)` of every `*.yaml`/`*.yml` file of `dir`, in name order.
-pub fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, Vec<RuleError>> {
+pub(crate) fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, Vec<RuleError>> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         vec![RuleError {
             location: dir.display().to_string(),

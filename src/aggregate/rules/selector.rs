@@ -53,7 +53,7 @@ impl LabelSelector {
 
 /// An object's labels (`metadata.labels`; values that are not strings left
 /// out); `None` when it has none.
-pub fn labels_of(state: &Value) -> Option<BTreeMap<String, String>> {
+pub(crate) fn labels_of(state: &Value) -> Option<BTreeMap<String, String>> {
     let m = crate::json::pointer(state, "/metadata/labels")?.as_object()?;
     Some(
         m.iter()

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 
 use crate::model::ObjectWindow;
 
-pub use crate::coordination::etcd::{EtcdConfigError, EtcdTls};
+pub use crate::coordination::etcd::EtcdTls;
 pub use etcd::{EtcdConfig, EtcdSpanCache, etcd_key};
 pub use local::LocalSpanCache;
 

@@ -44,11 +44,11 @@ use workloads::{daemon_set, deployment, job, replica_set, stateful_set};
 /// Longest message, in bytes (scheduler messages on large clusters run long;
 /// the span shows the start; nothing is lost, the whole condition is in the
 /// object's diff or snapshot and usually in an Event).
-pub const MAX_MESSAGE_BYTES: usize = 400;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 400;
 
 /// kstatus's statuses an object can have after a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Reconciled: what the spec asks for is there.
     Current,
     /// Not yet: a rollout under way, a Pod starting, a generation not yet seen
@@ -63,7 +63,7 @@ pub enum Status {
 
 impl Status {
     /// The value of the `object.status` attribute.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Current => "Current",
             Status::InProgress => "InProgress",
@@ -74,7 +74,7 @@ impl Status {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectStatus {
+pub(crate) struct ObjectStatus {
     pub status: Status,
     /// Short and human, at most [`MAX_MESSAGE_BYTES`] (cut with `…`), on one
     /// line.
@@ -127,7 +127,7 @@ fn bounded(mut s: String) -> String {
 /// The readiness of an object of `group`/`resource` (kascade's identity,
 /// present also where a listed object lacks `kind`) in `state`, or `None`
 /// when its state says nothing about readiness.
-pub fn object_status(group: &str, resource: &str, state: &Value) -> Option<ObjectStatus> {
+pub(crate) fn object_status(group: &str, resource: &str, state: &Value) -> Option<ObjectStatus> {
     if !state.is_object() {
         return None;
     }
@@ -319,7 +319,7 @@ const NAMESPACE_DELETION_HOLDS: [&str; 5] = [
 /// Whether a `Terminating` status message (as [`object_status`] words it)
 /// says something holds the deletion: finalizers, or a namespace's content.
 /// A graceful deletion in progress holds nothing.
-pub fn deletion_is_held(message: &str) -> bool {
+pub(crate) fn deletion_is_held(message: &str) -> bool {
     message.contains(WAITING_FOR_FINALIZERS) || message.contains(HELD_BY)
 }
 

@@ -6,7 +6,7 @@ use sonic_rs::json;
 
 use super::{Status, object_status};
 
-pub fn fixture(scenario: &str, file: &str) -> String {
+pub(super) fn fixture(scenario: &str, file: &str) -> String {
     let path = format!(
         "{}/e2e/fixtures/{scenario}/{file}",
         env!("CARGO_MANIFEST_DIR")
@@ -16,7 +16,7 @@ pub fn fixture(scenario: &str, file: &str) -> String {
 
 /// The states the apiserver answered writes of one object with, in
 /// order (a `Scale` or `Status` answer is not the object).
-pub fn responses(scenario: &str, resource: &str, name: &str) -> Vec<Value> {
+pub(super) fn responses(scenario: &str, resource: &str, name: &str) -> Vec<Value> {
     fixture(scenario, "audit.log")
         .lines()
         .map(|l| crate::json::parse(l).unwrap())
@@ -27,7 +27,7 @@ pub fn responses(scenario: &str, resource: &str, name: &str) -> Vec<Value> {
 }
 
 /// `(watch event type, object)` of one object in a captured watch stream.
-pub fn watched(scenario: &str, stream: &str, name: &str) -> Vec<(String, Value)> {
+pub(super) fn watched(scenario: &str, stream: &str, name: &str) -> Vec<(String, Value)> {
     fixture(scenario, &format!("watch/{stream}.jsonl"))
         .lines()
         .map(|l| crate::json::parse(l).unwrap())
@@ -41,28 +41,28 @@ pub fn watched(scenario: &str, stream: &str, name: &str) -> Vec<(String, Value)>
         .collect()
 }
 
-pub fn status_of(group: &str, resource: &str, state: &Value) -> (Status, String) {
+pub(super) fn status_of(group: &str, resource: &str, state: &Value) -> (Status, String) {
     let s = object_status(group, resource, state)
         .unwrap_or_else(|| panic!("no status for {resource} {state}"));
     (s.status, s.message)
 }
 
-pub fn ip(message: &str) -> (Status, String) {
+pub(super) fn ip(message: &str) -> (Status, String) {
     (Status::InProgress, message.to_string())
 }
 
-pub fn cur(message: &str) -> (Status, String) {
+pub(super) fn cur(message: &str) -> (Status, String) {
     (Status::Current, message.to_string())
 }
 
-pub fn int(v: &Value, pointer: &str) -> i64 {
+pub(super) fn int(v: &Value, pointer: &str) -> i64 {
     crate::json::pointer(v, pointer)
         .and_then(Value::as_i64)
         .unwrap_or(0)
 }
 
 /// The message of `kind` condition in `state`, as the controller wrote it.
-pub fn condition_message(state: &Value, kind: &str) -> String {
+pub(super) fn condition_message(state: &Value, kind: &str) -> String {
     state["status"]["conditions"]
         .as_array()
         .unwrap()
@@ -77,6 +77,6 @@ pub fn condition_message(state: &Value, kind: &str) -> String {
 // States the captured scenarios do not reach, on small hand-made objects
 // (only the fields the rules read, shaped as the controllers write them).
 
-pub fn pod_with(status: Value) -> Value {
+pub(super) fn pod_with(status: Value) -> Value {
     json!({"metadata": {"name": "p", "generation": 1}, "spec": {"nodeName": "n1"}, "status": status})
 }

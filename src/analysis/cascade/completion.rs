@@ -89,7 +89,7 @@ pub(crate) fn counts(c: &ChangeRecord) -> bool {
 
 /// Whether the object is settled after `c`; `terminal_pod`: the object is a
 /// Pod known to be in a terminal phase.
-pub fn settles(c: &ChangeRecord, terminal_pod: bool) -> bool {
+pub(crate) fn settles(c: &ChangeRecord, terminal_pod: bool) -> bool {
     if c.deleted {
         return true;
     }

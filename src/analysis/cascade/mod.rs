@@ -16,11 +16,14 @@ use std::time::{Duration, SystemTime};
 
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
-pub use completion::{Completion, Waiting, settles};
+pub use completion::Completion;
+pub(crate) use completion::Waiting;
 pub(crate) use completion::{Settling, counts};
-pub use retry::{Attempt, Retries, attempts};
-pub use text::{InPart, format_duration, render_text, render_text_in_part};
-pub use tracker::{CascadeTracker, TrackerConfig};
+pub(crate) use retry::{Attempt, Retries};
+pub use text::format_duration;
+pub use text::render_text;
+pub(crate) use text::{InPart, render_text_in_part};
+pub(crate) use tracker::{CascadeTracker, TrackerConfig};
 
 /// One cascade: its changes as a tree, root first.
 #[derive(Clone, Debug)]
@@ -88,7 +91,7 @@ impl Cascade {
 
 /// Whether a write was refused in a way its writer does not expect (as
 /// `crate::judgement` judges refusals): shown in error.
-pub fn write_failed(ch: &ChangeRecord) -> bool {
+pub(crate) fn write_failed(ch: &ChangeRecord) -> bool {
     let message = ch.failure.as_deref().unwrap_or_default();
     ch.code >= 400 && crate::judgement::Refusal::of(ch.code, &ch.verb, message, false).is_error()
 }
@@ -117,7 +120,7 @@ pub fn change_name(c: &ChangeRecord) -> String {
 /// `namespace/name`, other `system:` identities without the prefix
 /// (`kube-scheduler`, `node:worker-1`); anyone else as is. The full name
 /// stays in the `audit.user` tag.
-pub fn short_writer(user: &str) -> &str {
+pub(crate) fn short_writer(user: &str) -> &str {
     if let Some(sa) = user.strip_prefix("system:serviceaccount:") {
         return match sa.split_once(':') {
             Some(("kube-system", name)) => name,
@@ -131,7 +134,7 @@ pub fn short_writer(user: &str) -> &str {
 }
 
 /// `name` with its leading writer `user` shortened ([`short_writer`]).
-pub fn with_short_writer(name: &str, user: &str) -> String {
+pub(crate) fn with_short_writer(name: &str, user: &str) -> String {
     match name.strip_prefix(user) {
         Some(rest) if !user.is_empty() && rest.starts_with(' ') => {
             format!("{}{rest}", short_writer(user))
@@ -141,7 +144,7 @@ pub fn with_short_writer(name: &str, user: &str) -> String {
 }
 
 /// `<resource> <ns>/<name>` (`<resource> <name>` when cluster-scoped).
-pub fn object_name(o: &crate::model::ObjectRef) -> String {
+pub(crate) fn object_name(o: &crate::model::ObjectRef) -> String {
     if o.namespace.is_empty() {
         format!("{} {}", o.resource, o.name)
     } else {
@@ -167,7 +170,7 @@ pub fn build(changes: impl IntoIterator<Item = ChangeRecord>) -> Vec<Cascade> {
 /// A cascade whose every unsettled object is such an object (or one of
 /// `changes`' own) is [`Completion::NotKnown`], not waiting: what settled
 /// it sits in a cascade of its own, whose place in time is not known.
-pub fn build_with_early_writes(
+pub(crate) fn build_with_early_writes(
     changes: impl IntoIterator<Item = ChangeRecord>,
     early: &HashSet<crate::model::ObjectRef>,
 ) -> Vec<Cascade> {
@@ -269,7 +272,7 @@ fn settle_removed(c: &mut Cascade, removed: &HashMap<crate::model::ObjectRef, Sy
 /// ([`ChangeRecord::cause_logged_after`]: two apiservers' clocks disagree,
 /// or the input is out of order), and every object written in a cascade
 /// such a write roots.
-pub fn early_objects(changes: &[ChangeRecord]) -> HashSet<crate::model::ObjectRef> {
+pub(crate) fn early_objects(changes: &[ChangeRecord]) -> HashSet<crate::model::ObjectRef> {
     let roots: HashSet<SpanRef> = changes
         .iter()
         .filter(|c| c.cause_logged_after)
@@ -283,7 +286,7 @@ pub fn early_objects(changes: &[ChangeRecord]) -> HashSet<crate::model::ObjectRe
 }
 
 /// What a [`Completion::NotKnown`] says, for people.
-pub fn not_known_text(w: &[Waiting]) -> String {
+pub(crate) fn not_known_text(w: &[Waiting]) -> String {
     let names: Vec<String> = w.iter().take(3).map(ToString::to_string).collect();
     let more = match w.len() {
         0..=3 => String::new(),

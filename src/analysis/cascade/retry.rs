@@ -64,7 +64,7 @@ struct Open {
 /// Follows writers' refused attempts through a stream of changes (in
 /// request order) and tells each change whether it retries one.
 #[derive(Default)]
-pub struct Retries {
+pub(crate) struct Retries {
     open: HashMap<Key, Vec<Open>>,
     /// Accepted creates by generated name (writer, resource, namespace,
     /// name prefix): the first attempt of work a failure may make the
@@ -100,7 +100,7 @@ fn matches_target(open: &str, name: &str) -> bool {
 impl Retries {
     /// Judges `c`, then remembers it: a refused write opens (or continues)
     /// an attempt; an accepted one closes it.
-    pub fn observe(&mut self, c: &ChangeRecord) -> Attempt {
+    pub(crate) fn observe(&mut self, c: &ChangeRecord) -> Attempt {
         if c.user.is_empty() {
             return Attempt::First;
         }
@@ -254,7 +254,7 @@ impl Retries {
 
 /// Each change's place in its writer's attempts, for changes in request
 /// order.
-pub fn attempts<'a>(changes: impl IntoIterator<Item = &'a ChangeRecord>) -> Vec<Attempt> {
+pub(crate) fn attempts<'a>(changes: impl IntoIterator<Item = &'a ChangeRecord>) -> Vec<Attempt> {
     let mut r = Retries::default();
     changes.into_iter().map(|c| r.observe(c)).collect()
 }

@@ -6,18 +6,18 @@ use std::time::{Duration, SystemTime};
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
 
-pub fn at(ms: u64) -> SystemTime {
+pub(crate) fn at(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000) + Duration::from_millis(ms)
 }
 
-pub fn span(n: u8) -> SpanRef {
+pub(crate) fn span(n: u8) -> SpanRef {
     SpanRef {
         trace_id: [n; 16],
         span_id: [n; 8],
     }
 }
 
-pub fn obj(resource: &str, name: &str) -> ObjectRef {
+pub(crate) fn obj(resource: &str, name: &str) -> ObjectRef {
     let group = if resource == "deployments" || resource == "replicasets" {
         "apps"
     } else {
@@ -34,7 +34,7 @@ pub fn obj(resource: &str, name: &str) -> ObjectRef {
 
 /// A successful write `n` of `object` from `received` to `completed` (ms),
 /// readiness `status` (None: none), a root until `caused_by`.
-pub fn change(
+pub(crate) fn change(
     n: u8,
     object: ObjectRef,
     verb: &str,
@@ -75,7 +75,11 @@ pub fn change(
 }
 
 /// Makes `effect` an effect of `cause` along `edge`.
-pub fn caused_by(mut effect: ChangeRecord, cause: &ChangeRecord, edge: &str) -> ChangeRecord {
+pub(crate) fn caused_by(
+    mut effect: ChangeRecord,
+    cause: &ChangeRecord,
+    edge: &str,
+) -> ChangeRecord {
     effect.role = CascadeRole::Effect;
     effect.root = cause.root;
     effect.depth = cause.depth + 1;

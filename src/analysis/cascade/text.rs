@@ -30,7 +30,7 @@ fn offset(t: SystemTime, base: SystemTime) -> String {
 /// and the line standing for each level, said last under the write that
 /// caused it.
 #[derive(Debug, Clone, Default)]
-pub struct InPart {
+pub(crate) struct InPart {
     /// `hidden[i]`: change `i` (and what it caused) is not printed; empty
     /// prints every change.
     pub hidden: Vec<bool>,
@@ -47,7 +47,7 @@ pub fn render_text(cascades: &[Cascade]) -> String {
 
 /// [`render_text`], each cascade `n` printed in part as `in_part[n]` says
 /// (whole when it has none).
-pub fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
+pub(crate) fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
     let mut out = String::new();
     if cascades.len() > 1 {
         // The one that matters first: the latest that went wrong (one a

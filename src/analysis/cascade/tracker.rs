@@ -28,7 +28,7 @@ use crate::metrics::CascadeMetrics;
 use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 
 #[derive(Clone, Debug)]
-pub struct TrackerConfig {
+pub(crate) struct TrackerConfig {
     /// Open cascades kept at most.
     pub max_open: usize,
     /// A complete cascade is observed once no change of it came for this
@@ -92,9 +92,9 @@ struct State {
 /// Told of each cascade closed: the root's resource and `verb[
 /// subresource]`, and how long it took to complete, or `None` when it did
 /// not (stalled, or still incomplete at the end of the input).
-pub type CompletionListener = Arc<dyn Fn(&str, &str, Option<Duration>) + Send + Sync>;
+pub(super) type CompletionListener = Arc<dyn Fn(&str, &str, Option<Duration>) + Send + Sync>;
 
-pub struct CascadeTracker {
+pub(crate) struct CascadeTracker {
     cfg: TrackerConfig,
     metrics: Arc<CascadeMetrics>,
     state: Mutex<State>,
@@ -102,7 +102,7 @@ pub struct CascadeTracker {
 }
 
 impl CascadeTracker {
-    pub fn new(cfg: TrackerConfig, metrics: Arc<CascadeMetrics>) -> Self {
+    pub(crate) fn new(cfg: TrackerConfig, metrics: Arc<CascadeMetrics>) -> Self {
         Self {
             cfg,
             metrics,
@@ -114,24 +114,21 @@ impl CascadeTracker {
     /// Also tells `listener` of every cascade closed, complete or not
     /// (`kascade analyze` counts completion times, and the cascades that
     /// did not complete, by root kind and verb).
-    pub fn with_completion_listener(mut self, listener: CompletionListener) -> Self {
+    pub(crate) fn with_completion_listener(mut self, listener: CompletionListener) -> Self {
         self.listener = Some(listener);
         self
     }
 
-    pub fn metrics(&self) -> &Arc<CascadeMetrics> {
-        &self.metrics
-    }
-
     /// Cascades open now.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.lock().open.len()
     }
 
     /// Closes every open cascade (end of input): the complete ones are
     /// observed, quiet or not; the listener hears of the others as not
     /// complete (they are not stalled: the input ended first).
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let mut st = self.lock();
         let open: Vec<SpanRef> = st.by_activity.iter().map(|(_, r)| *r).collect();
         for root in open {

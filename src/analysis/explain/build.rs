@@ -362,7 +362,7 @@ fn to_ref(o: &ObjectName) -> ObjectRef {
 }
 
 /// The report over everything `collector` saw; `inputs` says what was read.
-pub fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
+pub(crate) fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report {
     let mut st = collector.into_state();
     let members = {
         let objects = st.objects.iter().map(|o| (&o.object, o.labels.as_ref()));

@@ -28,7 +28,7 @@ pub(super) fn changed_lines(old: Option<&Value>, new: Option<&Value>) -> Vec<Str
 /// Change lines from `(op, path, old, new)` (ops `add`, `remove`,
 /// `replace`, as diffs and `diff` span events have them), what a person
 /// reads only: status and bookkeeping left out, values cut, at most a few.
-pub fn change_lines<'a>(
+pub(crate) fn change_lines<'a>(
     changes: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
 ) -> Vec<String> {
     let interesting = |p: &str| {

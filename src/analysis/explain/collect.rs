@@ -263,7 +263,7 @@ pub(super) const SLOW_WRITE_FLOOR: std::time::Duration = std::time::Duration::fr
 /// How far a change may complete before one logged ahead of it and still
 /// count as in order: an apiserver writes its audit log in batches, close
 /// to completion order, not exactly in it.
-pub const OUT_OF_ORDER_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const OUT_OF_ORDER_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl State {
     pub(super) fn new(scope: Scope) -> Self {

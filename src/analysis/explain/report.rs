@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 /// Bumped when a field changes meaning or goes away (adding one does not).
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 pub use crate::judgement::Severity;
 

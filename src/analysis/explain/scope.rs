@@ -11,17 +11,22 @@ use crate::model::ObjectRef;
 
 /// An object named by the user: `resource/name` (`deploy/web`,
 /// `deployments.apps/web`), in [`Scope::namespace`] unless cluster-scoped.
-pub use crate::resources::ObjectArg as ObjectFilter;
+pub(crate) use crate::resources::ObjectArg as ObjectFilter;
 
 /// The scope of an explanation. `Default` is everything.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
+    /// Only this namespace (and what its objects use: nodes, volumes).
     pub namespace: Option<String>,
+    /// Only objects with these labels and what they own (`-l`): the
+    /// selector as typed, and parsed.
     pub selector: Option<(String, LabelSelector)>,
+    /// Only this object and what it caused (`--object`).
     pub object: Option<ObjectFilter>,
     /// Changes and Events outside `[from, to]` are left out; the state at
     /// `to` is what counts as "at the end".
     pub from: Option<SystemTime>,
+    /// See `from`.
     pub to: Option<SystemTime>,
 }
 

@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// A progress bar over `total` bytes, drawn only when stderr is a terminal
 /// (and not under `--quiet`).
-pub fn progress_bar(total: u64) -> ProgressBar {
+pub(super) fn progress_bar(total: u64) -> ProgressBar {
     let bar = crate::terminal::progress_bar(total);
     bar.set_style(
         ProgressStyle::with_template(
@@ -41,11 +41,11 @@ pub fn progress_bar(total: u64) -> ProgressBar {
 
 /// The name that reads standard input (`kascade explain -`), as a pipe
 /// gives it: `zcat audit.log.gz | kascade explain -`.
-pub const STDIN: &str = "-";
+pub(super) const STDIN: &str = "-";
 
 /// The total size of `files` (for the progress bar; standard input counts
 /// nothing); fails naming the first file that cannot be read.
-pub fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
+pub(super) fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
     let mut total = 0;
     for f in files.iter().filter(|f| f.as_os_str() != STDIN) {
         total += std::fs::metadata(f)
@@ -59,7 +59,7 @@ pub fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
 /// files have no line but blank ones (`lines` 0), or every line is
 /// malformed (`first_malformed` the first, as `file:line: why`). A wrong
 /// path or an empty artefact must not read as "nothing went wrong".
-pub fn no_audit_events(
+pub(super) fn no_audit_events(
     files: &[PathBuf],
     lines: u64,
     malformed: u64,
@@ -88,7 +88,7 @@ pub fn no_audit_events(
 /// Says on stderr (unless `--quiet`) how the files' clocks were corrected
 /// ([`Lines::correcting_clocks`]), for the commands whose output has no
 /// place for notes.
-pub fn print_clock_notes(st: &LinesState) {
+pub(super) fn print_clock_notes(st: &LinesState) {
     if !crate::terminal::quiet() {
         for note in st.clock_notes() {
             eprintln!("note: {note}");
@@ -99,7 +99,7 @@ pub fn print_clock_notes(st: &LinesState) {
 /// Says the malformed lines skipped on stderr: the first `max_shown` of
 /// `located` (as `file:line: why`), then how many more of `malformed` there
 /// were.
-pub fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
+pub(super) fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
     for e in located.iter().take(max_shown) {
         eprintln!("{e} (skipped)");
     }
@@ -166,6 +166,7 @@ pub struct LinesState {
     pub non_empty: u64,
     /// Lines the filter skipped.
     pub skipped: u64,
+    /// The first file that could not be read, and why.
     pub io_error: Option<anyhow::Error>,
     /// Gzipped files read only up to damage, as `file: why`.
     pub damaged: Vec<String>,
@@ -173,12 +174,13 @@ pub struct LinesState {
     /// was found off, by how much (their times are read corrected), and
     /// the writes left out of that check over its bound.
     pub clock_offsets: Vec<crate::analysis::clocks::ClockOffset>,
+    /// Writes the clock check left out, over its bound.
     pub clock_writes_dropped: u64,
 }
 
 impl LinesState {
     /// What the report says of the clock correction, one note per file
-    /// corrected (see [`clocks::describe`](crate::analysis::clocks::describe)).
+    /// corrected.
     pub fn clock_notes(&self) -> Vec<String> {
         let names: Vec<String> = self.files.iter().map(|f| f.display().to_string()).collect();
         let mut notes: Vec<String> = self
@@ -265,6 +267,8 @@ fn string_field<'a>(line: &'a [u8], key: &Key) -> Option<&'a [u8]> {
 }
 
 impl Lines {
+    /// Reads `files` (gzipped or not; `-` is standard input) merged by
+    /// time, advancing `bar` by bytes read and keeping counts in `shared`.
     pub fn new(files: Vec<PathBuf>, bar: ProgressBar, shared: Arc<Mutex<LinesState>>) -> Self {
         let single = files.len() <= 1;
         // Popped from the end: the oldest last.
@@ -309,13 +313,12 @@ impl Lines {
 
     /// Several apiservers' logs read by one clock: before the first line,
     /// a first pass over the files measures how far each one's apiserver
-    /// clock is from the first's (by etcd's revision order, see
-    /// [`crate::analysis::clocks`]; the first is the one whose first event
+    /// clock is from the first's (by etcd's revision order; the first is the one whose first event
     /// is oldest), and each file found off is then read
     /// with its audit times (`requestReceivedTimestamp`, `stageTimestamp`)
     /// corrected by that much, merged in that order, and said in
     /// [`LinesState::clock_notes`]. Offsets under
-    /// [`NOTICEABLE`](crate::analysis::clocks::NOTICEABLE) are not
+    /// 100 ms are not
     /// measured, nor files that wrote no object in common (several
     /// clusters' logs). Nothing is done for one file, or when one of the files is
     /// standard input, which can be read only once.
@@ -599,7 +602,7 @@ fn first_time(path: &std::path::Path) -> Option<String> {
 /// Rotated logs in time order (oldest first, by each file's first event),
 /// whatever order they were given in; says when it reordered them. RFC
 /// 3339 timestamps in UTC compare as text.
-pub fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
+pub(super) fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String>) {
     let mut keyed: Vec<(Option<String>, usize, PathBuf)> = files
         .into_iter()
         .enumerate()

@@ -37,7 +37,7 @@ use crate::coordination::etcd::proto::etcdserverpb::{
 use crate::coordination::etcd::{EtcdClient, EtcdError, LeaseKeeper};
 
 /// How long a role outlives its holder's last renewal.
-pub const ROLE_TTL: Duration = Duration::from_secs(15);
+pub(crate) const ROLE_TTL: Duration = Duration::from_secs(15);
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);

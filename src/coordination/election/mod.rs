@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use etcd::{EtcdElection, ROLE_TTL};
+pub use etcd::EtcdElection;
 
 /// Whether this replica holds a role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub trait RoleElection: Send + Sync {
 
 /// One replica alone: it holds every role.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SingleReplica;
+pub(crate) struct SingleReplica;
 
 impl RoleElection for SingleReplica {
     fn campaign(&self, _role: &str) -> Campaign {
@@ -82,7 +82,7 @@ impl RoleElection for SingleReplica {
 
 impl SingleReplica {
     /// As the shared trait object the watchers take.
-    pub fn shared() -> Arc<dyn RoleElection> {
+    pub(crate) fn shared() -> Arc<dyn RoleElection> {
         Arc::new(SingleReplica)
     }
 }

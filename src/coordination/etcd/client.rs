@@ -37,7 +37,7 @@ pub struct EtcdClientConfig {
 
 /// A request stream of a bidirectional call: what is sent on it reaches
 /// etcd in order; dropping it ends the call.
-pub type RequestSender<T> = futures::channel::mpsc::UnboundedSender<T>;
+pub(crate) type RequestSender<T> = futures::channel::mpsc::UnboundedSender<T>;
 
 struct Member {
     url: String,

@@ -16,7 +16,7 @@ use super::proto::etcdserverpb::LeaseKeepAliveRequest;
 /// Renews a lease every third of its TTL, in the background, until dropped.
 /// If etcd cannot be reached the keeper keeps trying (the lease may well
 /// survive a short outage); only etcd saying the lease is gone ends it.
-pub struct LeaseKeeper {
+pub(crate) struct LeaseKeeper {
     id: i64,
     lost: watch::Receiver<bool>,
     task: JoinHandle<()>,
@@ -24,7 +24,7 @@ pub struct LeaseKeeper {
 
 impl LeaseKeeper {
     /// Starts renewing lease `id` of `ttl`; each renewal is given `timeout`.
-    pub fn start(client: EtcdClient, id: i64, ttl: Duration, timeout: Duration) -> Self {
+    pub(crate) fn start(client: EtcdClient, id: i64, ttl: Duration, timeout: Duration) -> Self {
         let (tx, lost) = watch::channel(false);
         let every = (ttl / 3).max(Duration::from_millis(100));
         let task = tokio::spawn(
@@ -37,12 +37,12 @@ impl LeaseKeeper {
         Self { id, lost, task }
     }
 
-    pub fn id(&self) -> i64 {
+    pub(crate) fn id(&self) -> i64 {
         self.id
     }
 
     /// Resolves once etcd has said the lease no longer exists.
-    pub async fn lost(&mut self) {
+    pub(crate) async fn lost(&mut self) {
         // An error means the keeper task ended, which it does only when lost.
         let _ = self.lost.wait_for(|lost| *lost).await;
     }

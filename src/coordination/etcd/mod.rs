@@ -14,7 +14,8 @@ mod lease;
 pub mod proto;
 mod tls;
 
-pub use client::{EtcdClient, EtcdClientConfig, RequestSender};
-pub use error::{EtcdConfigError, EtcdError};
-pub use lease::LeaseKeeper;
+pub use client::EtcdClient;
+pub(crate) use client::EtcdClientConfig;
+pub(crate) use error::{EtcdConfigError, EtcdError};
+pub(crate) use lease::LeaseKeeper;
 pub use tls::EtcdTls;

@@ -9,11 +9,9 @@ mod otlp;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use error::{ConfigError, ValueError};
-pub use otlp::{
-    Compression, DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT, DEFAULT_TIMEOUT, OtlpConfig,
-    OtlpFlags, parse_otel_headers, resolve,
-};
+pub(crate) use error::ConfigError;
+pub(crate) use otlp::Compression;
+pub(crate) use otlp::{OtlpConfig, OtlpFlags, resolve};
 
 use super::{
     DEFAULT_MAX_BATCH_BYTES, DEFAULT_OUTPUT_QUEUE_BATCHES, ExportConfig, MIN_MAX_BATCH_BYTES,
@@ -27,8 +25,7 @@ use super::{
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use kascade::export::OutputSpec;
-/// use kascade::export::config::ExportSettings;
+/// use kascade::app::{ExportSettings, OutputSpec};
 ///
 /// let settings = ExportSettings::default()
 ///     .output(OutputSpec::OtlpJson("spans.jsonl".into()))
@@ -36,7 +33,7 @@ use super::{
 ///     .batch_size(512)
 ///     .retry_for(Duration::from_secs(60));
 /// let config = settings.resolve()?;
-/// # Ok::<(), kascade::export::config::ConfigError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExportSettings {
@@ -44,15 +41,20 @@ pub struct ExportSettings {
     pub outputs: Vec<OutputSpec>,
     /// OTLP endpoint, `http://` or `https://`.
     pub otlp_endpoint: Option<String>,
+    /// gRPC or HTTP with protobuf bodies.
     pub otlp_protocol: Option<OtlpProtocol>,
     /// Added to (and replacing) the headers of the environment. Often
     /// credentials.
     pub otlp_headers: Vec<(String, String)>,
+    /// Longest one export request may take.
     pub otlp_timeout: Option<Duration>,
+    /// gzip or none.
     pub otlp_compression: Option<Compression>,
     /// CA certificates trusted for an `https://` endpoint instead of the system's.
     pub otlp_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS with the endpoint.
     pub otlp_client_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `otlp_client_cert_file`.
     pub otlp_client_key_file: Option<PathBuf>,
     /// Most spans per export request.
     pub batch_size: usize,
@@ -205,6 +207,7 @@ impl ExportSettings {
 
 #[cfg(test)]
 mod tests {
+    use super::otlp::DEFAULT_GRPC_ENDPOINT;
     use super::*;
 
     #[test]

@@ -70,9 +70,9 @@ pub struct OtlpFlags<'a> {
     pub client_key_file: Option<&'a Path>,
 }
 
-pub const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
-pub const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
+pub(crate) const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const TRACES_PATH: &str = "/v1/traces";
 
 /// A setting from the environment: the traces-specific variable, else the
@@ -92,7 +92,7 @@ fn otel_env(env: &dyn Fn(&str) -> Option<String>, suffix: &str) -> Option<(Strin
 }
 
 /// Resolves the OTLP settings from `flags` and the environment `env`.
-pub fn resolve(
+pub(crate) fn resolve(
     flags: &OtlpFlags<'_>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<OtlpConfig, ConfigError> {
@@ -254,7 +254,7 @@ fn parse_otel_protocol(v: &str) -> Result<OtlpProtocol, ValueError> {
 /// `key1=value1,key2=value2` with percent-encoded values (W3C Baggage
 /// format, as the OpenTelemetry specification says). Errors name the item,
 /// never the value: values are often credentials.
-pub fn parse_otel_headers(v: &str) -> Result<Vec<(String, String)>, ValueError> {
+pub(crate) fn parse_otel_headers(v: &str) -> Result<Vec<(String, String)>, ValueError> {
     let mut out: Vec<(String, String)> = Vec::new();
     for (i, item) in v.split(',').enumerate() {
         if item.trim().is_empty() {

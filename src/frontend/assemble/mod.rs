@@ -21,8 +21,10 @@ mod scope;
 use finish::{
     child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
 };
-pub use repeats::{REPEATED, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL, is_fold_note};
-pub use scope::{DEFAULT_MAX_TRACE_BYTES, DEFAULT_SHARED_CLASSES, Limits, SET_UP_CLASSES, Scope};
+pub(crate) use repeats::{REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL, is_fold_note};
+pub use scope::Limits;
+pub use scope::Scope;
+pub(crate) use scope::{DEFAULT_SHARED_CLASSES, SET_UP_CLASSES};
 
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -93,7 +95,7 @@ pub struct Clip {
 }
 
 /// The raw trace ids of `object`'s windows in the clip.
-pub fn window_ids(object: &ObjectRef, clip: &Clip) -> Vec<TraceIdBytes> {
+pub(crate) fn window_ids(object: &ObjectRef, clip: &Clip) -> Vec<TraceIdBytes> {
     let hash = object.hash();
     clip.windows
         .iter()
@@ -128,7 +130,7 @@ pub struct Assembler<S> {
 
 /// Held by a wide assembly until its trace is rendered and encoded (the
 /// caller drops it then): another wide assembly waits for it.
-pub type WidePermit = tokio::sync::OwnedSemaphorePermit;
+pub(crate) type WidePermit = tokio::sync::OwnedSemaphorePermit;
 
 impl<S: RawStore> Assembler<S> {
     pub fn new(store: Arc<S>, limits: Limits, metrics: Arc<FrontendMetrics>) -> Self {

@@ -9,13 +9,13 @@ use crate::frontend::raw::{int_attr, string_attr};
 use crate::span_model::{attr, kv, kv_int};
 
 /// Attributes of an Event entry its later repeats were folded into.
-pub const REPEATED: &str = "repeated";
+pub(crate) const REPEATED: &str = "repeated";
 /// How many later occurrences were folded.
-pub const REPEATED_TIMES: &str = "repeated.times";
+pub(crate) const REPEATED_TIMES: &str = "repeated.times";
 /// When the last of them came (RFC 3339).
-pub const REPEATED_UNTIL: &str = "repeated.until";
+pub(crate) const REPEATED_UNTIL: &str = "repeated.until";
 /// The Event's count at the last of them, when it has one.
-pub const REPEATED_COUNT: &str = "repeated.count";
+pub(crate) const REPEATED_COUNT: &str = "repeated.count";
 
 /// Folds, in every object of `asm`, each Event that comes after the last
 /// write of the tree proper (not shared objects) and repeats one already
@@ -54,7 +54,7 @@ pub(super) fn fold_repeats(asm: &mut Assembly) {
 
 /// Whether `note` is the one [`fold_repeats`] adds to a trace: about
 /// Events, which cascades (display mode `cascade`) do not show.
-pub fn is_fold_note(note: &str) -> bool {
+pub(crate) fn is_fold_note(note: &str) -> bool {
     note.ends_with(&format!("(tag {REPEATED})"))
 }
 

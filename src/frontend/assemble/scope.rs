@@ -17,6 +17,7 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// Every scope, widest first.
     pub const ALL: [Scope; 4] = [
         Scope::Full,
         Scope::Ancestors,
@@ -24,6 +25,7 @@ impl Scope {
         Scope::Object,
     ];
 
+    /// The name on the command line and in the Jaeger UI's search tag.
     pub fn name(self) -> &'static str {
         match self {
             Scope::Object => "object",
@@ -33,6 +35,7 @@ impl Scope {
         }
     }
 
+    /// The scope's byte in an assembled trace id.
     pub fn code(self) -> u8 {
         match self {
             Scope::Full => 0,
@@ -42,6 +45,7 @@ impl Scope {
         }
     }
 
+    /// The scope of an assembled trace id's byte.
     pub fn from_code(c: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.code() == c)
     }
@@ -81,7 +85,7 @@ pub struct Limits {
 
 /// Link classes of objects many others use (shown under each user, never
 /// climbed), in the order `--help` lists them.
-pub const DEFAULT_SHARED_CLASSES: [&str; 6] = [
+pub(crate) const DEFAULT_SHARED_CLASSES: [&str; 6] = [
     "node",
     "configmap",
     "secret",
@@ -96,12 +100,12 @@ pub const DEFAULT_SHARED_CLASSES: [&str; 6] = [
 /// its claim), but when reached from another object their entries before
 /// the trace's start are hidden: they do not stretch the trace back to the
 /// cluster's start.
-pub const SET_UP_CLASSES: [&str; 1] = ["pv"];
+pub(crate) const SET_UP_CLASSES: [&str; 1] = ["pv"];
 
 /// Bytes of object histories one assembly loads by default: 64 MiB, about
 /// 1,700 Pods under one Deployment, whose finished trace (≈ 2.5 times its
 /// histories in tree mode) still fits the default `--cache-bytes`.
-pub const DEFAULT_MAX_TRACE_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_TRACE_BYTES: u64 = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {

@@ -43,7 +43,7 @@ pub(super) fn shorten(s: &str) -> String {
 }
 
 /// One line per changed path: `path: old → new`, `+ path: new`, `- path: old`.
-pub fn diff_lines(span: &Span) -> Vec<String> {
+pub(crate) fn diff_lines(span: &Span) -> Vec<String> {
     span.events
         .iter()
         .filter(|e| e.name == EVENT_DIFF)
@@ -65,7 +65,7 @@ pub fn diff_lines(span: &Span) -> Vec<String> {
         .collect()
 }
 
-pub fn snapshot(span: &Span) -> Option<&str> {
+pub(crate) fn snapshot(span: &Span) -> Option<&str> {
     span.events
         .iter()
         .find(|e| e.name == EVENT_SNAPSHOT)
@@ -119,7 +119,7 @@ fn fought_field(n: &Node) -> Option<String> {
 
 /// The writes (by span id) that set a field their writers fight over, each
 /// with what is wrong: in error in the cascade mode.
-pub fn fight_writes(asm: &Assembly) -> HashMap<Vec<u8>, String> {
+pub(crate) fn fight_writes(asm: &Assembly) -> HashMap<Vec<u8>, String> {
     let mut out = HashMap::new();
     for n in &asm.nodes {
         for (path, f, writes) in fought_fields(n) {
@@ -207,7 +207,7 @@ fn removed_by(e: &Entry) -> bool {
 /// What is wrong with an object at the end of the trace, if anything: a
 /// state that is not ready (the last readiness recorded), else failed
 /// writes and Warning Events.
-pub fn problem(n: &Node) -> Option<String> {
+pub(crate) fn problem(n: &Node) -> Option<String> {
     // The readiness the collector recorded after each write
     // (aggregate/status/): Current, InProgress, Failed, Terminating. An
     // object removed at the end has none (what it was waiting for is over).

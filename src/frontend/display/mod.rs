@@ -19,20 +19,19 @@ use super::raw::{TraceIdBytes, int_attr, kv, string_attr};
 use crate::judgement;
 use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, attr};
 
-pub mod cascade;
+pub(crate) mod cascade;
 mod entries;
 mod siblings;
 
 use entries::*;
-pub use entries::{diff_lines, fight_writes, problem, snapshot};
-pub use siblings::{
-    DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, TextSelection, parse_siblings,
-    select_for_text,
+pub(crate) use entries::{diff_lines, fight_writes, problem, snapshot};
+pub(crate) use siblings::{
+    DEFAULT_MAX_SIBLINGS, OBJECTS_NOT_SHOWN, SIBLINGS_TAG, parse_siblings, select_for_text,
 };
 
 /// Objects (or writes, in mode cascade) the summary spans of `spans` stand
 /// for: what a trace shows in part.
-pub fn not_shown(spans: &[ResourceSpans]) -> u64 {
+pub(crate) fn not_shown(spans: &[ResourceSpans]) -> u64 {
     spans
         .iter()
         .flat_map(|rs| &rs.scope_spans)
@@ -71,6 +70,7 @@ impl Mode {
         Mode::Cascade,
     ];
 
+    /// The name on the command line and in the Jaeger UI's search tag.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Tracing => "tracing",
@@ -81,6 +81,7 @@ impl Mode {
         }
     }
 
+    /// The mode's byte in an assembled trace id.
     pub fn code(self) -> u8 {
         match self {
             Mode::Tracing => 0,
@@ -91,6 +92,7 @@ impl Mode {
         }
     }
 
+    /// The mode of an assembled trace id's byte.
     pub fn from_code(c: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.code() == c)
     }

@@ -23,17 +23,17 @@ use crate::span_model::attr;
 
 /// Default of `--max-siblings`: a ReplicaSet's Pods up to this many are
 /// all shown.
-pub const DEFAULT_MAX_SIBLINGS: usize = 50;
+pub(crate) const DEFAULT_MAX_SIBLINGS: usize = 50;
 
 /// Attribute of a summary span: how many objects it stands for.
-pub const OBJECTS_NOT_SHOWN: &str = "objects.not_shown";
+pub(crate) const OBJECTS_NOT_SHOWN: &str = "objects.not_shown";
 
 /// Search tag that shows every object of a wide level (`siblings=all`).
-pub const SIBLINGS_TAG: &str = "siblings";
+pub(crate) const SIBLINGS_TAG: &str = "siblings";
 
 /// The value of the tag [`SIBLINGS_TAG`]: whether every object of a wide
 /// level is shown (`all`) or the rest summarised (`summary`, the default).
-pub fn parse_siblings(value: &str) -> Result<bool, String> {
+pub(crate) fn parse_siblings(value: &str) -> Result<bool, String> {
     match value.trim() {
         "all" => Ok(true),
         "summary" => Ok(false),
@@ -264,7 +264,7 @@ pub(super) fn summary_span(
 
 /// A wide level as the terminal shows it (`kascade trace`): which objects
 /// are left out, and one line per level standing for them.
-pub struct TextSelection {
+pub(crate) struct TextSelection {
     /// `hidden[i]`: node `i` (and so its subtree) is not shown.
     pub hidden: Vec<bool>,
     /// (parent node, the line shown last under it), by parent in walk order.
@@ -275,7 +275,7 @@ pub struct TextSelection {
 /// each wide level's rest said in one line (how many, failed, how long
 /// they were active and took to get ready, the first of them by name).
 /// `max_siblings` 0 shows everything.
-pub fn select_for_text(asm: &Assembly, max_siblings: usize) -> TextSelection {
+pub(crate) fn select_for_text(asm: &Assembly, max_siblings: usize) -> TextSelection {
     let times = super::object_times(asm);
     let errors = super::entries::error_statuses(asm);
     let (hidden, summaries) = select(asm, &times, &errors, max_siblings);

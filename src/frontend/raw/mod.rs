@@ -469,7 +469,7 @@ pub fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
     })
 }
 
-pub fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
+pub(crate) fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
     attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
         match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
             Some(any_value::Value::IntValue(i)) => Some(*i),
@@ -479,13 +479,14 @@ pub fn int_attr(attrs: &[KeyValue], key: &str) -> Option<i64> {
     })
 }
 
-pub use crate::span_model::{kv, kv_int, nanos};
+pub use crate::span_model::nanos;
+pub(crate) use crate::span_model::{kv, kv_int};
 
 pub fn from_nanos(n: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(n)
 }
 
-pub fn trace_id_bytes(bytes: &[u8]) -> Option<TraceIdBytes> {
+pub(crate) fn trace_id_bytes(bytes: &[u8]) -> Option<TraceIdBytes> {
     bytes.try_into().ok()
 }
 

@@ -43,7 +43,7 @@ mod quarantine;
 mod record;
 mod writer;
 
-pub use quarantine::{DEATHS_TO_QUARANTINE, QUARANTINE_DIR};
+pub(crate) use quarantine::{DEATHS_TO_QUARANTINE, QUARANTINE_DIR};
 
 /// Holds the highest released sequence number.
 const RELEASED_FILE: &str = "released";

@@ -39,11 +39,11 @@ const DIED_FILE: &str = "processing.died";
 /// Ranges kept in [`DIED_FILE`]: one a death while a replay is unfinished.
 const MAX_LIVE_DEATHS: usize = 16;
 /// Where batches are moved aside, under the spool directory.
-pub const QUARANTINE_DIR: &str = "quarantine";
+pub(crate) const QUARANTINE_DIR: &str = "quarantine";
 /// Processes that died with a batch in flight before it is moved aside:
 /// one death may be the machine's (an OOM kill under other load), two
 /// with the same batch are the batch's.
-pub const DEATHS_TO_QUARANTINE: u32 = 2;
+pub(crate) const DEATHS_TO_QUARANTINE: u32 = 2;
 /// A gzipped body is inflated at most this far for the log; a larger one
 /// is kept as received.
 const MAX_INFLATED_BYTES: u64 = 1 << 30;

@@ -43,7 +43,7 @@ pub(crate) struct ComponentTraces {
 
 /// The component-trace listener's routes: gRPC and HTTP export, behind the
 /// webhook's bearer token.
-pub fn component_traces_router(
+pub(crate) fn component_traces_router(
     webhook: Arc<WebhookState>,
     forwarder: Arc<dyn ComponentTraceSink>,
 ) -> Router {

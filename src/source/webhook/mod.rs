@@ -33,13 +33,13 @@ mod mergelogs;
 mod otlp_logs;
 
 use body::*;
-pub use component_traces::component_traces_router;
+pub(crate) use component_traces::component_traces_router;
 
 /// The webhook's body paths without a server, for the fuzz targets
 /// (fuzz/); built only by `cargo fuzz` (`--cfg fuzzing`). An error is the
 /// HTTP status answered and its message.
 #[cfg(fuzzing)]
-pub mod fuzzing {
+pub(crate) mod fuzzing {
     use super::*;
 
     /// An audit batch (EventList, JSON array or lines), inflated within
@@ -83,7 +83,7 @@ pub mod fuzzing {
     }
 }
 
-pub struct WebhookState {
+pub(crate) struct WebhookState {
     pub intake: Intake,
     pub filter: AuditFilter,
     pub default_cluster: String,
@@ -136,7 +136,7 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
 
 /// The audit webhook: `POST /audit` and `POST /audit/{cluster}`. The bearer
 /// token is checked before a byte of the body is read.
-pub fn audit_router(state: Arc<WebhookState>) -> Router {
+pub(crate) fn audit_router(state: Arc<WebhookState>) -> Router {
     Router::new()
         .route("/audit", post(audit_default))
         .route("/audit/{cluster}", post(audit_cluster))
@@ -154,7 +154,7 @@ pub fn audit_router(state: Arc<WebhookState>) -> Router {
 
 /// Metrics and health, on their own listener: probes and Prometheus need no
 /// client certificate even when the webhook requires one.
-pub fn admin_router(state: Arc<WebhookState>) -> Router {
+pub(crate) fn admin_router(state: Arc<WebhookState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -528,7 +528,7 @@ async fn admit(
 
 /// Feeds batches a previous run accepted but had not exported through the
 /// pipeline again (before anything new is accepted from them).
-pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
+pub(crate) async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
     let Some(spool) = st.spool.clone() else {
         return;
     };
@@ -569,7 +569,7 @@ pub async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
 /// exporter has finished every span sent by then. The link spans sent by
 /// then are journaled first, so that a restart replaying later batches does
 /// not send them again.
-pub async fn release_spool(
+pub(crate) async fn release_spool(
     spool: Arc<Spool>,
     sent_links: Option<Arc<SentLinks>>,
     intake: Intake,

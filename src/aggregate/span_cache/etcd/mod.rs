@@ -198,7 +198,7 @@ fn instance_id() -> u64 {
 /// (see [`Slot::UidMissing`]): whoever records it sends the span again, so
 /// replicas send it once between them. Real link keys are hashes of the
 /// link; this one is out of their way by convention.
-pub const UID_SENT_LINK: u64 = u64::MAX;
+pub(super) const UID_SENT_LINK: u64 = u64::MAX;
 
 /// A key reserved alone while etcd was away, to republish.
 struct ReservedAlone {

@@ -19,7 +19,7 @@ use crate::pipeline::ChangeRecord;
 use crate::span_model::attr;
 
 mod siblings;
-pub use siblings::{WRITES_NOT_SHOWN, select_for_text};
+pub(crate) use siblings::{WRITES_NOT_SHOWN, select_for_text};
 
 /// Marks the critical path in span names.
 pub const CRITICAL_MARK: &str = "★ ";
@@ -77,7 +77,7 @@ fn span_times(c: &Cascade) -> Vec<(u64, u64)> {
 /// on the first root. Beyond `max_siblings` writes of one verb on one
 /// resource caused by one write, the rest (and what they caused) are
 /// summarised by one span, the writes of `searched` kept (0 shows all).
-pub fn render(
+pub(crate) fn render(
     cascades: &[Cascade],
     trace_id: &TraceIdBytes,
     notes: &[String],

@@ -22,7 +22,7 @@ use crate::model::ObjectRef;
 use crate::span_model::attr;
 
 /// Attribute of a summary span: how many writes of its level it stands for.
-pub const WRITES_NOT_SHOWN: &str = "writes.not_shown";
+pub(crate) const WRITES_NOT_SHOWN: &str = "writes.not_shown";
 
 /// What each change's subtree (itself and what it caused) holds.
 pub(super) struct Subtrees {
@@ -35,7 +35,7 @@ pub(super) struct Subtrees {
 }
 
 impl Subtrees {
-    pub fn of(c: &Cascade, searched: Option<&ObjectRef>) -> Subtrees {
+    pub(super) fn of(c: &Cascade, searched: Option<&ObjectRef>) -> Subtrees {
         let n = c.changes.len();
         let mut t = Subtrees {
             failed: c.changes.iter().map(write_failed).collect(),
@@ -236,7 +236,11 @@ pub(super) fn summary_span(
 /// writes shown as in the Jaeger UI, each wide level's rest said in one
 /// line (how many, what they caused, failed, the spread of their hops and
 /// durations, the first and last of them).
-pub fn select_for_text(c: &Cascade, searched: Option<&ObjectRef>, max_siblings: usize) -> InPart {
+pub(crate) fn select_for_text(
+    c: &Cascade,
+    searched: Option<&ObjectRef>,
+    max_siblings: usize,
+) -> InPart {
     let times = super::span_times(c);
     let subtrees = Subtrees::of(c, searched);
     let (hidden, summaries) = select(c, &times, &subtrees, max_siblings);
