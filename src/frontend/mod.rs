@@ -3,12 +3,19 @@
 //! [`Frontend`] answers "show me this object" with one assembled trace. It
 //! serves the Jaeger UI through Jaeger's remote storage API v2 (service.rs),
 //! dashboard links (http.rs), and `kascade trace` offline (text.rs).
+//! This file holds the facade, its trace cache and assembly permits; what
+//! a search asks and finds is in query.rs, its shared raw reads in
+//! searches.rs, the clusters offered in clusters.rs, the cached trace in
+//! assembled.rs, and the errors in error.rs.
 
 pub(crate) mod assemble;
+mod assembled;
 pub(crate) mod cache_weight;
 pub(crate) mod cascade;
+mod clusters;
 pub(crate) mod components;
 mod config;
+mod error;
 pub use config::FrontendConfig;
 pub(crate) use config::{DEFAULT_MAX_ASSEMBLIES, DEFAULT_MAX_SEARCH_BYTES, DEFAULT_MAX_SEARCHES};
 pub(crate) mod cpid;
@@ -18,17 +25,24 @@ pub(crate) mod http;
 pub(crate) mod merge;
 pub(crate) mod offline;
 pub mod proto;
+mod query;
 pub(crate) mod raw;
+mod searches;
 pub(crate) mod service;
 pub(crate) mod text;
 pub(crate) mod trace_id;
 pub(crate) mod tree_json;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+pub use assembled::AssembledTrace;
+pub use error::FrontendError;
+pub(crate) use query::Found;
+pub(crate) use query::check_tag;
+pub use query::{CPID_TAG, SEARCH_TAGS, SearchQuery};
 
-use opentelemetry_proto::tonic::trace::v1::ResourceSpans;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use tracing::{Instrument as _, field};
 
 use crate::metrics::FrontendMetrics;
@@ -38,14 +52,8 @@ use assemble::{Assembler, Assembly, Clip, Scope};
 use display::Mode;
 use merge::{ObjectHistory, merge};
 use raw::nanos;
-use raw::{RawError, RawStore, TimeRange, TraceIdBytes};
+use raw::{RawStore, TimeRange, TraceIdBytes};
 use trace_id::AssembledId;
-
-/// Search tags users can type (Kelemetry-compatible), plus `scope`.
-pub const SEARCH_TAGS: [&str; 5] = ["cluster", "group", "resource", "namespace", "name"];
-/// Searching by change (`cpid=<id>`) instead of by object: one trace with
-/// every write of that change and of the changes merged from it.
-pub const CPID_TAG: &str = "cpid";
 
 /// The trace cache's default bound: about ten 1,000-Pod Deployments'
 /// traces as the server keeps them; full, and with `--max-assemblies`
@@ -53,202 +61,10 @@ pub const CPID_TAG: &str = "cpid";
 /// 500 MiB, within its 640 MiB limit (`deploy/`; `e2e/bench/frontend-memory.sh`).
 pub(crate) const DEFAULT_CACHE_BYTES: u64 = 192 << 20;
 
-/// A search tag's value within Kubernetes' bounds (names and resources 253
-/// bytes, namespaces 63; cluster names as the collector accepts them).
-pub(crate) fn check_tag(key: &str, value: &str) -> Result<(), String> {
-    if key == "cluster" && !value.is_empty() {
-        return crate::source::validate_cluster_name(value)
-            .map_err(|e| format!("tag \"cluster\": {e}"));
-    }
-    crate::bounds::check_len(
-        &format!("tag {key:?}"),
-        value,
-        crate::bounds::max_name_bytes(key),
-    )
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FrontendError {
-    #[error(transparent)]
-    Raw(#[from] RawError),
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("assembling the trace took longer than --assembly-timeout ({0:?})")]
-    Timeout(Duration),
-    /// A search queued longer than `--search-wait` for a place among
-    /// `--max-searches`.
-    #[error("{0}")]
-    Busy(String),
-    /// A search's answer stopped at `--max-search-bytes`.
-    #[error("{0}")]
-    AnswerCut(String),
-    /// The failure of an assembly that concurrent requests for the same
-    /// trace waited for together.
-    #[error(transparent)]
-    Shared(Arc<FrontendError>),
-}
-
-impl FrontendError {
-    /// The error itself, through the [`FrontendError::Shared`] layers of
-    /// work that concurrent requests waited for together.
-    pub fn root(&self) -> &FrontendError {
-        match self {
-            FrontendError::Shared(inner) => inner.root(),
-            other => other,
-        }
-    }
-}
-
 /// Why a trace is not in the cache after loading it.
 enum Miss {
     NotFound,
     Failed(Arc<FrontendError>),
-}
-
-/// A search from the UI (or the redirect endpoint).
-#[derive(Clone, Debug)]
-pub struct SearchQuery {
-    pub mode: Mode,
-    pub scope: Scope,
-    /// Every object of a wide level shown instead of a summary (the tag
-    /// `siblings=all`; [`FrontendConfig::max_siblings`]).
-    pub all_siblings: bool,
-    /// `(key, value)` over [`SEARCH_TAGS`].
-    pub tags: Vec<(String, String)>,
-    pub range: TimeRange,
-    /// Objects (= traces) returned at most.
-    pub limit: usize,
-}
-
-/// What a search found, assembled one trace at a time by [`Found::next`]
-/// (from [`Frontend::find`]).
-#[derive(Debug)]
-pub struct Found {
-    /// A search by change: its trace, assembled by the search.
-    change: Option<Arc<AssembledTrace>>,
-    /// The found objects' trace ids, in order, not assembled yet.
-    ids: std::vec::IntoIter<TraceIdBytes>,
-    limit: usize,
-    yielded: usize,
-    /// The search's self-tracing span, the parent of each `get`.
-    span: tracing::Span,
-}
-
-impl Found {
-    /// Traces by id (GetTraces), in order, unknown ones skipped, each
-    /// assembled under `span`.
-    pub fn of_ids(ids: Vec<TraceIdBytes>, span: tracing::Span) -> Self {
-        Self {
-            change: None,
-            ids: ids.into_iter(),
-            limit: usize::MAX,
-            yielded: 0,
-            span,
-        }
-    }
-
-    /// The next trace, assembled now (or taken from the cache); `None` once
-    /// the query's limit is reached or no object is left. Objects with
-    /// nothing recorded in range are skipped.
-    pub async fn next<S: RawStore>(
-        &mut self,
-        frontend: &Frontend<S>,
-    ) -> Result<Option<Arc<AssembledTrace>>, FrontendError> {
-        if let Some(t) = self.change.take() {
-            self.yielded += 1;
-            return Ok(Some(t));
-        }
-        while self.yielded < self.limit {
-            let Some(id) = self.ids.next() else { break };
-            if let Some(t) = frontend.get(&id).instrument(self.span.clone()).await? {
-                self.yielded += 1;
-                self.span.record("found", self.yielded);
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
-    }
-}
-
-/// One assembled trace, ready to stream.
-#[derive(Debug)]
-pub struct AssembledTrace {
-    pub id: TraceIdBytes,
-    pub assembly: Assembly,
-    /// Display mode `cascade`: the cascades the assembled objects took
-    /// part in (empty in the other modes).
-    pub cascades: Vec<crate::analysis::cascade::Cascade>,
-    pub resource_spans: Vec<ResourceSpans>,
-    /// `resource_spans` as the messages of a trace stream, encoded when
-    /// first streamed (`service::encoded_chunks`); the cache's later answers
-    /// send the same bytes.
-    encoded: std::sync::OnceLock<Vec<bytes::Bytes>>,
-    /// What it holds in memory once streamed, [`cache_weight::trace_bytes`].
-    pub bytes: u64,
-    /// First start and last end of its spans (ns since the epoch); `None`
-    /// when it has no span.
-    pub span_range: Option<(u64, u64)>,
-}
-
-impl AssembledTrace {
-    /// The trace, weighed ([`cache_weight::trace_bytes`]).
-    pub fn new(
-        id: TraceIdBytes,
-        assembly: Assembly,
-        cascades: Vec<crate::analysis::cascade::Cascade>,
-        resource_spans: Vec<ResourceSpans>,
-    ) -> Self {
-        Self::unweighed(id, assembly, cascades, resource_spans).weighed()
-    }
-
-    /// The trace with `bytes` 0: weighed once as it is kept
-    /// ([`Self::weighed`] or [`Self::served_only`]), a walk over every
-    /// string of a wide trace spared.
-    fn unweighed(
-        id: TraceIdBytes,
-        assembly: Assembly,
-        cascades: Vec<crate::analysis::cascade::Cascade>,
-        resource_spans: Vec<ResourceSpans>,
-    ) -> Self {
-        let spans = resource_spans
-            .iter()
-            .flat_map(|rs| &rs.scope_spans)
-            .flat_map(|ss| &ss.spans);
-        let span_range = spans.fold(None, |acc, sp| {
-            merge::widen(acc, (sp.start_time_unix_nano, sp.end_time_unix_nano))
-        });
-        Self {
-            id,
-            assembly,
-            cascades,
-            resource_spans,
-            encoded: std::sync::OnceLock::new(),
-            bytes: 0,
-            span_range,
-        }
-    }
-
-    fn weighed(mut self) -> Self {
-        self.bytes = cache_weight::trace_bytes(&self);
-        self
-    }
-
-    /// Only what the Jaeger API serves: the stream, encoded now, and the
-    /// time range. The object tree, cascades and rendered spans (four
-    /// fifths of what a trace holds, or more) are let go.
-    pub fn served_only(mut self) -> Self {
-        service::encoded_chunks(&self);
-        self.assembly = Assembly {
-            nodes: Vec::new(),
-            searched: 0,
-            notes: std::mem::take(&mut self.assembly.notes),
-            range: self.assembly.range,
-        };
-        self.cascades = Vec::new();
-        self.resource_spans = Vec::new();
-        self.bytes = cache_weight::trace_bytes(&self);
-        self
-    }
 }
 
 pub struct Frontend<S> {
@@ -259,48 +75,11 @@ pub struct Frontend<S> {
     cache: moka::future::Cache<TraceIdBytes, Arc<AssembledTrace>>,
     /// [`FrontendConfig::max_assemblies`] permits, one per assembly in flight.
     assemblies: tokio::sync::Semaphore,
-    /// [`FrontendConfig::max_searches`] permits, one per raw search read.
-    searches: Arc<tokio::sync::Semaphore>,
-    /// Raw search reads in flight by tags and time range: an identical
-    /// search joins the read instead of starting its own. At most
-    /// [`MAX_SHARED_SEARCHES`] are listed; beyond, a search reads alone.
-    raw_searches: std::sync::Mutex<HashMap<RawSearchKey, RawSearch>>,
-    clusters: moka::sync::Cache<String, ()>,
-    /// When the clusters were last read from the raw store.
-    clusters_read: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Raw search reads, bounded and shared by identical searches.
+    searches: searches::RawSearches,
+    /// The clusters offered as operations.
+    clusters: clusters::Clusters,
 }
-
-/// Raw search reads listed for joining at once (each entry is a key and a
-/// future: an entry whose every waiter went away stays until an identical
-/// search finishes it).
-const MAX_SHARED_SEARCHES: usize = 1024;
-
-/// A raw search read, awaited by every identical search in flight.
-type RawSearch = futures::future::Shared<
-    futures::future::BoxFuture<'static, Result<Arc<Vec<TraceIdBytes>>, Arc<FrontendError>>>,
->;
-
-/// What a raw search read depends on: its tags (sorted) and time range.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct RawSearchKey {
-    tags: Vec<(String, String)>,
-    /// The range in whole [`SHARED_SEARCH_GRAIN`]s: the UI's searches look
-    /// back from "now", so a burst of the same search (a dashboard's
-    /// refresh, many users) asks for ranges a few milliseconds apart.
-    start: u64,
-    end: u64,
-}
-
-/// Searches with the same tags whose ranges start and end within the same
-/// second share one raw read (the first one's range). The raw store takes
-/// longer than that to make a span searchable, so a search joined a few
-/// milliseconds late misses nothing it could have found.
-const SHARED_SEARCH_GRAIN: u64 = 1_000_000_000;
-
-/// How often the clusters offered as operations are read from the raw
-/// store again, and how far back.
-const CLUSTERS_REFRESH: Duration = Duration::from_secs(60);
-const CLUSTERS_LOOKBACK: Duration = Duration::from_secs(24 * 3600);
 
 impl<S: RawStore> Frontend<S> {
     pub fn new(store: Arc<S>, cfg: FrontendConfig) -> Self {
@@ -310,16 +89,7 @@ impl<S: RawStore> Frontend<S> {
     /// Like `new`, counting into `metrics` (which the store may share:
     /// its round trips).
     pub fn with_metrics(store: Arc<S>, cfg: FrontendConfig, metrics: Arc<FrontendMetrics>) -> Self {
-        // Both caches least recently used first: moka's default (TinyLFU) may
-        // refuse a newly assembled trace or a newly seen cluster outright
-        // when full, and those are what the UI asks for next.
-        let clusters = moka::sync::Cache::builder()
-            .max_capacity(10_000)
-            .eviction_policy(moka::policy::EvictionPolicy::lru())
-            .build();
-        for c in &cfg.clusters {
-            clusters.insert(c.clone(), ());
-        }
+        let searches = searches::RawSearches::new(&cfg, metrics.clone());
         let evictions = metrics.cache_evictions.clone();
         Self {
             assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone()),
@@ -341,6 +111,9 @@ impl<S: RawStore> Frontend<S> {
                     }
                 })
                 .time_to_live(cfg.cache_ttl)
+                // Least recently used first: moka's default (TinyLFU) may
+                // refuse a newly assembled trace outright when full, and
+                // that is what the UI asks for next.
                 .eviction_policy(moka::policy::EvictionPolicy::lru())
                 .build(),
             // At least one, or every assembly would wait out its deadline.
@@ -348,13 +121,8 @@ impl<S: RawStore> Frontend<S> {
                 cfg.max_assemblies
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             ),
-            searches: Arc::new(tokio::sync::Semaphore::new(
-                cfg.max_searches
-                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-            )),
-            raw_searches: std::sync::Mutex::new(HashMap::new()),
-            clusters,
-            clusters_read: std::sync::Mutex::new(None),
+            searches,
+            clusters: clusters::Clusters::new(&cfg.clusters),
             cfg,
         }
     }
@@ -375,45 +143,21 @@ impl<S: RawStore> Frontend<S> {
     /// store's most recent object spans of the last day (read again at most
     /// once a minute; a failed read is logged and leaves what is known).
     pub async fn clusters_stored(&self) -> Vec<String> {
-        let due = {
-            let mut last = self.clusters_read.lock().unwrap_or_else(|e| e.into_inner());
-            let due = last.is_none_or(|t| t.elapsed() >= CLUSTERS_REFRESH);
-            if due {
-                *last = Some(std::time::Instant::now());
-            }
-            due
-        };
-        if due {
-            let now = SystemTime::now();
-            let range = TimeRange::new(
-                now.checked_sub(CLUSTERS_LOOKBACK)
-                    .unwrap_or(std::time::UNIX_EPOCH),
-                now,
-            );
-            if let Err(e) = self.read_clusters(range).await {
-                tracing::warn!(error = %e, "cannot read the clusters from the raw store");
-            }
-        }
-        self.clusters()
+        let limit = self.cfg.raw_search_limit;
+        self.clusters.stored(self.store().as_ref(), limit).await
     }
 
     /// Adds the clusters the raw store's object spans in `range` name.
     pub async fn read_clusters(&self, range: TimeRange) -> Result<(), FrontendError> {
-        for c in self
-            .store()
-            .clusters(range, self.cfg.raw_search_limit)
-            .await?
-        {
-            self.clusters.insert(c, ());
-        }
-        Ok(())
+        let limit = self.cfg.raw_search_limit;
+        self.clusters
+            .read(self.store().as_ref(), range, limit)
+            .await
     }
 
     /// Clusters seen so far (and configured), sorted.
     pub fn clusters(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.clusters.iter().map(|(k, _)| (*k).clone()).collect();
-        v.sort();
-        v
+        self.clusters.sorted()
     }
 
     fn width(&self) -> u64 {
@@ -490,7 +234,7 @@ impl<S: RawStore> Frontend<S> {
             check_tag(k, v).map_err(FrontendError::InvalidArgument)?;
         }
         let range_windows = self.windows_between(q.range.start, q.range.end);
-        let raw_ids = self.raw_search(&q.tags, q.range).await?;
+        let raw_ids = self.searches.search(self.store(), &q.tags, q.range).await?;
         span.record("raw_traces", raw_ids.len());
         // A raw id is `object hash ‖ window start`: group windows by object.
         let mut objects: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
@@ -519,86 +263,6 @@ impl<S: RawStore> Frontend<S> {
             })
             .collect();
         Ok((None, ids))
-    }
-
-    /// The raw store's traces for `tags` in `range`, read by one of
-    /// `--max-searches` (queued up to `--search-wait`), shared by identical
-    /// searches in flight.
-    async fn raw_search(
-        &self,
-        tags: &[(String, String)],
-        range: TimeRange,
-    ) -> Result<Arc<Vec<TraceIdBytes>>, FrontendError> {
-        let mut sorted = tags.to_vec();
-        sorted.sort();
-        let key = RawSearchKey {
-            tags: sorted,
-            start: nanos(range.start) / SHARED_SEARCH_GRAIN,
-            end: nanos(range.end) / SHARED_SEARCH_GRAIN,
-        };
-        let (read, joined) = {
-            let mut in_flight = self.raw_searches.lock().unwrap_or_else(|e| e.into_inner());
-            match in_flight.get(&key) {
-                Some(read) => (read.clone(), true),
-                None => {
-                    let read = self.read_raw(tags.to_vec(), range);
-                    if in_flight.len() < MAX_SHARED_SEARCHES {
-                        in_flight.insert(key.clone(), read.clone());
-                    }
-                    (read, false)
-                }
-            }
-        };
-        if joined {
-            self.metrics.searches_shared.inc();
-        }
-        let result = read.clone().await;
-        {
-            let mut in_flight = self.raw_searches.lock().unwrap_or_else(|e| e.into_inner());
-            if in_flight.get(&key).is_some_and(|r| r.ptr_eq(&read)) {
-                in_flight.remove(&key);
-            }
-        }
-        result.map_err(FrontendError::Shared)
-    }
-
-    /// One raw search read, once one of `--max-searches` is free (waiting
-    /// at most `--search-wait`).
-    fn read_raw(&self, tags: Vec<(String, String)>, range: TimeRange) -> RawSearch {
-        use futures::FutureExt as _;
-        let store = self.store().clone();
-        let searches = self.searches.clone();
-        let metrics = self.metrics.clone();
-        let (wait, max, limit) = (
-            self.cfg.search_wait,
-            self.cfg.max_searches,
-            self.cfg.raw_search_limit,
-        );
-        async move {
-            let _permit = match searches.clone().try_acquire_owned() {
-                Ok(p) => p,
-                Err(_) => {
-                    metrics.search_waits.inc();
-                    match tokio::time::timeout(wait, searches.acquire_owned()).await {
-                        Ok(Ok(p)) => p,
-                        _ => {
-                            metrics.searches_refused.inc();
-                            return Err(Arc::new(FrontendError::Busy(format!(
-                                "{max} searches were reading the raw store for longer than --search-wait ({wait:?}) \
-                                 (--max-searches {max}): retry, or narrow the search"
-                            ))));
-                        }
-                    }
-                }
-            };
-            let ids = store
-                .find(&tags, range, limit)
-                .await
-                .map_err(|e| Arc::new(FrontendError::Raw(e)))?;
-            Ok(Arc::new(ids))
-        }
-        .boxed()
-        .shared()
     }
 
     /// [`Frontend::find`]'s traces as a stream, each assembled when the
@@ -778,9 +442,7 @@ impl<S: RawStore> Frontend<S> {
             .objects_per_trace
             .observe(assembly.nodes.len() as f64);
         for n in &assembly.nodes {
-            if !self.clusters.contains_key(&n.history.object.cluster) {
-                self.clusters.insert(n.history.object.cluster.clone(), ());
-            }
+            self.clusters.seen(&n.history.object.cluster);
         }
         let encoded = id.encode();
         let max_siblings = if id.all_siblings {

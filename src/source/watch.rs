@@ -13,18 +13,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::json::{JsonValueMutTrait as _, JsonValueTrait as _, Value};
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, ObjectMeta};
+use kube::api::{Api, ApiResource};
 use kube::discovery::{Discovery, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 
+mod object;
+mod refusal;
+
 use crate::metrics::Metrics;
-use crate::model::ObjectRef;
 use crate::pipeline::{
     FilterReason, Intake, K8sEvent, WatchChange, WatchKind, Work, precise_occurrence,
 };
+use object::{RawObject, note_deep_values, object_ref, to_value};
+use refusal::{Refusal, is_forbidden};
 
 /// Resources never watched: Events are consumed by their own watcher,
 /// Leases change every few seconds and say nothing about the cascade.
@@ -239,105 +242,6 @@ pub async fn start(
     Ok(tasks)
 }
 
-/// RBAC refuses this resource (for now: see [`Refusal`]).
-fn is_forbidden(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 403,
-        watcher::Error::WatchError(s) => s.code == 403,
-        _ => false,
-    }
-}
-
-/// First wait before a refused resource is listed again; it doubles up to
-/// [`REFUSED_RETRY_MAX`].
-const REFUSED_RETRY_FIRST: Duration = Duration::from_secs(1);
-const REFUSED_RETRY_MAX: Duration = Duration::from_secs(300);
-
-/// A resource RBAC refuses to list or watch is not given up: an apiserver
-/// that has just started answers 403 to everything until its authorizer
-/// has synced (a second or two), and an operator may grant the resource
-/// later. The watch is started again with backoff; while refused, the
-/// resource is counted in `kascade_watch_forbidden_resources` and said
-/// once in the log, and said again once allowed.
-struct Refusal<'a> {
-    cluster: &'a str,
-    resource: &'a str,
-    gauge: prometheus_client::metrics::gauge::Gauge,
-    refused: bool,
-    wait: Duration,
-    /// Say the refusal as a warning, not as information.
-    warn: bool,
-}
-
-impl<'a> Refusal<'a> {
-    fn new(cluster: &'a str, resource: &'a str, metrics: &Metrics) -> Self {
-        Refusal {
-            cluster,
-            resource,
-            gauge: metrics
-                .watch_forbidden
-                .get_or_create(&Metrics::cluster(cluster))
-                .clone(),
-            refused: false,
-            wait: REFUSED_RETRY_FIRST,
-            warn: false,
-        }
-    }
-
-    /// After a 403: counts and logs the refusal the first time, then waits
-    /// before the watch starts again.
-    async fn refused(&mut self) {
-        if !self.refused {
-            self.refused = true;
-            self.gauge.inc();
-            const SAID: &str =
-                "not allowed to list/watch it (RBAC); not watching it, checking again with backoff";
-            let retry_max_s = REFUSED_RETRY_MAX.as_secs();
-            if self.warn {
-                tracing::warn!(
-                    cluster = self.cluster,
-                    resource = self.resource,
-                    retry_max_s,
-                    "{SAID}"
-                );
-            } else {
-                tracing::info!(
-                    cluster = self.cluster,
-                    resource = self.resource,
-                    retry_max_s,
-                    "{SAID}"
-                );
-            }
-        }
-        tokio::time::sleep(self.wait).await;
-        self.wait = (self.wait * 2).min(REFUSED_RETRY_MAX);
-    }
-
-    /// The apiserver answered: the resource is allowed (again).
-    fn allowed(&mut self) {
-        if self.refused {
-            self.refused = false;
-            self.gauge.dec();
-            tracing::info!(
-                cluster = self.cluster,
-                resource = self.resource,
-                "now allowed to list/watch it (RBAC); watching it"
-            );
-        }
-        self.wait = REFUSED_RETRY_FIRST;
-    }
-}
-
-impl Drop for Refusal<'_> {
-    /// A watcher stopped (its role lost, shutdown) no longer counts.
-    fn drop(&mut self) {
-        if self.refused {
-            self.gauge.dec();
-        }
-    }
-}
-
 /// Watches one cluster while this replica holds its watcher role (see
 /// `coordination::election`: a lease in the shared etcd; without etcd,
 /// always): N replicas watch each cluster once, and another replica takes
@@ -397,148 +301,6 @@ pub(crate) async fn supervise(
             return;
         }
     }
-}
-
-fn object_ref(cluster: &str, ar: &ApiResource, obj: &RawObject) -> Option<ObjectRef> {
-    Some(ObjectRef::new(
-        cluster,
-        ar.group.clone(),
-        ar.plural.clone(),
-        obj.metadata.namespace.clone().unwrap_or_default(),
-        obj.metadata.name.clone()?,
-    ))
-}
-
-/// An object as the apiserver listed or watched it: its JSON text kept as
-/// sent, and the few `metadata` fields the watcher reads. serde_json, which
-/// kube-rs decodes every list and watch event with, refuses a value nested
-/// deeper than 128 levels (and the apiserver accepts 10,000): decoded into
-/// an object model, such an object failed its whole list page, which was
-/// asked again with backoff for ever, or, in a watch event, was lost. Kept
-/// as text, it is skipped by a loop (no recursion), and bounded as an audit
-/// event's objects are ([`depth::cap`]) when it is read.
-#[derive(Clone, Debug)]
-pub(crate) struct RawObject {
-    metadata: ObjectMeta,
-    text: Box<serde_json::value::RawValue>,
-}
-
-impl<'de> serde::Deserialize<'de> for RawObject {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        /// `metadata`'s fields the watcher reads (`managedFields`, which
-        /// nest as deep as the object, are skipped unread).
-        #[derive(serde::Deserialize, Default)]
-        #[serde(rename_all = "camelCase", default)]
-        struct Meta {
-            name: Option<String>,
-            namespace: Option<String>,
-            uid: Option<String>,
-            resource_version: Option<String>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Head {
-            #[serde(default)]
-            metadata: Meta,
-        }
-        let text = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        let head: Head = serde_json::from_str(text.get()).map_err(serde::de::Error::custom)?;
-        let Meta {
-            name,
-            namespace,
-            uid,
-            resource_version,
-        } = head.metadata;
-        Ok(RawObject {
-            metadata: ObjectMeta {
-                name,
-                namespace,
-                uid,
-                resource_version,
-                ..ObjectMeta::default()
-            },
-            text,
-        })
-    }
-}
-
-impl kube::Resource for RawObject {
-    type DynamicType = ApiResource;
-    type Scope = kube::core::DynamicResourceScope;
-
-    fn kind(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-    fn group(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-    fn version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-    fn api_version(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-    fn plural(dt: &ApiResource) -> std::borrow::Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// The object as processing reads it: without `metadata.managedFields`,
-/// every value nested deeper than [`depth::MAX_OBJECT_DEPTH`] a marker (as
-/// in an audit event's objects), with its type when a list left it out;
-/// and how many markers it holds.
-fn to_value(ar: &ApiResource, obj: &RawObject) -> (Value, u32) {
-    use crate::json::depth;
-    let capped = depth::cap(obj.text.get(), depth::MAX_OBJECT_DEPTH, 0);
-    let text = crate::pipeline::object_text(&capped.text);
-    let markers = match (&text, capped.markers) {
-        (_, 0) | (None, _) => 0,
-        (Some(text), _) => depth::markers_in(text.get()),
-    };
-    let mut v = text.and_then(|t| t.parse().ok()).unwrap_or_default();
-    // Items of a list carry no type; diffs and relations want it.
-    let missing = |v: &Value, key| v.is_object() && v.get(key).is_none();
-    let (api_version, kind) = (missing(&v, "apiVersion"), missing(&v, "kind"));
-    if let Some(m) = v.as_object_mut().filter(|_| api_version || kind) {
-        if api_version {
-            m.insert(&"apiVersion", ar.api_version.as_str());
-        }
-        if kind {
-            m.insert(&"kind", ar.kind.as_str());
-        }
-    }
-    (v, markers)
-}
-
-/// Counts and says the values of a watched object left out as nested too
-/// deep to read, as the audit path does for a write's objects.
-fn note_deep_values(
-    object: &ObjectRef,
-    resource_version: Option<&str>,
-    values: u32,
-    metrics: &Metrics,
-) {
-    if values == 0 {
-        return;
-    }
-    metrics
-        .deep_values
-        .get_or_create(&Metrics::cluster(&object.cluster))
-        .inc_by(u64::from(values));
-    tracing::warn!(
-        cluster = %object.cluster,
-        object = %object,
-        resource_version = resource_version.unwrap_or_default(),
-        values,
-        "values nested deeper than {} levels of a watched object are shown as a marker (\"{}…\")",
-        crate::json::depth::MAX_OBJECT_DEPTH,
-        crate::json::depth::MARKER_PREFIX,
-    );
 }
 
 /// A list-watch of every object of `api`, re-listed with kube-runtime's
@@ -762,110 +524,4 @@ pub(crate) mod fuzzing {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::{Request, Response};
-
-    /// The custom resource `e2e/scenarios/deep.sh` writes (its `spec.tree`
-    /// nests 9,000 levels, under the apiserver's 10,000), as the apiserver
-    /// serves it: with the metadata it adds.
-    fn deep_thing(resource_version: u32) -> String {
-        let depth = 9000;
-        format!(
-            r#"{{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThing","metadata":{{"name":"deep","namespace":"deep-demo","uid":"5d6f0c1e-9d47-4bd4-a3a5-7f1d8b8f1c2e","resourceVersion":"{resource_version}","generation":1}},"spec":{{"tree":{}1{}}}}}"#,
-            r#"{"a":"#.repeat(depth),
-            "}".repeat(depth)
-        )
-    }
-
-    /// An apiserver serving the list (the deep object beside a plain one),
-    /// then one watch event modifying the deep object, then empty watches.
-    fn client() -> kube::Client {
-        let watched = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-            let watched = watched.clone();
-            async move {
-                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-                let body = if !watch {
-                    let plain = r#"{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThing","metadata":{"name":"plain","namespace":"deep-demo","uid":"0b7a3c55-4f0e-4a57-9bd8-e0b0c4b5d1a2","resourceVersion":"99"},"spec":{"tree":1}}"#;
-                    format!(
-                        r#"{{"apiVersion":"e2e.kascade.io/v1","kind":"DeepThingList","metadata":{{"resourceVersion":"100"}},"items":[{plain},{}]}}"#,
-                        deep_thing(100)
-                    )
-                } else if !watched.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    format!("{{\"type\":\"MODIFIED\",\"object\":{}}}\n", deep_thing(101))
-                } else {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    String::new()
-                };
-                Ok::<_, std::convert::Infallible>(Response::new(kube::client::Body::from(
-                    body.into_bytes(),
-                )))
-            }
-        });
-        kube::Client::new(service, "default")
-    }
-
-    /// A listed or watched object nested deeper than serde_json's 128
-    /// levels reaches processing, its deep part a marker counted as the
-    /// audit path counts it; the watch goes on with no error.
-    #[tokio::test]
-    async fn an_object_nested_deeper_than_serde_json_reads_is_watched_with_a_marker() {
-        let ar = ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("e2e.kascade.io", "v1", "DeepThing"),
-            "deepthings",
-        );
-        let metrics = Arc::new(Metrics::default());
-        let (intake, mut rx) = Intake::new(16, metrics.queue_depth.clone());
-        let cfg = WatchConfig {
-            cluster: "c1".into(),
-            kubeconfig: PathBuf::new(),
-            include: HashSet::new(),
-            exclude: HashSet::new(),
-            event_max_age: Duration::from_secs(3600),
-            watch_events: false,
-        };
-        let task = tokio::spawn(watch_objects(cfg, client(), ar, intake, metrics.clone()));
-        let mut seen = Vec::new();
-        while seen.len() < 3 {
-            let work = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "only {seen:?} reached processing; watch errors: {}",
-                        metrics
-                            .watch_errors
-                            .get_or_create(&Metrics::cluster("c1"))
-                            .get()
-                    )
-                })
-                .expect("the watch goes on");
-            let Work::Watch(change) = work else {
-                continue;
-            };
-            let text = crate::json::to_text(&change.state);
-            let name = change.object.name.clone();
-            if name == "deep" {
-                assert!(
-                    text.contains(r#""<nested deeper than 64 levels: "#),
-                    "{}",
-                    &text[..text.len().min(300)]
-                );
-                assert!(text.contains(r#""kind":"DeepThing""#));
-            }
-            seen.push((name, change.kind));
-        }
-        task.abort();
-        assert_eq!(
-            seen,
-            vec![
-                ("plain".to_string(), WatchKind::Listed),
-                ("deep".to_string(), WatchKind::Listed),
-                ("deep".to_string(), WatchKind::Modified),
-            ]
-        );
-        let label = Metrics::cluster("c1");
-        assert_eq!(metrics.deep_values.get_or_create(&label).get(), 2);
-        assert_eq!(metrics.watch_errors.get_or_create(&label).get(), 0);
-    }
-}
+mod tests;

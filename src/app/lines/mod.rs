@@ -6,6 +6,7 @@
 //! several apiservers' logs read by one clock (`clocks.rs`).
 
 mod clocks;
+mod report;
 
 /// What the fuzz targets reach of the reading (`cargo fuzz` builds with
 /// `--cfg fuzzing`; the library's API does not grow for it).
@@ -23,93 +24,15 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
-/// A progress bar over `total` bytes, drawn only when stderr is a terminal
-/// (and not under `--quiet`).
-pub(super) fn progress_bar(total: u64) -> ProgressBar {
-    let bar = crate::terminal::progress_bar(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec}",
-        )
-        .expect("static template"),
-    );
-    bar
-}
+pub(super) use report::{
+    no_audit_events, print_clock_notes, print_skipped, progress_bar, total_size,
+};
 
 /// The name that reads standard input (`kascade explain -`), as a pipe
 /// gives it: `zcat audit.log.gz | kascade explain -`.
 pub(super) const STDIN: &str = "-";
-
-/// The total size of `files` (for the progress bar; standard input counts
-/// nothing); fails naming the first file that cannot be read.
-pub(super) fn total_size(files: &[PathBuf]) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for f in files.iter().filter(|f| f.as_os_str() != STDIN) {
-        total += std::fs::metadata(f)
-            .with_context(|| format!("cannot read {}", f.display()))?
-            .len();
-    }
-    Ok(total)
-}
-
-/// The error of an input that holds no audit event at all, or `None`: the
-/// files have no line but blank ones (`lines` 0), or every line is
-/// malformed (`first_malformed` the first, as `file:line: why`). A wrong
-/// path or an empty artefact must not read as "nothing went wrong".
-pub(super) fn no_audit_events(
-    files: &[PathBuf],
-    lines: u64,
-    malformed: u64,
-    first_malformed: Option<&str>,
-) -> Option<anyhow::Error> {
-    let why = if lines == 0 {
-        if files.len() == 1 {
-            "the file is empty".to_string()
-        } else {
-            "the files are empty".to_string()
-        }
-    } else if malformed == lines {
-        first_malformed
-            .unwrap_or("every line is malformed")
-            .to_string()
-    } else {
-        return None;
-    };
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    Some(anyhow::anyhow!(
-        "no audit events in {}: {why}",
-        names.join(", ")
-    ))
-}
-
-/// Says on stderr (unless `--quiet`) how the files' clocks were corrected
-/// ([`Lines::correcting_clocks`]), for the commands whose output has no
-/// place for notes.
-pub(super) fn print_clock_notes(st: &LinesState) {
-    if !crate::terminal::quiet() {
-        for note in st.clock_notes() {
-            eprintln!("note: {note}");
-        }
-    }
-}
-
-/// Says the malformed lines skipped on stderr: the first `max_shown` of
-/// `located` (as `file:line: why`), then how many more of `malformed` there
-/// were.
-pub(super) fn print_skipped(located: &[String], malformed: usize, max_shown: usize) {
-    for e in located.iter().take(max_shown) {
-        eprintln!("{e} (skipped)");
-    }
-    if malformed > max_shown {
-        eprintln!(
-            "… and {} more malformed lines (skipped)",
-            malformed - max_shown
-        );
-    }
-}
 
 /// The files' lines as one stream, remembering where each line came from
 /// so an error's line number can be given as file:line. Several files are
@@ -626,136 +549,4 @@ pub(super) fn in_time_order(files: Vec<PathBuf>) -> (Vec<PathBuf>, Option<String
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Writes `lines` to a file in `dir`, gzipped when `name` ends in .gz.
-    fn file(dir: &std::path::Path, name: &str, lines: &[String]) -> PathBuf {
-        let path = dir.join(name);
-        let text = lines.concat();
-        if name.ends_with(".gz") {
-            let mut gz =
-                flate2::write::GzEncoder::new(File::create(&path).unwrap(), Default::default());
-            std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
-            gz.finish().unwrap();
-        } else {
-            std::fs::write(&path, text).unwrap();
-        }
-        path
-    }
-
-    fn line(id: &str, received: &str, stage: &str) -> String {
-        format!(
-            "{{\"auditID\":\"{id}\",\"requestReceivedTimestamp\":\"{received}\",\"stageTimestamp\":\"{stage}\"}}\n"
-        )
-    }
-
-    fn read(files: Vec<PathBuf>) -> (Vec<String>, Arc<Mutex<LinesState>>) {
-        let shared = Arc::new(Mutex::new(LinesState::default()));
-        let lines = Lines::new(files, ProgressBar::hidden(), shared.clone()).collect();
-        (lines, shared)
-    }
-
-    fn ids(lines: &[String]) -> Vec<String> {
-        lines
-            .iter()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).map_or_else(
-                    |_| l.trim().to_string(),
-                    |v| v["auditID"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
-    }
-
-    /// Two apiservers' logs of one cluster (each in its own completion
-    /// order) are read as the requests completed, whatever order the files
-    /// are given in, and each line is located in its own file. (Shapes of
-    /// audit lines reduced to the times the merge reads: the merge of real
-    /// logs is tested on the corpus's two-apiserver run.)
-    #[test]
-    fn several_apiservers_logs_are_merged_by_completion_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = |s: u32| format!("2026-12-06T03:11:{s:02}.000000Z");
-        let a = file(
-            dir.path(),
-            "a.log",
-            &[
-                line("a1", &t(1), &t(1)),
-                line("a2", &t(3), &t(4)),
-                "not json\n".into(),
-                line("a3", &t(6), &t(6)),
-            ],
-        );
-        let b = file(
-            dir.path(),
-            "b.log.gz",
-            &[
-                line("b1", &t(2), &t(2)),
-                line("b2", &t(2), &t(5)).replace("\":\"", "\": \""),
-                line("b3", &t(7), &t(7)),
-            ],
-        );
-        for files in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
-            let (lines, shared) = read(files);
-            assert_eq!(
-                ids(&lines),
-                ["a1", "b1", "a2", "not json", "b2", "a3", "b3"],
-                "{lines:?}"
-            );
-            let st = shared.lock().unwrap();
-            assert_eq!(st.locate(4), format!("{}:3", a.display()));
-            assert_eq!(st.locate(5), format!("{}:2", b.display()));
-            assert_eq!(st.locate(7), format!("{}:3", b.display()));
-        }
-    }
-
-    /// Rotated logs (one after the other in time) come out oldest first;
-    /// one file is read straight through, in its own order.
-    #[test]
-    fn rotated_logs_come_out_oldest_first_and_one_file_as_it_is() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = |s: u32| format!("2026-12-06T03:11:{s:02}.000000Z");
-        let new = file(
-            dir.path(),
-            "audit.log",
-            &[line("n1", &t(5), &t(5)), line("n2", &t(6), &t(6))],
-        );
-        let old = file(
-            dir.path(),
-            "audit.log.1",
-            &[line("o1", &t(1), &t(1)), line("o2", &t(2), &t(2))],
-        );
-        let (lines, shared) = read(vec![new.clone(), old.clone()]);
-        assert_eq!(ids(&lines), ["o1", "o2", "n1", "n2"]);
-        assert_eq!(
-            shared.lock().unwrap().locate(3),
-            format!("{}:1", new.display())
-        );
-        let unordered = file(
-            dir.path(),
-            "one.log",
-            &[line("x", &t(9), &t(9)), line("y", &t(1), &t(1))],
-        );
-        assert_eq!(ids(&read(vec![unordered]).0), ["x", "y"]);
-    }
-
-    #[test]
-    fn lines_read_with_memchr_are_the_lines_read_until_reads() {
-        let input: &[u8] = b"{\"a\":1}\n\n  \r\n{\"b\":\"\xff\"}\r\nno newline at the end";
-        // A 3-byte buffer splits lines across refills.
-        for capacity in [3, 8, 1 << 10] {
-            let mut ours = BufReader::with_capacity(capacity, input);
-            let mut std = BufReader::with_capacity(capacity, input);
-            loop {
-                let (mut a, mut b) = (Vec::new(), Vec::new());
-                let n = read_line(&mut ours, &mut a).unwrap();
-                let m = std.read_until(b'\n', &mut b).unwrap();
-                assert_eq!((n, &a), (m, &b), "buffer of {capacity} bytes");
-                if n == 0 {
-                    break;
-                }
-            }
-        }
-    }
-}
+mod tests;

@@ -15,12 +15,14 @@ use crate::metrics::{AssemblyLimit, AssemblyLimitLabel, FrontendMetrics};
 use crate::model::{ObjectRef, raw_trace_id};
 
 mod finish;
+mod not_followed;
 mod repeats;
 mod scope;
 
 use finish::{
     child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
 };
+use not_followed::NotFollowed;
 pub(crate) use repeats::{REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL, is_fold_note};
 pub use scope::Limits;
 pub use scope::Scope;
@@ -552,52 +554,3 @@ impl<S: RawStore> Assembler<S> {
 /// Objects in the first slice of a wide level: enough to measure their
 /// size, few enough to stay well within any budget.
 const FIRST_SLICE: usize = 64;
-
-/// Links one assembly did not follow, by the limit that stopped it.
-#[derive(Default)]
-struct NotFollowed {
-    depth: usize,
-    objects: usize,
-    bytes: usize,
-}
-
-impl NotFollowed {
-    /// Notes each limit reached on the trace (the reader sees it on the
-    /// root span), counts it and logs it.
-    fn note(
-        &self,
-        limits: &Limits,
-        metrics: &FrontendMetrics,
-        from: &ObjectRef,
-        notes: &mut Vec<String>,
-    ) {
-        let reached = [
-            (AssemblyLimit::Depth, self.depth),
-            (AssemblyLimit::Objects, self.objects),
-            (AssemblyLimit::Bytes, self.bytes),
-        ];
-        for (limit, count) in reached.into_iter().filter(|(_, count)| *count > 0) {
-            let note = match limit {
-                AssemblyLimit::Depth => format!(
-                    "{count} links below depth {} not followed (max depth)",
-                    limits.max_depth
-                ),
-                AssemblyLimit::Objects => format!(
-                    "{count} linked objects not shown (max {} objects per trace)",
-                    limits.max_objects
-                ),
-                AssemblyLimit::Bytes => format!(
-                    "{count} linked objects not shown (max {} MiB of object histories per trace, --max-trace-bytes)",
-                    limits.max_bytes.div_ceil(1 << 20)
-                ),
-            };
-            metrics
-                .links_not_followed
-                .get_or_create(&AssemblyLimitLabel { limit })
-                .inc_by(count as u64);
-            tracing::warn!(object = %from, limit = limit.as_str(), links = count,
-                "an assembled trace stops at a limit: {note}");
-            notes.push(note);
-        }
-    }
-}

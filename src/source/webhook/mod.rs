@@ -14,7 +14,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
@@ -26,12 +26,14 @@ use crate::metrics::{Metrics, RejectReason, Source};
 use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
 use crate::self_trace::TARGET;
 
+mod admin;
 mod body;
 mod component_traces;
 mod grpc;
 mod mergelogs;
 mod otlp_logs;
 
+pub(crate) use admin::admin_router;
 use body::*;
 pub(crate) use component_traces::component_traces_router;
 
@@ -149,17 +151,6 @@ pub(crate) fn audit_router(state: Arc<WebhookState>) -> Router {
             post(mergelogs::mergelogs_cluster),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
-        .with_state(state)
-}
-
-/// Metrics and health, on their own listener: probes and Prometheus need no
-/// client certificate even when the webhook requires one.
-pub(crate) fn admin_router(state: Arc<WebhookState>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/intake", get(intake))
         .with_state(state)
 }
 
@@ -595,70 +586,5 @@ pub(crate) async fn release_spool(
             j.persist(links);
         }
         spool.release(upto);
-    }
-}
-
-async fn metrics(State(st): State<Arc<WebhookState>>) -> Response {
-    st.processor.update_gauges();
-    st.metrics.queue_depth.set(st.intake.depth() as i64);
-    let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &st.registry) {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode metrics: {e}"),
-        );
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
-}
-
-/// `GET /intake`: per-cluster intake state and the export's health, as
-/// JSON (`kascade doctor` reads it; schema in `source::arrivals`).
-async fn intake(State(st): State<Arc<WebhookState>>) -> Response {
-    let (clusters, untracked_events) = st.arrivals.snapshot();
-    let watch_forbidden = st
-        .watched_clusters
-        .iter()
-        .map(|c| {
-            let n = st
-                .metrics
-                .watch_forbidden
-                .get_or_create(&Metrics::cluster(c))
-                .get();
-            (c.clone(), n)
-        })
-        .collect();
-    let report = super::arrivals::IntakeReport {
-        schema: super::arrivals::INTAKE_SCHEMA.to_string(),
-        now_ms: crate::pipeline::unix_ms(std::time::SystemTime::now()),
-        default_cluster: st.default_cluster.clone(),
-        configured_clusters: st.configured_clusters.clone(),
-        watched_clusters: st.watched_clusters.clone(),
-        watch_forbidden,
-        clusters,
-        untracked_events,
-        outputs: st.export_progress.health(),
-    };
-    axum::Json(report).into_response()
-}
-
-/// Not ready while the queue is nearly full, so a load balancer sends the
-/// apiserver's retries to another replica.
-async fn readyz(State(st): State<Arc<WebhookState>>) -> Response {
-    let depth = st.intake.depth();
-    let cap = st.intake.capacity();
-    if depth * 10 >= cap * 9 {
-        error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("queue {depth}/{cap} is nearly full"),
-        )
-    } else {
-        (StatusCode::OK, "ok\n").into_response()
     }
 }
