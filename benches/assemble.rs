@@ -133,7 +133,7 @@ fn stream_cached(c: &mut Criterion) {
     group.throughput(Throughput::Elements(spans as u64));
     group.bench_with_input(BenchmarkId::new("clone_and_encode", pods), &pods, |b, _| {
         b.iter(|| {
-            let messages = kascade::test_support::frontend::service::chunks(&trace);
+            let messages = kascade::test_support::frontend::assembled::chunks(&trace);
             let bytes: usize = messages.iter().map(|m| m.encode_to_vec().len()).sum();
             assert!(bytes > spans * 100, "{bytes} bytes for {spans} raw spans");
             bytes
@@ -141,7 +141,7 @@ fn stream_cached(c: &mut Criterion) {
     });
     group.bench_with_input(BenchmarkId::new("encoded_once", pods), &pods, |b, _| {
         b.iter(|| {
-            let messages = kascade::test_support::frontend::service::encoded_chunks(&trace)
+            let messages = kascade::test_support::frontend::assembled::encoded_chunks(&trace)
                 .iter()
                 .cloned()
                 .map(kascade::test_support::frontend::proto::TracesMessage::Encoded);
@@ -154,7 +154,7 @@ fn stream_cached(c: &mut Criterion) {
 }
 
 /// What weighing an assembled trace for the cache costs
-/// (`cache_weight::trace_bytes`): the 1,000-Pod Deployment's whole trace,
+/// (`assembled::trace_bytes`): the 1,000-Pod Deployment's whole trace,
 /// every Pod shown and as summarised (`--max-siblings`, the default). A
 /// server's cold assembly weighed its trace whole, then again once only the
 /// served stream was kept; it now weighs it once.
@@ -176,7 +176,7 @@ fn weigh(c: &mut Criterion) {
         };
         let trace = rt.block_on(f.search(&query)).unwrap().remove(0);
         group.bench_with_input(BenchmarkId::new(name, pods), &pods, |b, _| {
-            b.iter(|| kascade::test_support::frontend::cache_weight::trace_bytes(&trace))
+            b.iter(|| kascade::test_support::frontend::assembled::trace_bytes(&trace))
         });
     }
     group.finish();

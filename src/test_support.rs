@@ -80,8 +80,11 @@ pub mod frontend {
     pub mod assemble {
         pub use crate::frontend::assemble::{Assembler, Assembly, Clip, Limits, Scope};
     }
+    pub mod assembled {
+        pub use crate::frontend::assembled::{chunks, encoded_chunks, trace_bytes};
+    }
     pub mod cache_weight {
-        pub use crate::frontend::cache_weight::{history_bytes, trace_bytes};
+        pub use crate::frontend::cache_weight::history_bytes;
     }
     pub mod components {
         pub use crate::frontend::components::{
@@ -111,7 +114,7 @@ pub mod frontend {
         };
     }
     pub mod service {
-        pub use crate::frontend::service::{JaegerStorage, chunks, encoded_chunks, parse_query};
+        pub use crate::frontend::service::{JaegerStorage, parse_query};
     }
     pub mod text {
         pub use crate::frontend::text::render_text;

@@ -556,7 +556,7 @@ async fn wide_assemblies_are_assembled_one_at_a_time() {
 
 #[tokio::test]
 async fn the_server_keeps_only_the_stream_it_serves() {
-    use kascade::test_support::frontend::service::encoded_chunks;
+    use kascade::test_support::frontend::assembled::encoded_chunks;
     let s = Arc::new(store_of_lines(common::deployment_with_pods(100)).await);
     for mode in [Mode::Tracing, Mode::Cascade] {
         let whole = hello_in(&Frontend::new(s.clone(), FrontendConfig::default()), mode).await;

@@ -78,7 +78,7 @@ async fn a_cached_traces_weight_is_the_memory_it_holds() {
                 }
                 // What the trace holds once streamed, the frontend (and its
                 // cache, and every buffer of the assembly) gone.
-                kascade::test_support::frontend::service::encoded_chunks(&trace);
+                kascade::test_support::frontend::assembled::encoded_chunks(&trace);
                 drop(f);
                 let held = allocated() - before;
                 let ratio = trace.bytes as f64 / held as f64;

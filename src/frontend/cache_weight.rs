@@ -1,4 +1,5 @@
-//! What one assembled trace holds in memory, so the frontend's trace cache
+//! What the parts of an assembled trace hold in memory (the whole is
+//! summed by `assembled::trace_bytes`), so the frontend's trace cache
 //! can be bounded in bytes (`--cache-bytes`) rather than in traces: a
 //! 1,000-Pod Deployment's trace holds about 100 MB whole and 20 MB as the
 //! server keeps it (`AssembledTrace::served_only`), one ConfigMap's a few
@@ -15,47 +16,12 @@ use std::mem::size_of;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span};
 
-use super::AssembledTrace;
 use super::merge::ObjectHistory;
 use crate::analysis::cascade::{Cascade, Completion};
 use crate::model::ObjectRef;
 use crate::pipeline::{Cause, ChangeRecord};
 
-/// Bytes `t` holds on the heap, its stream's encoding included.
-pub fn trace_bytes(t: &AssembledTrace) -> u64 {
-    let assembly = &t.assembly;
-    let nodes = vec_bytes(&assembly.nodes)
-        + assembly
-            .nodes
-            .iter()
-            .map(|n| {
-                history_bytes(&n.history)
-                    + vec_bytes(&n.children)
-                    + n.class.as_ref().map_or(0, String::capacity)
-            })
-            .sum::<usize>();
-    let notes =
-        vec_bytes(&assembly.notes) + assembly.notes.iter().map(String::capacity).sum::<usize>();
-    let cascades = vec_bytes(&t.cascades) + t.cascades.iter().map(cascade_bytes).sum::<usize>();
-    let rendered = vec_bytes(&t.resource_spans)
-        + t.resource_spans
-            .iter()
-            .map(resource_spans_bytes)
-            .sum::<usize>();
-    let encoded = match t.encoded.get() {
-        Some(chunks) => chunks.iter().map(bytes::Bytes::len).sum::<usize>(),
-        None => {
-            use prost::Message as _;
-            t.resource_spans
-                .iter()
-                .map(|r| r.encoded_len())
-                .sum::<usize>()
-        }
-    };
-    (size_of::<AssembledTrace>() + nodes + notes + cascades + rendered + encoded) as u64
-}
-
-fn vec_bytes<T>(v: &Vec<T>) -> usize {
+pub(super) fn vec_bytes<T>(v: &Vec<T>) -> usize {
     v.capacity() * size_of::<T>()
 }
 
@@ -82,7 +48,7 @@ pub fn history_bytes(h: &ObjectHistory) -> usize {
             .sum::<usize>()
 }
 
-fn resource_spans_bytes(r: &ResourceSpans) -> usize {
+pub(super) fn resource_spans_bytes(r: &ResourceSpans) -> usize {
     let resource = r.resource.as_ref().map_or(0, |res| {
         key_values_bytes(&res.attributes) + vec_bytes(&res.entity_refs)
     });
@@ -149,7 +115,7 @@ fn any_value_bytes(v: &AnyValue) -> usize {
     }
 }
 
-fn cascade_bytes(c: &Cascade) -> usize {
+pub(super) fn cascade_bytes(c: &Cascade) -> usize {
     let waiting = match &c.completion {
         Completion::Complete { .. } => 0,
         Completion::Waiting(w) | Completion::NotKnown(w) => {

@@ -41,7 +41,7 @@ pub struct FrontendConfig {
     /// How long an assembled trace is kept for reloads.
     pub cache_ttl: Duration,
     /// Bytes of assembled traces kept for reloads, as
-    /// [`super::cache_weight::trace_bytes`] counts them (a trace larger than
+    /// [`super::assembled::trace_bytes`] counts them (a trace larger than
     /// this is answered but not kept).
     pub cache_bytes: u64,
     /// Clusters offered as operations before any search has seen them.

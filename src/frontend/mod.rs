@@ -9,7 +9,7 @@
 //! assembled.rs, and the errors in error.rs.
 
 pub(crate) mod assemble;
-mod assembled;
+pub(crate) mod assembled;
 pub(crate) mod cache_weight;
 pub(crate) mod cascade;
 mod clusters;

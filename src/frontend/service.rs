@@ -10,11 +10,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use futures::Stream;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, TracesData};
 use tonic::{Request, Response, Status};
 
+use super::assembled::encoded_chunks;
 use super::display::{Mode, SIBLINGS_TAG, parse_siblings};
 use super::http::MAX_TIME_SECS;
 use super::proto::dependency_reader_server::{DependencyReader, DependencyReaderServer};
@@ -242,84 +241,6 @@ pub fn parse_query(
         tags,
         range: TimeRange::new(start, end),
         limit,
-    })
-}
-
-/// Largest message of a trace stream, in encoded bytes of spans: a quarter
-/// of the 4 MiB a Go gRPC client (the query Jaeger) accepts by default.
-pub(crate) const MAX_CHUNK_BYTES: usize = 1 << 20;
-
-/// One assembled trace as consecutive messages of at most
-/// [`MAX_CHUNK_BYTES`] of spans each (a Deployment with 1,000 Pods, 4,043
-/// spans with 6,172 logs in tracing mode, is more than one message may
-/// carry). Jaeger joins consecutive messages of the same trace (the chunking
-/// rule of its storage API); each message starts with a span, which is how
-/// Jaeger reads its trace id.
-pub fn chunks(t: &AssembledTrace) -> Vec<TracesData> {
-    use prost::Message as _;
-    let mut out = Vec::new();
-    let mut current: Vec<ResourceSpans> = Vec::new();
-    let mut bytes = 0;
-    for rs in &t.resource_spans {
-        for ss in &rs.scope_spans {
-            for span in &ss.spans {
-                let len = span.encoded_len();
-                if bytes + len > MAX_CHUNK_BYTES && bytes > 0 {
-                    out.push(TracesData {
-                        resource_spans: std::mem::take(&mut current),
-                    });
-                    bytes = 0;
-                }
-                bytes += len;
-                // Continue this resource's and scope's group, or open one.
-                let same_rs = current.last().is_some_and(|last| {
-                    last.resource == rs.resource && last.schema_url == rs.schema_url
-                });
-                if !same_rs {
-                    current.push(ResourceSpans {
-                        resource: rs.resource.clone(),
-                        scope_spans: Vec::new(),
-                        schema_url: rs.schema_url.clone(),
-                    });
-                }
-                let group = current.last_mut().expect("pushed above");
-                let same_ss = group
-                    .scope_spans
-                    .last()
-                    .is_some_and(|last| last.scope == ss.scope && last.schema_url == ss.schema_url);
-                if !same_ss {
-                    group.scope_spans.push(ScopeSpans {
-                        scope: ss.scope.clone(),
-                        spans: Vec::new(),
-                        schema_url: ss.schema_url.clone(),
-                    });
-                }
-                group
-                    .scope_spans
-                    .last_mut()
-                    .expect("pushed above")
-                    .spans
-                    .push(span.clone());
-            }
-        }
-    }
-    if !current.is_empty() {
-        out.push(TracesData {
-            resource_spans: current,
-        });
-    }
-    out
-}
-
-/// [`chunks`] encoded, once per assembled trace: the cache's answers after
-/// the first send these bytes instead of cloning and encoding every span.
-pub fn encoded_chunks(t: &AssembledTrace) -> &[Bytes] {
-    use prost::Message as _;
-    t.encoded.get_or_init(|| {
-        chunks(t)
-            .iter()
-            .map(|m| Bytes::from(m.encode_to_vec()))
-            .collect()
     })
 }
 

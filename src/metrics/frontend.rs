@@ -12,7 +12,7 @@ pub struct FrontendMetrics {
     pub errors: Family<RpcLabel, Counter>,
     pub traces_assembled: Counter,
     pub cache_hits: Counter,
-    /// Bytes of the traces in the cache (`cache_weight::trace_bytes`).
+    /// Bytes of the traces in the cache (`assembled::trace_bytes`).
     pub cache_bytes: prometheus_client::metrics::gauge::Gauge,
     /// Traces the cache let go before their time to live, to stay within
     /// `--cache-bytes` (a later request assembles them again).
