@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scale-out: two `kascade collect` replicas sharing a span cache on etcd.
 #
-#   1. the span cache's tests against a real etcd (tests/span_cache_etcd.rs,
+#   1. the span cache's tests against a real etcd (tests/span_cache_etcd/,
 #      ignored by plain `cargo test`);
 #   2. a DEDICATED etcd (never the harness's: the apiserver uses that one) and
 #      two replicas; the same real audit batch (e2e/fixtures/deployment) posted
@@ -28,7 +28,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-# The build of tests/span_cache_etcd.rs (e2e/profile.sh; KASCADE_STATIC_PROFILE).
+# The build of tests/span_cache_etcd/ (e2e/profile.sh; KASCADE_STATIC_PROFILE).
 # shellcheck source=e2e/profile.sh
 source "$ROOT/e2e/profile.sh"
 started=$SECONDS
@@ -47,7 +47,7 @@ DIR="$KASCADE_E2E_RUN_DIR/scale-out"
 # Span ids are derived from (cluster, object, window): each run posts under
 # its own cluster names, so a rerun against the same Jaeger starts clean. The
 # replicas export as service kascade-scaleout, so the suite's own searches
-# (service kascade, tests/e2e.rs; the frontend) never see these spans.
+# (service kascade, tests/e2e/; the frontend) never see these spans.
 RUN="scaleout-$(date +%s)"
 rm -rf "$DIR"; mkdir -p "$DIR"
 
@@ -84,14 +84,14 @@ trap cleanup EXIT
 
 # ---------------------------------------------------------------- 1. cargo tests
 if [[ "${KASCADE_SCALEOUT_RUST_TESTS:-1}" != 0 ]]; then
-  log "span cache tests against a real etcd (tests/span_cache_etcd.rs)"
+  log "span cache tests against a real etcd (tests/span_cache_etcd/)"
   if KASCADE_E2E_BIN="$KASCADE_E2E_BIN" cargo test "${E2E_CARGO_PROFILE[@]}" --locked --test span_cache_etcd -- --ignored \
       >"$DIR/cargo-test.log" 2>&1; then
     grep -E '^test |^test result' "$DIR/cargo-test.log" >&2 || true
-    pass "tests/span_cache_etcd.rs against etcd $("$ETCD_BIN" --version | sed -n 's/^etcd Version: //p')"
+    pass "tests/span_cache_etcd/ against etcd $("$ETCD_BIN" --version | sed -n 's/^etcd Version: //p')"
   else
     tail -n 40 "$DIR/cargo-test.log" >&2
-    fail "tests/span_cache_etcd.rs"
+    fail "tests/span_cache_etcd/"
   fi
 fi
 

@@ -15,7 +15,7 @@
 # fault stages.
 # KASCADE_STATIC_BUILD says which build makes the binary:
 #   tests    (default) the binary `cargo test` builds beside the test
-#            programs (tests/e2e.rs runs it as CARGO_BIN_EXE_kascade): there
+#            programs (tests/e2e/ runs it as CARGO_BIN_EXE_kascade): there
 #            the dev-dependencies' features are unified in (tokio's
 #            test-util, opentelemetry_sdk's testing, jemalloc's statistics,
 #            …), which makes kascade, kube, tonic, hyper, tokio and jemalloc a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The e2e suite: builds the harness (cached), starts a control plane and Jaeger,
 # runs `kascade collect` as the apiserver's audit webhook, drives the scenarios,
-# and checks what Jaeger stored (tests/e2e.rs). Tears everything down on exit,
+# and checks what Jaeger stored (tests/e2e/). Tears everything down on exit,
 # also when a test fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -86,7 +86,7 @@ source "$E2E_DIR/.run/env"
 # watches both clusters as the read-only user bound to the chart's ClusterRole.
 # It traces itself into the raw Jaeger (service kascade-collect; the object
 # spans go to --otlp-endpoint under KASCADE_SERVICE_NAME), as does the
-# frontend below: tests/e2e.rs kascade_traces_itself_into_jaeger.
+# frontend below: tests/e2e/ kascade_traces_itself_into_jaeger.
 SELF_TRACING=(OTEL_TRACES_EXPORTER=otlp "OTEL_EXPORTER_OTLP_ENDPOINT=$JAEGER_OTLP_GRPC")
 # KASCADE_WATCH_AUDIT_WAIT: a write's audit event may trail its watch event
 # by more than the 5 s default on a loaded 2-core machine (the webhook's 1 s
@@ -121,7 +121,7 @@ fi
 # curl 7.88 (Debian 12) reports the early answer followed by the reset of
 # the unread request stream as error 92 without the status in most runs
 # (CI failed so); an HTTP/2 client that reads the response gets the 401
-# (tests/webhook.rs, http2_clients_get_the_refusal_not_a_stream_reset).
+# (tests/webhook/, http2_clients_get_the_refusal_not_a_stream_reset).
 code=$(curl -s --http1.1 -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_CLIENT_CA_FILE" \
   --cert "$E2E_DIR/.pki/apiserver-client.crt" --key "$E2E_DIR/.pki/apiserver-client.key" \
   -X POST https://127.0.0.1:8090/audit -d '{}' || true)
@@ -129,7 +129,7 @@ code=$(curl -s --http1.1 -o /dev/null -w '%{http_code}' --cacert "$KASCADE_TLS_C
 log "webhook refuses clients without certificate or token"
 
 # The read side: kascade frontend over the raw Jaeger (its remote-storage gRPC
-# API; the second frontend in tests/e2e.rs reads the HTTP API), and a second Jaeger v2
+# API; the second frontend in tests/e2e/ reads the HTTP API), and a second Jaeger v2
 # (the UI/query tier) whose trace storage is the frontend.
 ( set -a; source "$ROOT/deploy/config/frontend.env"; set +a
   exec env "${SELF_TRACING[@]}" "$KASCADE" frontend --grpc-listen 127.0.0.1:8093 --http-listen 127.0.0.1:8094 \
@@ -189,7 +189,7 @@ log "kascade cpid-webhook registered"
 log "kascade frontend and the Jaeger query tier are ready"
 "$E2E_DIR/validate-deploy.sh"
 # Its server dry runs must have reached kascade before the crash below drops
-# whatever the apiserver's webhook batch still holds (tests/e2e.rs
+# whatever the apiserver's webhook batch still holds (tests/e2e/
 # server_dry_runs_leave_no_spans counts them as filtered).
 deadline=$((SECONDS + 30))
 until curl -sf http://127.0.0.1:8091/metrics | grep -q 'kascade_audit_events_filtered_total{reason="dry_run"}'; do
@@ -225,7 +225,7 @@ KASCADE_E2E_ENV="$B_ENV" LINK_CLUSTER="$CLUSTER_NAME" "$E2E_DIR/scenarios/crossc
 
 KASCADE_BIN="$KASCADE" "$E2E_DIR/scale-out.sh"
 log "checking Jaeger"
-# tests/e2e.rs reports a mergelog as an instrumented controller would:
+# tests/e2e/ reports a mergelog as an instrumented controller would:
 # over the webhook's mutual TLS, with its bearer token.
 export KASCADE_WEBHOOK_BASE=https://127.0.0.1:8090 \
   KASCADE_WEBHOOK_CLIENT_CERT="$E2E_DIR/.pki/apiserver-client.crt" KASCADE_WEBHOOK_CLIENT_KEY="$E2E_DIR/.pki/apiserver-client.key"

@@ -1,5 +1,5 @@
 //! `kascade doctor` against the real harness, run by e2e/suite.sh after
-//! tests/e2e.rs (it reuses the suite's clusters and collector): all OK on
+//! tests/e2e/ (it reuses the suite's clusters and collector): all OK on
 //! the healthy cluster; and each fault it is meant to find, made for real —
 //! cluster B's `Metadata` policy for Pods, a collector no apiserver sends to,
 //! cluster B's webhook path naming another cluster, the watch identity's

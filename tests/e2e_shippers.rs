@@ -1,5 +1,5 @@
 //! The log-shipper paths against the real harness, run by e2e/suite.sh
-//! after tests/e2e.rs: the cluster's audit.log shipped by a real
+//! after tests/e2e/: the cluster's audit.log shipped by a real
 //! OpenTelemetry Collector (filelog receiver → otlphttp exporter to
 //! `/v1/logs/<name>` and otlp exporter over gRPC with a `kascade-cluster`
 //! header, built by e2e/build.sh with the collector builder), and sent

@@ -3,7 +3,7 @@
 //! `traceparent`, and the SDK exporter (opentelemetry-otlp) delivering to
 //! OTLP receivers over gRPC and HTTP. The spans are caught by the SDK's
 //! in-memory exporter behind kascade's own layer; the e2e suite finds the
-//! same traces in a real Jaeger (tests/e2e.rs).
+//! same traces in a real Jaeger (tests/e2e/).
 
 mod common;
 

@@ -4,7 +4,7 @@
 # CPIDs the CPID webhook stamps: first a ConfigMap edit alone (its CPID is
 # inherited by the roll), then a Deployment edit and a ConfigMap edit
 # together (merged into a new CPID, mergelog sent to kascade). kubectl's
-# warnings (the stamped CPIDs) are kept for tests/e2e.rs.
+# warnings (the stamped CPIDs) are kept for tests/e2e/.
 source "$(dirname "$0")/lib.sh"
 NS=roller-demo
 OUT="$KASCADE_E2E_RUN_DIR/config-roller"

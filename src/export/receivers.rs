@@ -3,7 +3,7 @@
 //! (grpc-go's) does — in process, so that sizes can be asserted exactly and
 //! the limit set below the exporter's bound — and an HTTP server; both also
 //! over TLS with client certificates. The same scenarios against the real
-//! Jaeger are in tests/e2e.rs.
+//! Jaeger are in tests/e2e/.
 
 use std::net::SocketAddr;
 use std::pin::Pin;

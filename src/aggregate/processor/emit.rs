@@ -13,6 +13,7 @@ use crate::model::{KeyHasher, Windowing};
 use super::super::rules::Relation;
 use super::super::span_cache::{Slot, SpanCache};
 use super::ProcessError;
+use super::flow::Pending;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::pipeline::ExportProgress;
 use crate::pipeline::SentLinks;
@@ -56,6 +57,43 @@ impl Emitter {
             windowing,
             metrics,
         }
+    }
+
+    /// Sends one write's or Event's planned spans: the object span first
+    /// (once per window), then the span, then the write's relations.
+    pub(super) async fn send(&self, pending: Pending) -> Result<(), ProcessError> {
+        match pending {
+            Pending::Write {
+                ow,
+                uid,
+                replayed,
+                span,
+                relations,
+                selector_links,
+                at,
+            } => {
+                self.ensure_object_span(&ow, &uid, replayed).await?;
+                self.emit(span).await?;
+                self
+                    .record_relation_list(&ow, &relations, at, replayed)
+                    .await?;
+                self
+                    .record_selector_link_list(selector_links, at)
+                    .await?;
+            }
+            Pending::Event {
+                ow,
+                involved_uid,
+                span,
+            } => {
+                self
+                    .ensure_object_span(&ow, &involved_uid, false)
+                    .await?;
+                self.metrics.event_spans.inc();
+                self.emit(span).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Counts every span sent to the exporter (for the durable intake).

@@ -329,37 +329,7 @@ impl Processor {
 
     /// Sends what [`Processor::process_until_emission`] left.
     pub async fn send_emission(&self, e: Emission) -> Result<(), ProcessError> {
-        match e.0 {
-            Pending::Write {
-                ow,
-                uid,
-                replayed,
-                span,
-                relations,
-                selector_links,
-                at,
-            } => {
-                self.emitter.ensure_object_span(&ow, &uid, replayed).await?;
-                self.emitter.emit(span).await?;
-                self.emitter
-                    .record_relation_list(&ow, &relations, at, replayed)
-                    .await?;
-                self.emitter
-                    .record_selector_link_list(selector_links, at)
-                    .await?;
-            }
-            Pending::Event {
-                ow,
-                involved_uid,
-                span,
-            } => {
-                self.emitter
-                    .ensure_object_span(&ow, &involved_uid, false)
-                    .await?;
-                self.metrics.event_spans.inc();
-                self.emitter.emit(span).await?;
-            }
-        }
+        self.emitter.send(e.0).await?;
         self.metrics.events_processed.inc();
         Ok(())
     }

@@ -352,3 +352,5 @@ pub(crate) mod testing;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tracker_tests;

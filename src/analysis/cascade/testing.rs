@@ -1,5 +1,5 @@
 //! Change records for unit tests of the pure cascade logic (records from
-//! the real processor are tested in `tests/cascade.rs`).
+//! the real processor are tested in `tests/cascade/`).
 
 use std::time::{Duration, SystemTime};
 
@@ -95,4 +95,92 @@ pub(crate) fn caused_by(
             .unwrap_or_default(),
     });
     effect
+}
+
+/// A rollout in miniature: patch → RS create → Pod create → binding →
+/// kubelet Running; the Deployment's status write settles it last.
+pub(crate) fn rollout() -> Vec<ChangeRecord> {
+    let patch = change(
+        1,
+        obj("deployments", "d"),
+        "patch",
+        0,
+        5,
+        Some(("InProgress", "0/1 updated")),
+    );
+    let rs = caused_by(
+        change(
+            2,
+            obj("replicasets", "d-1"),
+            "create",
+            10,
+            12,
+            Some(("InProgress", "0/1 ready")),
+        ),
+        &patch,
+        "deployments → replicasets create",
+    );
+    let pod = caused_by(
+        change(
+            3,
+            obj("pods", "d-1-a"),
+            "create",
+            20,
+            22,
+            Some(("InProgress", "Pending")),
+        ),
+        &rs,
+        "replicasets → pods create",
+    );
+    let mut bind = caused_by(
+        change(
+            4,
+            obj("pods", "d-1-a"),
+            "create",
+            30,
+            31,
+            Some(("InProgress", "Pending")),
+        ),
+        &pod,
+        "pods binding",
+    );
+    bind.subresource = "binding".into();
+    let running = caused_by(
+        change(
+            5,
+            obj("pods", "d-1-a"),
+            "patch",
+            100,
+            102,
+            Some(("Current", "Running, ready")),
+        ),
+        &bind,
+        "pods → Running",
+    );
+    let rs_status = caused_by(
+        change(
+            6,
+            obj("replicasets", "d-1"),
+            "update",
+            110,
+            111,
+            Some(("Current", "")),
+        ),
+        &running,
+        "pods → replicasets status",
+    );
+    let d_status = caused_by(
+        change(
+            7,
+            obj("deployments", "d"),
+            "update",
+            120,
+            125,
+            Some(("Current", "")),
+        ),
+        &rs_status,
+        "replicasets → deployments status",
+    );
+    // Given out of order: build sorts by time.
+    vec![d_status, running, patch, rs, pod, bind, rs_status]
 }
