@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md stays true: every path it names exists, every top-level
 //! module of `src/` is in its table, its links resolve, and it stays one
-//! page (the details live in docs/internals.md).
+//! page (the details live in docs/internals.md); and no Rust file of the
+//! repository outgrows one job (600 lines).
 
 use std::path::{Path, PathBuf};
 
@@ -97,4 +98,37 @@ fn the_architecture_is_one_page() {
         "ARCHITECTURE.md has {lines} lines: keep it a one-page map, details in docs/internals.md"
     );
     assert!(Path::new(&root().join("docs/internals.md")).exists());
+}
+
+/// Rust files of the repository (build output left out).
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A file does one job that a reader can hold in mind: none, tests
+/// included, is longer than 600 lines (split by job or topic, as
+/// docs/testing.md says for test programs).
+#[test]
+fn no_rust_file_is_longer_than_600_lines() {
+    let mut files = Vec::new();
+    rust_files(&root(), &mut files);
+    assert!(files.len() > 100, "found only {} Rust files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).unwrap().lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "longer than 600 lines: {long:?}");
 }

@@ -176,6 +176,6 @@ fn level_of(s: &Span) -> (Vec<u8>, String, String, String) {
     )
 }
 
-mod scenarios;
 mod display;
+mod scenarios;
 mod wide;

@@ -323,10 +323,10 @@ fn replayed_spans(files: &[&std::path::Path]) -> (Vec<String>, String) {
     (spans, stderr)
 }
 
-mod offline;
-mod flags;
-mod terminal_trees;
-mod redaction;
-mod inputs;
-mod rules;
 mod doctor_replay;
+mod flags;
+mod inputs;
+mod offline;
+mod redaction;
+mod rules;
+mod terminal_trees;

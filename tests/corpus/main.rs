@@ -460,8 +460,8 @@ fn clock_note(report: &Report) -> Option<&String> {
         .find(|n| n.contains("clock of the apiserver"))
 }
 
-mod judgement;
-mod hops;
-mod readable;
-mod inputs;
 mod clocks;
+mod hops;
+mod inputs;
+mod judgement;
+mod readable;

@@ -362,12 +362,12 @@ impl Drop for Killed {
     }
 }
 
-mod write_side;
-mod read_side;
-mod live_sources;
+mod component_traces;
+mod cpid;
 mod delivery;
 mod explain;
-mod scenario_cascades;
-mod cpid;
+mod live_sources;
+mod read_side;
 mod replicas;
-mod component_traces;
+mod scenario_cascades;
+mod write_side;

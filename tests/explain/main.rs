@@ -32,7 +32,7 @@ fn fixture(name: &str) -> Report {
 
 use common::kascade;
 
-mod findings;
-mod scope;
-mod inputs;
 mod causes;
+mod findings;
+mod inputs;
+mod scope;

@@ -541,11 +541,11 @@ fn query_of(range: TimeRange, t: &[(&str, &str)]) -> SearchQuery {
     }
 }
 
-mod scopes;
 mod cache;
-mod http;
 mod grpc;
-mod searches;
-mod streaming;
-mod siblings;
+mod http;
 mod raw_reads;
+mod scopes;
+mod searches;
+mod siblings;
+mod streaming;

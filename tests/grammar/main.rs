@@ -106,8 +106,8 @@ fn json_writes(object: &Value) -> BTreeSet<(String, String, String, i64, String)
         .collect()
 }
 
-mod objects;
-mod help;
 mod bad_input;
-mod trace_json;
+mod help;
+mod objects;
 mod replay;
+mod trace_json;

@@ -2,6 +2,7 @@
 //! references found, each described with where its edges are written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 
 use super::reader::*;
 
@@ -64,7 +65,9 @@ pub(crate) fn cycles(krate: &Crate) -> Vec<(ModPath, Vec<Edge>, Vec<Edge>)> {
 }
 
 /// Tarjan's algorithm over the sibling graph.
-pub(crate) fn strongly_connected(graph: &BTreeMap<String, BTreeMap<String, Edge>>) -> Vec<Vec<String>> {
+pub(crate) fn strongly_connected(
+    graph: &BTreeMap<String, BTreeMap<String, Edge>>,
+) -> Vec<Vec<String>> {
     struct State<'a> {
         graph: &'a BTreeMap<String, BTreeMap<String, Edge>>,
         index: HashMap<&'a str, usize>,
@@ -121,7 +124,10 @@ pub(crate) fn strongly_connected(graph: &BTreeMap<String, BTreeMap<String, Edge>
 }
 
 /// One cycle through the first member of `scc` (breadth-first, shortest).
-pub(crate) fn cycle_within(graph: &BTreeMap<String, BTreeMap<String, Edge>>, scc: &[String]) -> Vec<Edge> {
+pub(crate) fn cycle_within(
+    graph: &BTreeMap<String, BTreeMap<String, Edge>>,
+    scc: &[String],
+) -> Vec<Edge> {
     let mut members: Vec<&String> = scc.iter().collect();
     members.sort();
     let start = members[0].clone();

@@ -14,8 +14,7 @@
 mod graph;
 mod reader;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use graph::*;
 use reader::*;

@@ -1,7 +1,7 @@
 //! The reader of Rust source: comments and literals blanked out, paths
 //! collected and resolved in the module tree found on disk.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// A module by its path from the crate root (`[]` is the root).

@@ -492,6 +492,6 @@ async fn run_replica_with(
     out
 }
 
-mod replicas;
 mod outages;
 mod pipeline;
+mod replicas;

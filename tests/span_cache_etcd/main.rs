@@ -333,6 +333,6 @@ async fn settles(c: &mut Campaign, want: Leadership) {
     assert!(waited.is_ok(), "still {:?}, not {want:?}", c.leadership());
 }
 
-mod replicas;
 mod auth;
+mod replicas;
 mod watcher_role;

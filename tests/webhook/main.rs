@@ -132,6 +132,6 @@ fn captured_trace_lines() -> Vec<String> {
 }
 
 mod intake;
-mod shards;
 mod limits;
+mod shards;
 mod shippers;

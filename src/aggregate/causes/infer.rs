@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use super::index::Candidate;
-use crate::aggregate::rules::{Relation, Via};
-use super::{CauseIndex, ChangeEntry, Effect, Inference, RESOLVE_WAIT, Resolved};
+use super::entry;
+use super::index::{Candidate, EffectTimes, ObjectChanges};
+use super::{CauseIndex, ChangeEntry, Effect, Inference, PodEnd, RESOLVE_WAIT, Resolved, Revision};
+use crate::aggregate::rules::{ChangeClass, Relation, Role, Via};
 use crate::model::ObjectRef;
 use crate::pipeline::{CascadeRole, Cause, CpidOrigin, WriteCpid};
 

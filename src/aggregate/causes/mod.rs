@@ -31,14 +31,12 @@ use std::time::{Duration, SystemTime};
 
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, CpidOrigin, SpanRef, WriteCpid};
+use crate::pipeline::{CascadeRole, Cause, SpanRef, WriteCpid};
 
-use super::rules::{ChangeClass, Propagation, Relation, Role, RuleSet, Via};
+use super::rules::{ChangeClass, Propagation, Relation, RuleSet};
 use entry::ResolvedWakers;
 pub(crate) use entry::{ChangeEntry, Op, PodEnd, Resolved, Revision};
-use index::{Candidate, EffectTimes, ObjectChanges};
 use writers::WriterPatterns;
-
 
 /// Longest wait for a cause's cascade to be known before the effect is
 /// shown under the cause alone (counted).

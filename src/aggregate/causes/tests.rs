@@ -1,6 +1,7 @@
 //! Unit tests of the cause index's own bookkeeping.
 
 use super::*;
+use crate::pipeline::CpidOrigin;
 
 #[test]
 fn creates_cpids_beyond_the_bound_are_forgotten_oldest_first_and_counted() {
@@ -12,8 +13,7 @@ fn creates_cpids_beyond_the_bound_are_forgotten_oldest_first_and_counted() {
     let metrics = Arc::new(Metrics::default());
     let index = CauseIndex::new(&rules, 1_000, &metrics);
     let create = |i: u64| entry::test_entry(i, ChangeClass::Create, 1_000, 1_000, 0);
-    let creates: Vec<Arc<ChangeEntry>> =
-        (1..=MAX_CREATED_CPIDS as u64 + 1).map(create).collect();
+    let creates: Vec<Arc<ChangeEntry>> = (1..=MAX_CREATED_CPIDS as u64 + 1).map(create).collect();
     let cpid = WriteCpid {
         cpid: kascade_cpid::Cpid::new_random(),
         origin: CpidOrigin::Annotation,

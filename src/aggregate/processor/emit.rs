@@ -74,21 +74,16 @@ impl Emitter {
             } => {
                 self.ensure_object_span(&ow, &uid, replayed).await?;
                 self.emit(span).await?;
-                self
-                    .record_relation_list(&ow, &relations, at, replayed)
+                self.record_relation_list(&ow, &relations, at, replayed)
                     .await?;
-                self
-                    .record_selector_link_list(selector_links, at)
-                    .await?;
+                self.record_selector_link_list(selector_links, at).await?;
             }
             Pending::Event {
                 ow,
                 involved_uid,
                 span,
             } => {
-                self
-                    .ensure_object_span(&ow, &involved_uid, false)
-                    .await?;
+                self.ensure_object_span(&ow, &involved_uid, false).await?;
                 self.metrics.event_spans.inc();
                 self.emit(span).await?;
             }

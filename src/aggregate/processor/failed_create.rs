@@ -110,3 +110,122 @@ pub(super) fn attempt_span(
     }
     span
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::ProcessorConfig;
+    use super::super::test_support::{attr as attr_of, refused_pod_create};
+    use super::*;
+    use crate::pipeline::{CascadeRole, SpanRef};
+
+    fn root() -> Inference {
+        Inference {
+            role: CascadeRole::Root,
+            cause: None,
+            root: SpanRef {
+                trace_id: [1; 16],
+                span_id: [2; 8],
+            },
+            depth: 0,
+            cpid: None,
+            timer: None,
+            cause_logged_after: false,
+        }
+    }
+
+    #[test]
+    fn a_refused_create_with_an_owner_is_held_by_the_owner_it_names() {
+        let (item, attempt) = refused_pod_create();
+        let owner = attempt.owner.clone().expect("a ReplicaSet's Pod");
+        let (ow, uid, relations) = holder(
+            &KindRegistry::default(),
+            ProcessorConfig::default().windowing,
+            &item,
+            &attempt,
+        );
+        assert_eq!(ow.object.resource, "replicasets");
+        assert_eq!(ow.object.group, "apps");
+        assert_eq!(ow.object.name, owner.name);
+        assert_eq!(ow.object.namespace, item.object.namespace);
+        assert_eq!(uid, owner.uid);
+        let [(rel, rel_uid)] = relations.as_slice() else {
+            panic!("one relation: {relations:?}");
+        };
+        assert_eq!(rel.target, ow.object);
+        assert_eq!(rel.role, Role::Parent);
+        assert_eq!(rel.class, CLASS_OWNER);
+        assert_eq!(rel_uid, &owner.uid);
+    }
+
+    #[test]
+    fn a_refused_create_without_an_owner_is_held_by_its_generate_name() {
+        // The quota scenario's attempt with its owner taken away: a user's
+        // `kubectl create` of a generateName object sends no owner.
+        let (item, mut attempt) = refused_pod_create();
+        attempt.owner = None;
+        let (ow, uid, relations) = holder(
+            &KindRegistry::default(),
+            ProcessorConfig::default().windowing,
+            &item,
+            &attempt,
+        );
+        assert_eq!(ow.object, item.object);
+        assert_eq!(ow.object.name, attempt.generate_name);
+        assert_eq!(uid, "");
+        assert!(relations.is_empty(), "{relations:?}");
+    }
+
+    #[test]
+    fn the_attempts_span_names_what_it_tried_and_keeps_the_request() {
+        let (item, attempt) = refused_pod_create();
+        let (ow, _, _) = holder(
+            &KindRegistry::default(),
+            ProcessorConfig::default().windowing,
+            &item,
+            &attempt,
+        );
+        let write = plan::audit_write(&item.event, "", "", "", Some("refused".into()));
+        let redactor = Redactor::new(None);
+        let span = attempt_span(&item, &attempt, &ow, &write, &root(), &redactor)
+            .finish()
+            .decode();
+        let user = &item.event.user.username;
+        assert_eq!(
+            span.name,
+            format!(
+                "{user} create pods (generateName {})",
+                attempt.generate_name
+            )
+        );
+        assert_eq!(
+            attr_of(&span, attr::AUDIT_ATTEMPT_RESOURCE).as_deref(),
+            Some("pods")
+        );
+        assert_eq!(
+            attr_of(&span, attr::AUDIT_ATTEMPT_GROUP),
+            None,
+            "core: no group"
+        );
+        assert_eq!(
+            attr_of(&span, attr::AUDIT_ATTEMPT_NAMESPACE).as_deref(),
+            Some(item.object.namespace.as_str())
+        );
+        assert!(
+            span.events
+                .iter()
+                .any(|e| e.name == span_model::EVENT_SNAPSHOT),
+            "the requested Pod as a snapshot"
+        );
+
+        // Refused before its body was read: nothing to name it by.
+        let unnamed = FailedCreate {
+            generate_name: String::new(),
+            attempted_name: String::new(),
+            owner: None,
+        };
+        let span = attempt_span(&item, &unnamed, &ow, &write, &root(), &redactor)
+            .finish()
+            .decode();
+        assert_eq!(span.name, format!("{user} create pods (unnamed)"));
+    }
+}

@@ -12,7 +12,8 @@ use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
 use super::{Processor, ProcessorConfig};
 use crate::metrics::Metrics;
-use crate::pipeline::{Accepted, AuditEvent};
+use crate::model::ObjectRef;
+use crate::pipeline::{Accepted, AuditEvent, FailedCreate};
 use crate::span_model::{EncodedSpan, Span};
 
 pub(super) fn fixture(scenario: &str, file: &str) -> String {
@@ -52,6 +53,37 @@ pub(super) fn accepted(v: &Value) -> Option<Accepted> {
         failed_create: None,
         batch_span: tracing::Span::none(),
     })
+}
+
+/// The quota scenario's first Pod create the quota refused, as the source
+/// accepts it (named by its `generateName`), with what it tried.
+pub(super) fn refused_pod_create() -> (Accepted, FailedCreate) {
+    let refused = audit_values("quota")
+        .into_iter()
+        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
+        .expect("the quota scenario's refused Pod");
+    let event = parse(&refused);
+    let attempt = event
+        .failed_create()
+        .unwrap()
+        .expect("a generateName create");
+    let r = event.object_ref.as_ref().unwrap();
+    let item = Accepted {
+        object: ObjectRef::new(
+            "c",
+            &r.api_group,
+            &r.resource,
+            &r.namespace,
+            attempt.generate_name.clone(),
+        ),
+        event,
+        uid: String::new(),
+        replayed: false,
+        arrival: 0,
+        failed_create: Some(Box::new(attempt.clone())),
+        batch_span: tracing::Span::none(),
+    };
+    (item, attempt)
 }
 
 /// A processor with the default configuration and rules found in the

@@ -1,38 +1,15 @@
-use super::test_support::{attr, audit_values, drain, parse, processor, processor_redacting};
+use super::test_support::{
+    attr, audit_values, drain, processor, processor_redacting, refused_pod_create,
+};
 use super::*;
 use crate::json::JsonContainerTrait as _;
 use crate::json::JsonValueTrait as _;
-use crate::model::ObjectRef;
 use crate::span_model::{EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_OBJECT};
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 
 #[tokio::test]
 async fn a_create_refused_before_naming_is_shown_on_its_owner() {
-    let refused = audit_values("quota")
-        .into_iter()
-        .find(|e| e["verb"] == "create" && e["responseStatus"]["code"] == 403)
-        .expect("the quota scenario's refused Pod");
-    let event = parse(&refused);
-    let attempt = event
-        .failed_create()
-        .unwrap()
-        .expect("a generateName create");
-    let r = event.object_ref.as_ref().unwrap();
-    let item = Accepted {
-        object: ObjectRef::new(
-            "c",
-            &r.api_group,
-            &r.resource,
-            &r.namespace,
-            attempt.generate_name.clone(),
-        ),
-        event,
-        uid: String::new(),
-        replayed: false,
-        arrival: 0,
-        failed_create: Some(Box::new(attempt.clone())),
-        batch_span: tracing::Span::none(),
-    };
+    let (item, attempt) = refused_pod_create();
     let (p, mut rx, _) = processor(ProcessorConfig::default());
     p.process(&item).await.unwrap();
     let spans = drain(&mut rx);

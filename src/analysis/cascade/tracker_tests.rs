@@ -6,7 +6,6 @@ use std::sync::Arc;
 use super::testing::*;
 use super::*;
 use crate::metrics::CascadeMetrics;
-use crate::model::ObjectRef;
 use crate::pipeline::ChangeSink;
 
 fn histogram_count(m: &CascadeMetrics, kind: &str) -> u64 {
