@@ -157,7 +157,7 @@ pub fn spans_from_otlp_json_lines(text: &str) -> Result<Vec<Span>, String> {
         let capped = crate::json::depth::cap(line, crate::json::depth::MAX_OBJECT_DEPTH, 8);
         let data: opentelemetry_proto::tonic::trace::v1::TracesData =
             serde_json::from_str(&capped.text).map_err(|e| {
-                crate::bounds::clip_message(format!(
+                crate::messages::clip_message(format!(
                     "line {}: not OTLP/JSON traces (a TracesData per line): {e}",
                     i + 1
                 ))

@@ -32,6 +32,7 @@ mod export;
 mod frontend;
 mod json;
 mod judgement;
+mod messages;
 mod metrics;
 mod model;
 mod offline;
@@ -115,7 +116,7 @@ async fn run_command_line() -> std::process::ExitCode {
         Ok(()) if findings => std::process::ExitCode::from(app::explain::FINDINGS_EXIT_CODE),
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", crate::bounds::error_chain(e.as_ref()));
+            eprintln!("error: {}", crate::messages::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

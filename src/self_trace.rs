@@ -41,6 +41,6 @@ pub(crate) fn record_error(span: &tracing::Span, message: &str) {
     span.record("otel.status_code", "ERROR");
     span.record(
         "otel.status_description",
-        crate::bounds::clip_message(message.to_string()).as_str(),
+        crate::messages::clip_message(message.to_string()).as_str(),
     );
 }

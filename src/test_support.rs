@@ -49,9 +49,6 @@ pub mod analysis {
         pub use crate::analysis::stats::PropagationStats;
     }
 }
-pub mod bounds {
-    pub use crate::bounds::MAX_MESSAGE_BYTES;
-}
 pub mod cli {
     pub use crate::cli::{Cli, Command};
 }
@@ -128,6 +125,9 @@ pub mod json {
     pub mod depth {
         pub use crate::json::depth::{cap, exceeds};
     }
+}
+pub mod messages {
+    pub use crate::messages::MAX_MESSAGE_BYTES;
 }
 pub mod metrics {
     pub use crate::metrics::{

@@ -2,7 +2,7 @@
 //! does next with each decoded event: filter, resolve the object.
 #![no_main]
 
-use kascade::test_support::bounds::MAX_MESSAGE_BYTES;
+use kascade::test_support::messages::MAX_MESSAGE_BYTES;
 use kascade::test_support::source::audit::{AuditFilter, decode_event_list};
 use libfuzzer_sys::fuzz_target;
 

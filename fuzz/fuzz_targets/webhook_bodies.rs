@@ -7,7 +7,7 @@
 //! body bound; every message sent back is bounded.
 #![no_main]
 
-use kascade::test_support::bounds::MAX_MESSAGE_BYTES;
+use kascade::test_support::messages::MAX_MESSAGE_BYTES;
 use kascade::test_support::source::webhook::fuzzing::{audit_batch, otlp_logs};
 use libfuzzer_sys::fuzz_target;
 

@@ -161,7 +161,7 @@ pub(crate) fn all_relations(
             .map(|(r, _)| {
                 if !crate::bounds::object_within_bounds(&r.target) {
                     // Named in a forged object: no span is made up for it.
-                    tracing::debug!(object = %crate::bounds::quote(&obj.key()), "relation to a name beyond Kubernetes' bounds ignored");
+                    tracing::debug!(object = %crate::messages::quote(&obj.key()), "relation to a name beyond Kubernetes' bounds ignored");
                     return false;
                 }
                 r.target != *obj && seen.insert(r)

@@ -120,7 +120,7 @@ async fn mutate(State(st): State<Arc<WebhookState>>, body: Bytes) -> Response {
             count("invalid");
             return (
                 StatusCode::BAD_REQUEST,
-                crate::bounds::clip_message(format!("body is not an AdmissionReview: {e}\n")),
+                crate::messages::clip_message(format!("body is not an AdmissionReview: {e}\n")),
             )
                 .into_response();
         }

@@ -74,7 +74,7 @@ pub async fn run(config: DoctorConfig) -> anyhow::Result<bool> {
             anyhow::anyhow!(
                 "--kubeconfig {}: {}",
                 path.display(),
-                crate::bounds::error_chain(&e)
+                crate::messages::error_chain(&e)
             )
         })?;
     }
@@ -82,14 +82,14 @@ pub async fn run(config: DoctorConfig) -> anyhow::Result<bool> {
     reqwest::Url::parse(&admin_url).with_context(|| {
         format!(
             "--admin {}: not a URL (e.g. http://127.0.0.1:8091)",
-            crate::bounds::quote(&admin_url)
+            crate::messages::quote(&admin_url)
         )
     })?;
     if let Some(f) = &config.frontend_url {
         reqwest::Url::parse(f).with_context(|| {
             format!(
                 "--frontend {}: not a URL (e.g. http://127.0.0.1:8094)",
-                crate::bounds::quote(f)
+                crate::messages::quote(f)
             )
         })?;
     }

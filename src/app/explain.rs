@@ -184,7 +184,7 @@ fn read_events(
                         Err(e) => {
                             skipped.push(format!(
                                 "{at}: not an Event list or JSON line: {}",
-                                crate::bounds::clip_message(e.to_string())
+                                crate::messages::clip_message(e.to_string())
                             ));
                             None
                         }
@@ -245,7 +245,7 @@ fn not_a_kubernetes_event(obj: &serde_json::Value) -> String {
     } else if kind.is_empty() {
         "an object without kind".to_string()
     } else {
-        crate::bounds::clip_message(format!(
+        crate::messages::clip_message(format!(
             "an object of kind {kind:?}, apiVersion {api_version:?}"
         ))
     };

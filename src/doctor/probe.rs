@@ -64,7 +64,7 @@ pub(crate) async fn gather(t: &Targets) -> anyhow::Result<Inputs> {
             };
             match watch::client_from_kubeconfig(name, path).await {
                 Err(e) => {
-                    let msg = crate::bounds::error_chain(&e);
+                    let msg = crate::messages::error_chain(&e);
                     (Some(Probe::Failed(msg.clone())), Some(Probe::Failed(msg)))
                 }
                 Ok(client) => {
@@ -109,7 +109,7 @@ pub(crate) fn shown_url(url: &str) -> String {
 /// A reqwest error without its URL (which may carry credentials; the
 /// report names the address already).
 fn http_error(e: reqwest::Error) -> String {
-    crate::bounds::error_chain(&e.without_url())
+    crate::messages::error_chain(&e.without_url())
 }
 
 async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
@@ -137,7 +137,7 @@ async fn fetch_intake(http: &reqwest::Client, admin_url: &str) -> Probe<IntakeRe
     if !status.is_success() {
         return Probe::Failed(format!(
             "answered {status}: {}",
-            crate::bounds::clip_message(String::from_utf8_lossy(&body).trim().to_string())
+            crate::messages::clip_message(String::from_utf8_lossy(&body).trim().to_string())
         ));
     }
     match serde_json::from_slice(&body) {
@@ -155,7 +155,7 @@ async fn fetch_frontend(http: &reqwest::Client, url: &str) -> Probe<FrontendProb
     match read_capped(resp).await {
         Ok(body) => Probe::Ok(FrontendProbe {
             status,
-            body: crate::bounds::clip_message(String::from_utf8_lossy(&body).into_owned()),
+            body: crate::messages::clip_message(String::from_utf8_lossy(&body).into_owned()),
         }),
         Err(e) => Probe::Failed(e),
     }
@@ -170,7 +170,7 @@ async fn apiserver_clock(client: &kube::Client, timeout: Duration) -> Probe<Cloc
     let before = unix_ms(SystemTime::now());
     let resp = match tokio::time::timeout(timeout, client.send(req)).await {
         Err(_) => return Probe::Failed(format!("no answer within {timeout:?}")),
-        Ok(Err(e)) => return Probe::Failed(crate::bounds::error_chain(&e)),
+        Ok(Err(e)) => return Probe::Failed(crate::messages::error_chain(&e)),
         Ok(Ok(r)) => r,
     };
     let after = unix_ms(SystemTime::now());
@@ -209,7 +209,7 @@ async fn access(
         Err(_) => {
             return Probe::Failed(format!("API discovery took longer than {:?}", timeout * 3));
         }
-        Ok(Err(e)) => return Probe::Failed(crate::bounds::error_chain(&e)),
+        Ok(Err(e)) => return Probe::Failed(crate::messages::error_chain(&e)),
         Ok(Ok(w)) => w,
     };
     let resources: Vec<kube::api::ApiResource> =
@@ -237,7 +237,7 @@ async fn access(
                     tokio::time::timeout(timeout, api.create(&PostParams::default(), &ask(verb)))
                         .await
                         .map_err(|_| format!("no answer within {timeout:?}"))
-                        .and_then(|r| r.map_err(|e| crate::bounds::error_chain(&e)))?;
+                        .and_then(|r| r.map_err(|e| crate::messages::error_chain(&e)))?;
                 let status = answer.status.unwrap_or_default();
                 allowed[i] = status.allowed;
                 if !status.allowed && reason.is_empty() {
@@ -252,7 +252,7 @@ async fn access(
                 resource: watch::watched_name(&ar),
                 list: allowed[0],
                 watch: allowed[1],
-                reason: crate::bounds::clip_message(reason),
+                reason: crate::messages::clip_message(reason),
             })
         }
     }))

@@ -196,7 +196,7 @@ pub(super) fn shorten(s: &str) -> String {
 }
 
 pub(super) fn chain(e: &dyn std::error::Error) -> String {
-    shorten(&crate::bounds::error_chain(e))
+    shorten(&crate::messages::error_chain(e))
 }
 
 #[cfg(test)]

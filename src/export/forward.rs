@@ -35,7 +35,7 @@ pub(crate) struct Forwarder {
     queued_bytes: Arc<AtomicUsize>,
     max_bytes: usize,
     metrics: Arc<Metrics>,
-    shed_log: crate::bounds::LogEvery,
+    shed_log: crate::messages::LogEvery,
 }
 
 impl ComponentTraceSink for Forwarder {
@@ -147,7 +147,7 @@ pub(crate) fn start_forwarder(
             queued_bytes,
             max_bytes,
             metrics,
-            shed_log: crate::bounds::LogEvery::new(Duration::from_secs(10)),
+            shed_log: crate::messages::LogEvery::new(Duration::from_secs(10)),
         },
         task,
     )))

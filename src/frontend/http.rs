@@ -16,7 +16,8 @@ use super::Frontend;
 use super::assemble::Scope;
 use super::display::{Mode, parse_siblings};
 use super::raw::{RawStore, hex_trace_id};
-use crate::bounds::{check_len, clip_message, max_name_bytes, quote};
+use crate::bounds::{check_len, max_name_bytes};
+use crate::messages::{clip_message, quote};
 use crate::model::ObjectRef;
 
 pub struct RedirectState<S> {
@@ -423,7 +424,7 @@ async fn raw_ready<S: RawStore>(State(st): State<Arc<RedirectState<S>>>) -> Resp
         Ok(_) => (StatusCode::OK, "ok\n").into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            crate::bounds::clip_message(format!("the raw store does not answer: {e}\n")),
+            crate::messages::clip_message(format!("the raw store does not answer: {e}\n")),
         )
             .into_response(),
     }

@@ -227,7 +227,7 @@ impl<S: RawStore> Frontend<S> {
             if !SEARCH_TAGS.contains(&k.as_str()) {
                 return Err(FrontendError::InvalidArgument(format!(
                     "unknown tag {}: search by {} (and scope)",
-                    crate::bounds::quote(k),
+                    crate::messages::quote(k),
                     SEARCH_TAGS.join(", ")
                 )));
             }

@@ -26,8 +26,8 @@ use super::proto::{
 };
 use super::raw::{RawStore, TimeRange, from_nanos, trace_id_bytes};
 use super::{AssembledTrace, Found, Frontend, FrontendError, SearchQuery};
-use crate::bounds::{clip_message, quote};
 use crate::frontend::assemble::Scope;
+use crate::messages::{clip_message, quote};
 use crate::metrics::{FrontendMetrics, Rpc};
 
 type TraceStream = Pin<Box<dyn Stream<Item = Result<TracesMessage, Status>> + Send>>;

@@ -225,13 +225,13 @@ impl AuditEvent {
         if !self.api_version.is_empty() && self.api_version != AUDIT_API_VERSION {
             return Err(format!(
                 "apiVersion {} is not {AUDIT_API_VERSION}",
-                crate::bounds::quote(&self.api_version)
+                crate::messages::quote(&self.api_version)
             ));
         }
         if !self.kind.is_empty() && self.kind != "Event" {
             return Err(format!(
                 "kind {} is not Event",
-                crate::bounds::quote(&self.kind)
+                crate::messages::quote(&self.kind)
             ));
         }
         if self.audit_id.is_empty() {

@@ -74,7 +74,7 @@ impl ExportProgress {
             h.failed += 1;
             h.failing += 1;
             h.last_failure_ms = unix_ms(std::time::SystemTime::now());
-            h.last_error = crate::bounds::clip_message(error.to_string());
+            h.last_error = crate::messages::clip_message(error.to_string());
         }
     }
 

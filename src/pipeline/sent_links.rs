@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::bounds::LogEvery;
+use crate::messages::LogEvery;
 use crate::model::{FastHashSet as HashSet, ObjectWindow};
 
 /// The journal's file name in the spool directory.

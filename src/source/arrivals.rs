@@ -80,7 +80,7 @@ pub(crate) struct IntakeReport {
 /// Per-cluster intake state, bounded; shared by the webhook handlers.
 pub(crate) struct Arrivals {
     clusters: Mutex<Clusters>,
-    shed_log: crate::bounds::LogEvery,
+    shed_log: crate::messages::LogEvery,
 }
 
 #[derive(Default)]
@@ -93,7 +93,7 @@ impl Default for Arrivals {
     fn default() -> Self {
         Arrivals {
             clusters: Mutex::default(),
-            shed_log: crate::bounds::LogEvery::new(std::time::Duration::from_secs(60)),
+            shed_log: crate::messages::LogEvery::new(std::time::Duration::from_secs(60)),
         }
     }
 }

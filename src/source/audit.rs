@@ -8,8 +8,8 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::bounds::{clip_message, quote};
 use crate::json::depth;
+use crate::messages::{clip_message, quote};
 use crate::pipeline::{AUDIT_API_VERSION, AuditEvent, FilterReason};
 
 /// Whether the request URI asks for a dry run (`?dryRun=All`, also among
@@ -290,7 +290,7 @@ mod tests {
                 err.starts_with(&format!("{field} \"xxx"))
                     && err.contains(&format!("is {len} bytes")),
                 "{field}: {}",
-                crate::bounds::quote(&err)
+                crate::messages::quote(&err)
             );
             assert!(
                 err.len() < 400,
@@ -339,7 +339,7 @@ mod tests {
         ev["kind"] = Value::String(long.clone());
         let err = parse_event(&ev.to_string()).unwrap_err();
         assert!(
-            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 64,
+            err.len() <= crate::messages::MAX_MESSAGE_BYTES + 64,
             "{} bytes",
             err.len()
         );
@@ -360,14 +360,14 @@ mod tests {
         let err = parse_event(&ev.to_string()).unwrap_err();
         assert!(err.contains("invalid type: string"), "{}", &err[..100]);
         assert!(
-            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            err.len() <= crate::messages::MAX_MESSAGE_BYTES + 32,
             "{}",
             err.len()
         );
         let body = format!("{{\"items\": [{ev}], \"kind\": {}}}", "[".repeat(1 << 20));
         let err = decode_event_list(body.as_bytes()).err().unwrap();
         assert!(
-            err.len() <= crate::bounds::MAX_MESSAGE_BYTES + 32,
+            err.len() <= crate::messages::MAX_MESSAGE_BYTES + 32,
             "{}",
             err.len()
         );

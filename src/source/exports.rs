@@ -10,8 +10,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::audit::{DecodedBatch, decode_event_list, parse_event};
-use crate::bounds::clip_message;
 use crate::json::depth;
+use crate::messages::clip_message;
 use crate::pipeline::AuditEvent;
 
 /// Decodes a webhook body in any of the forms audit events arrive in:

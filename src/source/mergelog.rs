@@ -34,7 +34,7 @@ pub fn decode_mergelogs(body: &[u8]) -> Result<Vec<Mergelog>, String> {
         let m: Mergelog = serde_json::from_str(raw.get()).map_err(|e| {
             format!(
                 "mergelogs[{i}]: {}",
-                crate::bounds::clip_message(e.to_string())
+                crate::messages::clip_message(e.to_string())
             )
         })?;
         check(&m).map_err(|e| format!("mergelogs[{i}] (cpid {}): {e}", m.cpid))?;

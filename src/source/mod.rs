@@ -177,7 +177,7 @@ pub(crate) fn validate_cluster_name(name: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "cluster name {} must be 1-253 characters of letters, digits, '-', '.', '_'",
-            crate::bounds::quote(name)
+            crate::messages::quote(name)
         ))
     }
 }

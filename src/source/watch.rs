@@ -279,7 +279,7 @@ pub(crate) async fn supervise(
                     running = Some(tasks);
                 }
                 Err(e) => {
-                    tracing::warn!(cluster = %cfg.cluster, error = %crate::bounds::error_chain(&e), "cannot start watching; retrying")
+                    tracing::warn!(cluster = %cfg.cluster, error = %crate::messages::error_chain(&e), "cannot start watching; retrying")
                 }
             },
             (false, true) => {

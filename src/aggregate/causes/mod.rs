@@ -117,7 +117,7 @@ pub(crate) struct CauseIndex {
     /// arrival until the create is resolved: an effect that finds the create
     /// not resolved yet (it arrived later) carries this one on. Bounded.
     created_cpids: std::sync::Mutex<std::collections::BTreeMap<u64, WriteCpid>>,
-    cpid_drop_warned: crate::bounds::LogEvery,
+    cpid_drop_warned: crate::messages::LogEvery,
 }
 
 /// Creates' CPIDs kept until resolved, at most (work in flight between the
@@ -136,7 +136,7 @@ impl CauseIndex {
             metrics: metrics.clone(),
             in_flight: Default::default(),
             created_cpids: Default::default(),
-            cpid_drop_warned: crate::bounds::LogEvery::new(std::time::Duration::from_secs(10)),
+            cpid_drop_warned: crate::messages::LogEvery::new(std::time::Duration::from_secs(10)),
         }
     }
 

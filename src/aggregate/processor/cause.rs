@@ -14,7 +14,7 @@ use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
 use super::super::selectors::SelectorIndex;
 use super::super::status;
 pub(super) use super::flow::{NewState, Write};
-use crate::bounds::LogEvery;
+use crate::messages::LogEvery;
 use crate::metrics::Metrics;
 use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::pipeline::{

@@ -60,7 +60,7 @@ impl FromStr for Scope {
             .ok_or_else(|| {
                 format!(
                     "unknown scope {} (expected full, ancestors, descendants or object)",
-                    crate::bounds::quote(s)
+                    crate::messages::quote(s)
                 )
             })
     }

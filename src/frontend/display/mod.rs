@@ -107,7 +107,7 @@ impl FromStr for Mode {
             .ok_or_else(|| {
                 format!(
                     "unknown display mode {} (expected tracing, tree, timeline, grouped or cascade)",
-                    crate::bounds::quote(s)
+                    crate::messages::quote(s)
                 )
             })
     }

@@ -39,7 +39,7 @@ pub(crate) fn parse_siblings(value: &str) -> Result<bool, String> {
         "summary" => Ok(false),
         other => Err(format!(
             "{} is neither all nor summary",
-            crate::bounds::quote(other)
+            crate::messages::quote(other)
         )),
     }
 }

@@ -157,7 +157,7 @@ impl JaegerGrpc {
                 url: self.url.clone(),
                 method: method.to_string(),
                 code: format!("{code:?}"),
-                message: crate::bounds::clip_message(status.message().to_string()),
+                message: crate::messages::clip_message(status.message().to_string()),
             },
         }
     }

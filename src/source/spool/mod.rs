@@ -132,7 +132,7 @@ struct LiveNote {
     file: File,
     hi: u64,
     /// A failing note is said at most this often (it is tried per batch).
-    warned: crate::bounds::LogEvery,
+    warned: crate::messages::LogEvery,
 }
 
 /// What the writer thread shares with the spool (not the directory lock:
@@ -285,7 +285,7 @@ impl Spool {
             live: Mutex::new(LiveNote {
                 file: live,
                 hi: 0,
-                warned: crate::bounds::LogEvery::new(std::time::Duration::from_secs(60)),
+                warned: crate::messages::LogEvery::new(std::time::Duration::from_secs(60)),
             }),
         });
         for seq in quarantined {

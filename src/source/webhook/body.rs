@@ -15,7 +15,7 @@ pub(super) fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, Refusal
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!(
                 "Content-Encoding {} is not supported (use gzip or none)",
-                crate::bounds::quote(other)
+                crate::messages::quote(other)
             ),
         )),
     }
@@ -178,7 +178,7 @@ pub(super) fn decode_batch(
             .events_rejected
             .get_or_create(&Metrics::rejected(RejectReason::Malformed))
             .inc();
-        tracing::warn!(cluster, error = %crate::bounds::clip_message(e.clone()), "rejected audit webhook body");
+        tracing::warn!(cluster, error = %crate::messages::clip_message(e.clone()), "rejected audit webhook body");
         (StatusCode::BAD_REQUEST, e)
     })?;
     if !replayed {

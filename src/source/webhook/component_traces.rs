@@ -104,7 +104,7 @@ pub(crate) fn prepare(
             let text = crate::json::utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
             let capped = crate::json::depth::cap(text, crate::json::depth::MAX_OBJECT_DEPTH, 8);
             serde_json::from_str::<ExportTraceServiceRequest>(&capped.text).map_err(|e| {
-                crate::bounds::clip_message(format!(
+                crate::messages::clip_message(format!(
                     "body is not an OTLP/JSON ExportTraceServiceRequest: {e}"
                 ))
             })?

@@ -140,7 +140,7 @@ pub(super) fn unframe<'a>(
                     GrpcCode::Unimplemented,
                     format!(
                         "grpc-encoding {} is not supported (use gzip or none)",
-                        crate::bounds::quote(encoding)
+                        crate::messages::quote(encoding)
                     ),
                 ));
             }

@@ -37,7 +37,7 @@ async fn handle(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: Bod
     let refused = |(status, msg): Refusal| {
         st.metrics.mergelogs_rejected.inc();
         tracing::debug!(cluster, %status, error = %msg, "refused mergelogs");
-        error(status, crate::bounds::clip_message(msg))
+        error(status, crate::messages::clip_message(msg))
     };
     let encoding = match body_encoding(headers) {
         Ok(e) => e,

@@ -108,7 +108,7 @@ pub(crate) struct WebhookState {
     /// Refusals logged at most every 10 s: under sustained overload every
     /// apiserver retry is refused (each is counted in
     /// kascade_audit_events_rejected_total).
-    pub refusal_log: crate::bounds::LogEvery,
+    pub refusal_log: crate::messages::LogEvery,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     /// The processor's gauges, refreshed on each scrape.
@@ -358,7 +358,7 @@ async fn answer_audit(
             malformed,
         } => {
             if !malformed.is_empty() {
-                tracing::warn!(cluster, bad = malformed.len(), first = %crate::bounds::clip_message(malformed[0].clone()), "audit batch had malformed items");
+                tracing::warn!(cluster, bad = malformed.len(), first = %crate::messages::clip_message(malformed[0].clone()), "audit batch had malformed items");
             }
             match carrier {
                 Carrier::Audit if malformed.is_empty() => {
@@ -366,7 +366,7 @@ async fn answer_audit(
                 }
                 Carrier::Audit => error(
                     StatusCode::BAD_REQUEST,
-                    crate::bounds::clip_message(format!(
+                    crate::messages::clip_message(format!(
                         "accepted {accepted} events; {} malformed items were skipped:\n{}",
                         malformed.len(),
                         malformed.join("\n")
@@ -396,7 +396,7 @@ async fn queue_batch(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format!(
                     "grpc-encoding {} is not supported (use gzip or none)",
-                    crate::bounds::quote(other)
+                    crate::messages::quote(other)
                 ),
             )),
         },
@@ -541,7 +541,7 @@ pub(crate) async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatc
             // It was decoded once before it was spooled: only a change of
             // version or flags gets here.
             Err((_, msg)) => {
-                tracing::error!(seq = batch.seq, error = %crate::bounds::clip_message(msg), "a spooled batch no longer decodes; skipped")
+                tracing::error!(seq = batch.seq, error = %crate::messages::clip_message(msg), "a spooled batch no longer decodes; skipped")
             }
         }
         // Processed before the next batch is read: should processing

@@ -44,7 +44,7 @@ impl Format {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format!(
                     "Content-Type {} is not OTLP/HTTP (application/x-protobuf or application/json)",
-                    crate::bounds::quote(content_type)
+                    crate::messages::quote(content_type)
                 ),
             )),
         }
@@ -109,7 +109,7 @@ pub(super) fn records_to_lines(
         // Its message names every field on the way down: clipped.
         Format::Protobuf | Format::Grpc => {
             ExportLogsServiceRequest::decode(body.as_ref()).map_err(|e| {
-                crate::bounds::clip_message(format!(
+                crate::messages::clip_message(format!(
                     "body is not an OTLP ExportLogsServiceRequest: {e}"
                 ))
             })
@@ -123,7 +123,7 @@ pub(super) fn records_to_lines(
                     let capped =
                         crate::json::depth::cap(text, crate::json::depth::MAX_OBJECT_DEPTH, 8);
                     serde_json::from_str::<ExportLogsServiceRequest>(&capped.text).map_err(|e| {
-                        crate::bounds::clip_message(format!(
+                        crate::messages::clip_message(format!(
                             "body is not an OTLP/JSON ExportLogsServiceRequest: {e}"
                         ))
                     })
@@ -190,7 +190,7 @@ pub(super) async fn lines_off_runtime(
 pub(super) fn answer(format: Format, malformed: &[String]) -> Response {
     let partial_success = (!malformed.is_empty()).then(|| ExportLogsPartialSuccess {
         rejected_log_records: malformed.len() as i64,
-        error_message: crate::bounds::clip_message(malformed.join("\n")),
+        error_message: crate::messages::clip_message(malformed.join("\n")),
     });
     let response = ExportLogsServiceResponse { partial_success };
     let body = match format {
