@@ -8,14 +8,14 @@
 
 pub(crate) mod causes;
 pub(crate) mod diff;
+pub(crate) mod last_states;
 pub(crate) mod processor;
+pub(crate) mod readiness;
 pub(crate) mod redact;
 pub(crate) mod relations;
 pub(crate) mod rules;
 pub(crate) mod selectors;
 pub(crate) mod span_cache;
-pub(crate) mod states;
-pub(crate) mod status;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 use tracing::{Instrument as _, field};
 
 use super::assemble::Assembly;
-use super::cascade::record_from_span;
+use super::cascade_reads::record_from_span;
 use super::merge::merge;
 use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, find_all, string_attr};
 use super::{AssembledTrace, Frontend, FrontendError, display};

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use super::cascade::record_from_span;
+use super::cascade_reads::record_from_span;
 use super::merge::{ObjectHistory, Role, Source, merge};
 use super::raw::{RawStore, TimeRange, from_nanos, int_attr, string_attr};
 use super::{Frontend, FrontendError};

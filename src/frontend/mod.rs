@@ -11,7 +11,7 @@
 pub(crate) mod assemble;
 pub(crate) mod assembled;
 pub(crate) mod cache_weight;
-pub(crate) mod cascade;
+pub(crate) mod cascade_reads;
 mod clusters;
 pub(crate) mod components;
 mod config;
@@ -451,10 +451,14 @@ impl<S: RawStore> Frontend<S> {
             self.cfg.max_siblings
         };
         let (cascades, resource_spans) = if id.mode == Mode::Cascade {
-            let (cascades, mut notes) =
-                cascade::cascades_of(&self.assembler, &assembly, clip, self.cfg.raw_search_limit)
-                    .instrument(tracing::info_span!(target: TARGET, "cascades"))
-                    .await?;
+            let (cascades, mut notes) = cascade_reads::cascades_of(
+                &self.assembler,
+                &assembly,
+                clip,
+                self.cfg.raw_search_limit,
+            )
+            .instrument(tracing::info_span!(target: TARGET, "cascades"))
+            .await?;
             notes.extend(
                 assembly
                     .notes

@@ -1,6 +1,6 @@
 //! kascade's own Prometheus metrics.
 
-mod cascade;
+mod cascade_tracker;
 mod evictions;
 mod frontend;
 pub(crate) mod labels;
@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub(crate) use cascade::CascadeMetrics;
+pub(crate) use cascade_tracker::CascadeMetrics;
 pub(crate) use evictions::CacheEvictions;
 pub use frontend::FrontendMetrics;
 pub use labels::*;

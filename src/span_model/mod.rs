@@ -50,7 +50,7 @@ pub mod attr {
     pub const DIFF_TRUNCATED: &str = "kascade.diff.truncated";
 
     /// The object's readiness after the write (audit and watch spans, when
-    /// its state tells it; `aggregate/status/`): `Current`, `InProgress`,
+    /// its state tells it; `aggregate/readiness/`): `Current`, `InProgress`,
     /// `Failed` or `Terminating`, as kstatus names them.
     pub const OBJECT_STATUS: &str = "object.status";
     /// Why, short and human: `2/3 updated`, `Unschedulable: 0/2 nodes are available: …`.

@@ -9,14 +9,14 @@ use crate::json::{JsonValueTrait as _, Value};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::pipeline::{Accepted, AuditEvent, ObjectText};
 
+use super::super::last_states::StateStore;
 use super::super::redact::{HiddenValues, Redactor};
 use super::super::relations::{KindRegistry, all_relations};
 use super::super::rules::{Relation, RuleSet};
 use super::super::selectors::{SelectorIndex, SelectorLink};
-use super::super::states::StateStore;
+use super::applied::{self, prepare_watched, resource_version};
 use super::flow::AppliedWrite;
 use super::plan::failure_message;
-use super::state::{self, prepare_watched, resource_version};
 use super::{ParsedResponse, ProcessError};
 
 pub(super) struct Applier {
@@ -96,7 +96,7 @@ impl Applier {
         let key = obj.key();
         let (old, old_fields) = self.states.get_with_fields(&key).unzip();
         let old_fields = old_fields.flatten();
-        let outcome = state::apply(
+        let outcome = applied::apply(
             ev,
             obj,
             old.as_ref(),
@@ -136,7 +136,7 @@ impl Applier {
                 .unwrap_or_default()
         };
         // Relations come from the newest state known, or the snapshot of a deleted object.
-        let deleted = state::removes_object(ev, &outcome);
+        let deleted = applied::removes_object(ev, &outcome);
         let relations = outcome
             .state
             .as_ref()

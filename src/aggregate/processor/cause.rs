@@ -9,10 +9,10 @@ use std::time::SystemTime;
 use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::super::causes::{CauseIndex, ChangeEntry, Effect, Inference, Op, Revision};
+use super::super::readiness;
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegistry};
 use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
 use super::super::selectors::SelectorIndex;
-use super::super::status;
 pub(super) use super::flow::{NewState, Write};
 use crate::messages::LogEvery;
 use crate::metrics::Metrics;
@@ -269,7 +269,7 @@ impl CauseInferrer {
         relations: &[(Relation, String)],
         old: Option<&Arc<Value>>,
         new_state: Option<NewState<'_>>,
-        readiness: Option<&status::ObjectStatus>,
+        readiness: Option<&readiness::ObjectStatus>,
     ) -> Inference {
         let new = new_state.map(NewState::value);
         let new_phase = pod_phase_change(w, old, new);

@@ -1,6 +1,6 @@
 //! Why a unit of work could not be processed.
 
-use super::super::states::StateError;
+use super::super::last_states::StateError;
 
 /// Why a unit of work could not be processed.
 #[derive(Debug, thiserror::Error)]

@@ -17,7 +17,7 @@ use crate::span_model::SpanBuf;
 
 use super::super::rules::Relation;
 use super::super::selectors::SelectorLink;
-use super::state::{self, is_older, resource_version};
+use super::applied::{self, is_older, resource_version};
 
 /// What an audited write did to its object ([`super::applier::Applier::apply`]),
 /// its versions settled with the list-watch's ([`super::reconcile::Ledger::reconcile_audit`]).
@@ -25,7 +25,7 @@ pub(super) struct AppliedWrite {
     pub ow: ObjectWindow,
     pub key: String,
     pub old: Option<Arc<Value>>,
-    pub outcome: state::Outcome,
+    pub outcome: applied::Outcome,
     pub uid: String,
     pub new_rv: String,
     pub old_rv: String,
@@ -41,7 +41,7 @@ impl AppliedWrite {
     /// list-watch saw it; empty if unknown).
     pub(super) fn settle_versions(&mut self, ev: &AuditEvent, watch_old_rv: &str) {
         let last_rv = self.old.as_deref().map(resource_version).unwrap_or("");
-        self.old_rv = state::old_resource_version(ev, watch_old_rv, last_rv, &self.new_rv);
+        self.old_rv = applied::old_resource_version(ev, watch_old_rv, last_rv, &self.new_rv);
         self.keeps_state =
             !self.deleted && self.outcome.state.is_some() && !is_older(&self.new_rv, last_rv);
     }

@@ -1,7 +1,7 @@
 //! The processor's gauges: how full its stages' caches are, set when the
 //! metrics are scraped.
 
-use super::super::states::StateStore;
+use super::super::last_states::StateStore;
 use super::emit::Emitter;
 use crate::metrics::Metrics;
 

@@ -4,11 +4,12 @@
 //! Kubernetes Event, an event span on the object it is about; list-watch
 //! versions fill in what the audit log does not show. This file composes
 //! the stages ([`Processor`]), each owning its state: `applier` (last
-//! states, redaction, label index; `state` its pure parts), `reconcile` (the
+//! states, redaction, label index; `applied` its pure parts), `reconcile` (the
 //! audit↔watch ledger), `cause` (cause index, change sinks), `events` and
 //! `mergelog` (what was seen), `emit` (span cache, exporter channel); `plan`
 //! builds spans, `flow` holds the values passed between stages.
 
+mod applied;
 mod applier;
 mod cause;
 mod config;
@@ -22,7 +23,6 @@ mod mergelog;
 mod parsed;
 mod plan;
 mod reconcile;
-mod state;
 #[cfg(test)]
 mod test_support;
 mod watch;
@@ -40,11 +40,11 @@ use tokio::sync::mpsc;
 
 use super::causes::{Op, Revision};
 use super::diff;
+use super::last_states::StateStore;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::rules::{Relation, RuleSet};
 use super::span_cache::SpanCache;
-use super::states::StateStore;
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
 use crate::model::ObjectWindow;
@@ -53,10 +53,10 @@ use crate::pipeline::{
 };
 use crate::pipeline::{SpanRef, WatchChange, WatchKind};
 use crate::span_model::{self, EncodedSpan, attr};
+use applied::{is_older, resource_version};
 use flow::Pending;
 use plan::add_status;
 use reconcile::{PendingWatch, ledger_key};
-use state::{is_older, resource_version};
 use std::time::Instant;
 
 pub struct Processor {
@@ -265,7 +265,7 @@ impl Processor {
             .state
             .as_ref()
             .filter(|_| !w.deleted)
-            .and_then(|s| super::status::object_status(&obj.group, &obj.resource, s));
+            .and_then(|s| super::readiness::object_status(&obj.group, &obj.resource, s));
         // Before anything that can fail: writes caused by this one wait for it.
         let own = self.cause.arrival_entry(item);
         // The entry already names this write's span (a refused write has none).

@@ -11,7 +11,7 @@ use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, SpanBuf, a
 
 use super::super::causes::Inference;
 use super::super::diff::Change;
-use super::super::status;
+use super::super::readiness;
 use super::flow::AppliedWrite;
 use crate::pipeline::CascadeRole;
 
@@ -109,9 +109,9 @@ pub(super) fn add_snapshot_text(span: &mut SpanBuf, text: &str, at: SystemTime) 
     span.event(EVENT_SNAPSHOT, at, &[(attr::SNAPSHOT, text)]);
 }
 
-/// The object's readiness after the write (`status::object_status`) as
+/// The object's readiness after the write (`readiness::object_status`) as
 /// `object.status` and `object.status.message`.
-pub(super) fn add_status(span: &mut SpanBuf, st: &status::ObjectStatus) {
+pub(super) fn add_status(span: &mut SpanBuf, st: &readiness::ObjectStatus) {
     span.attr(attr::OBJECT_STATUS, st.status.as_str());
     if !st.message.is_empty() {
         span.attr(attr::OBJECT_STATUS_MESSAGE, &st.message);

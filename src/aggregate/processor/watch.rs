@@ -6,8 +6,8 @@
 
 use super::super::causes::Inference;
 use super::super::diff::Change;
+use super::super::readiness::{self, ObjectStatus};
 use super::super::rules::ChangeClass;
-use super::super::status::{self, ObjectStatus};
 use super::flow::Write;
 use super::plan::add_cascade;
 use super::plan::{self, add_snapshot, add_status};
@@ -44,7 +44,9 @@ impl<'a> Write<'a> {
             deleted: p.change.kind == WatchKind::Deleted,
             failure: None,
             audit_id: "",
-            version: super::state::resource_version(&p.change.state).parse().ok(),
+            version: super::applied::resource_version(&p.change.state)
+                .parse()
+                .ok(),
         }
     }
 }
@@ -54,7 +56,7 @@ pub(super) fn readiness(p: &PendingWatch) -> Option<ObjectStatus> {
     if p.change.kind == WatchKind::Deleted {
         return None;
     }
-    status::object_status(&p.ow.object.group, &p.ow.object.resource, &p.change.state)
+    readiness::object_status(&p.ow.object.group, &p.ow.object.resource, &p.change.state)
 }
 
 /// The `watch` span of a change no audit event claimed, with what was

@@ -1,7 +1,7 @@
 //! When a cascade is done: every object it touched has settled.
 //!
 //! An object settles with a write after which it is `Current` (the
-//! controllers' own signals, as `aggregate/status` reads them: generation
+//! controllers' own signals, as `aggregate/readiness` reads them: generation
 //! observed, replicas ready and updated, `Available`/`Complete`…), removed,
 //! a Pod in a terminal phase (Succeeded is `Current`; Failed is known from a
 //! `pods → Failed` edge or the new object's phase), or an object without

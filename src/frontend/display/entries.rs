@@ -146,7 +146,7 @@ fn fight_line(path: &str, f: &judgement::FieldOwnership<&str>) -> String {
 }
 
 /// Whether the object was ready at the end of the trace: the last
-/// readiness the collector recorded (aggregate/status/) is `Current`.
+/// readiness the collector recorded (aggregate/readiness/) is `Current`.
 pub(super) fn recovered(n: &Node) -> bool {
     n.history
         .entries
@@ -209,7 +209,7 @@ fn removed_by(e: &Entry) -> bool {
 /// writes and Warning Events.
 pub(crate) fn problem(n: &Node) -> Option<String> {
     // The readiness the collector recorded after each write
-    // (aggregate/status/): Current, InProgress, Failed, Terminating. An
+    // (aggregate/readiness/): Current, InProgress, Failed, Terminating. An
     // object removed at the end has none (what it was waiting for is over).
     let last_status = n
         .history
@@ -256,7 +256,7 @@ pub(crate) fn problem(n: &Node) -> Option<String> {
         Some(("Failed", m)) => return Some(with_message("failed", m)),
         // A deletion something holds (finalizers, a namespace's content);
         // a graceful one in progress is not a problem.
-        Some(("Terminating", Some(m))) if crate::aggregate::status::deletion_is_held(m) => {
+        Some(("Terminating", Some(m))) if crate::aggregate::readiness::deletion_is_held(m) => {
             return Some(with_message("not deleted", Some(m)));
         }
         _ => {}
