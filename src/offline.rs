@@ -12,8 +12,8 @@ use crate::aggregate::redact::Redactor;
 use crate::aggregate::rules::RuleSet;
 use crate::aggregate::span_cache::LocalSpanCache;
 use crate::aggregate::{NOTE_AHEAD, ParsedResponse, Processor, ProcessorConfig};
+use crate::flow::{ChangeSink, WatchChange};
 use crate::metrics::Metrics;
-use crate::pipeline::{ChangeSink, WatchChange};
 use crate::source::accept;
 use crate::source::audit::AuditFilter;
 use crate::source::exports::parse_line;
@@ -347,7 +347,7 @@ const DECODE_BATCHES_AHEAD: usize = 2;
 
 /// An event as the source accepts it, with its response object parsed if
 /// processing will need it.
-type Parsed = (crate::pipeline::Accepted, Option<ParsedResponse>);
+type Parsed = (crate::flow::Accepted, Option<ParsedResponse>);
 
 /// A line's number (0-based) and its event (`None`: filtered out), or why
 /// it is malformed.

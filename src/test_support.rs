@@ -138,8 +138,8 @@ pub mod metrics {
 pub mod model {
     pub use crate::model::{ObjectRef, ObjectWindow, Windowing};
 }
-pub mod pipeline {
-    pub use crate::pipeline::{
+pub mod flow {
+    pub use crate::flow::{
         CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, FilterReason, Intake,
         K8sEvent, SENT_LINKS_FILE, SentLinks, WatchChange, WatchKind, Work,
     };

@@ -14,8 +14,8 @@ use kascade::test_support::aggregate::ProcessorConfig;
 use kascade::test_support::aggregate::redact::Redactor;
 use kascade::test_support::analysis::report::Report;
 use kascade::test_support::analysis::stats::PropagationStats;
+use kascade::test_support::flow::ChangeRecord;
 use kascade::test_support::offline::changes_from_audit_lines;
-use kascade::test_support::pipeline::ChangeRecord;
 use kascade::test_support::source::audit::AuditFilter;
 use serde_json::Value;
 
@@ -219,7 +219,7 @@ async fn hop_percentiles_are_those_of_the_fixtures_timestamps() {
     // back-off, not a hop.
     let mut sorted: Vec<_> = all.iter().collect();
     sorted.sort_by_key(|c| c.received);
-    let retry = |c: &kascade::test_support::pipeline::ChangeRecord| {
+    let retry = |c: &kascade::test_support::flow::ChangeRecord| {
         let previous = sorted.iter().rev().find(|p| {
             p.received < c.received
                 && p.user == c.user

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use kascade::test_support::pipeline::{CascadeRole, ChangeRecord};
+use kascade::test_support::flow::{CascadeRole, ChangeRecord};
 
 async fn changes(scenario: &str) -> Vec<ChangeRecord> {
     changes_of(common::audit_lines(scenario)).await
@@ -340,7 +340,7 @@ fn assert_race_resolved_by_revisions(lines: &[String], all: &[ChangeRecord]) {
     let record = |e: &serde_json::Value| {
         all.iter()
             .find(|c| {
-                c.source == kascade::test_support::pipeline::ChangeSource::Audit
+                c.source == kascade::test_support::flow::ChangeSource::Audit
                     && c.verb == e["verb"].as_str().unwrap()
                     && c.subresource.is_empty()
                     && c.object.name == event_name(e)

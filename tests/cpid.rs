@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use kascade::app::RuleSources;
 use kascade::test_support::aggregate::ProcessorConfig;
 use kascade::test_support::aggregate::redact::Redactor;
+use kascade::test_support::flow::{ChangeRecord, CpidOrigin};
 use kascade::test_support::frontend::raw::string_attr;
-use kascade::test_support::pipeline::{ChangeRecord, CpidOrigin};
 use kascade::test_support::source::audit::AuditFilter;
 use serde_json::Value;
 

@@ -238,9 +238,9 @@ async fn writes_that_leave_no_known_readiness_carry_no_status() {
 async fn pods_from_the_watch_only() -> Vec<Span> {
     use kascade::test_support::aggregate::Processor;
     use kascade::test_support::aggregate::span_cache::LocalSpanCache;
+    use kascade::test_support::flow::{WatchChange, WatchKind};
     use kascade::test_support::metrics::Metrics;
     use kascade::test_support::model::ObjectRef;
-    use kascade::test_support::pipeline::{WatchChange, WatchKind};
 
     let metrics = Arc::new(Metrics::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(1 << 16);

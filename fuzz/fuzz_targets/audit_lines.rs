@@ -18,7 +18,7 @@ use kascade::test_support::aggregate::rules::RuleSet;
 use kascade::app::{Lines, LinesState, PipelineConfig};
 use kascade::test_support::metrics::Metrics;
 use kascade::test_support::offline::spans_from_audit_lines;
-use kascade::test_support::pipeline::Intake;
+use kascade::test_support::flow::Intake;
 use kascade::test_support::source::audit::AuditFilter;
 use kascade::test_support::source::replay::replay_files;
 use libfuzzer_sys::fuzz_target;

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use kascade::test_support::metrics::Metrics;
-use kascade::test_support::pipeline::{SENT_LINKS_FILE, SentLinks};
+use kascade::test_support::flow::{SENT_LINKS_FILE, SentLinks};
 use kascade::test_support::source::spool::{Spool, SpoolConfig};
 use libfuzzer_sys::fuzz_target;
 

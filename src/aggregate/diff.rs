@@ -450,7 +450,7 @@ fn is_leaf(v: &Value) -> bool {
 }
 
 /// Parses an object as [`strip_noise`] leaves it. The audit decode has cut
-/// `metadata.managedFields` already (`pipeline::object_json`): only text
+/// `metadata.managedFields` already (`flow::object_json`): only text
 /// from elsewhere pays for removing them.
 pub fn parse_object(json: &str) -> sonic_rs::Result<Value> {
     let mut v = crate::json::parse(json)?;

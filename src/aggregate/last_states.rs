@@ -16,8 +16,8 @@
 use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::flow::FieldHashes;
 use crate::json::Value;
-use crate::pipeline::FieldHashes;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::metrics::{Cache, CacheEvictions, Metrics};

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
+use crate::flow::{Accepted, Intake, Shutdown, Work};
 use crate::metrics::Metrics;
-use crate::pipeline::{Accepted, Intake, Shutdown, Work};
 pub(crate) use processor::ParsedResponse;
 pub use processor::Processor;
 pub use processor::ProcessorConfig;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::flow::{ChangeRecord, ChangeSink, SpanRef};
 use crate::metrics::Metrics;
-use crate::pipeline::{ChangeRecord, ChangeSink, SpanRef};
 
 /// Records that may wait for the writer.
 pub(crate) const DEFAULT_QUEUE: usize = 10_000;
@@ -55,7 +55,7 @@ pub(crate) fn change_line(c: &ChangeRecord) -> Value {
         "subresource": c.subresource,
         "user": c.user,
         "code": c.code,
-        "source": match c.source { crate::pipeline::ChangeSource::Audit => "audit", crate::pipeline::ChangeSource::Watch => "watch" },
+        "source": match c.source { crate::flow::ChangeSource::Audit => "audit", crate::flow::ChangeSource::Watch => "watch" },
         "object": object_json(&c.object, Some(&c.uid)),
         "old_object": c.old.as_deref(),
         "new_object": c.new.as_deref(),

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use crate::flow::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 use crate::judgement::Writer;
-use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 
 /// Which changes count.
 #[derive(Clone, Debug, Default)]

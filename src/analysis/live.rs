@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::flow::{ChangeRecord, ChangeSink};
 use crate::metrics::PropagationMetrics;
-use crate::pipeline::{ChangeRecord, ChangeSink};
 
 pub(crate) struct PropagationSink {
     metrics: Arc<PropagationMetrics>,

@@ -1,4 +1,4 @@
-//! Analysis of the changes the processor records (`pipeline::ChangeRecord`):
+//! Analysis of the changes the processor records (`flow::ChangeRecord`):
 //! cascades (which write caused which, completion, critical path:
 //! `cascade`), propagation statistics (`stats`), their report and plots
 //! (`report`, `plot`; `foreground`: what they count), the change log

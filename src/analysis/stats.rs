@@ -12,7 +12,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::analysis::cascade::{Attempt, Retries};
-use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink};
+use crate::flow::{CascadeRole, ChangeRecord, ChangeSink};
 
 /// Samples kept exactly per class; past this, percentiles come from the
 /// histogram (within 0.1 %).

@@ -11,8 +11,8 @@ use prometheus_client::registry::Registry;
 
 use super::{Pipeline, PipelineConfig, SpanCacheConfig, shutdown_signal};
 use crate::export::config::ExportSettings;
+use crate::flow::{SentLinks, SentLinksMetrics};
 use crate::metrics::Metrics;
-use crate::pipeline::{SentLinks, SentLinksMetrics};
 use crate::source::spool::{Spool, SpoolConfig};
 use crate::source::watch::{self, DEFAULT_WATCH_EXCLUDE, WatchConfig};
 use crate::source::{validate_cluster_name, webhook};

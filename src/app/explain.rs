@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use super::PipelineConfig;
 use super::lines::{Lines, LinesState, in_time_order, progress_bar, total_size};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, Severity};
+use crate::flow::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind};
 use crate::offline::changes_with_watch_to_sinks;
-use crate::pipeline::{ChangeSink, EventRecord, K8sEvent, WatchChange, WatchKind};
 
 /// How a report is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +228,7 @@ fn not_a_kubernetes_event(obj: &serde_json::Value) -> String {
     const EXPECTED: &str = "a Kubernetes Event (kind \"Event\", apiVersion events.k8s.io/v1 or v1)";
     let text = |k: &str| obj.get(k).and_then(|x| x.as_str()).unwrap_or("");
     let (kind, api_version) = (text("kind"), text("apiVersion"));
-    let found = if api_version == crate::pipeline::AUDIT_API_VERSION {
+    let found = if api_version == crate::flow::AUDIT_API_VERSION {
         return format!(
             "an audit event (kind {kind:?}, apiVersion {api_version}) where {EXPECTED} was expected; audit logs go in FILES, not --events"
         );

@@ -14,9 +14,9 @@ use crate::aggregate::span_cache::{LocalSpanCache, SpanCache};
 use crate::aggregate::{self, Processor, ProcessorConfig};
 use crate::analysis::changelog::{ChangelogWriter, DEFAULT_QUEUE as CHANGELOG_QUEUE};
 use crate::export::{self, OutputSpec, config::ExportSettings};
+use crate::flow::{ChangeSink, SentLinks};
 use crate::metrics::Metrics;
 use crate::model::Windowing;
-use crate::pipeline::{ChangeSink, SentLinks};
 use crate::source::audit::{AuditFilter, DEFAULT_EXCLUDED_RESOURCES, DEFAULT_VERBS};
 use crate::source::spool::Spool;
 
@@ -260,15 +260,15 @@ impl PipelineConfig {
 /// A running pipeline: the intake for sources, and what to await on shutdown.
 pub struct Pipeline {
     /// Where sources hand accepted events, watch changes and Events.
-    pub intake: crate::pipeline::Intake,
+    pub intake: crate::flow::Intake,
     /// The processor the shards run.
     pub processor: Arc<Processor>,
     /// The span cache in use.
     pub spans: Arc<dyn SpanCache>,
     /// The pipeline's metrics.
     pub metrics: Arc<Metrics>,
-    shutdown: crate::pipeline::Shutdown,
-    export_shutdown: crate::pipeline::Shutdown,
+    shutdown: crate::flow::Shutdown,
+    export_shutdown: crate::flow::Shutdown,
     aggregate_done: tokio::task::JoinHandle<()>,
     export_done: tokio::task::JoinHandle<()>,
     /// How far export has got (what the spool may release).

@@ -15,7 +15,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 
 use super::{ClockReading, FrontendProbe, INPUTS_SCHEMA, Inputs, Probe, ResourceAccess};
-use crate::pipeline::unix_ms;
+use crate::flow::unix_ms;
 use crate::source::arrivals::IntakeReport;
 use crate::source::watch;
 

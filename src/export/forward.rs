@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use super::batcher::RequestFramer;
 use super::output::{GiveUp, OutputContext, send_with_retries};
 use super::{ExportConfig, SetupError, otlp};
+use crate::flow::{ComponentTraceSink, QueueFull};
 use crate::metrics::{ComponentSpanOutcome, ExportOutput, Metrics};
-use crate::pipeline::{ComponentTraceSink, QueueFull};
 
 /// One encoded `ExportTraceServiceRequest` and how many spans it holds.
 struct Request {
@@ -100,7 +100,7 @@ pub(crate) fn start_forwarder(
     let ctx = OutputContext {
         label: ExportOutput::Otlp,
         index: 0,
-        progress: Arc::new(crate::pipeline::ExportProgress::default()),
+        progress: Arc::new(crate::flow::ExportProgress::default()),
         target: format!("{} (component traces)", otlp_cfg.endpoint),
         retry_for: cfg.retry_for,
         // The collector forwards through outages; it never gives up.

@@ -201,7 +201,7 @@ pub(crate) fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceSe
     }
 }
 
-pub(crate) use crate::pipeline::ExportProgress;
+pub(crate) use crate::flow::ExportProgress;
 
 /// One batch, framed once into a protobuf request for every output and
 /// every retry (the JSON output decodes it again). The spans stay at hand
@@ -286,7 +286,7 @@ pub(crate) fn start(
 
 pub(crate) type Started = (
     mpsc::Sender<EncodedSpan>,
-    crate::pipeline::Shutdown,
+    crate::flow::Shutdown,
     JoinHandle<()>,
 );
 
@@ -321,7 +321,7 @@ fn start_outputs(
         queues.push((label, tx));
     }
     let (tx, mut rx) = mpsc::channel::<EncodedSpan>(cfg.queue_capacity.max(1));
-    let (stop, mut stop_rx) = crate::pipeline::Shutdown::new();
+    let (stop, mut stop_rx) = crate::flow::Shutdown::new();
     let mut batcher = Batcher {
         max_span_len: framer.max_span_len(cfg.max_batch_bytes),
         framer,

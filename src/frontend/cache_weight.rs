@@ -18,8 +18,8 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span};
 
 use super::merge::ObjectHistory;
 use crate::analysis::cascade::{Cascade, Completion};
+use crate::flow::{Cause, ChangeRecord};
 use crate::model::ObjectRef;
-use crate::pipeline::{Cause, ChangeRecord};
 
 pub(super) fn vec_bytes<T>(v: &Vec<T>) -> usize {
     v.capacity() * size_of::<T>()

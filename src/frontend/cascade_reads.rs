@@ -12,10 +12,10 @@ use super::assemble::{Assembler, Assembly, Clip, window_ids};
 use super::merge::{ObjectHistory, Source, merge};
 use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, from_nanos, int_attr, string_attr};
 use crate::analysis::cascade::{self, Cascade};
-use crate::model::ObjectRef;
-use crate::pipeline::{
+use crate::flow::{
     CascadeRole, Cause, ChangeRecord, ChangeSource, CpidOrigin, Readiness, SpanRef, WriteCpid,
 };
+use crate::model::ObjectRef;
 use crate::span_model::{CASCADE_ROLE_EFFECT, CASCADE_ROLE_UNEXPLAINED, attr};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 

@@ -27,7 +27,7 @@ use super::merge::merge;
 use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, find_all, string_attr};
 use super::{AssembledTrace, Frontend, FrontendError, display};
 use crate::analysis::cascade::{self, Cascade};
-use crate::pipeline::{CascadeRole, Cause, ChangeRecord};
+use crate::flow::{CascadeRole, Cause, ChangeRecord};
 use crate::self_trace::TARGET;
 use crate::span_model::{SPAN_KIND_MERGE, SPAN_KIND_MERGED_INTO, attr};
 

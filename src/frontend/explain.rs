@@ -13,10 +13,10 @@ use super::merge::{ObjectHistory, Role, Source, merge};
 use super::raw::{RawStore, TimeRange, from_nanos, int_attr, string_attr};
 use super::{Frontend, FrontendError};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, change_lines};
-use crate::model::ObjectRef;
-use crate::pipeline::{
+use crate::flow::{
     CascadeRole, ChangeRecord, ChangeSink, EventRecord, InvolvedObject, K8sEvent, RelatedObject,
 };
+use crate::model::ObjectRef;
 use crate::span_model::{EVENT_DIFF, attr};
 
 /// Range looked at when a request gives none: the last hour.

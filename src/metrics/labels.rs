@@ -138,7 +138,7 @@ label_values! {
 
 /// Why an event was not turned into spans: part of the stages' contract
 /// (`crate::pipeline`), spelt here as a label value.
-pub(crate) use crate::pipeline::FilterReason;
+pub(crate) use crate::flow::FilterReason;
 
 impl EncodeLabelValue for FilterReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -184,7 +184,7 @@ pub struct SourceLabel {
     pub source: Source,
 }
 
-pub(crate) use crate::pipeline::CascadeRole;
+pub(crate) use crate::flow::CascadeRole;
 
 impl EncodeLabelValue for CascadeRole {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::{AuditEvent, AuditLevel, OutputHealth, unix_ms};
+use crate::flow::{AuditEvent, AuditLevel, OutputHealth, unix_ms};
 
 /// Cluster names tracked; events of names beyond these are only counted.
 pub(crate) const MAX_CLUSTERS: usize = 64;

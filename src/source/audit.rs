@@ -8,9 +8,9 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::flow::{AUDIT_API_VERSION, AuditEvent, FilterReason};
 use crate::json::depth;
 use crate::messages::{clip_message, quote};
-use crate::pipeline::{AUDIT_API_VERSION, AuditEvent, FilterReason};
 
 /// Whether the request URI asks for a dry run (`?dryRun=All`, also among
 /// other query parameters).

@@ -10,9 +10,9 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::audit::{DecodedBatch, decode_event_list, parse_event};
+use crate::flow::AuditEvent;
 use crate::json::depth;
 use crate::messages::clip_message;
-use crate::pipeline::AuditEvent;
 
 /// Decodes a webhook body in any of the forms audit events arrive in:
 /// - an `audit.k8s.io/v1` `EventList`: what the apiserver's audit webhook
@@ -243,7 +243,7 @@ pub(crate) fn from_gke(entry: &Value) -> Result<Value, String> {
     };
     let mut event = json!({
         "kind": "Event",
-        "apiVersion": crate::pipeline::AUDIT_API_VERSION,
+        "apiVersion": crate::flow::AUDIT_API_VERSION,
         "level": if payload["response"].is_object() || payload["request"].is_object() { "RequestResponse" } else { "Metadata" },
         "auditID": entry["operation"]["id"].as_str().or(entry["insertId"].as_str()).unwrap_or_default(),
         "stage": "ResponseComplete",
@@ -380,7 +380,7 @@ mod tests {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
         let lines: Vec<String> = events.iter().map(Value::to_string).collect();
-        let list = serde_json::json!({"kind": "EventList", "apiVersion": crate::pipeline::AUDIT_API_VERSION, "items": events});
+        let list = serde_json::json!({"kind": "EventList", "apiVersion": crate::flow::AUDIT_API_VERSION, "items": events});
         let n = events.len();
         let count = |body: &str| {
             let b = decode_body(body.as_bytes()).unwrap();

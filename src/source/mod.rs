@@ -14,9 +14,9 @@ pub(crate) mod webhook;
 
 use std::sync::Arc;
 
+use crate::flow::{Accepted, AuditEvent, FilterReason};
 use crate::metrics::{Metrics, RejectReason};
 use crate::model::ObjectRef;
-use crate::pipeline::{Accepted, AuditEvent, FilterReason};
 use audit::AuditFilter;
 
 /// Who is told that audit events carry `metadata.managedFields`, and how
@@ -77,7 +77,7 @@ pub(crate) fn accept_advising(
                     .as_ref()
                     .expect("failed_create needs an objectRef");
                 let name = if attempt.generate_name.is_empty() {
-                    crate::pipeline::UNNAMED_OBJECT.to_string()
+                    crate::flow::UNNAMED_OBJECT.to_string()
                 } else {
                     attempt.generate_name.clone()
                 };

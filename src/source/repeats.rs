@@ -14,7 +14,7 @@ const REPEAT_HORIZON: Duration = Duration::from_secs(600);
 const MAX_REPEAT_KEYS: usize = 1 << 21;
 
 /// The events fed already, by
-/// [`AuditEvent::once_key`](crate::pipeline::AuditEvent::once_key), for
+/// [`AuditEvent::once_key`](crate::flow::AuditEvent::once_key), for
 /// [`REPEAT_HORIZON`] of log time and at most [`MAX_REPEAT_KEYS`]: bounded
 /// whatever the length of the logs, the keys let go counted.
 pub(crate) struct Repeats {

@@ -9,8 +9,8 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader, ReadBuf};
 
 use super::audit::AuditFilter;
 use super::exports::parse_line;
+use crate::flow::{AdmitError, Intake};
 use crate::metrics::{Metrics, RejectReason, Source};
-use crate::pipeline::{AdmitError, Intake};
 
 /// Longest line kept: an audit event carries at most a request and a response
 /// object (each under the apiserver's 3 MiB request limit). A longer line is

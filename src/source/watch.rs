@@ -22,10 +22,10 @@ use tokio::task::JoinHandle;
 mod object;
 mod refusal;
 
-use crate::metrics::Metrics;
-use crate::pipeline::{
+use crate::flow::{
     FilterReason, Intake, K8sEvent, WatchChange, WatchKind, Work, precise_occurrence,
 };
+use crate::metrics::Metrics;
 use object::{RawObject, note_deep_values, object_ref, to_value};
 use refusal::{Refusal, is_forbidden};
 

@@ -140,9 +140,8 @@ pub mod attr {
 }
 
 /// Values of [`attr::CASCADE_ROLE`].
-pub(crate) const CASCADE_ROLE_EFFECT: &str = crate::pipeline::CascadeRole::Effect.as_str();
-pub(crate) const CASCADE_ROLE_UNEXPLAINED: &str =
-    crate::pipeline::CascadeRole::Unexplained.as_str();
+pub(crate) const CASCADE_ROLE_EFFECT: &str = crate::flow::CascadeRole::Effect.as_str();
+pub(crate) const CASCADE_ROLE_UNEXPLAINED: &str = crate::flow::CascadeRole::Unexplained.as_str();
 
 pub(crate) const SPAN_KIND_OBJECT: &str = "object";
 pub(crate) const SPAN_KIND_AUDIT: &str = "audit";

@@ -36,7 +36,7 @@ use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos, s
 
 use kascade::test_support::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};
 
-use kascade::test_support::pipeline::ChangeRecord;
+use kascade::test_support::flow::ChangeRecord;
 
 use kascade::test_support::source::audit::AuditFilter;
 

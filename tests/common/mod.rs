@@ -105,17 +105,17 @@ pub fn bindings(scenario: &str) -> std::collections::HashMap<String, String> {
 
 /// Collects every change the processor hands to its sinks.
 #[derive(Default)]
-pub struct Collect(std::sync::Mutex<Vec<kascade::test_support::pipeline::ChangeRecord>>);
+pub struct Collect(std::sync::Mutex<Vec<kascade::test_support::flow::ChangeRecord>>);
 
 impl Collect {
     /// The changes recorded so far, in the order they were recorded.
-    pub fn take(&self) -> Vec<kascade::test_support::pipeline::ChangeRecord> {
+    pub fn take(&self) -> Vec<kascade::test_support::flow::ChangeRecord> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 }
 
-impl kascade::test_support::pipeline::ChangeSink for Collect {
-    fn record(&self, change: &kascade::test_support::pipeline::ChangeRecord) {
+impl kascade::test_support::flow::ChangeSink for Collect {
+    fn record(&self, change: &kascade::test_support::flow::ChangeRecord) {
         self.0.lock().unwrap().push(change.clone());
     }
 }
@@ -125,7 +125,7 @@ impl kascade::test_support::pipeline::ChangeSink for Collect {
 pub async fn changes_of_lines(
     lines: Vec<String>,
     cluster: &str,
-) -> Vec<kascade::test_support::pipeline::ChangeRecord> {
+) -> Vec<kascade::test_support::flow::ChangeRecord> {
     let (changes, errors) = changes_and_errors_of_lines(lines, cluster).await;
     assert!(errors.is_empty(), "{errors:?}");
     changes
@@ -136,10 +136,7 @@ pub async fn changes_of_lines(
 pub async fn changes_and_errors_of_lines(
     lines: Vec<String>,
     cluster: &str,
-) -> (
-    Vec<kascade::test_support::pipeline::ChangeRecord>,
-    Vec<String>,
-) {
+) -> (Vec<kascade::test_support::flow::ChangeRecord>, Vec<String>) {
     use std::sync::Arc;
     let sink = Arc::new(Collect::default());
     let errors = kascade::test_support::offline::changes_from_audit_lines(

@@ -163,7 +163,7 @@ fn analyze_by_selector_counts_the_labelled_objects_cascades_only() {
 #[tokio::test]
 async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
     let changes = common::changes_of_lines(lines("recreate-same-name"), CLUSTER).await;
-    let of = |resource: &str, verb: &str| -> Vec<&kascade::test_support::pipeline::ChangeRecord> {
+    let of = |resource: &str, verb: &str| -> Vec<&kascade::test_support::flow::ChangeRecord> {
         changes
             .iter()
             .filter(|c| {

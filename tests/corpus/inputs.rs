@@ -107,7 +107,7 @@ fn no_healthy_run_has_a_cascade_analyze_calls_incomplete() {
 #[tokio::test]
 async fn a_jobs_next_pod_follows_the_pod_that_finished_and_one_after_a_failure_is_a_retry() {
     let changes = common::changes_of_lines(lines("job-complete"), CLUSTER).await;
-    let creates: Vec<&kascade::test_support::pipeline::ChangeRecord> = changes
+    let creates: Vec<&kascade::test_support::flow::ChangeRecord> = changes
         .iter()
         .filter(|c| {
             c.object.resource == "pods"

@@ -201,13 +201,13 @@ fn explain_lines(lines: &[String]) -> Report {
 }
 
 /// Sends each change to several sinks.
-struct Tee(Vec<Arc<dyn kascade::test_support::pipeline::ChangeSink>>);
+struct Tee(Vec<Arc<dyn kascade::test_support::flow::ChangeSink>>);
 
-impl kascade::test_support::pipeline::ChangeSink for Tee {
+impl kascade::test_support::flow::ChangeSink for Tee {
     fn wants_objects(&self) -> bool {
         self.0.iter().any(|s| s.wants_objects())
     }
-    fn record(&self, change: &kascade::test_support::pipeline::ChangeRecord) {
+    fn record(&self, change: &kascade::test_support::flow::ChangeRecord) {
         for s in &self.0 {
             s.record(change);
         }
@@ -395,7 +395,7 @@ fn analyze_json(run: &str) -> serde_json::Value {
 
 /// Every change's cause was received before it: no cause points forward in
 /// time, whatever order or clocks the logs came with.
-fn no_cause_after(changes: &[kascade::test_support::pipeline::ChangeRecord], what: &str) {
+fn no_cause_after(changes: &[kascade::test_support::flow::ChangeRecord], what: &str) {
     let received: std::collections::HashMap<_, _> =
         changes.iter().map(|c| (c.span, c.received)).collect();
     for c in changes {

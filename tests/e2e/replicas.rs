@@ -134,8 +134,8 @@ async fn two_collectors_and_two_frontends_answer_the_related_cpid_query_alike() 
 #[tokio::test]
 #[ignore]
 async fn a_resource_rbac_refuses_is_watched_once_it_is_allowed() {
+    use kascade::test_support::flow::{Intake, Work};
     use kascade::test_support::metrics::Metrics;
-    use kascade::test_support::pipeline::{Intake, Work};
     use kascade::test_support::source::watch::{WatchConfig, start};
     // An apiserver that has just started refuses everything until its
     // authorizer has synced, and an operator may grant a resource later:

@@ -31,14 +31,14 @@ fn src_has_no_import_cycle() {
 /// bounds of names, how messages are written and JSON lookups, nothing of a
 /// stage (nor of metrics, which stages use).
 #[test]
-fn the_pipeline_depends_on_no_stage() {
+fn the_flow_between_stages_depends_on_no_stage() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let krate = read_crate(&root.join("src"));
-    let allowed = ["pipeline", "model", "bounds", "messages", "json"];
+    let allowed = ["flow", "model", "bounds", "messages", "json"];
     let outside: Vec<String> = krate
         .references
         .iter()
-        .filter(|r| r.from.first().map(String::as_str) == Some("pipeline"))
+        .filter(|r| r.from.first().map(String::as_str) == Some("flow"))
         .filter_map(|r| {
             let to = krate.resolve(&r.from, &r.path, 0)?;
             let top = to.first()?;
@@ -52,7 +52,7 @@ fn the_pipeline_depends_on_no_stage() {
             })
         })
         .collect();
-    assert!(outside.is_empty(), "pipeline uses {outside:#?}");
+    assert!(outside.is_empty(), "flow uses {outside:#?}");
 }
 
 /// Writes a small crate under a temporary `src/` and returns its cycles.

@@ -109,7 +109,7 @@ async fn planted_secrets_quoted_by_watched_events_never_leave_the_process() {
             item["apiVersion"] = "v1".into();
             item["kind"] = "Event".into();
             p.plant(&mut item);
-            let Some(event) = kascade::test_support::pipeline::K8sEvent::from_object(&item) else {
+            let Some(event) = kascade::test_support::flow::K8sEvent::from_object(&item) else {
                 continue;
             };
             let meta = &item["metadata"];

@@ -40,7 +40,7 @@ use kascade::test_support::model::{ObjectRef, Windowing};
 
 use kascade::test_support::offline::spans_from_audit_lines;
 
-use kascade::test_support::pipeline::{WatchChange, WatchKind};
+use kascade::test_support::flow::{WatchChange, WatchKind};
 
 use kascade::test_support::source::audit::AuditFilter;
 

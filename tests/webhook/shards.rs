@@ -28,7 +28,7 @@ async fn writes_processed_by_different_shards_find_the_same_causes_as_in_file_or
         .collect();
     let in_order: std::collections::BTreeMap<String, (String, String)> = records
         .iter()
-        .filter(|c| c.source == kascade::test_support::pipeline::ChangeSource::Audit)
+        .filter(|c| c.source == kascade::test_support::flow::ChangeSource::Audit)
         .map(|c| {
             let cause = c
                 .cause

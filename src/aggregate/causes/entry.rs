@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::pipeline::{SpanRef, WriteCpid};
+use crate::flow::{SpanRef, WriteCpid};
 
 use super::super::rules::ChangeClass;
 

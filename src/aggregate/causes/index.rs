@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::flow::SpanRef;
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectRef;
-use crate::pipeline::SpanRef;
 
 use super::super::rules::{ChangeClass, Propagation, Role};
 use super::entry::{ChangeEntry, Nanos, Revision};

@@ -9,8 +9,8 @@ use super::entry;
 use super::index::{Candidate, EffectTimes, ObjectChanges};
 use super::{CauseIndex, ChangeEntry, Effect, Inference, PodEnd, RESOLVE_WAIT, Resolved, Revision};
 use crate::aggregate::rules::{ChangeClass, Relation, Role, Via};
+use crate::flow::{CascadeRole, Cause, CpidOrigin, WriteCpid};
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, CpidOrigin, WriteCpid};
 
 /// The CPID of an effect: the one its write set on the object; else its
 /// cause's, carried over as an instrumented writer would have (an
@@ -123,7 +123,7 @@ impl CauseIndex {
                         ][usize::from(c.entry.user.is_empty())..]
                             .join(" "),
                         edge: if after_failure {
-                            crate::pipeline::edge_after_failure(
+                            crate::flow::edge_after_failure(
                                 &c.object.resource,
                                 &effect.object.resource,
                                 effect.op,

@@ -29,9 +29,9 @@ mod writers;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::flow::{CascadeRole, Cause, SpanRef, WriteCpid};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, SpanRef, WriteCpid};
 
 use super::rules::{ChangeClass, Propagation, Relation, RuleSet};
 use entry::ResolvedWakers;

@@ -1,7 +1,7 @@
 //! Unit tests of the cause index's own bookkeeping.
 
 use super::*;
-use crate::pipeline::CpidOrigin;
+use crate::flow::CpidOrigin;
 
 #[test]
 fn creates_cpids_beyond_the_bound_are_forgotten_oldest_first_and_counted() {

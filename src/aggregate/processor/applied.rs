@@ -10,8 +10,8 @@ use super::super::diff::{self, Change};
 use super::super::redact::{HiddenValues, Redactor};
 use super::super::relations::KindRegistry;
 use super::ParsedResponse;
+use crate::flow::{AuditEvent, FieldHashes};
 use crate::model::ObjectRef;
-use crate::pipeline::{AuditEvent, FieldHashes};
 
 /// What one write did to the object.
 #[derive(Default, Debug)]

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::flow::{Accepted, AuditEvent, ObjectText};
 use crate::json::{JsonValueTrait as _, Value};
 use crate::model::{ObjectRef, ObjectWindow, Windowing};
-use crate::pipeline::{Accepted, AuditEvent, ObjectText};
 
 use super::super::last_states::StateStore;
 use super::super::redact::{HiddenValues, Redactor};
@@ -15,7 +15,7 @@ use super::super::relations::{KindRegistry, all_relations};
 use super::super::rules::{Relation, RuleSet};
 use super::super::selectors::{SelectorIndex, SelectorLink};
 use super::applied::{self, prepare_watched, resource_version};
-use super::flow::AppliedWrite;
+use super::handoff::AppliedWrite;
 use super::plan::failure_message;
 use super::{ParsedResponse, ProcessError};
 

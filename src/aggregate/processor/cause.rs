@@ -13,14 +13,14 @@ use super::super::readiness;
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegistry};
 use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
 use super::super::selectors::SelectorIndex;
-pub(super) use super::flow::{NewState, Write};
-use crate::messages::LogEvery;
-use crate::metrics::Metrics;
-use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
-use crate::pipeline::{
+pub(super) use super::handoff::{NewState, Write};
+use crate::flow::{
     Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
     Readiness, RelatedObject, SpanRef, WriteCpid, is_event_resource, owner_references_of,
 };
+use crate::messages::LogEvery;
+use crate::metrics::Metrics;
+use crate::model::{ObjectRef, ObjectWindow, Windowing, raw_trace_id};
 use crate::span_model::{self};
 use prometheus_client::metrics::counter::Counter;
 
@@ -44,7 +44,7 @@ pub(super) struct CauseInferrer {
 impl<'a> Write<'a> {
     /// An audit write of `object` shown by the span `span`.
     pub(super) fn audit(
-        ev: &'a crate::pipeline::AuditEvent,
+        ev: &'a crate::flow::AuditEvent,
         object: &'a ObjectRef,
         span: SpanRef,
         arrival: u64,

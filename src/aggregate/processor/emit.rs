@@ -13,10 +13,10 @@ use crate::model::{KeyHasher, Windowing};
 use super::super::rules::Relation;
 use super::super::span_cache::{Slot, SpanCache};
 use super::ProcessError;
-use super::flow::Pending;
+use super::handoff::Pending;
+use crate::flow::ExportProgress;
+use crate::flow::SentLinks;
 use crate::model::{ObjectRef, ObjectWindow};
-use crate::pipeline::ExportProgress;
-use crate::pipeline::SentLinks;
 use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
 /// What the emitter makes of a link.
@@ -124,7 +124,7 @@ impl Emitter {
     }
 
     /// Emits the object span of `ow` unless it already exists (or again when
-    /// `force`: see [`Accepted::replayed`](crate::pipeline::Accepted::replayed)).
+    /// `force`: see [`Accepted::replayed`](crate::flow::Accepted::replayed)).
     pub(super) async fn ensure_object_span(
         &self,
         ow: &ObjectWindow,

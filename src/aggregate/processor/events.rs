@@ -12,13 +12,13 @@ use moka::policy::EvictionPolicy;
 use serde_json::Value;
 
 use super::super::relations::KindRegistry;
-use super::flow::{Emission, Pending};
+use super::handoff::{Emission, Pending};
 use crate::aggregate::redact::HiddenValues;
-use crate::metrics::{Cache, CacheEvictions, Metrics};
-use crate::model::{ObjectRef, ObjectWindow, Windowing};
-use crate::pipeline::{
+use crate::flow::{
     Accepted, AuditEvent, ChangeSink, EventRecord, FilterReason, K8sEvent, precise_occurrence,
 };
+use crate::metrics::{Cache, CacheEvictions, Metrics};
+use crate::model::{ObjectRef, ObjectWindow, Windowing};
 use crate::span_model::{self, EventFields};
 
 /// Event occurrences remembered (window + 5 min) so each is shown once.
@@ -69,7 +69,7 @@ fn seen_events(window: Duration, metrics: &Metrics) -> moka::sync::Cache<String,
 /// patch's request is partial), else from the request of a create (when
 /// the audit policy logs no responses).
 fn written_event(ev: &AuditEvent) -> Option<K8sEvent> {
-    let parse = |raw: &Option<crate::pipeline::ObjectText>| {
+    let parse = |raw: &Option<crate::flow::ObjectText>| {
         raw.as_ref()
             .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
             .and_then(|v| K8sEvent::from_object(&v))
@@ -409,7 +409,7 @@ mod tests {
     /// sinks that want Events, and about the object the Event names.
     #[test]
     fn the_stage_admits_an_occurrence_once_and_hands_it_to_the_event_sinks() {
-        use crate::pipeline::ChangeRecord;
+        use crate::flow::ChangeRecord;
         #[derive(Default)]
         struct Events(std::sync::Mutex<Vec<EventRecord>>);
         impl ChangeSink for Events {

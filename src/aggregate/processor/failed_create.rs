@@ -9,8 +9,8 @@ use super::super::relations::{CLASS_OWNER, KindRegistry};
 use super::super::rules::{Relation, Role};
 use super::plan;
 use super::plan::add_snapshot;
+use crate::flow::{Accepted, FailedCreate};
 use crate::model::{ObjectWindow, Windowing};
-use crate::pipeline::{Accepted, FailedCreate};
 use crate::span_model::{self, AuditWrite, SpanBuf, attr};
 
 /// The object window whose span shows the attempt: the owner the request
@@ -116,7 +116,7 @@ mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{attr as attr_of, refused_pod_create};
     use super::*;
-    use crate::pipeline::{CascadeRole, SpanRef};
+    use crate::flow::{CascadeRole, SpanRef};
 
     fn root() -> Inference {
         Inference {

@@ -7,7 +7,7 @@
 //! states, redaction, label index; `applied` its pure parts), `reconcile` (the
 //! audit↔watch ledger), `cause` (cause index, change sinks), `events` and
 //! `mergelog` (what was seen), `emit` (span cache, exporter channel); `plan`
-//! builds spans, `flow` holds the values passed between stages.
+//! builds spans, `handoff` holds the values passed between stages.
 
 mod applied;
 mod applier;
@@ -17,8 +17,8 @@ mod emit;
 mod error;
 mod events;
 mod failed_create;
-mod flow;
 mod gauges;
+mod handoff;
 mod mergelog;
 mod parsed;
 mod plan;
@@ -30,7 +30,7 @@ mod watch;
 pub(crate) use config::DEFAULT_LEDGER_ENTRIES;
 pub use config::ProcessorConfig;
 pub(crate) use error::ProcessError;
-pub(crate) use flow::Emission;
+pub(crate) use handoff::Emission;
 pub(crate) use parsed::ParsedResponse;
 
 use std::sync::Arc;
@@ -45,16 +45,16 @@ use super::redact::Redactor;
 use super::relations::KindRegistry;
 use super::rules::{Relation, RuleSet};
 use super::span_cache::SpanCache;
+use crate::flow::{
+    Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, K8sEvent, is_event_resource,
+};
+use crate::flow::{SpanRef, WatchChange, WatchKind};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
 use crate::model::ObjectWindow;
-use crate::pipeline::{
-    Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, K8sEvent, is_event_resource,
-};
-use crate::pipeline::{SpanRef, WatchChange, WatchKind};
 use crate::span_model::{self, EncodedSpan, attr};
 use applied::{is_older, resource_version};
-use flow::Pending;
+use handoff::Pending;
 use plan::add_status;
 use reconcile::{PendingWatch, ledger_key};
 use std::time::Instant;
@@ -143,8 +143,8 @@ impl Processor {
     }
 
     /// Journals exported link spans so that a restart sends none again
-    /// (see [`SentLinks`](crate::pipeline::SentLinks)).
-    pub fn with_sent_links(mut self, journal: Arc<crate::pipeline::SentLinks>) -> Self {
+    /// (see [`SentLinks`](crate::flow::SentLinks)).
+    pub fn with_sent_links(mut self, journal: Arc<crate::flow::SentLinks>) -> Self {
         self.emitter.journal_links_in(journal);
         self
     }
@@ -169,7 +169,7 @@ impl Processor {
 
     /// The failure message of a refused write, without the values
     /// redaction hides in its objects.
-    fn failure_message(&self, ev: &crate::pipeline::AuditEvent) -> String {
+    fn failure_message(&self, ev: &crate::flow::AuditEvent) -> String {
         self.applier.failure_message(ev, self.sees_whole_objects())
     }
 

@@ -2,8 +2,8 @@
 //! processing, on another thread.
 
 use crate::aggregate::redact::Redactor;
+use crate::flow::{Accepted, is_event_resource};
 use crate::json::Value;
-use crate::pipeline::{Accepted, is_event_resource};
 
 /// An audit event's response object parsed (and redacted) ahead of the
 /// event's processing: offline runs prepare it on their decode thread,

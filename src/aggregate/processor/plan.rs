@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::flow::{Accepted, AuditEvent};
 use crate::json::Value;
-use crate::pipeline::{Accepted, AuditEvent};
 use crate::span_model::{self, AuditWrite, EVENT_DIFF, EVENT_SNAPSHOT, SpanBuf, attr};
 
 use super::super::causes::Inference;
 use super::super::diff::Change;
 use super::super::readiness;
-use super::flow::AppliedWrite;
-use crate::pipeline::CascadeRole;
+use super::handoff::AppliedWrite;
+use crate::flow::CascadeRole;
 
 /// The audit span of an applied write, without its cascade and status;
 /// `failure` gives a refused write's message (without hidden values).

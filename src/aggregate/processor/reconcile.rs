@@ -15,11 +15,11 @@ use crate::model::KeyHasher;
 use moka::policy::EvictionPolicy;
 
 use super::super::diff::Change;
+use crate::flow::{AuditEvent, WatchChange, WatchKind};
 use crate::metrics::{Cache, CacheEvictions, Metrics};
 use crate::model::ObjectWindow;
-use crate::pipeline::{AuditEvent, WatchChange, WatchKind};
 
-use super::flow::AppliedWrite;
+use super::handoff::AppliedWrite;
 
 /// How long the ledger keeps an entry.
 const LEDGER_TTL: Duration = Duration::from_secs(600);

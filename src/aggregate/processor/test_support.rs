@@ -11,9 +11,9 @@ use super::super::redact::Redactor;
 use super::super::rules::RuleSet;
 use super::super::span_cache::LocalSpanCache;
 use super::{Processor, ProcessorConfig};
+use crate::flow::{Accepted, AuditEvent, FailedCreate};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
-use crate::pipeline::{Accepted, AuditEvent, FailedCreate};
 use crate::span_model::{EncodedSpan, Span};
 
 pub(super) fn fixture(scenario: &str, file: &str) -> String {
@@ -126,10 +126,10 @@ pub(super) fn repository_rules() -> RuleSet {
 
 /// The change records a sink was handed.
 #[derive(Default)]
-pub(super) struct Records(pub std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+pub(super) struct Records(pub std::sync::Mutex<Vec<crate::flow::ChangeRecord>>);
 
-impl crate::pipeline::ChangeSink for Records {
-    fn record(&self, change: &crate::pipeline::ChangeRecord) {
+impl crate::flow::ChangeSink for Records {
+    fn record(&self, change: &crate::flow::ChangeRecord) {
         self.0.lock().unwrap().push(change.clone());
     }
 }

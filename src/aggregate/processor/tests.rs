@@ -156,7 +156,7 @@ async fn responses_parsed_ahead_give_the_spans_of_responses_parsed_in_place() {
 /// change (`kascade explain`, the change log).
 #[tokio::test]
 async fn change_records_share_the_kept_state_instead_of_copying_it() {
-    use crate::pipeline::{ChangeRecord, ChangeSink};
+    use crate::flow::{ChangeRecord, ChangeSink};
     use std::sync::Mutex;
     #[derive(Default)]
     struct Records(Mutex<Vec<ChangeRecord>>);
@@ -196,10 +196,10 @@ async fn change_records_share_the_kept_state_instead_of_copying_it() {
 
 /// Keeps every change record, for tests that read the inferred causes.
 #[derive(Default)]
-struct CauseRecords(std::sync::Mutex<Vec<crate::pipeline::ChangeRecord>>);
+struct CauseRecords(std::sync::Mutex<Vec<crate::flow::ChangeRecord>>);
 
-impl crate::pipeline::ChangeSink for CauseRecords {
-    fn record(&self, change: &crate::pipeline::ChangeRecord) {
+impl crate::flow::ChangeSink for CauseRecords {
+    fn record(&self, change: &crate::flow::ChangeRecord) {
         self.0.lock().unwrap().push(change.clone());
     }
 }
@@ -277,7 +277,7 @@ async fn a_claim_processed_before_its_statefulset_waits_for_it_and_finds_its_cau
         .iter()
         .find(|r| r.object == claim_object && r.verb == "create")
         .expect("the claim's create recorded");
-    assert_eq!(claim.role, crate::pipeline::CascadeRole::Effect);
+    assert_eq!(claim.role, crate::flow::CascadeRole::Effect);
     let cause = claim.cause.as_ref().expect("a cause");
     assert_eq!(cause.object.resource, "statefulsets", "{}", cause.name);
     assert!(cause.name.contains("create"), "{}", cause.name);
@@ -303,7 +303,7 @@ async fn a_write_waits_for_an_earlier_arrival_never_processed_at_most_the_bound(
     p.process(&claim).await.unwrap();
     assert!(before.elapsed() >= crate::aggregate::causes::RESOLVE_WAIT);
     let records = records.0.lock().unwrap();
-    assert_eq!(records[0].role, crate::pipeline::CascadeRole::Unexplained);
+    assert_eq!(records[0].role, crate::flow::CascadeRole::Unexplained);
     assert_eq!(metrics.cascade_resolve_timeouts.get(), 1);
 }
 

@@ -8,13 +8,13 @@ use super::super::causes::Inference;
 use super::super::diff::Change;
 use super::super::readiness::{self, ObjectStatus};
 use super::super::rules::ChangeClass;
-use super::flow::Write;
+use super::handoff::Write;
 use super::plan::add_cascade;
 use super::plan::{self, add_snapshot, add_status};
 use super::reconcile::PendingWatch;
+use crate::flow::WatchKind;
+use crate::flow::{ChangeSource, SpanRef};
 use crate::json::{JsonValueTrait as _, Value};
-use crate::pipeline::WatchKind;
-use crate::pipeline::{ChangeSource, SpanRef};
 use crate::span_model::{self, SpanBuf};
 
 impl<'a> Write<'a> {
@@ -105,9 +105,9 @@ pub(super) fn watch_class(kind: WatchKind, changes: &[Change]) -> ChangeClass {
 mod tests {
     use super::super::ProcessorConfig;
     use super::super::test_support::{accepted, attr, audit_values, drain, fixture, processor};
+    use crate::flow::{WatchChange, WatchKind};
     use crate::json::JsonValueTrait as _;
     use crate::model::ObjectRef;
-    use crate::pipeline::{WatchChange, WatchKind};
     use crate::span_model::{EVENT_DIFF, EVENT_SNAPSHOT, SPAN_KIND_AUDIT, SPAN_KIND_WATCH, attr};
 
     /// The deployment scenario's Deployment as the list-watch delivered it.

@@ -355,7 +355,7 @@ mod tests {
     fn fixture_paths() -> Vec<String> {
         let mut paths = Vec::new();
         for o in
-            crate::pipeline::fixture_objects(&["deployment", "statefulset", "bigobject", "service"])
+            crate::flow::fixture_objects(&["deployment", "statefulset", "bigobject", "service"])
         {
             let o = crate::json::parse(&o.to_string()).unwrap();
             walk_leaves(&o, &mut |p, _| paths.push(p.to_string()));

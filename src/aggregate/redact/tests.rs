@@ -123,7 +123,7 @@ fn duplicate_env_names_are_redacted_by_name_although_diffs_use_indices() {
 #[test]
 fn leaves_matched_backwards_are_the_leaves_the_segment_walk_redacts() {
     let mut objects: Vec<Value> =
-        crate::pipeline::fixture_objects(&["config", "deployment", "statefulset"])
+        crate::flow::fixture_objects(&["config", "deployment", "statefulset"])
             .iter()
             .map(|o| crate::json::parse(&o.to_string()).unwrap())
             .collect();
@@ -189,7 +189,7 @@ fn leaves_matched_backwards_are_the_leaves_the_segment_walk_redacts() {
 
 #[test]
 fn objects_whose_text_rules_out_a_match_are_redacted_the_same_without_the_walk() {
-    let mut texts: Vec<String> = crate::pipeline::fixture_objects(&[
+    let mut texts: Vec<String> = crate::flow::fixture_objects(&[
         "config",
         "deployment",
         "statefulset",

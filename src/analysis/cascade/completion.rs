@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use crate::flow::ChangeRecord;
 use crate::model::ObjectRef;
-use crate::pipeline::ChangeRecord;
 
 /// Whether a cascade is done.
 #[derive(Clone, Debug, PartialEq)]

@@ -14,7 +14,7 @@ mod tracker;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use crate::pipeline::{CascadeRole, Cause, ChangeRecord, SpanRef};
+use crate::flow::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
 pub use completion::Completion;
 pub(crate) use completion::Waiting;

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use crate::pipeline::{ChangeRecord, SpanRef, is_after_failure};
+use crate::flow::{ChangeRecord, SpanRef, is_after_failure};
 
 /// Open attempts followed at most (the oldest is forgotten beyond).
 const MAX_OPEN: usize = 100_000;

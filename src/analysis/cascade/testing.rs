@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::flow::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
 
 pub(crate) fn at(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000) + Duration::from_millis(ms)

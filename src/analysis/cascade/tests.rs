@@ -2,9 +2,9 @@ use std::sync::Arc;
 
 use super::testing::*;
 use super::*;
+use crate::flow::ChangeSink;
 use crate::metrics::CascadeMetrics;
 use crate::model::ObjectRef;
-use crate::pipeline::ChangeSink;
 
 #[test]
 fn a_rollout_is_one_tree_complete_when_the_last_object_settled() {

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::completion::{Settling, counts};
+use crate::flow::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 use crate::metrics::CascadeMetrics;
-use crate::pipeline::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 
 #[derive(Clone, Debug)]
 pub(crate) struct TrackerConfig {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::testing::*;
 use super::*;
+use crate::flow::ChangeSink;
 use crate::metrics::CascadeMetrics;
-use crate::pipeline::ChangeSink;
 
 fn histogram_count(m: &CascadeMetrics, kind: &str) -> u64 {
     let mut registry = prometheus_client::registry::Registry::default();

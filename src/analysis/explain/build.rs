@@ -11,8 +11,8 @@ use super::rank::{Ranked, rank};
 use super::report::*;
 use super::sink::ExplainCollector;
 use crate::analysis::cascade::{self, Completion, format_duration};
+use crate::flow::{Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
 use crate::model::ObjectRef;
-use crate::pipeline::{Cause, ChangeRecord, ChangeSource, Readiness, SpanRef};
 
 /// Cascade timelines in a report at most, and entries per timeline.
 const MAX_TIMELINES: usize = 5;

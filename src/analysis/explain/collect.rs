@@ -13,9 +13,9 @@ use std::time::SystemTime;
 use super::scope::Scope;
 use crate::analysis::cascade::{Attempt, Retries, Settling};
 use crate::component_spans::{ComponentSpans, Part, parts};
+use crate::flow::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 use crate::judgement::{Refusal, Writer};
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 
 mod fights;
 mod records;
@@ -406,7 +406,7 @@ impl State {
         });
     }
 
-    fn record_hop(&mut self, c: &ChangeRecord, obj: Idx, cause: &crate::pipeline::Cause) {
+    fn record_hop(&mut self, c: &ChangeRecord, obj: Idx, cause: &crate::flow::Cause) {
         let edge = self.edges.entry(cause.edge.clone()).or_default();
         edge.latencies.record(cause.hop);
         let hop_us = u64::try_from(cause.hop.as_micros()).unwrap_or(u64::MAX);

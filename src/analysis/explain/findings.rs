@@ -10,8 +10,8 @@ use super::collect::{Idx, State};
 use super::message::normalize;
 use super::report::{Evidence, FindingKind, Severity};
 use crate::analysis::cascade::{Attempt, format_duration};
+use crate::flow::SpanRef;
 use crate::judgement::{Refusal, Writer, warning_severity};
-use crate::pipeline::SpanRef;
 
 /// A hop counts as slow from this long…
 const SLOW_HOP_FLOOR: Duration = Duration::from_secs(1);
@@ -467,7 +467,7 @@ mod tests {
     use crate::analysis::explain::{
         ExplainCollector, FindingKind, Inputs, Scope, Severity, report,
     };
-    use crate::pipeline::ChangeSink;
+    use crate::flow::ChangeSink;
 
     /// A ReplicaSet creating 40 Pods, each 10 ms after it, except one that
     /// came 5 s late.

@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::collect::State;
 use super::scope::Scope;
+use crate::flow::{ChangeRecord, ChangeSink, EventRecord};
 use crate::model::ObjectRef;
-use crate::pipeline::{ChangeRecord, ChangeSink, EventRecord};
 
 /// Collects what `kascade explain` needs from the processor's changes and
 /// Events (see the module docs).
@@ -115,7 +115,7 @@ impl ExplainCollector {
 
     /// Relates two objects (for inputs whose changes do not carry their
     /// relations, e.g. the frontend's raw spans with their link spans).
-    pub fn relate(&self, object: &ObjectRef, other: &crate::pipeline::RelatedObject) {
+    pub fn relate(&self, object: &ObjectRef, other: &crate::flow::RelatedObject) {
         let mut st = self.lock();
         if !st.scope.may_concern(object) {
             return;
@@ -131,7 +131,7 @@ impl ExplainCollector {
 
     /// What the external write `root` changed, when its change record had
     /// no objects to compare (see [`change_lines`]).
-    pub fn set_root_changes(&self, root: crate::pipeline::SpanRef, changes: Vec<String>) {
+    pub fn set_root_changes(&self, root: crate::flow::SpanRef, changes: Vec<String>) {
         if let Some(info) = self.lock().roots.get_mut(&root) {
             info.changes = changes;
         }

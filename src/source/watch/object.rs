@@ -104,7 +104,7 @@ impl kube::Resource for RawObject {
 pub(super) fn to_value(ar: &ApiResource, obj: &RawObject) -> (Value, u32) {
     use crate::json::depth;
     let capped = depth::cap(obj.text.get(), depth::MAX_OBJECT_DEPTH, 0);
-    let text = crate::pipeline::object_text(&capped.text);
+    let text = crate::flow::object_text(&capped.text);
     let markers = match (&text, capped.markers) {
         (_, 0) | (None, _) => 0,
         (Some(text), _) => depth::markers_in(text.get()),

@@ -62,7 +62,7 @@ async fn intake(State(st): State<Arc<WebhookState>>) -> Response {
         .collect();
     let report = crate::source::arrivals::IntakeReport {
         schema: crate::source::arrivals::INTAKE_SCHEMA.to_string(),
-        now_ms: crate::pipeline::unix_ms(std::time::SystemTime::now()),
+        now_ms: crate::flow::unix_ms(std::time::SystemTime::now()),
         default_cluster: st.default_cluster.clone(),
         configured_clusters: st.configured_clusters.clone(),
         watched_clusters: st.watched_clusters.clone(),

@@ -22,7 +22,7 @@ use prost::Message as _;
 use super::grpc::{GrpcCode, grpc_answer, grpc_error, grpc_message, is_grpc};
 use super::otlp_logs::Format;
 use super::*;
-use crate::pipeline::ComponentTraceSink;
+use crate::flow::ComponentTraceSink;
 
 /// The gRPC method the OTLP exporters call.
 pub(crate) const GRPC_EXPORT_PATH: &str =

@@ -9,7 +9,7 @@
 //! spans shows such a loss.
 
 use super::*;
-use crate::pipeline::Work;
+use crate::flow::Work;
 use crate::source::mergelog::decode_mergelogs;
 
 pub(super) async fn mergelogs_default(

@@ -22,8 +22,8 @@ use tracing::{Instrument as _, field};
 
 use super::audit::AuditFilter;
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
+use crate::flow::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
 use crate::metrics::{Metrics, RejectReason, Source};
-use crate::pipeline::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
 use crate::self_trace::TARGET;
 
 mod admin;

@@ -5,9 +5,9 @@ use super::super::test_support::{
     accepted, attr, audit_values, drain, processor, repository_rules,
 };
 use super::*;
+use crate::flow::Accepted;
 use crate::json::JsonValueTrait as _;
 use crate::json::Value;
-use crate::pipeline::Accepted;
 use crate::span_model::{EVENT_DIFF, attr};
 use crate::span_model::{SPAN_KIND_LINK, SPAN_KIND_OBJECT, Span};
 

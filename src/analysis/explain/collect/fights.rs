@@ -9,8 +9,8 @@ use std::time::SystemTime;
 
 use super::{Idx, State};
 use crate::aggregate::diff;
+use crate::flow::{ChangeRecord, SpanRef};
 use crate::judgement::FieldOwnership;
-use crate::pipeline::{ChangeRecord, SpanRef};
 
 /// Fields followed at most (further ones are not).
 const MAX_FIELDS: usize = 200_000;

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use super::Idx;
 use crate::analysis::cascade::{Attempt, Settling};
 use crate::analysis::stats::Latencies;
+use crate::flow::{CascadeRole, SpanRef};
 use crate::model::ObjectRef;
-use crate::pipeline::{CascadeRole, SpanRef};
 
 /// Strings seen many times (users, verbs, readiness messages), stored once.
 #[derive(Default)]

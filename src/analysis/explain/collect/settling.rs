@@ -8,7 +8,7 @@ use crate::json::{JsonContainerTrait as _, JsonValueTrait as _, Value};
 
 use super::{Idx, Problem, State};
 use crate::analysis::cascade::counts;
-use crate::pipeline::ChangeRecord;
+use crate::flow::ChangeRecord;
 
 impl State {
     pub(super) fn apply_state(&mut self, c: &ChangeRecord, obj: Idx) {

@@ -13,9 +13,9 @@ use super::{Out, span_id};
 use crate::analysis::cascade::{
     Attempt, Cascade, Completion, change_name, format_duration, write_failed,
 };
+use crate::flow::ChangeRecord;
 use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
 use crate::model::ObjectRef;
-use crate::pipeline::ChangeRecord;
 use crate::span_model::attr;
 
 mod siblings;

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::flow::{AuditEvent, ChangeSource, SpanRef};
 use crate::json::Value;
 use crate::model::ObjectRef;
 use crate::model::ObjectWindow;
-use crate::pipeline::{AuditEvent, ChangeSource, SpanRef};
 
 use super::super::rules::ChangeClass;
 use crate::span_model::SpanBuf;
