@@ -12,7 +12,8 @@ use super::super::causes::{CauseIndex, ChangeEntry, Effect, Inference, Op, Revis
 use super::super::readiness;
 use super::super::relations::{CLASS_NON_CONTROLLER_OWNER, CLASS_OWNER, KindRegistry};
 use super::super::rules::{ChangeClass, Relation, Role, RuleSet};
-use super::super::selectors::SelectorIndex;
+use super::super::selectors::{SelectorIndex, SelectorLink};
+use super::handoff::AppliedWrite;
 pub(super) use super::handoff::{NewState, Write};
 use crate::flow::{
     Accepted, CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, ObjectText,
@@ -154,7 +155,7 @@ impl CauseInferrer {
 
     /// A write's own entry as a candidate cause: the one the dispatcher
     /// noted, else (processed without the dispatcher) recorded now.
-    pub(super) fn arrival_entry(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
+    fn arrival_entry(&self, item: &Accepted) -> Option<Arc<ChangeEntry>> {
         if item.arrival != 0
             && let Some(entry) = self.causes.take_noted(item.arrival)
         {
@@ -253,6 +254,56 @@ impl CauseInferrer {
             })
             .collect();
         self.causes.register_relations(obj, &relations);
+    }
+
+    /// The cause of an audited write and the cascade it joins, in one step:
+    /// its own entry (the dispatcher's, else noted now), the relations its
+    /// state shows plus those of a selector it joined with this very write
+    /// (a StatefulSet's new claim), and its readiness after the write.
+    pub(super) async fn infer_audit(
+        &self,
+        selectors: &SelectorIndex,
+        item: &Accepted,
+        w: &AppliedWrite,
+        selector_links: &[SelectorLink],
+        readiness: Option<&readiness::ObjectStatus>,
+    ) -> Inference {
+        let ev = &item.event;
+        // Only a write that joined a selector copies its relations.
+        let holders_by_selector = holder_relations(selector_links, &item.object);
+        let relations: std::borrow::Cow<'_, [(Relation, String)]> =
+            if holders_by_selector.is_empty() {
+                std::borrow::Cow::Borrowed(&w.relations)
+            } else {
+                std::borrow::Cow::Owned([w.relations.as_slice(), &holders_by_selector].concat())
+            };
+        // Before anything that can fail: writes caused by this one wait for it.
+        let own = self.arrival_entry(item);
+        // The entry already names this write's span (a refused write has none).
+        let (span, arrival) = match &own {
+            Some(e) => (e.span, e.arrival),
+            None => (audit_span_ref(&w.ow, &ev.audit_id), self.arrival_of(item)),
+        };
+        let write = Write {
+            version: w.new_rv.parse().ok(),
+            ..Write::audit(ev, &item.object, span, arrival, &w.uid, w.deleted)
+        };
+        let new_state = w
+            .outcome
+            .state
+            .as_ref()
+            .filter(|_| !w.deleted)
+            .map(NewState::Shared);
+        self.infer_cause(
+            selectors,
+            &write,
+            own.as_ref(),
+            &relations,
+            w.old.as_ref(),
+            new_state,
+            readiness,
+        )
+        .await
     }
 
     /// Infers the cause of `w` (whose state shows `relations`; `old`/`new`
@@ -378,7 +429,7 @@ impl CauseInferrer {
 
 /// The relations of `object` towards the selecting objects of `links` that
 /// pick it (a claim towards its StatefulSet).
-pub(super) fn holder_relations(
+fn holder_relations(
     links: &[crate::aggregate::selectors::SelectorLink],
     object: &ObjectRef,
 ) -> Vec<(Relation, String)> {
@@ -462,105 +513,4 @@ fn pod_phase_change<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::applier::applier;
-    use super::super::test_support::{Records, accepted, audit_values, repository_rules};
-    use super::*;
-
-    /// The cause stage alone, with the repository's rules.
-    fn cause_inferrer() -> (CauseInferrer, Arc<Metrics>) {
-        let cfg = super::super::ProcessorConfig::default();
-        let metrics = Arc::new(Metrics::default());
-        let stage = CauseInferrer::new(
-            Arc::new(repository_rules()),
-            Arc::new(KindRegistry::default()),
-            cfg.windowing,
-            cfg.cause_objects,
-            metrics.clone(),
-        );
-        (stage, metrics)
-    }
-
-    /// The deployment scenario's first successful create of `resource`.
-    fn created(resource: &str) -> Accepted {
-        audit_values("deployment")
-            .iter()
-            .find(|e| {
-                e["verb"] == "create"
-                    && e["objectRef"]["resource"] == resource
-                    && e["responseStatus"]["code"] == 201
-            })
-            .and_then(accepted)
-            .expect("the scenario creates it")
-    }
-
-    /// Infers the cause of an audited write on its own, as the audit path
-    /// does, with the relations the applier finds.
-    async fn infer(stage: &CauseInferrer, item: &Accepted) -> Inference {
-        let a = applier();
-        let w = a.apply(item, None, true);
-        let own = stage.arrival_entry(item);
-        let span = own.as_ref().map(|e| e.span).unwrap();
-        let arrival = own.as_ref().map(|e| e.arrival).unwrap();
-        let write = Write::audit(&item.event, &item.object, span, arrival, &w.uid, false);
-        let inference = stage
-            .infer_cause(
-                a.selectors(),
-                &write,
-                own.as_ref(),
-                &w.relations,
-                w.old.as_ref(),
-                w.outcome.state.as_ref().map(NewState::Shared),
-                None,
-            )
-            .await;
-        stage.settle(arrival);
-        inference
-    }
-
-    #[tokio::test]
-    async fn a_user_create_is_a_root_and_the_replicaset_it_causes_an_effect() {
-        let (mut stage, metrics) = cause_inferrer();
-        let sink = Arc::new(Records::default());
-        stage.add_sink(sink.clone());
-        let deployment = created("deployments");
-        let root = infer(&stage, &deployment).await;
-        assert_eq!(root.role, CascadeRole::Root);
-        let rs = created("replicasets");
-        let effect = infer(&stage, &rs).await;
-        assert_eq!(effect.role, CascadeRole::Effect);
-        let cause = effect.cause.expect("its cause");
-        assert!(cause.name.contains("deployments"), "{}", cause.name);
-        assert_eq!(effect.root, root.root, "one cascade");
-        let records = sink.0.lock().unwrap();
-        assert_eq!(records.len(), 2, "each change handed to the sink");
-        assert_eq!(records[0].user, deployment.event.user.username);
-        assert_eq!(records[1].role, CascadeRole::Effect);
-        let roles = |role| {
-            metrics
-                .cascade_writes
-                .get_or_create(&crate::metrics::CascadeRoleLabel { role })
-                .get()
-        };
-        assert_eq!(
-            (roles(CascadeRole::Root), roles(CascadeRole::Effect)),
-            (1, 1)
-        );
-    }
-
-    #[test]
-    fn refused_writes_are_no_candidate_causes_but_take_a_place_in_order() {
-        let (stage, _) = cause_inferrer();
-        let refused = audit_values("deployment")
-            .iter()
-            .find(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0) >= 400)
-            .and_then(accepted)
-            .expect("a refused write");
-        let first = stage.note_arrival(&refused);
-        let created = created("deployments");
-        let second = stage.note_arrival(&created);
-        assert!(second > first, "arrival order");
-        assert!(stage.index().take_noted(first).is_none(), "no entry");
-        assert!(stage.index().take_noted(second).is_some());
-    }
-}
+mod tests;

@@ -43,7 +43,7 @@ use super::diff;
 use super::last_states::StateStore;
 use super::redact::Redactor;
 use super::relations::KindRegistry;
-use super::rules::{Relation, RuleSet};
+use super::rules::RuleSet;
 use super::span_cache::SpanCache;
 use crate::flow::{
     Accepted, ChangeSink, ExportProgress, FailedCreate, Gauges, K8sEvent, is_event_resource,
@@ -252,46 +252,19 @@ impl Processor {
         // selector's holder is a relation of this very write (a
         // StatefulSet's new claim); the links are recorded further down.
         let selector_links = self.applier.index_labels(&w);
-        // Only a write that joined a selector copies its relations.
-        let holders_by_selector = cause::holder_relations(&selector_links, obj);
-        let cause_relations: std::borrow::Cow<'_, [(Relation, String)]> =
-            if holders_by_selector.is_empty() {
-                std::borrow::Cow::Borrowed(&w.relations)
-            } else {
-                std::borrow::Cow::Owned([w.relations.as_slice(), &holders_by_selector].concat())
-            };
         let object_status = w
             .outcome
             .state
             .as_ref()
             .filter(|_| !w.deleted)
             .and_then(|s| super::readiness::object_status(&obj.group, &obj.resource, s));
-        // Before anything that can fail: writes caused by this one wait for it.
-        let own = self.cause.arrival_entry(item);
-        // The entry already names this write's span (a refused write has none).
-        let (span, arrival) = match &own {
-            Some(e) => (e.span, e.arrival),
-            None => (
-                cause::audit_span_ref(&w.ow, &ev.audit_id),
-                self.cause.arrival_of(item),
-            ),
-        };
         let inference = self
             .cause
-            .infer_cause(
+            .infer_audit(
                 self.applier.selectors(),
-                &cause::Write {
-                    version: w.new_rv.parse().ok(),
-                    ..cause::Write::audit(ev, obj, span, arrival, &w.uid, w.deleted)
-                },
-                own.as_ref(),
-                &cause_relations,
-                w.old.as_ref(),
-                w.outcome
-                    .state
-                    .as_ref()
-                    .filter(|_| !w.deleted)
-                    .map(cause::NewState::Shared),
+                item,
+                &w,
+                &selector_links,
                 object_status.as_ref(),
             )
             .await;
