@@ -201,7 +201,10 @@ pub(crate) fn start(
                     || closed
                     || ends_in_barrier(&window));
             if ready {
-                let item = window.pop_front().expect("the window is not empty");
+                let mut item = window.pop_front().expect("the window is not empty");
+                if let Work::Audit(a) = &mut item {
+                    a.noted_through = processor.arrivals_noted();
+                }
                 if let Work::Barrier(b) = &item {
                     b.expect(shards);
                     let mut sent = true;

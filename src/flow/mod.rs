@@ -64,6 +64,12 @@ pub struct Accepted {
     /// Its place in arrival order, given by the dispatcher before sharding
     /// (0 until then): causes that arrived after it are not waited for.
     pub arrival: u64,
+    /// The last place in arrival order noted when the dispatcher handed it
+    /// to its shard (0: processed in arrival order, nothing noted ahead of
+    /// it but what was read): writes noted after that are not candidate
+    /// causes, so that what it finds does not depend on how far the
+    /// dispatcher ran ahead of the shards.
+    pub noted_through: u64,
     /// Self-tracing (crate::telemetry): the `process` span of the webhook
     /// batch this event came in, shared by its events and ended when the
     /// last is processed; disabled when self-tracing is off.

@@ -291,7 +291,7 @@ impl Metrics {
         );
         r.register(
             "cascade_causes_arrived_later",
-            "Effects whose cause arrived after them (out-of-order input) and was not yet placed in its cascade: shown under the cause alone, without waiting for it",
+            "Effects whose cause arrived after them (out-of-order input): shown under the cause alone, without waiting for it",
             self.cascade_causes_arrived_later.clone(),
         );
         r.register(

@@ -113,6 +113,7 @@ pub(crate) fn accept_advising(
         uid,
         replayed: false,
         arrival: 0,
+        noted_through: 0,
         failed_create,
         batch_span: tracing::Span::none(),
     })

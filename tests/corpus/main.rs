@@ -461,6 +461,7 @@ fn clock_note(report: &Report) -> Option<&String> {
 }
 
 mod clocks;
+mod determinism;
 mod hops;
 mod inputs;
 mod judgement;

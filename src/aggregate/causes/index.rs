@@ -13,10 +13,12 @@ use crate::model::ObjectRef;
 use super::super::rules::{ChangeClass, Propagation, Role};
 use super::entry::{ChangeEntry, Nanos, Revision};
 
-/// Changes kept per object and class: at least the last few, and all of the
-/// last [`KEEP_FOR`] — the dispatcher notes writes before the shards process
-/// them, so the newest entries may be later than the effect being
-/// processed, and must not push out the one it needs — up to a hard cap.
+/// Changes kept per object and class: all of the [`KEEP_FOR`] before the
+/// oldest write still being processed, and the last few before that, up to
+/// a hard cap. The dispatcher notes writes before the shards process them,
+/// any number ahead, so "recent" is measured from the processing, not from
+/// the newest noted: else how many of an effect's candidates were kept (and
+/// so which cause it got) depended on how far the dispatcher ran ahead.
 const MIN_PER_CLASS: usize = 4;
 const KEEP_FOR: Duration = Duration::from_secs(10);
 pub(super) const MAX_PER_CLASS: usize = 256;
@@ -28,6 +30,8 @@ const MAX_HOLDERS: usize = 4096;
 pub(super) struct EffectTimes {
     pub span: SpanRef,
     pub arrival: u64,
+    /// See [`Effect::noted_through`](super::Effect::noted_through).
+    pub noted_through: u64,
     pub received: Nanos,
     pub completed: Nanos,
     /// Unknown when asking about another cluster's object (another etcd).
@@ -74,7 +78,14 @@ impl ObjectChanges {
 
     /// Keeps `entry`; false when the class was at its cap and a change was
     /// forgotten early (the oldest by completion; input may be out of order).
-    pub(super) fn push(&mut self, entry: Arc<ChangeEntry>, now: u32) -> bool {
+    /// `processing` is when the oldest write still being processed was
+    /// received (none in flight: `None`).
+    pub(super) fn push(
+        &mut self,
+        entry: Arc<ChangeEntry>,
+        now: u32,
+        processing: Option<Nanos>,
+    ) -> bool {
         self.touched = now.min(COMPACTED - 1);
         let class = entry.class;
         let newest = self
@@ -84,8 +95,10 @@ impl ObjectChanges {
             .max()
             .unwrap_or(entry.completed());
         if self.of_class(class).count() >= MIN_PER_CLASS {
-            // Newest first; keep the last few, and whatever is recent.
-            let horizon = newest.minus(KEEP_FOR);
+            // Whatever is recent, and the last few received by then (the
+            // cause of a write that follows a quiet spell): newest first.
+            let horizon = processing.map_or(newest, |p| p.min(newest)).minus(KEEP_FOR);
+            let ahead = |e: &ChangeEntry| processing.is_some_and(|p| e.received > p);
             self.changes
                 .sort_by_key(|e| (e.class.index(), std::cmp::Reverse(e.completed())));
             let mut index = 0;
@@ -93,8 +106,10 @@ impl ObjectChanges {
                 if e.class != class {
                     return true;
                 }
-                index += 1;
-                index < MIN_PER_CLASS || e.completed() >= horizon
+                if !ahead(e) {
+                    index += 1;
+                }
+                (index < MIN_PER_CLASS && !ahead(e)) || e.completed() >= horizon
             });
         }
         let mut complete = true;
@@ -207,7 +222,8 @@ impl ObjectChanges {
     /// it — completed no later than the effect did, or, while both were in
     /// flight, given an earlier revision by etcd (a controller sees a change
     /// in its watch once it is stored, which may be before the apiserver
-    /// finished the response). Not `effect` itself; received at the same instant,
+    /// finished the response). Not `effect` itself, nor a change noted after
+    /// the effect was handed to its shard; received at the same instant,
     /// only if it arrived first (identical timestamps say nothing of order,
     /// arrival does; so no two changes are each other's cause); with
     /// `same_object`, not before the object's latest create (an earlier
@@ -221,6 +237,7 @@ impl ObjectChanges {
     ) -> Found {
         let received_first = |e: &ChangeEntry| {
             e.span != effect.span
+                && (effect.noted_through == 0 || e.arrival <= effect.noted_through)
                 && e.received <= effect.received
                 && (e.received < effect.received || e.arrival < effect.arrival)
         };
@@ -246,14 +263,31 @@ impl ObjectChanges {
                 continue;
             }
             // A status write counts only once its shard said it finished a
-            // Pod (earlier arrivals are resolved before a controller's write
-            // that found no cause gives up waiting for them).
+            // Pod; one that arrived later counts not at all (whether its
+            // shard got to it first is chance), one that arrived earlier and
+            // is still being processed is waited for (`Found::undecided`).
             let finished_only = class == ChangeClass::Status && p.finished_pods_only();
             for e in self.of_class(class) {
-                if e.span == effect.span
-                    || (finished_only && e.resolved_now().is_none_or(|r| r.pod_end.is_none()))
-                {
+                if e.span == effect.span {
                     continue;
+                }
+                if finished_only {
+                    match e.resolved_now() {
+                        _ if e.arrival > effect.arrival => continue,
+                        None => {
+                            if seen(e)
+                                && found
+                                    .undecided
+                                    .as_ref()
+                                    .is_none_or(|u| e.arrival > u.arrival)
+                            {
+                                found.undecided = Some(e.clone());
+                            }
+                            continue;
+                        }
+                        Some(r) if r.pod_end.is_none() => continue,
+                        Some(_) => {}
+                    }
                 }
                 if !seen(e) {
                     if received_first(e) {
@@ -296,6 +330,9 @@ pub(super) struct Found {
     pub late: Option<Arc<ChangeEntry>>,
     /// A triggering change was received after the effect.
     pub later: bool,
+    /// A status write that arrived before the effect and may have finished
+    /// a Pod, still being processed: only then is it known whether it counts.
+    pub undecided: Option<Arc<ChangeEntry>>,
 }
 
 /// Objects by hash, bounded without a per-access cost: each of 64 shards

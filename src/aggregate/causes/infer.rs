@@ -48,11 +48,30 @@ impl CauseIndex {
         own: Option<&Arc<ChangeEntry>>,
         relations_now: impl FnOnce() -> Vec<(Relation, String)>,
     ) -> Inference {
-        let (mut found, mut later_only) = if effect.timer.is_some() {
-            (None, false)
+        let mut best = if effect.timer.is_some() {
+            Best::default()
         } else {
             self.best_candidate(effect, relations)
         };
+        // A status write that may have finished a Pod counts once its shard
+        // has said so; it arrived first, so waiting for it cannot deadlock.
+        while let Some(undecided) = best.undecided.take() {
+            self.metrics.cascade_waits_for_earlier.inc();
+            if undecided
+                .resolved(RESOLVE_WAIT, &self.ready)
+                .await
+                .is_none()
+            {
+                self.metrics.cascade_resolve_timeouts.inc();
+                break;
+            }
+            best = self.best_candidate(effect, relations);
+        }
+        let Best {
+            mut found,
+            mut later_only,
+            ..
+        } = best;
         if found.is_none()
             && self.is_controller_write(effect)
             && self.earlier_unresolved(effect.arrival).is_some()
@@ -67,34 +86,36 @@ impl CauseIndex {
             } else {
                 [relations, &more].concat().into()
             };
-            (found, later_only) = self.best_candidate(effect, &relations);
+            Best {
+                found,
+                later_only,
+                ..
+            } = self.best_candidate(effect, &relations);
         }
         let inference = match found {
             Some(c) => {
                 // Only a cause that arrived first is waited for: a later
-                // one may be queued behind this effect.
-                let earlier = c.entry.arrival < effect.arrival;
-                let known = if earlier {
-                    c.entry.resolved(RESOLVE_WAIT, &self.ready).await
-                } else {
-                    c.entry.resolved_now()
-                };
-                let resolved = known.unwrap_or_else(|| {
-                    // Not known in time: the cause itself stands for its
-                    // cascade.
-                    if earlier {
-                        self.metrics.cascade_resolve_timeouts.inc();
-                        tracing::debug!(object = %effect.object, "cause's cascade not known in time");
-                    } else {
-                        self.metrics.cascade_causes_arrived_later.inc();
+                // one may be queued behind this effect, so it always stands
+                // for its cascade (whether another shard placed it first is
+                // chance, and the trace must not depend on it).
+                let resolved = if c.entry.arrival < effect.arrival {
+                    match c.entry.resolved(RESOLVE_WAIT, &self.ready).await {
+                        Some(known) => known,
+                        None => {
+                            self.metrics.cascade_resolve_timeouts.inc();
+                            tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                            self.unresolved(&c.entry).unwrap_or(Resolved {
+                                root: c.entry.span,
+                                depth: 0,
+                                cpid: None,
+                                pod_end: None,
+                            })
+                        }
                     }
-                    self.unresolved(&c.entry).unwrap_or(Resolved {
-                        root: c.entry.span,
-                        depth: 0,
-                        cpid: None,
-                        pod_end: None,
-                    })
-                });
+                } else {
+                    self.metrics.cascade_causes_arrived_later.inc();
+                    self.standing_for(&c.entry)
+                };
                 let hop = effect
                     .received
                     .duration_since(c.entry.completed().time())
@@ -189,17 +210,17 @@ impl CauseIndex {
     }
 
     /// The latest change a propagation says the effect's writer reacts to,
-    /// completed before the effect was received; and whether candidates
-    /// existed that completed only after it.
+    /// completed before the effect was received.
     fn best_candidate<'p>(
         &'p self,
         effect: &Effect<'_>,
         relations: &[(Relation, String)],
-    ) -> (Option<Candidate<'p>>, bool) {
+    ) -> Best<'p> {
         let Some(class) = effect.class else {
-            return (None, false);
+            return Best::default();
         };
         let mut best: Option<Candidate<'p>> = None;
+        let mut undecided: Option<Arc<ChangeEntry>> = None;
         // Only when no change completed before the effect did.
         let mut best_late: Option<Candidate<'p>> = None;
         let mut later = false;
@@ -207,6 +228,7 @@ impl CauseIndex {
         let times = EffectTimes {
             span: effect.span,
             arrival: effect.arrival,
+            noted_through: effect.noted_through,
             received: entry::Nanos::of(effect.received),
             completed: entry::Nanos::of(effect.completed),
             revision: effect.revision,
@@ -228,6 +250,11 @@ impl CauseIndex {
                 };
                 let found = changes.latest_before(p, &times, same);
                 later |= found.later;
+                if let Some(u) = found.undecided
+                    && undecided.as_ref().is_none_or(|d| u.arrival > d.arrival)
+                {
+                    undecided = Some(u);
+                }
                 if let Some(entry) = found.seen
                     && best.as_ref().is_none_or(|b| {
                         entry.stored_after(&b.entry, object.cluster == b.object.cluster)
@@ -322,10 +349,49 @@ impl CauseIndex {
                 }
             }
         }
-        let best = best.or(best_late);
-        let later_only = best.is_none() && later;
-        (best, later_only)
+        let found = best.or(best_late);
+        Best {
+            later_only: found.is_none() && later,
+            found,
+            undecided,
+        }
     }
+
+    /// The cascade of a cause that arrived after its effect: the cause
+    /// stands for it, with the CPID a create gave its object — the same
+    /// whether or not its shard has got to it yet.
+    fn standing_for(&self, cause: &ChangeEntry) -> Resolved {
+        let created = self
+            .created_cpids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cause.arrival)
+            .copied();
+        // A create's own CPID is forgotten there once it is resolved.
+        let own = || {
+            cause
+                .resolved_now()
+                .and_then(|r| r.cpid)
+                .filter(|c| c.origin != CpidOrigin::Inferred)
+        };
+        Resolved {
+            root: cause.span,
+            depth: 0,
+            cpid: created.or_else(|| (cause.class == ChangeClass::Create).then(own).flatten()),
+            pod_end: None,
+        }
+    }
+}
+
+/// What [`CauseIndex::best_candidate`] found.
+#[derive(Default)]
+struct Best<'p> {
+    found: Option<Candidate<'p>>,
+    /// None found, but a triggering change was received after the effect.
+    later_only: bool,
+    /// The latest status write that arrived first and may have finished a
+    /// Pod, still being processed ([`super::index::Found::undecided`]).
+    undecided: Option<Arc<ChangeEntry>>,
 }
 
 fn object_name(o: &ObjectRef) -> String {

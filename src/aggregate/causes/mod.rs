@@ -19,7 +19,10 @@
 //! (shards process in arrival order, so every wait points to an earlier
 //! arrival: it cannot form a cycle, nor wait for a write queued behind the
 //! effect in its own shard). A cause that arrived later (out-of-order input)
-//! is used if its cascade is known already, else it stands for its cascade.
+//! stands for its cascade, and counts only if the dispatcher had noted it
+//! when it handed the effect to its shard: so a log gives the same causes
+//! and cascades whatever the number of shards and however far the
+//! dispatcher ran ahead of them.
 
 mod entry;
 mod index;
@@ -54,6 +57,11 @@ pub(crate) struct Effect<'a> {
     /// Its place in arrival order ([`CauseIndex::next_arrival`]): its own
     /// entry's, or the one the dispatcher gave it.
     pub arrival: u64,
+    /// The last place in arrival order noted when it was handed to its
+    /// shard; 0 when no dispatcher noted writes ahead of it. Changes that
+    /// arrived after are not candidates: which of them a shard saw would
+    /// depend on how far the dispatcher ran ahead.
+    pub noted_through: u64,
     /// The audit user; `None` for a change only the list-watch saw.
     pub writer: Option<&'a str>,
     /// `None` for a write no propagation covers (never has a cause).
@@ -238,6 +246,16 @@ impl CauseIndex {
         }
     }
 
+    /// When the oldest write still being processed was received: changes
+    /// of its last seconds are kept for it whatever arrived since.
+    fn oldest_in_flight_received(&self) -> Option<entry::Nanos> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first_key_value()
+            .map(|(_, e)| e.received)
+    }
+
     /// The earliest write that arrived before the `arrival`-th and whose
     /// cascade is not inferred yet (its shard has not got to it).
     fn earlier_unresolved(&self, arrival: u64) -> Option<Arc<ChangeEntry>> {
@@ -272,6 +290,11 @@ impl CauseIndex {
             .sum()
     }
 
+    /// The last place in arrival order given out (0: none yet).
+    pub(crate) fn arrivals_noted(&self) -> u64 {
+        self.arrivals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The next place in arrival order (from 1), for a write that is not
     /// recorded as a candidate cause but has a cause of its own (a refused
     /// write).
@@ -296,6 +319,7 @@ impl CauseIndex {
         completed: SystemTime,
         revision: Revision,
     ) -> (Arc<ChangeEntry>, bool) {
+        let processing = self.oldest_in_flight_received();
         let changes = self.objects.get_or_insert(object.hash());
         let entry = {
             let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
@@ -313,7 +337,7 @@ impl CauseIndex {
                 completed,
                 revision,
             ));
-            if !c.push(entry.clone(), self.objects.now_secs()) {
+            if !c.push(entry.clone(), self.objects.now_secs(), processing) {
                 self.metrics.cascade_candidates_dropped.inc();
             }
             entry

@@ -43,19 +43,20 @@ pub(super) struct CauseInferrer {
 }
 
 impl<'a> Write<'a> {
-    /// An audit write of `object` shown by the span `span`.
+    /// The audit write `item` shown by the span `span`.
     pub(super) fn audit(
-        ev: &'a crate::flow::AuditEvent,
-        object: &'a ObjectRef,
+        item: &'a Accepted,
         span: SpanRef,
         arrival: u64,
         uid: &'a str,
         deleted: bool,
     ) -> Self {
+        let ev = &item.event;
         Write {
-            object,
+            object: &item.object,
             span,
             arrival,
+            noted_through: item.noted_through,
             user: &ev.user.username,
             verb: &ev.verb,
             subresource: ev.subresource(),
@@ -141,6 +142,11 @@ impl CauseInferrer {
             }
             None => self.causes.next_arrival(),
         }
+    }
+
+    /// The last place in arrival order given out.
+    pub(super) fn arrivals_noted(&self) -> u64 {
+        self.causes.arrivals_noted()
     }
 
     /// The place in arrival order of a write with no entry of its own: the
@@ -286,7 +292,7 @@ impl CauseInferrer {
         };
         let write = Write {
             version: w.new_rv.parse().ok(),
-            ..Write::audit(ev, &item.object, span, arrival, &w.uid, w.deleted)
+            ..Write::audit(item, span, arrival, &w.uid, w.deleted)
         };
         let new_state = w
             .outcome
@@ -355,6 +361,7 @@ impl CauseInferrer {
             object: w.object,
             span: w.span,
             arrival: w.arrival,
+            noted_through: w.noted_through,
             writer: (w.source == ChangeSource::Audit).then_some(w.user),
             class: w.class,
             op,

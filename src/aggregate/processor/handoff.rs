@@ -78,6 +78,8 @@ pub(super) struct Write<'a> {
     pub span: SpanRef,
     /// Its place in arrival order (see [`Effect::arrival`]).
     pub arrival: u64,
+    /// See [`Effect::noted_through`].
+    pub noted_through: u64,
     /// Empty for a change only the list-watch saw.
     pub user: &'a str,
     pub verb: &'a str,

@@ -156,6 +156,12 @@ impl Processor {
         self.cause.note_arrival(item)
     }
 
+    /// The last place in arrival order given out: what a write handed to
+    /// its shard now may find as causes ([`Accepted::noted_through`]).
+    pub fn arrivals_noted(&self) -> u64 {
+        self.cause.arrivals_noted()
+    }
+
     /// Watch changes waiting for their audit event.
     pub fn pending_watch(&self) -> usize {
         self.ledger.pending()
@@ -455,7 +461,7 @@ impl Processor {
             failed_create::holder(&self.kinds, self.cfg.windowing, item, attempt);
         let span = cause::audit_span_ref(&ow, &ev.audit_id);
         let arrival = self.cause.arrival_of(item);
-        let write = cause::Write::audit(ev, &item.object, span, arrival, "", false);
+        let write = cause::Write::audit(item, span, arrival, "", false);
         let inference = self
             .cause
             .infer_cause(

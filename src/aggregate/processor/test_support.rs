@@ -50,6 +50,7 @@ pub(super) fn accepted(v: &Value) -> Option<Accepted> {
         uid,
         replayed: false,
         arrival: 0,
+        noted_through: 0,
         failed_create: None,
         batch_span: tracing::Span::none(),
     })
@@ -80,6 +81,7 @@ pub(super) fn refused_pod_create() -> (Accepted, FailedCreate) {
         uid: String::new(),
         replayed: false,
         arrival: 0,
+        noted_through: 0,
         failed_create: Some(Box::new(attempt.clone())),
         batch_span: tracing::Span::none(),
     };

@@ -30,6 +30,7 @@ impl<'a> Write<'a> {
             object: &p.ow.object,
             span,
             arrival,
+            noted_through: 0,
             user: "",
             verb: p.change.kind.as_str(),
             subresource: "",

@@ -15,14 +15,14 @@ fn changes_of_the_last_seconds_are_kept_up_to_a_cap_and_the_last_few_always() {
     let mut c = ObjectChanges::default();
     // Ten changes a minute apart: only the last few stay.
     for i in 0..10 {
-        assert!(c.push(entry(i, i * 60_000), 0));
+        assert!(c.push(entry(i, i * 60_000), 0, None));
     }
     assert_eq!(c.of_class(ChangeClass::Status).count(), MIN_PER_CLASS);
     // A burst within 10 s: all kept up to the cap, then the oldest goes.
     for i in 0..MAX_PER_CLASS as u64 {
-        assert!(c.push(entry(100 + i, 600_000 + i), 0));
+        assert!(c.push(entry(100 + i, 600_000 + i), 0, None));
     }
-    assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64), 0));
+    assert!(!c.push(entry(999, 600_000 + MAX_PER_CLASS as u64), 0, None));
     let ring: Vec<_> = c.of_class(ChangeClass::Status).collect();
     assert_eq!(ring.len(), MAX_PER_CLASS);
     assert!(ring.iter().any(|e| e.span.span_id == 999u64.to_be_bytes()));
@@ -46,11 +46,11 @@ fn holder(name: &str) -> ObjectRef {
 #[test]
 fn an_idle_object_keeps_its_newest_change_of_each_class_and_its_holders() {
     let mut c = ObjectChanges::default();
-    c.push(entry_of(ChangeClass::Create, 1, 1_000), 5);
+    c.push(entry_of(ChangeClass::Create, 1, 1_000), 5, None);
     for i in 2..6 {
-        c.push(entry_of(ChangeClass::Status, i, i * 1_000), 5);
+        c.push(entry_of(ChangeClass::Status, i, i * 1_000), 5, None);
     }
-    c.push(entry_of(ChangeClass::Update, 6, 3_500), 5);
+    c.push(entry_of(ChangeClass::Update, 6, 3_500), 5, None);
     assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
     // Written at second 5: not idle since second 4.
     assert!(!c.compact(4));
@@ -67,7 +67,7 @@ fn an_idle_object_keeps_its_newest_change_of_each_class_and_its_holders() {
     assert_eq!(c.holders.len(), 1);
     // Once is enough until it is written again.
     assert!(!c.compact(100));
-    c.push(entry_of(ChangeClass::Status, 7, 9_000), 50);
+    c.push(entry_of(ChangeClass::Status, 7, 9_000), 50, None);
     assert!(!c.compact(49));
     assert!(c.compact(50));
     assert_eq!(spans(&c).last(), Some(&(ChangeClass::Status, 7)));
@@ -76,19 +76,19 @@ fn an_idle_object_keeps_its_newest_change_of_each_class_and_its_holders() {
 #[test]
 fn a_deleted_idle_object_keeps_only_its_delete() {
     let mut c = ObjectChanges::default();
-    c.push(entry_of(ChangeClass::Create, 1, 1_000), 0);
-    c.push(entry_of(ChangeClass::Status, 2, 2_000), 0);
-    c.push(entry_of(ChangeClass::Delete, 3, 3_000), 0);
-    c.push(entry_of(ChangeClass::Status, 4, 3_500), 0);
-    c.push(entry_of(ChangeClass::Delete, 5, 4_000), 0);
+    c.push(entry_of(ChangeClass::Create, 1, 1_000), 0, None);
+    c.push(entry_of(ChangeClass::Status, 2, 2_000), 0, None);
+    c.push(entry_of(ChangeClass::Delete, 3, 3_000), 0, None);
+    c.push(entry_of(ChangeClass::Status, 4, 3_500), 0, None);
+    c.push(entry_of(ChangeClass::Delete, 5, 4_000), 0, None);
     assert!(c.add_holder(&holder("a"), Role::Child, "owner"));
     assert!(c.compact(0));
     assert_eq!(spans(&c), [(ChangeClass::Delete, 5)]);
     assert!(c.holders.is_empty());
     // Deleted, then created again under the same name: not deleted.
     let mut c = ObjectChanges::default();
-    c.push(entry_of(ChangeClass::Delete, 1, 1_000), 0);
-    c.push(entry_of(ChangeClass::Create, 2, 2_000), 0);
+    c.push(entry_of(ChangeClass::Delete, 1, 1_000), 0, None);
+    c.push(entry_of(ChangeClass::Create, 2, 2_000), 0, None);
     assert!(c.compact(0));
     assert_eq!(
         spans(&c),
@@ -120,8 +120,8 @@ fn a_sweep_compacts_idle_objects_of_its_shard() {
     for h in &hashes {
         let c = objects.get_or_insert(*h);
         let mut c = c.lock().unwrap();
-        c.push(entry_of(ChangeClass::Status, 1, 1_000), 3);
-        c.push(entry_of(ChangeClass::Status, 2, 2_000), 3);
+        c.push(entry_of(ChangeClass::Status, 1, 1_000), 3, None);
+        c.push(entry_of(ChangeClass::Status, 2, 2_000), 3, None);
     }
     // Shard 1 holds only the second object.
     assert_eq!(objects.compact_shard(1, 2), 0, "written since");
@@ -157,8 +157,8 @@ fn sweeps_in_the_first_seconds_compact_nothing_and_later_ones_what_is_idle() {
         let c = objects.get_or_insert(*h);
         let mut c = c.lock().unwrap();
         // Written in the collector's first second.
-        c.push(entry_of(ChangeClass::Status, 1, 1_000), 0);
-        c.push(entry_of(ChangeClass::Status, 2, 2_000), 0);
+        c.push(entry_of(ChangeClass::Status, 1, 1_000), 0, None);
+        c.push(entry_of(ChangeClass::Status, 2, 2_000), 0, None);
     }
     let kept = |objects: &Objects| {
         hashes
@@ -270,6 +270,7 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
             span_id: [9; 8],
         },
         arrival,
+        noted_through: 0,
         received: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
         completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(at_ms)),
         revision: Revision::default(),
@@ -280,8 +281,8 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
     };
     let mut c = ObjectChanges::default();
     // Arrivals 5 and 7, both stamped at 1 s.
-    c.push(entry(5, 1_000), 0);
-    c.push(entry(7, 1_000), 0);
+    c.push(entry(5, 1_000), 0, None);
+    c.push(entry(7, 1_000), 0, None);
     assert_eq!(found(&c, &effect(6, 1_000)), (Some(5), false));
     assert_eq!(found(&c, &effect(4, 1_000)), (None, false));
     assert_eq!(found(&c, &effect(8, 1_000)), (Some(7), false));
@@ -289,6 +290,118 @@ fn at_the_same_instant_only_an_earlier_arrival_is_a_cause() {
     // of order); stamped later, none is.
     assert_eq!(found(&c, &effect(1, 2_000)), (Some(7), false));
     assert_eq!(found(&c, &effect(9, 500)), (None, true));
+}
+
+#[test]
+fn changes_noted_after_the_effect_was_handed_to_its_shard_are_not_candidates() {
+    let p = &builtin_propagation(ChangeClass::Status);
+    let effect = |noted_through: u64| EffectTimes {
+        span: SpanRef {
+            trace_id: [9; 16],
+            span_id: [9; 8],
+        },
+        arrival: 6,
+        noted_through,
+        received: Nanos::of(UNIX_EPOCH + Duration::from_millis(2_000)),
+        completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(2_000)),
+        revision: Revision::default(),
+    };
+    let mut c = ObjectChanges::default();
+    c.push(entry(5, 1_000), 0, None);
+    // Arrived after the effect, stamped before it (out-of-order input).
+    c.push(entry(8, 1_500), 0, None);
+    let seen = |noted_through| c.latest_before(p, &effect(noted_through), false).seen;
+    assert_eq!(seen(8).map(|e| e.arrival), Some(8));
+    assert_eq!(seen(7).map(|e| e.arrival), Some(5));
+    // Processed without a dispatcher ahead of it: all it finds counts.
+    assert_eq!(seen(0).map(|e| e.arrival), Some(8));
+}
+
+#[test]
+fn changes_of_the_seconds_before_the_oldest_write_in_flight_stay_however_far_ahead_others_are_noted()
+ {
+    let mut c = ObjectChanges::default();
+    // A write in flight received at 110 s; the dispatcher notes a change
+    // every second for a minute past it.
+    let processing = Some(Nanos::of(UNIX_EPOCH + Duration::from_secs(110)));
+    for i in 90..170 {
+        assert!(c.push(entry(i, i * 1_000), 0, processing));
+    }
+    let kept = |c: &ObjectChanges| {
+        let mut kept: Vec<u64> = c.of_class(ChangeClass::Status).map(|e| e.arrival).collect();
+        kept.sort();
+        kept
+    };
+    // All of the 10 s before it, and all after.
+    assert_eq!(kept(&c), (100..170).collect::<Vec<_>>());
+    // After a quiet spell: the last few received before it stay too (the
+    // cause of the write in flight), however many are noted ahead.
+    let mut c = ObjectChanges::default();
+    for i in (80..96).chain(112..170) {
+        assert!(c.push(entry(i, i * 1_000), 0, processing));
+    }
+    let few = MIN_PER_CLASS as u64 - 1;
+    assert_eq!(kept(&c), (96 - few..96).chain(112..170).collect::<Vec<_>>());
+    // Nothing in flight: recent is measured from the newest change.
+    let mut c = ObjectChanges::default();
+    for i in 90..170 {
+        assert!(c.push(entry(i, i * 1_000), 0, None));
+    }
+    assert!(!c.of_class(ChangeClass::Status).any(|e| e.arrival == 110));
+}
+
+#[test]
+fn a_status_write_that_may_finish_a_pod_counts_when_its_shard_said_so_and_only_if_it_came_first() {
+    let rules = crate::aggregate::rules::RuleSet::load_dir(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/rules"
+    )))
+    .unwrap();
+    let p = rules
+        .propagations()
+        .iter()
+        .find(|q| q.finished_pods_only())
+        .expect("a built-in rule counts finished Pods only");
+    let effect = EffectTimes {
+        span: SpanRef {
+            trace_id: [9; 16],
+            span_id: [9; 8],
+        },
+        arrival: 6,
+        noted_through: 0,
+        received: Nanos::of(UNIX_EPOCH + Duration::from_millis(2_000)),
+        completed: Nanos::of(UNIX_EPOCH + Duration::from_millis(2_000)),
+        revision: Revision::default(),
+    };
+    let finished = Resolved {
+        root: SpanRef {
+            trace_id: [1; 16],
+            span_id: [1; 8],
+        },
+        depth: 1,
+        cpid: None,
+        pod_end: Some(super::super::entry::PodEnd::Succeeded),
+    };
+    let ready = ResolvedWakers::default();
+    let mut c = ObjectChanges::default();
+    let earlier = entry(5, 1_000);
+    let later = entry(8, 1_500);
+    c.push(earlier.clone(), 0, None);
+    c.push(later.clone(), 0, None);
+    // Neither processed yet: the earlier one is to be waited for.
+    let found = c.latest_before(p, &effect, false);
+    assert!(found.seen.is_none());
+    assert_eq!(found.undecided.map(|e| e.arrival), Some(5));
+    // The later one finished a Pod first: it still does not count.
+    later.resolve(finished, &ready);
+    let found = c.latest_before(p, &effect, false);
+    assert!(found.seen.is_none());
+    assert_eq!(found.undecided.map(|e| e.arrival), Some(5));
+    // The earlier one finished a Pod: the cause.
+    earlier.resolve(finished, &ready);
+    let found = c.latest_before(p, &effect, false);
+    assert_eq!(found.seen.map(|e| e.arrival), Some(5));
+    assert!(found.undecided.is_none());
 }
 
 #[test]
@@ -313,26 +426,27 @@ fn a_change_received_first_but_completed_after_the_effect_is_offered_apart() {
             span_id: [9; 8],
         },
         arrival: 951,
+        noted_through: 0,
         received: Nanos::of(at(274)),
         completed: Nanos::of(at(288)),
         revision: Revision::default(),
     };
     let mut c = ObjectChanges::default();
-    c.push(create(955, 259, 338), 0);
+    c.push(create(955, 259, 338), 0, None);
     let found = c.latest_before(p, &effect, false);
     assert!(found.seen.is_none());
     assert_eq!(found.late.map(|e| e.arrival), Some(955));
     assert!(!found.later);
     // Received after the effect: not a cause at all.
     let mut c = ObjectChanges::default();
-    c.push(create(960, 280, 338), 0);
+    c.push(create(960, 280, 338), 0, None);
     let found = c.latest_before(p, &effect, false);
     assert!(found.seen.is_none() && found.late.is_none() && found.later);
     // A change completed before the effect is offered as seen, the late
     // one beside it (the index prefers the seen one).
     let mut c = ObjectChanges::default();
-    c.push(create(955, 259, 338), 0);
-    c.push(create(900, 100, 120), 0);
+    c.push(create(955, 259, 338), 0, None);
+    c.push(create(900, 100, 120), 0, None);
     let found = c.latest_before(p, &effect, false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(900));
     assert_eq!(found.late.map(|e| e.arrival), Some(955));
@@ -378,6 +492,7 @@ fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_i
             span_id: [9; 8],
         },
         arrival: 20,
+        noted_through: 0,
         received: Nanos::of(UNIX_EPOCH + Duration::from_micros(242_484)),
         completed: Nanos::of(UNIX_EPOCH + Duration::from_micros(245_069)),
         revision: Revision::of((rv != 0).then_some(rv)),
@@ -386,10 +501,12 @@ fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_i
     c.push(
         test_entry(10, ChangeClass::Update, 100_000, 121_000, 435),
         0,
+        None,
     );
     c.push(
         test_entry(11, ChangeClass::Update, 238_251, 250_068, 447),
         0,
+        None,
     );
     let found = c.latest_before(p, &effect(448), false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(11));
@@ -410,6 +527,7 @@ fn a_change_whose_response_finished_after_the_effect_is_seen_when_its_revision_i
     c.push(
         test_entry(12, ChangeClass::Update, 200_000, 240_000, 9_999),
         0,
+        None,
     );
     let found = c.latest_before(p, &effect(448), false);
     assert_eq!(found.seen.map(|e| e.arrival), Some(12));

@@ -39,7 +39,7 @@ async fn infer(stage: &CauseInferrer, item: &Accepted) -> Inference {
     let own = stage.arrival_entry(item);
     let span = own.as_ref().map(|e| e.span).unwrap();
     let arrival = own.as_ref().map(|e| e.arrival).unwrap();
-    let write = Write::audit(&item.event, &item.object, span, arrival, &w.uid, false);
+    let write = Write::audit(item, span, arrival, &w.uid, false);
     let inference = stage
         .infer_cause(
             a.selectors(),
