@@ -74,6 +74,7 @@ impl ComponentSpans {
         self.by_audit_id.is_empty()
     }
 
+    #[cfg(feature = "test-support")]
     pub fn requests(&self) -> usize {
         self.by_audit_id.len()
     }

@@ -2,7 +2,7 @@
 //!
 //! Data flow: `source` (audit webhook, audit files, list-watch) → `aggregate`
 //! (windows, span cache, diffs, relations, rules) → `export` (OTLP,
-//! OTLP/JSON); what passes between them is defined in `pipeline`.
+//! OTLP/JSON); what passes between them is defined in `flow`.
 //!
 //! The library's API is small: [`main`] runs the command line, and [`app`]
 //! holds each subcommand as a config (with `Default` and builders) and its
@@ -14,9 +14,9 @@
 // Checked with the crate's own tests, benches and fuzz targets in view
 // (`cargo clippy --all-targets` turns `test-support` on): whatever they do
 // not reach and the API does not name is `pub(crate)` or private. Without
-// them, what only they use looks dead.
+// them (the binary's build) nothing is dead: what only they use is built
+// only with `test-support`.
 #![cfg_attr(feature = "test-support", warn(unreachable_pub))]
-#![cfg_attr(not(feature = "test-support"), allow(dead_code, unused_imports))]
 
 mod aggregate;
 mod analysis;

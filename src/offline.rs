@@ -21,6 +21,7 @@ use crate::source::exports::parse_line;
 /// Runs audit log lines through the full processing path and returns every
 /// span it would export, in emission order. Malformed lines are returned as
 /// `line number: message` errors alongside.
+#[cfg(feature = "test-support")]
 pub async fn spans_from_audit_lines(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
@@ -34,6 +35,7 @@ pub async fn spans_from_audit_lines(
 
 /// Only the changes, to `sink` (the spans are discarded as they come, so
 /// memory stays flat on large inputs); returns the malformed lines.
+#[cfg(feature = "test-support")]
 pub async fn changes_from_audit_lines(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,
@@ -111,6 +113,7 @@ pub(crate) async fn changes_with_watch_to_sinks(
     .1
 }
 
+#[cfg(feature = "test-support")]
 #[allow(clippy::too_many_arguments)]
 async fn run(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,

@@ -193,6 +193,7 @@ fn item_label(item: &Value, key: &str) -> String {
 
 /// Calls `f(path, leaf)` for every leaf of `v` (scalars, and empty objects or
 /// arrays), with paths in kascade's notation: `spec.containers[nginx].image`.
+#[cfg(feature = "test-support")]
 pub fn walk_leaves(v: &Value, f: &mut impl FnMut(&str, &Value)) {
     let mut path = String::new();
     walk(v, &mut path, f);
@@ -452,6 +453,7 @@ fn is_leaf(v: &Value) -> bool {
 /// Parses an object as [`strip_noise`] leaves it. The audit decode has cut
 /// `metadata.managedFields` already (`flow::object_json`): only text
 /// from elsewhere pays for removing them.
+#[cfg(feature = "test-support")]
 pub fn parse_object(json: &str) -> sonic_rs::Result<Value> {
     let mut v = crate::json::parse(json)?;
     strip_noise(&mut v);

@@ -34,9 +34,7 @@ mod otlp;
 mod output;
 pub(crate) mod trim;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -48,7 +46,9 @@ pub(crate) use forward::start_forwarder;
 pub(crate) use otlp::grpc_channel;
 
 use crate::metrics::{ExportOutput, Metrics};
-use crate::span_model::{self, EncodedSpan, Span};
+#[cfg(feature = "test-support")]
+use crate::span_model::Span;
+use crate::span_model::{self, EncodedSpan};
 use batcher::{Batcher, RequestFramer};
 use output::Output;
 use output::{OutputContext, build_outputs, run_output};
@@ -182,12 +182,19 @@ pub fn resource(service_name: &str) -> Resource {
 }
 
 /// Serialises spans as one OTLP/JSON `ExportTraceServiceRequest`.
+#[cfg(feature = "test-support")]
 pub fn to_otlp_json(spans: Vec<Span>, resource: &Resource) -> serde_json::Result<String> {
     serde_json::to_string(&to_request(spans, resource))
 }
 
 /// Every span kascade writes shares one resource and one scope.
-pub(crate) fn to_request(spans: Vec<Span>, resource: &Resource) -> ExportTraceServiceRequest {
+#[cfg(feature = "test-support")]
+pub(crate) fn to_request(
+    spans: Vec<Span>,
+    resource: &Resource,
+) -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
     ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
             resource: Some(resource.clone()),

@@ -16,6 +16,7 @@ use super::*;
 use crate::metrics::ExportOutput;
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::span_model::{AuditWrite, EncodedSpan};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
 
 pub(super) const JAEGER_GRPC_LIMIT: usize = 4 << 20;

@@ -40,6 +40,7 @@ pub(crate) use k8s_event::{InvolvedObject, is_event_resource, precise_occurrence
 pub(crate) use object_json::fixture_objects;
 pub(crate) use object_json::{FieldHashes, ObjectText, object_text, owner_references_of};
 pub(crate) use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
+#[cfg(feature = "test-support")]
 pub use sent_links::SENT_LINKS_FILE;
 pub use sent_links::SentLinks;
 pub(crate) use sent_links::SentLinksMetrics;

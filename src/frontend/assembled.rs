@@ -29,6 +29,7 @@ pub struct AssembledTrace {
 
 impl AssembledTrace {
     /// The trace, weighed ([`trace_bytes`]).
+    #[cfg(feature = "test-support")]
     pub fn new(
         id: TraceIdBytes,
         assembly: Assembly,

@@ -24,7 +24,9 @@ use crate::span_model::attr;
 pub use crate::component_spans::APISERVER_SERVICE;
 pub use crate::component_spans::AUDIT_ID_TAG;
 pub(crate) use crate::component_spans::ComponentSpans;
+#[cfg(feature = "test-support")]
 pub use crate::component_spans::parts;
+#[cfg(feature = "test-support")]
 pub use crate::component_spans::spans_from_otlp_json_lines;
 /// Most writes of one assembled trace whose component spans are read: each
 /// is one search of the raw store.

@@ -30,6 +30,7 @@ pub enum FrontendError {
 impl FrontendError {
     /// The error itself, through the [`FrontendError::Shared`] layers of
     /// work that concurrent requests waited for together.
+    #[cfg(feature = "test-support")]
     pub fn root(&self) -> &FrontendError {
         match self {
             FrontendError::Shared(inner) => inner.root(),

@@ -148,6 +148,7 @@ impl<S: RawStore> Frontend<S> {
     }
 
     /// Adds the clusters the raw store's object spans in `range` name.
+    #[cfg(feature = "test-support")]
     pub async fn read_clusters(&self, range: TimeRange) -> Result<(), FrontendError> {
         let limit = self.cfg.raw_search_limit;
         self.clusters
@@ -156,6 +157,7 @@ impl<S: RawStore> Frontend<S> {
     }
 
     /// Clusters seen so far (and configured), sorted.
+    #[cfg(feature = "test-support")]
     pub fn clusters(&self) -> Vec<String> {
         self.clusters.sorted()
     }

@@ -5,15 +5,20 @@
 
 use std::sync::Arc;
 
-use super::raw::{MemoryStore, SpillStore, SpillWriter};
+#[cfg(feature = "test-support")]
+use super::raw::MemoryStore;
+use super::raw::{SpillStore, SpillWriter};
 use crate::aggregate::ProcessorConfig;
 use crate::aggregate::redact::Redactor;
 use crate::aggregate::rules::RuleSet;
-use crate::offline::{encoded_spans_from_audit_lines, spans_from_audit_lines};
+use crate::offline::encoded_spans_from_audit_lines;
+#[cfg(feature = "test-support")]
+use crate::offline::spans_from_audit_lines;
 use crate::source::audit::AuditFilter;
 
 /// Runs audit log lines through the collector's processing and stores the
 /// spans; also returns the lines that could not be used (`line: error`).
+#[cfg(feature = "test-support")]
 pub async fn store_from_audit_lines(
     lines: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     cluster: &str,

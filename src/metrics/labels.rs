@@ -16,6 +16,8 @@ macro_rules! label_values {
         }
 
         impl $name {
+            // Not every label set is iterated.
+            #[allow(dead_code)]
             pub const ALL: &[$name] = &[$($name::$variant,)+];
 
             /// The label value.

@@ -17,7 +17,9 @@ use futures::future::BoxFuture;
 use crate::model::ObjectWindow;
 
 pub use crate::coordination::etcd::EtcdTls;
-pub use etcd::{EtcdConfig, EtcdSpanCache, etcd_key};
+#[cfg(feature = "test-support")]
+pub use etcd::etcd_key;
+pub use etcd::{EtcdConfig, EtcdSpanCache};
 pub use local::LocalSpanCache;
 
 /// What the cache says about an object window's span.

@@ -36,6 +36,7 @@ pub enum Completion {
 }
 
 impl Completion {
+    #[cfg(feature = "test-support")]
     pub fn is_complete(&self) -> bool {
         matches!(self, Completion::Complete { .. })
     }

@@ -12,7 +12,7 @@ mod text;
 mod tracker;
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::flow::{CascadeRole, Cause, ChangeRecord, SpanRef};
 
@@ -21,6 +21,7 @@ pub(crate) use completion::Waiting;
 pub(crate) use completion::{Settling, counts};
 pub(crate) use retry::{Attempt, Retries};
 pub use text::format_duration;
+#[cfg(feature = "test-support")]
 pub use text::render_text;
 pub(crate) use text::{InPart, render_text_in_part};
 pub(crate) use tracker::{CascadeTracker, TrackerConfig};
@@ -78,12 +79,12 @@ impl Cascade {
     }
 
     /// From the root's request received to completion, when complete.
-    pub fn duration(&self) -> Option<Duration> {
+    #[cfg(feature = "test-support")]
+    pub fn duration(&self) -> Option<std::time::Duration> {
         match &self.completion {
-            Completion::Complete { at } => Some(
-                at.duration_since(self.root().received)
-                    .unwrap_or(Duration::ZERO),
-            ),
+            Completion::Complete { at } => {
+                Some(at.duration_since(self.root().received).unwrap_or_default())
+            }
             Completion::Waiting(_) | Completion::NotKnown(_) => None,
         }
     }

@@ -41,6 +41,7 @@ pub(crate) struct InPart {
 /// Each cascade: root write, completion (or what it waits for), then the
 /// tree of writes with their time after the root's request, response code,
 /// edge and hop latency; `★` marks the critical path.
+#[cfg(feature = "test-support")]
 pub fn render_text(cascades: &[Cascade]) -> String {
     render_text_in_part(cascades, &[])
 }

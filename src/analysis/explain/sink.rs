@@ -140,6 +140,7 @@ impl ExplainCollector {
     /// Hops counted per edge (`cascade.edge`) so far: the baseline of
     /// slow-hop findings, the cluster's start-up and retries left out as
     /// `kascade analyze` leaves them out.
+    #[cfg(feature = "test-support")]
     pub fn hop_counts(&self) -> std::collections::BTreeMap<String, u64> {
         self.lock()
             .edges

@@ -78,6 +78,7 @@ impl EtcdElection {
     }
 
     /// A lease TTL other than [`ROLE_TTL`] (tests).
+    #[cfg(feature = "test-support")]
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_secs(1));
         self

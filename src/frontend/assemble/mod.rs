@@ -165,6 +165,7 @@ impl<S: RawStore> Assembler<S> {
     }
 
     /// One raw trace, counted.
+    #[cfg(feature = "test-support")]
     pub async fn read(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
         Ok(self.read_many(&[id]).await?.remove(&id).unwrap_or_default())
     }
@@ -188,6 +189,7 @@ impl<S: RawStore> Assembler<S> {
     }
 
     /// Reads every window of `object` in the clip and merges them.
+    #[cfg(feature = "test-support")]
     pub async fn load(
         &self,
         object: &ObjectRef,

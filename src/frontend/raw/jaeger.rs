@@ -59,6 +59,7 @@ impl JaegerHttp {
     /// `base` is the raw Jaeger's query URL over plain HTTP (e.g.
     /// `http://jaeger:16686`); `service` the collector's `--service-name`.
     /// For `https://`, see `with_tls`.
+    #[cfg(feature = "test-support")]
     pub fn new(base: &str, service: &str, timeout: Duration) -> Self {
         Self {
             base: base.trim_end_matches('/').to_string(),

@@ -19,11 +19,15 @@ use crate::span_model::{SPAN_KIND_OBJECT, attr};
 
 mod grpc;
 mod jaeger;
+#[cfg(feature = "test-support")]
 mod memory;
 mod spill;
 
 pub use grpc::JaegerGrpc;
-pub use jaeger::{JaegerHttp, decode_v3_trace};
+pub use jaeger::JaegerHttp;
+#[cfg(feature = "test-support")]
+pub use jaeger::decode_v3_trace;
+#[cfg(feature = "test-support")]
 pub use memory::MemoryStore;
 pub(crate) use spill::{SpillStore, SpillWriter};
 

@@ -314,11 +314,13 @@ impl EtcdSpanCache {
     }
 
     /// True while etcd is away and the local cache decides alone.
+    #[cfg(feature = "test-support")]
     pub fn falling_back(&self) -> bool {
         self.inner.fallback.load(Ordering::SeqCst)
     }
 
     /// Keys reserved alone during the current outage, waiting to be republished.
+    #[cfg(feature = "test-support")]
     pub fn pending_republish(&self) -> usize {
         self.inner.pending.lock().unwrap().len()
     }
