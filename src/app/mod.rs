@@ -34,8 +34,9 @@ pub use trace::{TraceConfig, TraceFormat};
 pub use crate::aggregate::LookAhead;
 pub use crate::analysis::explain::Scope as ExplainScope;
 pub use crate::analysis::foreground::ForegroundScope;
+pub use crate::export::OtlpProtocol;
 pub use crate::export::OutputSpec;
-pub use crate::export::config::ExportSettings;
+pub use crate::export::config::{Compression, ExportSettings};
 pub use crate::frontend::assemble::Scope as TraceScope;
 pub use crate::frontend::display::Mode;
 

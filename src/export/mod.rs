@@ -53,8 +53,10 @@ use batcher::{Batcher, RequestFramer};
 use output::Output;
 use output::{OutputContext, build_outputs, run_output};
 
+/// The OTLP transport of export requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OtlpProtocol {
+    /// OTLP/gRPC.
     Grpc,
     /// OTLP/HTTP with protobuf bodies (`http/protobuf` in OpenTelemetry's terms).
     #[value(alias = "http/protobuf")]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) use error::ConfigError;
-pub(crate) use otlp::Compression;
+pub use otlp::Compression;
 pub(crate) use otlp::{OtlpConfig, OtlpFlags, resolve};
 
 use super::{

@@ -18,7 +18,9 @@ use crate::export::OtlpProtocol;
 /// Compression of export requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Compression {
+    /// Uncompressed.
     None,
+    /// gzip, which OTLP receivers (Jaeger, the OpenTelemetry Collector) accept.
     Gzip,
 }
 
