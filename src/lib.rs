@@ -31,6 +31,7 @@ mod doctor;
 mod export;
 mod flow;
 mod frontend;
+mod internal_events;
 mod json;
 mod judgement;
 mod messages;

@@ -23,7 +23,7 @@ const MIN_PER_CLASS: usize = 4;
 const KEEP_FOR: Duration = Duration::from_secs(10);
 pub(super) const MAX_PER_CLASS: usize = 256;
 /// Objects holding a relation towards one object (a ReplicaSet's Pods).
-const MAX_HOLDERS: usize = 4096;
+pub(super) const MAX_HOLDERS: usize = 4096;
 
 /// What [`ObjectChanges::latest_before`] needs of an effect.
 #[derive(Clone, Copy)]

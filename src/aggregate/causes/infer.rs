@@ -10,6 +10,7 @@ use super::index::{Candidate, EffectTimes, ObjectChanges};
 use super::{CauseIndex, ChangeEntry, Effect, Inference, PodEnd, RESOLVE_WAIT, Resolved, Revision};
 use crate::aggregate::rules::{ChangeClass, Relation, Role, Via};
 use crate::flow::{CascadeRole, Cause, CpidOrigin, WriteCpid};
+use crate::internal_events::{CauseNotKnownInTime, InternalEvent};
 use crate::model::ObjectRef;
 
 /// The CPID of an effect: the one its write set on the object; else its
@@ -62,7 +63,10 @@ impl CauseIndex {
                 .await
                 .is_none()
             {
-                self.metrics.cascade_resolve_timeouts.inc();
+                CauseNotKnownInTime {
+                    effect: effect.object,
+                }
+                .emit(&self.metrics);
                 break;
             }
             best = self.best_candidate(effect, relations);
@@ -78,7 +82,10 @@ impl CauseIndex {
         {
             self.metrics.cascade_waits_for_earlier.inc();
             if !self.wait_for_earlier(effect.arrival).await {
-                self.metrics.cascade_resolve_timeouts.inc();
+                CauseNotKnownInTime {
+                    effect: effect.object,
+                }
+                .emit(&self.metrics);
             }
             let more = relations_now();
             let relations: std::borrow::Cow<'_, [(Relation, String)]> = if more.is_empty() {
@@ -102,8 +109,10 @@ impl CauseIndex {
                     match c.entry.resolved(RESOLVE_WAIT, &self.ready).await {
                         Some(known) => known,
                         None => {
-                            self.metrics.cascade_resolve_timeouts.inc();
-                            tracing::debug!(object = %effect.object, "cause's cascade not known in time");
+                            CauseNotKnownInTime {
+                                effect: effect.object,
+                            }
+                            .emit(&self.metrics);
                             self.unresolved(&c.entry).unwrap_or(Resolved {
                                 root: c.entry.span,
                                 depth: 0,

@@ -33,6 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::flow::{CascadeRole, Cause, SpanRef, WriteCpid};
+use crate::internal_events::{
+    CauseCandidateDropped, CauseHolderDropped, CreatedCpidForgotten, InternalEvent,
+};
 use crate::metrics::Metrics;
 use crate::model::ObjectRef;
 
@@ -125,7 +128,6 @@ pub(crate) struct CauseIndex {
     /// arrival until the create is resolved: an effect that finds the create
     /// not resolved yet (it arrived later) carries this one on. Bounded.
     created_cpids: std::sync::Mutex<std::collections::BTreeMap<u64, WriteCpid>>,
-    cpid_drop_warned: crate::messages::LogEvery,
 }
 
 /// Creates' CPIDs kept until resolved, at most (work in flight between the
@@ -144,7 +146,6 @@ impl CauseIndex {
             metrics: metrics.clone(),
             in_flight: Default::default(),
             created_cpids: Default::default(),
-            cpid_drop_warned: crate::messages::LogEvery::new(std::time::Duration::from_secs(10)),
         }
     }
 
@@ -155,13 +156,10 @@ impl CauseIndex {
         if m.len() > MAX_CREATED_CPIDS {
             // The oldest: a create whose processing failed, never resolved.
             m.pop_first();
-            self.metrics.cascade_cpids_forgotten.inc();
-            if self.cpid_drop_warned.should_log() {
-                tracing::warn!(
-                    kept = MAX_CREATED_CPIDS,
-                    "forgot the CPID of a create not resolved yet: effects processed before it carry none (further ones within 10 s are only counted)"
-                );
+            CreatedCpidForgotten {
+                kept: MAX_CREATED_CPIDS,
             }
+            .emit(&self.metrics);
         }
     }
 
@@ -338,7 +336,11 @@ impl CauseIndex {
                 revision,
             ));
             if !c.push(entry.clone(), self.objects.now_secs(), processing) {
-                self.metrics.cascade_candidates_dropped.inc();
+                CauseCandidateDropped {
+                    object,
+                    kept: index::MAX_PER_CLASS,
+                }
+                .emit(&self.metrics);
             }
             entry
         };
@@ -370,7 +372,12 @@ impl CauseIndex {
             let changes = self.objects.get_or_insert(rel.target.hash());
             let mut c = changes.lock().unwrap_or_else(|p| p.into_inner());
             if !c.add_holder(holder, rel.role.reverse(), &rel.class) {
-                self.metrics.cascade_holders_dropped.inc();
+                CauseHolderDropped {
+                    holder,
+                    target: &rel.target,
+                    kept: index::MAX_HOLDERS,
+                }
+                .emit(&self.metrics);
             }
         }
     }
