@@ -355,7 +355,6 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         )),
         spool: spool.clone(),
-        refusal_log: crate::messages::LogEvery::new(std::time::Duration::from_secs(10)),
         metrics,
         registry,
         processor: pipeline.processor.clone(),

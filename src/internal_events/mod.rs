@@ -7,10 +7,12 @@
 //! per component, as its metrics are.
 
 mod causes;
+mod intake;
 
 pub(crate) use causes::{
     CauseCandidateDropped, CauseHolderDropped, CauseNotKnownInTime, CreatedCpidForgotten,
 };
+pub(crate) use intake::AuditEventsRejected;
 
 use crate::metrics::Metrics;
 
@@ -25,13 +27,27 @@ pub(crate) const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs
 
 /// A rate limit of its own for each kind of event, e.g.
 /// `rate_limited!(tracing::warn!(...))`: logs when due for this call site.
+/// (In the crate's unit tests, one per thread: a test sees its own first
+/// occurrence logged whatever other tests emitted.)
 macro_rules! rate_limited {
     ($log:expr) => {{
-        static LIMIT: std::sync::LazyLock<crate::messages::LogEvery> =
-            std::sync::LazyLock::new(|| {
-                crate::messages::LogEvery::new(crate::internal_events::LOG_EVERY)
-            });
-        if LIMIT.should_log() {
+        #[cfg(not(test))]
+        let due = {
+            static LIMIT: std::sync::LazyLock<crate::messages::LogEvery> =
+                std::sync::LazyLock::new(|| {
+                    crate::messages::LogEvery::new(crate::internal_events::LOG_EVERY)
+                });
+            LIMIT.should_log()
+        };
+        #[cfg(test)]
+        let due = {
+            thread_local! {
+                static LIMIT: crate::messages::LogEvery =
+                    crate::messages::LogEvery::new(crate::internal_events::LOG_EVERY);
+            }
+            LIMIT.with(|l| l.should_log())
+        };
+        if due {
             $log;
         }
     }};

@@ -35,6 +35,7 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 /// the answer is 429 with `Retry-After`: the apiserver retries the batch.
 pub(super) fn reserve_intake(
     st: &WebhookState,
+    cluster: &str,
     headers: &HeaderMap,
     encoding: BodyEncoding,
 ) -> Result<IntakePermit, Box<Response>> {
@@ -57,18 +58,17 @@ pub(super) fn reserve_intake(
             })
         }
         Err(_) => {
-            st.metrics
-                .events_rejected
-                .get_or_create(&Metrics::rejected(RejectReason::Overload))
-                .inc();
             let msg = format!(
                 "{} bytes of webhook bodies are being read and decoded; this one's {bytes} would pass --max-intake-bytes: retry",
                 st.metrics.intake_bytes.get()
             );
-            if st.refusal_log.should_log() {
-                tracing::warn!(bytes, error = %msg,
-                    "refused an audit batch before reading it (further refusals within 10 s are only counted)");
+            AuditEventsRejected {
+                reason: RejectReason::Overload,
+                events: 1,
+                cluster,
+                error: &msg,
             }
+            .emit(&st.metrics);
             let mut resp = error(StatusCode::TOO_MANY_REQUESTS, msg);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -167,18 +167,23 @@ pub(super) fn decode_batch(
     body: &[u8],
     replayed: bool,
 ) -> Result<Decoded, Refusal> {
-    let body = decompress(st.max_body_bytes, encoding, body).inspect_err(|_| {
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::BadBody))
-            .inc();
+    let body = decompress(st.max_body_bytes, encoding, body).inspect_err(|(_, msg)| {
+        AuditEventsRejected {
+            reason: RejectReason::BadBody,
+            events: 1,
+            cluster,
+            error: msg,
+        }
+        .emit(&st.metrics);
     })?;
     let batch = crate::source::exports::decode_body(&body).map_err(|e| {
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
-            .inc();
-        tracing::warn!(cluster, error = %crate::messages::clip_message(e.clone()), "rejected audit webhook body");
+        AuditEventsRejected {
+            reason: RejectReason::Malformed,
+            events: 1,
+            cluster,
+            error: &e,
+        }
+        .emit(&st.metrics);
         (StatusCode::BAD_REQUEST, e)
     })?;
     if !replayed {
@@ -194,11 +199,14 @@ pub(super) fn decode_batch(
         .events_received
         .get_or_create(&source)
         .inc_by((batch.events.len() + batch.errors.len()) as u64);
-    if !batch.errors.is_empty() {
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
-            .inc_by(batch.errors.len() as u64);
+    if let Some(first) = batch.errors.first() {
+        AuditEventsRejected {
+            reason: RejectReason::Malformed,
+            events: batch.errors.len() as u64,
+            cluster,
+            error: first,
+        }
+        .emit(&st.metrics);
     }
     let accepted = batch
         .events

@@ -43,7 +43,7 @@ async fn handle(st: &WebhookState, cluster: &str, headers: &HeaderMap, body: Bod
         Ok(e) => e,
         Err(r) => return refused(r),
     };
-    let _intake = match reserve_intake(st, headers, encoding) {
+    let _intake = match reserve_intake(st, cluster, headers, encoding) {
         Ok(permit) => permit,
         Err(resp) => {
             st.metrics.mergelogs_rejected.inc();

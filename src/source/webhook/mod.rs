@@ -23,6 +23,7 @@ use tracing::{Instrument as _, field};
 use super::audit::AuditFilter;
 use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
 use crate::flow::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
+use crate::internal_events::{AuditEventsRejected, InternalEvent};
 use crate::metrics::{Metrics, RejectReason, Source};
 use crate::self_trace::TARGET;
 
@@ -105,10 +106,6 @@ pub(crate) struct WebhookState {
     pub decode_slots: Arc<Semaphore>,
     /// The durable intake: a batch is on disk before it is answered 200.
     pub spool: Option<Arc<Spool>>,
-    /// Refusals logged at most every 10 s: under sustained overload every
-    /// apiserver retry is refused (each is counted in
-    /// kascade_audit_events_rejected_total).
-    pub refusal_log: crate::messages::LogEvery,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     /// The processor's gauges, refreshed on each scrape.
@@ -156,11 +153,14 @@ pub(crate) fn audit_router(state: Arc<WebhookState>) -> Router {
 
 async fn authenticate(State(st): State<Arc<WebhookState>>, req: Request, next: Next) -> Response {
     if !authorized(&st, req.headers()) {
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Unauthorized))
-            .inc();
         let msg = "missing or wrong bearer token";
+        AuditEventsRejected {
+            reason: RejectReason::Unauthorized,
+            events: 1,
+            cluster: "",
+            error: msg,
+        }
+        .emit(&st.metrics);
         return if grpc::is_grpc(req.headers()) {
             grpc::grpc_error(grpc::GrpcCode::Unauthenticated, msg)
         } else {
@@ -199,7 +199,7 @@ async fn otlp_logs_default(
 ) -> Response {
     let format = match otlp_logs::Format::of(&headers) {
         Ok(f) => f,
-        Err(r) => return refuse(&st, RejectReason::BadBody, r),
+        Err(r) => return refuse(&st, &st.default_cluster, RejectReason::BadBody, r),
     };
     let cluster = st.default_cluster.clone();
     handle_audit(&st, &cluster, &headers, body, Carrier::OtlpLogs(format)).await
@@ -257,7 +257,7 @@ async fn otlp_logs_cluster(
     }
     let format = match otlp_logs::Format::of(&headers) {
         Ok(f) => f,
-        Err(r) => return refuse(&st, RejectReason::BadBody, r),
+        Err(r) => return refuse(&st, &cluster, RejectReason::BadBody, r),
     };
     handle_audit(&st, &cluster, &headers, body, Carrier::OtlpLogs(format)).await
 }
@@ -288,11 +288,19 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
 /// A refusal: status and message for the client.
 type Refusal = (StatusCode, String);
 
-fn refuse(st: &WebhookState, reason: RejectReason, (status, msg): Refusal) -> Response {
-    st.metrics
-        .events_rejected
-        .get_or_create(&Metrics::rejected(reason))
-        .inc();
+fn refuse(
+    st: &WebhookState,
+    cluster: &str,
+    reason: RejectReason,
+    (status, msg): Refusal,
+) -> Response {
+    AuditEventsRejected {
+        reason,
+        events: 1,
+        cluster,
+        error: &msg,
+    }
+    .emit(&st.metrics);
     error(status, msg)
 }
 
@@ -404,17 +412,17 @@ async fn queue_batch(
     };
     let encoding = match encoding {
         Ok(e) => e,
-        Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
+        Err(r) => return Outcome::Refused(refuse(st, cluster, RejectReason::BadBody, r)),
     };
     // Held until the batch is queued or refused: its bytes, and what
     // decoding makes of them, count against --max-intake-bytes.
-    let _intake = match reserve_intake(st, headers, encoding) {
+    let _intake = match reserve_intake(st, cluster, headers, encoding) {
         Ok(permit) => permit,
         Err(resp) => return Outcome::Refused(*resp),
     };
     let raw = match read_body(st, headers, body).await {
         Ok(b) => b,
-        Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
+        Err(r) => return Outcome::Refused(refuse(st, cluster, RejectReason::BadBody, r)),
     };
     // OTLP records become the audit lines they hold: the spool keeps (and
     // a restart replays) a body of lines, as a shipper's.
@@ -422,8 +430,11 @@ async fn queue_batch(
         Carrier::Audit => (raw, encoding, Vec::new()),
         Carrier::OtlpLogs(format) => {
             match otlp_logs::lines_off_runtime(st, format, encoding, raw).await {
-                Ok((lines, unreadable)) => (lines, BodyEncoding::Identity, unreadable),
-                Err(r) => return Outcome::Refused(refuse(st, RejectReason::BadBody, r)),
+                Ok((lines, unreadable)) => {
+                    otlp_logs::count_unreadable(st, cluster, &unreadable);
+                    (lines, BodyEncoding::Identity, unreadable)
+                }
+                Err(r) => return Outcome::Refused(refuse(st, cluster, RejectReason::BadBody, r)),
             }
         }
     };
@@ -449,10 +460,6 @@ async fn queue_batch(
             .instrument(tracing::info_span!(target: TARGET, "admit", events = n))
             .await
     {
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Overload))
-            .inc_by(n as u64);
         return Outcome::Refused(resp);
     }
     st.metrics
@@ -477,10 +484,13 @@ async fn admit(
 ) -> Result<(), Response> {
     let n = accepted.len();
     let refused = |status: StatusCode, msg: String| {
-        if st.refusal_log.should_log() {
-            tracing::warn!(cluster, events = n, error = %msg,
-                "refused an audit batch (further refusals within 10 s are only counted)");
+        AuditEventsRejected {
+            reason: RejectReason::Overload,
+            events: n as u64,
+            cluster,
+            error: &msg,
         }
+        .emit(&st.metrics);
         let mut resp = error(status, msg);
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

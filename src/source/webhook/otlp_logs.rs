@@ -59,30 +59,27 @@ impl Format {
     }
 }
 
-/// The audit lines a request's records hold, one per line, and one message
-/// per record that holds none (its body is not text), counted.
-fn lines_of(
-    st: &WebhookState,
-    format: Format,
-    encoding: BodyEncoding,
-    body: &[u8],
-) -> Result<(Bytes, Vec<String>), Refusal> {
-    let (lines, unreadable) = records_to_lines(st.max_body_bytes, format, encoding, body)?;
-    if !unreadable.is_empty() {
+/// Counts the records of a request to `cluster` that held no audit line
+/// (received, and rejected as malformed).
+pub(super) fn count_unreadable(st: &WebhookState, cluster: &str, unreadable: &[String]) {
+    if let Some(first) = unreadable.first() {
         st.metrics
             .events_received
             .get_or_create(&Metrics::source(Source::Webhook))
             .inc_by(unreadable.len() as u64);
-        st.metrics
-            .events_rejected
-            .get_or_create(&Metrics::rejected(RejectReason::Malformed))
-            .inc_by(unreadable.len() as u64);
+        AuditEventsRejected {
+            reason: RejectReason::Malformed,
+            events: unreadable.len() as u64,
+            cluster,
+            error: first,
+        }
+        .emit(&st.metrics);
     }
-    Ok((lines, unreadable))
 }
 
-/// [`lines_of`] before counting: the request unframed, inflated within
-/// `limit` (`--max-body-bytes`) and decoded.
+/// The audit lines a request's records hold, one per line, and one message
+/// per record that holds none (its body is not text): the request unframed,
+/// inflated within `limit` (`--max-body-bytes`) and decoded.
 pub(super) fn records_to_lines(
     limit: usize,
     format: Format,
@@ -158,7 +155,7 @@ pub(super) fn records_to_lines(
     Ok((Bytes::from(lines), unreadable))
 }
 
-/// [`lines_of`] on a blocking thread, within the decode slots.
+/// [`records_to_lines`] on a blocking thread, within the decode slots.
 pub(super) async fn lines_off_runtime(
     st: &Arc<WebhookState>,
     format: Format,
@@ -174,7 +171,7 @@ pub(super) async fn lines_off_runtime(
     let st = st.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        lines_of(&st, format, encoding, &body)
+        records_to_lines(st.max_body_bytes, format, encoding, &body)
     })
     .await
     .unwrap_or_else(|e| {
