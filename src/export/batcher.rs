@@ -8,7 +8,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 use tokio::sync::mpsc;
 
-use super::{DropReason, ExportProgress, trim};
+use super::{ExportProgress, trim};
+use crate::internal_events::{DropCause, InternalEvent, SpansDropped};
 use crate::metrics::{ExportOutput, Metrics, TrimReason};
 use crate::span_model::{self, EncodedSpan, Span};
 
@@ -140,18 +141,19 @@ impl Batcher {
                 Some(trimmed)
             }
             None => {
-                for (label, _) in &self.queues {
-                    self.metrics
-                        .spans_dropped
-                        .get_or_create(&Metrics::dropped(*label, DropReason::TooLarge))
-                        .inc();
+                let outputs: Vec<ExportOutput> =
+                    self.queues.iter().map(|(label, _)| *label).collect();
+                SpansDropped {
+                    outputs: &outputs,
+                    target: "",
+                    spans: 1,
+                    cause: DropCause::TooLargeForBatch {
+                        bytes: span.0.len(),
+                        max_batch_bytes: self.max_bytes,
+                        span: &span_name(&span),
+                    },
                 }
-                tracing::error!(
-                    bytes = span.0.len(),
-                    max_batch_bytes = self.max_bytes,
-                    span = %span_name(&span),
-                    "span too large for --export-max-batch-bytes even without its events and values: dropped"
-                );
+                .emit(&self.metrics);
                 None
             }
         }
@@ -183,15 +185,13 @@ impl Batcher {
                 self.progress
                     .add_finished(index, (batch.spans.len() + batch.also_finishes) as u64);
                 // Only when that output's task ended abnormally (a panic).
-                self.metrics
-                    .spans_dropped
-                    .get_or_create(&Metrics::dropped(*label, DropReason::Rejected))
-                    .inc_by(batch.spans.len() as u64);
-                tracing::error!(
-                    output = label.as_str(),
-                    spans = batch.spans.len(),
-                    "the output has stopped; batch dropped"
-                );
+                SpansDropped {
+                    outputs: std::slice::from_ref(label),
+                    target: label.as_str(),
+                    spans: batch.spans.len(),
+                    cause: DropCause::OutputStopped,
+                }
+                .emit(&self.metrics);
             }
             self.metrics
                 .export_output_queue_depth

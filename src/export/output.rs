@@ -17,7 +17,8 @@ use tokio::time::Instant;
 use super::batcher::{Batch, RequestFramer, count_trimmed, span_name};
 use super::failure::Accepted;
 use super::otlp::{self, Transport};
-use super::{DropReason, ExportConfig, ExportProgress, Failure, OutputSpec, SetupError, trim};
+use super::{ExportConfig, ExportProgress, Failure, OutputSpec, SetupError, trim};
+use crate::internal_events::{DropCause, InternalEvent, SpansDropped};
 use crate::metrics::{ExportOutput, Metrics, TrimReason};
 use crate::span_model::EncodedSpan;
 
@@ -101,11 +102,15 @@ impl OutputContext {
             .inc_by(n as u64);
     }
 
-    pub(super) fn dropped(&self, reason: DropReason, n: usize) {
-        self.metrics
-            .spans_dropped
-            .get_or_create(&Metrics::dropped(self.label, reason))
-            .inc_by(n as u64);
+    /// Counts and says `n` spans given up for `cause`.
+    pub(super) fn dropped(&self, n: usize, cause: DropCause<'_>) {
+        SpansDropped {
+            outputs: std::slice::from_ref(&self.label),
+            target: &self.target,
+            spans: n,
+            cause,
+        }
+        .emit(&self.metrics);
     }
 
     /// Whether this output gave up on its receiver (or file) for good: then
@@ -116,15 +121,25 @@ impl OutputContext {
             .as_ref()
             .is_some_and(|g| g.load(std::sync::atomic::Ordering::Relaxed));
         if gone {
-            self.dropped(DropReason::RetriesExhausted, n);
+            self.dropped(n, DropCause::OutputGivenUp);
         }
         gone
     }
 
-    /// Counts `n` spans dropped after exhausted retries, and gives up on
-    /// the receiver when that is asked for.
-    pub(super) fn retries_exhausted(&self, n: usize) {
-        self.dropped(DropReason::RetriesExhausted, n);
+    /// Counts `n` spans dropped after exhausted retries (said with the
+    /// last `error`; none for the rest of a batch given up with it), and
+    /// gives up on the receiver when that is asked for.
+    pub(super) fn retries_exhausted(&self, n: usize, error: Option<&str>) {
+        self.dropped(
+            n,
+            match error {
+                Some(error) => DropCause::RetriesExhausted {
+                    error,
+                    retry_for: self.retry_for,
+                },
+                None => DropCause::OutputGivenUp,
+            },
+        );
         if let Some(g) = &self.gone
             && !g.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
@@ -218,9 +233,12 @@ pub(super) async fn export_batch<T: Transport>(
                 let rejected = (accepted.rejected_spans as usize).min(n);
                 ctx.exported(n - rejected);
                 if rejected > 0 {
-                    ctx.dropped(DropReason::PartialRejection, rejected);
-                    tracing::error!(output = %ctx.target, rejected, message = %accepted.message,
-                        "the OTLP receiver accepted a request but rejected some of its spans");
+                    ctx.dropped(
+                        rejected,
+                        DropCause::PartlyRejected {
+                            message: &accepted.message,
+                        },
+                    );
                 }
             }
             Err(GiveUp::TooLarge(message)) if n > 1 => {
@@ -254,26 +272,25 @@ pub(super) async fn export_batch<T: Transport>(
                             body,
                         });
                     }
-                    None => {
-                        ctx.dropped(DropReason::TooLarge, 1);
-                        tracing::error!(output = %ctx.target, bytes = span.0.len(), span = %span_name(span), error = %message,
-                            "the receiver refuses even the trimmed span as too large; dropped");
-                    }
+                    None => ctx.dropped(
+                        1,
+                        DropCause::TooLargeForReceiver {
+                            bytes: span.0.len(),
+                            span: &span_name(span),
+                            error: &message,
+                        },
+                    ),
                 }
             }
             Err(GiveUp::Permanent(message)) => {
-                ctx.dropped(DropReason::Rejected, n);
-                tracing::error!(output = %ctx.target, spans = n, error = %message,
-                    "the receiver refused the request for good (not retried); spans dropped");
+                ctx.dropped(n, DropCause::Refused { error: &message });
             }
             Err(GiveUp::RetriesExhausted(message)) => {
-                tracing::error!(output = %ctx.target, spans = n, error = %message,
-                    "export kept failing for {:?} (--export-retry-for); spans dropped", ctx.retry_for);
-                ctx.retries_exhausted(n);
+                ctx.retries_exhausted(n, Some(&message));
                 // The rest of this batch goes the same way.
                 if ctx.gone.is_some() {
                     for part in parts.drain(..) {
-                        ctx.retries_exhausted(part.spans.len());
+                        ctx.retries_exhausted(part.spans.len(), None);
                     }
                 }
             }
@@ -294,8 +311,7 @@ pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx:
     {
         Ok(line) => line,
         Err(e) => {
-            ctx.dropped(DropReason::Rejected, batch.spans.len());
-            tracing::error!(output = %ctx.target, error = %e, "cannot convert a batch to OTLP/JSON; dropped");
+            ctx.dropped(batch.spans.len(), DropCause::NotConvertible { error: &e });
             return;
         }
     };
@@ -315,9 +331,7 @@ pub(super) async fn write_json(writer: &mut BufWriter<File>, batch: &Batch, ctx:
                 ctx.progress.failed(ctx.index, &e.to_string());
                 let now = Instant::now();
                 if now >= deadline {
-                    tracing::error!(output = %ctx.target, spans = batch.spans.len(), error = %e,
-                        "writing kept failing for {:?}; batch dropped", ctx.retry_for);
-                    ctx.retries_exhausted(batch.spans.len());
+                    ctx.retries_exhausted(batch.spans.len(), Some(&e.to_string()));
                     return;
                 }
                 tracing::warn!(output = %ctx.target, error = %e, retry_in = ?backoff, "cannot write; retrying");

@@ -7,11 +7,13 @@
 //! per component, as its metrics are.
 
 mod causes;
+mod export;
 mod intake;
 
 pub(crate) use causes::{
     CauseCandidateDropped, CauseHolderDropped, CauseNotKnownInTime, CreatedCpidForgotten,
 };
+pub(crate) use export::{DropCause, SpansDropped};
 pub(crate) use intake::AuditEventsRejected;
 
 use crate::metrics::Metrics;
