@@ -56,9 +56,64 @@ impl InternalEvent for AuditEventsRejected<'_> {
     }
 }
 
+/// A request of Kubernetes components' own spans refused
+/// (`--component-traces-listen`): counted in
+/// `kascade_component_requests_refused_total` by reason.
+pub(crate) struct ComponentRequestRefused<'a> {
+    pub reason: RejectReason,
+    pub error: &'a str,
+}
+
+impl InternalEvent for ComponentRequestRefused<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .component_requests_refused
+            .get_or_create(&Metrics::rejected(self.reason))
+            .inc();
+        let error = crate::messages::clip_message(self.error.to_string());
+        match self.reason {
+            RejectReason::Unauthorized => rate_limited!(tracing::warn!(
+                error,
+                "refused a component trace request: missing or wrong bearer token (further ones within 10 s are only counted)"
+            )),
+            RejectReason::BadBody | RejectReason::Overload => rate_limited!(tracing::warn!(
+                error,
+                "refused a component trace request that could not be read (further ones within 10 s are only counted)"
+            )),
+            RejectReason::Malformed => rate_limited!(tracing::warn!(
+                error,
+                "refused a component trace request that is not OTLP (further ones within 10 s are only counted)"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_component_request_is_counted_and_said_with_its_error() {
+        let metrics = Metrics::default();
+        let log = super::super::tests::logged(|| {
+            ComponentRequestRefused {
+                reason: RejectReason::Malformed,
+                error: "invalid wire type",
+            }
+            .emit(&metrics);
+        });
+        assert_eq!(
+            metrics
+                .component_requests_refused
+                .get_or_create(&Metrics::rejected(RejectReason::Malformed))
+                .get(),
+            1
+        );
+        assert!(
+            log.contains("WARN") && log.contains("invalid wire type"),
+            "{log}"
+        );
+    }
 
     #[test]
     fn refusals_are_counted_each_and_logged_once_in_ten_seconds_per_reason() {

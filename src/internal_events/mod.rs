@@ -9,12 +9,14 @@
 mod causes;
 mod export;
 mod intake;
+mod spool;
 
 pub(crate) use causes::{
     CauseCandidateDropped, CauseHolderDropped, CauseNotKnownInTime, CreatedCpidForgotten,
 };
 pub(crate) use export::{DropCause, SpansDropped};
-pub(crate) use intake::AuditEventsRejected;
+pub(crate) use intake::{AuditEventsRejected, ComponentRequestRefused};
+pub(crate) use spool::{SpoolBatchQuarantined, SpoolSegmentDamaged};
 
 use crate::metrics::Metrics;
 

@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::internal_events::{InternalEvent, SpoolBatchQuarantined};
 use crate::metrics::Metrics;
 use record::{HEADER, Recovered, record_head, recover};
 use writer::{Append, writer_loop};
@@ -249,10 +250,12 @@ impl Spool {
                 format!("cannot move batch {seq} to {QUARANTINE_DIR}/"),
             ))?;
             pending.remove(at);
-            metrics.spool_quarantined.inc();
-            tracing::error!(seq, deaths, file = %path.display(),
-                "a spooled batch was being processed each time the process died: moved aside, the rest is replayed; \
-                 inspect it with `kascade explain FILE` or send it on with `kascade replay FILE`");
+            SpoolBatchQuarantined {
+                seq,
+                deaths,
+                file: &path,
+            }
+            .emit(&metrics);
             quarantined.push(seq);
         }
         let live = quarantine::open_live(&dir).map_err(io_err(&dir, "cannot open processing"))?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::{BodyEncoding, RELEASED_FILE, Segment, SpoolError, SpooledBatch, io_err};
+use crate::internal_events::{InternalEvent, SpoolSegmentDamaged};
 use crate::metrics::Metrics;
 
 pub(super) const MAGIC: u32 = 0x4b53_504c; // "KSPL"
@@ -165,9 +166,12 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
         let path = segment_path(dir, first);
         let (records, valid_bytes, torn) = read_segment(&path)?;
         if let Some(why) = torn {
-            metrics.spool_records_lost.inc();
-            tracing::error!(segment = %path.display(), offset = valid_bytes, reason = %why,
-                "spool segment is damaged after this offset; the rest of it is skipped (a write cut short by a crash was never answered 200)");
+            SpoolSegmentDamaged {
+                segment: &path,
+                offset: valid_bytes,
+                reason: &why,
+            }
+            .emit(metrics);
             // Cut the damage off so later appends are never read behind it.
             OpenOptions::new()
                 .write(true)
@@ -309,6 +313,19 @@ mod tests {
             .unwrap()
             .set_len(len - 2)
             .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let log = crate::internal_events::tests::logged(|| {
+            let (spool, pending) =
+                Spool::open(SpoolConfig::new(dir.path()), metrics.clone()).unwrap();
+            drop(spool);
+            assert_eq!(pending.len(), 1);
+        });
+        // Counted and said, naming the segment.
+        assert_eq!(metrics.spool_records_lost.get(), 1);
+        assert!(
+            log.contains("ERROR") && log.contains(&path.display().to_string()),
+            "{log}"
+        );
         let (spool, pending) = open(dir.path());
         assert_eq!(pending.len(), 1);
         assert_eq!(&pending[0].body[..], b"one");

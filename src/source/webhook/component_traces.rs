@@ -23,6 +23,7 @@ use super::grpc::{GrpcCode, grpc_answer, grpc_error, grpc_message, is_grpc};
 use super::otlp_logs::Format;
 use super::*;
 use crate::flow::ComponentTraceSink;
+use crate::internal_events::ComponentRequestRefused;
 
 /// The gRPC method the OTLP exporters call.
 pub(crate) const GRPC_EXPORT_PATH: &str =
@@ -63,12 +64,8 @@ pub(crate) fn component_traces_router(
         .with_state(state)
 }
 
-fn refused(st: &ComponentTraces, reason: RejectReason) {
-    st.webhook
-        .metrics
-        .component_requests_refused
-        .get_or_create(&Metrics::rejected(reason))
-        .inc();
+fn refused(st: &ComponentTraces, reason: RejectReason, error: &str) {
+    ComponentRequestRefused { reason, error }.emit(&st.webhook.metrics);
 }
 
 async fn authenticate_component(
@@ -77,8 +74,8 @@ async fn authenticate_component(
     next: Next,
 ) -> Response {
     if !authorized(&st.webhook, req.headers()) {
-        refused(&st, RejectReason::Unauthorized);
         let msg = "missing or wrong bearer token";
+        refused(&st, RejectReason::Unauthorized, msg);
         return if is_grpc(req.headers()) {
             grpc_error(GrpcCode::Unauthenticated, msg)
         } else {
@@ -144,12 +141,12 @@ async fn accept(
         .map_err(|_| (StatusCode::SERVICE_UNAVAILABLE, "shutting down".to_string()))?;
     let raw = read_body(&st.webhook, headers, body)
         .await
-        .inspect_err(|_| {
-            refused(st, RejectReason::BadBody);
+        .inspect_err(|(_, msg)| {
+            refused(st, RejectReason::BadBody, msg);
         })?;
     let message = if grpc {
         grpc_message(st.webhook.max_body_bytes, headers, &raw).map_err(|(code, msg)| {
-            refused(st, RejectReason::BadBody);
+            refused(st, RejectReason::BadBody, &msg);
             let status = match code {
                 GrpcCode::ResourceExhausted => StatusCode::PAYLOAD_TOO_LARGE,
                 GrpcCode::Unimplemented => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -158,10 +155,10 @@ async fn accept(
             (status, msg)
         })?
     } else {
-        let encoding =
-            body_encoding(headers).inspect_err(|_| refused(st, RejectReason::BadBody))?;
+        let encoding = body_encoding(headers)
+            .inspect_err(|(_, msg)| refused(st, RejectReason::BadBody, msg))?;
         decompress(st.webhook.max_body_bytes, encoding, &raw)
-            .inspect_err(|_| refused(st, RejectReason::BadBody))?
+            .inspect_err(|(_, msg)| refused(st, RejectReason::BadBody, msg))?
     };
     let message = message.into_owned();
     let cluster_owned = cluster.to_string();
@@ -170,7 +167,7 @@ async fn accept(
     let (encoded, spans) = match prepared {
         Ok(Ok(p)) => p,
         Ok(Err(msg)) => {
-            refused(st, RejectReason::Malformed);
+            refused(st, RejectReason::Malformed, &msg);
             return Err((StatusCode::BAD_REQUEST, msg));
         }
         Err(e) => {
@@ -198,8 +195,9 @@ fn cluster_of(st: &ComponentTraces, headers: &HeaderMap) -> Result<String, Strin
                 .map_err(|_| format!("{CLUSTER_HEADER} is not text"))?;
             super::super::validate_cluster_name(name)
                 .map_err(|e| {
-                    refused(st, RejectReason::BadBody);
-                    format!("{CLUSTER_HEADER}: {e}")
+                    let msg = format!("{CLUSTER_HEADER}: {e}");
+                    refused(st, RejectReason::BadBody, &msg);
+                    msg
                 })
                 .map(|()| name.to_string())
         }
@@ -239,7 +237,7 @@ async fn http_cluster(
     body: Body,
 ) -> Response {
     if let Err(e) = super::super::validate_cluster_name(&cluster) {
-        refused(&st, RejectReason::BadBody);
+        refused(&st, RejectReason::BadBody, &e);
         return error(StatusCode::BAD_REQUEST, e);
     }
     http_export(&st, &headers, body, &cluster).await
@@ -254,7 +252,7 @@ async fn http_export(
     let format = match Format::of(headers) {
         Ok(f) => f,
         Err((status, msg)) => {
-            refused(st, RejectReason::BadBody);
+            refused(st, RejectReason::BadBody, &msg);
             return error(status, msg);
         }
     };
