@@ -9,6 +9,7 @@
 mod causes;
 mod export;
 mod intake;
+mod span_cache;
 mod spool;
 
 pub(crate) use causes::{
@@ -16,6 +17,7 @@ pub(crate) use causes::{
 };
 pub(crate) use export::{DropCause, SpansDropped};
 pub(crate) use intake::{AuditEventsRejected, ComponentRequestRefused};
+pub(crate) use span_cache::{SpanCacheFallingBack, SpanCacheRecovered};
 pub(crate) use spool::{SpoolBatchQuarantined, SpoolSegmentDamaged};
 
 use crate::metrics::Metrics;

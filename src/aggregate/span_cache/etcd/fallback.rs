@@ -13,6 +13,7 @@ use super::reserve::Claim;
 use super::{Inner, ReservedAlone, UID_SENT_LINK, etcd_key};
 use crate::aggregate::span_cache::Slot;
 use crate::coordination::etcd::EtcdError;
+use crate::internal_events::{InternalEvent, SpanCacheFallingBack, SpanCacheRecovered};
 use crate::model::ObjectWindow;
 
 impl Inner {
@@ -21,15 +22,13 @@ impl Inner {
             return;
         }
         *self.outage_started.lock().unwrap() = Some(Instant::now());
-        self.metrics.span_cache_fallback.set(1);
-        tracing::warn!(
-            endpoints = %self.endpoints,
-            error = %e,
-            probe_every = ?self.probe_interval,
-            retried_for = ?self.retry_for,
-            "etcd span cache unavailable: FALLING BACK to this replica's local span cache; \
-             until etcd returns, replicas may emit the same object and link spans twice"
-        );
+        SpanCacheFallingBack {
+            endpoints: &self.endpoints,
+            error: e,
+            probe_every: self.probe_interval,
+            retried_for: self.retry_for,
+        }
+        .emit(&self.metrics);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(probe_loop(self.me.clone()));
         }
@@ -44,14 +43,13 @@ impl Inner {
             .take()
             .map(|t| t.elapsed());
         self.fallback.store(false, Ordering::SeqCst);
-        self.metrics.span_cache_fallback.set(0);
         let pending = std::mem::take(&mut *self.pending.lock().unwrap());
-        tracing::info!(
-            endpoints = %self.endpoints,
-            outage = ?outage.unwrap_or_default(),
-            republishing = pending.len(),
-            "etcd span cache is reachable again: spans are deduplicated across replicas again"
-        );
+        SpanCacheRecovered {
+            endpoints: &self.endpoints,
+            outage: outage.unwrap_or_default(),
+            republishing: pending.len(),
+        }
+        .emit(&self.metrics);
         let results: Vec<(ReservedAlone, Result<Claim, EtcdError>)> =
             futures::stream::iter(pending)
                 .map(|p| async move {
