@@ -44,23 +44,41 @@ fn start(spool: &Path, output: &[&str], log: &Path) -> Collector {
 }
 
 /// Waits for /readyz (a readiness check: how long it takes does not matter,
-/// only that the process is up before the test talks to it).
-async fn ready(c: &mut Collector, log: &Path) {
+/// only that the process is up before the test talks to it); false when the
+/// process exited because a port it was given was taken meanwhile.
+async fn ready(c: &mut Collector, log: &Path) -> bool {
     let client = reqwest::Client::new();
     loop {
         if let Some(status) = c.child.try_wait().unwrap() {
-            panic!(
-                "kascade exited with {status}: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.contains("Address in use") {
+                return false;
+            }
+            panic!("kascade exited with {status}: {text}");
         }
         if let Ok(r) = client.get(format!("{}/readyz", c.admin)).send().await
             && r.status() == 200
         {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Starts a collector and waits until it is ready. A port found free may be
+/// taken by another test's process before kascade binds it: then it is
+/// started again on other ports.
+async fn launch(spool: &Path, output: &[&str], log: &Path) -> Collector {
+    for _ in 0..5 {
+        let mut c = start(spool, output, log);
+        if ready(&mut c, log).await {
+            return c;
+        }
+    }
+    panic!(
+        "kascade found its ports taken 5 times: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
 }
 
 fn audit_ids_in(out: &Path) -> HashSet<String> {
@@ -104,12 +122,12 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
     // Nothing listens on this port: export fails and retries, so the
     // accepted batch is still waiting when the process is killed.
     let nowhere = format!("http://127.0.0.1:{}", free_port());
-    let mut first = start(
+    let mut first = launch(
         &spool,
         &["--output", "otlp", "--otlp-endpoint", &nowhere],
         &log,
-    );
-    ready(&mut first, &log).await;
+    )
+    .await;
     let lines = common::audit_lines("deployment");
     // In each form a batch arrives in: the apiserver's EventList, a
     // shipper's lines, the OpenTelemetry Collector's OTLP logs (made here
@@ -148,8 +166,7 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
 
     let out = dir.path().join("spans.jsonl");
     let out_arg = format!("otlp-json={}", out.display());
-    let mut second = start(&spool, &["--output", &out_arg], &log);
-    ready(&mut second, &log).await;
+    let mut second = launch(&spool, &["--output", &out_arg], &log).await;
     let client = reqwest::Client::new();
     // The replay is under way once the process is ready; wait until every
     // spooled batch is back in the pipeline.
@@ -275,12 +292,12 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
 
     // Uninterrupted: both halves, one process.
     let (whole, whole_arg) = output("whole.jsonl");
-    let mut c = start(
+    let mut c = launch(
         &dir.path().join("spool-whole"),
         &["--output", &whole_arg, one_worker[0], one_worker[1]],
         &log,
-    );
-    ready(&mut c, &log).await;
+    )
+    .await;
     post(&c, early).await;
     post(&c, late).await;
     stop(c, &log);
@@ -289,12 +306,12 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
     // then the second half to the next process.
     let spool = dir.path().join("spool");
     let (first_out, first_arg) = output("first.jsonl");
-    let mut first = start(
+    let mut first = launch(
         &spool,
         &["--output", &first_arg, one_worker[0], one_worker[1]],
         &log,
-    );
-    ready(&mut first, &log).await;
+    )
+    .await;
     post(&first, early).await;
     // Released once its spans are exported (a readiness check, not a wait
     // for time): the journal is written before the segments go.
@@ -306,12 +323,12 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
     first.child.kill().unwrap(); // SIGKILL
     first.child.wait().unwrap();
     let (second_out, second_arg) = output("second.jsonl");
-    let mut second = start(
+    let mut second = launch(
         &spool,
         &["--output", &second_arg, one_worker[0], one_worker[1]],
         &log,
-    );
-    ready(&mut second, &log).await;
+    )
+    .await;
     post(&second, late).await;
     stop(second, &log);
 
