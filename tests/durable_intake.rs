@@ -166,7 +166,7 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
 
     let out = dir.path().join("spans.jsonl");
     let out_arg = format!("otlp-json={}", out.display());
-    let mut second = launch(&spool, &["--output", &out_arg], &log).await;
+    let second = launch(&spool, &["--output", &out_arg], &log).await;
     let client = reqwest::Client::new();
     // The replay is under way once the process is ready; wait until every
     // spooled batch is back in the pipeline.
@@ -292,7 +292,7 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
 
     // Uninterrupted: both halves, one process.
     let (whole, whole_arg) = output("whole.jsonl");
-    let mut c = launch(
+    let c = launch(
         &dir.path().join("spool-whole"),
         &["--output", &whole_arg, one_worker[0], one_worker[1]],
         &log,
@@ -323,7 +323,7 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
     first.child.kill().unwrap(); // SIGKILL
     first.child.wait().unwrap();
     let (second_out, second_arg) = output("second.jsonl");
-    let mut second = launch(
+    let second = launch(
         &spool,
         &["--output", &second_arg, one_worker[0], one_worker[1]],
         &log,
