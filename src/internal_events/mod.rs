@@ -64,7 +64,8 @@ pub(crate) use rate_limited;
 pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
-    /// What `f` logs, as text lines.
+    /// What `f` logs at DEBUG and above, as text lines (shared by the
+    /// crate's unit tests that look at logs).
     pub(crate) fn logged(f: impl FnOnce()) -> String {
         #[derive(Clone, Default)]
         struct Captured(Arc<Mutex<Vec<u8>>>);

@@ -216,37 +216,18 @@ mod tests {
     /// The lines logged while the deployment fixture's events are accepted
     /// telling `advice`, at DEBUG and above.
     fn logged_while_accepting(advice: PolicyAdvice) -> String {
-        #[derive(Clone, Default)]
-        struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Captured {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
         let log = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/e2e/fixtures/deployment/audit.log"
         ))
         .unwrap();
         let metrics = Arc::new(Metrics::default());
-        tracing::subscriber::with_default(subscriber, || {
+        crate::internal_events::tests::logged(|| {
             for line in log.lines() {
                 let parsed = audit::parse_event(line).unwrap();
                 accept_advising(parsed, "east", &AuditFilter::default(), &metrics, advice);
             }
-        });
-        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+        })
     }
 
     #[test]
