@@ -5,13 +5,23 @@
 #   events.json        core/v1 Events of the scenario's namespace (EventList)
 #   watch/<res>.jsonl  the raw watch streams of the touched resources
 #
+#
 #   e2e/fixtures.sh [scenario...]    (default: every scenario)
+#
+# With KASCADE_FIXTURES_ADMISSION=1 the scenarios are written to
+# e2e/fixtures/admission/<scenario>/ instead, with one more file:
+#   admission.jsonl    every AdmissionReview a validating webhook received for
+#                      the scenario's namespace (e2e/tools/admission-webhook.py
+#                      --record; the rules kascade's chart installs for its
+#                      admission source), one JSON line each
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NAME=fixtures
 PORT_BASE=28000
 RUN_DIR="$E2E_DIR/.run-$NAME"
 OUT="$E2E_DIR/fixtures"
+ADMISSION="${KASCADE_FIXTURES_ADMISSION:-}"
+[[ -z "$ADMISSION" ]] || OUT="$E2E_DIR/fixtures/admission"
 SCENARIOS=("$@")
 [[ ${#SCENARIOS[@]} -gt 0 ]] || SCENARIOS=(deployment service config statefulset job unschedulable rollout-stuck quota cronjob volumes job-failed pvc-pending finalizer-blocked bigobject crosscluster cpid-annotated)
 
@@ -39,7 +49,11 @@ declare -A WATCH=(
   [cpid-annotated]="/apis/apps/v1:deployments /apis/apps/v1:replicasets /api/v1:pods /api/v1:configmaps"
 )
 
-cleanup() { "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true; }
+RECORDER_PID=
+cleanup() {
+  [[ -z "$RECORDER_PID" ]] || kill "$RECORDER_PID" 2>/dev/null || true
+  "$E2E_DIR/cluster.sh" down --name "$NAME" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 # No kascade listens here: the webhook's failures are logged by the apiserver and harmless.
 "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" --audit-webhook-url "http://127.0.0.1:9/audit/$NAME"
@@ -47,6 +61,53 @@ trap cleanup EXIT
 source "$RUN_DIR/env"
 TOKEN="$(awk -F, '/kascade-e2e-admin/ {print $1}' "$RUN_DIR/pki/tokens.csv")"
 api() { curl -sf --cacert "$RUN_DIR/pki/ca.crt" -H "Authorization: Bearer $TOKEN" "$APISERVER_URL$1"; }
+
+# The recording webhook of KASCADE_FIXTURES_ADMISSION: HTTPS with a
+# certificate of the cluster's CA; its configuration names one namespace.
+RECORDER_PORT=$((PORT_BASE + 470))
+recorder() { # NAMESPACE FILE
+  local work="$RUN_DIR/recorder"
+  mkdir -p "$work"
+  if [[ ! -f "$work/tls.crt" ]]; then
+    openssl req -newkey rsa:2048 -nodes -keyout "$work/tls.key" -out "$work/tls.csr" -subj "/CN=recorder" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >"$work/tls.ext"
+    openssl x509 -req -in "$work/tls.csr" -CA "$RUN_DIR/pki/ca.crt" -CAkey "$RUN_DIR/pki/ca.key" -CAcreateserial \
+      -CAserial "$work/ca.srl" -out "$work/tls.crt" -days 1 -extfile "$work/tls.ext" 2>/dev/null
+  fi
+  [[ -z "$RECORDER_PID" ]] || { kill "$RECORDER_PID" 2>/dev/null || true; wait "$RECORDER_PID" 2>/dev/null || true; }
+  python3 "$E2E_DIR/tools/admission-webhook.py" --listen "127.0.0.1:$RECORDER_PORT" \
+    --cert "$work/tls.crt" --key "$work/tls.key" --record "$2" 2>"$work/recorder.log" &
+  RECORDER_PID=$!
+  for _ in $(seq 60); do
+    curl -sf --cacert "$RUN_DIR/pki/ca.crt" "https://127.0.0.1:$RECORDER_PORT/healthz" >/dev/null && break
+    sleep 0.5
+  done
+  "$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: kascade-fixture-recorder
+webhooks:
+- name: recorder.kascade.io
+  clientConfig:
+    url: https://127.0.0.1:$RECORDER_PORT/admission
+    caBundle: $(base64 -w0 "$RUN_DIR/pki/ca.crt")
+  rules:
+  - apiGroups: ["*"]
+    apiVersions: ["*"]
+    operations: ["CREATE", "UPDATE", "DELETE"]
+    resources: ["*", "*/status", "*/scale", "pods/binding", "pods/eviction"]
+  matchConditions:
+  - name: not-events-or-leases
+    expression: "!(request.resource.resource in ['events', 'leases'])"
+  namespaceSelector:
+    matchLabels: {kubernetes.io/metadata.name: $1}
+  failurePolicy: Ignore
+  sideEffects: None
+  timeoutSeconds: 2
+  admissionReviewVersions: ["v1"]
+YAML
+}
 
 for s in "${SCENARIOS[@]}"; do
   ns="${NS[$s]:?unknown scenario $s}"
@@ -62,6 +123,7 @@ for s in "${SCENARIOS[@]}"; do
       "$APISERVER_URL$prefix/namespaces/$ns/$res?watch=1&resourceVersion=$rv" >"$dir/watch/$group.$res.jsonl" &
     watch_pids+=($!)
   done
+  [[ -z "$ADMISSION" ]] || recorder "$ns" "$dir/admission.jsonl"
   KASCADE_E2E_ENV="$RUN_DIR/env" "$E2E_DIR/scenarios/$s.sh"
   # A marker write: once it is in the audit log, everything before it is too.
   marker="kascade-fixture-end-$s-$RANDOM"
@@ -73,6 +135,7 @@ for s in "${SCENARIOS[@]}"; do
   done
   kill "${watch_pids[@]}" 2>/dev/null || true
   wait "${watch_pids[@]}" 2>/dev/null || true
+  [[ -z "$ADMISSION" ]] || "$KUBECTL" delete validatingwebhookconfiguration kascade-fixture-recorder >/dev/null
   tail -c +"$((offset + 1))" "$AUDIT_LOG" | python3 -c '
 import json, sys
 ns, marker = sys.argv[1], sys.argv[2]

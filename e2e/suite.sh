@@ -233,4 +233,4 @@ export KASCADE_BIN="$KASCADE" KASCADE_METRICS_URL=http://127.0.0.1:8091/metrics 
   JAEGER_UI_URL=http://127.0.0.1:8096 KASCADE_FRONTEND_URL=http://127.0.0.1:8094 \
   KASCADE_ADMIN_URL=http://127.0.0.1:8091 KASCADE_E2E_ENV_B="$B_ENV"
 # tests/e2e_doctor.rs makes faults in cluster B (and puts it back); the others use cluster A.
-cargo test "${E2E_CARGO_PROFILE[@]}" --locked --test e2e --test e2e_shippers --test e2e_doctor -- --ignored --test-threads=1
+cargo test "${E2E_CARGO_PROFILE[@]}" --locked --test e2e --test e2e_shippers --test e2e_admission --test e2e_doctor -- --ignored --test-threads=1

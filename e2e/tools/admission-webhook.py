@@ -2,7 +2,8 @@
 """A small HTTPS validating admission webhook (AdmissionReview v1), stdlib only.
 
     admission-webhook.py --listen 127.0.0.1:30900 --cert tls.crt --key tls.key \
-        [--deny-label KEY=VALUE] [--message TEXT] [--delay-ms N] [--status CODE]
+        [--deny-label KEY=VALUE] [--message TEXT] [--delay-ms N] [--status CODE] \
+        [--record FILE]
 
 POST /validate (any path but /healthz) answers an AdmissionReview:
   - denies (allowed: false, status 403 with --message) every object whose
@@ -11,6 +12,8 @@ POST /validate (any path but /healthz) answers an AdmissionReview:
     the webhook's timeoutSeconds the apiserver gives up on it);
   - --status CODE: answers every review with HTTP CODE and no review (e.g.
     500: a failing webhook; failurePolicy decides what the apiserver does).
+  - --record FILE: appends each review received, as sent, to FILE (one JSON
+    line each; e2e/fixtures.sh captures what a validating webhook sees).
 GET /healthz answers 200 "ok" (no delay, no --status), for readiness checks.
 Each review is logged to stderr, one line each. Stops on SIGTERM or SIGINT.
 """
@@ -34,6 +37,7 @@ def parse_args():
     p.add_argument("--message", default="denied by policy", help="the denial's message")
     p.add_argument("--delay-ms", type=int, default=0, help="wait this long before each answer")
     p.add_argument("--status", type=int, default=0, help="answer with this HTTP status and no review")
+    p.add_argument("--record", help="append each review received to this file, one JSON line each")
     a = p.parse_args()
     a.deny = []
     for kv in a.deny_label:
@@ -44,6 +48,7 @@ def parse_args():
 
 
 ARGS = parse_args()
+RECORD_LOCK = threading.Lock()
 
 
 def log(msg):
@@ -81,6 +86,9 @@ class Handler(BaseHTTPRequestHandler):
             log(f"bad review: {e}")
             self.send(400, json.dumps({"error": "not an AdmissionReview"}))
             return
+        if ARGS.record:
+            with RECORD_LOCK, open(ARGS.record, "a") as f:
+                f.write(json.dumps(review, separators=(",", ":")) + "\n")
         if ARGS.delay_ms:
             time.sleep(ARGS.delay_ms / 1000)
         obj = req.get("object") or req.get("oldObject") or {}

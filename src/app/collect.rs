@@ -13,6 +13,7 @@ use super::{Pipeline, PipelineConfig, SpanCacheConfig, shutdown_signal};
 use crate::export::config::ExportSettings;
 use crate::flow::{SentLinks, SentLinksMetrics};
 use crate::metrics::Metrics;
+use crate::source::admission;
 use crate::source::spool::{Spool, SpoolConfig};
 use crate::source::watch::{self, DEFAULT_WATCH_EXCLUDE, WatchConfig};
 use crate::source::{validate_cluster_name, webhook};
@@ -79,6 +80,19 @@ pub struct CollectConfig {
     pub component_traces_listen: Option<SocketAddr>,
     /// Encoded bytes of component trace requests waiting to be forwarded.
     pub component_traces_queue_bytes: usize,
+    /// Where the admission source's validating webhook listens (HTTPS with
+    /// `tls_cert_file`), for clusters whose audit log cannot be received;
+    /// `None`: not served. Needs the cluster's list-watch.
+    pub admission_listen: Option<SocketAddr>,
+    /// Require the apiserver's client certificate, signed by this CA, on
+    /// the admission webhook.
+    pub admission_client_ca_file: Option<PathBuf>,
+    /// How long an admitted write waits for the list-watch to show it
+    /// stored before it is shown as not stored.
+    pub admission_persist_wait: Duration,
+    /// Admitted writes waiting for the list-watch at most; beyond, the
+    /// oldest are dropped (counted).
+    pub admission_max_pending: u64,
     /// Where object spans are remembered between writes (local or etcd).
     pub span_cache: SpanCacheConfig,
     /// The list-watch of every resource, and the Event watch.
@@ -111,6 +125,10 @@ impl Default for CollectConfig {
             no_cascade_metrics: false,
             component_traces_listen: None,
             component_traces_queue_bytes: 64 << 20,
+            admission_listen: None,
+            admission_client_ca_file: None,
+            admission_persist_wait: Duration::from_secs(30),
+            admission_max_pending: 100_000,
             span_cache: SpanCacheConfig::default(),
             watch: WatchersConfig::default(),
             pipeline: PipelineConfig::default(),
@@ -251,6 +269,11 @@ pub struct CollectApps {
     pub admin: axum::Router,
     /// Kubernetes components' own traces (OTLP), when served.
     pub component_traces: Option<axum::Router>,
+    /// The admission source's webhook (`/admission`, `/admission/{cluster}`),
+    /// when served.
+    pub admission: Option<axum::Router>,
+    /// Its admitted writes, for the list-watch to pair.
+    pub(crate) admissions: Option<Arc<crate::source::admission::Admissions>>,
 }
 
 /// Builds the collector's HTTP apps and the pipeline behind them (used by
@@ -406,11 +429,39 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
             ))
         }
     };
+    let admissions = match config.admission_listen {
+        None => None,
+        Some(addr) => {
+            if config.watch.clusters.is_empty() {
+                bail!(
+                    "--admission-listen {addr}: an admitted write is shown once the list-watch shows what it stored; add the cluster's --watch-cluster"
+                );
+            }
+            let admissions = admission::Admissions::new(
+                admission::AdmissionConfig {
+                    default_cluster: config.cluster.clone(),
+                    max_body_bytes: config.max_body_bytes,
+                    persist_wait: config.admission_persist_wait,
+                    max_pending: usize::try_from(config.admission_max_pending)
+                        .unwrap_or(usize::MAX),
+                },
+                pipeline.intake.clone(),
+                state.filter.clone(),
+                state.metrics.clone(),
+            );
+            tokio::spawn(admission::expire_loop(admissions.clone()));
+            Some(admissions)
+        }
+    };
     Ok((
         CollectApps {
             audit: webhook::audit_router(state.clone()),
             admin: webhook::admin_router(state),
             component_traces,
+            admission: admissions
+                .as_ref()
+                .map(|a| admission::admission_router(a.clone())),
+            admissions,
         },
         pipeline,
     ))
@@ -447,6 +498,14 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
     for (cluster, kubeconfig) in &config.watch.clusters {
         watch::check_kubeconfig(cluster, kubeconfig)?;
     }
+    if config.admission_listen.is_some() && config.tls_cert_file.is_none() {
+        bail!(
+            "--admission-listen needs --tls-cert-file and --tls-key-file: the apiserver calls admission webhooks over HTTPS only"
+        );
+    }
+    if config.admission_client_ca_file.is_some() && config.admission_listen.is_none() {
+        bail!("--admission-client-ca-file needs --admission-listen");
+    }
     let (apps, pipeline) = build(&config)?;
     let roles = config
         .span_cache
@@ -460,6 +519,7 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
             exclude: config.watch.exclude.iter().cloned().collect(),
             event_max_age: config.watch.event_max_age,
             watch_events: config.watch.events,
+            admissions: apps.admissions.clone(),
         };
         watchers.push(tokio::spawn(watch::supervise(
             cfg,
@@ -489,6 +549,29 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
             };
             Some(tokio::spawn(async move {
                 serve_webhook(listener, None, app, limits, shutdown_signal()).await
+            }))
+        }
+        _ => None,
+    };
+    let admission = match (
+        config.admission_listen,
+        apps.admission,
+        &config.tls_cert_file,
+        &config.tls_key_file,
+    ) {
+        (Some(addr), Some(app), Some(cert), Some(key)) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen on --admission-listen {addr}"))?;
+            let tls = tls_config(cert, key, config.admission_client_ca_file.as_deref())?;
+            tracing::info!(admission_listen = %addr, mtls = config.admission_client_ca_file.is_some(),
+                "serving the admission source's validating webhook (POST /admission/{{cluster}})");
+            let limits = crate::source::server::ConnectionLimits {
+                header_read_timeout: config.header_read_timeout,
+                max_connections: config.max_connections,
+                refused: pipeline.metrics.webhook_connections_refused.clone(),
+            };
+            Some(tokio::spawn(async move {
+                serve_webhook(listener, Some(tls), app, limits, shutdown_signal()).await
             }))
         }
         _ => None,
@@ -531,6 +614,9 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
     admin.abort();
     if let Some(c) = components {
         c.abort();
+    }
+    if let Some(a) = admission {
+        a.abort();
     }
     Ok(())
 }

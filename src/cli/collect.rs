@@ -84,6 +84,27 @@ pub struct CollectArgs {
     /// refused (gRPC UNAVAILABLE, HTTP 503: the components retry) and counted as shed.
     #[arg(long, default_value_t = collect().component_traces_queue_bytes, env = "KASCADE_COMPONENT_TRACES_QUEUE_BYTES")]
     pub component_traces_queue_bytes: usize,
+    /// Address of the admission source: a validating admission webhook (HTTPS with --tls-cert-file;
+    /// `POST /admission/CLUSTER`) that records writes where the apiserver's audit log cannot be
+    /// received (managed clusters). It always allows; each admitted write is shown once the
+    /// list-watch (--watch-cluster) delivers the version it stored. Unset: not served.
+    #[arg(long, env = "KASCADE_ADMISSION_LISTEN", requires = "tls_cert_file")]
+    pub admission_listen: Option<SocketAddr>,
+    /// Require the apiserver's client certificate, signed by this CA, on the admission webhook.
+    #[arg(
+        long,
+        env = "KASCADE_ADMISSION_CLIENT_CA_FILE",
+        requires = "admission_listen"
+    )]
+    pub admission_client_ca_file: Option<PathBuf>,
+    /// How long an admitted write waits for the list-watch to deliver the version it stored;
+    /// then it is shown as not stored (refused after admission, or lost to a conflict).
+    #[arg(long, default_value_t = collect().admission_persist_wait.into(), env = "KASCADE_ADMISSION_PERSIST_WAIT")]
+    pub admission_persist_wait: Duration,
+    /// Admitted writes waiting for the list-watch at most; beyond, the oldest are dropped (counted
+    /// in kascade_admission_requests_total{outcome="shed"}).
+    #[arg(long, default_value_t = collect().admission_max_pending, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_ADMISSION_MAX_PENDING")]
+    pub admission_max_pending: u64,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -116,6 +137,10 @@ impl From<CollectArgs> for CollectConfig {
             no_cascade_metrics: a.no_cascade_metrics,
             component_traces_listen: a.component_traces_listen,
             component_traces_queue_bytes: a.component_traces_queue_bytes,
+            admission_listen: a.admission_listen,
+            admission_client_ca_file: a.admission_client_ca_file,
+            admission_persist_wait: a.admission_persist_wait.into(),
+            admission_max_pending: a.admission_max_pending,
             span_cache: (*a.span_cache).into(),
             watch: a.watch.into(),
             pipeline: a.pipeline.into(),

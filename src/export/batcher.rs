@@ -255,6 +255,7 @@ mod tests {
                 error: Some("Operation cannot be fulfilled".into()),
                 start: at,
                 end: at + Duration::from_millis(3),
+                recorded_by: None,
             },
         );
         write.event(

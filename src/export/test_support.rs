@@ -59,6 +59,7 @@ pub(super) fn big_update(
             error: None,
             start: at,
             end: at,
+            recorded_by: None,
         },
     );
     let (old, new) = ("o".repeat(value_len), "n".repeat(value_len));

@@ -175,6 +175,7 @@ mod tests {
                 error: None,
                 start: at,
                 end: at,
+                recorded_by: None,
             },
         );
         let old = "o".repeat(value_len);

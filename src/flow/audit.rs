@@ -59,6 +59,11 @@ pub struct AuditEvent {
     /// a marker when the event was decoded (`json::depth`).
     #[serde(skip)]
     pub deep_values: u32,
+    /// Made by the admission source from an admitted write and the version
+    /// the list-watch showed it stored (`source::admission`), not logged
+    /// by the apiserver.
+    #[serde(skip)]
+    pub recorded_by_admission: bool,
 }
 
 /// The audit policy's level of an event; a level this version does not

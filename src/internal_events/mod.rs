@@ -6,12 +6,14 @@
 //! one). Labels come from the bounded enums of `metrics::labels`. One file
 //! per component, as its metrics are.
 
+mod admission;
 mod causes;
 mod export;
 mod intake;
 mod span_cache;
 mod spool;
 
+pub(crate) use admission::{AdmissionRequestHandled, AdmittedWriteShown};
 pub(crate) use causes::{
     CauseCandidateDropped, CauseHolderDropped, CauseNotKnownInTime, CreatedCpidForgotten,
 };

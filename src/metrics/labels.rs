@@ -199,6 +199,57 @@ pub struct CascadeRoleLabel {
     pub role: CascadeRole,
 }
 
+label_values! {
+    /// What became of an admission request (`--admission-listen`).
+    pub enum AdmissionRequestOutcome {
+        /// Held until the list-watch shows what was stored.
+        Recorded => "recorded",
+        /// A dry run: never stored, not shown.
+        DryRun => "dry_run",
+        /// CONNECT (exec, attach, port-forward): writes nothing shown.
+        NotAWrite => "not_a_write",
+        /// Its cluster and resource are not watched: what was stored cannot
+        /// be known.
+        Unwatched => "unwatched",
+        /// Not an AdmissionReview kascade can read (answered 400).
+        Malformed => "malformed",
+        /// Held, then dropped to stay within --admission-max-pending.
+        Shed => "shed",
+    }
+}
+
+label_values! {
+    /// What became of an admitted write.
+    pub enum AdmittedWriteOutcome {
+        /// The list-watch showed the version it stored.
+        Persisted => "persisted",
+        /// An update that changed nothing: nothing stored.
+        NoChange => "no_change",
+        /// Never shown stored within --admission-persist-wait.
+        NotPersisted => "not_persisted",
+        /// Not stored: another write changed the object first.
+        Conflict => "conflict",
+        /// Not stored: the object was deleted first.
+        Gone => "gone",
+        /// An earlier admission of a write the apiserver retried.
+        Attempt => "attempt",
+    }
+}
+
+/// A cluster's admission requests, by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionRequestLabel {
+    pub cluster: String,
+    pub outcome: AdmissionRequestOutcome,
+}
+
+/// A cluster's admitted writes, by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmittedWriteLabel {
+    pub cluster: String,
+    pub outcome: AdmittedWriteOutcome,
+}
+
 /// The `source` of the list-watch metrics: a watched cluster's name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabel {

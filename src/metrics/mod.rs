@@ -87,6 +87,12 @@ pub struct Metrics {
     pub component_spans: Family<ComponentSpanLabel, Counter>,
     /// Component trace requests refused (unauthorized, unreadable, too large).
     pub component_requests_refused: Family<RejectLabel, Counter>,
+    /// Admission requests (`--admission-listen`), by what became of them.
+    pub admission_requests: Family<AdmissionRequestLabel, Counter>,
+    /// Admitted writes, by what the list-watch showed of them.
+    pub admitted_writes: Family<AdmittedWriteLabel, Counter>,
+    /// Admitted writes waiting for the list-watch.
+    pub admission_pending: Gauge,
     /// Encoded bytes of component trace requests waiting to be forwarded.
     pub component_forward_queue_bytes: Gauge,
     /// Bytes of webhook bodies being read and decoded now (`--max-intake-bytes`).
@@ -168,6 +174,21 @@ impl Metrics {
             "component_trace_requests_refused",
             "Component trace requests refused: unauthorized, bad_body (unreadable, too large), malformed (not OTLP traces)",
             self.component_requests_refused.clone(),
+        );
+        r.register(
+            "admission_requests",
+            "Admission requests (--admission-listen) by cluster and outcome: recorded, dry_run, not_a_write (CONNECT), unwatched (what was stored cannot be known), malformed (answered 400), shed (dropped to stay within --admission-max-pending)",
+            self.admission_requests.clone(),
+        );
+        r.register(
+            "admitted_writes",
+            "Admitted writes by cluster and what the list-watch showed: persisted, no_change, not_persisted, conflict, attempt (an earlier admission of a retried write)",
+            self.admitted_writes.clone(),
+        );
+        r.register(
+            "admission_pending",
+            "Admitted writes waiting for the list-watch to show them stored (bounded by --admission-max-pending)",
+            self.admission_pending.clone(),
         );
         r.register(
             "component_forward_queue_bytes",

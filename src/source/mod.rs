@@ -1,6 +1,7 @@
 //! Sources: the apiserver's audit webhook, audit log files, and list-watch
 //! of objects and Events.
 
+pub(crate) mod admission;
 pub(crate) mod arrivals;
 pub(crate) mod audit;
 pub(crate) mod exports;

@@ -47,6 +47,40 @@ pub struct WatchConfig {
     /// Events older than this, listed when a watch (re)starts, are not shown.
     pub event_max_age: Duration,
     pub watch_events: bool,
+    /// The admission source's admitted writes, shown as the writes of the
+    /// versions this watch delivers (`--admission-listen`).
+    pub(crate) admissions: Option<Arc<super::admission::Admissions>>,
+}
+
+/// For tests that start a watcher of their own (the collector builds its
+/// configuration from `--watch-*`).
+#[cfg(feature = "test-support")]
+impl WatchConfig {
+    /// Watches every resource of `cluster` through `kubeconfig`, and its
+    /// Events (listed ones up to 10 minutes old).
+    pub fn new(cluster: impl Into<String>, kubeconfig: impl Into<PathBuf>) -> Self {
+        Self {
+            cluster: cluster.into(),
+            kubeconfig: kubeconfig.into(),
+            include: HashSet::new(),
+            exclude: HashSet::new(),
+            event_max_age: Duration::from_secs(600),
+            watch_events: true,
+            admissions: None,
+        }
+    }
+
+    /// Watches only these resources (`resource` or `resource.group`).
+    pub fn include(mut self, resources: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.include = resources.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Watches Events too, or not.
+    pub fn events(mut self, watch_events: bool) -> Self {
+        self.watch_events = watch_events;
+        self
+    }
 }
 
 /// `name=path` of `--watch-cluster`.
@@ -217,6 +251,9 @@ pub async fn start(
     let mut watched = Vec::new();
     for ar in objects {
         watched.push(resource_name(&ar));
+        if let Some(a) = &cfg.admissions {
+            a.watching(&cfg.cluster, &ar.group, &ar.plural);
+        }
         tasks.push(tokio::spawn(watch_objects(
             cfg.clone(),
             client.clone(),
@@ -415,8 +452,12 @@ async fn watch_objects(
             state,
             observed: SystemTime::now(),
         };
+        let admitted = cfg.admissions.as_ref().and_then(|a| a.paired(&change));
         if intake.submit_work(Work::Watch(change)).await.is_err() {
             return; // shutting down
+        }
+        if let (Some(a), Some(write)) = (&cfg.admissions, admitted) {
+            a.submit(write).await;
         }
     }
 }

@@ -36,6 +36,10 @@ pub mod attr {
     pub const AUDIT_RV_OLD: &str = "audit.resource_version.old";
     pub const AUDIT_RV_NEW: &str = "audit.resource_version.new";
     pub const AUDIT_IMPERSONATED_USER: &str = "audit.impersonated_user";
+    /// `admission-webhook` on a write recorded by the admission source (its
+    /// span lasts from admission to the list-watch's delivery of the
+    /// version it stored); absent on writes from the audit log.
+    pub const AUDIT_RECORDED_BY: &str = "audit.recorded_by";
     /// The Status message of a write refused by optimistic concurrency
     /// (409 Conflict): routine, retried by its writer, so not an error.
     pub const AUDIT_CONFLICT: &str = "audit.conflict";

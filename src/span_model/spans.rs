@@ -87,6 +87,9 @@ pub(crate) struct AuditWrite<'a> {
     pub error: Option<String>,
     pub start: SystemTime,
     pub end: SystemTime,
+    /// What recorded the write when not the apiserver's audit log
+    /// (`audit.recorded_by`): the admission source.
+    pub recorded_by: Option<&'static str>,
 }
 
 /// A child span of the object span of `ow`.
@@ -158,6 +161,9 @@ pub(crate) fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str
     }
     if let Some(u) = w.impersonated_user {
         s.attr(attr::AUDIT_IMPERSONATED_USER, u);
+    }
+    if let Some(by) = w.recorded_by {
+        s.attr(attr::AUDIT_RECORDED_BY, by);
     }
     if !w.source_ip.is_empty() {
         s.attr(attr::AUDIT_SOURCE_IP, w.source_ip);

@@ -178,14 +178,9 @@ async fn a_resource_rbac_refuses_is_watched_once_it_is_allowed() {
 
     let metrics = std::sync::Arc::new(Metrics::default());
     let (intake, mut rx) = Intake::new(10_000, Default::default());
-    let cfg = WatchConfig {
-        cluster: ns.to_string(),
-        kubeconfig: kubeconfig_path,
-        include: ["configmaps".to_string()].into(),
-        exclude: Default::default(),
-        event_max_age: Duration::from_secs(3600),
-        watch_events: false,
-    };
+    let cfg = WatchConfig::new(ns, kubeconfig_path)
+        .include(["configmaps"])
+        .events(false);
     let tasks = start(cfg, intake, metrics.clone()).await.unwrap();
     assert_eq!(tasks.len(), 1, "configmaps only");
     let refused = || {

@@ -24,7 +24,7 @@ mod parsed;
 mod plan;
 mod reconcile;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod watch;
 
 pub(crate) use config::DEFAULT_LEDGER_ENTRIES;

@@ -94,6 +94,9 @@ pub(super) fn audit_write<'a>(
         error,
         start: ev.request_received_timestamp,
         end: ev.stage_timestamp,
+        recorded_by: ev
+            .recorded_by_admission
+            .then_some(crate::source::admission::RECORDED_BY),
     }
 }
 

@@ -90,7 +90,7 @@ pub(super) fn refused_pod_create() -> (Accepted, FailedCreate) {
 
 /// A processor with the default configuration and rules found in the
 /// repository, its spans sent to the returned receiver.
-pub(super) fn processor(
+pub(crate) fn processor(
     cfg: ProcessorConfig,
 ) -> (Processor, mpsc::Receiver<EncodedSpan>, Arc<Metrics>) {
     processor_redacting(cfg, Redactor::new(None))
@@ -137,7 +137,7 @@ impl crate::flow::ChangeSink for Records {
 }
 
 /// The spans sent so far.
-pub(super) fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
+pub(crate) fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
     let mut out = Vec::new();
     while let Ok(s) = rx.try_recv() {
         out.push(s.decode());
@@ -145,7 +145,7 @@ pub(super) fn drain(rx: &mut mpsc::Receiver<EncodedSpan>) -> Vec<Span> {
     out
 }
 
-pub(super) fn attr(s: &Span, key: &str) -> Option<String> {
+pub(crate) fn attr(s: &Span, key: &str) -> Option<String> {
     use opentelemetry_proto::tonic::common::v1::any_value;
     s.attributes
         .iter()

@@ -61,6 +61,7 @@ async fn an_object_nested_deeper_than_serde_json_reads_is_watched_with_a_marker(
         exclude: HashSet::new(),
         event_max_age: Duration::from_secs(3600),
         watch_events: false,
+        admissions: None,
     };
     let task = tokio::spawn(watch_objects(cfg, client(), ar, intake, metrics.clone()));
     let mut seen = Vec::new();

@@ -132,3 +132,10 @@ frontend then reads over the query HTTP API. */}}
 {{- printf "http://%s:2379" (include "kascade.etcdName" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A list of strings as CEL list items: 'a', 'b'. */}}
+{{- define "kascade.quotedList" -}}
+{{- $items := list -}}
+{{- range . }}{{- $items = append $items (printf "'%s'" (. | replace "'" "")) -}}{{- end -}}
+{{- join ", " $items -}}
+{{- end -}}

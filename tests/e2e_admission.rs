@@ -1,0 +1,449 @@
+//! The admission source against the real harness, run by e2e/suite.sh: a
+//! collector of its own that receives no audit event (as on a managed
+//! cluster), only the real apiserver's calls of its validating webhook
+//! (`--admission-listen`, configured as the chart does) and its list-watch
+//! of the same cluster, under the cluster name `admission`. A Deployment's
+//! rollout, a scale refused by a quota after admission, and writes while
+//! the collector is gone. Ignored in a plain `cargo test` (it needs that
+//! environment).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const CLUSTER: &str = "admission";
+const NS: &str = "admission-demo";
+const WEBHOOK: &str = "kascade-e2e-admission-source";
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run these through e2e/suite.sh"))
+}
+
+fn kubectl(args: &[&str]) -> String {
+    let out = Command::new(env("KUBECTL"))
+        .args(args)
+        .env("KUBECONFIG", env("KUBECONFIG"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kubectl_stdin(args: &[&str], input: &str) {
+    use std::io::Write as _;
+    let mut child = Command::new(env("KUBECTL"))
+        .args(args)
+        .env("KUBECONFIG", env("KUBECONFIG"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "kubectl {args:?}");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills its process when dropped (a failed assertion too).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Deletes the webhook configuration and the namespace when dropped.
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for args in [
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                WEBHOOK,
+                "--ignore-not-found",
+            ][..],
+            &[
+                "delete",
+                "namespace",
+                NS,
+                "--ignore-not-found",
+                "--wait=false",
+            ][..],
+        ] {
+            let _ = Command::new(env("KUBECTL"))
+                .args(args)
+                .env("KUBECONFIG", env("KUBECONFIG"))
+                .output();
+        }
+    }
+}
+
+/// A collector with the admission source and the list-watch of the
+/// harness cluster, no audit webhook feeding it; its admission port.
+fn start_collector(dir: &std::path::Path) -> (Killed, u16) {
+    for _ in 0..5 {
+        let (listen, admin, admission) = (free_port(), free_port(), free_port());
+        let log = std::fs::File::create(dir.join("collect.log")).unwrap();
+        let mut child = Command::new(env("KASCADE_BIN"))
+            .arg("collect")
+            .args(["--listen", &format!("127.0.0.1:{listen}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--admission-listen", &format!("127.0.0.1:{admission}")])
+            .args(["--cluster", CLUSTER, "--no-spool"])
+            .args(["--webhook-token-file", &env("AUDIT_WEBHOOK_TOKEN_FILE")])
+            .args(["--tls-cert-file", &env("KASCADE_TLS_CERT_FILE")])
+            .args(["--tls-key-file", &env("KASCADE_TLS_KEY_FILE")])
+            .args([
+                "--watch-cluster",
+                &format!("{CLUSTER}={}", env("KASCADE_KUBECONFIG")),
+            ])
+            .args(["--admission-persist-wait", "10s"])
+            .args(["--otlp-endpoint", &env("JAEGER_OTLP_GRPC")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                break; // a port taken meanwhile: try others
+            }
+            let ready = Command::new("curl")
+                .args(["-sf", &format!("http://127.0.0.1:{admin}/readyz")])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            // Ready once the list-watch delivers: the admission source
+            // holds writes only of resources it watches.
+            let watching = ready
+                && Command::new("curl")
+                    .args(["-s", &format!("http://127.0.0.1:{admin}/metrics")])
+                    .output()
+                    .is_ok_and(|o| {
+                        String::from_utf8_lossy(&o.stdout).lines().any(|l| {
+                            l.starts_with("kascade_watch_changes_total{source=\"admission\"}")
+                        })
+                    });
+            if watching {
+                return (Killed(child), admission);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the collector did not start watching in 60 s: {}",
+                std::fs::read_to_string(dir.join("collect.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let log = std::fs::read_to_string(dir.join("collect.log")).unwrap_or_default();
+        assert!(
+            log.contains("Address in use") || log.contains("address in use"),
+            "{log}"
+        );
+    }
+    panic!("no free ports for the collector in 5 tries");
+}
+
+/// The webhook configuration the chart installs, pointing at the
+/// collector's admission port, for the demo namespace only.
+fn configure_webhook(port: u16) {
+    let ca = std::fs::read(env("KASCADE_TLS_CLIENT_CA_FILE")).unwrap();
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    kubectl_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {WEBHOOK}
+webhooks:
+- name: admission-source.kascade.io
+  clientConfig:
+    url: https://127.0.0.1:{port}/admission/{CLUSTER}
+    caBundle: {ca}
+  rules:
+  - apiGroups: ["*"]
+    apiVersions: ["*"]
+    operations: ["CREATE", "UPDATE", "DELETE"]
+    resources: ["*", "*/status", "*/scale", "pods/binding", "pods/eviction"]
+  matchConditions:
+  - name: not-events-or-leases
+    expression: "!(request.resource.resource in ['events', 'leases'])"
+  namespaceSelector:
+    matchLabels: {{kubernetes.io/metadata.name: {NS}}}
+  failurePolicy: Ignore
+  sideEffects: None
+  timeoutSeconds: 2
+  admissionReviewVersions: ["v1"]
+"#
+        ),
+    );
+}
+
+fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    span["tags"]
+        .as_array()?
+        .iter()
+        .find(|t| t["key"] == key)
+        .map(|t| &t["value"])
+}
+
+fn tag_str<'a>(span: &'a Value, key: &str) -> &'a str {
+    tag(span, key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The spans of one object of the admission cluster in Jaeger.
+async fn spans_of(resource: &str, name: &str) -> Vec<Value> {
+    let tags = serde_json::json!({"cluster": CLUSTER, "resource": resource, "namespace": NS, "name": name});
+    let resp: Value = reqwest::Client::new()
+        .get(format!("{}/api/traces", env("JAEGER_QUERY_URL")))
+        .query(&[
+            ("service", "kascade"),
+            ("tags", &tags.to_string()),
+            ("lookback", "2h"),
+            ("limit", "100"),
+        ])
+        .send()
+        .await
+        .expect("Jaeger's query API answers")
+        .json()
+        .await
+        .unwrap();
+    resp["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
+        .filter(|s| tag_str(s, "cluster") == CLUSTER)
+        .collect()
+}
+
+/// Polls Jaeger until `done` holds for the spans of the object; panics
+/// after 120 s with what was there.
+async fn wait_for(
+    resource: &str,
+    name: &str,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let spans = spans_of(resource, name).await;
+        if done(&spans) {
+            return spans;
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<String> = spans
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} [{} {}]",
+                        s["operationName"].as_str().unwrap_or(""),
+                        tag_str(s, "kascade.span"),
+                        tag_str(s, "audit.recorded_by")
+                    )
+                })
+                .collect();
+            panic!("{resource} {NS}/{name}: {what} not seen in 120 s; spans: {names:#?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn admitted<'a>(spans: &'a [Value], user: &str, verb: &str) -> Vec<&'a Value> {
+    spans
+        .iter()
+        .filter(|s| {
+            tag_str(s, "kascade.span") == "audit"
+                && tag_str(s, "audit.recorded_by") == "admission-webhook"
+                && tag_str(s, "audit.user") == user
+                && tag_str(s, "audit.verb") == verb
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore]
+async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, port) = start_collector(dir.path());
+    let _cleanup = Cleanup;
+    configure_webhook(port);
+    let me = kubectl(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    kubectl(&["create", "namespace", NS]);
+    // Admission webhook configurations take effect within a second or so:
+    // the namespace's own label write comes after, seen by the webhook.
+    kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        NS,
+        "--image=nginx:1.27",
+        "--replicas=2",
+    ]);
+    kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        NS,
+        "--timeout=90s",
+    ]);
+    kubectl(&[
+        "set",
+        "image",
+        "deployment/web",
+        "-n",
+        NS,
+        "nginx=nginx:1.28",
+    ]);
+    kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        NS,
+        "--timeout=90s",
+    ]);
+
+    // The user's create and patch of the Deployment (a patch reaches a
+    // webhook as an update), recorded at admission, each shown once: by
+    // its admitted write, not again by the watch.
+    let deployment = wait_for("deployments", "web", "the user's create and update", |s| {
+        !admitted(s, &me, "create").is_empty() && !admitted(s, &me, "update").is_empty()
+    })
+    .await;
+    let watch_only: Vec<_> = deployment
+        .iter()
+        .filter(|s| tag_str(s, "kascade.span") == "watch")
+        .filter(|s| {
+            // The webhook's configuration took effect before the
+            // Deployment was created: every version of it was admitted.
+            tag_str(s, "watch.type") != "listed"
+        })
+        .map(|s| s["operationName"].clone())
+        .collect();
+    assert!(
+        watch_only.is_empty(),
+        "versions of the Deployment shown by the watch alone, though every write was admitted: {watch_only:?}"
+    );
+    for s in admitted(&deployment, &me, "update") {
+        // From admission to the watch's delivery of the stored version.
+        assert!(
+            tag(s, "audit.code").and_then(Value::as_i64) == Some(200),
+            "{s:#}"
+        );
+        assert!(
+            s["logs"]
+                .as_array()
+                .is_some_and(
+                    |l| l
+                        .iter()
+                        .any(|e| e["fields"].as_array().is_some_and(|f| f.iter().any(
+                            |kv| kv["value"] == "spec.template.spec.containers[0].image"
+                                || kv["value"]
+                                    .as_str()
+                                    .is_some_and(|v| v.contains("containers"))
+                        )))
+                ),
+            "the update's span shows no diff of the image: {s:#}"
+        );
+    }
+
+    // The Deployment controller's ReplicaSets, and the scheduler's bindings
+    // of their Pods, recorded the same way.
+    let rs_name = kubectl(&[
+        "get",
+        "rs",
+        "-n",
+        NS,
+        "-l",
+        "app=web",
+        "--sort-by=.metadata.creationTimestamp",
+        "-o",
+        "jsonpath={.items[-1:].metadata.name}",
+    ]);
+    wait_for(
+        "replicasets",
+        &rs_name,
+        "the deployment controller's create",
+        |s| {
+            !admitted(
+                s,
+                "system:serviceaccount:kube-system:deployment-controller",
+                "create",
+            )
+            .is_empty()
+        },
+    )
+    .await;
+    let pod = kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        "app=web",
+        "--field-selector=status.phase=Running",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    wait_for("pods", &pod, "the scheduler's binding", |s| {
+        admitted(s, "system:kube-scheduler", "create")
+            .iter()
+            .any(|b| tag_str(b, "audit.subresource") == "binding")
+    })
+    .await;
+
+    // A quota refuses Pod creates after the webhook admitted them: shown
+    // as refused writes of the ReplicaSet's Pods, on the ReplicaSet.
+    kubectl(&["create", "quota", "pods", "-n", NS, "--hard=pods=2"]);
+    kubectl(&["scale", "deployment/web", "-n", NS, "--replicas=4"]);
+    wait_for("replicasets", &rs_name, "a Pod create not stored", |s| {
+        s.iter().any(|x| {
+            tag_str(x, "audit.recorded_by") == "admission-webhook"
+                && tag(x, "audit.code").and_then(Value::as_i64) == Some(400)
+                && tag_str(x, "audit.attempt.resource") == "pods"
+        })
+    })
+    .await;
+
+    // With the collector gone, writes go on (failurePolicy Ignore); how
+    // long they take is measured and said, not judged (machine speed).
+    drop(collector);
+    let started = Instant::now();
+    for i in 0..3 {
+        kubectl(&["create", "configmap", &format!("while-down-{i}"), "-n", NS]);
+    }
+    eprintln!(
+        "3 ConfigMap creates with the admission source down took {:?}",
+        started.elapsed()
+    );
+}
