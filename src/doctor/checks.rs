@@ -157,12 +157,73 @@ pub(crate) fn judge(inputs: &Inputs, max_skew_ms: i64) -> Vec<Check> {
     out.push(rbac(inputs, intake, &cluster));
     out.push(clock_skew(inputs, max_skew_ms));
     out.push(frontend(inputs));
-    out.push(check(
-        "admission-webhook",
-        Status::Skip,
-        "the admission-webhook source does not exist yet: nothing to check",
-    ));
+    match intake {
+        Some(r) => out.push(admission_webhook(r, &cluster)),
+        None => out.push(check(
+            "admission-webhook",
+            Status::Skip,
+            "the collector's intake report is needed to judge the admission source",
+        )),
+    }
     out
+}
+
+/// The admission source (`--admission-listen`), for clusters whose audit
+/// log cannot be received: calls arriving, and their writes shown stored.
+fn admission_webhook(r: &IntakeReport, cluster: &str) -> Check {
+    const ID: &str = "admission-webhook";
+    if !r.admission_source {
+        return check(
+            ID,
+            Status::Skip,
+            "the collector serves no admission source (--admission-listen): it takes the audit webhook",
+        );
+    }
+    if !r.watched_clusters.iter().any(|c| c == cluster) {
+        return check(
+            ID,
+            Status::Fail,
+            format!(
+                "cluster {cluster} is not list-watched, and the admission source shows only writes the list-watch shows stored"
+            ),
+        )
+        .fix(format!(
+            "add --watch-cluster {cluster}=KUBECONFIG to the collector (the chart does it with collector.admissionSource.enabled)"
+        ));
+    }
+    let by = r.admitted.get(cluster);
+    let n = |outcome: &str| by.and_then(|b| b.get(outcome)).copied().unwrap_or(0);
+    let total: u64 = by.map(|b| b.values().sum()).unwrap_or(0);
+    if total == 0 {
+        return check(
+            ID,
+            Status::Fail,
+            format!("no admitted write of cluster {cluster} has reached the collector's admission source"),
+        )
+        .fix(format!(
+            "install the ValidatingWebhookConfiguration that sends writes to https://<collector>:8443/admission/{cluster} \
+             (the chart: collector.admissionSource.enabled=true; README, \"Managed clusters: the admission source\"); \
+             with failurePolicy Ignore an apiserver that cannot reach kascade admits writes silently, and its log says \
+             `failed calling webhook \"admission-source.kascade.io\"`"
+        ));
+    }
+    let not_stored = n("not_persisted");
+    let summary = format!(
+        "{total} admitted writes from {cluster}: {} shown stored, {} changed nothing, {not_stored} not stored, \
+         {} lost a conflict, {} found their object gone",
+        n("persisted"),
+        n("no_change"),
+        n("conflict"),
+        n("gone"),
+    );
+    // Refusals after admission happen (quotas), but not to most writes.
+    if total >= 20 && not_stored * 2 > total {
+        return check(ID, Status::Warn, summary).fix(format!(
+            "most admitted writes never showed up stored: check that the list-watch of {cluster} runs \
+             (watch-rbac) and that --admission-persist-wait covers its lag"
+        ));
+    }
+    check(ID, Status::Ok, summary)
 }
 
 /// The cluster judged: `--cluster`, else the collector's default.

@@ -75,6 +75,14 @@ pub(crate) struct IntakeReport {
     pub untracked_events: u64,
     /// The export outputs (OTLP, files), in configured order.
     pub outputs: Vec<OutputHealth>,
+    /// The admission source is served (`--admission-listen`).
+    #[serde(default)]
+    pub admission_source: bool,
+    /// Per watched cluster: its admitted writes by what the list-watch
+    /// showed of them (`persisted`, `not_persisted`, …), when the admission
+    /// source is served.
+    #[serde(default)]
+    pub admitted: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// Per-cluster intake state, bounded; shared by the webhook handlers.

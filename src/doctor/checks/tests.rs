@@ -182,3 +182,51 @@ fn needed_resources_are_what_the_chart_grants() {
     needed.sort();
     assert_eq!(needed, granted);
 }
+
+/// The admission source judged on the healthy harness's report with the
+/// admission fields a collector serving it adds (kascade's own report, not
+/// the apiserver's: derived here, as tests/e2e_admission.rs exercises the
+/// source itself): calls arriving and shown stored, none arriving, most
+/// never shown stored.
+#[test]
+fn the_admission_source_is_ok_when_its_writes_show_stored_and_fails_when_none_arrive() {
+    let mut inputs = captured("healthy");
+    let cluster = judged_cluster(&inputs);
+    let Probe::Ok(report) = &mut inputs.intake else {
+        panic!("the healthy harness has an intake report")
+    };
+    report.admission_source = true;
+    if !report.watched_clusters.contains(&cluster) {
+        report.watched_clusters.push(cluster.clone());
+    }
+    let with = |inputs: &mut Inputs, counts: &[(&str, u64)]| {
+        let Probe::Ok(report) = &mut inputs.intake else {
+            unreachable!()
+        };
+        report.admitted.insert(
+            cluster.clone(),
+            counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        );
+        get(&judge(inputs, MAX_SKEW_MS), "admission-webhook")
+    };
+    let ok = with(
+        &mut inputs,
+        &[("persisted", 120), ("not_persisted", 3), ("gone", 2)],
+    );
+    assert_eq!(ok.status, Status::Ok, "{ok:?}");
+    assert!(ok.summary.contains("125 admitted writes"), "{ok:?}");
+    let none = with(&mut inputs, &[("persisted", 0)]);
+    assert_eq!(none.status, Status::Fail, "{none:?}");
+    assert!(
+        none.fix.as_deref().unwrap().contains("/admission/"),
+        "{none:?}"
+    );
+    let lost = with(&mut inputs, &[("persisted", 5), ("not_persisted", 40)]);
+    assert_eq!(lost.status, Status::Warn, "{lost:?}");
+    let Probe::Ok(report) = &mut inputs.intake else {
+        unreachable!()
+    };
+    report.watched_clusters.retain(|c| c != &cluster);
+    let unwatched = get(&judge(&inputs, MAX_SKEW_MS), "admission-webhook");
+    assert_eq!(unwatched.status, Status::Fail, "{unwatched:?}");
+}

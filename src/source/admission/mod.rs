@@ -61,6 +61,9 @@ pub(crate) struct Admissions {
     intake: Intake,
     filter: AuditFilter,
     metrics: Arc<Metrics>,
+    /// What arrived per cluster (`GET /intake`): admitted writes count as
+    /// the audit events they are made into.
+    arrivals: Arc<super::arrivals::Arrivals>,
 }
 
 impl std::fmt::Debug for Admissions {
@@ -77,6 +80,7 @@ impl Admissions {
         intake: Intake,
         filter: AuditFilter,
         metrics: Arc<Metrics>,
+        arrivals: Arc<super::arrivals::Arrivals>,
     ) -> Arc<Self> {
         Arc::new(Self {
             writes: AdmittedWrites::new(config.persist_wait, config.max_pending),
@@ -84,6 +88,7 @@ impl Admissions {
             intake,
             filter,
             metrics,
+            arrivals,
         })
     }
 
@@ -127,6 +132,11 @@ impl Admissions {
         let Some(event) = shown.event else {
             return;
         };
+        self.arrivals.note(
+            &shown.cluster,
+            std::slice::from_ref(&event),
+            SystemTime::now(),
+        );
         if let Some(accepted) = super::accept(event, &shown.cluster, &self.filter, &self.metrics) {
             // The intake is closed only when shutting down.
             let _ = self

@@ -70,6 +70,31 @@ async fn intake(State(st): State<Arc<WebhookState>>) -> Response {
         clusters,
         untracked_events,
         outputs: st.export_progress.health(),
+        admission_source: st.admission_source,
+        admitted: if st.admission_source {
+            st.watched_clusters
+                .iter()
+                .map(|c| {
+                    let by_outcome = crate::metrics::AdmittedWriteOutcome::ALL
+                        .iter()
+                        .map(|o| {
+                            let n = st
+                                .metrics
+                                .admitted_writes
+                                .get_or_create(&crate::metrics::AdmittedWriteLabel {
+                                    cluster: c.clone(),
+                                    outcome: *o,
+                                })
+                                .get();
+                            (o.as_str().to_string(), n)
+                        })
+                        .collect();
+                    (c.clone(), by_outcome)
+                })
+                .collect()
+        } else {
+            Default::default()
+        },
     };
     axum::Json(report).into_response()
 }
