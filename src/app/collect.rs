@@ -90,6 +90,9 @@ pub struct CollectConfig {
     /// Admitted writes waiting for the list-watch at most; beyond, the
     /// oldest are dropped (counted).
     pub admission_max_pending: u64,
+    /// Bytes of the waiting writes' reviews held at most; beyond, the
+    /// oldest are dropped (counted).
+    pub admission_max_pending_bytes: u64,
     /// Where object spans are remembered between writes (local or etcd).
     pub span_cache: SpanCacheConfig,
     /// The list-watch of every resource, and the Event watch.
@@ -126,6 +129,7 @@ impl Default for CollectConfig {
             admission_client_ca_file: None,
             admission_persist_wait: Duration::from_secs(30),
             admission_max_pending: 100_000,
+            admission_max_pending_bytes: 256 << 20,
             span_cache: SpanCacheConfig::default(),
             watch: WatchersConfig::default(),
             pipeline: PipelineConfig::default(),

@@ -105,6 +105,10 @@ pub struct CollectArgs {
     /// in kascade_admission_requests_total{outcome="shed"}).
     #[arg(long, default_value_t = collect().admission_max_pending, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_ADMISSION_MAX_PENDING")]
     pub admission_max_pending: u64,
+    /// Bytes of the waiting writes' AdmissionReviews held at most; beyond, the oldest are dropped
+    /// (counted as shed). Default 256 MiB.
+    #[arg(long, default_value_t = collect().admission_max_pending_bytes, value_parser = clap::value_parser!(u64).range(1..), env = "KASCADE_ADMISSION_MAX_PENDING_BYTES")]
+    pub admission_max_pending_bytes: u64,
     #[command(flatten)]
     pub span_cache: Box<SpanCacheArgs>,
     #[command(flatten)]
@@ -141,6 +145,7 @@ impl From<CollectArgs> for CollectConfig {
             admission_client_ca_file: a.admission_client_ca_file,
             admission_persist_wait: a.admission_persist_wait.into(),
             admission_max_pending: a.admission_max_pending,
+            admission_max_pending_bytes: a.admission_max_pending_bytes,
             span_cache: (*a.span_cache).into(),
             watch: a.watch.into(),
             pipeline: a.pipeline.into(),

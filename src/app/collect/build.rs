@@ -203,6 +203,8 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                     persist_wait: config.admission_persist_wait,
                     max_pending: usize::try_from(config.admission_max_pending)
                         .unwrap_or(usize::MAX),
+                    max_pending_bytes: usize::try_from(config.admission_max_pending_bytes)
+                        .unwrap_or(usize::MAX),
                 },
                 pipeline.intake.clone(),
                 state.filter.clone(),

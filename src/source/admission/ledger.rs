@@ -71,6 +71,8 @@ struct State {
     /// shown are skipped when they come up.
     due: VecDeque<(Instant, ObjectRef, u64)>,
     pending: usize,
+    /// The reviews' sizes of the writes waiting.
+    bytes: usize,
     next_seq: u64,
     /// `(cluster, group, resource)` the list-watch delivers.
     watched: HashSet<(String, String, String)>,
@@ -82,6 +84,7 @@ pub(crate) struct AdmittedWrites {
     /// How long an admitted write waits for the watch.
     wait: Duration,
     max_pending: usize,
+    max_bytes: usize,
 }
 
 /// An admitted write made into an audit event, and what became of it.
@@ -93,11 +96,14 @@ pub(crate) struct Shown {
 }
 
 impl AdmittedWrites {
-    pub(crate) fn new(wait: Duration, max_pending: usize) -> Self {
+    /// Holds writes for `wait`, at most `max_pending` of them and
+    /// `max_bytes` of their reviews.
+    pub(crate) fn new(wait: Duration, max_pending: usize, max_bytes: usize) -> Self {
         Self {
             state: Mutex::default(),
             wait,
             max_pending: max_pending.max(1),
+            max_bytes,
         }
     }
 
@@ -149,7 +155,10 @@ impl AdmittedWrites {
         }
         let expect = expectation(&admitted);
         let mut shed = 0;
-        while st.pending >= self.max_pending {
+        let bytes = admitted.bytes;
+        while st.pending >= self.max_pending
+            || (st.pending > 0 && st.bytes + bytes > self.max_bytes)
+        {
             let Some((_, key, seq)) = st.due.pop_front() else {
                 break;
             };
@@ -172,6 +181,7 @@ impl AdmittedWrites {
                 gone: false,
             });
         st.pending += 1;
+        st.bytes += bytes;
         Ok((None, shed))
     }
 
@@ -203,21 +213,27 @@ impl AdmittedWrites {
             p.gone |= gone;
         }
         let a = &found.admitted;
-        let before = queue.len();
+        let mut attempts = 0;
+        let mut freed = a.bytes;
         queue.retain(|p| {
             let b = &p.admitted;
-            !(b.verb == a.verb
+            let attempt = b.verb == a.verb
                 && b.subresource == a.subresource
                 && b.user == a.user
                 && p.expect_kind() == found.expect_kind()
                 && b.received <= a.received
-                && a.received.duration_since(b.received).unwrap_or_default() <= ATTEMPTS_WITHIN)
+                && a.received.duration_since(b.received).unwrap_or_default() <= ATTEMPTS_WITHIN;
+            if attempt {
+                attempts += 1;
+                freed += b.bytes;
+            }
+            !attempt
         });
-        let attempts = before - queue.len();
         if queue.is_empty() {
             st.by_object.remove(&change.object);
         }
         st.pending -= 1 + attempts;
+        st.bytes -= freed;
         drop(st);
         let shown = Shown {
             cluster: found.admitted.object.cluster.as_str().into(),
@@ -260,8 +276,9 @@ fn take(st: &mut State, key: &ObjectRef, which: impl Fn(&Pending) -> bool) -> Op
     if queue.is_empty() {
         st.by_object.remove(key);
     }
-    if p.is_some() {
+    if let Some(p) = &p {
         st.pending -= 1;
+        st.bytes -= p.admitted.bytes;
     }
     p
 }

@@ -50,6 +50,8 @@ pub(crate) struct AdmissionConfig {
     pub persist_wait: Duration,
     /// Admitted writes waiting at most; beyond, the oldest are dropped.
     pub max_pending: usize,
+    /// Bytes of their reviews held at most; beyond, the oldest are dropped.
+    pub max_pending_bytes: usize,
 }
 
 /// The admitted writes and where they go once the watch has shown what
@@ -83,7 +85,11 @@ impl Admissions {
         arrivals: Arc<super::arrivals::Arrivals>,
     ) -> Arc<Self> {
         Arc::new(Self {
-            writes: AdmittedWrites::new(config.persist_wait, config.max_pending),
+            writes: AdmittedWrites::new(
+                config.persist_wait,
+                config.max_pending,
+                config.max_pending_bytes,
+            ),
             config,
             intake,
             filter,

@@ -43,6 +43,8 @@ pub(crate) struct Admitted {
     /// The object before an update or delete, without managedFields.
     pub old: Option<Value>,
     pub received: SystemTime,
+    /// The review's size: what holding it costs, about.
+    pub bytes: usize,
 }
 
 /// The nesting of a review's objects below its root: `request.object`.
@@ -158,6 +160,7 @@ pub(crate) fn decode(
             new: new.map(without_managed_fields),
             old: old.map(without_managed_fields),
             received,
+            bytes: body.len(),
         })),
     ))
 }

@@ -83,7 +83,7 @@ struct Run {
 }
 
 fn run(scenario: &str) -> Run {
-    let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000);
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000, usize::MAX);
     let changes = watched(scenario);
     for c in &changes {
         writes.watching(&c.object.cluster, &c.object.group, &c.object.resource);
@@ -331,7 +331,7 @@ fn a_review_nested_deeper_than_kascade_reads_keeps_its_write_with_a_marker() {
 
 #[test]
 fn an_update_that_changes_nothing_is_shown_at_once_and_the_pending_writes_are_bounded() {
-    let writes = AdmittedWrites::new(Duration::from_secs(30), 2);
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 2, usize::MAX);
     let bodies = reviews("deployment");
     let mut updates = Vec::new();
     for body in &bodies {
@@ -377,7 +377,7 @@ async fn through_the_processor_each_stored_version_is_shown_once_by_its_admitted
         ..Default::default()
     };
     let (p, mut rx, metrics) = processor(cfg);
-    let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000);
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000, usize::MAX);
     let changes = watched("deployment");
     for c in &changes {
         writes.watching(&c.object.cluster, &c.object.group, &c.object.resource);
@@ -449,4 +449,41 @@ async fn through_the_processor_each_stored_version_is_shown_once_by_its_admitted
         Some("effect"),
         "{rs_create:#?}"
     );
+}
+
+#[test]
+fn the_writes_waiting_are_bounded_by_the_bytes_of_their_reviews_too() {
+    let bodies: Vec<String> = reviews("deployment")
+        .into_iter()
+        .filter(|b| matches!(decoded(b), Ok(Review::Write(ref a)) if a.verb == "create"))
+        .take(6)
+        .collect();
+    assert_eq!(bodies.len(), 6);
+    let largest = bodies.iter().map(String::len).max().unwrap();
+    // Room for two of the largest reviews.
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 1000, 2 * largest);
+    let now = Instant::now();
+    let mut shed = 0;
+    for body in &bodies {
+        let Ok(Review::Write(a)) = decoded(body) else {
+            panic!()
+        };
+        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+        let (shown, n) = writes.admit(a, now).unwrap();
+        assert!(shown.is_none(), "a create waits for the watch");
+        shed += n;
+    }
+    let waiting = writes.pending();
+    assert!((1..=2).contains(&waiting), "{waiting} waiting");
+    assert_eq!(shed + waiting, bodies.len());
+    // What expires frees its bytes: as much is held again without shedding.
+    assert_eq!(
+        writes.expired(now + Duration::from_secs(31), false).len(),
+        waiting
+    );
+    assert_eq!(writes.pending(), 0);
+    let Ok(Review::Write(a)) = decoded(&bodies[0]) else {
+        panic!()
+    };
+    assert_eq!(writes.admit(a, now).unwrap().1, 0);
 }
