@@ -264,6 +264,12 @@ for log in sorted(fixtures.glob("*/audit.log"))[:8]:
     z = gzip.compress(pb)
     put("webhook_bodies", bytes([3 << 1 | 1]) + b"\1" + len(z).to_bytes(4, "big") + z)
 
+# admission_reviews: the AdmissionReviews the real apiserver sent the
+# recording webhook (e2e/fixtures/admission/*/admission.jsonl).
+for reviews in sorted(fixtures.glob("admission/*/admission.jsonl")):
+    for l in reviews.read_text().splitlines()[:40]:
+        put("admission_reviews", l.encode())
+
 # watch_objects: watch stream lines as the apiserver sent them (fixtures'
 # watch/), and a list page of their objects.
 for resource in sorted(fixtures.glob("*/watch/*.jsonl"))[:12]:

@@ -160,6 +160,12 @@ pub mod source {
     pub mod replay {
         pub use crate::source::replay::replay_files;
     }
+    pub mod admission {
+        #[cfg(fuzzing)]
+        pub mod fuzzing {
+            pub use crate::source::admission::fuzzing::review;
+        }
+    }
     pub mod server {
         pub use crate::source::server::ConnectionLimits;
     }

@@ -143,6 +143,9 @@ pub mod attr {
     pub const CPID_MERGED_INTO: &str = "cpid.merged_into";
 }
 
+/// [`attr::AUDIT_RECORDED_BY`] of a write the admission source recorded.
+pub(crate) const RECORDED_BY_ADMISSION: &str = "admission-webhook";
+
 /// Values of [`attr::CASCADE_ROLE`].
 pub(crate) const CASCADE_ROLE_EFFECT: &str = crate::flow::CascadeRole::Effect.as_str();
 pub(crate) const CASCADE_ROLE_UNEXPLAINED: &str = crate::flow::CascadeRole::Unexplained.as_str();

@@ -96,7 +96,7 @@ pub(super) fn audit_write<'a>(
         end: ev.stage_timestamp,
         recorded_by: ev
             .recorded_by_admission
-            .then_some(crate::source::admission::RECORDED_BY),
+            .then_some(crate::span_model::RECORDED_BY_ADMISSION),
     }
 }
 

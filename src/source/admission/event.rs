@@ -12,10 +12,6 @@ use crate::json::{JsonValueMutTrait as _, JsonValueTrait as _, Value};
 
 use super::review::Admitted;
 
-/// What the span of such a write says it was recorded by
-/// (`audit.recorded_by`).
-pub(crate) const RECORDED_BY: &str = "admission-webhook";
-
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Event<'a> {

@@ -13,6 +13,8 @@
 //! A write never seen stored is shown as refused after admission.
 
 mod event;
+#[cfg(fuzzing)]
+pub(crate) mod fuzzing;
 mod ledger;
 mod review;
 #[cfg(test)]
@@ -33,7 +35,6 @@ use crate::flow::{Intake, WatchChange, Work};
 use crate::internal_events::{AdmissionRequestHandled, AdmittedWriteShown, InternalEvent as _};
 use crate::metrics::{AdmissionRequestOutcome, AdmittedWriteOutcome, Metrics};
 
-pub(crate) use event::RECORDED_BY;
 pub(crate) use ledger::Shown;
 use ledger::{AdmittedWrites, NotHeld};
 use review::Review;

@@ -431,7 +431,7 @@ async fn through_the_processor_each_stored_version_is_shown_once_by_its_admitted
     for s in &audit {
         assert_eq!(
             attr(s, a::AUDIT_RECORDED_BY).as_deref(),
-            Some(super::RECORDED_BY),
+            Some(crate::span_model::RECORDED_BY_ADMISSION),
             "{s:#?}"
         );
     }
