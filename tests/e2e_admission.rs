@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const CLUSTER: &str = "admission";
-const NS: &str = "admission-demo";
 const WEBHOOK: &str = "kascade-e2e-admission-source";
 
 fn env(name: &str) -> String {
@@ -73,7 +72,7 @@ impl Drop for Killed {
 }
 
 /// Deletes the webhook configuration and the namespace when dropped.
-struct Cleanup;
+struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -87,7 +86,7 @@ impl Drop for Cleanup {
             &[
                 "delete",
                 "namespace",
-                NS,
+                &self.0,
                 "--ignore-not-found",
                 "--wait=false",
             ][..],
@@ -102,7 +101,7 @@ impl Drop for Cleanup {
 
 /// A collector with the admission source and the list-watch of the
 /// harness cluster, no audit webhook feeding it; its admission port.
-fn start_collector(dir: &std::path::Path) -> (Killed, u16) {
+fn start_collector(dir: &std::path::Path) -> (Killed, u16, u16) {
     for _ in 0..5 {
         let (listen, admin, admission) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.join("collect.log")).unwrap();
@@ -146,7 +145,7 @@ fn start_collector(dir: &std::path::Path) -> (Killed, u16) {
                         })
                     });
             if watching {
-                return (Killed(child), admission);
+                return (Killed(child), admission, admin);
             }
             assert!(
                 Instant::now() < deadline,
@@ -166,7 +165,7 @@ fn start_collector(dir: &std::path::Path) -> (Killed, u16) {
 
 /// The webhook configuration the chart installs, pointing at the
 /// collector's admission port, for the demo namespace only.
-fn configure_webhook(port: u16) {
+fn configure_webhook(port: u16, ns: &str) {
     let ca = std::fs::read(env("KASCADE_TLS_CLIENT_CA_FILE")).unwrap();
     use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca);
@@ -191,7 +190,7 @@ webhooks:
   - name: not-events-or-leases
     expression: "!(request.resource.resource in ['events', 'leases'])"
   namespaceSelector:
-    matchLabels: {{kubernetes.io/metadata.name: {NS}}}
+    matchLabels: {{kubernetes.io/metadata.name: {ns}}}
   failurePolicy: Ignore
   sideEffects: None
   timeoutSeconds: 2
@@ -213,9 +212,10 @@ fn tag_str<'a>(span: &'a Value, key: &str) -> &'a str {
     tag(span, key).and_then(Value::as_str).unwrap_or("")
 }
 
-/// The spans of one object of the admission cluster in Jaeger.
-async fn spans_of(resource: &str, name: &str) -> Vec<Value> {
-    let tags = serde_json::json!({"cluster": CLUSTER, "resource": resource, "namespace": NS, "name": name});
+/// The spans of the traces of one object of the admission cluster in
+/// Jaeger (its object spans carry the cluster; their children do not).
+async fn spans_of(ns: &str, resource: &str, name: &str) -> Vec<Value> {
+    let tags = serde_json::json!({"cluster": CLUSTER, "resource": resource, "namespace": ns, "name": name});
     let resp: Value = reqwest::Client::new()
         .get(format!("{}/api/traces", env("JAEGER_QUERY_URL")))
         .query(&[
@@ -234,14 +234,19 @@ async fn spans_of(resource: &str, name: &str) -> Vec<Value> {
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|t| {
+            t["spans"]
+                .as_array()
+                .is_some_and(|spans| spans.iter().any(|s| tag_str(s, "cluster") == CLUSTER))
+        })
         .flat_map(|t| t["spans"].as_array().cloned().unwrap_or_default())
-        .filter(|s| tag_str(s, "cluster") == CLUSTER)
         .collect()
 }
 
 /// Polls Jaeger until `done` holds for the spans of the object; panics
 /// after 120 s with what was there.
 async fn wait_for(
+    ns: &str,
     resource: &str,
     name: &str,
     what: &str,
@@ -249,7 +254,7 @@ async fn wait_for(
 ) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let spans = spans_of(resource, name).await;
+        let spans = spans_of(ns, resource, name).await;
         if done(&spans) {
             return spans;
         }
@@ -265,7 +270,7 @@ async fn wait_for(
                     )
                 })
                 .collect();
-            panic!("{resource} {NS}/{name}: {what} not seen in 120 s; spans: {names:#?}");
+            panic!("{resource} {ns}/{name}: {what} not seen in 120 s; spans: {names:#?}");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -287,24 +292,61 @@ fn admitted<'a>(spans: &'a [Value], user: &str, verb: &str) -> Vec<&'a Value> {
 #[ignore]
 async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
     let dir = tempfile::tempdir().unwrap();
-    let (collector, port) = start_collector(dir.path());
-    let _cleanup = Cleanup;
-    configure_webhook(port);
+    let (collector, port, admin) = start_collector(dir.path());
+    // A namespace of this run's own: the traces of earlier runs (one per
+    // object and window) stay apart.
+    let ns = format!(
+        "admission-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
+    let ns = ns.as_str();
+    let _cleanup = Cleanup(ns.to_string());
+    configure_webhook(port, ns);
     let me = kubectl(&[
         "auth",
         "whoami",
         "-o",
         "jsonpath={.status.userInfo.username}",
     ]);
-    kubectl(&["create", "namespace", NS]);
-    // Admission webhook configurations take effect within a second or so:
-    // the namespace's own label write comes after, seen by the webhook.
+    kubectl(&["create", "namespace", ns]);
+    // The apiserver calls a new webhook configuration once it has read it:
+    // the scenario starts when a write of the namespace has been recorded.
+    let recorded =
+        format!("kascade_admission_requests_total{{cluster=\"{CLUSTER}\",outcome=\"recorded\"}}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        kubectl(&[
+            "annotate",
+            "namespace",
+            ns,
+            &format!("probe={i}"),
+            "--overwrite",
+        ]);
+        let metrics = Command::new("curl")
+            .args(["-s", &format!("http://127.0.0.1:{admin}/metrics")])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&metrics.stdout)
+            .lines()
+            .any(|l| l.starts_with(&recorded) && !l.ends_with(" 0"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the apiserver never called the admission source"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     kubectl(&[
         "create",
         "deployment",
         "web",
         "-n",
-        NS,
+        ns,
         "--image=nginx:1.27",
         "--replicas=2",
     ]);
@@ -313,7 +355,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "status",
         "deployment/web",
         "-n",
-        NS,
+        ns,
         "--timeout=90s",
     ]);
     kubectl(&[
@@ -321,7 +363,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "image",
         "deployment/web",
         "-n",
-        NS,
+        ns,
         "nginx=nginx:1.28",
     ]);
     kubectl(&[
@@ -329,16 +371,20 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "status",
         "deployment/web",
         "-n",
-        NS,
+        ns,
         "--timeout=90s",
     ]);
 
     // The user's create and patch of the Deployment (a patch reaches a
     // webhook as an update), recorded at admission, each shown once: by
     // its admitted write, not again by the watch.
-    let deployment = wait_for("deployments", "web", "the user's create and update", |s| {
-        !admitted(s, &me, "create").is_empty() && !admitted(s, &me, "update").is_empty()
-    })
+    let deployment = wait_for(
+        ns,
+        "deployments",
+        "web",
+        "the user's create and update",
+        |s| !admitted(s, &me, "create").is_empty() && !admitted(s, &me, "update").is_empty(),
+    )
     .await;
     let watch_only: Vec<_> = deployment
         .iter()
@@ -383,7 +429,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "get",
         "rs",
         "-n",
-        NS,
+        ns,
         "-l",
         "app=web",
         "--sort-by=.metadata.creationTimestamp",
@@ -391,6 +437,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "jsonpath={.items[-1:].metadata.name}",
     ]);
     wait_for(
+        ns,
         "replicasets",
         &rs_name,
         "the deployment controller's create",
@@ -408,14 +455,14 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "get",
         "pods",
         "-n",
-        NS,
+        ns,
         "-l",
         "app=web",
         "--field-selector=status.phase=Running",
         "-o",
         "jsonpath={.items[0].metadata.name}",
     ]);
-    wait_for("pods", &pod, "the scheduler's binding", |s| {
+    wait_for(ns, "pods", &pod, "the scheduler's binding", |s| {
         admitted(s, "system:kube-scheduler", "create")
             .iter()
             .any(|b| tag_str(b, "audit.subresource") == "binding")
@@ -424,15 +471,21 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
 
     // A quota refuses Pod creates after the webhook admitted them: shown
     // as refused writes of the ReplicaSet's Pods, on the ReplicaSet.
-    kubectl(&["create", "quota", "pods", "-n", NS, "--hard=pods=2"]);
-    kubectl(&["scale", "deployment/web", "-n", NS, "--replicas=4"]);
-    wait_for("replicasets", &rs_name, "a Pod create not stored", |s| {
-        s.iter().any(|x| {
-            tag_str(x, "audit.recorded_by") == "admission-webhook"
-                && tag(x, "audit.code").and_then(Value::as_i64) == Some(400)
-                && tag_str(x, "audit.attempt.resource") == "pods"
-        })
-    })
+    kubectl(&["create", "quota", "pods", "-n", ns, "--hard=pods=2"]);
+    kubectl(&["scale", "deployment/web", "-n", ns, "--replicas=4"]);
+    wait_for(
+        ns,
+        "replicasets",
+        &rs_name,
+        "a Pod create not stored",
+        |s| {
+            s.iter().any(|x| {
+                tag_str(x, "audit.recorded_by") == "admission-webhook"
+                    && tag(x, "audit.code").and_then(Value::as_i64) == Some(400)
+                    && tag_str(x, "audit.attempt.resource") == "pods"
+            })
+        },
+    )
     .await;
 
     // With the collector gone, writes go on (failurePolicy Ignore); how
@@ -440,7 +493,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
     drop(collector);
     let started = Instant::now();
     for i in 0..3 {
-        kubectl(&["create", "configmap", &format!("while-down-{i}"), "-n", NS]);
+        kubectl(&["create", "configmap", &format!("while-down-{i}"), "-n", ns]);
     }
     eprintln!(
         "3 ConfigMap creates with the admission source down took {:?}",

@@ -365,8 +365,13 @@ fn shows(expect: &Expect, p: &Pending, change: &WatchChange) -> bool {
     let state = &change.state;
     let deleting = crate::json::pointer(state, "/metadata/deletionTimestamp").is_some();
     match (expect, change.kind) {
+        // kube's watcher reports an object's first version as applied, as
+        // any later one (kascade's watcher: Modified): the uid tells.
         (Expect::Created { uid }, WatchKind::Added | WatchKind::Listed) => {
             uid.is_empty() || str_at(state, "/metadata/uid") == Some(uid)
+        }
+        (Expect::Created { uid }, WatchKind::Modified) => {
+            !uid.is_empty() && str_at(state, "/metadata/uid") == Some(uid)
         }
         (Expect::Content, WatchKind::Modified | WatchKind::Listed) => p
             .admitted

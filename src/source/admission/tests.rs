@@ -50,7 +50,9 @@ fn watched(scenario: &str) -> Vec<WatchChange> {
         for line in std::fs::read_to_string(&f).unwrap().lines() {
             let ev = crate::json::parse(line).unwrap();
             let kind = match ev["type"].as_str().unwrap_or("") {
-                "ADDED" => WatchKind::Added,
+                // As kascade's watcher reports them: kube's watcher makes
+                // an added object and a modified one alike `Apply`.
+                "ADDED" => WatchKind::Modified,
                 "MODIFIED" => WatchKind::Modified,
                 "DELETED" => WatchKind::Deleted,
                 _ => continue,
