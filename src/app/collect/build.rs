@@ -35,7 +35,7 @@ pub struct CollectApps {
 }
 
 /// Builds the collector's HTTP apps and the pipeline behind them (used by
-/// [`run`] and by tests that serve them on an ephemeral port).
+/// [`run`](super::run) and by tests that serve them on an ephemeral port).
 pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> {
     validate_cluster_name(&config.cluster).map_err(|e| anyhow::anyhow!("--cluster: {e}"))?;
     if config.max_intake_bytes < 2 * config.max_body_bytes as u64 {
