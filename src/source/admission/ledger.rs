@@ -119,6 +119,12 @@ impl AdmittedWrites {
         self.lock().pending
     }
 
+    /// Entries of the expiry queue, stale ones included.
+    #[cfg(test)]
+    pub(crate) fn due_entries(&self) -> usize {
+        self.lock().due.len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding it cannot leave the maps half-changed in a
         // way that matters more than losing them: go on with what is there.
@@ -182,6 +188,18 @@ impl AdmittedWrites {
             });
         st.pending += 1;
         st.bytes += bytes;
+        // Entries of writes already shown wait in `due` until their time:
+        // when they outnumber the writes waiting, they are dropped, so the
+        // deque stays within the bound too.
+        if st.due.len() > 2 * st.pending + 1024 {
+            let st = &mut *st;
+            let by_object = &st.by_object;
+            st.due.retain(|(_, key, seq)| {
+                by_object
+                    .get(key)
+                    .is_some_and(|q| q.iter().any(|p| p.seq == *seq))
+            });
+        }
         Ok((None, shed))
     }
 

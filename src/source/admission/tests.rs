@@ -489,3 +489,45 @@ fn the_writes_waiting_are_bounded_by_the_bytes_of_their_reviews_too() {
     };
     assert_eq!(writes.admit(a, now).unwrap().1, 0);
 }
+
+/// Writes shown as soon as the watch delivers them leave nothing behind:
+/// the expiry queue's entries of shown writes are dropped once they
+/// outnumber the writes waiting.
+#[test]
+fn writes_shown_at_once_leave_the_expiry_queue_bounded() {
+    let create = reviews("deployment")
+        .into_iter()
+        .find(|b| matches!(decoded(b), Ok(Review::Write(ref a)) if a.verb == "create"))
+        .unwrap();
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000, usize::MAX);
+    let now = Instant::now();
+    for i in 0..5000 {
+        // The same create, of another object each time.
+        let mut v = crate::json::parse(&create).unwrap();
+        for path in ["/request/name", "/request/object/metadata/name"] {
+            if let Some(n) = crate::json::pointer_mut(&mut v, path) {
+                *n = Value::from(format!("obj-{i}").as_str());
+            }
+        }
+        *crate::json::pointer_mut(&mut v, "/request/object/metadata/uid").unwrap() =
+            Value::from(format!("uid-{i}").as_str());
+        let Ok(Review::Write(a)) = decoded(&crate::json::to_text(&v)) else {
+            panic!()
+        };
+        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+        let change = WatchChange {
+            object: a.object.clone(),
+            kind: WatchKind::Modified,
+            state: a.new.clone().unwrap(),
+            observed: SystemTime::now(),
+        };
+        writes.admit(a, now).unwrap();
+        assert!(writes.pair(&change).is_some(), "write {i} paired");
+    }
+    assert_eq!(writes.pending(), 0);
+    assert!(
+        writes.due_entries() <= 1025,
+        "{} entries",
+        writes.due_entries()
+    );
+}
