@@ -7,10 +7,12 @@
 //! the collector is gone. Ignored in a plain `cargo test` (it needs that
 //! environment).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{Killed, free_port};
 use serde_json::Value;
 
 const CLUSTER: &str = "admission";
@@ -51,24 +53,6 @@ fn kubectl_stdin(args: &[&str], input: &str) {
         .write_all(input.as_bytes())
         .unwrap();
     assert!(child.wait().unwrap().success(), "kubectl {args:?}");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Kills its process when dropped (a failed assertion too).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Deletes the webhook configuration and the namespace when dropped.
@@ -381,14 +365,17 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         "--image=nginx:1.27",
         "--replicas=2",
     ]);
-    kubectl(&[
-        "rollout",
-        "status",
-        "deployment/web",
-        "-n",
-        ns,
-        "--timeout=90s",
-    ]);
+    let rolled_out = || {
+        kubectl(&[
+            "rollout",
+            "status",
+            "deployment/web",
+            "-n",
+            ns,
+            "--timeout=90s",
+        ])
+    };
+    rolled_out();
     kubectl(&[
         "set",
         "image",
@@ -397,14 +384,7 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         ns,
         "nginx=nginx:1.28",
     ]);
-    kubectl(&[
-        "rollout",
-        "status",
-        "deployment/web",
-        "-n",
-        ns,
-        "--timeout=90s",
-    ]);
+    rolled_out();
 
     // The user's create and patch of the Deployment (a patch reaches a
     // webhook as an update), recorded at admission, each shown once: by

@@ -7,11 +7,13 @@
 //! is put back as it was at the end (its apiserver's webhook, its ClusterRole).
 //! Ignored in a plain `cargo test` (they need that environment).
 
-use std::net::TcpListener;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{Killed, free_port};
 use serde_json::Value;
 
 fn env(name: &str) -> String {
@@ -247,24 +249,6 @@ fn doctor_names_the_metadata_audit_policy_of_cluster_b() {
     // Nothing else is wrong with cluster B.
     for id in ["audit-events", "cluster-names", "export", "watch-rbac"] {
         assert_eq!(status(&d, id), "ok", "{id}: {}", d.text);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Kills its process when dropped (a failed assertion too).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -9,10 +9,13 @@
 //! a cluster name of its own, so their spans sit beside the webhook's.
 //! Ignored in a plain `cargo test` (they need that environment).
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Killed;
 use serde_json::Value;
 
 fn env(name: &str) -> String {
@@ -159,16 +162,6 @@ async fn arrives_alike(cluster: &str, want: &Signature) -> Signature {
             );
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
-    }
-}
-
-/// Kills its process when dropped (a failed assertion too).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -7,6 +7,26 @@ use std::process::{Command, Output};
 
 pub mod collector;
 
+/// A port free on the loopback now (another process may take it before
+/// the caller binds it: callers retry on "Address in use").
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills its process when dropped (a failed assertion too).
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The `kascade` binary as a user runs it, without `COLUMNS`: text is
 /// wrapped to it when set, and the tests read one line per item.
 pub fn kascade() -> Command {
