@@ -2,13 +2,15 @@
 # formatting and lints, unit tests over the real fixtures (on a machine kept
 # busy), the judgements scored on the corpus of whole-cluster runs, the HTML
 # report in a real browser (e2e/browser/), then the e2e suite against a real
-# control plane and a real Jaeger built by e2e/build.sh and the fault suite,
-# with the fuzz targets running beside the latter for a bounded time each.
+# control plane and a real Jaeger built by e2e/build.sh and the fault suite;
+# the fuzz targets, each for a bounded time, are the load beside the unit
+# tests.
 .PHONY: test lint unit fuzz corpus browser e2e faults fixtures
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
-# The fuzz targets run for a fixed time each in the background beside the
-# fault suite, which passes so, as it must on a busy machine. (The corpus
+# The fuzz stage runs in the background from the start of the unit stage: its
+# build beside the unit build, its targets (a fixed time each) beside the
+# unit tests, which pass so, as they must on a busy machine. (The corpus
 # scoring beside the e2e suite was tried: the suite, whose debug kascade and
 # control plane keep a core busy, took 92 s longer, against 63 s saved.)
 test:
@@ -32,17 +34,18 @@ lint:
 	  && "$${out#ACTIONLINT=}" .github/workflows/*.yml examples/ci/github-actions.yaml
 
 # The unit suite runs while both cores are kept busy (.ci/busy.sh): no test
-# may depend on how fast the machine is. The load is the build of what later
-# stages need that the unit build does not make: the e2e harness when its
-# cache is cold (.ci/prebuild.sh), and the fuzz targets, which the fuzz
-# stage builds beside this one (holding target/fuzz/build.lock); then
-# CPU-burning processes (BURNERS=N, default 2) if the tests outlast them.
-# The tests are built beside that build (each fills the cores the other
-# leaves idle) but never beside the burners, which would only slow it.
+# may depend on how fast the machine is. The load is the work of later
+# stages: the build of the e2e harness when its cache is cold
+# (.ci/prebuild.sh), and the fuzz stage, which builds the fuzz targets beside
+# the unit build and runs them beside the unit tests (holding
+# target/fuzz/build.lock); then CPU-burning processes (BURNERS=N, default 2)
+# if the tests outlast it. The tests are built beside that load but never
+# beside the burners, which would only slow the build.
 MUSL := $(shell uname -m)-unknown-linux-musl
 unit:
 	bash e2e/static-kascade.sh --toolchain
-	CARGO_BUILD_TARGET=$(MUSL) bash .ci/busy.sh --load .ci/prebuild.sh --build 'cargo test --workspace --locked --no-run' \
+	CARGO_BUILD_TARGET=$(MUSL) bash .ci/busy.sh --load .ci/prebuild.sh \
+	  --build 'cargo test --workspace --locked --no-run && bash .ci/stages.sh --mark unit-built' \
 	  --beside "$${CARGO_TARGET_DIR:-target}/fuzz/build.lock" cargo test --workspace --locked
 
 # The kascade that `cargo test --workspace` built (the unit stage's):
@@ -56,13 +59,14 @@ TESTED_KASCADE = CARGO_BUILD_TARGET=$(MUSL) cargo test --workspace --locked --no
 # 30). Seeded from the fixtures, the rules and the spans the tested kascade
 # makes of the fixtures. A crash fails, naming the input kept and how to
 # reproduce it. In `make test` this stage starts in the background before
-# the unit stage: the targets' build is the load beside the unit tests, and
-# they run once the unit stage has passed (stages.sh --await; at once
-# outside `make test`), beside the stages after it.
+# the unit stage and is the load beside it: the targets are built beside
+# the unit build and run once it is made (stages.sh --await unit-built; at
+# once outside `make test`), beside the unit tests.
+FUZZ_LOCK = $${CARGO_TARGET_DIR:-target}/fuzz/build.lock
 fuzz:
-	bash .ci/fuzz.sh build
-	bash .ci/stages.sh --await unit
-	KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash .ci/fuzz.sh run
+	mkdir -p "$$(dirname "$(FUZZ_LOCK)")"
+	flock "$(FUZZ_LOCK)" bash -c 'bash .ci/fuzz.sh build && bash .ci/stages.sh --await unit-built \
+	  && KASCADE="$$($(TESTED_KASCADE))" && export KASCADE && bash .ci/fuzz.sh run'
 
 # explain and the UI's error marks scored against the truth of every
 # whole-cluster run in e2e/corpus/ (score.sh): every failing run's first

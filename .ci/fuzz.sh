@@ -2,15 +2,21 @@
 # fuzz.sh [build|run]: the cargo-fuzz targets of fuzz/ (docs/testing.md,
 # "Fuzzing"), each run for a bounded time; a crash fails.
 #   build  installs cargo-fuzz (pinned) when missing and builds every
-#          target once, optimised with debug assertions, without sanitizer,
-#          in ${CARGO_TARGET_DIR:-target}/fuzz (`make test` runs this
-#          beside the unit stage, holding target/fuzz/build.lock);
+#          target once, optimised, without sanitizer or debug assertions,
+#          in a build directory kept between checkouts (KASCADE_FUZZ_CACHE,
+#          default ~/.cache/kascade-fuzz: the dependencies are built once,
+#          kascade's own crates for each checkout), then links the targets
+#          into ${CARGO_TARGET_DIR:-target}/fuzz/bin;
 #   run    builds what is not built yet, seeds the corpora (fuzz/seed.py),
 #          then runs every target for FUZZ_SECONDS (default 30), FUZZ_JOBS
 #          (default 2) at a time; FUZZ_TARGETS="a b" runs only those.
-# No argument: both. Needs the nightly toolchain (rustup toolchain install
-# nightly). A crashing input is kept in fuzz/artifacts/<target>/ and the
-# commands that reproduce it are printed, with the panic it causes.
+# No argument: both. (`make test` runs them holding
+# ${CARGO_TARGET_DIR:-target}/fuzz/build.lock: the unit stage's busy.sh
+# counts the fuzz stage as its load and starts its CPU burners only when
+# the lock is released; see the Makefile.)
+# Needs the nightly toolchain (rustup toolchain install nightly). A crashing
+# input is kept in fuzz/artifacts/<target>/ and the commands that reproduce
+# it are printed, with the panic it causes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -24,9 +30,15 @@ jobs="${FUZZ_JOBS:-2}"
 target="${CARGO_TARGET_DIR:-target}"
 [[ "$target" = /* ]] || target="$root/$target"
 fuzz_dir="$target/fuzz"
+# The built dependencies are most of the build (alone on the 2-core
+# machine: 530 s from nothing, 188 s with them kept; jemalloc's C alone
+# takes 80 s): kept, like the e2e harness, outside the checkout.
+cache="${KASCADE_FUZZ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kascade-fuzz}"
+# Past this size (old dependency versions, another nightly), it starts over.
+cache_max_gib="${KASCADE_FUZZ_CACHE_MAX_GIB:-10}"
 # The same options at every build, so that `cargo fuzz run` with them
 # finds the targets built.
-build_opts=(-s none --codegen-units 16 --target-dir "$fuzz_dir")
+build_opts=(-s none --codegen-units 16 --target-dir "$cache")
 log() { echo "fuzz: $*" >&2; }
 
 tools() {
@@ -43,16 +55,38 @@ tools() {
 }
 
 host="$(rustc +nightly -vV 2>/dev/null | sed -n 's/^host: //p')"
-bin_dir="$fuzz_dir/$host/release"
+# The checkout's own copies of the targets, which the next checkout's build
+# cannot replace under a run.
+bin_dir="$fuzz_dir/bin"
 # Every [[bin]] of fuzz/Cargo.toml.
 mapfile -t all_targets < <(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^kascade-fuzz$')
 
 build() {
-  local t0=$SECONDS
-  mkdir -p "$fuzz_dir"
-  # Held while installing and building: the unit stage's busy.sh (--beside)
-  # counts this build as its load and starts its burners only when it ends.
-  (flock 9 && tools && cd fuzz && cargo +nightly fuzz build "${build_opts[@]}") 9>"$fuzz_dir/build.lock"
+  local t0=$SECONDS t
+  mkdir -p "$cache" "$bin_dir"
+  (
+    # One build at a time in the shared directory (another checkout's CI).
+    flock 8
+    tools
+    local size_gib
+    size_gib=$(du -s --block-size=1G "$cache" | cut -f1)
+    if ((size_gib > cache_max_gib)); then
+      log "$cache holds ${size_gib} GiB (over KASCADE_FUZZ_CACHE_MAX_GIB=$cache_max_gib): starting it over"
+      find "$cache" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
+    fi
+    # kascade's crates are built anew for each checkout (their path is part
+    # of what cargo names them by): the last checkout's (2 GB with the
+    # targets) are removed first, so the directory does not grow with each.
+    if [[ "$(cat "$cache/checkout" 2>/dev/null || true)" != "$root" ]]; then
+      (cd fuzz && cargo +nightly clean --quiet -p kascade -p kascade-cpid -p kascade-fuzz \
+        --release --target "$host" --target-dir "$cache")
+      echo "$root" >"$cache/checkout"
+    fi
+    (cd fuzz && cargo +nightly fuzz build "${build_opts[@]}")
+    for t in "${all_targets[@]}"; do
+      ln -f "$cache/$host/release/$t" "$bin_dir/$t" 2>/dev/null || cp -f "$cache/$host/release/$t" "$bin_dir/$t"
+    done
+  ) 8>"$cache/lock"
   log "built ${#all_targets[@]} targets in $((SECONDS - t0))s (${all_targets[*]})"
 }
 
@@ -109,7 +143,7 @@ run() {
   for t in "${targets[@]}"; do
     [[ " ${all_targets[*]} " == *" $t "* ]] || { log "no target $t (fuzz/Cargo.toml has: ${all_targets[*]})"; exit 2; }
   done
-  # Built already (the prebuild), this only finds it fresh.
+  # Built already (`fuzz.sh build`), this only finds it fresh.
   build
   python3 fuzz/seed.py | sed 's/^/fuzz: corpus: /' >&2
   mkdir -p "$fuzz_dir/logs"

@@ -14,9 +14,17 @@
 #
 # Each foreground stage that passes leaves a mark, for which a background
 # stage can wait (`bash .ci/stages.sh --await STAGE`; outside a stages.sh
-# run it returns at once): the fuzz stage builds its targets beside the unit
-# stage and runs them only after it.
+# run it returns at once); a step within a stage leaves one with
+# `--mark NAME`: the fuzz stage builds its targets beside the unit build and
+# runs them once it is made (`unit-built`), beside the unit tests.
 set -uo pipefail
+if [[ "${1:-}" == --mark ]]; then
+  # A mark of a step within a stage (the unit stage's build), awaited the
+  # same way; nothing outside a stages.sh run.
+  mark="${2:?stages.sh: --mark needs a name}"
+  [[ -z "${KASCADE_STAGES_DIR:-}" ]] || touch "$KASCADE_STAGES_DIR/$mark.passed"
+  exit 0
+fi
 if [[ "${1:-}" == --await ]]; then
   awaited="${2:?stages.sh: --await needs a stage}"
   [[ -n "${KASCADE_STAGES_DIR:-}" ]] || exit 0
