@@ -8,13 +8,14 @@
 .PHONY: test lint unit fuzz corpus browser e2e faults fixtures
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
-# The fuzz stage runs in the background from the start of the unit stage: its
-# build beside the unit build, its targets (a fixed time each) beside the
-# unit tests, which pass so, as they must on a busy machine. (The corpus
+# The fuzz stage runs in the background from the start: its build beside the
+# lint and the unit build (filling the core their single-threaded steps
+# leave idle), its targets (a fixed time each) beside the unit tests, which
+# pass so, as they must on a busy machine. (The corpus
 # scoring beside the e2e suite was tried: the suite, whose debug kascade and
 # control plane keep a core busy, took 92 s longer, against 63 s saved.)
 test:
-	@bash .ci/stages.sh lint '&fuzz' unit corpus browser e2e faults
+	@bash .ci/stages.sh '&fuzz' lint unit corpus browser e2e faults
 
 # Shell scripts are parsed (bash -n), not run: e2e/experiments/ is too long
 # for CI, so this is where a syntax error in it would show. The GitHub
@@ -58,9 +59,9 @@ TESTED_KASCADE = CARGO_BUILD_TARGET=$(MUSL) cargo test --workspace --locked --no
 # for a bounded time, two at a time (.ci/fuzz.sh run: FUZZ_SECONDS, default
 # 30). Seeded from the fixtures, the rules and the spans the tested kascade
 # makes of the fixtures. A crash fails, naming the input kept and how to
-# reproduce it. In `make test` this stage starts in the background before
-# the unit stage and is the load beside it: the targets are built beside
-# the unit build and run once it is made (stages.sh --await unit-built; at
+# reproduce it. In `make test` this stage starts in the background first
+# and is the load beside the unit stage: the targets are built beside the
+# lint and unit build and run once the latter is made (stages.sh --await unit-built; at
 # once outside `make test`), beside the unit tests.
 FUZZ_LOCK = $${CARGO_TARGET_DIR:-target}/fuzz/build.lock
 fuzz:

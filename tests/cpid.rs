@@ -421,6 +421,57 @@ async fn a_pod_created_before_its_replicasets_create_response_carries_the_rollou
     }
 }
 
+/// A change whose writes in several object windows all began within one
+/// millisecond (a controller creating its Pods at once), a range too narrow
+/// to split, is still found whole a page at a time, and said to be whole:
+/// the captured rollout's writes, moved to the instant of its first.
+#[tokio::test]
+async fn windows_written_within_one_instant_are_found_whole() {
+    use kascade::test_support::frontend::raw::{RawStore, find_all, from_nanos};
+    let mut spans = fixture_spans().await;
+    let of_change = |s: &opentelemetry_proto::tonic::trace::v1::Span| {
+        s.attributes.iter().any(|a| {
+            a.key == "cpid"
+                && a.value.as_ref().and_then(|v| v.value.as_ref())
+                    == Some(
+                        &opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            FIRST.to_string(),
+                        ),
+                    )
+        })
+    };
+    let instant = spans
+        .iter()
+        .filter(|s| of_change(s))
+        .map(|s| s.start_time_unix_nano)
+        .min()
+        .expect("the rollout's writes carry its CPID");
+    for s in spans.iter_mut().filter(|s| of_change(s)) {
+        s.end_time_unix_nano = instant + (s.end_time_unix_nano - s.start_time_unix_nano);
+        s.start_time_unix_nano = instant;
+    }
+    let store = MemoryStore::new(spans);
+    let tags = [("cpid".to_string(), FIRST.to_string())];
+    let (a, b) = store.time_span().unwrap();
+    let range = TimeRange::new(from_nanos(a), from_nanos(b));
+    let mut every = store.find(&tags, range, usize::MAX).await.unwrap();
+    every.sort();
+    assert!(
+        every.len() > 3,
+        "the rollout's writes lie in {} windows",
+        every.len()
+    );
+    for page in [1, 2, every.len() - 1] {
+        let found = find_all(&store, &tags, range, page, 5000).await.unwrap();
+        assert_eq!(found.ids, every, "page {page}");
+        assert!(found.complete, "page {page}");
+    }
+    // Past `max`, still said to be cut.
+    let capped = find_all(&store, &tags, range, 1, 2).await.unwrap();
+    assert_eq!(capped.ids.len(), 2);
+    assert!(!capped.complete);
+}
+
 /// A change whose writes lie in more object windows than one search
 /// returns (`--raw-search-limit`) is searched in parts, its range split
 /// until each part's search holds fewer: every write is shown, with no
