@@ -77,11 +77,15 @@ build() {
     # kascade's crates are built anew for each checkout (their path is part
     # of what cargo names them by): the last checkout's (2 GB with the
     # targets) are removed first, so the directory does not grow with each.
-    if [[ "$(cat "$cache/checkout" 2>/dev/null || true)" != "$root" ]]; then
-      (cd fuzz && cargo +nightly clean --quiet -p kascade -p kascade-cpid -p kascade-fuzz \
-        --release --target "$host" --target-dir "$cache")
-      echo "$root" >"$cache/checkout"
+    local last
+    last="$(cat "$cache/checkout" 2>/dev/null || true)"
+    if [[ -n "$last" && "$last" != "$root" ]] \
+      && ! (cd fuzz && cargo +nightly clean -p kascade -p kascade-cpid -p kascade-fuzz \
+        --release --target "$host" --target-dir "$cache"); then
+      log "could not remove the crates of $last from $cache: starting it over"
+      find "$cache" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
     fi
+    echo "$root" >"$cache/checkout"
     (cd fuzz && cargo +nightly fuzz build "${build_opts[@]}")
     for t in "${all_targets[@]}"; do
       ln -f "$cache/$host/release/$t" "$bin_dir/$t" 2>/dev/null || cp -f "$cache/$host/release/$t" "$bin_dir/$t"
