@@ -9,9 +9,8 @@
 
 # Each stage's time is printed at the end (.ci/stages.sh), pass or fail.
 # The fuzz stage runs in the background from the start: its build beside the
-# lint and the unit build (filling the core their single-threaded steps
-# leave idle), its targets (a fixed time each) beside the unit tests, which
-# pass so, as they must on a busy machine. (The corpus
+# lint and the unit build, its targets (a fixed time each) beside the unit
+# tests, which pass so, as they must on a busy machine. (The corpus
 # scoring beside the e2e suite was tried: the suite, whose debug kascade and
 # control plane keep a core busy, took 92 s longer, against 63 s saved.)
 test:
@@ -61,8 +60,8 @@ TESTED_KASCADE = CARGO_BUILD_TARGET=$(MUSL) cargo test --workspace --locked --no
 # makes of the fixtures. A crash fails, naming the input kept and how to
 # reproduce it. In `make test` this stage starts in the background first
 # and is the load beside the unit stage: the targets are built beside the
-# lint and unit build and run once the latter is made (stages.sh --await unit-built; at
-# once outside `make test`), beside the unit tests.
+# lint and unit build and run once the latter is made (stages.sh --await
+# unit-built; at once outside `make test`), beside the unit tests.
 FUZZ_LOCK = $${CARGO_TARGET_DIR:-target}/fuzz/build.lock
 fuzz:
 	mkdir -p "$$(dirname "$(FUZZ_LOCK)")"

@@ -61,6 +61,9 @@ bin_dir="$fuzz_dir/bin"
 # Every [[bin]] of fuzz/Cargo.toml.
 mapfile -t all_targets < <(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^kascade-fuzz$')
 
+# Empties the cache but for the lock its builder holds.
+start_over() { find "$cache" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +; }
+
 build() {
   local t0=$SECONDS t
   mkdir -p "$cache" "$bin_dir"
@@ -72,7 +75,7 @@ build() {
     size_gib=$(du -s --block-size=1G "$cache" | cut -f1)
     if ((size_gib > cache_max_gib)); then
       log "$cache holds ${size_gib} GiB (over KASCADE_FUZZ_CACHE_MAX_GIB=$cache_max_gib): starting it over"
-      find "$cache" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
+      start_over
     fi
     # kascade's crates are built anew for each checkout (their path is part
     # of what cargo names them by): the last checkout's (2 GB with the
@@ -83,7 +86,7 @@ build() {
       && ! (cd fuzz && cargo +nightly clean -p kascade -p kascade-cpid -p kascade-fuzz \
         --release --target "$host" --target-dir "$cache"); then
       log "could not remove the crates of $last from $cache: starting it over"
-      find "$cache" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf {} +
+      start_over
     fi
     echo "$root" >"$cache/checkout"
     (cd fuzz && cargo +nightly fuzz build "${build_opts[@]}")
