@@ -84,7 +84,9 @@ e2e:
 	bash e2e/suite.sh
 
 # Overload, a Jaeger outage, kill -9, oversized objects, etcd slow then gone:
-# every event answered 200 must be in Jaeger (e2e/faults.sh; ~4 minutes).
+# every event answered 200 must be in Jaeger, no span twice past its bound;
+# then the webhook's limits and a burst of 200 searches at the read side
+# (e2e/faults.sh; ~4 minutes).
 faults:
 	bash e2e/faults.sh
 

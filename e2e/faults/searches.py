@@ -124,7 +124,10 @@ for ns, (status, body) in zip(searched, results):
     if not msgs or not any(msgs):
         failures.append(f"search of {ns}: HTTP {status}, no trace and no reason")
         continue
-    reason = "busy" if "--search-wait" in msgs[0] else "deadline" if "deadline" in msgs[0] else "other"
+    # A late answer says which deadline passed: the query tier's, or the
+    # frontend's --assembly-timeout (gRPC DeadlineExceeded).
+    late = "deadline" in msgs[0].lower() or "--assembly-timeout" in msgs[0]
+    reason = "busy" if "--search-wait" in msgs[0] else "deadline" if late else "other"
     reasons[reason] = reasons.get(reason, 0) + 1
     if reason == "other":
         failures.append(f"search of {ns}: HTTP {status}: {msgs[0][:200]}")

@@ -337,6 +337,9 @@ impl Pipeline {
         tracing::info!(rules = rules.len(), "relation rules loaded");
         let cfg = p.processor_config()?;
         let export_progress = Arc::new(export::ExportProgress::default());
+        if let Some(journal) = &sent_links {
+            export_progress.write_ahead_to(journal.clone());
+        }
         let (span_tx, export_shutdown, export_done) = export::start(
             e.resolve()?,
             &span_outputs,

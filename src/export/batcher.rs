@@ -179,6 +179,7 @@ impl Batcher {
             spans,
             also_finishes: std::mem::take(&mut self.dropped_since_flush),
         });
+        self.progress.before_batch_leaves();
         for (index, (label, queue)) in self.queues.iter().enumerate() {
             // A full queue waits here: backpressure, not loss.
             if queue.send(batch.clone()).await.is_err() {

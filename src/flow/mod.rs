@@ -43,7 +43,7 @@ pub(crate) use progress::{ExportProgress, Gauges, OutputHealth, unix_ms};
 #[cfg(feature = "test-support")]
 pub use sent_links::SENT_LINKS_FILE;
 pub use sent_links::SentLinks;
-pub(crate) use sent_links::SentLinksMetrics;
+pub(crate) use sent_links::{EarlierLink, SentLinksMetrics};
 
 use crate::model::ObjectRef;
 
@@ -55,8 +55,8 @@ pub struct Accepted {
     /// Replayed from the durable spool after a crash: the object and link
     /// spans this event reaches may have been reserved (in a shared span
     /// cache) but never exported, so they are emitted again (same ids),
-    /// links once per process and none the spool journaled as exported
-    /// ([`SentLinks`]).
+    /// links once per process, none the spool journaled as exported and
+    /// those an earlier process may have sent as they were ([`SentLinks`]).
     pub replayed: bool,
     /// A create refused before its object was named: `object` is then named
     /// by the `generateName` prefix, and the write is shown on the owner's

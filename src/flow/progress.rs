@@ -16,6 +16,8 @@ pub struct ExportProgress {
     advanced: tokio::sync::Notify,
     /// Per output: how its last requests went (`kascade doctor`).
     health: std::sync::Mutex<Vec<OutputHealth>>,
+    /// Written before each batch leaves (the spool's journal of links).
+    write_ahead: std::sync::OnceLock<std::sync::Arc<super::SentLinks>>,
 }
 
 /// How an export output's requests have gone lately: served on the admin
@@ -38,6 +40,19 @@ pub struct OutputHealth {
 }
 
 impl ExportProgress {
+    /// Has `journal` write what was noted before each batch leaves.
+    pub(crate) fn write_ahead_to(&self, journal: std::sync::Arc<super::SentLinks>) {
+        let _ = self.write_ahead.set(journal);
+    }
+
+    /// A batch is about to leave the process: what must be on disk before
+    /// its spans are is written.
+    pub(crate) fn before_batch_leaves(&self) {
+        if let Some(journal) = self.write_ahead.get() {
+            journal.write_ahead();
+        }
+    }
+
     pub fn add_sent(&self, n: u64) {
         self.sent.fetch_add(n, Ordering::AcqRel);
     }

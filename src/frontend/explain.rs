@@ -110,7 +110,18 @@ impl<S: RawStore> Frontend<S> {
         }
         let limit = self.cfg.raw_search_limit;
         let ids = self.assembler.store().find(&tags, q.range, limit).await?;
-        let mut traces = self.assembler.read_many(&ids).await?;
+        let crate::frontend::assemble::Read {
+            mut traces,
+            unreadable,
+        } = self.assembler.read_each(&ids).await?;
+        let mut unreadable = unreadable;
+        if unreadable.len() == ids.len()
+            && let Some(&id) = unreadable.keys().next()
+            && let Some(e) = unreadable.remove(&id)
+        {
+            // Nothing read: no report rather than one that finds nothing.
+            return Err(e.into());
+        }
         let histories: Vec<_> = ids
             .iter()
             .filter_map(|id| traces.remove(id).and_then(merge))
@@ -168,12 +179,20 @@ impl<S: RawStore> Frontend<S> {
         }
         let mut inputs = Inputs {
             files: vec![format!(
-                "raw store: {} object windows{}",
+                "raw store: {} object windows{}{}",
                 ids.len(),
                 if ids.len() >= limit {
                     format!(" (the --raw-search-limit of {limit} was reached: some left out)")
                 } else {
                     String::new()
+                },
+                match unreadable.values().next() {
+                    Some(e) => format!(
+                        "; {} could not be read and are left out: {}",
+                        unreadable.len(),
+                        crate::messages::clip_message(e.to_string())
+                    ),
+                    None => String::new(),
                 }
             )],
             lines,

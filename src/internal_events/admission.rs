@@ -15,7 +15,8 @@ pub(crate) struct AdmissionRequestHandled<'a> {
     pub cluster: &'a str,
     pub outcome: AdmissionRequestOutcome,
     pub requests: u64,
-    /// What was wrong with it, for `Malformed`.
+    /// What was wrong with it, for the refusals (`Malformed`, `TooLarge`,
+    /// `TimedOut`, `Busy`).
     pub error: &'a str,
 }
 
@@ -46,6 +47,17 @@ impl InternalEvent for AdmissionRequestHandled<'_> {
                 requests,
                 "admitted writes dropped unshown: more were waiting for the list-watch than --admission-max-pending allows (further ones within 10 s are only counted)"
             )),
+            AdmissionRequestOutcome::TooLarge
+            | AdmissionRequestOutcome::TimedOut
+            | AdmissionRequestOutcome::Busy => {
+                let error = crate::messages::clip_message(self.error.to_string());
+                rate_limited!(tracing::warn!(
+                    cluster,
+                    outcome = self.outcome.as_str(),
+                    error,
+                    "refused an admission request unread; the write is not recorded (further ones within 10 s are only counted)"
+                ))
+            }
             AdmissionRequestOutcome::Unwatched => rate_limited!(tracing::info!(
                 cluster,
                 "an admitted write of a cluster or resource the list-watch does not deliver is not shown: what was stored cannot be known (add the cluster with --watch-cluster, or leave the resource out of the webhook's rules)"

@@ -215,6 +215,13 @@ label_values! {
         Malformed => "malformed",
         /// Held, then dropped to stay within --admission-max-pending.
         Shed => "shed",
+        /// Not read: over --max-body-bytes (answered 413).
+        TooLarge => "too_large",
+        /// Not read: its body took longer than --body-read-timeout (408).
+        TimedOut => "timed_out",
+        /// Not read: --max-intake-bytes of bodies were being read and
+        /// decoded (answered 429).
+        Busy => "busy",
     }
 }
 

@@ -76,10 +76,10 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
-    /// Link spans journaled as exported (`SPOOL_DIR/sent-links`).
+    /// Link spans confirmed as exported (`SPOOL_DIR/sent-links`).
     pub sent_links_persisted: Counter,
-    /// Exported links the journal could not keep (each may be sent again
-    /// after a crash).
+    /// Sent links the journal could not keep (each may be a second span in
+    /// the store after a crash).
     pub sent_links_dropped: Counter,
     /// Webhook connections refused at `--max-connections`.
     pub webhook_connections_refused: Counter,
@@ -207,12 +207,12 @@ impl Metrics {
         );
         r.register(
             "spool_sent_links_persisted",
-            "Link spans journaled in the spool as exported, so that a restart does not send them again",
+            "Link spans confirmed in the spool's journal as exported, so that a restart does not send them again",
             self.sent_links_persisted.clone(),
         );
         r.register(
             "spool_sent_links_dropped",
-            "Exported link spans the spool's journal could not keep (full, unwritable, over its bound): each may be sent again after a crash",
+            "Sent link spans the spool's journal could not keep (full, unwritable, over its bound): each may be a second span in the store after a crash",
             self.sent_links_dropped.clone(),
         );
         r.register(

@@ -192,10 +192,14 @@ pub(crate) struct LinkFields<'a> {
 /// A zero-length child of the object span naming the linked object; it also
 /// carries an OpenTelemetry link to the linked object's span.
 pub(crate) fn link_span(ow: &ObjectWindow, l: &LinkFields<'_>, link_key: u64) -> SpanBuf {
-    // The hash of the cache key followed by the link key.
+    // The hash of the cache key, the link key and the start: a span id
+    // stands for one content. Two processes that each found the link (two
+    // replicas deciding alone while etcd is gone) send two spans, not two
+    // versions of one id, which Jaeger's query API cannot serve (500).
     let id = derived_span_id_of(SALT_LINK, |h| {
         ow.hash_cache_key(h);
         h.update(&link_key.to_be_bytes());
+        h.update(&super::nanos(l.at).to_be_bytes());
     });
     let t = &l.target.object;
     let name = ["link", l.role, l.class, &t.group_resource()].join(" ");

@@ -152,3 +152,155 @@ async fn a_search_answer_stops_at_its_byte_bound_saying_so() {
     assert!(err.message().contains("--max-search-bytes"), "{err:?}");
     assert!(err.message().contains("after 1 traces"), "{err:?}");
 }
+
+/// A raw store that cannot serve the traces holding an object span of one
+/// resource, answering as `fail` says. The real case is Jaeger v2.13's
+/// query API answering 500 for a trace with two spans of one id, which a
+/// store keeps after two replicas each sent a link while their shared span
+/// cache (etcd) was gone (e2e/faults.sh, scenario `searches`, runs it
+/// against a real Jaeger); here the failure is made to order.
+struct FailingStore {
+    inner: MemoryStore,
+    resource: &'static str,
+    fail: fn() -> kascade::test_support::frontend::raw::RawError,
+}
+
+impl RawStore for FailingStore {
+    async fn find(
+        &self,
+        tags: &[(String, String)],
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<
+        Vec<kascade::test_support::frontend::raw::TraceIdBytes>,
+        kascade::test_support::frontend::raw::RawError,
+    > {
+        self.inner.find(tags, range, limit).await
+    }
+
+    async fn get(
+        &self,
+        id: kascade::test_support::frontend::raw::TraceIdBytes,
+    ) -> Result<Vec<Span>, kascade::test_support::frontend::raw::RawError> {
+        let spans = self.inner.get(id).await?;
+        if spans
+            .iter()
+            .any(|s| string_attr(&s.attributes, "resource") == Some(self.resource))
+        {
+            return Err((self.fail)());
+        }
+        Ok(spans)
+    }
+
+    async fn relation_counts(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<
+        kascade::test_support::frontend::raw::RelationCounts,
+        kascade::test_support::frontend::raw::RawError,
+    > {
+        self.inner.relation_counts(range, limit).await
+    }
+
+    async fn clusters(
+        &self,
+        range: TimeRange,
+        limit: usize,
+    ) -> Result<BTreeSet<String>, kascade::test_support::frontend::raw::RawError> {
+        self.inner.clusters(range, limit).await
+    }
+
+    fn describe(&self) -> String {
+        "memory store failing one resource's traces".into()
+    }
+}
+
+async fn search_hello_failing(
+    resource: &'static str,
+    fail: fn() -> kascade::test_support::frontend::raw::RawError,
+) -> Result<Vec<Arc<AssembledTrace>>, FrontendError> {
+    let inner = store("deployment").await;
+    let range = whole_range(&inner);
+    let f = Frontend::new(
+        Arc::new(FailingStore {
+            inner,
+            resource,
+            fail,
+        }),
+        FrontendConfig::default(),
+    );
+    f.search(&query_of(
+        range,
+        &[("resource", "deployments"), ("name", "hello")],
+    ))
+    .await
+}
+
+fn answered_500() -> kascade::test_support::frontend::raw::RawError {
+    kascade::test_support::frontend::raw::RawError::Status {
+        url: "http://raw:16686/api/v3/traces/x".into(),
+        status: 500,
+        body: String::new(),
+    }
+}
+
+/// One related object's traces the store cannot serve cost that object
+/// only: the search is answered, the other objects are whole, and the
+/// trace says which object is shown without its traces and why.
+#[tokio::test]
+async fn a_related_trace_the_store_cannot_serve_costs_that_object_not_the_search() {
+    let found = search_hello_failing("replicasets", answered_500)
+        .await
+        .expect("answered without the ReplicaSets' traces");
+    assert_eq!(found.len(), 1);
+    let t = &found[0];
+    let notes = &t.assembly.notes;
+    assert!(
+        notes.iter().any(|n| n.contains("replicasets")
+            && n.contains("could not be read")
+            && n.contains("answered 500")),
+        "{notes:?}"
+    );
+    let resources: BTreeSet<String> = t
+        .assembly
+        .nodes
+        .iter()
+        .map(|n| n.history.object.resource.clone())
+        .collect();
+    assert!(
+        resources.contains("deployments") && resources.contains("replicasets"),
+        "{resources:?}"
+    );
+
+    // The same store serving every trace: no such note.
+    let (whole, _) = frontend("deployment").await;
+    let t = hello_tree(&whole).await;
+    assert!(
+        !t.assembly
+            .notes
+            .iter()
+            .any(|n| n.contains("could not be read")),
+        "{:?}",
+        t.assembly.notes
+    );
+}
+
+/// A store that cannot be reached fails the search (saying so), and so
+/// does the searched object's own trace: an answer without them would
+/// look whole.
+#[tokio::test]
+async fn an_unreachable_store_or_the_searched_objects_trace_fails_the_search() {
+    let unreachable = || kascade::test_support::frontend::raw::RawError::Unreachable {
+        url: "http://raw:16686".into(),
+        message: "connection refused".into(),
+    };
+    let e = search_hello_failing("replicasets", unreachable)
+        .await
+        .expect_err("the store is gone");
+    assert!(e.to_string().contains("unreachable"), "{e}");
+    let e = search_hello_failing("deployments", answered_500)
+        .await
+        .expect_err("the searched object's trace");
+    assert!(e.to_string().contains("answered 500"), "{e}");
+}

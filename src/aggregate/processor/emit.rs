@@ -15,15 +15,16 @@ use super::super::span_cache::{Slot, SpanCache};
 use super::ProcessError;
 use super::handoff::Pending;
 use crate::flow::ExportProgress;
-use crate::flow::SentLinks;
+use crate::flow::{EarlierLink, SentLinks};
 use crate::model::{ObjectRef, ObjectWindow};
 use crate::span_model::{self, EncodedSpan, LinkFields, SpanBuf};
 
 /// What the emitter makes of a link.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum LinkClaim {
-    /// To be emitted now.
-    Claimed,
+    /// To be emitted now, starting then: when the write that found it
+    /// happened, or when the span an earlier process may have sent started.
+    Claimed(SystemTime),
     /// Emitted already (by this process, or another replica).
     Known,
     /// Exported by an earlier process (the spool's journal).
@@ -209,7 +210,7 @@ impl Emitter {
             h.digest()
         };
         let forward = link_key(rel.role.as_str(), &rel.class, &rel.target);
-        let forward_claim = self.claim_link(ow, forward, force).await?;
+        let forward_claim = self.claim_link(ow, forward, at, force).await?;
         if forward_claim == LinkClaim::Known {
             // Recorded together: the other side is known too.
             return Ok(());
@@ -218,7 +219,7 @@ impl Emitter {
             object: rel.target.clone(),
             window_start: ow.window_start,
         };
-        if forward_claim == LinkClaim::Claimed {
+        if let LinkClaim::Claimed(at) = forward_claim {
             self.ensure_object_span(&target, target_uid, force).await?;
             self.metrics.link_spans.inc();
             let f = LinkFields {
@@ -227,14 +228,16 @@ impl Emitter {
                 class: &rel.class,
                 at,
             };
+            // Journaled before it can leave (the exporter writes the
+            // journal ahead of each batch).
+            self.note_sent(ow, forward, at);
             self.emit(span_model::link_span(ow, &f, forward)).await?;
-            self.note_sent(ow, forward);
         }
         // Looked at also when an earlier process exported this side: a
         // release may have journaled it and not yet the other side.
         let reverse_role = rel.role.reverse();
         let backward = link_key(reverse_role.as_str(), &rel.class, &ow.object);
-        if self.claim_link(&target, backward, force).await? == LinkClaim::Claimed {
+        if let LinkClaim::Claimed(at) = self.claim_link(&target, backward, at, force).await? {
             if forward_claim == LinkClaim::Exported {
                 self.ensure_object_span(&target, target_uid, force).await?;
             }
@@ -245,32 +248,38 @@ impl Emitter {
                 class: &rel.class,
                 at,
             };
+            self.note_sent(&target, backward, at);
             self.emit(span_model::link_span(&target, &b, backward))
                 .await?;
-            self.note_sent(&target, backward);
         }
         Ok(())
     }
 
-    /// Whether to emit the link's span: not if an earlier process exported
-    /// it (the journal); else if it is new to the span cache, or — for a
-    /// replayed write (`force`), whose links may have been reserved in a
-    /// shared cache and never exported — if this process has not emitted
-    /// it yet. Once per process: a link span starts at the write that found
-    /// it, so every further copy would be a span of its own in the store.
+    /// Whether to emit the link's span, found by a write at `at`: not if
+    /// an earlier process exported it (the journal); else if it is new to
+    /// the span cache, or — for a replayed write (`force`), whose links may
+    /// have been reserved in a shared cache and never exported — if this
+    /// process has not emitted it yet. Once per process: a link span starts
+    /// at the write that found it, so a copy found by another write would
+    /// be a span of its own in the store. For the same reason a link an
+    /// earlier process may have sent starts when that one did: the same
+    /// span again, which the store keeps once.
     async fn claim_link(
         &self,
         ow: &ObjectWindow,
         link_key: u64,
+        at: SystemTime,
         force: bool,
     ) -> Result<LinkClaim, ProcessError> {
-        if self
+        let earlier = self
             .sent_links
             .as_ref()
-            .is_some_and(|j| j.exported(ow, link_key))
-        {
-            return Ok(LinkClaim::Exported);
-        }
+            .map_or(EarlierLink::Unknown, |j| j.earlier(ow, link_key));
+        let at = match earlier {
+            EarlierLink::Exported => return Ok(LinkClaim::Exported),
+            EarlierLink::MaybeSent(started) => started,
+            EarlierLink::Unknown => at,
+        };
         let emitted_here = force && self.spans.has_link_here(ow, link_key);
         let recorded = self
             .spans
@@ -278,16 +287,17 @@ impl Emitter {
             .await
             .map_err(ProcessError::span_cache)?;
         Ok(if recorded || (force && !emitted_here) {
-            LinkClaim::Claimed
+            LinkClaim::Claimed(at)
         } else {
             LinkClaim::Known
         })
     }
 
-    /// The link's span is in the export queue: journal it.
-    fn note_sent(&self, ow: &ObjectWindow, link_key: u64) {
+    /// The link's span, starting at `at`, goes into the export queue next:
+    /// journal it.
+    fn note_sent(&self, ow: &ObjectWindow, link_key: u64, at: SystemTime) {
         if let Some(j) = &self.sent_links {
-            j.note(ow, link_key);
+            j.note(ow, link_key, at);
         }
     }
 

@@ -200,6 +200,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                 admission::AdmissionConfig {
                     default_cluster: config.cluster.clone(),
                     max_body_bytes: config.max_body_bytes,
+                    body_timeout: config.body_read_timeout,
                     persist_wait: config.admission_persist_wait,
                     max_pending: usize::try_from(config.admission_max_pending)
                         .unwrap_or(usize::MAX),
@@ -210,6 +211,10 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                 state.filter.clone(),
                 state.metrics.clone(),
                 state.arrivals.clone(),
+                admission::IntakeLimits {
+                    intake_bytes: state.intake_bytes.clone(),
+                    decode_slots: state.decode_slots.clone(),
+                },
             );
             tokio::spawn(admission::expire_loop(admissions.clone()));
             Some(admissions)

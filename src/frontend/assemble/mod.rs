@@ -16,6 +16,8 @@ use crate::model::{ObjectRef, raw_trace_id};
 
 mod finish;
 mod not_followed;
+mod reads;
+pub(crate) use reads::Read;
 mod repeats;
 mod scope;
 
@@ -200,21 +202,39 @@ impl<S: RawStore> Assembler<S> {
     }
 
     /// Every window of every object in one batch of reads; an object with
-    /// nothing recorded becomes a placeholder.
+    /// nothing recorded becomes a placeholder. A window the store could not
+    /// serve is left out, and `notes` say so.
     async fn load_many(
         &self,
         objects: Vec<ObjectRef>,
         clip: &Clip,
+        notes: &mut Vec<String>,
     ) -> Result<Vec<ObjectHistory>, RawError> {
         let unique: HashSet<&ObjectRef> = objects.iter().collect();
         let ids: Vec<TraceIdBytes> = unique.iter().flat_map(|o| window_ids(o, clip)).collect();
-        let mut traces = self.read_many(&ids).await?;
+        let reads::Read {
+            mut traces,
+            unreadable,
+        } = self.read_each(&ids).await?;
         let mut loaded: HashMap<ObjectRef, ObjectHistory> = HashMap::with_capacity(unique.len());
         Ok(objects
             .into_iter()
             .map(|o| {
                 if let Some(h) = loaded.get(&o) {
                     return h.clone();
+                }
+                if !unreadable.is_empty() {
+                    let ids = window_ids(&o, clip);
+                    let failed: Vec<&RawError> =
+                        ids.iter().filter_map(|id| unreadable.get(id)).collect();
+                    if let Some(first) = failed.first() {
+                        notes.push(format!(
+                            "{o}: {} of its {} raw traces could not be read, shown without them: {}",
+                            failed.len(),
+                            ids.len(),
+                            crate::messages::clip_message(first.to_string())
+                        ));
+                    }
                 }
                 let h = history_of(&o, clip, &mut traces)
                     .unwrap_or_else(|| ObjectHistory::placeholder(o.clone()));
@@ -260,7 +280,9 @@ impl<S: RawStore> Assembler<S> {
                     notes.push(format!("cycle: {} is its own ancestor", up.other));
                     break;
                 }
-                let loaded = self.load_many(vec![up.other.clone()], clip).await?;
+                let loaded = self
+                    .load_many(vec![up.other.clone()], clip, &mut notes)
+                    .await?;
                 let parent = loaded.into_iter().next().expect("one object loaded");
                 // The class is the one of the link from parent to child.
                 chain.last_mut().expect("non-empty").1 = Some(up.class.clone());
@@ -501,7 +523,11 @@ impl<S: RawStore> Assembler<S> {
                     *wide = Some(self.wait_for_wide().await);
                 }
                 let loaded = self
-                    .load_many(take.iter().map(|(_, l)| l.other.clone()).collect(), clip)
+                    .load_many(
+                        take.iter().map(|(_, l)| l.other.clone()).collect(),
+                        clip,
+                        notes,
+                    )
                     .await?;
                 for ((parent, link), history) in take.into_iter().zip(loaded) {
                     let bytes = history_bytes(&history) as u64;

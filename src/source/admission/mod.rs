@@ -12,6 +12,8 @@
 //! to watch delivery and carries `audit.recorded_by = admission-webhook`.
 //! A write never seen stored is shown as refused after admission.
 
+#[cfg(test)]
+mod bounds_tests;
 mod event;
 #[cfg(fuzzing)]
 pub(crate) mod fuzzing;
@@ -24,9 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
@@ -46,6 +48,8 @@ pub(crate) struct AdmissionConfig {
     pub default_cluster: String,
     /// Largest AdmissionReview read (the object and its old version).
     pub max_body_bytes: usize,
+    /// How long a review's body may take to arrive (`--body-read-timeout`).
+    pub body_timeout: Duration,
     /// How long an admitted write waits for the list-watch to show it
     /// stored before it is shown as not stored.
     pub persist_wait: Duration,
@@ -67,6 +71,18 @@ pub(crate) struct Admissions {
     /// What arrived per cluster (`GET /intake`): admitted writes count as
     /// the audit events they are made into.
     arrivals: Arc<super::arrivals::Arrivals>,
+    /// Bodies being read and decoded, shared with the audit webhook
+    /// (`--max-intake-bytes`, KiB permits), and the decodes at once.
+    limits: IntakeLimits,
+}
+
+/// What the webhooks' bodies share: room for bodies being read and decoded
+/// (`--max-intake-bytes`, in KiB permits), and slots for decoding off the
+/// async runtime.
+#[derive(Clone)]
+pub(crate) struct IntakeLimits {
+    pub intake_bytes: Arc<tokio::sync::Semaphore>,
+    pub decode_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Admissions {
@@ -84,6 +100,7 @@ impl Admissions {
         filter: AuditFilter,
         metrics: Arc<Metrics>,
         arrivals: Arc<super::arrivals::Arrivals>,
+        limits: IntakeLimits,
     ) -> Arc<Self> {
         Arc::new(Self {
             writes: AdmittedWrites::new(
@@ -96,6 +113,7 @@ impl Admissions {
             filter,
             metrics,
             arrivals,
+            limits,
         })
     }
 
@@ -161,11 +179,33 @@ impl Admissions {
         self.refresh_gauge();
     }
 
-    /// Reads one review and holds or shows its write.
-    async fn review(&self, cluster: &str, body: &[u8]) -> Result<String, String> {
-        let body = crate::json::utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
-        let cluster_name: Arc<str> = cluster.into();
-        let (uid, review) = review::decode(body, &cluster_name, SystemTime::now())?;
+    /// Decodes one review off the async runtime (one of the decode slots
+    /// the audit webhook's batches take too).
+    async fn decode(
+        &self,
+        cluster: &str,
+        body: axum::body::Bytes,
+    ) -> Result<(String, Review), String> {
+        let slot = self
+            .limits
+            .decode_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| "shutting down".to_string())?;
+        let cluster: Arc<str> = cluster.into();
+        let received = SystemTime::now();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let body = crate::json::utf8(&body).map_err(|e| format!("body is not UTF-8: {e}"))?;
+            review::decode(body, &cluster, received)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("decoding the review failed: {e}")))
+    }
+
+    /// Holds or shows a decoded review's write; the answer allowing it.
+    async fn record(&self, cluster: &str, uid: &str, review: Review) -> String {
         let outcome = match review {
             Review::DryRun => AdmissionRequestOutcome::DryRun,
             Review::NotAWrite => AdmissionRequestOutcome::NotAWrite,
@@ -194,7 +234,7 @@ impl Admissions {
             error: "",
         }
         .emit(&self.metrics);
-        Ok(review::allowed(&uid))
+        review::allowed(uid)
     }
 }
 
@@ -214,43 +254,91 @@ pub(crate) async fn expire_loop(admissions: Arc<Admissions>) {
 
 /// `POST /admission`, `POST /admission/{cluster}` and `GET /healthz`.
 pub(crate) fn admission_router(admissions: Arc<Admissions>) -> Router {
-    let limit = admissions.config.max_body_bytes;
     Router::new()
         .route("/admission", post(review_default))
         .route("/admission/{cluster}", post(review_named))
         .route("/healthz", get(|| async { "ok\n" }))
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(admissions)
 }
 
-async fn review_default(State(a): State<Arc<Admissions>>, body: Bytes) -> Response {
+async fn review_default(
+    State(a): State<Arc<Admissions>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let cluster = a.config.default_cluster.clone();
-    answer(&a, &cluster, &body).await
+    answer(&a, &cluster, &headers, body).await
 }
 
 async fn review_named(
     State(a): State<Arc<Admissions>>,
     Path(cluster): Path<String>,
-    body: Bytes,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     if let Err(e) = super::validate_cluster_name(&cluster) {
         return (StatusCode::BAD_REQUEST, format!("cluster name: {e}\n")).into_response();
     }
-    answer(&a, &cluster, &body).await
+    answer(&a, &cluster, &headers, body).await
 }
 
-async fn answer(a: &Admissions, cluster: &str, body: &[u8]) -> Response {
-    match a.review(cluster, body).await {
-        Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review).into_response(),
-        Err(error) => {
-            AdmissionRequestHandled {
-                cluster,
-                outcome: AdmissionRequestOutcome::Malformed,
-                requests: 1,
-                error: &error,
-            }
-            .emit(&a.metrics);
-            (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response()
+/// Reads a review within the bounds the audit webhook's bodies have (room
+/// among `--max-intake-bytes` taken before any of it is read, then at most
+/// `--max-body-bytes` within `--body-read-timeout`), decodes it off the
+/// runtime and records its write. Every refusal is counted and says why;
+/// the apiserver's `failurePolicy: Ignore` then admits the write unrecorded.
+async fn answer(a: &Admissions, cluster: &str, headers: &HeaderMap, body: Body) -> Response {
+    let refused = |outcome, status: StatusCode, error: String| {
+        AdmissionRequestHandled {
+            cluster,
+            outcome,
+            requests: 1,
+            error: &error,
         }
+        .emit(&a.metrics);
+        (status, format!("{error}\n")).into_response()
+    };
+    let limit = a.config.max_body_bytes;
+    let _room = match super::webhook::try_reserve_intake(
+        &a.limits.intake_bytes,
+        &a.metrics,
+        headers,
+        limit as u64,
+        0,
+    ) {
+        Ok(permit) => permit,
+        Err(error) => {
+            let mut resp = refused(
+                AdmissionRequestOutcome::Busy,
+                StatusCode::TOO_MANY_REQUESTS,
+                error,
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
+    };
+    let body = match super::webhook::read_bounded(headers, body, limit, a.config.body_timeout).await
+    {
+        Ok(body) => body,
+        Err((status, error)) => {
+            let outcome = match status {
+                StatusCode::PAYLOAD_TOO_LARGE => AdmissionRequestOutcome::TooLarge,
+                StatusCode::REQUEST_TIMEOUT => AdmissionRequestOutcome::TimedOut,
+                _ => AdmissionRequestOutcome::Malformed,
+            };
+            return refused(outcome, status, error);
+        }
+    };
+    match a.decode(cluster, body).await {
+        Ok((uid, review)) => {
+            let answer = a.record(cluster, &uid, review).await;
+            ([(header::CONTENT_TYPE, "application/json")], answer).into_response()
+        }
+        Err(error) => refused(
+            AdmissionRequestOutcome::Malformed,
+            StatusCode::BAD_REQUEST,
+            error,
+        ),
     }
 }

@@ -40,28 +40,14 @@ pub(super) fn reserve_intake(
     encoding: BodyEncoding,
 ) -> Result<IntakePermit, Box<Response>> {
     let limit = st.max_body_bytes as u64;
-    let announced = content_length(headers).map_or(limit, |n| n.min(limit));
     let inflated = if encoding == BodyEncoding::Gzip {
         limit
     } else {
         0
     };
-    let bytes = announced + inflated;
-    let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-    match st.intake_bytes.clone().try_acquire_many_owned(kib) {
-        Ok(permit) => {
-            st.metrics.intake_bytes.inc_by(i64::from(kib) << 10);
-            Ok(IntakePermit {
-                _permit: permit,
-                bytes: i64::from(kib) << 10,
-                gauge: st.metrics.intake_bytes.clone(),
-            })
-        }
-        Err(_) => {
-            let msg = format!(
-                "{} bytes of webhook bodies are being read and decoded; this one's {bytes} would pass --max-intake-bytes: retry",
-                st.metrics.intake_bytes.get()
-            );
+    match try_reserve_intake(&st.intake_bytes, &st.metrics, headers, limit, inflated) {
+        Ok(permit) => Ok(permit),
+        Err(msg) => {
             AuditEventsRejected {
                 reason: RejectReason::Overload,
                 events: 1,
@@ -77,8 +63,37 @@ pub(super) fn reserve_intake(
     }
 }
 
+/// A place among `--max-intake-bytes` (the KiB permits of `intake_bytes`)
+/// for a body of `headers`' `Content-Length` (at most `limit`, else
+/// `limit`) and `more` bytes beside it; else what to answer with 429.
+pub(in crate::source) fn try_reserve_intake(
+    intake_bytes: &Arc<Semaphore>,
+    metrics: &Metrics,
+    headers: &HeaderMap,
+    limit: u64,
+    more: u64,
+) -> Result<IntakePermit, String> {
+    let announced = content_length(headers).map_or(limit, |n| n.min(limit));
+    let bytes = announced + more;
+    let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    match intake_bytes.clone().try_acquire_many_owned(kib) {
+        Ok(permit) => {
+            metrics.intake_bytes.inc_by(i64::from(kib) << 10);
+            Ok(IntakePermit {
+                _permit: permit,
+                bytes: i64::from(kib) << 10,
+                gauge: metrics.intake_bytes.clone(),
+            })
+        }
+        Err(_) => Err(format!(
+            "{} bytes of webhook bodies are being read and decoded; this one's {bytes} would pass --max-intake-bytes: retry",
+            metrics.intake_bytes.get()
+        )),
+    }
+}
+
 /// A body's place among `--max-intake-bytes` (see [`reserve_intake`]).
-pub(super) struct IntakePermit {
+pub(in crate::source) struct IntakePermit {
     _permit: tokio::sync::OwnedSemaphorePermit,
     bytes: i64,
     gauge: prometheus_client::metrics::gauge::Gauge,
@@ -97,7 +112,17 @@ pub(super) async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, Refusal> {
-    let limit = st.max_body_bytes;
+    read_bounded(headers, body, st.max_body_bytes, st.body_timeout).await
+}
+
+/// Reads the whole body within `timeout` (else 408), refusing more than
+/// `limit` bytes (413) as soon as it is announced or exceeded.
+pub(in crate::source) async fn read_bounded(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Refusal> {
     let announced = content_length(headers);
     if announced.is_some_and(|n| n > limit as u64) {
         return Err((
@@ -105,13 +130,10 @@ pub(super) async fn read_body(
             format!("body exceeds {limit} bytes (--max-body-bytes)"),
         ));
     }
-    match tokio::time::timeout(st.body_timeout, Limited::new(body, limit).collect()).await {
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "body not received within {:?} (--body-read-timeout)",
-                st.body_timeout
-            ),
+            format!("body not received within {timeout:?} (--body-read-timeout)"),
         )),
         Ok(Err(e)) if e.is::<LengthLimitError>() => Err((
             StatusCode::PAYLOAD_TOO_LARGE,

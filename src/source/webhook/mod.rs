@@ -36,6 +36,7 @@ mod otlp_logs;
 
 pub(crate) use admin::admin_router;
 use body::*;
+pub(in crate::source) use body::{read_bounded, try_reserve_intake};
 pub(crate) use component_traces::component_traces_router;
 
 #[cfg(fuzzing)]
@@ -243,7 +244,7 @@ fn authorized(st: &WebhookState, headers: &HeaderMap) -> bool {
 }
 
 /// A refusal: status and message for the client.
-type Refusal = (StatusCode, String);
+pub(in crate::source) type Refusal = (StatusCode, String);
 
 fn refuse(
     st: &WebhookState,
@@ -524,9 +525,9 @@ pub(crate) async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatc
 
 /// Releases spooled batches once everything made from them is exported:
 /// waits until every shard has processed what was queued, then until the
-/// exporter has finished every span sent by then. The link spans sent by
-/// then are journaled first, so that a restart replaying later batches does
-/// not send them again.
+/// exporter has finished every span sent by then. The link spans journaled
+/// by then are confirmed as exported first, so that a restart replaying
+/// later batches does not send them again.
 pub(crate) async fn release_spool(
     spool: Arc<Spool>,
     sent_links: Option<Arc<SentLinks>>,
@@ -542,15 +543,17 @@ pub(crate) async fn release_spool(
         if upto <= spool.released_upto() {
             continue;
         }
+        // Marked before the barrier: every link journaled by then was noted
+        // by a write the barrier waits for, so its span is in the export
+        // queue when `sent` is read.
+        let mark = sent_links.as_ref().map(|j| j.mark());
         if intake.barrier().await.is_err() {
             return;
         }
         spool.processed(upto);
-        // Taken before `sent` is read: every link noted was sent before it.
-        let links = sent_links.as_ref().map(|j| j.take());
         progress.wait_finished(progress.sent()).await;
-        if let (Some(j), Some(links)) = (&sent_links, links) {
-            j.persist(links);
+        if let (Some(j), Some(mark)) = (&sent_links, mark) {
+            j.confirm(mark);
         }
         spool.release(upto);
     }

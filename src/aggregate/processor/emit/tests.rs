@@ -210,9 +210,9 @@ fn replicaset_relations() -> (ObjectWindow, Vec<(Relation, String)>, SystemTime)
     (ow, relations, rs.event.stage_timestamp)
 }
 
-/// A release may take a relation's first side and not yet its second
-/// (noted a moment later): after a crash the journal names one side
-/// only, and the replay sends the other.
+/// A release may mark a relation's first side and not yet its second
+/// (noted a moment later, its batch never left): after a crash the journal
+/// names one side only, and the replay sends the other.
 #[tokio::test]
 async fn a_side_the_journal_does_not_name_is_sent_though_the_other_was_exported() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,7 +232,9 @@ async fn a_side_the_journal_does_not_name_is_sent_though_the_other_was_exported(
         .map(|s| s.span_id.clone())
         .collect();
     assert!(sent.len() >= 2 && sent.len().is_multiple_of(2), "{sent:?}");
-    journal.persist(journal.take().into_iter().step_by(2).collect());
+    journal.keep_pending_for_test(|i| i % 2 == 0);
+    let mark = journal.mark();
+    journal.confirm(mark);
     drop((first, journal));
 
     let (mut second, mut rx, _) = emitter();
@@ -259,7 +261,7 @@ async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once()
     let (ow, relations, at) = replicaset_relations();
     let later = at + std::time::Duration::from_secs(1);
 
-    // A process sends the links, and the spool's release journals them.
+    // A process sends the links, and the spool's release confirms them.
     let (mut first, mut rx, _) = emitter();
     let journal = open();
     first.journal_links_in(journal.clone());
@@ -269,7 +271,8 @@ async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once()
         .unwrap();
     let sent = links_of(&drain(&mut rx));
     assert!(sent.len() >= 2, "the owner on both sides");
-    journal.persist(journal.take());
+    let mark = journal.mark();
+    journal.confirm(mark);
     drop((first, journal));
 
     // The next process replays a later write reaching the same links.
@@ -281,8 +284,8 @@ async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once()
         .unwrap();
     assert_eq!(links_of(&drain(&mut rx)), [], "exported before the restart");
 
-    // Without the journal (a crash before the release): each link once,
-    // however many replayed writes reach it.
+    // Without the journal: each link once, however many replayed writes
+    // reach it.
     let (third, mut rx, _) = emitter();
     for t in [at, later] {
         third
@@ -291,6 +294,76 @@ async fn a_restart_sends_no_link_the_last_process_exported_and_each_other_once()
             .unwrap();
     }
     assert_eq!(links_of(&drain(&mut rx)), sent);
+}
+
+/// Killed after a batch of link spans left and before a release confirmed
+/// it: the replay reaches the links through a later write and sends the
+/// very spans sent before (id, start, attributes), which the store keeps
+/// once. Links whose batch never left are sent as the replay finds them.
+#[tokio::test]
+async fn links_sent_before_a_kill_are_sent_again_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || journal_in(dir.path());
+    let (ow, relations, at) = replicaset_relations();
+    let later = at + std::time::Duration::from_secs(1);
+    let link_spans = |spans: Vec<Span>| -> Vec<Span> {
+        let mut links: Vec<Span> = spans
+            .into_iter()
+            .filter(|s| kind(s) == SPAN_KIND_LINK)
+            .collect();
+        links.sort_by(|a, b| a.span_id.cmp(&b.span_id));
+        links
+    };
+
+    let (mut first, mut rx, _) = emitter();
+    let journal = open();
+    first.journal_links_in(journal.clone());
+    first
+        .record_relation_list(&ow, &relations, at, false)
+        .await
+        .unwrap();
+    let sent = link_spans(drain(&mut rx));
+    assert!(sent.len() >= 2, "the owner on both sides");
+    journal.write_ahead(); // their batch leaves; kill -9, no release
+    drop((first, journal));
+
+    let (mut second, mut rx, _) = emitter();
+    second.journal_links_in(open());
+    second
+        .record_relation_list(&ow, &relations, later, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        link_spans(drain(&mut rx)),
+        sent,
+        "the same spans, starting as before"
+    );
+
+    // Their batch never left: the journal holds nothing, so the replay's
+    // write gives them its own time.
+    let other = tempfile::tempdir().unwrap();
+    let (mut first, mut rx, _) = emitter();
+    first.journal_links_in(journal_in(other.path()));
+    first
+        .record_relation_list(&ow, &relations, at, false)
+        .await
+        .unwrap();
+    drop((first, drain(&mut rx)));
+    let (mut second, mut rx, _) = emitter();
+    second.journal_links_in(journal_in(other.path()));
+    second
+        .record_relation_list(&ow, &relations, later, true)
+        .await
+        .unwrap();
+    let again = link_spans(drain(&mut rx));
+    assert_eq!(again.len(), sent.len());
+    assert!(
+        again
+            .iter()
+            .all(|a| sent.iter().all(|s| a.span_id != s.span_id)
+                && a.start_time_unix_nano > sent[0].start_time_unix_nano),
+        "sent at the replayed write's time: other spans"
+    );
 }
 
 #[tokio::test]
