@@ -97,13 +97,35 @@ async fn display_mode_cascade_lays_out_the_patch_as_a_tree_of_writes() {
         assert!(string_attr(&s.attributes, "cascade.edge").is_some());
     }
     assert_eq!(below, c.changes.len() - 1);
-    // The critical path is marked in the name and as an attribute.
+    // The critical path is marked in the name and as an attribute, on the
+    // cascade the trace is titled by only.
     let critical: Vec<_> = all
         .iter()
         .filter(|(_, s)| string_attr(&s.attributes, "cascade.critical_path") == Some("true"))
         .collect();
-    assert!(critical.len() >= c.critical_path.len());
+    let latest = top.name.split(", latest: ").nth(1).unwrap();
+    let titled = rooted_at(&offline, latest);
+    assert!(titled.changes.len() > 1, "{latest}");
+    assert!(critical.len() >= titled.critical_path.len());
     assert!(critical.iter().all(|(_, s)| s.name.starts_with("★ ")));
+    let under = |s: &Span, root: &Span| {
+        let mut at = s;
+        loop {
+            if at.span_id == root.span_id {
+                return true;
+            }
+            match by_id.get(&at.parent_span_id) {
+                Some(p) => at = p,
+                None => return false,
+            }
+        }
+    };
+    if latest != PATCH {
+        assert!(
+            critical.iter().all(|(_, s)| !under(s, root)),
+            "the patch's cascade is not the title's: no ★ in it"
+        );
+    }
 
     // Searching one of the new Pods finds the same cascade.
     let pod = c

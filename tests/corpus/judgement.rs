@@ -244,6 +244,28 @@ async fn a_stuck_rollouts_cascade_trace_is_titled_by_the_failing_change() {
         top.name
     );
     assert!(in_error(top));
+    // Its status says what went wrong, and the critical path is drawn on
+    // the failing cascade only, not on the successful create's.
+    let why = &top.status.as_ref().unwrap().message;
+    assert!(
+        why.contains("patch deployments checkout/checkout: not complete: waiting for")
+            && why.contains("ErrImagePull"),
+        "{why}"
+    );
+    let starred: Vec<&str> = all
+        .iter()
+        .filter(|s| s.name.starts_with(CRITICAL_MARK))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        starred
+            .iter()
+            .any(|n| n.contains("patch deployments checkout/checkout"))
+            && !starred
+                .iter()
+                .any(|n| n.contains("create deployments checkout/checkout")),
+        "{starred:#?}"
+    );
     // A healthy run's top span is titled by its latest cascade, not in error.
     let (f, range) = frontend("rolling-update").await;
     let t = search(
@@ -280,6 +302,43 @@ async fn writers_fighting_are_red_in_every_mode_and_one_writer_scaling_in_none()
     no_error_in_any_mode("scale-up-down", ("deployments", "batch", "worker")).await;
 }
 
+/// No mode shows a tag with nothing in it: a cluster-scoped object (the
+/// PersistentVolumes, StorageClass and Node a StatefulSet's Pods and claims
+/// reach) has no namespace tag, a core object no group tag.
+#[tokio::test]
+async fn no_mode_shows_an_empty_tag() {
+    let (f, range) = frontend("statefulset-volumes").await;
+    for mode in [
+        Mode::Tracing,
+        Mode::Tree,
+        Mode::Timeline,
+        Mode::Grouped,
+        Mode::Cascade,
+    ] {
+        let t = search(&f, range, mode, ("statefulsets", "vol-demo", "data")).await;
+        let all = spans(&t);
+        if matches!(mode, Mode::Tracing | Mode::Tree) {
+            assert!(
+                all.iter().any(|s| matches!(
+                    string_attr(s, "resource"),
+                    Some("persistentvolumes" | "nodes")
+                )),
+                "{mode:?}: the trace reaches cluster-scoped objects"
+            );
+        }
+        let empty: Vec<(String, String)> = all
+            .iter()
+            .flat_map(|s| {
+                s.attributes
+                    .iter()
+                    .filter(|a| string_attr(s, &a.key) == Some(""))
+                    .map(|a| (s.name.clone(), a.key.clone()))
+            })
+            .collect();
+        assert!(empty.is_empty(), "{mode:?}: {empty:#?}");
+    }
+}
+
 #[tokio::test]
 async fn a_statefulsets_cascades_leave_out_the_volume_set_up_before_it() {
     // The harness created the PersistentVolumes at cluster start, seconds
@@ -307,6 +366,26 @@ async fn a_statefulsets_cascades_leave_out_the_volume_set_up_before_it() {
             .iter()
             .any(|r| r.ends_with("create statefulsets vol-demo/data")),
         "{roots:#?}"
+    );
+    // Searched by one of its claims, the one cascade's root (the trace's
+    // title) names the claim, as the other modes' roots do.
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("persistentvolumeclaims", "vol-demo", "data-data-1"),
+    )
+    .await;
+    let root = spans(&t)
+        .into_iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .unwrap();
+    assert!(
+        root.name.ends_with(
+            "create statefulsets vol-demo/data ▸ persistentvolumeclaims vol-demo/data-data-1"
+        ),
+        "{}",
+        root.name
     );
     // Its claims' creates are under the StatefulSet's create.
     let c = t

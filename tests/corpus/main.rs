@@ -22,6 +22,8 @@ use kascade::test_support::frontend::assemble::Scope as TreeScope;
 
 use kascade::test_support::frontend::display::Mode;
 
+use kascade::test_support::frontend::display::cascade::CRITICAL_MARK;
+
 use kascade::test_support::frontend::raw::{MemoryStore, TimeRange, from_nanos};
 
 use kascade::test_support::frontend::{AssembledTrace, Frontend, FrontendConfig, SearchQuery};

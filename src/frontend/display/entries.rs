@@ -23,13 +23,15 @@ pub(super) fn is_visible(key: &str) -> bool {
 pub(super) fn visible(attrs: &[KeyValue]) -> Vec<KeyValue> {
     attrs
         .iter()
-        .filter(|kv| is_visible(&kv.key))
-        .filter(|kv| {
-            !(kv.key == attr::GROUP
-                && string_attr(std::slice::from_ref(*kv), attr::GROUP) == Some(""))
-        })
+        .filter(|kv| is_visible(&kv.key) && !is_empty(kv))
         .cloned()
         .collect()
+}
+
+/// A tag whose value is the empty string (a core object's group, a
+/// cluster-scoped object's namespace): it says nothing, so it is not shown.
+pub(super) fn is_empty(kv: &KeyValue) -> bool {
+    string_attr(std::slice::from_ref(kv), &kv.key) == Some("")
 }
 
 pub(super) fn shorten(s: &str) -> String {

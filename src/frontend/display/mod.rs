@@ -262,7 +262,7 @@ pub fn render(
                 kv(attr::NAME, o.name.clone()),
                 kv("note", "no writes or Events in range"),
             ];
-            attributes.retain(|a| !(a.key == attr::GROUP && o.group.is_empty()));
+            attributes.retain(|a| !entries::is_empty(a));
         }
         if let Some(c) = &n.class {
             attributes.push(kv("relation", c.clone()));

@@ -91,8 +91,10 @@ pub(crate) fn render(
     let top = (cascades.len() > 1).then(|| headline(cascades, fought, trace_id, searched));
     let top_id = top
         .as_ref()
-        .map(|(s, _)| s.span_id.clone())
+        .map(|(s, _, _)| s.span_id.clone())
         .unwrap_or_default();
+    // The critical path is drawn on the cascade the trace is titled by.
+    let titled = top.as_ref().map_or(0, |(_, _, n)| *n);
     for (n, c) in cascades.iter().enumerate() {
         let root = c.root();
         let ids: Vec<Vec<u8>> = c
@@ -118,7 +120,7 @@ pub(crate) fn render(
             if hidden[i] {
                 continue;
             }
-            let critical = c.is_critical(i) && c.changes.len() > 1;
+            let critical = n == titled && c.is_critical(i) && c.changes.len() > 1;
             let o = &ch.object;
             let mut attributes = vec![
                 kv(attr::CLUSTER, o.cluster.clone()),
@@ -153,6 +155,8 @@ pub(crate) fn render(
             if !o.group.is_empty() {
                 attributes.insert(1, kv(attr::GROUP, o.group.clone()));
             }
+            // A cluster-scoped object has no namespace: no empty tag.
+            attributes.retain(|a| !super::entries::is_empty(a));
             if !ch.subresource.is_empty() {
                 attributes.push(kv(attr::AUDIT_SUBRESOURCE, ch.subresource.clone()));
             }
@@ -312,11 +316,20 @@ pub(crate) fn render(
                 (Some(t), 0) => format!("timer {t}: "),
                 _ => String::new(),
             };
-            let name = format!(
+            let mut name = format!(
                 "{}{retry}{timer}{}",
                 if critical { CRITICAL_MARK } else { "" },
                 crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user)
             );
+            // The one root is the trace's title: it names the object
+            // searched for when that is not the root's, as the other modes'
+            // roots do.
+            if i == 0
+                && top.is_none()
+                && let Some(o) = searched.filter(|o| **o != ch.object)
+            {
+                name.push_str(&format!(" ▸ {} {}", o.resource, namespaced(o)));
+            }
             out.push(
                 &o.resource,
                 Span {
@@ -335,7 +348,7 @@ pub(crate) fn render(
             );
         }
     }
-    if let Some((span, service)) = top {
+    if let Some((span, service, _)) = top {
         out.push(&service, span);
     }
     out.finish()
@@ -350,26 +363,51 @@ fn failing(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> bool {
             .any(|ch| fought.contains_key(ch.span.span_id.as_slice()))
 }
 
+/// What went wrong in a failing cascade, said once: the writes it still
+/// waits for, else its first failed write, else the fight.
+fn what_went_wrong(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> String {
+    if let Completion::Waiting(w) = &c.completion {
+        let waiting: Vec<String> = w.iter().map(ToString::to_string).collect();
+        return format!("not complete: waiting for {}", waiting.join("; "));
+    }
+    if let Some(ch) = c.changes.iter().find(|ch| write_failed(ch)) {
+        return format!("{}: {}", change_name(ch), failure_message(ch));
+    }
+    c.changes
+        .iter()
+        .find_map(|ch| fought.get(ch.span.span_id.as_slice()))
+        .map_or_else(String::new, |m| format!("writers fight: {m}"))
+}
+
+/// `namespace/name`, or the name of a cluster-scoped object.
+fn namespaced(o: &ObjectRef) -> String {
+    match o.namespace.as_str() {
+        "" => o.name.clone(),
+        ns => format!("{ns}/{}", o.name),
+    }
+}
+
 /// The span above several cascades, named by the one that matters: the
 /// latest failing one a change started (else one a timer started), else
-/// the latest; with its service (resource).
+/// the latest; with its service (resource) and that cascade's index.
 fn headline(
     cascades: &[Cascade],
     fought: &HashMap<Vec<u8>, String>,
     trace_id: &TraceIdBytes,
     searched: Option<&ObjectRef>,
-) -> (Span, String) {
+) -> (Span, String, usize) {
     let latest = |failing_only: bool, changes_only: bool| {
         cascades
             .iter()
-            .filter(|c| !failing_only || failing(c, fought))
-            .filter(|c| !changes_only || c.root().timer.is_none())
-            .max_by_key(|c| (c.root().received, c.root().span))
+            .enumerate()
+            .filter(|(_, c)| !failing_only || failing(c, fought))
+            .filter(|(_, c)| !changes_only || c.root().timer.is_none())
+            .max_by_key(|(_, c)| (c.root().received, c.root().span))
     };
     // A change that went wrong tells more than the timer that later noticed
     // it (a progress deadline).
     let failed = latest(true, true).or_else(|| latest(true, false));
-    let chosen = failed
+    let (chosen_index, chosen) = failed
         .or_else(|| latest(false, false))
         .expect("several cascades");
     let start = cascades
@@ -395,10 +433,7 @@ fn headline(
     // The service is the object's resource, which the UI shows before the
     // name: the name does not repeat it.
     let object = searched.unwrap_or(&chosen.root().object);
-    let object_name = match object.namespace.as_str() {
-        "" => object.name.clone(),
-        ns => format!("{ns}/{}", object.name),
-    };
+    let object_name = namespaced(object);
     let name = format!(
         "{object_name}: {} cascades, {what}: {}",
         cascades.len(),
@@ -418,12 +453,13 @@ fn headline(
         ],
         status: failed.map(|_| Status {
             message: format!(
-                "the {what} cascade went wrong: {}",
-                change_name(chosen.root())
+                "{}: {}",
+                change_name(chosen.root()),
+                what_went_wrong(chosen, fought)
             ),
             code: StatusCode::Error as i32,
         }),
         ..Default::default()
     };
-    (span, service)
+    (span, service, chosen_index)
 }
