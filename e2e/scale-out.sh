@@ -179,7 +179,8 @@ expected() {
 }
 
 # check MODE EXPECTED.jsonl: reads every expected raw trace from Jaeger (no
-# query-side deduplication) and counts object and link spans by span id.
+# query-side deduplication) and counts object spans by span id, link spans
+# by their link.* tags.
 #   once     every expected object/link span is stored exactly once
 #   dupes    every one is stored, and every object span twice (the control)
 #   present  every one is stored at least once
@@ -193,7 +194,17 @@ def kind_of(span):
         if a["key"] == "kascade.span":
             return a["value"].get("stringValue")
 
+# A link span's id hashes its start (the write that found the link), which
+# depends on which replica reserved it first: a link is known by its trace
+# and its link.* tags.
 def key_of(kind, span):
+    if kind == "link":
+        tags = sorted(
+            (a["key"], a["value"].get("stringValue", ""))
+            for a in span.get("attributes", [])
+            if a["key"].startswith("link.")
+        )
+        return (kind, span["traceId"].lower(), tuple(tags))
     return (kind, span["traceId"].lower(), span["spanId"].lower())
 
 # An object span sent before the object's uid was known (its window's first

@@ -12,6 +12,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use common::{Killed, free_port};
 use serde_json::Value;
 
@@ -151,7 +152,6 @@ fn start_collector(dir: &std::path::Path) -> (Killed, u16, u16) {
 /// collector's admission port, for the demo namespace only.
 fn configure_webhook(port: u16, ns: &str) {
     let ca = std::fs::read(env("KASCADE_TLS_CLIENT_CA_FILE")).unwrap();
-    use base64::Engine as _;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca);
     kubectl_stdin(
         &["apply", "-f", "-"],
@@ -500,6 +500,45 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
         },
     )
     .await;
+
+    // A Secret created and changed by the user: recorded at admission and
+    // redacted as an audited write is. Neither planted value, nor its
+    // base64 (a Secret's `data`), is in anything Jaeger holds of it.
+    let planted = format!("planted-{}-{ns}", std::process::id());
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "-n",
+        ns,
+        &format!("--from-literal=password={planted}-create"),
+    ]);
+    kubectl(&[
+        "patch",
+        "secret",
+        "creds",
+        "-n",
+        ns,
+        "-p",
+        &format!(r#"{{"stringData":{{"token":"{planted}-update"}}}}"#),
+    ]);
+    let secret = wait_for(
+        ns,
+        "secrets",
+        "creds",
+        "the user's create and update",
+        |s| !admitted(s, &me, "create").is_empty() && !admitted(s, &me, "update").is_empty(),
+    )
+    .await;
+    let held = serde_json::to_string(&secret).unwrap();
+    for value in [format!("{planted}-create"), format!("{planted}-update")] {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&value);
+        assert!(
+            !held.contains(&value) && !held.contains(&encoded),
+            "the Secret's value {value} left the collector: {held}"
+        );
+    }
 
     let after = doctor("after the scenario");
     assert_eq!(after["status"], "ok", "{after:#}");
