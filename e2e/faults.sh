@@ -50,6 +50,13 @@ cleanup() {
   local rc=$?
   for n in "${!KPID[@]}"; do kill -9 "${KPID[$n]}" 2>/dev/null || true; done
   for p in $LOADPID $JPID $EPID $FPID $QPID; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+  # One that ignores TERM for 30 s (a Jaeger stuck flushing its store) is
+  # killed: the next run needs its ports.
+  local deadline=$((SECONDS + 30)) p
+  for p in $LOADPID $JPID $EPID $FPID $QPID; do
+    while kill -0 "$p" 2>/dev/null && (( SECONDS < deadline )); do sleep 0.2; done
+    kill -9 "$p" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   if [[ $rc -ne 0 ]]; then
     for f in "$RUN"/*.log; do [[ -f "$f" ]] && { echo "----- tail of $(basename "$f") -----" >&2; tail -n 15 "$f" >&2; }; done

@@ -175,7 +175,8 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
     for s in &refused {
         assert_eq!(string_attr(s, "resource"), Some("pods"), "{}", s.name);
         assert!(
-            s.name.contains(" create pods quota-demo/capped-"),
+            s.name
+                .contains(" create pods (generateName quota-demo/capped-"),
             "{}",
             s.name
         );

@@ -112,7 +112,19 @@ pub fn change_name(c: &ChangeRecord) -> String {
         s.push_str(&c.subresource);
     }
     s.push(' ');
-    s.push_str(&object_name(&c.object));
+    let o = &c.object;
+    if o.name.ends_with('-') {
+        // A create refused before the apiserver made up a name: the
+        // object is its generateName prefix (no stored object's name ends
+        // with `-`), named as the tree modes name it.
+        let prefix = match o.namespace.as_str() {
+            "" => o.name.clone(),
+            ns => format!("{ns}/{}", o.name),
+        };
+        s.push_str(&format!("{} (generateName {prefix})", o.resource));
+    } else {
+        s.push_str(&object_name(o));
+    }
     s
 }
 
