@@ -114,29 +114,21 @@ impl Record {
         out.extend_from_slice(&crc.to_le_bytes());
     }
 
+    /// A record of this format (`RECORD` bytes) or of the previous one
+    /// (`RECORD_V1`: no `at`, read as 0).
     fn decode(b: &[u8]) -> Option<Self> {
-        let (body, crc) = b.split_at(RECORD - 4);
+        let (body, crc) = b.split_at(b.len().checked_sub(4)?);
         if crc32fast::hash(body).to_le_bytes() != crc {
             return None;
         }
         Some(Record {
-            window_start: u64::from_le_bytes(body[..8].try_into().ok()?),
-            digest: u128::from_le_bytes(body[8..24].try_into().ok()?),
-            link_key: u64::from_le_bytes(body[24..32].try_into().ok()?),
-            at: u64::from_le_bytes(body[32..40].try_into().ok()?),
-        })
-    }
-
-    fn decode_v1(b: &[u8]) -> Option<Self> {
-        let (body, crc) = b.split_at(RECORD_V1 - 4);
-        if crc32fast::hash(body).to_le_bytes() != crc {
-            return None;
-        }
-        Some(Record {
-            window_start: u64::from_le_bytes(body[..8].try_into().ok()?),
-            digest: u128::from_le_bytes(body[8..24].try_into().ok()?),
-            link_key: u64::from_le_bytes(body[24..32].try_into().ok()?),
-            at: 0,
+            window_start: u64::from_le_bytes(body.get(..8)?.try_into().ok()?),
+            digest: u128::from_le_bytes(body.get(8..24)?.try_into().ok()?),
+            link_key: u64::from_le_bytes(body.get(24..32)?.try_into().ok()?),
+            at: match body.get(32..40) {
+                Some(at) => u64::from_le_bytes(at.try_into().ok()?),
+                None => 0,
+            },
         })
     }
 }
@@ -155,7 +147,7 @@ fn parse(bytes: &[u8]) -> Parsed {
         let links = bytes
             .chunks_exact(RECORD_V1)
             .filter_map(|c| {
-                let r = Record::decode_v1(c);
+                let r = Record::decode(c);
                 unreadable += u64::from(r.is_none());
                 r.map(|r| (r, 0, true))
             })

@@ -375,17 +375,14 @@ pub(crate) async fn cascades_of<S: RawStore>(
         raw_ids.extend(found.into_iter().filter(|id| !held.contains(id)));
     }
     let raw_ids: Vec<_> = raw_ids.into_iter().collect();
-    let crate::frontend::assemble::Read {
-        mut traces,
-        unreadable,
-    } = assembler.read_each(&raw_ids).await?;
-    if let Some(e) = unreadable.values().next() {
+    let read = assembler.read_each(&raw_ids).await?;
+    if let Some(why) = read.first_error() {
         notes.push(format!(
-            "{} raw traces holding writes of these cascades could not be read; their writes are not shown: {}",
-            unreadable.len(),
-            crate::messages::clip_message(e.to_string())
+            "{} raw traces holding writes of these cascades could not be read; their writes are not shown: {why}",
+            read.unreadable.len(),
         ));
     }
+    let mut traces = read.traces;
     let others: Vec<_> = raw_ids
         .iter()
         .filter_map(|id| traces.remove(id).and_then(merge))

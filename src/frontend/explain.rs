@@ -110,18 +110,20 @@ impl<S: RawStore> Frontend<S> {
         }
         let limit = self.cfg.raw_search_limit;
         let ids = self.assembler.store().find(&tags, q.range, limit).await?;
-        let crate::frontend::assemble::Read {
-            mut traces,
-            unreadable,
-        } = self.assembler.read_each(&ids).await?;
-        let mut unreadable = unreadable;
-        if unreadable.len() == ids.len()
-            && let Some(&id) = unreadable.keys().next()
-            && let Some(e) = unreadable.remove(&id)
+        let read = self.assembler.read_each(&ids).await?;
+        let why_unread = read.first_error().map(|why| {
+            format!(
+                "; {} could not be read and are left out: {why}",
+                read.unreadable.len()
+            )
+        });
+        if read.unreadable.len() == ids.len()
+            && let Some(e) = read.unreadable.into_values().next()
         {
             // Nothing read: no report rather than one that finds nothing.
             return Err(e.into());
         }
+        let mut traces = read.traces;
         let histories: Vec<_> = ids
             .iter()
             .filter_map(|id| traces.remove(id).and_then(merge))
@@ -186,14 +188,7 @@ impl<S: RawStore> Frontend<S> {
                 } else {
                     String::new()
                 },
-                match unreadable.values().next() {
-                    Some(e) => format!(
-                        "; {} could not be read and are left out: {}",
-                        unreadable.len(),
-                        crate::messages::clip_message(e.to_string())
-                    ),
-                    None => String::new(),
-                }
+                why_unread.unwrap_or_default()
             )],
             lines,
             ..Inputs::default()

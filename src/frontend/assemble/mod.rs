@@ -17,7 +17,6 @@ use crate::model::{ObjectRef, raw_trace_id};
 mod finish;
 mod not_followed;
 mod reads;
-pub(crate) use reads::Read;
 mod repeats;
 mod scope;
 

@@ -23,6 +23,16 @@ pub(crate) struct Read {
     pub unreadable: HashMap<TraceIdBytes, RawError>,
 }
 
+impl Read {
+    /// The first unreadable trace's error, clipped, for a note.
+    pub(crate) fn first_error(&self) -> Option<String> {
+        self.unreadable
+            .values()
+            .next()
+            .map(|e| crate::messages::clip_message(e.to_string()))
+    }
+}
+
 /// Whether `e` is about one trace (the store answered, for it, with an
 /// error or with what cannot be read) rather than the store as a whole
 /// (unreachable, TLS, the client), which fails the answer.
