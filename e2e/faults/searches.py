@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -93,6 +94,7 @@ threads = [threading.Thread(target=run, args=(i,)) for i in range(len(searched))
 for t in threads:
     t.start()
 start.wait()
+began = time.monotonic()
 # The frontend's health while the burst is in flight.
 healthz_ok = 0
 for _ in range(5):
@@ -103,6 +105,7 @@ for _ in range(5):
         pass
 for t in threads:
     t.join()
+burst_s = time.monotonic() - began
 
 served = refused = unanswered = 0
 reasons = {}
@@ -136,7 +139,7 @@ shared = metric("searches_shared") - shared_before
 # What the frontend counted, for the log (e2e/faults.sh keeps it).
 with urllib.request.urlopen(admin + "/metrics", timeout=10) as r:
     for line in r.read().decode().splitlines():
-        if not line.startswith("#") and ("search" in line or "cache" in line or "request" in line):
+        if not line.startswith("#") and any(w in line for w in ("search", "cache", "request", "raw_read")):
             print(line, file=sys.stderr)
 if served == 0:
     failures.append("every search was refused")
@@ -149,7 +152,8 @@ if not alive():
 
 print(f"searches=200 served={served} refused={refused} "
       f"busy={reasons.get('busy', 0)} deadline={reasons.get('deadline', 0)} "
-      f"unanswered={unanswered} shared_reads={int(shared)} healthz_during={healthz_ok}/5")
+      f"unanswered={unanswered} shared_reads={int(shared)} healthz_during={healthz_ok}/5 "
+      f"burst={burst_s:.0f}s")
 for f in failures:
     print(f"FAIL: {f}", file=sys.stderr)
 sys.exit(1 if failures else 0)

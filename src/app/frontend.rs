@@ -269,6 +269,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     cfg.max_search_bytes = config.max_search_bytes;
     // The server answers from the encoded stream only.
     cfg.keep_assembly = false;
+    cfg.raw_read_reuse = crate::frontend::RAW_READ_REUSE;
     let tls = ClientTls {
         ca_file: config
             .jaeger_ca_file

@@ -16,6 +16,11 @@ pub(crate) const DEFAULT_MAX_ASSEMBLIES: usize = 4;
 /// once made it time every one of them out.
 pub(crate) const DEFAULT_MAX_SEARCHES: usize = 4;
 
+/// [`FrontendConfig::raw_read_reuse`] of `kascade frontend`: the raw store
+/// makes a span searchable later than that, so an answer this old misses
+/// nothing a new read would find (the searches' grain, `searches.rs`).
+pub(crate) const RAW_READ_REUSE: Duration = Duration::from_secs(1);
+
 /// Default of [`FrontendConfig::max_search_bytes`].
 pub(crate) const DEFAULT_MAX_SEARCH_BYTES: u64 = 64 << 20;
 
@@ -76,6 +81,12 @@ pub struct FrontendConfig {
     /// holds five times as many traces or more (a 1,000-Pod Deployment's
     /// in tracing mode: 17 MB instead of 94 MB).
     pub keep_assembly: bool,
+    /// How long a raw trace read answers other assemblies after it
+    /// answered its own (reads in flight are joined whatever this is):
+    /// `kascade frontend` reuses for a second, so a burst of searches
+    /// reads a hub object (a Node every Pod links to) once. Zero (the
+    /// library's default, `kascade trace`): no reuse.
+    pub raw_read_reuse: Duration,
     /// The service kube-apiserver's own traces are stored under, joined to
     /// the writes by audit ID (`components.rs`); empty: no join.
     pub component_service: String,
@@ -100,6 +111,7 @@ impl Default for FrontendConfig {
             search_wait: Duration::from_secs(60),
             max_search_bytes: DEFAULT_MAX_SEARCH_BYTES,
             keep_assembly: true,
+            raw_read_reuse: Duration::ZERO,
             component_service: super::components::APISERVER_SERVICE.to_string(),
         }
     }

@@ -17,6 +17,7 @@ pub(crate) mod components;
 mod config;
 mod error;
 pub use config::FrontendConfig;
+pub(crate) use config::RAW_READ_REUSE;
 pub(crate) use config::{DEFAULT_MAX_ASSEMBLIES, DEFAULT_MAX_SEARCH_BYTES, DEFAULT_MAX_SEARCHES};
 pub(crate) mod cpid;
 pub(crate) mod display;
@@ -92,7 +93,8 @@ impl<S: RawStore> Frontend<S> {
         let searches = searches::RawSearches::new(&cfg, metrics.clone());
         let evictions = metrics.cache_evictions.clone();
         Self {
-            assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone()),
+            assembler: Assembler::new(store, cfg.limits.clone(), metrics.clone())
+                .reusing_reads(cfg.raw_read_reuse),
             metrics,
             windowing: Windowing::new(cfg.window),
             cache: moka::future::Cache::builder()

@@ -22,6 +22,12 @@ pub struct FrontendMetrics {
     /// HTTP, one per batch of traces over gRPC.
     pub raw_requests: Counter,
     pub raw_read_errors: Counter,
+    /// Of `raw_reads`, those answered by another assembly's read of the
+    /// same raw trace (in flight, or within the reuse period).
+    pub raw_reads_shared: Counter,
+    /// Raw trace answers dropped before their reuse period ended, to stay
+    /// within the bytes kept for reuse.
+    pub raw_reads_dropped: Counter,
     /// Assemblies that ran out of `--assembly-timeout`.
     pub assembly_timeouts: Counter,
     pub assemble_seconds: prometheus_client::metrics::histogram::Histogram,
@@ -62,6 +68,8 @@ impl Default for FrontendMetrics {
             raw_requests: Counter::default(),
             assembly_timeouts: Counter::default(),
             raw_read_errors: Counter::default(),
+            raw_reads_shared: Counter::default(),
+            raw_reads_dropped: Counter::default(),
             assemble_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             objects_per_trace: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             summarised: Counter::default(),
@@ -116,6 +124,16 @@ impl FrontendMetrics {
             "raw_read_errors",
             "Failed reads of raw traces",
             self.raw_read_errors.clone(),
+        );
+        r.register(
+            "raw_reads_shared",
+            "Reads of raw traces answered by another assembly's read of the same trace (in flight, or within the last second)",
+            self.raw_reads_shared.clone(),
+        );
+        r.register(
+            "raw_reads_dropped",
+            "Raw trace answers dropped before their reuse period ended, to stay within the bytes kept for reuse (32 MiB)",
+            self.raw_reads_dropped.clone(),
         );
         r.register(
             "assemble_seconds",

@@ -460,6 +460,9 @@ struct GatedStore {
     inner: MemoryStore,
     gate: tokio::sync::Semaphore,
     finds: std::sync::atomic::AtomicUsize,
+    /// Holds trace reads while closed (open unless a test closes it).
+    get_gate: tokio::sync::Semaphore,
+    gets: std::sync::atomic::AtomicUsize,
 }
 
 impl GatedStore {
@@ -470,6 +473,11 @@ impl GatedStore {
 
     fn finds(&self) -> usize {
         self.finds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Raw traces read so far (each id of a batch counts).
+    fn gets(&self) -> usize {
+        self.gets.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -492,6 +500,8 @@ impl RawStore for GatedStore {
         &self,
         id: kascade::test_support::frontend::raw::TraceIdBytes,
     ) -> Result<Vec<Span>, kascade::test_support::frontend::raw::RawError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        drop(self.get_gate.acquire().await.unwrap());
         self.inner.get(id).await
     }
 
@@ -520,14 +530,21 @@ impl RawStore for GatedStore {
 }
 
 async fn gated(cfg: FrontendConfig) -> (Arc<Frontend<GatedStore>>, Arc<GatedStore>, TimeRange) {
-    let inner = store("deployment").await;
-    let range = whole_range(&inner);
-    let s = Arc::new(GatedStore {
-        inner,
-        gate: tokio::sync::Semaphore::new(0),
-        finds: Default::default(),
-    });
+    let s = Arc::new(gated_store(0, usize::MAX >> 4).await);
+    let range = whole_range(&s.inner);
     (Arc::new(Frontend::new(s.clone(), cfg)), s, range)
+}
+
+/// The deployment scenario's raw traces behind gates letting `finds`
+/// searches and `gets` trace reads through.
+async fn gated_store(finds: usize, gets: usize) -> GatedStore {
+    GatedStore {
+        inner: store("deployment").await,
+        gate: tokio::sync::Semaphore::new(finds),
+        finds: Default::default(),
+        get_gate: tokio::sync::Semaphore::new(gets),
+        gets: Default::default(),
+    }
 }
 
 fn query_of(range: TimeRange, t: &[(&str, &str)]) -> SearchQuery {
@@ -547,5 +564,6 @@ mod http;
 mod raw_reads;
 mod scopes;
 mod searches;
+mod shared_reads;
 mod siblings;
 mod streaming;

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::merge::{Link, ObjectHistory, Role, merge_until, widen};
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -19,6 +20,7 @@ mod not_followed;
 mod reads;
 mod repeats;
 mod scope;
+mod shared_reads;
 
 use finish::{
     child_links, clip_shared_to_parents, is_ancestor_or_self, set_up_nodes, sort_children,
@@ -129,6 +131,8 @@ pub struct Assembler<S> {
     /// assembled one at a time and the frontend's memory holds one of them,
     /// not one per concurrent request.
     wide: Arc<tokio::sync::Semaphore>,
+    /// Reads in flight joined, recent answers reused.
+    shared: shared_reads::SharedReads,
 }
 
 /// Held by a wide assembly until its trace is rendered and encoded (the
@@ -136,13 +140,26 @@ pub struct Assembler<S> {
 pub(crate) type WidePermit = tokio::sync::OwnedSemaphorePermit;
 
 impl<S: RawStore> Assembler<S> {
+    /// An assembler reading `store`; concurrent reads of one raw trace
+    /// share one read, answers are not reused after it
+    /// ([`Assembler::reusing_reads`]).
     pub fn new(store: Arc<S>, limits: Limits, metrics: Arc<FrontendMetrics>) -> Self {
         Self {
+            shared: shared_reads::SharedReads::new(Duration::ZERO, &metrics),
             store,
             limits,
             metrics,
             wide: Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    /// Reuses each raw trace read for `period` after it answered (the
+    /// server's [`FrontendConfig::raw_read_reuse`](crate::frontend::FrontendConfig::raw_read_reuse)):
+    /// a burst of searches reads a hub object's raw trace once, not once
+    /// per assembly.
+    pub fn reusing_reads(mut self, period: Duration) -> Self {
+        self.shared = shared_reads::SharedReads::new(period, &self.metrics);
+        self
     }
 
     /// Bytes of histories past which an assembly is wide.
@@ -163,26 +180,6 @@ impl<S: RawStore> Assembler<S> {
             .acquire_owned()
             .await
             .expect("the semaphore is never closed")
-    }
-
-    /// One raw trace, counted.
-    #[cfg(feature = "test-support")]
-    pub async fn read(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
-        Ok(self.read_many(&[id]).await?.remove(&id).unwrap_or_default())
-    }
-
-    /// Many raw traces (as few round trips as the store allows), counted;
-    /// ids the store does not have are absent.
-    pub async fn read_many(
-        &self,
-        ids: &[TraceIdBytes],
-    ) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError> {
-        self.metrics.raw_reads.inc_by(ids.len() as u64);
-        let r = self.store.get_many(ids, self.limits.concurrency).await;
-        if r.is_err() {
-            self.metrics.raw_read_errors.inc();
-        }
-        r
     }
 
     pub fn store(&self) -> &Arc<S> {

@@ -44,6 +44,29 @@ fn is_about_the_trace(e: &RawError) -> bool {
 }
 
 impl<S: RawStore> Assembler<S> {
+    /// One raw trace, counted.
+    #[cfg(feature = "test-support")]
+    pub async fn read(&self, id: TraceIdBytes) -> Result<Vec<Span>, RawError> {
+        Ok(self.read_many(&[id]).await?.remove(&id).unwrap_or_default())
+    }
+
+    /// Many raw traces (as few round trips as the store allows), counted;
+    /// ids the store does not have are absent.
+    pub async fn read_many(
+        &self,
+        ids: &[TraceIdBytes],
+    ) -> Result<HashMap<TraceIdBytes, Vec<Span>>, RawError> {
+        self.metrics.raw_reads.inc_by(ids.len() as u64);
+        let r = self
+            .shared
+            .read(&self.store, ids, self.limits.concurrency, &self.metrics)
+            .await;
+        if r.is_err() {
+            self.metrics.raw_read_errors.inc();
+        }
+        r
+    }
+
     /// Reads `ids` as [`read_many`](Self::read_many) does; when that fails
     /// on a trace, each id again alone (at most `concurrency` at once) and
     /// the ids still failing are returned as unreadable. An error about the

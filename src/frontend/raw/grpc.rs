@@ -62,13 +62,13 @@ impl JaegerGrpc {
         let channel = if crate::client_tls::is_https(url) {
             let rustls = tls.rustls_config(&[b"h2"]).map_err(|e| RawError::Tls {
                 url: url.to_string(),
-                problem: Box::new(e),
+                problem: Arc::new(e),
             })?;
             let connector =
                 crate::client_tls::grpc_tls_connector(&authority, 443, Arc::new(rustls)).map_err(
                     |e| RawError::Tls {
                         url: url.to_string(),
-                        problem: Box::new(e),
+                        problem: Arc::new(e),
                     },
                 )?;
             plain.origin(origin).connect_with_connector_lazy(connector)

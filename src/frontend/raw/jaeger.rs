@@ -92,7 +92,7 @@ impl JaegerHttp {
                 .rustls_config(&[b"http/1.1"])
                 .map_err(|source| RawError::Tls {
                     url: base.to_string(),
-                    problem: Box::new(source),
+                    problem: std::sync::Arc::new(source),
                 })?;
             builder = builder.use_preconfigured_tls(rustls);
         }

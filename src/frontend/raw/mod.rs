@@ -286,7 +286,7 @@ pub async fn find_all<S: RawStore>(
     })
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RawError {
     #[error("raw Jaeger at {url} is unreachable: {message}")]
     Unreachable { url: String, message: String },
@@ -303,7 +303,7 @@ pub enum RawError {
     #[error("TLS for the raw Jaeger at {url}: {problem}")]
     Tls {
         url: String,
-        problem: Box<crate::client_tls::TlsError>,
+        problem: std::sync::Arc<crate::client_tls::TlsError>,
     },
     #[error("raw Jaeger at {url} answered {method} with {code}: {message}")]
     Grpc {
