@@ -160,7 +160,13 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
 
     let out = dir.path().join("spans.jsonl");
     let out_arg = format!("otlp-json={}", out.display());
-    let second = launch(&spool, &["--output", &out_arg], &log).await;
+    // No restart context kept: a graceful stop then leaves no segment.
+    let second = launch(
+        &spool,
+        &["--output", &out_arg, "--spool-context-bytes", "0"],
+        &log,
+    )
+    .await;
     let client = reqwest::Client::new();
     // The replay is under way once the process is ready; wait until every
     // spooled batch is back in the pipeline.
@@ -309,7 +315,7 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
     post(&first, early).await;
     // Released once its spans are exported (a readiness check, not a wait
     // for time): the journal is written before the segments go.
-    while spool_segments(&spool) > 0
+    while metric(&first, "kascade_spool_bytes").await > 0
         || metric(&first, "kascade_spool_sent_links_persisted_total").await == 0
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -339,4 +345,127 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
     let mut both = [a, b].concat();
     both.sort();
     assert_eq!(both, links_in(&whole), "the uninterrupted run's links");
+}
+
+/// The audit spans of the writes `audit_ids` in an OTLP/JSON output, each
+/// with its trace and span id, name, times and attributes.
+fn spans_of_writes(out: &Path, audit_ids: &HashSet<String>) -> Vec<String> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut spans = Vec::new();
+    for line in text.lines() {
+        let req: serde_json::Value = serde_json::from_str(line).unwrap();
+        for rs in req["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    let attrs = s["attributes"].as_array().unwrap();
+                    let of_write = attrs.iter().any(|a| {
+                        a["key"] == "audit.id"
+                            && a["value"]["stringValue"]
+                                .as_str()
+                                .is_some_and(|id| audit_ids.contains(id))
+                    });
+                    if of_write {
+                        let mut attrs: Vec<String> = attrs.iter().map(|a| a.to_string()).collect();
+                        attrs.sort();
+                        spans.push(format!(
+                            "{} {} {} {} {} {:?}",
+                            s["traceId"],
+                            s["spanId"],
+                            s["name"],
+                            s["startTimeUnixNano"],
+                            s["endTimeUnixNano"],
+                            attrs
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    spans.sort();
+    spans.dedup();
+    spans
+}
+
+/// A restart replays the batches not yet exported after reading the
+/// exported ones it kept (restart context), sending nothing for those: the
+/// replayed writes are shown as an uninterrupted run shows them, diffs
+/// against the states before, causes and cascades included.
+#[tokio::test]
+async fn a_restart_shows_the_replayed_writes_as_an_uninterrupted_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("kascade.log");
+    let lines = common::audit_lines("deployment");
+    let (early, late) = lines.split_at(lines.len() / 2);
+    let late_ids: HashSet<String> = late
+        .iter()
+        .map(|l| {
+            let ev: serde_json::Value = serde_json::from_str(l).unwrap();
+            ev["auditID"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let output = |name: &str| {
+        let path = dir.path().join(name);
+        (path.clone(), format!("otlp-json={}", path.display()))
+    };
+
+    // Uninterrupted: both halves, one process.
+    let (whole, whole_arg) = output("whole.jsonl");
+    let c = launch(
+        &dir.path().join("spool-whole"),
+        &["--output", &whole_arg],
+        &log,
+    )
+    .await;
+    post(&c, early).await;
+    post(&c, late).await;
+    stop(c, &log);
+
+    // The first half exported and released by a process that stops.
+    let spool = dir.path().join("spool");
+    let (_, first_arg) = output("first.jsonl");
+    let first = launch(&spool, &["--output", &first_arg], &log).await;
+    post(&first, early).await;
+    stop(first, &log);
+    // The second half accepted by the next, which cannot export (nothing
+    // listens there), and is killed.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let mut second = launch(
+        &spool,
+        &["--output", "otlp", "--otlp-endpoint", &nowhere],
+        &log,
+    )
+    .await;
+    post(&second, late).await;
+    second.child.kill().unwrap(); // SIGKILL
+    second.child.wait().unwrap();
+    // The third replays it, after reading the first half again.
+    let (third_out, third_arg) = output("third.jsonl");
+    let third = launch(&spool, &["--output", &third_arg], &log).await;
+    while metric(&third, "kascade_spool_replayed_batches_total").await < 1 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(metric(&third, "kascade_spool_context_batches_total").await >= 1);
+    stop(third, &log);
+
+    let (want, got) = (
+        spans_of_writes(&whole, &late_ids),
+        spans_of_writes(&third_out, &late_ids),
+    );
+    assert!(want.len() > 10, "{} spans of the second half", want.len());
+    let missing: Vec<_> = want.iter().filter(|s| !got.contains(s)).collect();
+    let other: Vec<_> = got.iter().filter(|s| !want.contains(s)).collect();
+    assert!(
+        missing.is_empty() && other.is_empty(),
+        "the uninterrupted run's spans not sent after the restart:\n{}\n\nsent instead:\n{}",
+        missing
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -66,6 +66,11 @@ pub struct CollectConfig {
     pub spool_dir: Option<PathBuf>,
     /// Most bytes of accepted batches waiting on disk for export.
     pub spool_bytes: u64,
+    /// Bytes of exported batches kept on disk (at most 15 minutes' worth)
+    /// and read again at a restart, sending nothing, so that the batches
+    /// replayed after them are shown as an uninterrupted run shows them; 0:
+    /// none.
+    pub spool_context_bytes: u64,
     /// Keep accepted batches in memory only (wins over `spool_dir`).
     pub no_spool: bool,
     /// No live cascade metrics (`kascade_propagation_seconds`,
@@ -121,6 +126,7 @@ impl Default for CollectConfig {
             max_intake_bytes: 512 << 20,
             spool_dir: None,
             spool_bytes: 1 << 30,
+            spool_context_bytes: crate::source::spool::DEFAULT_CONTEXT_BYTES,
             no_spool: false,
             no_cascade_metrics: false,
             component_traces_listen: None,
@@ -239,6 +245,7 @@ impl CollectConfig {
         };
         let mut cfg = SpoolConfig::new(dir);
         cfg.max_bytes = self.spool_bytes;
+        cfg.context_bytes = self.spool_context_bytes;
         if self.spool_bytes < self.max_body_bytes as u64 {
             bail!(
                 "--spool-bytes {} is smaller than --max-body-bytes {}: a full-size batch could never be accepted",

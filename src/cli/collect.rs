@@ -66,6 +66,11 @@ pub struct CollectArgs {
     /// Most bytes of accepted batches waiting on disk for export; beyond it batches get 429.
     #[arg(long, default_value_t = collect().spool_bytes, env = "KASCADE_SPOOL_BYTES")]
     pub spool_bytes: u64,
+    /// Bytes of exported batches kept on disk (the last 15 minutes' at most) and read again at a
+    /// restart, sending nothing: the batches replayed after them then find the object states, causes
+    /// and Events they followed, as in an uninterrupted run. 0: none.
+    #[arg(long, default_value_t = collect().spool_context_bytes, env = "KASCADE_SPOOL_CONTEXT_BYTES")]
+    pub spool_context_bytes: u64,
     /// Keep accepted batches only in memory: a crash loses what was answered 200 but not yet exported
     /// (wins over --spool-dir, e.g. the image's KASCADE_SPOOL_DIR).
     #[arg(long, env = "KASCADE_NO_SPOOL")]
@@ -137,6 +142,7 @@ impl From<CollectArgs> for CollectConfig {
             max_intake_bytes: a.max_intake_bytes,
             spool_dir: a.spool_dir,
             spool_bytes: a.spool_bytes,
+            spool_context_bytes: a.spool_context_bytes,
             no_spool: a.no_spool,
             no_cascade_metrics: a.no_cascade_metrics,
             component_traces_listen: a.component_traces_listen,

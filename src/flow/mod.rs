@@ -58,6 +58,12 @@ pub struct Accepted {
     /// links once per process, none the spool journaled as exported and
     /// those an earlier process may have sent as they were ([`SentLinks`]).
     pub replayed: bool,
+    /// Read again at a restart from the spool's released batches, which
+    /// were exported before: processed for what later writes need (object
+    /// states, causes, seen Events) and nothing sent or handed to a change
+    /// sink, so the batches replayed after it are shown as an uninterrupted
+    /// run would show them.
+    pub context: bool,
     /// A create refused before its object was named: `object` is then named
     /// by the `generateName` prefix, and the write is shown on the owner's
     /// span when the request names an owner.

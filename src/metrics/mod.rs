@@ -76,6 +76,10 @@ pub struct Metrics {
     pub spool_full: Counter,
     pub spool_records_lost: Counter,
     pub spool_replayed: Counter,
+    /// Bytes of released spool segments kept as restart context.
+    pub spool_context_bytes: Gauge,
+    /// Released batches read again at a start as context (nothing sent).
+    pub spool_context_batches: Counter,
     /// Link spans confirmed as exported (`SPOOL_DIR/sent-links`).
     pub sent_links_persisted: Counter,
     /// Sent links the journal could not keep (each may be a second span in
@@ -144,6 +148,16 @@ impl Metrics {
             "spool_bytes",
             "Bytes of accepted audit batches on disk, waiting for their spans to be exported",
             self.spool_bytes.clone(),
+        );
+        r.register(
+            "spool_context_bytes",
+            "Bytes of released audit batches kept on disk as restart context (--spool-context-bytes)",
+            self.spool_context_bytes.clone(),
+        );
+        r.register(
+            "spool_context_batches",
+            "Released audit batches read again at the start as context for the batches replayed after them (nothing sent)",
+            self.spool_context_batches.clone(),
         );
         r.register(
             "spool_flushes",

@@ -113,6 +113,7 @@ pub(crate) fn accept_advising(
         object,
         uid,
         replayed: false,
+        context: false,
         arrival: 0,
         noted_through: 0,
         failed_create,

@@ -70,6 +70,7 @@ impl<'a> Write<'a> {
             failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
             audit_id: &ev.audit_id,
             version: None,
+            context: item.context,
         }
     }
 }
@@ -381,6 +382,9 @@ impl CauseInferrer {
                     .unwrap_or_default()
             })
             .await;
+        if w.context {
+            return inference;
+        }
         self.role_counters[inference.role as usize].inc();
         if !self.change_sinks.is_empty() {
             let readiness = readiness.filter(|_| !w.deleted).map(|st| Readiness {

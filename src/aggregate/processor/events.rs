@@ -192,13 +192,15 @@ impl EventStage {
 
     /// One occurrence of a Kubernetes Event (from an audited write, the
     /// Event object `own`, or from the Event watch): admitted the first time
-    /// it is seen and handed to the sinks that want Events.
+    /// it is seen and handed to the sinks that want Events (unless not
+    /// `to_sinks`: restart context, handed to them before).
     pub(super) fn admit(
         &self,
         own: &ObjectRef,
         own_uid: &str,
         e: K8sEvent,
         at: SystemTime,
+        to_sinks: bool,
     ) -> Option<AdmittedEvent> {
         let involved = self.kinds.referenced_object(
             &own.cluster,
@@ -231,7 +233,7 @@ impl EventStage {
             return None;
         }
         self.seen_events.insert(occurrence, ());
-        if !self.sinks.is_empty() {
+        if to_sinks && !self.sinks.is_empty() {
             let record = EventRecord {
                 involved: ow.object.clone(),
                 event: e.clone(),
@@ -434,14 +436,17 @@ mod tests {
         let (own, uid, e) = listed_event(&listed);
         let at = SystemTime::now();
         let admitted = stage
-            .admit(&own, &uid, e.clone(), at)
+            .admit(&own, &uid, e.clone(), at, true)
             .expect("the first sighting");
         assert_eq!(
             Some(admitted.ow.object.name.as_str()),
             listed["involvedObject"]["name"].as_str()
         );
         assert_eq!(admitted.identity, uid, "the Event's uid");
-        assert!(stage.admit(&own, &uid, e, at).is_none(), "seen already");
+        assert!(
+            stage.admit(&own, &uid, e, at, true).is_none(),
+            "seen already"
+        );
         assert_eq!(filtered(&metrics, FilterReason::EventSeen), 1);
         assert_eq!(sink.0.lock().unwrap().len(), 1);
     }

@@ -97,6 +97,9 @@ pub(super) struct Write<'a> {
     pub audit_id: &'a str,
     /// The object's resourceVersion after the write, when an integer.
     pub version: Option<u64>,
+    /// Restart context ([`Accepted::context`](crate::flow::Accepted::context)):
+    /// inferred for later writes, not handed to the change sinks.
+    pub context: bool,
 }
 
 /// An object's state after a write, for [`CauseInferrer::infer_cause`]:

@@ -224,6 +224,11 @@ impl Processor {
         let result = self.process_audit(item, response).await;
         // However it ended: no later write waits for this one any more.
         self.cause.settle(item.arrival);
+        if item.context {
+            // Exported before the restart: its effect on the stages is
+            // what was wanted.
+            return result.map(|_| None);
+        }
         result
     }
 
@@ -474,6 +479,9 @@ impl Processor {
                 None,
             )
             .await;
+        if item.context {
+            return Ok(());
+        }
         if self.cfg.changes_only {
             self.metrics.events_processed.inc();
             return Ok(());
@@ -514,6 +522,11 @@ impl Processor {
     /// is about. Returns the span to send ([`Processor::send_emission`]), if any.
     fn process_event_write(&self, item: &Accepted) -> Option<Emission> {
         let (e, at) = self.events.written(item)?;
+        if item.context {
+            // Seen, so that its next report is not shown again.
+            self.events.admit(&item.object, &item.uid, e, at, false);
+            return None;
+        }
         self.k8s_event_until_emission(&item.object, &item.uid, e, at)
     }
 
@@ -541,7 +554,7 @@ impl Processor {
         e: K8sEvent,
         at: SystemTime,
     ) -> Option<Emission> {
-        let admitted = self.events.admit(own, own_uid, e, at)?;
+        let admitted = self.events.admit(own, own_uid, e, at, true)?;
         if self.cfg.changes_only {
             self.metrics.events_processed.inc();
             return None;

@@ -48,6 +48,7 @@ impl<'a> Write<'a> {
             version: super::applied::resource_version(&p.change.state)
                 .parse()
                 .ok(),
+            context: false,
         }
     }
 }

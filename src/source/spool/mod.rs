@@ -93,7 +93,20 @@ pub struct SpoolConfig {
     pub max_bytes: u64,
     /// A segment is closed (and can be deleted once released) at this size.
     pub segment_bytes: u64,
+    /// Bytes of released segments kept as restart context: a restart reads
+    /// them again, sending nothing, so that the batches it replays after
+    /// them find the object states, causes and Events they followed. 0:
+    /// released segments are deleted at once.
+    pub context_bytes: u64,
+    /// Released segments older than this are not kept as context (the
+    /// cause index forgets an object left alone this long, too).
+    pub context_age: std::time::Duration,
 }
+
+/// Default of [`SpoolConfig::context_bytes`].
+pub(crate) const DEFAULT_CONTEXT_BYTES: u64 = 64 << 20;
+/// Default of [`SpoolConfig::context_age`]: the cause index's idle time.
+pub(crate) const DEFAULT_CONTEXT_AGE: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl SpoolConfig {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -101,6 +114,8 @@ impl SpoolConfig {
             dir: dir.into(),
             max_bytes: 1 << 30,
             segment_bytes: 16 << 20,
+            context_bytes: DEFAULT_CONTEXT_BYTES,
+            context_age: DEFAULT_CONTEXT_AGE,
         }
     }
 }
@@ -112,8 +127,21 @@ struct Segment {
     bytes: u64,
 }
 
+/// A released segment kept as restart context.
+struct ContextSegment {
+    path: PathBuf,
+    /// Its last sequence number.
+    last: u64,
+    bytes: u64,
+    /// When its last record was released (or the file last written).
+    closed: std::time::SystemTime,
+}
+
 struct State {
     segments: VecDeque<Segment>,
+    /// Released segments kept as restart context, oldest first.
+    context: VecDeque<ContextSegment>,
+    context_bytes: u64,
     /// Bytes of all segments on disk.
     used: u64,
     /// Bytes promised to appends still in the writer's hands.
@@ -155,6 +183,8 @@ pub struct Spool {
     /// has seen.
     died_replaying: Option<(u64, u32)>,
     live: Mutex<LiveNote>,
+    /// Released batches found at the start, for [`Spool::take_context`].
+    context: Mutex<Vec<SpooledBatch>>,
 }
 
 /// How many processes died with batch `seq` in processing: as the batch in
@@ -220,10 +250,16 @@ impl Spool {
         let Recovered {
             segments,
             mut pending,
+            context: context_segments,
+            released,
             next_seq,
             released_upto,
             used,
         } = recover(&dir, &metrics)?;
+        let released_mark = released.last().map_or(0, |b| b.seq);
+        // A start that died reading the context: this one goes without.
+        let context_killed = quarantine::deaths_in_flight(&dir)
+            .is_some_and(|(seq, _)| seq <= released_mark && seq > 0 && !released.is_empty());
         // Moved aside by an earlier start but not yet released: not again.
         let mut quarantined = quarantine::moved_aside(&dir);
         pending.retain(|b| !quarantined.contains(&b.seq));
@@ -260,10 +296,13 @@ impl Spool {
         }
         let live = quarantine::open_live(&dir).map_err(io_err(&dir, "cannot open processing"))?;
         let (tx, rx) = std::sync::mpsc::channel::<Append>();
+        let context_bytes = context_segments.iter().map(|s| s.bytes).sum();
         let shared = Arc::new(Shared {
             cfg,
             state: Mutex::new(State {
                 segments,
+                context: context_segments,
+                context_bytes,
                 used,
                 reserved: 0,
                 next_seq,
@@ -275,6 +314,20 @@ impl Spool {
             }),
             metrics,
         });
+        // What the bounds keep of the context, then its batches.
+        let kept_from = shared.prune_context(None);
+        let context: Vec<SpooledBatch> = if shared.cfg.context_bytes == 0 {
+            Vec::new()
+        } else if context_killed {
+            tracing::warn!(dir = %dir.display(),
+                "the last start died reading the restart context: this one goes without it (the batches it replays are shown without the causes and states of those before)");
+            Vec::new()
+        } else {
+            released
+                .into_iter()
+                .filter(|b| b.seq >= kept_from)
+                .collect()
+        };
         let for_writer = shared.clone();
         std::thread::Builder::new()
             .name("kascade-spool".into())
@@ -290,6 +343,7 @@ impl Spool {
                 hi: 0,
                 warned: crate::messages::LogEvery::new(std::time::Duration::from_secs(60)),
             }),
+            context: Mutex::new(context),
         });
         for seq in quarantined {
             // Moved aside: it holds back no release.
@@ -300,6 +354,13 @@ impl Spool {
                 "replaying audit batches a previous run accepted but had not exported");
         }
         Ok((spool, pending))
+    }
+
+    /// The released batches kept as restart context ([`SpoolConfig::context_bytes`]),
+    /// oldest first, once: the caller processes them, sending nothing,
+    /// before the unreleased ones.
+    pub fn take_context(&self) -> Vec<SpooledBatch> {
+        std::mem::take(&mut *self.context.lock().expect("spool context"))
     }
 
     /// Appends one batch and returns its sequence number once it is on disk.

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::{BodyEncoding, RELEASED_FILE, Segment, SpoolError, SpooledBatch, io_err};
+use super::{
+    BodyEncoding, ContextSegment, RELEASED_FILE, Segment, SpoolError, SpooledBatch, io_err,
+};
 use crate::internal_events::{InternalEvent, SpoolSegmentDamaged};
 use crate::metrics::Metrics;
 
@@ -136,6 +138,12 @@ pub(super) struct Recovered {
     pub segments: VecDeque<Segment>,
     /// Unreleased records, oldest first.
     pub pending: Vec<SpooledBatch>,
+    /// Segments whose records were all released, kept as restart context
+    /// (`Spool::take_context`), oldest first.
+    pub context: VecDeque<ContextSegment>,
+    /// Released records of the context segments and of the first kept
+    /// segments, oldest first.
+    pub released: Vec<SpooledBatch>,
     pub next_seq: u64,
     pub released_upto: u64,
     /// Bytes of the segments kept.
@@ -159,8 +167,7 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
         firsts.push(first);
     }
     firsts.sort_unstable();
-    let mut segments = VecDeque::new();
-    let mut pending = Vec::new();
+    let mut found = Vec::new();
     let mut next_seq = 1;
     for first in firsts {
         let path = segment_path(dir, first);
@@ -185,12 +192,14 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
             let _ = std::fs::remove_file(&path);
             continue;
         }
-        segments.push_back(Segment {
-            path,
-            last,
-            bytes: valid_bytes,
-        });
-        pending.extend(records);
+        found.push((
+            Segment {
+                path,
+                last,
+                bytes: valid_bytes,
+            },
+            records,
+        ));
     }
     // Records released before the crash but still in a kept segment are
     // not replayed again (losing this file only means replaying them).
@@ -198,7 +207,32 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(0);
-    pending.retain(|r| r.seq > released_mark);
+    let mut segments = VecDeque::new();
+    let mut context = VecDeque::new();
+    let mut pending = Vec::new();
+    let mut released = Vec::new();
+    for (segment, records) in found {
+        if segment.last <= released_mark {
+            let closed = std::fs::metadata(&segment.path)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            context.push_back(ContextSegment {
+                path: segment.path,
+                last: segment.last,
+                bytes: segment.bytes,
+                closed,
+            });
+        } else {
+            segments.push_back(segment);
+        }
+        for r in records {
+            if r.seq > released_mark {
+                pending.push(r);
+            } else {
+                released.push(r);
+            }
+        }
+    }
     // Numbering goes on after everything ever released, also when every
     // segment is gone: a new record numbered at or below the mark would
     // be taken for released at the next start, and never replayed.
@@ -212,6 +246,8 @@ pub(super) fn recover(dir: &Path, metrics: &Metrics) -> Result<Recovered, SpoolE
     Ok(Recovered {
         segments,
         pending,
+        context,
+        released,
         next_seq,
         released_upto,
         used,

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::record::segment_path;
-use super::{Segment, Shared};
+use super::{ContextSegment, Segment, Shared};
 
 /// One batch for the writer, answered once it is on disk.
 pub(super) struct Append {
@@ -152,20 +152,64 @@ impl Shared {
     /// written has already claimed its new records' numbers (`write_group`),
     /// so it is never among them; the writer notices its segment is gone
     /// and opens a new one.
+    /// Segments holding only records `≤ n` become restart context (the
+    /// oldest deleted past its bounds), or go when it is off.
     pub(super) fn delete_released(&self, n: u64) {
-        let mut doomed = Vec::new();
+        let now = std::time::SystemTime::now();
         {
             let mut st = self.state.lock().expect("spool state");
             while st.segments.front().is_some_and(|s| s.last <= n) {
                 let seg = st.segments.pop_front().expect("checked");
                 st.used -= seg.bytes;
-                doomed.push(seg.path);
+                st.context_bytes += seg.bytes;
+                st.context.push_back(ContextSegment {
+                    path: seg.path,
+                    last: seg.last,
+                    bytes: seg.bytes,
+                    closed: now,
+                });
             }
             self.metrics.spool_bytes.set(st.used as i64);
+        }
+        self.prune_context(Some(now));
+    }
+
+    /// Deletes the oldest context segments past
+    /// [`SpoolConfig::context_bytes`](super::SpoolConfig::context_bytes) or
+    /// older than [`SpoolConfig::context_age`](super::SpoolConfig::context_age)
+    /// before `now` (`None`: before the newest context segment, at a start:
+    /// what an uninterrupted run would still hold, however long the process
+    /// was down). Returns the first sequence number still kept as context.
+    pub(super) fn prune_context(&self, now: Option<std::time::SystemTime>) -> u64 {
+        let mut doomed = Vec::new();
+        let kept_from;
+        {
+            let mut st = self.state.lock().expect("spool state");
+            let newest = now
+                .or_else(|| st.context.iter().map(|c| c.closed).max())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let oldest_kept = newest
+                .checked_sub(self.cfg.context_age)
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let mut pruned_through = 0;
+            while let Some(front) = st.context.front() {
+                if st.context_bytes <= self.cfg.context_bytes && front.closed >= oldest_kept {
+                    break;
+                }
+                let seg = st.context.pop_front().expect("checked");
+                st.context_bytes -= seg.bytes;
+                pruned_through = seg.last;
+                doomed.push(seg.path);
+            }
+            kept_from = pruned_through + 1;
+            self.metrics
+                .spool_context_bytes
+                .set(st.context_bytes as i64);
         }
         for path in doomed {
             let _ = std::fs::remove_file(path);
         }
+        kept_from
     }
 }
 

@@ -21,8 +21,8 @@ use tokio::sync::Semaphore;
 use tracing::{Instrument as _, field};
 
 use super::audit::AuditFilter;
-use super::spool::{BodyEncoding, Spool, SpoolError, SpooledBatch};
-use crate::flow::{Accepted, AdmitError, ExportProgress, Gauges, Intake, SentLinks};
+use super::spool::{BodyEncoding, Spool, SpoolError};
+use crate::flow::{Accepted, AdmitError, ExportProgress, Gauges, Intake};
 use crate::internal_events::{AuditEventsRejected, InternalEvent};
 use crate::metrics::{Metrics, RejectReason, Source};
 use crate::self_trace::TARGET;
@@ -33,11 +33,13 @@ mod component_traces;
 mod grpc;
 mod mergelogs;
 mod otlp_logs;
+mod restart;
 
 pub(crate) use admin::admin_router;
 use body::*;
 pub(in crate::source) use body::{read_bounded, try_reserve_intake};
 pub(crate) use component_traces::component_traces_router;
+pub(crate) use restart::{release_spool, replay_spool};
 
 #[cfg(fuzzing)]
 pub(crate) mod fuzzing;
@@ -483,78 +485,4 @@ async fn admit(
         spool.mark_enqueued(seq);
     }
     Ok(())
-}
-
-/// Feeds batches a previous run accepted but had not exported through the
-/// pipeline again (before anything new is accepted from them).
-pub(crate) async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
-    let Some(spool) = st.spool.clone() else {
-        return;
-    };
-    for batch in pending {
-        spool.replaying(batch.seq);
-        match decode_off_runtime(&st, &batch.cluster, batch.encoding, batch.body, true).await {
-            Ok(decoded) => {
-                let n = decoded.accepted.len() as u64;
-                for item in decoded.accepted {
-                    if st.intake.submit(item).await.is_err() {
-                        return;
-                    }
-                }
-                st.metrics
-                    .events_accepted
-                    .get_or_create(&Metrics::source(Source::Spool))
-                    .inc_by(n);
-            }
-            // It was decoded once before it was spooled: only a change of
-            // version or flags gets here.
-            Err((_, msg)) => {
-                tracing::error!(seq = batch.seq, error = %crate::messages::clip_message(msg), "a spooled batch no longer decodes; skipped")
-            }
-        }
-        // Processed before the next batch is read: should processing
-        // die, the batch noted as in flight is the one that killed it.
-        if st.intake.barrier().await.is_err() {
-            return;
-        }
-        st.metrics.spool_replayed.inc();
-        spool.mark_enqueued(batch.seq);
-    }
-    spool.replayed();
-}
-
-/// Releases spooled batches once everything made from them is exported:
-/// waits until every shard has processed what was queued, then until the
-/// exporter has finished every span sent by then. The link spans journaled
-/// by then are confirmed as exported first, so that a restart replaying
-/// later batches does not send them again.
-pub(crate) async fn release_spool(
-    spool: Arc<Spool>,
-    sent_links: Option<Arc<SentLinks>>,
-    intake: Intake,
-    progress: Arc<ExportProgress>,
-    every: Duration,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let upto = spool.enqueued_upto();
-        if upto <= spool.released_upto() {
-            continue;
-        }
-        // Marked before the barrier: every link journaled by then was noted
-        // by a write the barrier waits for, so its span is in the export
-        // queue when `sent` is read.
-        let mark = sent_links.as_ref().map(|j| j.mark());
-        if intake.barrier().await.is_err() {
-            return;
-        }
-        spool.processed(upto);
-        progress.wait_finished(progress.sent()).await;
-        if let (Some(j), Some(mark)) = (&sent_links, mark) {
-            j.confirm(mark);
-        }
-        spool.release(upto);
-    }
 }
