@@ -192,6 +192,14 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
         let took = Duration::from_nanos(s.end_time_unix_nano - s.start_time_unix_nano);
         assert!(took < Duration::from_secs(1), "{} spans {took:?}", s.name);
         assert!(string_attr(s, "cascade.backoff").is_some());
+        // Its wait is back-off, not a hop: no hop shown on it at all (the
+        // first attempt's is `cascade.first_hop`).
+        assert!(
+            common::int_attr(s, "cascade.hop_us").is_none(),
+            "{} shows a hop beside its back-off",
+            s.name
+        );
+        assert!(common::int_attr(s, "cascade.first_hop_us").is_some());
     }
     let t = search(
         &f,

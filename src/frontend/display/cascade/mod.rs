@@ -210,10 +210,11 @@ pub(crate) fn render(
                 ) => {
                     attributes.push(kv("cascade.edge", k.edge.clone()));
                     attributes.push(kv("cascade.rule", k.rule.clone()));
-                    // The hop is the first attempt's: the retry's wait is
-                    // back-off.
-                    attributes.push(kv_int("cascade.hop_us", first_hop.as_micros() as i64));
-                    attributes.push(kv("cascade.hop", format_duration(first_hop)));
+                    // No hop of its own: its wait is back-off. The first
+                    // attempt's hop under another name, so that no one
+                    // reads it as this request's.
+                    attributes.push(kv_int("cascade.first_hop_us", first_hop.as_micros() as i64));
+                    attributes.push(kv("cascade.first_hop", format_duration(first_hop)));
                     attributes.push(kv_int("cascade.attempt", i64::from(attempt)));
                     attributes.push(kv_int("cascade.backoff_us", backoff.as_micros() as i64));
                     attributes.push(kv("cascade.backoff", format_duration(backoff)));

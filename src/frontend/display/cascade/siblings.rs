@@ -16,7 +16,7 @@ use super::super::entries::span_id;
 use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
 use super::failure_message;
 use crate::analysis::cascade::write_failed;
-use crate::analysis::cascade::{Cascade, InPart, change_name, format_duration};
+use crate::analysis::cascade::{Attempt, Cascade, InPart, change_name, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::span_model::attr;
@@ -194,8 +194,15 @@ pub(super) fn summary_span(
                 "duration",
                 format_duration(std::time::Duration::from_nanos(to.saturating_sub(from))),
             )];
-            if let Some(k) = &ch.cause {
-                attributes.push(kv("cascade.hop", format_duration(k.hop)));
+            match (&ch.cause, c.attempts[i]) {
+                // A retry's wait is back-off, not a hop.
+                (_, Attempt::Retry { backoff, .. }) => {
+                    attributes.push(kv("cascade.backoff", format_duration(backoff)));
+                }
+                (Some(k), Attempt::First) => {
+                    attributes.push(kv("cascade.hop", format_duration(k.hop)));
+                }
+                (None, _) => {}
             }
             if subtrees.size[i] > 1 {
                 attributes.push(kv_int("writes.caused", subtrees.size[i] as i64 - 1));
@@ -288,14 +295,16 @@ fn hops_and_durations(
     s: &Summary,
     times: &[(u64, u64)],
 ) -> ([String; 3], [String; 3]) {
+    // Retries' waits are back-off: the hops are the first attempts'.
     let hops = s
         .members
         .iter()
-        .map(|&i| {
-            c.changes[i]
+        .map(|&i| match c.attempts[i] {
+            Attempt::Retry { first_hop, .. } => first_hop.as_nanos() as u64,
+            Attempt::First => c.changes[i]
                 .cause
                 .as_ref()
-                .map_or(0, |k| k.hop.as_nanos() as u64)
+                .map_or(0, |k| k.hop.as_nanos() as u64),
         })
         .collect();
     let durations = s
