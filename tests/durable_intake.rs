@@ -388,15 +388,17 @@ fn spans_of_writes(out: &Path, audit_ids: &HashSet<String>) -> Vec<String> {
 
 /// A restart replays the batches not yet exported after reading the
 /// exported ones it kept (restart context), sending nothing for those: the
-/// replayed writes are shown as an uninterrupted run shows them, diffs
-/// against the states before, causes and cascades included.
+/// replayed writes, and the new ones sent as it starts, are shown as an
+/// uninterrupted run shows them, diffs against the states before, causes
+/// and cascades included.
 #[tokio::test]
 async fn a_restart_shows_the_replayed_writes_as_an_uninterrupted_run_does() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("kascade.log");
     let lines = common::audit_lines("deployment");
-    let (early, late) = lines.split_at(lines.len() / 2);
-    let late_ids: HashSet<String> = late
+    let (early, rest) = lines.split_at(lines.len() / 2);
+    let (late, later) = rest.split_at(rest.len() / 2);
+    let late_ids: HashSet<String> = rest
         .iter()
         .map(|l| {
             let ev: serde_json::Value = serde_json::from_str(l).unwrap();
@@ -418,6 +420,7 @@ async fn a_restart_shows_the_replayed_writes_as_an_uninterrupted_run_does() {
     .await;
     post(&c, early).await;
     post(&c, late).await;
+    post(&c, later).await;
     stop(c, &log);
 
     // The first half exported and released by a process that stops.
@@ -438,9 +441,11 @@ async fn a_restart_shows_the_replayed_writes_as_an_uninterrupted_run_does() {
     post(&second, late).await;
     second.child.kill().unwrap(); // SIGKILL
     second.child.wait().unwrap();
-    // The third replays it, after reading the first half again.
+    // The third replays it, after reading the first half again; what the
+    // apiserver sends meanwhile waits for that.
     let (third_out, third_arg) = output("third.jsonl");
     let third = launch(&spool, &["--output", &third_arg], &log).await;
+    post(&third, later).await;
     while metric(&third, "kascade_spool_replayed_batches_total").await < 1 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -121,6 +121,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
         sent_links.clone(),
     )?;
     pipeline.spool = spool.clone();
+    let (replayed_tx, replayed) = tokio::sync::watch::channel(spool.is_none());
     let state = Arc::new(webhook::WebhookState {
         intake: pipeline.intake.clone(),
         filter,
@@ -136,6 +137,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         )),
         spool: spool.clone(),
+        replayed,
         metrics,
         registry,
         processor: pipeline.processor.clone(),
@@ -159,7 +161,7 @@ pub fn build(config: &CollectConfig) -> anyhow::Result<(CollectApps, Pipeline)> 
             .collect(),
     });
     if let Some(spool) = spool {
-        tokio::spawn(webhook::replay_spool(state.clone(), spooled));
+        tokio::spawn(webhook::replay_spool(state.clone(), spooled, replayed_tx));
         tokio::spawn(webhook::release_spool(
             spool,
             sent_links,

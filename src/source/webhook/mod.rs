@@ -64,6 +64,10 @@ pub(crate) struct WebhookState {
     pub decode_slots: Arc<Semaphore>,
     /// The durable intake: a batch is on disk before it is answered 200.
     pub spool: Option<Arc<Spool>>,
+    /// True once the start has fed the spool's batches through the pipeline
+    /// again (at once without a spool): new batches wait for it, so that
+    /// they are processed after what came before them.
+    pub replayed: tokio::sync::watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
     /// The processor's gauges, refreshed on each scrape.
@@ -456,6 +460,18 @@ async fn admit(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         resp
     };
+    // After what a previous run left (restart context, unexported batches):
+    // waited for as for room in the queue, holding none of it.
+    if !*st.replayed.borrow() {
+        let mut replayed = st.replayed.clone();
+        let done = tokio::time::timeout(st.admission_wait, replayed.wait_for(|done| *done)).await;
+        if !matches!(done, Ok(Ok(_))) {
+            return Err(refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "still replaying the batches a previous run left in the spool; retry".to_string(),
+            ));
+        }
+    }
     let reserved = match st.intake.reserve(n, st.admission_wait).await {
         Ok(r) => r,
         Err(e) => return Err(refused(admit_status(&e), e.to_string())),

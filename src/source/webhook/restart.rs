@@ -14,16 +14,27 @@ use crate::source::spool::{Spool, SpooledBatch};
 /// Feeds batches a previous run accepted but had not exported through the
 /// pipeline again (before anything new is accepted from them), after the
 /// released batches kept as context ([`Spool::take_context`]).
-pub(crate) async fn replay_spool(st: Arc<WebhookState>, pending: Vec<SpooledBatch>) {
+/// Says so on `done` when it ends (however it ends): new batches wait
+/// for it.
+pub(crate) async fn replay_spool(
+    st: Arc<WebhookState>,
+    pending: Vec<SpooledBatch>,
+    done: tokio::sync::watch::Sender<bool>,
+) {
+    replay_spooled(&st, pending).await;
+    done.send_replace(true);
+}
+
+async fn replay_spooled(st: &Arc<WebhookState>, pending: Vec<SpooledBatch>) {
     let Some(spool) = st.spool.clone() else {
         return;
     };
-    if !replay_context(&st, &spool).await {
+    if !replay_context(st, &spool).await {
         return;
     }
     for batch in pending {
         spool.replaying(batch.seq);
-        match decode_off_runtime(&st, &batch.cluster, batch.encoding, batch.body, true).await {
+        match decode_off_runtime(st, &batch.cluster, batch.encoding, batch.body, true).await {
             Ok(decoded) => {
                 let n = decoded.accepted.len() as u64;
                 for item in decoded.accepted {
