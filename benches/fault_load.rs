@@ -14,7 +14,17 @@
 //!
 //! `verify`: reads FAULT_ACCEPTED, asks the Jaeger query API for every trace
 //! of each namespace and prints `answered200 stored missing` (audit spans by
-//! audit ID); exits 1 if any accepted event has no span.
+//! audit ID); exits 1 if any accepted event has no span. With
+//! FAULT_REFERENCE (the OTLP/JSON of an uninterrupted collector given the
+//! same batches: `resend`), each stored audit span's name, status and
+//! attributes are compared with the reference's span of the same audit ID
+//! (`attributes_differ`), and their counts; exits 1 if the counts differ or
+//! more spans than FAULT_MAX_DIFFERING (default 0) do.
+//!
+//! FAULT_BODIES (optional, `load`): every batch answered 200 is appended to
+//! it as one line, in the order of the answers (with one sender, the order
+//! the collector processed them). `resend` posts its lines again, in order,
+//! each until it is answered 200.
 //!
 //! Environment: KASCADE_URLS (comma-separated webhook base URLs), FAULT_TOKEN
 //! (bearer token, optional), FAULT_NS (namespace prefix), BENCH_COPIES,
@@ -38,12 +48,16 @@ struct Poster {
     urls: Vec<String>,
     token: Option<String>,
     accepted: Mutex<std::fs::File>,
+    /// FAULT_BODIES: the accepted events as audit log lines.
+    bodies: Option<Mutex<std::fs::File>>,
     refused: AtomicUsize,
     connection_errors: AtomicUsize,
 }
 
 impl Poster {
-    fn from_env() -> Self {
+    /// A poster as the environment says; `record_bodies`: writes the
+    /// batches answered 200 to FAULT_BODIES.
+    fn from_env(record_bodies: bool) -> Self {
         let urls = env_or("KASCADE_URLS", "")
             .split(',')
             .filter(|u| !u.is_empty())
@@ -64,6 +78,10 @@ impl Poster {
             urls,
             token: std::env::var("FAULT_TOKEN").ok().filter(|t| !t.is_empty()),
             accepted: Mutex::new(accepted),
+            bodies: std::env::var("FAULT_BODIES")
+                .ok()
+                .filter(|p| !p.is_empty() && record_bodies)
+                .map(|p| Mutex::new(std::fs::File::create(p).expect("FAULT_BODIES"))),
             refused: AtomicUsize::new(0),
             connection_errors: AtomicUsize::new(0),
         }
@@ -103,6 +121,12 @@ impl Poster {
             writeln!(f, "{ns}\t{id}").unwrap();
         }
         f.flush().unwrap();
+        if let Some(bodies) = &self.bodies {
+            let list: Value = serde_json::from_str(&body).expect("an EventList");
+            let mut b = bodies.lock().unwrap();
+            writeln!(b, "{list}").unwrap();
+            b.flush().unwrap();
+        }
     }
 }
 
@@ -143,6 +167,14 @@ async fn run_load(poster: Arc<Poster>) {
     }
     for t in tasks {
         t.await.unwrap();
+    }
+}
+
+/// Posts the batches of FAULT_BODIES again, one after the other.
+async fn resend(poster: &Poster) {
+    let bodies = std::fs::read_to_string(env_or("FAULT_BODIES", "")).expect("FAULT_BODIES");
+    for (n, body) in bodies.lines().enumerate() {
+        poster.post(n, body.to_string(), &[]).await;
     }
 }
 
@@ -238,6 +270,12 @@ async fn verify() {
             .or_default()
             .insert(id.to_string());
     }
+    let reference = std::env::var("FAULT_REFERENCE")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .map(|p| reference_spans(&p));
+    let mut compared = 0usize;
+    let mut differ: Vec<String> = Vec::new();
     let client = reqwest::Client::new();
     let mut stored = 0usize;
     let mut missing = Vec::new();
@@ -278,6 +316,13 @@ async fn verify() {
                     {
                         seen.insert(v.to_string());
                         *audit_spans.entry(v.to_string()).or_default() += 1;
+                        if let Some(want) = reference.as_ref().and_then(|r| r.get(v)) {
+                            compared += 1;
+                            let got = jaeger_span(s);
+                            if &got != want {
+                                differ.push(describe_difference(v, want, &got));
+                            }
+                        }
                     }
                     if tag["key"] == "kascade.span" && tag["value"] == "object" {
                         has_object_span = true;
@@ -312,14 +357,45 @@ async fn verify() {
         }
     }
     let distinct: usize = accepted.values().map(HashSet::len).sum();
+    let attributes = match &reference {
+        Some(r) => format!(
+            " attributes_differ={}/{compared} (reference {})",
+            differ.len(),
+            r.len()
+        ),
+        None => String::new(),
+    };
     println!(
-        "answered200={answered} distinct={distinct} stored={stored} missing={} traces_without_object_span={} duplicate_spans={}/{}/{}",
+        "answered200={answered} distinct={distinct} stored={stored} missing={} traces_without_object_span={} duplicate_spans={}/{}/{}{attributes}",
         missing.len(),
         orphan_traces.len(),
         duplicates.audit,
         duplicates.object,
         duplicates.link
     );
+    if !differ.is_empty() {
+        eprintln!(
+            "{} stored audit spans differ from the uninterrupted run's; the first:\n{}",
+            differ.len(),
+            differ[..differ.len().min(5)].join("\n")
+        );
+        let max: usize = env_or("FAULT_MAX_DIFFERING", "0")
+            .parse()
+            .expect("FAULT_MAX_DIFFERING: a count");
+        if differ.len() > max {
+            eprintln!("over the bound of {max}");
+            std::process::exit(1);
+        }
+    }
+    if let Some(r) = &reference
+        && compared != r.len()
+    {
+        eprintln!(
+            "{compared} stored audit spans compared, the uninterrupted run has {}: span counts differ",
+            r.len()
+        );
+        std::process::exit(1);
+    }
     if let Ok(bound) = std::env::var("FAULT_MAX_DUPLICATES")
         && !bound.is_empty()
     {
@@ -346,16 +422,112 @@ async fn verify() {
     }
 }
 
+/// A span as compared: its name and attributes, values as text.
+type Compared = (String, BTreeMap<String, String>);
+
+/// An OTLP/JSON value as text (`stringValue` as is, numbers and booleans
+/// as written).
+fn otlp_value(v: &Value) -> String {
+    match v.as_object().and_then(|o| o.iter().next()) {
+        Some((_, Value::String(s))) => s.clone(),
+        Some((_, other)) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+/// The audit spans of an OTLP/JSON file (`kascade replay --output
+/// otlp-json=`), by audit ID.
+fn reference_spans(path: &str) -> HashMap<String, Compared> {
+    let text = std::fs::read_to_string(path).expect("FAULT_REFERENCE");
+    let mut spans = HashMap::new();
+    for line in text.lines() {
+        let req: Value = serde_json::from_str(line).expect("OTLP/JSON lines");
+        for rs in req["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for s in ss["spans"].as_array().into_iter().flatten() {
+                    let mut attrs: BTreeMap<String, String> = s["attributes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            (
+                                a["key"].as_str().unwrap_or("").to_string(),
+                                otlp_value(&a["value"]),
+                            )
+                        })
+                        .collect();
+                    // Jaeger shows an error status as the tag `error` and
+                    // its message as `otel.status_description`.
+                    if s["status"]["code"].as_i64() == Some(2) {
+                        attrs.insert("error".into(), "true".into());
+                        if let Some(m) = s["status"]["message"].as_str().filter(|m| !m.is_empty()) {
+                            attrs.insert("otel.status_description".into(), m.to_string());
+                        }
+                    }
+                    if let Some(id) = attrs.get("audit.id").cloned() {
+                        spans.insert(id, (s["name"].as_str().unwrap_or("").to_string(), attrs));
+                    }
+                }
+            }
+        }
+    }
+    spans
+}
+
+/// A span of the Jaeger query API as compared: its kascade attributes and
+/// status (the store adds tags of its own: `otel.*`, `span.kind`,
+/// `internal.*`).
+fn jaeger_span(s: &Value) -> Compared {
+    let attrs = s["tags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let key = t["key"].as_str()?;
+            let store_own = key.starts_with("otel.") && key != "otel.status_description";
+            if store_own || key.starts_with("internal.") || key == "span.kind" {
+                return None;
+            }
+            let value = match &t["value"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((key.to_string(), value))
+        })
+        .collect();
+    (s["operationName"].as_str().unwrap_or("").to_string(), attrs)
+}
+
+fn describe_difference(id: &str, want: &Compared, got: &Compared) -> String {
+    let mut out = format!("audit ID {id}:");
+    if want.0 != got.0 {
+        out += &format!(" name {:?} stored as {:?};", want.0, got.0);
+    }
+    for (k, v) in &want.1 {
+        match got.1.get(k) {
+            Some(g) if g == v => {}
+            Some(g) => out += &format!(" {k}: {v:?} stored as {g:?};"),
+            None => out += &format!(" {k}: {v:?} not stored;"),
+        }
+    }
+    for (k, g) in &got.1 {
+        if !want.1.contains_key(k) {
+            out += &format!(" {k}: stored {g:?}, not in the uninterrupted run;");
+        }
+    }
+    out
+}
+
 #[tokio::main]
 async fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     match mode.as_str() {
-        "load" | "oversized" => {
-            let poster = Arc::new(Poster::from_env());
-            if mode == "load" {
-                run_load(poster.clone()).await;
-            } else {
-                run_oversized(poster.clone()).await;
+        "load" | "oversized" | "resend" => {
+            let poster = Arc::new(Poster::from_env(mode != "resend"));
+            match mode.as_str() {
+                "load" => run_load(poster.clone()).await,
+                "oversized" => run_oversized(poster.clone()).await,
+                _ => resend(&poster).await,
             }
             println!(
                 "refused={} connection_errors={}",
@@ -365,6 +537,6 @@ async fn main() {
         }
         "verify" => verify().await,
         // `cargo bench` without the fault suite around it: nothing to do.
-        _ => eprintln!("fault_load: run e2e/faults.sh (modes: load, oversized, verify)"),
+        _ => eprintln!("fault_load: run e2e/faults.sh (modes: load, oversized, resend, verify)"),
     }
 }
