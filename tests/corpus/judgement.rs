@@ -222,6 +222,23 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
         longest_hop <= longest_backoff.max(1_000_000),
         "a hop of {longest_hop} µs, back-off at most {longest_backoff} µs"
     );
+    // The critical path ends at the refused create the retries repeat (the
+    // cause of the failure), not at the one Pod that was admitted.
+    let starred: Vec<&Span> = all
+        .iter()
+        .filter(|s| s.name.starts_with(CRITICAL_MARK))
+        .collect();
+    let end = starred
+        .iter()
+        .max_by_key(|s| s.start_time_unix_nano)
+        .expect("a critical path");
+    assert!(
+        end.name
+            .contains("create pods (generateName quota-demo/capped-")
+            && in_error(end),
+        "{:#?}",
+        starred.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -275,6 +292,46 @@ async fn a_stuck_rollouts_cascade_trace_is_titled_by_the_failing_change() {
                 .any(|n| n.contains("create deployments checkout/checkout")),
         "{starred:#?}"
     );
+    // The kubelet pulls the missing image again and again: its status
+    // writes after the first are attempts of that pull, their waits (2 s,
+    // 20 s) back-off, not hops; the critical path ends at the first pull,
+    // the failure, whose work lasts until the last attempt.
+    let kubelet: Vec<&Span> = all
+        .iter()
+        .filter(|s| {
+            s.name
+                .contains("kwok-kubelet patch status pods checkout/checkout-")
+        })
+        .filter(|s| !s.name.contains("-7c557ccfb9-")) // the first version's Pods
+        .collect();
+    assert!(kubelet.len() >= 3, "{}", kubelet.len());
+    let (first, again): (Vec<&Span>, Vec<&Span>) = kubelet
+        .iter()
+        .partition(|s| common::int_attr(s, "cascade.attempt").is_none());
+    assert_eq!(
+        first.len(),
+        1,
+        "{:#?}",
+        kubelet.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    assert!(
+        first[0].name.starts_with(CRITICAL_MARK),
+        "{}",
+        first[0].name
+    );
+    for s in &again {
+        assert!(
+            common::int_attr(s, "cascade.hop_us").is_none(),
+            "{}",
+            s.name
+        );
+        assert!(
+            common::int_attr(s, "cascade.backoff_us").is_some(),
+            "{}",
+            s.name
+        );
+        assert!(!s.name.starts_with(CRITICAL_MARK), "{}", s.name);
+    }
     // A healthy run's top span is titled by its latest cascade, not in error.
     let (f, range) = frontend("rolling-update").await;
     let t = search(

@@ -338,9 +338,16 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
     };
     let completion = completion::completion(&changes);
     let attempts = retry::attempts(&changes);
+    // A first attempt lasts until its last retry: the work ends then, and
+    // the critical path reaches it (not the retries, whose waits are
+    // back-off).
+    let mut ends: Vec<SystemTime> = changes.iter().map(|c| c.completed).collect();
+    for (i, first) in retry::first_attempts(&changes, &attempts) {
+        ends[first] = ends[first].max(changes[i].completed);
+    }
     let last = (0..changes.len())
         .filter(|&i| !attempts[i].is_retry())
-        .max_by_key(|&i| (changes[i].completed, std::cmp::Reverse(i)))
+        .max_by_key(|&i| (ends[i], std::cmp::Reverse(i)))
         .unwrap_or(0);
     let mut critical_path = vec![last];
     let mut cur = last;

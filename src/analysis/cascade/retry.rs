@@ -14,6 +14,12 @@
 //! Pod after one failed: edge `pods failed → pods create`) is a retry too:
 //! attempt n of the writer's work on that target (the owner's name prefix),
 //! its wait since the failure the controller's back-off.
+//!
+//! So is a writer's write caused by its own write that left the object
+//! failed (a kubelet pulling an image again after `ErrImagePull`, each
+//! pull after a longer back-off): attempt n of the work that failed, its
+//! wait since the last attempt back-off, until a write leaves the object
+//! not failed (that one is the last attempt).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -72,9 +78,23 @@ pub(crate) struct Retries {
     starts: HashMap<(Key, String), Start>,
     len: usize,
     seq: u64,
+    /// Objects a writer left failed, by (writer, resource, namespace,
+    /// name): the work its next write caused by that one attempts again.
+    failing: HashMap<(String, String, String, String), Failing>,
     /// Attempts forgotten at the bound: their retries count as first
     /// attempts.
     pub forgotten: u64,
+}
+
+/// A writer's work on an object, failed so far.
+struct Failing {
+    /// The writer's last write on it (which left it failed).
+    last: SpanRef,
+    first_received: SystemTime,
+    last_completed: SystemTime,
+    first_hop: Duration,
+    attempts: u32,
+    seq: u64,
 }
 
 /// The first accepted create of a generated-name target, and how many
@@ -103,6 +123,9 @@ impl Retries {
     pub(crate) fn observe(&mut self, c: &ChangeRecord) -> Attempt {
         if c.user.is_empty() {
             return Attempt::First;
+        }
+        if let Some(verdict) = self.again_after_failing(c) {
+            return verdict;
         }
         let key: Key = (
             c.user.clone(),
@@ -220,6 +243,83 @@ impl Retries {
         verdict
     }
 
+    /// A write by the writer that left the object failed, caused by that
+    /// very write: an attempt of the failed work again (`None`: the rules
+    /// below judge it). Follows which writers left which objects failed.
+    fn again_after_failing(&mut self, c: &ChangeRecord) -> Option<Attempt> {
+        if c.code >= 400 {
+            return None;
+        }
+        let key = (
+            c.user.clone(),
+            c.object.resource.clone(),
+            c.object.namespace.clone(),
+            c.object.name.clone(),
+        );
+        let failed = !c.deleted && c.readiness.as_ref().is_some_and(|r| r.status == "Failed");
+        let cause = c.cause.as_ref();
+        let verdict = match self.failing.get_mut(&key) {
+            Some(f) if cause.is_some_and(|k| k.span == f.last) => {
+                f.attempts += 1;
+                let verdict = Attempt::Retry {
+                    attempt: f.attempts,
+                    backoff: c
+                        .received
+                        .duration_since(f.last_completed)
+                        .unwrap_or_default(),
+                    waited: c
+                        .received
+                        .duration_since(f.first_received)
+                        .unwrap_or_default(),
+                    first_hop: f.first_hop,
+                };
+                f.last = c.span;
+                f.last_completed = c.completed;
+                Some(verdict)
+            }
+            _ => None,
+        };
+        match (failed, verdict.is_some()) {
+            // Failed again: the next attempt may follow.
+            (true, true) => {}
+            // Failed first: the work a later write may attempt again.
+            (true, false) => {
+                self.seq += 1;
+                self.failing.insert(
+                    key,
+                    Failing {
+                        last: c.span,
+                        first_received: c.received,
+                        last_completed: c.completed,
+                        first_hop: cause.map_or(Duration::ZERO, |k| k.hop),
+                        attempts: 1,
+                        seq: self.seq,
+                    },
+                );
+                if self.failing.len() > MAX_OPEN {
+                    self.forget_oldest_failing();
+                }
+            }
+            // Not failed (any more): the work is over.
+            (false, _) => {
+                self.failing.remove(&key);
+            }
+        }
+        verdict
+    }
+
+    fn forget_oldest_failing(&mut self) {
+        if let Some(key) = self
+            .failing
+            .iter()
+            .min_by_key(|(_, f)| f.seq)
+            .map(|(k, _)| k.clone())
+        {
+            self.failing.remove(&key);
+            self.forgotten += 1;
+        }
+    }
+
     fn forget_oldest_start(&mut self) {
         if let Some(key) = self
             .starts
@@ -250,6 +350,40 @@ impl Retries {
             self.forgotten += 1;
         }
     }
+}
+
+/// For each retry among `changes` (in request order, `attempts` theirs),
+/// the index of the first attempt it repeats: the latest earlier first
+/// attempt by the same writer, verb and subresource at the same target
+/// (the object; a create by `generateName`: its prefix).
+pub(crate) fn first_attempts(
+    changes: &[ChangeRecord],
+    attempts: &[Attempt],
+) -> Vec<(usize, usize)> {
+    let same_work = |a: &ChangeRecord, b: &ChangeRecord| {
+        a.user == b.user
+            && a.verb == b.verb
+            && a.subresource == b.subresource
+            && a.object.resource == b.object.resource
+            && a.object.namespace == b.object.namespace
+    };
+    let target = |c: &ChangeRecord| -> String {
+        match (c.verb.as_str(), generated_prefix(&c.object.name)) {
+            ("create", Some(prefix)) => prefix.to_string(),
+            _ => c.object.name.clone(),
+        }
+    };
+    (0..changes.len())
+        .filter(|&i| attempts[i].is_retry())
+        .filter_map(|i| {
+            let first = (0..i).rev().find(|&j| {
+                !attempts[j].is_retry()
+                    && same_work(&changes[j], &changes[i])
+                    && target(&changes[j]) == target(&changes[i])
+            })?;
+            Some((i, first))
+        })
+        .collect()
 }
 
 /// Each change's place in its writer's attempts, for changes in request
@@ -318,6 +452,73 @@ mod tests {
         let mut all = tries.clone();
         all.push(again);
         assert_eq!(attempts(&all)[3], Attempt::First);
+    }
+
+    #[test]
+    fn a_writers_work_it_left_failed_and_does_again_is_retried_until_it_is_not() {
+        // A kubelet's pulls of a missing image: ErrImagePull, a back-off of
+        // 2 s, ImagePullBackOff, 20 s, ErrImagePull; then the image is there.
+        let binding = change(1, obj("pods", "web-1-abcde"), "create", 0, 5, None);
+        let failed = Some(("Failed", "ErrImagePull"));
+        let mut chain = Vec::new();
+        let mut prev = binding.clone();
+        for (i, (at, status)) in [
+            (10u64, failed),
+            (2_010, Some(("Failed", "ImagePullBackOff"))),
+            (22_010, failed),
+            (24_000, Some(("Current", "Running"))),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut c = change(
+                10 + i as u8,
+                obj("pods", "web-1-abcde"),
+                "patch",
+                at,
+                at + 2,
+                status,
+            );
+            c.user = "kwok-kubelet".into();
+            c.subresource = "status".into();
+            let c = caused_by(c, &prev, "pods status");
+            prev = c.clone();
+            chain.push(c);
+        }
+        let mut all = vec![binding];
+        all.extend(chain);
+        let a = attempts(&all);
+        assert_eq!(
+            a[1],
+            Attempt::First,
+            "the first pull is caused by the binding"
+        );
+        let backoffs: Vec<(u32, Duration)> = a[2..]
+            .iter()
+            .map(|a| match a {
+                Attempt::Retry {
+                    attempt, backoff, ..
+                } => (*attempt, *backoff),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            backoffs,
+            vec![
+                (2, Duration::from_millis(1_998)),
+                (3, Duration::from_millis(19_998)),
+                (4, Duration::from_millis(1_988)),
+            ],
+            "each pull after the first is an attempt of it; the one that succeeded the last"
+        );
+        // A healthy Pod's status writes are no retries.
+        let ok = Some(("Current", "Running"));
+        let mut first = change(30, obj("pods", "web-2"), "patch", 0, 1, ok);
+        first.user = "kwok-kubelet".into();
+        let mut second = change(31, obj("pods", "web-2"), "patch", 100, 101, ok);
+        second.user = "kwok-kubelet".into();
+        let second = caused_by(second, &first, "pods status");
+        assert_eq!(attempts(&[first, second]), vec![Attempt::First; 2]);
     }
 
     #[test]

@@ -200,7 +200,7 @@ pub(crate) fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> S
         if c.changes.len() > 1 {
             let _ = writeln!(
                 out,
-                "★ critical path: the chain of writes that ended last (retries aside: their wait is back-off)"
+                "★ critical path: the chain of writes whose work ended last (a write tried again ends with its last attempt; the waits between attempts are back-off)"
             );
         }
     }
