@@ -239,6 +239,29 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
         "{:#?}",
         starred.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
+    // Its one cascade's root is the title: it says it is failing, in error.
+    let root = all
+        .iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .expect("a root");
+    assert!(
+        root.name.starts_with(&format!(
+            "{CRITICAL_MARK}failing: kascade-e2e-admin create deployments quota-demo/capped"
+        )),
+        "{}",
+        root.name
+    );
+    assert!(in_error(root));
+    // A healthy one-cascade trace's title does not.
+    let (f, range) = frontend("job-complete").await;
+    let t = search(&f, range, Mode::Cascade, ("jobs", "job-demo", "pi")).await;
+    let healthy = spans(&t);
+    let root = healthy
+        .iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .expect("a root");
+    assert!(!root.name.contains("failing"), "{}", root.name);
+    assert!(!in_error(root), "{}", root.name);
 }
 
 #[tokio::test]

@@ -317,11 +317,21 @@ pub(crate) fn render(
                 (Some(t), 0) => format!("timer {t}: "),
                 _ => String::new(),
             };
+            // The one root is the trace's title: it says whether its cascade
+            // went wrong, as the span above several cascades does.
+            let alone_failing = i == 0 && top.is_none() && failing(c, fought);
             let mut name = format!(
-                "{}{retry}{timer}{}",
+                "{}{}{retry}{timer}{}",
                 if critical { CRITICAL_MARK } else { "" },
+                if alone_failing { "failing: " } else { "" },
                 crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user)
             );
+            if alone_failing && status.is_none() {
+                status = Some(Status {
+                    message: what_went_wrong(c, fought),
+                    code: StatusCode::Error as i32,
+                });
+            }
             // The one root is the trace's title: it names the object
             // searched for when that is not the root's, as the other modes'
             // roots do.
