@@ -386,7 +386,13 @@ fn print_cascades(
                 }
                 text.push_str(&format!("note: {note}\n"));
             }
-            text.push_str(&render_text_in_part(&trace.cascades, in_part));
+            // A change's trace (`--cpid`) searched no object.
+            let searched = trace
+                .assembly
+                .nodes
+                .get(trace.assembly.searched)
+                .map(|n| &n.history.object);
+            text.push_str(&render_text_in_part(&trace.cascades, in_part, searched));
             print(fit_to_stdout(text))
         }
         TraceFormat::OtlpJson => print_otlp_json(trace),

@@ -520,3 +520,50 @@ async fn writers_are_named_short_in_the_name_column_and_in_full_in_a_tag() {
         );
     }
 }
+
+/// Several cascades are titled by one that wrote the searched object: a
+/// Job's trace by the schedule that made it, not by its CronJob's later
+/// suspend patch; a claim's by its own create, not by the Pod's.
+#[tokio::test]
+async fn several_cascades_are_titled_by_one_that_wrote_the_searched_object() {
+    let title = |spans: &[Span]| -> String {
+        spans
+            .iter()
+            .find(|s| s.parent_span_id.is_empty())
+            .expect("a top span")
+            .name
+            .clone()
+    };
+    let (f, range) = frontend("cronjob-twice").await;
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("jobs", "reports", "nightly-report-29941361"),
+    )
+    .await;
+    let all = spans(&t);
+    let top = title(&all);
+    assert!(
+        top.contains("cascades, latest: ")
+            && top.contains("create jobs reports/nightly-report-29941361"),
+        "{top}"
+    );
+    assert!(
+        all.iter().any(|s| s.name.starts_with(CRITICAL_MARK)),
+        "the titled cascade's critical path is drawn"
+    );
+    let (f, range) = frontend("pvc-pending").await;
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("persistentvolumeclaims", "pvc-demo", "data"),
+    )
+    .await;
+    let top = title(&spans(&t));
+    assert!(
+        top.contains("failing: kascade-e2e-admin create persistentvolumeclaims pvc-demo/data"),
+        "{top}"
+    );
+}

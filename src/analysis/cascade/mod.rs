@@ -298,6 +298,36 @@ pub(crate) fn early_objects(changes: &[ChangeRecord]) -> HashSet<crate::model::O
         .collect()
 }
 
+/// Of several cascades, the one that matters, for every view's title: of
+/// those that wrote `searched` (all, if none did: the other objects of its
+/// scope), the latest that went wrong (`went_wrong`) a change started,
+/// else the latest that went wrong a timer started, else the latest.
+/// Returns its index and whether it went wrong; `None` for no cascade.
+pub(crate) fn the_one_that_matters(
+    cascades: &[Cascade],
+    searched: Option<&crate::model::ObjectRef>,
+    went_wrong: impl Fn(&Cascade) -> bool,
+) -> Option<(usize, bool)> {
+    // A CronJob's suspend patch is not the story of the Job searched for.
+    let wrote_searched =
+        |c: &Cascade| searched.is_some_and(|o| c.changes.iter().any(|ch| &ch.object == o));
+    let about_searched = cascades.iter().any(wrote_searched);
+    let latest = |wrong_only: bool, changes_only: bool| {
+        cascades
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !about_searched || wrote_searched(c))
+            .filter(|(_, c)| !wrong_only || went_wrong(c))
+            .filter(|(_, c)| !changes_only || c.root().timer.is_none())
+            .max_by_key(|(i, c)| (c.root().received, *i))
+            .map(|(i, _)| i)
+    };
+    match latest(true, true).or_else(|| latest(true, false)) {
+        Some(i) => Some((i, true)),
+        None => latest(false, false).map(|i| (i, false)),
+    }
+}
+
 /// What a [`Completion::NotKnown`] says, for people.
 pub(crate) fn not_known_text(w: &[Waiting]) -> String {
     let names: Vec<String> = w.iter().take(3).map(ToString::to_string).collect();

@@ -43,51 +43,73 @@ pub(crate) struct InPart {
 /// edge and hop latency; `★` marks the critical path.
 #[cfg(feature = "test-support")]
 pub fn render_text(cascades: &[Cascade]) -> String {
-    render_text_in_part(cascades, &[])
+    render_text_in_part(cascades, &[], None)
 }
 
 /// [`render_text`], each cascade `n` printed in part as `in_part[n]` says
-/// (whole when it has none).
-pub(crate) fn render_text_in_part(cascades: &[Cascade], in_part: &[InPart]) -> String {
+/// (whole when it has none), titled as the UI titles them for `searched`.
+pub(crate) fn render_text_in_part(
+    cascades: &[Cascade],
+    in_part: &[InPart],
+    searched: Option<&crate::model::ObjectRef>,
+) -> String {
     let mut out = String::new();
     if cascades.len() > 1 {
-        // The one that matters first: the latest that went wrong (one a
-        // change started before one a timer did).
-        let wrong_of = |changes_only: bool| {
-            cascades
-                .iter()
-                .rposition(|c| (!changes_only || c.root().timer.is_none()) && c.went_wrong())
+        // The one that matters first (`the_one_that_matters`).
+        let matters = super::the_one_that_matters(cascades, searched, Cascade::went_wrong);
+        // Chosen among the cascades that wrote the searched object: said.
+        let of_searched = |k: usize| match searched {
+            Some(o) if cascades[k].changes.iter().any(|ch| &ch.object == o) => {
+                let name = match o.namespace.as_str() {
+                    "" => o.name.clone(),
+                    ns => format!("{ns}/{}", o.name),
+                };
+                format!(" to write {} {name}", o.resource)
+            }
+            _ => String::new(),
         };
-        let wrong = wrong_of(true).or_else(|| wrong_of(false));
-        let _ = match wrong {
-            Some(k) => writeln!(
+        let _ = match matters {
+            Some((k, true)) => writeln!(
                 out,
-                "{} cascades; the latest that went wrong is cascade {}: {}\n",
+                "{} cascades; the latest{} that went wrong is cascade {}: {}\n",
                 cascades.len(),
+                of_searched(k),
                 k + 1,
                 change_name(cascades[k].root())
             ),
-            None => {
+            Some((k, false)) => {
                 let not_known = cascades
                     .iter()
                     .filter(|c| matches!(c.completion, Completion::NotKnown(_)))
                     .count();
-                if not_known == 0 {
+                let wrong = cascades.iter().filter(|c| c.went_wrong()).count();
+                if wrong > 0 {
                     writeln!(
                         out,
-                        "{} cascades, all complete without a failed write; the latest is cascade {}\n",
+                        "{} cascades; none{of} went wrong ({wrong} of the others did); the latest{of} is cascade {}\n",
                         cascades.len(),
-                        cascades.len()
+                        k + 1,
+                        of = of_searched(k),
+                    )
+                } else if not_known == 0 {
+                    writeln!(
+                        out,
+                        "{} cascades, all complete without a failed write; the latest{} is cascade {}\n",
+                        cascades.len(),
+                        of_searched(k),
+                        k + 1
                     )
                 } else {
                     writeln!(
                         out,
-                        "{} cascades, none went wrong ({not_known} of them with a completion not known: writes logged before their causes); the latest is cascade {}\n",
+                        "{} cascades, none went wrong ({not_known} of them with a completion not known: writes logged before their causes); the latest{} is cascade {}\n",
                         cascades.len(),
-                        cascades.len()
+                        of_searched(k),
+                        k + 1
                     )
                 }
             }
+            None => Ok(()),
         };
     }
     for (n, c) in cascades.iter().enumerate() {

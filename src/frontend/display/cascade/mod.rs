@@ -398,29 +398,22 @@ fn namespaced(o: &ObjectRef) -> String {
     }
 }
 
-/// The span above several cascades, named by the one that matters: the
-/// latest failing one a change started (else one a timer started), else
-/// the latest; with its service (resource) and that cascade's index.
+/// The span above several cascades, named by the one that matters: of
+/// those that wrote the searched object (all, if none did: its scope's
+/// others), the latest failing one a change started (else one a timer
+/// started), else the latest; with its service (resource) and that
+/// cascade's index.
 fn headline(
     cascades: &[Cascade],
     fought: &HashMap<Vec<u8>, String>,
     trace_id: &TraceIdBytes,
     searched: Option<&ObjectRef>,
 ) -> (Span, String, usize) {
-    let latest = |failing_only: bool, changes_only: bool| {
-        cascades
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !failing_only || failing(c, fought))
-            .filter(|(_, c)| !changes_only || c.root().timer.is_none())
-            .max_by_key(|(_, c)| (c.root().received, c.root().span))
-    };
-    // A change that went wrong tells more than the timer that later noticed
-    // it (a progress deadline).
-    let failed = latest(true, true).or_else(|| latest(true, false));
-    let (chosen_index, chosen) = failed
-        .or_else(|| latest(false, false))
-        .expect("several cascades");
+    let (chosen_index, went_wrong) =
+        crate::analysis::cascade::the_one_that_matters(cascades, searched, |c| failing(c, fought))
+            .expect("several cascades");
+    let chosen = &cascades[chosen_index];
+    let failed = went_wrong.then_some(());
     let start = cascades
         .iter()
         .map(|c| nanos(c.root().received))
