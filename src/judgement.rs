@@ -257,6 +257,14 @@ pub(crate) fn warning_severity(reason: &str, recovered: bool) -> Severity {
     }
 }
 
+/// How bad a write that left its object failed (readiness `Failed`: an
+/// image that cannot be pulled, a Job past its back-off limit) is: an
+/// error unless the object recovered later (none then), as a Warning
+/// Event's failure is.
+pub(crate) fn left_failed_severity(recovered: bool) -> Option<Severity> {
+    (!recovered).then_some(Severity::Error)
+}
+
 /// Who set one field of an object, write by write: tells writers fighting
 /// over it (the field changing hands back and forth between writers that
 /// each set it again and again) from a new owner taking over or a person

@@ -342,7 +342,16 @@ async fn a_stuck_rollouts_cascade_trace_is_titled_by_the_failing_change() {
         "{}",
         first[0].name
     );
+    // The write that left the Pod failed is in error (the path to the
+    // cause is red); its attempts again are not new failures.
+    assert!(in_error(first[0]), "{}", first[0].name);
+    let why = &first[0].status.as_ref().unwrap().message;
+    assert!(
+        why.starts_with("left pods checkout/checkout-") && why.contains("ErrImagePull"),
+        "{why}"
+    );
     for s in &again {
+        assert!(!in_error(s), "{}", s.name);
         assert!(
             common::int_attr(s, "cascade.hop_us").is_none(),
             "{}",

@@ -183,9 +183,14 @@ pub(crate) fn render(
                     message: failure_message(ch),
                     code: StatusCode::Error as i32,
                 })
-            } else {
-                fought.get(ch.span.span_id.as_slice()).map(|m| Status {
+            } else if let Some(m) = fought.get(ch.span.span_id.as_slice()) {
+                Some(Status {
                     message: format!("writers fight: {m}"),
+                    code: StatusCode::Error as i32,
+                })
+            } else {
+                left_failed(c, i).map(|message| Status {
+                    message,
                     code: StatusCode::Error as i32,
                 })
             };
@@ -363,6 +368,32 @@ pub(crate) fn render(
         out.push(&service, span);
     }
     out.finish()
+}
+
+/// What write `i` of `c` did wrong by succeeding: it left its object
+/// failed (a kubelet's `ErrImagePull`), and no later write of the cascade
+/// left the object otherwise; its retries are that work again, not new
+/// failures (`None` for them).
+fn left_failed(c: &Cascade, i: usize) -> Option<String> {
+    let ch = &c.changes[i];
+    let r = ch.readiness.as_ref().filter(|r| r.status == "Failed")?;
+    if c.attempts[i].is_retry() || ch.deleted {
+        return None;
+    }
+    let recovered = c.changes[i + 1..].iter().any(|later| {
+        later.object == ch.object
+            && later
+                .readiness
+                .as_ref()
+                .is_some_and(|l| l.status != "Failed")
+    });
+    crate::judgement::left_failed_severity(recovered)?;
+    Some(format!(
+        "left {} {} failed: {}",
+        ch.object.resource,
+        namespaced(&ch.object),
+        r.message
+    ))
 }
 
 /// Whether a cascade went wrong: not complete, or a write in it failed or
