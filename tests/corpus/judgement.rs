@@ -240,10 +240,7 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
         starred.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
     // Its one cascade's root is the title: it says it is failing, in error.
-    let root = all
-        .iter()
-        .find(|s| s.parent_span_id.is_empty())
-        .expect("a root");
+    let root = top(&all);
     assert!(
         root.name.starts_with(&format!(
             "{CRITICAL_MARK}failing: kascade-e2e-admin create deployments quota-demo/capped"
@@ -256,10 +253,7 @@ async fn a_quota_cascade_names_refused_creates_by_pods_and_draws_no_back_off_as_
     let (f, range) = frontend("job-complete").await;
     let t = search(&f, range, Mode::Cascade, ("jobs", "job-demo", "pi")).await;
     let healthy = spans(&t);
-    let root = healthy
-        .iter()
-        .find(|s| s.parent_span_id.is_empty())
-        .expect("a root");
+    let root = top(&healthy);
     assert!(!root.name.contains("failing"), "{}", root.name);
     assert!(!in_error(root), "{}", root.name);
 }
@@ -535,14 +529,6 @@ async fn writers_are_named_short_in_the_name_column_and_in_full_in_a_tag() {
 /// suspend patch; a claim's by its own create, not by the Pod's.
 #[tokio::test]
 async fn several_cascades_are_titled_by_one_that_wrote_the_searched_object() {
-    let title = |spans: &[Span]| -> String {
-        spans
-            .iter()
-            .find(|s| s.parent_span_id.is_empty())
-            .expect("a top span")
-            .name
-            .clone()
-    };
     let (f, range) = frontend("cronjob-twice").await;
     let t = search(
         &f,
@@ -552,11 +538,11 @@ async fn several_cascades_are_titled_by_one_that_wrote_the_searched_object() {
     )
     .await;
     let all = spans(&t);
-    let top = title(&all);
+    let title = top(&all).name.clone();
     assert!(
-        top.contains("cascades, latest: ")
-            && top.contains("create jobs reports/nightly-report-29941361"),
-        "{top}"
+        title.contains("cascades, latest: ")
+            && title.contains("create jobs reports/nightly-report-29941361"),
+        "{title}"
     );
     assert!(
         all.iter().any(|s| s.name.starts_with(CRITICAL_MARK)),
@@ -570,9 +556,9 @@ async fn several_cascades_are_titled_by_one_that_wrote_the_searched_object() {
         ("persistentvolumeclaims", "pvc-demo", "data"),
     )
     .await;
-    let top = title(&spans(&t));
+    let title = top(&spans(&t)).name.clone();
     assert!(
-        top.contains("failing: kascade-e2e-admin create persistentvolumeclaims pvc-demo/data"),
-        "{top}"
+        title.contains("failing: kascade-e2e-admin create persistentvolumeclaims pvc-demo/data"),
+        "{title}"
     );
 }

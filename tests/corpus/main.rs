@@ -159,6 +159,14 @@ fn spans(t: &AssembledTrace) -> Vec<Span> {
         .collect()
 }
 
+/// The span without a parent: a trace's title in the UI.
+fn top(spans: &[Span]) -> &Span {
+    spans
+        .iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .expect("a top span")
+}
+
 fn in_error(s: &Span) -> bool {
     s.status.as_ref().is_some_and(|st| st.code == 2)
 }

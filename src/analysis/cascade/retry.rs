@@ -250,13 +250,17 @@ impl Retries {
         if c.code >= 400 {
             return None;
         }
+        let failed = !c.deleted && c.readiness.as_ref().is_some_and(|r| r.status == "Failed");
+        // Most writes of most logs: nothing failed to follow, no key to build.
+        if !failed && self.failing.is_empty() {
+            return None;
+        }
         let key = (
             c.user.clone(),
             c.object.resource.clone(),
             c.object.namespace.clone(),
             c.object.name.clone(),
         );
-        let failed = !c.deleted && c.readiness.as_ref().is_some_and(|r| r.status == "Failed");
         let cause = c.cause.as_ref();
         let verdict = match self.failing.get_mut(&key) {
             Some(f) if cause.is_some_and(|k| k.span == f.last) => {
@@ -309,27 +313,11 @@ impl Retries {
     }
 
     fn forget_oldest_failing(&mut self) {
-        if let Some(key) = self
-            .failing
-            .iter()
-            .min_by_key(|(_, f)| f.seq)
-            .map(|(k, _)| k.clone())
-        {
-            self.failing.remove(&key);
-            self.forgotten += 1;
-        }
+        self.forgotten += forget_oldest_of(&mut self.failing, |f| f.seq);
     }
 
     fn forget_oldest_start(&mut self) {
-        if let Some(key) = self
-            .starts
-            .iter()
-            .min_by_key(|(_, s)| s.seq)
-            .map(|(k, _)| k.clone())
-        {
-            self.starts.remove(&key);
-            self.forgotten += 1;
-        }
+        self.forgotten += forget_oldest_of(&mut self.starts, |s| s.seq);
     }
 
     fn forget_oldest(&mut self) {
@@ -384,6 +372,18 @@ pub(crate) fn first_attempts(
             Some((i, first))
         })
         .collect()
+}
+
+/// Removes the entry of `map` opened first (lowest `seq`); 1 if one was.
+fn forget_oldest_of<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    seq: impl Fn(&V) -> u64,
+) -> u64 {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, v)| seq(v))
+        .map(|(k, _)| k.clone());
+    oldest.map_or(0, |k| u64::from(map.remove(&k).is_some()))
 }
 
 /// Each change's place in its writer's attempts, for changes in request
