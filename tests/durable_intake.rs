@@ -75,20 +75,27 @@ async fn launch(spool: &Path, output: &[&str], log: &Path) -> Collector {
     );
 }
 
-fn audit_ids_in(out: &Path) -> HashSet<String> {
+/// Every span of an OTLP/JSON output (one export request a line).
+fn spans_in(out: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(out).unwrap_or_default();
-    let mut ids = HashSet::new();
+    let mut spans = Vec::new();
     for line in text.lines() {
         let req: serde_json::Value = serde_json::from_str(line).unwrap();
         for rs in req["resourceSpans"].as_array().unwrap() {
             for ss in rs["scopeSpans"].as_array().unwrap() {
-                for s in ss["spans"].as_array().unwrap() {
-                    for a in s["attributes"].as_array().unwrap() {
-                        if a["key"] == "audit.id" {
-                            ids.insert(a["value"]["stringValue"].as_str().unwrap().to_string());
-                        }
-                    }
-                }
+                spans.extend(ss["spans"].as_array().unwrap().iter().cloned());
+            }
+        }
+    }
+    spans
+}
+
+fn audit_ids_in(out: &Path) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for s in spans_in(out) {
+        for a in s["attributes"].as_array().unwrap() {
+            if a["key"] == "audit.id" {
+                ids.insert(a["value"]["stringValue"].as_str().unwrap().to_string());
             }
         }
     }
@@ -212,25 +219,18 @@ async fn a_batch_answered_200_survives_kill_9_and_is_exported_after_restart() {
 
 /// The link spans in an OTLP/JSON output: (span id, start time) of each.
 fn links_in(out: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(out).unwrap_or_default();
     let mut links = Vec::new();
-    for line in text.lines() {
-        let req: serde_json::Value = serde_json::from_str(line).unwrap();
-        for rs in req["resourceSpans"].as_array().unwrap() {
-            for ss in rs["scopeSpans"].as_array().unwrap() {
-                for s in ss["spans"].as_array().unwrap() {
-                    let is_link =
-                        s["attributes"].as_array().unwrap().iter().any(|a| {
-                            a["key"] == "kascade.span" && a["value"]["stringValue"] == "link"
-                        });
-                    if is_link {
-                        links.push((
-                            s["spanId"].as_str().unwrap().to_string(),
-                            s["startTimeUnixNano"].to_string(),
-                        ));
-                    }
-                }
-            }
+    for s in spans_in(out) {
+        let is_link = s["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["key"] == "kascade.span" && a["value"]["stringValue"] == "link");
+        if is_link {
+            links.push((
+                s["spanId"].as_str().unwrap().to_string(),
+                s["startTimeUnixNano"].to_string(),
+            ));
         }
     }
     links.sort();
@@ -350,35 +350,27 @@ async fn after_kill_9_no_link_exported_before_is_sent_again() {
 /// The audit spans of the writes `audit_ids` in an OTLP/JSON output, each
 /// with its trace and span id, name, times and attributes.
 fn spans_of_writes(out: &Path, audit_ids: &HashSet<String>) -> Vec<String> {
-    let text = std::fs::read_to_string(out).unwrap_or_default();
     let mut spans = Vec::new();
-    for line in text.lines() {
-        let req: serde_json::Value = serde_json::from_str(line).unwrap();
-        for rs in req["resourceSpans"].as_array().unwrap() {
-            for ss in rs["scopeSpans"].as_array().unwrap() {
-                for s in ss["spans"].as_array().unwrap() {
-                    let attrs = s["attributes"].as_array().unwrap();
-                    let of_write = attrs.iter().any(|a| {
-                        a["key"] == "audit.id"
-                            && a["value"]["stringValue"]
-                                .as_str()
-                                .is_some_and(|id| audit_ids.contains(id))
-                    });
-                    if of_write {
-                        let mut attrs: Vec<String> = attrs.iter().map(|a| a.to_string()).collect();
-                        attrs.sort();
-                        spans.push(format!(
-                            "{} {} {} {} {} {:?}",
-                            s["traceId"],
-                            s["spanId"],
-                            s["name"],
-                            s["startTimeUnixNano"],
-                            s["endTimeUnixNano"],
-                            attrs
-                        ));
-                    }
-                }
-            }
+    for s in spans_in(out) {
+        let attrs = s["attributes"].as_array().unwrap();
+        let of_write = attrs.iter().any(|a| {
+            a["key"] == "audit.id"
+                && a["value"]["stringValue"]
+                    .as_str()
+                    .is_some_and(|id| audit_ids.contains(id))
+        });
+        if of_write {
+            let mut attrs: Vec<String> = attrs.iter().map(|a| a.to_string()).collect();
+            attrs.sort();
+            spans.push(format!(
+                "{} {} {} {} {} {:?}",
+                s["traceId"],
+                s["spanId"],
+                s["name"],
+                s["startTimeUnixNano"],
+                s["endTimeUnixNano"],
+                attrs
+            ));
         }
     }
     spans.sort();
