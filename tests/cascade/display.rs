@@ -216,3 +216,35 @@ fn kascade_trace_mode_cascade_prints_the_tree_and_its_completion() {
         .collect();
     assert!(names.iter().any(|n| n.ends_with(PATCH)), "{names:?}");
 }
+
+/// The text's first line names the cascade that matters, as the UI's title
+/// does: on the stuck rollout the user's patch that went wrong, on a healthy
+/// rollout the latest, with no failure said.
+#[test]
+fn kascade_trace_mode_cascade_headline_names_the_cascade_that_matters_both_ways() {
+    let headline = |fixture: &str, namespace: &str, name: &str| {
+        let out = common::succeeded(
+            common::kascade()
+                .args(["trace", "--resource", "deploy", "--namespace", namespace])
+                .args(["--name", name, "--mode", "cascade"])
+                .arg(common::fixture_path(fixture, "audit.log")),
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let stuck = headline("rollout-stuck", "rollout-demo", "web");
+    assert_eq!(
+        stuck,
+        "3 cascades; the latest to write deployments rollout-demo/web that went wrong is \
+         cascade 2: kascade-e2e-admin patch deployments rollout-demo/web",
+    );
+    let healthy = headline("deployment", "default", "hello");
+    assert!(
+        healthy.contains("all complete without a failed write; the latest to write deployments default/hello is cascade"),
+        "{healthy}"
+    );
+    assert!(!healthy.contains("went wrong"), "{healthy}");
+}

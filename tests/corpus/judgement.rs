@@ -540,9 +540,22 @@ async fn several_cascades_are_titled_by_one_that_wrote_the_searched_object() {
     let all = spans(&t);
     let title = top(&all).name.clone();
     assert!(
-        title.contains("cascades, latest: ")
-            && title.contains("create jobs reports/nightly-report-29941361"),
-        "{title}"
+        title.contains(
+            "cascades, latest: cronjob-controller create jobs reports/nightly-report-29941361"
+        ),
+        "the title names the writer as the rows do: {title}"
+    );
+    // The full name stays in a tag.
+    let tag = top(&all)
+        .attributes
+        .iter()
+        .find(|a| a.key == "cascade.latest")
+        .and_then(|a| a.value.as_ref())
+        .map(|v| format!("{v:?}"));
+    assert!(
+        tag.as_deref()
+            .is_some_and(|t| t.contains("system:serviceaccount:kube-system:cronjob-controller")),
+        "{tag:?}"
     );
     assert!(
         all.iter().any(|s| s.name.starts_with(CRITICAL_MARK)),

@@ -275,3 +275,96 @@ async fn ten_minutes_of_a_repeated_warning_are_one_row_and_a_new_one_after_them_
         }
     }
 }
+
+/// The quota run's ReplicaSet controller tries its refused Pod create 13
+/// times over 10 s: the cascade shows the first attempts, the first retry
+/// and the last, and one span for the attempts between with their
+/// back-offs; `siblings=all` shows every attempt. A short run (one retry of
+/// a status update after a conflict) is shown whole.
+#[tokio::test]
+async fn a_long_run_of_retries_is_folded_to_its_first_and_last_attempts() {
+    let (f, range) = frontend("quota-exceeded").await;
+    let searched = [
+        ("resource", "deployments"),
+        ("namespace", "quota-demo"),
+        ("name", "capped"),
+    ];
+    let cascade = |all_siblings: bool| {
+        let f = &f;
+        async move {
+            let found = f
+                .search(&SearchQuery {
+                    mode: Mode::Cascade,
+                    scope: TreeScope::Full,
+                    all_siblings,
+                    tags: searched
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    range,
+                    limit: 1,
+                })
+                .await
+                .unwrap();
+            spans(&found[0])
+        }
+    };
+    let refused = |all: &[Span]| {
+        all.iter()
+            .filter(|s| common::int_attr(s, "audit.code") == Some(403))
+            .count()
+    };
+    let folded = cascade(false).await;
+    let fold: Vec<&Span> = folded
+        .iter()
+        .filter(|s| s.name.contains(" more attempts of create pods (retries "))
+        .collect();
+    assert_eq!(
+        fold.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["9 more attempts of create pods (retries 3–11)"]
+    );
+    assert_eq!(common::int_attr(fold[0], "writes.failed"), Some(9));
+    assert!(string_attr(fold[0], "cascade.backoff.max").is_some());
+    assert!(string_attr(fold[0], "cascade.hop.max").is_none());
+    assert_eq!(fold[0].events.len(), 9, "one log per attempt folded");
+    // Two first attempts, the first retry and the last are shown.
+    assert_eq!(refused(&folded), 4);
+    assert!(
+        folded.iter().any(|s| s.name.contains("retry 12: ")),
+        "the last attempt is shown"
+    );
+    let whole = cascade(true).await;
+    assert_eq!(refused(&whole), 13);
+    assert!(!whole.iter().any(|s| s.name.contains(" more attempts of ")));
+    // The Deployment controller's status update retried once after a
+    // conflict: shown as it is.
+    assert!(
+        folded.iter().any(|s| s
+            .name
+            .contains("retry 2: deployment-controller update status")),
+        "{:#?}",
+        folded.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+
+    // `kascade trace --mode cascade` folds the same attempts.
+    let text = |max_siblings: &str| {
+        let out = common::succeeded(
+            common::kascade()
+                .args(["trace", "--resource", "deploy", "--namespace", "quota-demo"])
+                .args(["--name", "capped", "--mode", "cascade"])
+                .args(["--max-siblings", max_siblings])
+                .arg(corpus_log("quota-exceeded")),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let refused_lines = |t: &str| t.lines().filter(|l| l.contains(") 403  [")).count();
+    let short = text("50");
+    assert_eq!(refused_lines(&short), 4, "{short}");
+    assert!(
+        short.contains("… 9 more attempts of create pods  (not shown: retries 3–11)"),
+        "{short}"
+    );
+    let all = text("0");
+    assert_eq!(refused_lines(&all), 13, "{all}");
+    assert!(!all.contains("more attempts"), "{all}");
+}

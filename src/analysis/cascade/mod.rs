@@ -53,6 +53,11 @@ impl Cascade {
         &self.changes[0]
     }
 
+    /// Each retry's index with the index of the first attempt it repeats.
+    pub(crate) fn first_attempts(&self) -> Vec<(usize, usize)> {
+        retry::first_attempts(&self.changes, &self.attempts)
+    }
+
     /// Whether change `i` lies on the critical path.
     pub fn is_critical(&self, i: usize) -> bool {
         self.critical_path.contains(&i)
@@ -154,6 +159,12 @@ pub(crate) fn with_short_writer(name: &str, user: &str) -> String {
         }
         _ => name.to_string(),
     }
+}
+
+/// [`change_name`] with its writer shortened ([`short_writer`]), as the
+/// UI's names show it.
+pub(crate) fn short_change_name(c: &ChangeRecord) -> String {
+    with_short_writer(&change_name(c), &c.user)
 }
 
 /// `<resource> <ns>/<name>` (`<resource> <name>` when cluster-scoped).

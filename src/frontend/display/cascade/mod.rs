@@ -11,13 +11,14 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span, Status};
 
 use super::{Out, span_id};
 use crate::analysis::cascade::{
-    Attempt, Cascade, Completion, change_name, format_duration, write_failed,
+    Attempt, Cascade, Completion, change_name, format_duration, short_change_name, write_failed,
 };
 use crate::flow::ChangeRecord;
 use crate::frontend::raw::{TraceIdBytes, kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::span_model::attr;
 
+mod retries;
 mod siblings;
 pub(crate) use siblings::{WRITES_NOT_SHOWN, select_for_text};
 
@@ -329,7 +330,7 @@ pub(crate) fn render(
                 "{}{}{retry}{timer}{}",
                 if critical { CRITICAL_MARK } else { "" },
                 if alone_failing { "failing: " } else { "" },
-                crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user)
+                short_change_name(ch)
             );
             if alone_failing && status.is_none() {
                 status = Some(Status {
@@ -413,7 +414,7 @@ fn what_went_wrong(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> String {
         return format!("not complete: waiting for {}", waiting.join("; "));
     }
     if let Some(ch) = c.changes.iter().find(|ch| write_failed(ch)) {
-        return format!("{}: {}", change_name(ch), failure_message(ch));
+        return format!("{}: {}", short_change_name(ch), failure_message(ch));
     }
     c.changes
         .iter()
@@ -472,7 +473,7 @@ fn headline(
     let name = format!(
         "{object_name}: {} cascades, {what}: {}",
         cascades.len(),
-        change_name(chosen.root())
+        short_change_name(chosen.root())
     );
     let service = object.resource.clone();
     let span = Span {
@@ -489,7 +490,7 @@ fn headline(
         status: failed.map(|_| Status {
             message: format!(
                 "{}: {}",
-                change_name(chosen.root()),
+                short_change_name(chosen.root()),
                 what_went_wrong(chosen, fought)
             ),
             code: StatusCode::Error as i32,

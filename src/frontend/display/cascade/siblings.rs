@@ -16,7 +16,7 @@ use super::super::entries::span_id;
 use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
 use super::failure_message;
 use crate::analysis::cascade::write_failed;
-use crate::analysis::cascade::{Attempt, Cascade, InPart, change_name, format_duration};
+use crate::analysis::cascade::{Attempt, Cascade, InPart, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
 use crate::model::ObjectRef;
 use crate::span_model::attr;
@@ -58,7 +58,16 @@ impl Subtrees {
     }
 }
 
-/// Writes of one wide level that are not shown.
+/// What a [`Summary`]'s writes have in common.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Folded {
+    /// Writes of one wide level (one verb on one resource, one cause).
+    Level,
+    /// Attempts `from`..=`to` of one refused write (`retries`).
+    Retries { from: u32, to: u32 },
+}
+
+/// Writes of one wide level, or of one run of retries, that are not shown.
 pub(super) struct Summary {
     /// The write that caused them.
     pub parent: usize,
@@ -67,8 +76,9 @@ pub(super) struct Summary {
     pub subresource: String,
     /// Change indices, by request received.
     pub members: Vec<usize>,
-    /// Writes of the level that are shown.
+    /// Writes of the level (attempts of the run) that are shown.
     pub shown: usize,
+    pub folded: Folded,
 }
 
 /// Which changes are shown (`hidden[i]` false), and one [`Summary`] per
@@ -127,9 +137,11 @@ pub(super) fn select(
                 subresource: subresource.to_string(),
                 members,
                 shown: max_siblings,
+                folded: Folded::Level,
             });
         }
     }
+    super::retries::fold(c, &mut hidden, &mut summaries);
     (hidden, summaries)
 }
 
@@ -156,20 +168,11 @@ pub(super) fn summary_span(
     let below: usize = s.members.iter().map(|&i| subtrees.size[i] - 1).sum();
     let failed = s.members.iter().filter(|&&i| subtrees.failed[i]).count();
     let ([h50, h90, hmax], [d50, d90, dmax]) = hops_and_durations(c, s, times);
-    let mut attributes = vec![
-        kv(attr::RESOURCE, s.resource.clone()),
-        kv(attr::AUDIT_VERB, s.verb.clone()),
-        kv_int(WRITES_NOT_SHOWN, n as i64),
-        kv_int("writes.shown", s.shown as i64),
-        kv_int("writes.below_not_shown", below as i64),
-        kv("cascade.hop.p50", h50),
-        kv("cascade.hop.p90", h90),
-        kv("cascade.hop.max", hmax),
-        kv("duration.p50", d50),
-        kv("duration.p90", d90),
-        kv("duration.max", dmax),
-        kv(
-            "note",
+    // A run of retries waited back-off between its attempts, which is what
+    // tells them apart: their hop is the first attempt's.
+    let (spread_of, note) = match s.folded {
+        Folded::Level => (
+            "cascade.hop",
             format!(
                 "{n} of the {} {what} writes this write caused are not shown, nor the \
                  {below} writes they caused: the critical path, the failed and the latest \
@@ -177,6 +180,32 @@ pub(super) fn summary_span(
                 n + s.shown
             ),
         ),
+        Folded::Retries { from, to } => (
+            "cascade.backoff",
+            format!(
+                "attempts {from}–{to} of this {what}, each after a back-off (in its log), are \
+                 not shown, nor the {below} writes they caused: the first attempt, the first \
+                 retry and the last are; add the tag {SIBLINGS_TAG}=all to show them all"
+            ),
+        ),
+    };
+    let [s50, s90, smax] = match s.folded {
+        Folded::Level => [h50, h90, hmax],
+        Folded::Retries { .. } => backoffs(c, s),
+    };
+    let mut attributes = vec![
+        kv(attr::RESOURCE, s.resource.clone()),
+        kv(attr::AUDIT_VERB, s.verb.clone()),
+        kv_int(WRITES_NOT_SHOWN, n as i64),
+        kv_int("writes.shown", s.shown as i64),
+        kv_int("writes.below_not_shown", below as i64),
+        kv(&format!("{spread_of}.p50"), s50),
+        kv(&format!("{spread_of}.p90"), s90),
+        kv(&format!("{spread_of}.max"), smax),
+        kv("duration.p50", d50),
+        kv("duration.p90", d90),
+        kv("duration.max", dmax),
+        kv("note", note),
     ];
     if !s.subresource.is_empty() {
         attributes.push(kv(attr::AUDIT_SUBRESOURCE, s.subresource.clone()));
@@ -214,18 +243,30 @@ pub(super) fn summary_span(
             }
             Event {
                 time_unix_nano: nanos(ch.received),
-                name: crate::analysis::cascade::with_short_writer(&change_name(ch), &ch.user),
+                name: crate::analysis::cascade::short_change_name(ch),
                 attributes,
                 ..Default::default()
             }
         })
         .collect();
-    let seed = format!("{}|{what}|not shown", c.changes[s.parent].span.span_hex());
+    let (seed, name) = match s.folded {
+        Folded::Level => (
+            format!("{}|{what}|not shown", c.changes[s.parent].span.span_hex()),
+            format!("{n} more {what}"),
+        ),
+        Folded::Retries { from, to } => (
+            format!(
+                "{}|{what}|retries {from}",
+                c.changes[s.parent].span.span_hex()
+            ),
+            format!("{n} more attempts of {what} (retries {from}–{to})"),
+        ),
+    };
     Span {
         trace_id: trace_id.to_vec(),
         span_id: span_id(&seed, 0x6e74),
         parent_span_id,
-        name: format!("{n} more {what}"),
+        name,
         kind: 1, // internal
         start_time_unix_nano: start,
         end_time_unix_nano: end.max(start),
@@ -266,7 +307,12 @@ fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtr
         format!("{} {} {}", s.verb, s.subresource, s.resource)
     };
     let below: usize = s.members.iter().map(|&i| subtrees.size[i] - 1).sum();
-    let mut line = format!("… {n} more {what}  (not shown: {n} of {}", n + s.shown);
+    let mut line = match s.folded {
+        Folded::Level => format!("… {n} more {what}  (not shown: {n} of {}", n + s.shown),
+        Folded::Retries { from, to } => {
+            format!("… {n} more attempts of {what}  (not shown: retries {from}–{to}")
+        }
+    };
     if below > 0 {
         let _ = write!(line, ", and the {below} writes they caused");
     }
@@ -274,6 +320,14 @@ fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtr
     let failed = s.members.iter().filter(|&&i| subtrees.failed[i]).count();
     if failed > 0 {
         let _ = write!(line, "  ✗ {failed} failed, or what they caused");
+    }
+    if let Folded::Retries { .. } = s.folded {
+        let [b50, b90, bmax] = backoffs(c, s);
+        let _ = write!(
+            line,
+            "  back-off p50 {b50}, p90 {b90}, max {bmax}; --max-siblings 0 shows all"
+        );
+        return line;
     }
     let ([h50, h90, hmax], [d50, d90, dmax]) = hops_and_durations(c, s, times);
     let _ = write!(
@@ -286,6 +340,19 @@ fn summary_line(c: &Cascade, s: &Summary, times: &[(u64, u64)], subtrees: &Subtr
     }
     line.push_str("; --max-siblings 0 shows all");
     line
+}
+
+/// The spread (p50, p90, largest) of the back-offs `s`'s retries waited.
+fn backoffs(c: &Cascade, s: &Summary) -> [String; 3] {
+    spread(
+        s.members
+            .iter()
+            .map(|&i| match c.attempts[i] {
+                Attempt::Retry { backoff, .. } => backoff.as_nanos() as u64,
+                Attempt::First => 0,
+            })
+            .collect(),
+    )
 }
 
 /// The spread (p50, p90, largest) of `s`'s writes' hops from their cause,
