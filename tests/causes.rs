@@ -383,8 +383,8 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
 /// it, so a cause logged after its effect is found however slowly the file
 /// is read. Here the slowest reader: a line is submitted only once the
 /// dispatcher has taken the one before off the queue. (With
-/// `LookAhead::Queued`, the collector's, nothing is queued behind each line
-/// then, and the graceful delete's cause, logged after it, is missed.)
+/// `LookAhead::Batch`, the collector's, each line alone is a batch of its
+/// own, and the graceful delete's cause, logged after it, is missed.)
 #[tokio::test]
 async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
     use kascade::app::{Pipeline, PipelineConfig};
@@ -428,4 +428,114 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
     pipeline.finish().await;
     let all = sink.take();
     assert_race_resolved_by_revisions(&lines, &all);
+}
+
+/// The collector's look-ahead (`LookAhead::Batch`) reaches the end of each
+/// webhook batch and no further, so the causes it finds do not depend on
+/// when the next batch arrives. The overlapping-writes fixture split as the
+/// apiserver could have batched it: the first batch ends with the graceful
+/// delete, the update that caused it (logged after it) opens the second.
+/// Given both batches queued together, or the second only once the first is
+/// processed (as a restart replays the spool), every write gets the same
+/// cause.
+#[tokio::test]
+async fn the_collectors_causes_do_not_depend_on_when_the_next_batch_arrives() {
+    use kascade::app::{Pipeline, PipelineConfig};
+    use kascade::test_support::export::{OutputSpec, config::ExportSettings};
+    use kascade::test_support::metrics::Metrics;
+    use std::sync::Arc;
+
+    let lines = common::audit_lines(OVERLAPPING_WRITES);
+    let raw: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (update, graceful, _) = overlapping_race(&raw);
+    let at = |e: &serde_json::Value| raw.iter().position(|r| r == e).unwrap();
+    assert!(
+        at(graceful) < at(update),
+        "the cause is logged after its effect"
+    );
+    let (first, second) = lines.split_at(at(graceful) + 1);
+
+    let run = |together: bool| {
+        let batches = [first.to_vec(), second.to_vec()];
+        async move {
+            let dir = tempfile::tempdir().unwrap();
+            let config = PipelineConfig {
+                workers: 2,
+                ..PipelineConfig::default()
+            };
+            let export = ExportSettings::default()
+                .output(OutputSpec::OtlpJson(dir.path().join("spans.jsonl")));
+            let metrics = Arc::new(Metrics::default());
+            let sink = Arc::new(common::Collect::default());
+            let pipeline = Pipeline::start_with_sinks(
+                &config,
+                &export,
+                Arc::new(config.local_span_cache(&metrics)),
+                metrics.clone(),
+                vec![sink.clone()],
+                None,
+            )
+            .unwrap();
+            let filter = kascade::test_support::source::audit::AuditFilter::default();
+            for batch in batches {
+                // As the webhook hands a decoded batch on: all of it at once,
+                // each item but the last marked as followed by more.
+                let mut items: Vec<_> = batch
+                    .iter()
+                    .filter_map(|line| {
+                        let event = kascade::test_support::source::audit::parse_event(line).ok()?;
+                        kascade::test_support::source::accept(event, "fixture", &filter, &metrics)
+                    })
+                    .collect();
+                let n = items.len();
+                for (i, item) in items.iter_mut().enumerate() {
+                    item.more_in_batch = i + 1 < n;
+                }
+                let reserved = pipeline
+                    .intake
+                    .reserve(n, Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                reserved.send(items);
+                if !together {
+                    pipeline.intake.barrier().await.unwrap();
+                }
+            }
+            pipeline.finish().await;
+            let mut causes: Vec<(String, Option<String>)> = sink
+                .take()
+                .iter()
+                .map(|c| {
+                    (
+                        format!("{} {:?}", describe(c), c.received),
+                        c.cause.as_ref().map(|k| format!("{:?} {}", k.span, k.edge)),
+                    )
+                })
+                .collect();
+            causes.sort();
+            causes
+        }
+    };
+    let together = run(true).await;
+    let one_by_one = run(false).await;
+    let name = event_name(graceful);
+    assert!(
+        together
+            .iter()
+            .any(|(w, _)| w.contains(&format!("delete pods/{name}"))),
+        "the graceful delete is among the writes compared"
+    );
+    assert_eq!(together.len(), one_by_one.len());
+    let differing: Vec<_> = together
+        .iter()
+        .zip(&one_by_one)
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "causes that depend on when the second batch arrived (together, one by one): {differing:#?}"
+    );
 }

@@ -44,10 +44,16 @@ const EMISSIONS_IN_FLIGHT: u32 = 128;
 /// is a candidate cause only once it is noted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LookAhead {
-    /// What is already queued, up to 64 items after each (`NOTE_AHEAD`): a live
-    /// source never waits for lines that have not arrived.
+    /// The rest of each item's webhook batch, up to 64 items after it
+    /// (`NOTE_AHEAD`), and nothing beyond ([`Accepted::more_in_batch`]):
+    /// a live source never waits for a batch that has not arrived, and what
+    /// an item finds does not depend on whether the next batch was already
+    /// queued, so a restart replaying the spool finds what an uninterrupted
+    /// run found.
+    ///
+    /// [`Accepted::more_in_batch`]: crate::flow::Accepted::more_in_batch
     #[default]
-    Queued,
+    Batch,
     /// The 64 items after each (fewer only at the end of the
     /// input or before a barrier), waiting for them: replaying a file gives
     /// the same causes however fast it is read.
@@ -172,14 +178,23 @@ pub(crate) fn start(
         // follows it (up to NOTE_AHEAD items) is noted, in arrival order,
         // before any shard runs it — a write another shard processes first
         // still finds this one as its cause.
-        let mut window: VecDeque<Work> = VecDeque::with_capacity(NOTE_AHEAD + 1);
+        // Each item with the last place in arrival order given out once it
+        // was noted: what the end of its batch lets the batch's items find.
+        let mut window: VecDeque<(Work, u64)> = VecDeque::with_capacity(NOTE_AHEAD + 1);
         let mut closed = false;
-        let ends_in_barrier = |w: &VecDeque<Work>| matches!(w.back(), Some(Work::Barrier(_)));
-        let note = |window: &mut VecDeque<Work>, mut item: Work| {
+        let ends_in_barrier =
+            |w: &VecDeque<(Work, u64)>| matches!(w.back(), Some((Work::Barrier(_), _)));
+        // Where the front item's batch ends in the window, if it does.
+        let batch_end = |w: &VecDeque<(Work, u64)>| {
+            w.iter()
+                .find(|(item, _)| item.ends_batch())
+                .map(|(_, noted)| *noted)
+        };
+        let note = |window: &mut VecDeque<(Work, u64)>, mut item: Work| {
             if let Work::Audit(a) = &mut item {
                 a.arrival = processor.note_arrival(a);
             }
-            window.push_back(item);
+            window.push_back((item, processor.arrivals_noted()));
         };
         loop {
             // Whoever waits for a barrier sends nothing after it: nothing is
@@ -195,15 +210,19 @@ pub(crate) fn start(
                 }
             }
             m.queue_depth.set(rx.len() as i64);
+            let end = match look_ahead {
+                LookAhead::Batch => batch_end(&window),
+                LookAhead::Full => None,
+            };
             let ready = !window.is_empty()
-                && (look_ahead == LookAhead::Queued
+                && (end.is_some()
                     || window.len() > NOTE_AHEAD
                     || closed
                     || ends_in_barrier(&window));
             if ready {
-                let mut item = window.pop_front().expect("the window is not empty");
+                let (mut item, _) = window.pop_front().expect("the window is not empty");
                 if let Work::Audit(a) = &mut item {
-                    a.noted_through = processor.arrivals_noted();
+                    a.noted_through = end.unwrap_or_else(|| processor.arrivals_noted());
                 }
                 if let Work::Barrier(b) = &item {
                     b.expect(shards);

@@ -135,7 +135,7 @@ impl Default for PipelineConfig {
             watch_audit_wait: Duration::from_secs(5),
             has_watch: false,
             watch_ledger_entries: aggregate::processor::DEFAULT_LEDGER_ENTRIES,
-            look_ahead: aggregate::LookAhead::Queued,
+            look_ahead: aggregate::LookAhead::Batch,
         }
     }
 }

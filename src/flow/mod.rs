@@ -77,6 +77,13 @@ pub struct Accepted {
     /// causes, so that what it finds does not depend on how far the
     /// dispatcher ran ahead of the shards.
     pub noted_through: u64,
+    /// More items of its webhook batch follow it (false for the last, and
+    /// for items that come alone). The collector's look-ahead
+    /// ([`LookAhead::Batch`](crate::aggregate::LookAhead)) reaches to the end
+    /// of an item's batch and no further, so that what it finds does not
+    /// depend on when the next batch arrives: a restart's replay finds what
+    /// an uninterrupted run found.
+    pub more_in_batch: bool,
     /// Self-tracing (crate::telemetry): the `process` span of the webhook
     /// batch this event came in, shared by its events and ended when the
     /// last is processed; disabled when self-tracing is off.
@@ -139,6 +146,12 @@ pub enum Work {
 }
 
 impl Work {
+    /// Whether it is the last of its batch (work other than a webhook
+    /// batch's audit events comes alone).
+    pub(crate) fn ends_batch(&self) -> bool {
+        !matches!(self, Work::Audit(a) if a.more_in_batch)
+    }
+
     /// Where the work goes: all work about one object to the same shard.
     pub fn routing_hash(&self) -> u64 {
         match self {

@@ -116,6 +116,7 @@ pub(crate) fn accept_advising(
         context: false,
         arrival: 0,
         noted_through: 0,
+        more_in_batch: false,
         failed_create,
         batch_span: tracing::Span::none(),
     })

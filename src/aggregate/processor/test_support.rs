@@ -52,6 +52,7 @@ pub(super) fn accepted(v: &Value) -> Option<Accepted> {
         context: false,
         arrival: 0,
         noted_through: 0,
+        more_in_batch: false,
         failed_create: None,
         batch_span: tracing::Span::none(),
     })
@@ -84,6 +85,7 @@ pub(super) fn refused_pod_create() -> (Accepted, FailedCreate) {
         context: false,
         arrival: 0,
         noted_through: 0,
+        more_in_batch: false,
         failed_create: Some(Box::new(attempt.clone())),
         batch_span: tracing::Span::none(),
     };

@@ -230,7 +230,7 @@ pub(super) fn decode_batch(
         }
         .emit(&st.metrics);
     }
-    let accepted = batch
+    let mut accepted: Vec<_> = batch
         .events
         .into_iter()
         .filter_map(|ev| {
@@ -244,9 +244,13 @@ pub(super) fn decode_batch(
         })
         .map(|mut a| {
             a.replayed = replayed;
+            a.more_in_batch = true;
             a
         })
         .collect();
+    if let Some(last) = accepted.last_mut() {
+        last.more_in_batch = false;
+    }
     Ok(Decoded {
         accepted,
         errors: batch.errors,
