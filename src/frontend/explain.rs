@@ -109,7 +109,11 @@ impl<S: RawStore> Frontend<S> {
             tags.push((attr::NAMESPACE.to_string(), ns.clone()));
         }
         let limit = self.cfg.raw_search_limit;
-        let ids = self.assembler.store().find(&tags, q.range, limit).await?;
+        let ids = self
+            .assembler
+            .store()
+            .find(&tags, self.windows_overlapping(q.range), limit)
+            .await?;
         let read = self.assembler.read_each(&ids).await?;
         let why_unread = read.first_error().map(|why| {
             format!(

@@ -408,3 +408,49 @@ async fn redirect_leads_to_a_trace_the_ui_can_open() {
         "{requests} requests for {reads} raw traces"
     );
 }
+
+/// A search whose range starts after the object's window did (a lookback
+/// of a few minutes, a custom range from the UI) still finds the object:
+/// its window overlaps the range though its span started before it.
+#[tokio::test]
+#[ignore]
+async fn a_search_range_starting_inside_an_objects_window_finds_the_object() {
+    let tags =
+        serde_json::json!({"resource": "deployments", "namespace": "default", "name": "hello"});
+    let traces = ui_search("tracing", tags.clone(), |t| t.len() == 1).await;
+    // The trace starts at the Deployment's create.
+    let created = traces[0]["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["startTime"].as_u64())
+        .min()
+        .expect("spans");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    for mode in ["tracing", "cascade"] {
+        let resp: Value = reqwest::Client::new()
+            .get(format!("{}/api/traces", env("JAEGER_UI_URL")))
+            .query(&[
+                ("service", mode),
+                ("tags", &tags.to_string()),
+                ("start", &(created + 1_000_000).to_string()),
+                ("end", &now.to_string()),
+                ("limit", "20"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(resp["errors"].is_null(), "{}", resp["errors"]);
+        assert_eq!(
+            resp["data"].as_array().map_or(0, Vec::len),
+            1,
+            "{mode}: the Deployment created at {created} µs, searched from a second later"
+        );
+    }
+}
