@@ -251,9 +251,6 @@ pub async fn start(
     let mut watched = Vec::new();
     for ar in objects {
         watched.push(resource_name(&ar));
-        if let Some(a) = &cfg.admissions {
-            a.watching(&cfg.cluster, &ar.group, &ar.plural);
-        }
         tasks.push(tokio::spawn(watch_objects(
             cfg.clone(),
             client.clone(),
@@ -360,6 +357,10 @@ struct ResourceWatch<'a> {
     errors: prometheus_client::metrics::counter::Counter,
     cluster: &'a str,
     resource: &'a str,
+    /// Told whether the watch delivers, each time that changes: its list
+    /// answered (true), refused (false).
+    on_access: Box<dyn FnMut(bool) + Send + 'a>,
+    delivers: Option<bool>,
 }
 
 impl<'a> ResourceWatch<'a> {
@@ -381,6 +382,21 @@ impl<'a> ResourceWatch<'a> {
                 .clone(),
             cluster,
             resource,
+            on_access: Box::new(|_| {}),
+            delivers: None,
+        }
+    }
+
+    /// Calls `f` with whether the watch delivers, each time that changes.
+    fn on_access(mut self, f: impl FnMut(bool) + Send + 'a) -> Self {
+        self.on_access = Box::new(f);
+        self
+    }
+
+    fn access(&mut self, delivers: bool) {
+        if self.delivers != Some(delivers) {
+            self.delivers = Some(delivers);
+            (self.on_access)(delivers);
         }
     }
 
@@ -403,9 +419,11 @@ impl<'a> ResourceWatch<'a> {
                 Ok(watcher::Event::Init) => continue,
                 Ok(watcher::Event::InitDone) => {
                     self.rbac.allowed();
+                    self.access(true);
                     continue;
                 }
                 Err(e) if is_forbidden(&e) => {
+                    self.access(false);
                     // No watch held open while waiting.
                     self.stream = futures::stream::empty().boxed();
                     self.rbac.refused().await;
@@ -419,6 +437,7 @@ impl<'a> ResourceWatch<'a> {
                 }
             };
             self.rbac.allowed();
+            self.access(true);
             return Some((kind, obj));
         }
     }
@@ -433,7 +452,17 @@ async fn watch_objects(
 ) {
     let resource = resource_name(&ar);
     let label = Metrics::cluster(&cfg.cluster);
-    let mut watch = ResourceWatch::new(client, &ar, &cfg.cluster, &resource, &metrics);
+    // Admitted writes of the resource are held for the watch only while
+    // it delivers.
+    let admissions = cfg.admissions.clone();
+    let (cluster, group, plural) = (cfg.cluster.clone(), ar.group.clone(), ar.plural.clone());
+    let mut watch = ResourceWatch::new(client, &ar, &cfg.cluster, &resource, &metrics).on_access(
+        move |delivers| {
+            if let Some(a) = &admissions {
+                a.watching(&cluster, &group, &plural, delivers);
+            }
+        },
+    );
     while let Some((kind, obj)) = watch.next().await {
         let Some(object) = object_ref(&cfg.cluster, &ar, &obj) else {
             continue;

@@ -33,7 +33,7 @@ pub fn review(data: &[u8]) {
         let _ = event::not_persisted(&a, refusal, Duration::from_secs(30));
     }
     let writes = AdmittedWrites::new(Duration::from_secs(30), 4, 1 << 20);
-    writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+    writes.watching(&a.object.cluster, &a.object.group, &a.object.resource, true);
     let _ = writes.admit(a, Instant::now());
     let _ = writes.expired(Instant::now(), true);
 }

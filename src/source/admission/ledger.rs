@@ -107,11 +107,15 @@ impl AdmittedWrites {
         }
     }
 
-    /// The list-watch of `cluster` delivers `group`/`resource`.
-    pub(crate) fn watching(&self, cluster: &str, group: &str, resource: &str) {
-        self.lock()
-            .watched
-            .insert((cluster.into(), group.into(), resource.into()));
+    /// Whether the list-watch of `cluster` delivers `group`/`resource`.
+    pub(crate) fn watching(&self, cluster: &str, group: &str, resource: &str, delivers: bool) {
+        let key = (cluster.into(), group.into(), resource.into());
+        let mut st = self.lock();
+        if delivers {
+            st.watched.insert(key);
+        } else {
+            st.watched.remove(&key);
+        }
     }
 
     /// Admitted writes waiting for the watch.

@@ -117,10 +117,12 @@ impl Admissions {
         })
     }
 
-    /// The list-watch of `cluster` delivers `group`/`resource`: its
-    /// admitted writes are held until it shows them.
-    pub(crate) fn watching(&self, cluster: &str, group: &str, resource: &str) {
-        self.writes.watching(cluster, group, resource);
+    /// Whether the list-watch of `cluster` delivers `group`/`resource` (its
+    /// list answered; not while refused): an admitted write is held until
+    /// the watch shows what became of it only while it does — a write whose
+    /// resource nobody can watch would otherwise be judged never stored.
+    pub(crate) fn watching(&self, cluster: &str, group: &str, resource: &str, delivers: bool) {
+        self.writes.watching(cluster, group, resource, delivers);
     }
 
     /// A version the list-watch delivered: the admitted write that stored

@@ -88,7 +88,7 @@ fn run(scenario: &str) -> Run {
     let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000, usize::MAX);
     let changes = watched(scenario);
     for c in &changes {
-        writes.watching(&c.object.cluster, &c.object.group, &c.object.resource);
+        writes.watching(&c.object.cluster, &c.object.group, &c.object.resource, true);
     }
     let now = Instant::now();
     let mut paired = Vec::new();
@@ -338,7 +338,7 @@ fn an_update_that_changes_nothing_is_shown_at_once_and_the_pending_writes_are_bo
     let mut updates = Vec::new();
     for body in &bodies {
         if let Ok(Review::Write(a)) = decoded(body) {
-            writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+            writes.watching(&a.object.cluster, &a.object.group, &a.object.resource, true);
             if a.verb == "update" && a.old.is_some() {
                 updates.push(body.clone());
             }
@@ -382,7 +382,7 @@ async fn through_the_processor_each_stored_version_is_shown_once_by_its_admitted
     let writes = AdmittedWrites::new(Duration::from_secs(30), 100_000, usize::MAX);
     let changes = watched("deployment");
     for c in &changes {
-        writes.watching(&c.object.cluster, &c.object.group, &c.object.resource);
+        writes.watching(&c.object.cluster, &c.object.group, &c.object.resource, true);
     }
     let filter = crate::source::audit::AuditFilter::default();
     let now = Instant::now();
@@ -470,7 +470,7 @@ fn the_writes_waiting_are_bounded_by_the_bytes_of_their_reviews_too() {
         let Ok(Review::Write(a)) = decoded(body) else {
             panic!()
         };
-        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource, true);
         let (shown, n) = writes.admit(a, now).unwrap();
         assert!(shown.is_none(), "a create waits for the watch");
         shed += n;
@@ -514,7 +514,7 @@ fn writes_shown_at_once_leave_the_expiry_queue_bounded() {
         let Ok(Review::Write(a)) = decoded(&crate::json::to_text(&v)) else {
             panic!()
         };
-        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource);
+        writes.watching(&a.object.cluster, &a.object.group, &a.object.resource, true);
         let change = WatchChange {
             object: a.object.clone(),
             kind: WatchKind::Modified,
@@ -530,4 +530,38 @@ fn writes_shown_at_once_leave_the_expiry_queue_bounded() {
         "{} entries",
         writes.due_entries()
     );
+}
+
+/// A resource whose list-watch is refused (RBAC) delivers nothing: its
+/// admitted writes are not held, so none is judged never stored; once the
+/// watch delivers again they are.
+#[test]
+fn writes_of_a_resource_the_watch_cannot_deliver_are_not_held() {
+    let writes = AdmittedWrites::new(Duration::from_secs(30), 100, usize::MAX);
+    let bodies = reviews("deployment");
+    let write = || {
+        bodies
+            .iter()
+            .find_map(|body| match decoded(body) {
+                Ok(Review::Write(a)) => Some(a),
+                _ => None,
+            })
+            .expect("an admitted write")
+    };
+    let a = write();
+    let (cluster, group, resource) = (
+        a.object.cluster.clone(),
+        a.object.group.clone(),
+        a.object.resource.clone(),
+    );
+    writes.watching(&cluster, &group, &resource, true);
+    writes.watching(&cluster, &group, &resource, false);
+    assert!(matches!(
+        writes.admit(a, Instant::now()),
+        Err(super::ledger::NotHeld::Unwatched)
+    ));
+    assert_eq!(writes.pending(), 0);
+    writes.watching(&cluster, &group, &resource, true);
+    assert!(writes.admit(write(), Instant::now()).is_ok());
+    assert_eq!(writes.pending(), 1);
 }
