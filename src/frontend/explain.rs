@@ -109,11 +109,7 @@ impl<S: RawStore> Frontend<S> {
             tags.push((attr::NAMESPACE.to_string(), ns.clone()));
         }
         let limit = self.cfg.raw_search_limit;
-        let ids = self
-            .assembler
-            .store()
-            .find(&tags, self.windows_overlapping(q.range), limit)
-            .await?;
+        let ids = self.searches.search(self.store(), &tags, q.range).await?;
         let read = self.assembler.read_each(&ids).await?;
         let why_unread = read.first_error().map(|why| {
             format!(

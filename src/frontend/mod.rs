@@ -42,7 +42,7 @@ pub use query::{CPID_TAG, SEARCH_TAGS, SearchQuery};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use tracing::{Instrument as _, field};
 
@@ -168,15 +168,6 @@ impl<S: RawStore> Frontend<S> {
         self.cfg.window.as_secs().max(1)
     }
 
-    /// The raw search range that finds every object window overlapping
-    /// `range`: an object span lasts its whole window, and the raw store
-    /// (as Jaeger's search) matches a span by its start, so the search
-    /// starts at the window `range` starts in.
-    pub(crate) fn windows_overlapping(&self, range: TimeRange) -> TimeRange {
-        let start = UNIX_EPOCH + Duration::from_secs(self.windowing.window_start(range.start));
-        TimeRange::new(start.min(range.start), range.end)
-    }
-
     /// Window starts from the one containing `from` to the one containing
     /// `to`, at most 255 (the id keeps a one-byte count).
     pub fn windows_between(&self, from: SystemTime, to: SystemTime) -> Vec<u64> {
@@ -247,10 +238,7 @@ impl<S: RawStore> Frontend<S> {
             check_tag(k, v).map_err(FrontendError::InvalidArgument)?;
         }
         let range_windows = self.windows_between(q.range.start, q.range.end);
-        let raw_ids = self
-            .searches
-            .search(self.store(), &q.tags, self.windows_overlapping(q.range))
-            .await?;
+        let raw_ids = self.searches.search(self.store(), &q.tags, q.range).await?;
         span.record("raw_traces", raw_ids.len());
         // A raw id is `object hash ‖ window start`: group windows by object.
         let mut objects: BTreeMap<u64, Vec<u64>> = BTreeMap::new();

@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use super::raw::{RawStore, TimeRange, TraceIdBytes, nanos};
 use super::{FrontendConfig, FrontendError};
 use crate::metrics::FrontendMetrics;
+use crate::model::Windowing;
 
 /// Raw search reads listed for joining at once (each entry is a key and a
 /// future: an entry whose every waiter went away stays until an identical
@@ -48,6 +49,9 @@ pub(super) struct RawSearches {
     wait: Duration,
     max: usize,
     limit: usize,
+    /// The collector's windows: a search reads from the window its range
+    /// starts in.
+    windowing: Windowing,
     metrics: Arc<FrontendMetrics>,
 }
 
@@ -63,19 +67,25 @@ impl RawSearches {
             wait: cfg.search_wait,
             max: cfg.max_searches,
             limit: cfg.raw_search_limit,
+            windowing: Windowing::new(cfg.window),
             metrics,
         }
     }
 
-    /// The raw store's traces for `tags` in `range`, read by one of
-    /// `--max-searches` (queued up to `--search-wait`), shared by identical
-    /// searches in flight.
+    /// The raw store's traces for `tags` whose object window overlaps
+    /// `range`, read by one of `--max-searches` (queued up to
+    /// `--search-wait`), shared by identical searches in flight.
     pub(super) async fn search<S: RawStore>(
         &self,
         store: &Arc<S>,
         tags: &[(String, String)],
         range: TimeRange,
     ) -> Result<Arc<Vec<TraceIdBytes>>, FrontendError> {
+        // An object span lasts its whole window and the raw store (as
+        // Jaeger's search) matches a span by its start: the search starts
+        // at the window the range starts in.
+        let window = UNIX_EPOCH + Duration::from_secs(self.windowing.window_start(range.start));
+        let range = TimeRange::new(window.min(range.start), range.end);
         let mut sorted = tags.to_vec();
         sorted.sort();
         let key = RawSearchKey {

@@ -185,7 +185,7 @@ fn needed_resources_are_what_the_chart_grants() {
 
 /// The admission source judged on the healthy harness's report with the
 /// admission fields a collector serving it adds (kascade's own report, not
-/// the apiserver's: derived here, as tests/e2e_admission.rs exercises the
+/// the apiserver's: derived here, as tests/e2e_admission/ exercises the
 /// source itself): calls arriving and shown stored, none arriving, most
 /// never shown stored.
 #[test]

@@ -20,6 +20,7 @@ use crate::span_model::attr;
 
 mod retries;
 mod siblings;
+mod summary;
 pub(crate) use siblings::{WRITES_NOT_SHOWN, select_for_text};
 
 /// Marks the critical path in span names.

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::siblings::{Folded, Summary};
+use super::summary::{Folded, Summary};
 use crate::analysis::cascade::{Attempt, Cascade};
 use crate::frontend::display::siblings::hide_subtree;
 

@@ -15,6 +15,7 @@ use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use super::super::entries::span_id;
 use super::super::siblings::{SIBLINGS_TAG, hide_subtree, spread};
 use super::failure_message;
+use super::summary::{Folded, Summary};
 use crate::analysis::cascade::write_failed;
 use crate::analysis::cascade::{Attempt, Cascade, InPart, format_duration};
 use crate::frontend::raw::{kv, kv_int, nanos};
@@ -56,29 +57,6 @@ impl Subtrees {
         }
         t
     }
-}
-
-/// What a [`Summary`]'s writes have in common.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Folded {
-    /// Writes of one wide level (one verb on one resource, one cause).
-    Level,
-    /// Attempts `from`..=`to` of one refused write (`retries`).
-    Retries { from: u32, to: u32 },
-}
-
-/// Writes of one wide level, or of one run of retries, that are not shown.
-pub(super) struct Summary {
-    /// The write that caused them.
-    pub parent: usize,
-    pub resource: String,
-    pub verb: String,
-    pub subresource: String,
-    /// Change indices, by request received.
-    pub members: Vec<usize>,
-    /// Writes of the level (attempts of the run) that are shown.
-    pub shown: usize,
-    pub folded: Folded,
 }
 
 /// Which changes are shown (`hidden[i]` false), and one [`Summary`] per

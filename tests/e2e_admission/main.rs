@@ -9,7 +9,10 @@
 //! writes while the collector is gone. Ignored in a plain `cargo test` (it needs that
 //! environment).
 
+#[path = "../common/mod.rs"]
 mod common;
+mod explain;
+mod secrets;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -260,68 +263,6 @@ async fn wait_for(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-/// Seconds since the epoch, as `/explain` takes its range.
-fn epoch_secs(t: std::time::SystemTime) -> String {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string()
-}
-
-/// `GET /explain` of `ns` in `cluster` over [from, to] on the suite's
-/// frontend (JSON), polled until `ok` holds (the collectors export
-/// asynchronously); panics after 90 s with the last report.
-async fn explain_of(
-    cluster: &str,
-    ns: &str,
-    (from, to): (std::time::SystemTime, std::time::SystemTime),
-    ok: impl Fn(&Value) -> bool,
-) -> Value {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let resp = client
-            .get(format!("{}/explain", env("KASCADE_FRONTEND_URL")))
-            .query(&[
-                ("cluster", cluster),
-                ("namespace", ns),
-                ("from", epoch_secs(from).as_str()),
-                ("to", epoch_secs(to).as_str()),
-            ])
-            .send()
-            .await
-            .expect("the frontend answers /explain");
-        assert_eq!(resp.status(), reqwest::StatusCode::OK);
-        let report: Value = resp.json().await.unwrap();
-        if ok(&report) {
-            return report;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/explain of {cluster} {ns} never passed the check; last: {report:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A report's findings as `severity kind resource: title` lines.
-fn findings(report: &Value) -> Vec<String> {
-    report["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|f| {
-            format!(
-                "{} {} {}: {}",
-                f["severity"].as_str().unwrap_or_default(),
-                f["kind"].as_str().unwrap_or_default(),
-                f["object"]["resource"].as_str().unwrap_or_default(),
-                f["title"].as_str().unwrap_or_default()
-            )
-        })
-        .collect()
 }
 
 fn admitted<'a>(spans: &'a [Value], user: &str, verb: &str) -> Vec<&'a Value> {
@@ -585,141 +526,19 @@ async fn writes_recorded_at_admission_show_the_versions_the_watch_saw_stored() {
 
     // explain side by side: what the audit webhook's collector recorded of
     // the namespace, and what the admission source did.
-    let audit_cluster = env("CLUSTER_NAME");
-    let first = |r: &Value| findings(r).into_iter().next().unwrap_or_default();
-    let errors = |r: &Value| {
-        r["findings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|f| f["severity"] == "error")
-            .count()
-    };
-    // The healthy rollout: no error in either.
-    let healthy = (rollout_started, quota_set);
-    let has_writes = |r: &Value| r["tree"].as_array().is_some_and(|t| !t.is_empty());
-    for cluster in [audit_cluster.as_str(), CLUSTER] {
-        let r = explain_of(cluster, ns, healthy, has_writes).await;
-        assert_eq!(errors(&r), 0, "{cluster}: {:#?}", findings(&r));
-    }
-    // The quota: the refused Pod creates first, on the ReplicaSet, in both.
-    let refused = |r: &Value| first(r).contains("replicasets") && first(r).starts_with("error ");
-    let quota = (quota_set, stuck_from);
-    let by_audit = explain_of(&audit_cluster, ns, quota, refused).await;
-    let by_admission = explain_of(CLUSTER, ns, quota, refused).await;
-    eprintln!(
-        "quota, audit webhook: {:#?}\nquota, admission source: {:#?}",
-        findings(&by_audit),
-        findings(&by_admission)
-    );
-    // The admission source never learns the apiserver's answer: its
-    // finding says the creates were not stored, and the ReplicaSet
-    // controller's Events beside it say why.
-    assert!(
-        by_audit["findings"][0]["title"]
-            .as_str()
-            .is_some_and(|t| t.contains("exceeded quota")),
-        "{by_audit:#}"
-    );
-    assert!(
-        by_admission["findings"][0]["title"]
-            .as_str()
-            .is_some_and(|t| t.contains("not stored"))
-            && by_admission["findings"][0]
-                .to_string()
-                .contains("exceeded quota"),
-        "{by_admission:#}"
-    );
-    // The stuck rollout: the Pods' FailedScheduling first, in both.
-    let unschedulable = |r: &Value| first(r).contains("FailedScheduling");
-    let stuck = (stuck_from, stuck_until);
-    let by_audit = explain_of(&audit_cluster, ns, stuck, unschedulable).await;
-    let by_admission = explain_of(CLUSTER, ns, stuck, unschedulable).await;
-    eprintln!(
-        "stuck, audit webhook: {:#?}\nstuck, admission source: {:#?}",
-        findings(&by_audit),
-        findings(&by_admission)
-    );
-    // The same trigger, the user's patch (which a webhook is sent as an
-    // update).
-    let trigger = |r: &Value| {
-        r["findings"][0]["trigger"]["write"]
-            .as_str()
-            .unwrap_or_default()
-            .replace(" patch ", " update ")
-    };
-    assert_eq!(
-        trigger(&by_audit),
-        format!("{me} update deployments {ns}/web"),
-        "{by_audit:#}"
-    );
-    assert_eq!(
-        trigger(&by_admission),
-        trigger(&by_audit),
-        "{by_admission:#}"
-    );
+    explain::side_by_side(
+        ns,
+        &me,
+        explain::Phases {
+            rollout_started,
+            quota_set,
+            stuck_from,
+            stuck_until,
+        },
+    )
+    .await;
 
-    // A Secret created and changed by the user. kascade may not read
-    // Secrets (least privilege: the chart's ClusterRole leaves them out),
-    // so nothing would show what became of the writes: they are counted,
-    // not recorded — neither judged "not stored" nor holding the planted
-    // values, nor their base64 (a Secret's `data`), anywhere in Jaeger.
-    let unwatched = || {
-        let metrics = Command::new("curl")
-            .args(["-s", &format!("http://127.0.0.1:{admin}/metrics")])
-            .output()
-            .unwrap();
-        let line = format!(
-            "kascade_admission_requests_total{{cluster=\"{CLUSTER}\",outcome=\"unwatched\"}} "
-        );
-        String::from_utf8_lossy(&metrics.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let before = unwatched();
-    let planted = format!("planted-{}-{ns}", std::process::id());
-    kubectl(&[
-        "create",
-        "secret",
-        "generic",
-        "creds",
-        "-n",
-        ns,
-        &format!("--from-literal=password={planted}-create"),
-    ]);
-    kubectl(&[
-        "patch",
-        "secret",
-        "creds",
-        "-n",
-        ns,
-        "-p",
-        &format!(r#"{{"stringData":{{"token":"{planted}-update"}}}}"#),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while unwatched() < before + 2.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the Secret's writes were not counted as unwatched"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    // Past the persist wait, a held write would have been shown by now.
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    let secret = spans_of(ns, "secrets", "creds").await;
-    assert!(
-        admitted(&secret, &me, "create").is_empty() && admitted(&secret, &me, "update").is_empty(),
-        "Secret writes recorded though nothing watches Secrets: {secret:#?}"
-    );
-    let held = serde_json::to_string(&secret).unwrap();
-    for value in [format!("{planted}-create"), format!("{planted}-update")] {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&value);
-        assert!(
-            !held.contains(&value) && !held.contains(&encoded),
-            "the Secret's value {value} left the collector: {held}"
-        );
-    }
+    secrets::writes_are_counted_not_recorded(ns, &me, admin).await;
 
     let after = doctor("after the scenario");
     assert_eq!(after["status"], "ok", "{after:#}");
