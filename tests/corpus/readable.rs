@@ -327,6 +327,29 @@ async fn a_long_run_of_retries_is_folded_to_its_first_and_last_attempts() {
     assert!(string_attr(fold[0], "cascade.backoff.max").is_some());
     assert!(string_attr(fold[0], "cascade.hop.max").is_none());
     assert_eq!(fold[0].events.len(), 9, "one log per attempt folded");
+    // Each log says which attempt it was; the note counts no writes the
+    // attempts did not cause.
+    let attempts: Vec<i64> = fold[0]
+        .events
+        .iter()
+        .filter_map(|e| {
+            e.attributes
+                .iter()
+                .find(|a| a.key == "cascade.attempt")
+                .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(v) => {
+                        Some(*v)
+                    }
+                    _ => None,
+                })
+        })
+        .collect();
+    assert_eq!(attempts, (3..=11).collect::<Vec<i64>>());
+    let note = string_attr(fold[0], "note").unwrap_or_default();
+    assert!(
+        note.starts_with("retries 3–11 of this create pods") && !note.contains("0 writes"),
+        "{note}"
+    );
     // Two first attempts, the first retry and the last are shown.
     assert_eq!(refused(&folded), 4);
     assert!(

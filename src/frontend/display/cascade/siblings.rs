@@ -161,9 +161,14 @@ pub(super) fn summary_span(
         Folded::Retries { from, to } => (
             "cascade.backoff",
             format!(
-                "attempts {from}–{to} of this {what}, each after a back-off (in its log), are \
-                 not shown, nor the {below} writes they caused: the first attempt, the first \
-                 retry and the last are; add the tag {SIBLINGS_TAG}=all to show them all"
+                "retries {from}–{to} of this {what}, each after a back-off (in its log), are \
+                 not shown{}: the first attempt, retry 2 and the last retry are; add the tag \
+                 {SIBLINGS_TAG}=all to show them all",
+                if below > 0 {
+                    format!(", nor the {below} writes they caused")
+                } else {
+                    String::new()
+                }
             ),
         ),
     };
@@ -203,7 +208,13 @@ pub(super) fn summary_span(
             )];
             match (&ch.cause, c.attempts[i]) {
                 // A retry's wait is back-off, not a hop.
-                (_, Attempt::Retry { backoff, .. }) => {
+                (
+                    _,
+                    Attempt::Retry {
+                        attempt, backoff, ..
+                    },
+                ) => {
+                    attributes.push(kv_int("cascade.attempt", i64::from(attempt)));
                     attributes.push(kv("cascade.backoff", format_duration(backoff)));
                 }
                 (Some(k), Attempt::First) => {
