@@ -379,32 +379,24 @@ async fn writes_in_flight_together_take_the_cause_etcd_stored_first() {
     assert_race_resolved_by_revisions(&lines, &all);
 }
 
-/// `kascade replay`'s look-ahead: each line waits for the lines logged after
-/// it, so a cause logged after its effect is found however slowly the file
-/// is read. Here the slowest reader: a line is submitted only once the
-/// dispatcher has taken the one before off the queue. (With
-/// `LookAhead::Batch`, the collector's, each line alone is a batch of its
-/// own, and the graceful delete's cause, logged after it, is missed.)
-#[tokio::test]
-async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
-    use kascade::app::{Pipeline, PipelineConfig};
-    use kascade::test_support::aggregate::LookAhead;
+/// A pipeline with `config` whose change records `Collect` keeps (its
+/// spans written as OTLP/JSON into the returned directory).
+fn pipeline_collecting(
+    config: kascade::app::PipelineConfig,
+) -> (
+    kascade::app::Pipeline,
+    std::sync::Arc<common::Collect>,
+    std::sync::Arc<kascade::test_support::metrics::Metrics>,
+    tempfile::TempDir,
+) {
     use kascade::test_support::export::{OutputSpec, config::ExportSettings};
-    use kascade::test_support::metrics::Metrics;
     use std::sync::Arc;
-
-    let lines = common::audit_lines(OVERLAPPING_WRITES);
     let dir = tempfile::tempdir().unwrap();
-    let config = PipelineConfig {
-        look_ahead: LookAhead::Full,
-        workers: 2,
-        ..PipelineConfig::default()
-    };
     let export =
         ExportSettings::default().output(OutputSpec::OtlpJson(dir.path().join("spans.jsonl")));
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(kascade::test_support::metrics::Metrics::default());
     let sink = Arc::new(common::Collect::default());
-    let pipeline = Pipeline::start_with_sinks(
+    let pipeline = kascade::app::Pipeline::start_with_sinks(
         &config,
         &export,
         Arc::new(config.local_span_cache(&metrics)),
@@ -413,6 +405,26 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
         None,
     )
     .unwrap();
+    (pipeline, sink, metrics, dir)
+}
+
+/// `kascade replay`'s look-ahead: each line waits for the lines logged after
+/// it, so a cause logged after its effect is found however slowly the file
+/// is read. Here the slowest reader: a line is submitted only once the
+/// dispatcher has taken the one before off the queue. (With
+/// `LookAhead::Batch`, the collector's, each line alone is a batch of its
+/// own, and the graceful delete's cause, logged after it, is missed.)
+#[tokio::test]
+async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
+    use kascade::app::PipelineConfig;
+    use kascade::test_support::aggregate::LookAhead;
+
+    let lines = common::audit_lines(OVERLAPPING_WRITES);
+    let (pipeline, sink, metrics, _dir) = pipeline_collecting(PipelineConfig {
+        look_ahead: LookAhead::Full,
+        workers: 2,
+        ..PipelineConfig::default()
+    });
     let filter = kascade::test_support::source::audit::AuditFilter::default();
     for line in &lines {
         let event = kascade::test_support::source::audit::parse_event(line).unwrap();
@@ -440,10 +452,7 @@ async fn a_replay_read_line_by_line_finds_the_cause_logged_after_its_effect() {
 /// cause.
 #[tokio::test]
 async fn the_collectors_causes_do_not_depend_on_when_the_next_batch_arrives() {
-    use kascade::app::{Pipeline, PipelineConfig};
-    use kascade::test_support::export::{OutputSpec, config::ExportSettings};
-    use kascade::test_support::metrics::Metrics;
-    use std::sync::Arc;
+    use kascade::app::PipelineConfig;
 
     let lines = common::audit_lines(OVERLAPPING_WRITES);
     let raw: Vec<serde_json::Value> = lines
@@ -461,24 +470,10 @@ async fn the_collectors_causes_do_not_depend_on_when_the_next_batch_arrives() {
     let run = |together: bool| {
         let batches = [first.to_vec(), second.to_vec()];
         async move {
-            let dir = tempfile::tempdir().unwrap();
-            let config = PipelineConfig {
+            let (pipeline, sink, metrics, _dir) = pipeline_collecting(PipelineConfig {
                 workers: 2,
                 ..PipelineConfig::default()
-            };
-            let export = ExportSettings::default()
-                .output(OutputSpec::OtlpJson(dir.path().join("spans.jsonl")));
-            let metrics = Arc::new(Metrics::default());
-            let sink = Arc::new(common::Collect::default());
-            let pipeline = Pipeline::start_with_sinks(
-                &config,
-                &export,
-                Arc::new(config.local_span_cache(&metrics)),
-                metrics.clone(),
-                vec![sink.clone()],
-                None,
-            )
-            .unwrap();
+            });
             let filter = kascade::test_support::source::audit::AuditFilter::default();
             for batch in batches {
                 // As the webhook hands a decoded batch on: all of it at once,

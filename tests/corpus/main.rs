@@ -232,11 +232,24 @@ async fn search_with(
     scope: TreeScope,
     tags: &[(&str, &str)],
 ) -> Arc<AssembledTrace> {
+    search_siblings(f, range, mode, scope, tags, false).await
+}
+
+/// [`search_with`], every write of a wide level shown if `all_siblings`
+/// (the tag `siblings=all`).
+async fn search_siblings(
+    f: &Frontend<MemoryStore>,
+    range: TimeRange,
+    mode: Mode,
+    scope: TreeScope,
+    tags: &[(&str, &str)],
+    all_siblings: bool,
+) -> Arc<AssembledTrace> {
     let found = f
         .search(&SearchQuery {
             mode,
             scope,
-            all_siblings: false,
+            all_siblings,
             tags: tags
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -292,21 +292,16 @@ async fn a_long_run_of_retries_is_folded_to_its_first_and_last_attempts() {
     let cascade = |all_siblings: bool| {
         let f = &f;
         async move {
-            let found = f
-                .search(&SearchQuery {
-                    mode: Mode::Cascade,
-                    scope: TreeScope::Full,
-                    all_siblings,
-                    tags: searched
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                    range,
-                    limit: 1,
-                })
-                .await
-                .unwrap();
-            spans(&found[0])
+            let t = search_siblings(
+                f,
+                range,
+                Mode::Cascade,
+                TreeScope::Full,
+                &searched,
+                all_siblings,
+            )
+            .await;
+            spans(&t)
         }
     };
     let refused = |all: &[Span]| {

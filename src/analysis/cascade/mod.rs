@@ -43,6 +43,8 @@ pub struct Cascade {
     /// Each change's place in its writer's attempts: retries of a refused
     /// write are one intent, the wait between them back-off.
     pub attempts: Vec<Attempt>,
+    /// Each retry's index with the index of the first attempt it repeats.
+    pub(crate) retried: Vec<(usize, usize)>,
     /// Indices from the root to the change that ended last, retries left
     /// out as its end (their wait is back-off, not propagation).
     pub critical_path: Vec<usize>,
@@ -51,11 +53,6 @@ pub struct Cascade {
 impl Cascade {
     pub fn root(&self) -> &ChangeRecord {
         &self.changes[0]
-    }
-
-    /// Each retry's index with the index of the first attempt it repeats.
-    pub(crate) fn first_attempts(&self) -> Vec<(usize, usize)> {
-        retry::first_attempts(&self.changes, &self.attempts)
     }
 
     /// Whether change `i` lies on the critical path.
@@ -383,7 +380,8 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
     // the critical path reaches it (not the retries, whose waits are
     // back-off).
     let mut ends: Vec<SystemTime> = changes.iter().map(|c| c.completed).collect();
-    for (i, first) in retry::first_attempts(&changes, &attempts) {
+    let retried = retry::first_attempts(&changes, &attempts);
+    for &(i, first) in &retried {
         ends[first] = ends[first].max(changes[i].completed);
     }
     let last = (0..changes.len())
@@ -404,6 +402,7 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
         missing_cause,
         completion,
         attempts,
+        retried,
         critical_path,
     }
 }

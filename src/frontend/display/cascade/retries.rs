@@ -19,7 +19,7 @@ const RETRIES_SHOWN: usize = 2;
 /// still shown into one [`Summary`], hiding them and what they caused.
 pub(super) fn fold(c: &Cascade, hidden: &mut [bool], summaries: &mut Vec<Summary>) {
     let mut runs: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (retry, first) in c.first_attempts() {
+    for &(retry, first) in &c.retried {
         if !hidden[retry] && c.parent[retry].is_some_and(|p| !hidden[p]) {
             runs.entry(first).or_default().push(retry);
         }
