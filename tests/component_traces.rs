@@ -419,3 +419,71 @@ fn kascade_trace_gives_each_traced_write_a_line_of_its_webhooks_and_etcd_calls()
     }
     assert!(!trace_text(&[]).contains("apiserver "), "no file, no lines");
 }
+
+/// The frontend's `GET /explain` over the fixture's stored spans, with or
+/// without the apiserver's beside them in the raw store.
+async fn explain_live(with_apiserver: bool) -> kascade::test_support::analysis::explain::Report {
+    use kascade::test_support::frontend::explain::ExplainQuery;
+    let store = store(with_apiserver).await;
+    let (a, b) = store.time_span().unwrap();
+    Frontend::new(Arc::new(store), FrontendConfig::default())
+        .explain(&ExplainQuery {
+            cluster: "fixture".into(),
+            namespace: Some("slow-demo".into()),
+            range: TimeRange::new(from_nanos(a), from_nanos(b)),
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_frontends_explain_reads_the_stored_apiserver_traces_as_explain_reads_the_file() {
+    use kascade::test_support::analysis::explain::FindingKind;
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let offline = explain(&["--component-traces", traces.to_str().unwrap()]);
+    let live = explain_live(true).await;
+    for (kind, name) in [
+        (FindingKind::SlowWrite, "slow_write"),
+        (FindingKind::WebhookFailedOpen, "webhook_failed_open"),
+    ] {
+        let titles: Vec<&str> = live
+            .findings
+            .iter()
+            .filter(|f| f.kind == kind)
+            .map(|f| f.title.as_str())
+            .collect();
+        let expected: Vec<&str> = findings_of_kind(&offline, name)
+            .iter()
+            .map(|f| f["title"].as_str().unwrap())
+            .collect();
+        assert!(!expected.is_empty(), "{name}");
+        assert_eq!(titles, expected, "{name}");
+    }
+    assert!(
+        live.inputs
+            .notes
+            .iter()
+            .any(|n| n.starts_with("kube-apiserver's traces: ")),
+        "{:?}",
+        live.inputs.notes
+    );
+    // A store without them: nothing said of them.
+    let without = explain_live(false).await;
+    assert!(
+        without.findings.iter().all(|f| !matches!(
+            f.kind,
+            FindingKind::SlowWrite | FindingKind::WebhookFailedOpen
+        )),
+        "{:#?}",
+        without.findings
+    );
+    assert!(
+        !without
+            .inputs
+            .notes
+            .iter()
+            .any(|n| n.starts_with("kube-apiserver's traces")),
+        "{:?}",
+        without.inputs.notes
+    );
+}

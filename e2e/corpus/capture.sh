@@ -70,6 +70,16 @@ if [[ "${1:-}" == --one ]]; then
     read -r -a more <"$CORPUS_DIR/runs/$RUN.up-args"
     up_args+=("${more[@]}")
   fi
+  # A traced run (runs/RUN.traced) has the apiserver trace every request
+  # into the cluster's own Jaeger (its OTLP gRPC port, port base + 317);
+  # the others trace nothing (never into a kascade that happens to listen).
+  TRACED=""
+  if [[ -f "$CORPUS_DIR/runs/$RUN.traced" ]]; then
+    TRACED=1
+    up_args+=(--tracing-endpoint "127.0.0.1:$((PORT_BASE + 317))")
+  else
+    up_args+=(--tracing-endpoint none)
+  fi
   "$E2E_DIR/cluster.sh" up --name "$NAME" --port-base "$PORT_BASE" "${up_args[@]}" \
     --audit-webhook-url "http://127.0.0.1:9/audit/$NAME" 2>"$up_log" \
     || { cat "$up_log" >&2; rm -f "$up_log"; log "run $RUN FAILED: the cluster did not come up"; exit 1; }
@@ -114,6 +124,22 @@ sys.stdout.buffer.write(data[:data.rfind(b"\n") + 1])' "$AUDIT_LOG_2" | gzip -9 
     log "run $RUN: second apiserver: $(zcat "$OUT/audit-2.log.gz" | wc -l) audit events"
   fi
   log "run $RUN: $(wc -l < <(head -c "$size" "$AUDIT_LOG")) audit events, $size bytes, $(stat -c %s "$OUT/audit.log.gz") bytes gzip'd"
+  rm -f "$OUT/apiserver-traces.jsonl.gz"
+  if [[ -n "$TRACED" ]]; then
+    # The apiserver exports in batches (every 5 s): the marker's trace in
+    # the store means every earlier request's is too.
+    marker_id="$(zcat "$OUT/audit.log.gz" | grep -F "$marker" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["auditID"])')"
+    query="$JAEGER_QUERY_URL/api/traces?service=apiserver&lookback=6h&limit=1&tags=%7B%22audit-id%22%3A%22$marker_id%22%7D"
+    deadline=$((SECONDS + 60))
+    until curl -sf "$query" | grep -q traceID; do
+      (( SECONDS < deadline )) || { log "run $RUN FAILED: the end marker's trace never reached the cluster's Jaeger"; exit 1; }
+      sleep 0.5
+    done
+    zcat "$OUT/audit.log.gz" >"$WORK/audit.log"
+    python3 "$E2E_DIR/tools/capture-component-traces.py" "$WORK/audit.log" '*' "$JAEGER_QUERY_URL" "$WORK"
+    gzip -9 -n <"$WORK/apiserver-traces.jsonl" >"$OUT/apiserver-traces.jsonl.gz"
+    log "run $RUN: $(wc -l <"$WORK/apiserver-traces.jsonl") apiserver traces, $(stat -c %s "$OUT/apiserver-traces.jsonl.gz") bytes gzip'd"
+  fi
   exit 0
 fi
 

@@ -2,7 +2,8 @@
 """Scores kascade's judgements on the corpus of whole-cluster runs.
 
 For each run (e2e/corpus/RUN/audit.log.gz with its truth.yaml):
-  explain  `kascade explain --format json --fail-on error` on the whole log.
+  explain  `kascade explain --format json --fail-on error` on the whole log
+           (a traced run's apiserver traces given as --component-traces).
            A failing run is a hit when its first finding is on one of the
            truth's objects and its title matches the truth's title; a
            healthy run is a false alarm when explain reports any error
@@ -73,9 +74,16 @@ def run_logs(run):
     return [os.path.join(d, "audit.log.gz")] + [os.path.join(d, f) for f in rest]
 
 
-def explain(kascade, logs):
+def component_traces(run):
+    """A traced run's apiserver traces (runs/RUN.traced), as explain's
+    --component-traces; [] for the others."""
+    path = os.path.join(CORPUS, run, "apiserver-traces.jsonl.gz")
+    return ["--component-traces", path] if os.path.isfile(path) else []
+
+
+def explain(kascade, logs, extra=()):
     p = subprocess.run(
-        [kascade, "explain", *logs, "--format", "json", "--fail-on", "error"],
+        [kascade, "explain", *logs, *extra, "--format", "json", "--fail-on", "error"],
         capture_output=True, text=True,
     )
     if p.returncode not in (0, 3):
@@ -234,7 +242,7 @@ def score(kascade, run):
     truth) and its truth."""
     truth = load_truth(run)
     logs = run_logs(run)
-    report, rc = explain(kascade, logs)
+    report, rc = explain(kascade, logs, component_traces(run))
     if truth["verdict"] == "failing":
         ok, why = first_hit(report, truth)
     else:

@@ -400,12 +400,26 @@ fn print_cascades(
 }
 
 /// kube-apiserver's own traces from `--component-traces` files, by audit ID.
+/// A file's text, inflated when its name ends in `.gz`.
+fn read_text(path: &std::path::Path) -> std::io::Result<String> {
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(path)?),
+            &mut text,
+        )?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
 pub(crate) fn read_component_traces(
     files: &[PathBuf],
 ) -> anyhow::Result<crate::component_spans::ComponentSpans> {
     let mut spans = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(path)
+        let text = read_text(path)
             .with_context(|| format!("cannot read --component-traces {}", path.display()))?;
         spans.extend(
             crate::component_spans::spans_from_otlp_json_lines(&text)

@@ -11,13 +11,14 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use super::cascade_reads::record_from_span;
 use super::merge::{ObjectHistory, Role, Source, merge};
 use super::raw::{RawStore, TimeRange, from_nanos, int_attr, string_attr};
-use super::{Frontend, FrontendError};
+use super::{Frontend, FrontendError, components};
 use crate::analysis::explain::{self, ExplainCollector, Inputs, Report, Scope, change_lines};
 use crate::flow::{
-    CascadeRole, ChangeRecord, ChangeSink, EventRecord, InvolvedObject, K8sEvent, RelatedObject,
+    CascadeRole, ChangeRecord, ChangeSink, ChangeSource, EventRecord, InvolvedObject, K8sEvent,
+    RelatedObject,
 };
 use crate::model::ObjectRef;
-use crate::span_model::{EVENT_DIFF, attr};
+use crate::span_model::{EVENT_DIFF, attr, nanos};
 
 /// Range looked at when a request gives none: the last hour.
 pub(crate) const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
@@ -134,7 +135,7 @@ impl<S: RawStore> Frontend<S> {
             to: Some(q.range.end),
             ..Scope::default()
         };
-        let collector = ExplainCollector::new(scope);
+        let mut collector = ExplainCollector::new(scope);
         let mut records: Vec<(ChangeRecord, Vec<String>)> = Vec::new();
         let mut events = Vec::new();
         for h in &histories {
@@ -168,6 +169,15 @@ impl<S: RawStore> Frontend<S> {
         // The collector follows each object's state in time order.
         records.sort_by_key(|(r, _)| (r.completed, r.received, r.span));
         records.dedup_by_key(|(r, _)| r.span);
+        let mut notes = Vec::new();
+        match self.explain_component_spans(&records).await {
+            Ok(Some(spans)) => collector = collector.with_components(spans),
+            Ok(None) => {}
+            // The report without them rather than none.
+            Err(e) => notes.push(format!(
+                "kube-apiserver's traces could not be read, slow writes are not judged: {e}"
+            )),
+        }
         let lines = (records.len() + events.len()) as u64;
         for (r, changes) in records {
             let span = r.span;
@@ -194,7 +204,48 @@ impl<S: RawStore> Frontend<S> {
             ..Inputs::default()
         };
         inputs.malformed_examples.clear();
-        Ok(explain::report(collector, inputs))
+        let mut report = explain::report(collector, inputs);
+        report.inputs.notes.extend(notes);
+        Ok(report)
+    }
+
+    /// The apiserver's own spans of the report's writes (`None` when the
+    /// store holds none in their range, or `--component-service` is
+    /// empty): at most [`components::MAX_JOINED_WRITES`] writes are looked
+    /// up, the longest first (a slow write is a long one; the report's
+    /// inputs say how many were not).
+    async fn explain_component_spans(
+        &self,
+        records: &[(ChangeRecord, Vec<String>)],
+    ) -> Result<Option<components::ComponentSpans>, FrontendError> {
+        let service = &self.cfg.component_service;
+        let mut writes: Vec<components::Write> = records
+            .iter()
+            .filter(|(r, _)| r.source == ChangeSource::Audit && !r.audit_id.is_empty())
+            .map(|(r, _)| components::Write {
+                audit_id: r.audit_id.clone(),
+                received: nanos(r.received),
+                completed: nanos(r.completed),
+            })
+            .collect();
+        if service.is_empty() || writes.is_empty() {
+            return Ok(None);
+        }
+        writes.sort_by_key(|w| std::cmp::Reverse(w.completed.saturating_sub(w.received)));
+        let not_read = writes.len().saturating_sub(components::MAX_JOINED_WRITES);
+        writes.truncate(components::MAX_JOINED_WRITES);
+        let mut spans = components::read(
+            self.assembler.store().as_ref(),
+            service,
+            writes,
+            self.cfg.limits.concurrency,
+        )
+        .await?;
+        if spans.is_empty() {
+            return Ok(None);
+        }
+        spans.not_read = not_read;
+        Ok(Some(spans))
     }
 }
 

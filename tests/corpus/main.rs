@@ -72,8 +72,15 @@ fn lines(run: &str) -> Vec<String> {
         .collect()
 }
 
+/// A run explained as score.sh does: its logs, and its apiserver traces
+/// when the run was traced.
 fn explain_run(run: &str) -> Report {
-    explain_files(corpus_logs(run))
+    let traces = corpus_log(run).with_file_name("apiserver-traces.jsonl.gz");
+    explain_with(ExplainConfig {
+        files: corpus_logs(run),
+        component_traces: traces.exists().then_some(traces).into_iter().collect(),
+        ..ExplainConfig::default()
+    })
 }
 
 fn explain_file(path: PathBuf) -> Report {
@@ -81,11 +88,14 @@ fn explain_file(path: PathBuf) -> Report {
 }
 
 fn explain_files(files: Vec<PathBuf>) -> Report {
-    let config = ExplainConfig {
+    explain_with(ExplainConfig {
         files,
         scope: Scope::default(),
         ..ExplainConfig::default()
-    };
+    })
+}
+
+fn explain_with(config: ExplainConfig) -> Report {
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(explain(&config))
@@ -489,3 +499,4 @@ mod hops;
 mod inputs;
 mod judgement;
 mod readable;
+mod traced;

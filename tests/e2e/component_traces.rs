@@ -182,3 +182,49 @@ async fn each_traced_write_shows_its_apiserver_spans_and_the_slow_webhook_inside
         }
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the e2e environment (e2e/suite.sh)"]
+async fn the_frontends_explain_names_the_slow_webhook_from_the_stored_apiserver_traces() {
+    let kind_title = |r: &Value, kind: &str| -> Vec<String> {
+        r["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["kind"] == kind)
+            .filter_map(|f| f["title"].as_str().map(str::to_string))
+            .collect()
+    };
+    // The apiserver's exporter batches every 5 s: until both are judged.
+    let r = super::explain::explain_namespace("slow-demo", |r| {
+        !kind_title(r, "slow_write").is_empty() && !kind_title(r, "webhook_failed_open").is_empty()
+    })
+    .await;
+    let slow = kind_title(&r, "slow_write");
+    assert_eq!(slow.len(), 1, "both Pod creates, one finding: {slow:?}");
+    assert!(
+        slow[0].starts_with("slow write: validating webhook slow-policy.example.com: "),
+        "{slow:?}"
+    );
+    assert!(
+        kind_title(&r, "webhook_failed_open")
+            .iter()
+            .all(|t| t.starts_with("validating webhook failing-policy.example.com failed open")),
+        "{r}"
+    );
+    // A healthy namespace of the same run, traced too: nothing slow.
+    let healthy = super::explain::explain_namespace("default", |r| {
+        r["inputs"]["notes"].as_array().is_some_and(|n| {
+            n.iter().any(|n| {
+                n.as_str()
+                    .is_some_and(|n| n.starts_with("kube-apiserver's traces: "))
+            })
+        })
+    })
+    .await;
+    assert!(kind_title(&healthy, "slow_write").is_empty(), "{healthy}");
+    assert!(
+        kind_title(&healthy, "webhook_failed_open").is_empty(),
+        "{healthy}"
+    );
+}

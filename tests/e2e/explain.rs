@@ -4,7 +4,7 @@ use super::*;
 
 /// `GET /explain` of a namespace (JSON), polled until `ok` holds: the
 /// collector exports asynchronously.
-async fn explain_namespace(namespace: &str, ok: impl Fn(&Value) -> bool) -> Value {
+pub(super) async fn explain_namespace(namespace: &str, ok: impl Fn(&Value) -> bool) -> Value {
     let client = reqwest::Client::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let from = (std::time::SystemTime::now() - Duration::from_secs(7200))

@@ -469,6 +469,35 @@ pub(crate) fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report 
             st.cause_logged_after_example.clone().unwrap_or_default()
         ));
     }
+    if let Some(comps) = &st.components {
+        let t = st.traced_writes;
+        let not_read = comps.not_read as u64;
+        inputs.notes.push(format!(
+            "kube-apiserver's traces: {} of {} writes traced{}{}",
+            t.traced,
+            t.looked_up,
+            if not_read > 0 {
+                format!(
+                    "; {not_read} of them were not looked up (a report reads at most {} writes' traces, the longest first)",
+                    t.looked_up.saturating_sub(not_read)
+                )
+            } else {
+                String::new()
+            },
+            if t.traced + not_read < t.looked_up {
+                " (the others have none: sampled out, or made before the apiserver's exporter \
+                 reached its collector); a write without a trace is never called slow"
+            } else {
+                ""
+            }
+        ));
+    }
+    if st.request_notes_dropped > 0 {
+        inputs.notes.push(format!(
+            "{} traced writes that were slow or admitted past a failing webhook were not kept (bound reached)",
+            st.request_notes_dropped
+        ));
+    }
     if st.rows_dropped > 0 {
         inputs.notes.push(format!(
             "{} changes were left out of the cascade timelines (bound reached)",

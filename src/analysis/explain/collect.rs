@@ -12,17 +12,19 @@ use std::time::SystemTime;
 
 use super::scope::Scope;
 use crate::analysis::cascade::{Attempt, Retries, Settling};
-use crate::component_spans::{ComponentSpans, Part, parts};
+use crate::component_spans::ComponentSpans;
 use crate::flow::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 use crate::judgement::{Refusal, Writer};
 use crate::model::ObjectRef;
 
 mod fights;
 mod records;
+mod requests;
 mod settling;
 
 use crate::aggregate::rules::labels_of;
 pub(super) use records::{Edge, EventAgg, Failed, Interner, Obj, Problem, RootInfo, Row, SlowHop};
+pub(super) use requests::{RequestNote, TracedWrites, WriteDurations, slow_part};
 
 /// Index of an object in [`State::objects`].
 pub(super) type Idx = u32;
@@ -101,26 +103,11 @@ pub(super) struct State {
     /// Traced writes that were slow, or admitted past a failing webhook.
     pub request_notes: Vec<RequestNote>,
     pub request_notes_dropped: u64,
+    /// How long the log's writes took, by verb: what a slow write is
+    /// slow against.
+    pub write_durations: WriteDurations,
+    pub traced_writes: TracedWrites,
 }
-
-/// A write whose request the apiserver traced, with what its trace says.
-pub(super) struct RequestNote {
-    pub obj: Idx,
-    pub write: String,
-    pub received: SystemTime,
-    pub root: SpanRef,
-    pub code: i32,
-    /// The request's own duration (its root span's).
-    pub total: std::time::Duration,
-    pub parts: Vec<Part>,
-}
-
-/// Traced writes kept for findings.
-const MAX_REQUEST_NOTES: usize = 4096;
-/// A traced write counts as slow from this long, when one part took at
-/// least half of it (a healthy write takes milliseconds: the apiserver's
-/// own handling and one etcd round trip).
-pub(super) const SLOW_WRITE_FLOOR: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How far a change may complete before one logged ahead of it and still
 /// count as in order: an apiserver writes its audit log in batches, close
@@ -168,6 +155,8 @@ impl State {
             components: None,
             request_notes: Vec::new(),
             request_notes_dropped: 0,
+            write_durations: WriteDurations::default(),
+            traced_writes: TracedWrites::default(),
         }
     }
 
@@ -323,38 +312,6 @@ impl State {
         self.record_fields(c, obj, user);
         self.apply_state(c, obj);
         self.keep_row(c, obj, user);
-    }
-
-    /// Keeps a traced write that was slow (one part taking at least half
-    /// of it) or admitted although a webhook failed.
-    fn note_request(&mut self, c: &ChangeRecord, obj: Idx) {
-        let Some(spans) = self
-            .components
-            .as_ref()
-            .filter(|_| !c.audit_id.is_empty())
-            .and_then(|comps| comps.of(&c.audit_id))
-        else {
-            return;
-        };
-        let (total, parts) = parts(spans);
-        let slow = total >= SLOW_WRITE_FLOOR && parts.iter().any(|p| p.took * 2 >= total);
-        let failed_open = c.code < 400 && parts.iter().any(|p| p.failed && p.is_webhook());
-        if !(slow || failed_open) {
-            return;
-        }
-        if self.request_notes.len() >= MAX_REQUEST_NOTES {
-            self.request_notes_dropped += 1;
-            return;
-        }
-        self.request_notes.push(RequestNote {
-            obj,
-            write: crate::analysis::cascade::change_name(c),
-            received: c.received,
-            root: c.root,
-            code: c.code,
-            total,
-            parts,
-        });
     }
 
     fn record_failure(&mut self, c: &ChangeRecord, obj: Idx, user: u32, attempt: Attempt) {

@@ -332,9 +332,15 @@ fn unsettled(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
 
 /// What kube-apiserver's own traces say of writes: the part that made one
 /// slow, a webhook that failed open.
-fn traced_requests(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
-    for n in &st.request_notes {
-        if !members.contains(&(n.obj as usize)) || !st.scope.admits_finding(n.received) {
+fn traced_requests(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
+    let State {
+        request_notes,
+        write_durations,
+        scope,
+        ..
+    } = st;
+    for n in request_notes.iter() {
+        if !members.contains(&(n.obj as usize)) || !scope.admits_finding(n.received) {
             continue;
         }
         let listing = n
@@ -376,10 +382,16 @@ fn traced_requests(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                 also_total: 0,
             });
         };
-        let slowest = n.parts.iter().max_by_key(|p| p.took);
-        if let Some(p) =
-            slowest.filter(|p| n.total >= super::collect::SLOW_WRITE_FLOOR && p.took * 2 >= n.total)
-        {
+        let usual = write_durations.usual(&n.verb);
+        if let Some(p) = super::collect::slow_part(n.total, &n.parts, usual) {
+            let against = usual.map_or(String::new(), |u| {
+                format!(
+                    "; {} writes in this log usually take {} (median of {})",
+                    n.verb,
+                    format_duration(u.median),
+                    u.writes
+                )
+            });
             raw(
                 FindingKind::SlowWrite,
                 Severity::Info,
@@ -390,7 +402,7 @@ fn traced_requests(st: &State, members: &HashSet<usize>, out: &mut Vec<Raw>) {
                     format_duration(n.total)
                 ),
                 format!("slow write {}", p.label),
-                format!("{} took {}", n.write, format_duration(n.total)),
+                format!("{} took {}{against}", n.write, format_duration(n.total)),
             );
         }
         if n.code < 400 {
