@@ -487,3 +487,68 @@ async fn the_frontends_explain_reads_the_stored_apiserver_traces_as_explain_read
         without.inputs.notes
     );
 }
+
+/// Every write of `kascade trace --format json`'s tree.
+fn json_writes(doc: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let mut todo = vec![&doc["root"]];
+    while let Some(o) = todo.pop() {
+        out.extend(o["writes"].as_array().unwrap().iter().cloned());
+        todo.extend(o["children"].as_array().unwrap());
+    }
+    out
+}
+
+#[test]
+fn kascade_trace_json_gives_each_traced_write_its_requests_parts() {
+    let traces = common::fixture_path(SCENARIO, "apiserver-traces.jsonl");
+    let doc: serde_json::Value = serde_json::from_str(&trace_text(&[
+        "--format",
+        "json",
+        "--component-traces",
+        traces.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let writes = json_writes(&doc);
+    let creates: Vec<&serde_json::Value> = writes
+        .iter()
+        .filter(|w| {
+            w["verb"] == "create"
+                && w["user"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(":replicaset-controller"))
+        })
+        .collect();
+    assert_eq!(creates.len(), 2, "{doc:#}");
+    for w in creates {
+        let r = &w["request"];
+        let parts = r["parts"].as_array().unwrap();
+        let part = |name: &str| {
+            parts
+                .iter()
+                .find(|p| p["part"] == name)
+                .unwrap_or_else(|| panic!("{name} in {r:#}"))
+        };
+        let slow = part("validating webhook slow-policy.example.com");
+        // The webhook sleeps 800 ms (no claim on this machine's speed).
+        assert!(slow["duration_ms"].as_f64().unwrap() >= 800.0, "{r:#}");
+        assert!(r["duration_ms"].as_f64().unwrap() >= slow["duration_ms"].as_f64().unwrap());
+        assert_eq!(slow["failed"], false);
+        assert_eq!(
+            part("validating webhook failing-policy.example.com")["failed"],
+            true
+        );
+    }
+    // Quick writes are traced too, with their etcd call.
+    assert!(
+        writes
+            .iter()
+            .any(|w| w["request"]["parts"].as_array().is_some_and(|p| p
+                .iter()
+                .any(|p| p["part"].as_str().is_some_and(|n| n.starts_with("etcd ")))))
+    );
+    // Without the file: no request anywhere.
+    let plain: serde_json::Value =
+        serde_json::from_str(&trace_text(&["--format", "json"])).unwrap();
+    assert!(json_writes(&plain).iter().all(|w| w["request"].is_null()));
+}

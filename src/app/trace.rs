@@ -328,7 +328,12 @@ pub async fn run(config: TraceConfig) -> anyhow::Result<()> {
                 components: read_component_traces(&config.component_traces)?,
             },
         )))?,
-        TraceFormat::Json => print(render_json(&trace.assembly)? + "\n")?,
+        TraceFormat::Json => print(
+            render_json(
+                &trace.assembly,
+                &read_component_traces(&config.component_traces)?,
+            )? + "\n",
+        )?,
         TraceFormat::OtlpJson => print_otlp_json(trace)?,
     }
     Ok(())

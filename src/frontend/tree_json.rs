@@ -9,6 +9,7 @@ use super::assemble::{Assembly, REPEATED_COUNT, REPEATED_TIMES, REPEATED_UNTIL};
 use super::display::{problem, snapshot};
 use super::merge::{Entry, Source};
 use super::raw::{from_nanos, int_attr, string_attr};
+use crate::component_spans::ComponentSpans;
 use crate::span_model::{EVENT_DIFF, attr};
 
 /// The schema's name and version: changes only when a field changes
@@ -56,6 +57,23 @@ struct WriteJson<'a> {
     status: Option<&'a str>,
     diff: Vec<DiffJson<'a>>,
     snapshot: Option<&'a str>,
+    /// What kube-apiserver's own trace of the request says (`trace
+    /// --component-traces`); `None` when it was not traced.
+    request: Option<RequestJson>,
+}
+
+/// A traced request: how long it took and the parts a person acts on.
+#[derive(Serialize)]
+struct RequestJson {
+    duration_ms: f64,
+    parts: Vec<PartJson>,
+}
+
+#[derive(Serialize)]
+struct PartJson {
+    part: String,
+    duration_ms: f64,
+    failed: bool,
 }
 
 #[derive(Serialize)]
@@ -93,7 +111,27 @@ fn number(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str)
     int_attr(attrs, key).or_else(|| string_attr(attrs, key).and_then(|s| s.parse().ok()))
 }
 
-fn write(e: &Entry) -> WriteJson<'_> {
+fn ms(d: std::time::Duration) -> f64 {
+    // Microsecond precision: what a reader compares.
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn request(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> RequestJson {
+    let (total, parts) = crate::component_spans::parts(spans);
+    RequestJson {
+        duration_ms: ms(total),
+        parts: parts
+            .into_iter()
+            .map(|p| PartJson {
+                duration_ms: ms(p.took),
+                part: p.label,
+                failed: p.failed,
+            })
+            .collect(),
+    }
+}
+
+fn write<'a>(e: &'a Entry, components: &ComponentSpans) -> WriteJson<'a> {
     let a = &e.span.attributes;
     WriteJson {
         time: time(e.span.start_time_unix_nano),
@@ -124,6 +162,9 @@ fn write(e: &Entry) -> WriteJson<'_> {
             })
             .collect(),
         snapshot: snapshot(&e.span),
+        request: string_attr(a, attr::AUDIT_ID)
+            .and_then(|id| components.of(id))
+            .map(request),
     }
 }
 
@@ -143,7 +184,7 @@ fn event(e: &Entry) -> EventJson<'_> {
     }
 }
 
-fn object(asm: &Assembly, i: usize) -> ObjectJson<'_> {
+fn object<'a>(asm: &'a Assembly, i: usize, components: &ComponentSpans) -> ObjectJson<'a> {
     let n = &asm.nodes[i];
     let o = &n.history.object;
     // A shared object shown again is a leaf whose entries are at its first
@@ -168,17 +209,25 @@ fn object(asm: &Assembly, i: usize) -> ObjectJson<'_> {
         shown_elsewhere: n.copy_of.is_some(),
         problem: problem(n),
         hidden_entries: n.history.hidden_entries,
-        writes: writes.into_iter().map(write).collect(),
+        writes: writes.into_iter().map(|w| write(w, components)).collect(),
         events: events.into_iter().map(event).collect(),
-        children: n.children.iter().map(|&c| object(asm, c)).collect(),
+        children: n
+            .children
+            .iter()
+            .map(|&c| object(asm, c, components))
+            .collect(),
     }
 }
 
-/// The tree of `asm` as one JSON document.
-pub(crate) fn render_json(asm: &Assembly) -> serde_json::Result<String> {
+/// The tree of `asm` as one JSON document, each traced write with what its
+/// request's trace in `components` says.
+pub(crate) fn render_json(
+    asm: &Assembly,
+    components: &ComponentSpans,
+) -> serde_json::Result<String> {
     serde_json::to_string(&TraceJson {
         schema: SCHEMA,
         notes: &asm.notes,
-        root: object(asm, 0),
+        root: object(asm, 0, components),
     })
 }
