@@ -3,13 +3,14 @@
 # e2e/versions.env, into a cache outside the repo. A component whose binary for
 # the pinned version is already cached is skipped.
 #
-#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|all]   (default: all)
+#   e2e/build.sh [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|node|kubelet|containerd|runc|cni|pause|all]   (default: all)
 #
 # Prints the bin directory on its last line of stdout-friendly output as
 #   KASCADE_E2E_BIN=<dir>
 # (`helm`, `compose-check` and `actionlint` alone print HELM=<path> /
 # COMPOSE_CHECK=<path> / ACTIONLINT=<path>; `all` leaves actionlint out: only
-# `make lint` uses it).
+# `make lint` uses it). `node` builds what a real node beside the kwok nodes
+# runs (e2e/node.sh; not part of `all`) and prints NODE_BIN=<dir> and friends.
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -65,6 +66,35 @@ GO
   log "etcd $ETCD_VERSION built"
 }
 
+# k8s_wrapper_module WORK PKG...: a module in WORK that builds k8s.io/kubernetes
+# KUBERNETES_VERSION's commands PKG... (its go.sum resolved once, then kept).
+k8s_wrapper_module() {
+  local work="$1"; shift
+  [[ -f "$work/go.sum" ]] && return 0
+  log "resolving k8s.io/kubernetes $KUBERNETES_VERSION for $*"
+  local modfile p
+  modfile="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  # k8s.io/kubernetes replaces every staging module with ./staging/...; point them at
+  # the published staging modules of the same release instead.
+  {
+    echo "module kascade.local/e2e/kubernetes"
+    grep -E '^go ' "$modfile"
+    grep -E '^godebug ' "$modfile" || true
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo "replace ("
+    grep -E '=> \./staging/src/' "$modfile" | awk -v v="$KUBERNETES_STAGING_VERSION" '{print "\t" $1 " => " $1 " " v}'
+    echo ")"
+  } >"$work/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$p"; done
+    printf ')\n'
+  } >"$work/tools.go"
+  (cd "$work" && run_logged "$work/tidy.log" go mod tidy -e) || { rm -f "$work/go.sum"; return 1; }
+}
+
+K8S_LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+
 build_kubernetes() {
   local out; out="$(bin_dir kubernetes "$KUBERNETES_VERSION")"
   local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -73,39 +103,10 @@ build_kubernetes() {
   if [[ ${#missing[@]} -eq 0 ]]; then log "kubernetes $KUBERNETES_VERSION cached"; return; fi
   local work="$CACHE_DIR/src/kubernetes-$KUBERNETES_VERSION"
   mkdir -p "$work" "$out"
-  if [[ ! -f "$work/go.sum" ]]; then
-    log "resolving k8s.io/kubernetes $KUBERNETES_VERSION"
-    local modfile
-    modfile="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-    # k8s.io/kubernetes replaces every staging module with ./staging/...; point them at
-    # the published staging modules of the same release instead.
-    {
-      echo "module kascade.local/e2e/kubernetes"
-      grep -E '^go ' "$modfile"
-      grep -E '^godebug ' "$modfile" || true
-      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-      echo "replace ("
-      grep -E '=> \./staging/src/' "$modfile" | awk -v v="$KUBERNETES_STAGING_VERSION" '{print "\t" $1 " => " $1 " " v}'
-      echo ")"
-    } >"$work/go.mod"
-    cat >"$work/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
-    (cd "$work" && run_logged "$work/tidy.log" go mod tidy -e) || { rm -f "$work/go.sum"; return 1; }
-  fi
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitTreeState=clean"
+  k8s_wrapper_module "$work" "${bins[@]}"
   for b in "${missing[@]}"; do
     log "building $b $KUBERNETES_VERSION (several minutes each on 2 cores)"
-    (cd "$work" && run_logged "$work/build-$b.log" go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
+    (cd "$work" && run_logged "$work/build-$b.log" go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b")
     mv "$out/$b.tmp" "$out/$b"
     log "$b built"
   done
@@ -260,6 +261,144 @@ YAML
   log "otelcol $OTELCOL_VERSION built in $((SECONDS - t0))s"
 }
 
+# --- A real node (e2e/node.sh): kubelet, containerd, runc, CNI plugins, pause,
+# and the two OCI images the node imports (busybox, pause). ---
+
+build_kubelet() {
+  local out; out="$(bin_dir kubelet "$KUBERNETES_VERSION")"
+  if [[ -x "$out/kubelet" ]]; then log "kubelet $KUBERNETES_VERSION cached"; return; fi
+  # Its own wrapper module: the kubelet's dependencies (cadvisor, the CRI
+  # client, ...) are not in the control plane's build list.
+  local work="$CACHE_DIR/src/kubelet-$KUBERNETES_VERSION"
+  mkdir -p "$work" "$out"
+  k8s_wrapper_module "$work" kubelet
+  log "building kubelet $KUBERNETES_VERSION (several minutes on 2 cores)"
+  local t0=$SECONDS
+  (cd "$work" && run_logged "$work/build.log" go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$out/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet)
+  mv "$out/kubelet.tmp" "$out/kubelet"
+  log "kubelet built in $((SECONDS - t0))s"
+}
+
+build_containerd() {
+  local out; out="$(bin_dir containerd "$CONTAINERD_VERSION")"
+  local bins=(containerd containerd-shim-runc-v2 ctr) b
+  local missing=()
+  for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || missing+=("$b"); done
+  if [[ ${#missing[@]} -eq 0 ]]; then log "containerd $CONTAINERD_VERSION cached"; return; fi
+  local work="$CACHE_DIR/src/containerd-$CONTAINERD_VERSION"; mkdir -p "$work" "$out"
+  local m=github.com/containerd/containerd/v2
+  # No cgo: the btrfs snapshotter needs libbtrfs headers, the node uses overlayfs.
+  local ldflags="-s -w -X $m/version.Version=${CONTAINERD_VERSION#v} -X $m/version.Revision=module-proxy"
+  local t0=$SECONDS
+  for b in "${missing[@]}"; do
+    log "building $b $CONTAINERD_VERSION"
+    GOBIN="$work" run_logged "$work/build-$b.log" go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+      -ldflags "$ldflags" "$m/cmd/$b@$CONTAINERD_VERSION"
+    mv "$work/$b" "$out/$b"
+  done
+  log "containerd $CONTAINERD_VERSION built in $((SECONDS - t0))s"
+}
+
+# runc needs cgo (its nsenter is C); with libseccomp's headers it is built
+# with the seccomp tag, as distributions ship it (the flavour keys the cache).
+runc_flavour() {
+  if pkg-config --exists libseccomp 2>/dev/null; then echo "$RUNC_VERSION-seccomp"; else echo "$RUNC_VERSION"; fi
+}
+build_runc() {
+  local flavour; flavour="$(runc_flavour)"
+  local out; out="$(bin_dir runc "$flavour")"
+  if [[ -x "$out/runc" ]]; then log "runc $flavour cached"; return; fi
+  local work="$CACHE_DIR/src/runc-$flavour"; mkdir -p "$work" "$out"
+  local tags=""
+  [[ "$flavour" == *-seccomp ]] || log "libseccomp-dev missing: runc without seccomp (apt-get install libseccomp-dev for it)"
+  [[ "$flavour" != *-seccomp ]] || tags=seccomp
+  log "building runc $flavour (cgo)"
+  CGO_ENABLED=1 GOBIN="$work" run_logged "$work/build.log" go install -trimpath -tags "$tags" \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@$RUNC_VERSION"
+  mv "$work/runc" "$out/runc"
+  log "runc $flavour built"
+}
+
+CNI_PLUGINS=(main/bridge main/loopback ipam/host-local meta/portmap)
+build_cni() {
+  local out p; out="$(bin_dir cni-plugins "$CNI_PLUGINS_VERSION")"
+  local missing=()
+  for p in "${CNI_PLUGINS[@]}"; do [[ -x "$out/${p#*/}" ]] || missing+=("$p"); done
+  if [[ ${#missing[@]} -eq 0 ]]; then log "CNI plugins $CNI_PLUGINS_VERSION cached"; return; fi
+  local work="$CACHE_DIR/src/cni-plugins-$CNI_PLUGINS_VERSION"; mkdir -p "$work" "$out"
+  for p in "${missing[@]}"; do
+    log "building CNI plugin ${p#*/} $CNI_PLUGINS_VERSION"
+    GOBIN="$work" run_logged "$work/build-${p#*/}.log" go install -trimpath \
+      -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
+      "github.com/containernetworking/plugins/plugins/$p@$CNI_PLUGINS_VERSION"
+    mv "$work/${p#*/}" "$out/${p#*/}"
+  done
+}
+
+# The pause binary, compiled as Kubernetes' build/pause/Makefile does it.
+build_pause() {
+  local out; out="$(bin_dir pause "$PAUSE_VERSION-$KUBERNETES_VERSION")"
+  if [[ -x "$out/pause" ]]; then log "pause $PAUSE_VERSION cached"; return; fi
+  mkdir -p "$out"
+  local dir
+  dir="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  log "compiling pause $PAUSE_VERSION from $dir/build/pause/linux/pause.c"
+  gcc -Os -Wall -Werror -static "-DVERSION=v$PAUSE_VERSION-$KUBERNETES_VERSION" \
+    -o "$out/pause.tmp" "$dir/build/pause/linux/pause.c"
+  strip "$out/pause.tmp"
+  mv "$out/pause.tmp" "$out/pause"
+}
+
+# The node's two images as OCI archives (e2e/tools/oci-image.py), named
+# kascade.local/...: nothing on this node can pull from a registry.
+# (A tag takes no '+': the upstream version of Debian's package names it.)
+BUSYBOX_TAG="${BUSYBOX_DEB_VERSION#*:}"; BUSYBOX_IMAGE="kascade.local/busybox:${BUSYBOX_TAG%%-*}"
+PAUSE_IMAGE="kascade.local/pause:$PAUSE_VERSION"
+images_dir() {
+  local key
+  key="$(printf '%s\n' "$BUSYBOX_IMAGE" "$BUSYBOX_DEB_VERSION" "$PAUSE_VERSION" "$KUBERNETES_VERSION" | cat - "$E2E_DIR/tools/oci-image.py" | sha256sum | cut -c1-12)"
+  echo "$CACHE_DIR/node-images-$key"
+}
+build_images() {
+  local out; out="$(images_dir)"
+  if [[ -f "$out/busybox.tar" && -f "$out/pause.tar" ]]; then log "node images cached"; return; fi
+  local work="$CACHE_DIR/src/node-images"; rm -rf "$work"; mkdir -p "$work/busybox/bin" "$work/pause" "$out"
+  log "busybox-static $BUSYBOX_DEB_VERSION from Debian"
+  (cd "$work" && run_logged "$work/apt.log" apt-get download "busybox-static=$BUSYBOX_DEB_VERSION")
+  dpkg-deb -x "$work"/busybox-static_*.deb "$work/deb"
+  cp "$work/deb/bin/busybox" "$work/busybox/bin/busybox"
+  local applet
+  for applet in $("$work/busybox/bin/busybox" --list); do
+    [[ "$applet" == busybox ]] || ln -s busybox "$work/busybox/bin/$applet"
+  done
+  mkdir -p "$work/busybox/tmp" "$work/busybox/etc"
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$work/busybox/etc/passwd"
+  echo 'root:x:0:' >"$work/busybox/etc/group"
+  cp "$(bin_dir pause "$PAUSE_VERSION-$KUBERNETES_VERSION")/pause" "$work/pause/pause"
+  python3 "$E2E_DIR/tools/oci-image.py" --rootfs "$work/busybox" --name "$BUSYBOX_IMAGE" \
+    --cmd /bin/sh --env PATH=/bin -o "$out/busybox.tar.tmp" >&2
+  python3 "$E2E_DIR/tools/oci-image.py" --rootfs "$work/pause" --name "$PAUSE_IMAGE" \
+    --entrypoint /pause --user 65535:65535 -o "$out/pause.tar.tmp" >&2
+  mv "$out/busybox.tar.tmp" "$out/busybox.tar"; mv "$out/pause.tar.tmp" "$out/pause.tar"
+  log "node images: $BUSYBOX_IMAGE, $PAUSE_IMAGE in $out"
+}
+
+# Everything a real node needs, linked into one directory; prints
+# NODE_BIN=<dir>, NODE_IMAGES=<dir>, CNI_BIN=<dir>, BUSYBOX_IMAGE=, PAUSE_IMAGE=.
+build_node() {
+  build_kubelet; build_containerd; build_runc; build_cni; build_pause; build_images
+  local bin="$CACHE_DIR/node-bin" b
+  mkdir -p "$bin"
+  ln -sf "$(bin_dir kubelet "$KUBERNETES_VERSION")/kubelet" "$bin/kubelet"
+  for b in containerd containerd-shim-runc-v2 ctr; do ln -sf "$(bin_dir containerd "$CONTAINERD_VERSION")/$b" "$bin/$b"; done
+  ln -sf "$(bin_dir runc "$(runc_flavour)")/runc" "$bin/runc"
+  echo "NODE_BIN=$bin"
+  echo "CNI_BIN=$(bin_dir cni-plugins "$CNI_PLUGINS_VERSION")"
+  echo "NODE_IMAGES=$(images_dir)"
+  echo "BUSYBOX_IMAGE=$BUSYBOX_IMAGE"
+  echo "PAUSE_IMAGE=$PAUSE_IMAGE"
+}
+
 link_bins() {
   local bin="$CACHE_DIR/bin"
   mkdir -p "$bin"
@@ -284,6 +423,12 @@ case "$what" in
   compose-check) build_compose_check; echo "COMPOSE_CHECK=$(compose_check_bin)" ;;
   actionlint) build_actionlint; echo "ACTIONLINT=$(bin_dir actionlint "$ACTIONLINT_VERSION")/actionlint" ;;
   otelcol) build_otelcol; echo "OTELCOL=$(bin_dir otelcol "$OTELCOL_FLAVOUR")/otelcol" ;;
+  kubelet) build_kubelet ;;
+  containerd) build_containerd ;;
+  runc) build_runc ;;
+  cni) build_cni ;;
+  pause) build_pause ;;
+  node) build_node ;;
   all) build_etcd; build_kwok; build_jaeger; build_kubernetes; build_helm; build_compose_check; link_bins ;;
-  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [etcd|kubernetes|kwok|jaeger|helm|compose-check|actionlint|otelcol|node|kubelet|containerd|runc|cni|pause|all]" >&2; exit 2 ;;
 esac

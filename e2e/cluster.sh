@@ -371,6 +371,11 @@ ENV
 
 cmd_down() {
   if [[ ! -d "$RUN_DIR" ]]; then log "not up (no $RUN_DIR)"; return 0; fi
+  # A real node (e2e/node.sh) first: its containers, mounts and bridge.
+  if [[ -d "$RUN_DIR/node" ]] && ! "$E2E_DIR/node.sh" down --name "$NAME"; then
+    log "down FAILED: e2e/node.sh down; $RUN_DIR is kept"
+    return 1
+  fi
   if ! stop_all; then
     log "down FAILED: see above; $RUN_DIR is kept (its pids/ name what was started)"
     return 1
