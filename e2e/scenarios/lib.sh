@@ -19,3 +19,12 @@ fresh_namespace() {
   fi
   k create namespace "$1" >/dev/null
 }
+# real_node: loads e2e/node.sh's env (REAL_NODE, BUSYBOX_IMAGE) for the
+# real-*.sh scenarios, whose Pods run on that real node: they select it
+# (nodeSelector kascade.io/real-node) and tolerate its taint.
+real_node() {
+  local f="$KASCADE_E2E_RUN_DIR/node/env"
+  [[ -f "$f" ]] || { echo "no $f: run e2e/node.sh up first" >&2; exit 1; }
+  # shellcheck source=/dev/null
+  source "$f"
+}
