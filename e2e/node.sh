@@ -88,13 +88,15 @@ stop() {
   if pid_alive "$pid"; then log "$name still running after 20 s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; sleep 0.5; fi
 }
 
-# The cgroup v1 hierarchies (or the v2 mount) the kubelet's cgroup root is made in.
+# The kubelet's cgroup root in every cgroup v1 hierarchy (or the v2 mount).
 cgroup_dirs() {
   local d
   if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then echo "/sys/fs/cgroup$CGROUP_ROOT"; return; fi
   for d in /sys/fs/cgroup/*/; do
     d="${d%/}"
-    [[ "$(basename "$d")" != unified && ! -L "$d" ]] || continue
+    # Symlinks (cpu -> cpu,cpuacct) skipped; runc makes the cgroup in the
+    # hybrid mode's unified (v2) hierarchy too.
+    [[ ! -L "$d" ]] || continue
     echo "$d$CGROUP_ROOT"
   done
 }
@@ -209,7 +211,8 @@ TOML
   cat >"$NODE_DIR/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $NODE_IP
+# Loopback only: the harness's node allows anonymous requests (below).
+address: 127.0.0.1
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -224,7 +227,11 @@ failSwapOn: false
 oomScoreAdj: 0
 podLogsDir: $NODE_DIR/pod-logs
 resolvConf: ""
-# The harness's own node: the apiserver calls it (logs, exec) without a client certificate.
+# No DNS server runs; without an address the kubelet warns (MissingClusterDNS
+# Events) on every Pod it syncs.
+clusterDNS: [10.96.0.10]
+clusterDomain: cluster.local
+# The harness's own node, on loopback: no client certificates, no authorization.
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 registerWithTaints: [{key: kascade.io/real-node, value: "true", effect: NoSchedule}]
@@ -239,6 +246,7 @@ YAML
     --root-dir "$NODE_DIR/kubelet" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
     --node-labels kascade.io/real-node=true --v 2
   wait_for "kubelet healthz" 90 curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+  # shellcheck disable=SC2153 # KUBECTL: from the cluster's env
   wait_for "node $NODE_NAME Ready" 120 "$KUBECTL" wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
   cat >"$NODE_DIR/env" <<ENV
 # Written by e2e/node.sh up.
@@ -259,8 +267,10 @@ cmd_down() {
   [[ -f "$RUN_DIR/env" ]] && kubectl="$(sed -n 's/^export KUBECTL=//p' "$RUN_DIR/env")"
   local kubeconfig="$RUN_DIR/admin.kubeconfig"
   if pid_alive "$(cat "$NODE_DIR/pids/kubelet.pid" 2>/dev/null || true)" && [[ -n "$kubectl" ]]; then
-    # The kubelet stops and removes its Pods' sandboxes (CNI DEL, netns, mounts).
-    log "deleting the Pods on $NODE_NAME"
+    # The kubelet stops and removes its Pods' sandboxes (CNI DEL, netns, mounts);
+    # cordoned first, so that no controller's replacement Pod lands here again.
+    log "cordoning $NODE_NAME and deleting its Pods"
+    "$kubectl" --kubeconfig "$kubeconfig" cordon "$NODE_NAME" >/dev/null 2>&1 || true
     "$kubectl" --kubeconfig "$kubeconfig" delete pods -A --field-selector "spec.nodeName=$NODE_NAME" \
       --grace-period 1 --wait --timeout 60s >/dev/null 2>&1 || log "some Pods were not deleted in 60 s"
     local deadline=$((SECONDS + 30))
@@ -268,6 +278,24 @@ cmd_down() {
   fi
   stop kubelet
   [[ -z "$kubectl" ]] || "$kubectl" --kubeconfig "$kubeconfig" delete node "$NODE_NAME" --ignore-not-found >/dev/null 2>&1 || true
+  # Sandboxes the kubelet did not get to remove: their network namespaces and
+  # CNI result caches (named after the sandbox ID; containerd keeps them in
+  # /var/run/netns and /var/lib/cni, not under node/).
+  local ctr id f netns
+  ctr="$(sed -n 's/^export CTR=//p' "$NODE_DIR/env" 2>/dev/null || true)"
+  if pid_alive "$(cat "$NODE_DIR/pids/containerd.pid" 2>/dev/null || true)" && [[ -x "$ctr" ]]; then
+    for id in $("$ctr" --address "$SOCK" -n k8s.io containers ls -q 2>/dev/null); do
+      for f in /var/lib/cni/results/*-"$id"-*; do
+        [[ -f "$f" ]] || continue
+        netns="$(sed -n 's/.*"netns":"\([^"]*\)".*/\1/p' "$f")"
+        if [[ -n "$netns" && -e "$netns" ]]; then
+          log "removing network namespace $netns of sandbox ${id:0:12}"
+          umount "$netns" 2>/dev/null || true; rm -f "$netns"
+        fi
+        rm -f "$f"
+      done
+    done
+  fi
   stop containerd
   # The shims outlive containerd by design; their command lines name our socket.
   local pid
@@ -279,9 +307,9 @@ cmd_down() {
   local d
   for d in $(cgroup_dirs); do
     [[ -d "$d" ]] || continue
-    for pid in $(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+    while read -r pid; do
       log "killing pid $pid left in $d"; kill -KILL "$pid" 2>/dev/null || true
-    done
+    done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
   sleep 0.5
   for d in $(cgroup_dirs); do
@@ -291,9 +319,9 @@ cmd_down() {
   # Mounts under node/ (rootfs overlays, shm, projected volumes), deepest first;
   # network namespaces containerd made for our sandboxes.
   local m
-  for m in $(awk -v dir="$NODE_DIR" 'index($2, dir) == 1 {print $2}' /proc/mounts | sort -r); do
+  while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" || log "cannot unmount $m"
-  done
+  done < <(awk -v dir="$NODE_DIR" 'index($2, dir) == 1 {print $2}' /proc/mounts | sort -r)
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
   rm -f /var/lib/cni/results/"kascade-$NAME"-* 2>/dev/null || true
   if awk -v dir="$NODE_DIR" 'index($2, dir) == 1' /proc/mounts | grep -q .; then
