@@ -319,7 +319,7 @@ build_runc() {
   log "runc $flavour built"
 }
 
-CNI_PLUGINS=(main/bridge main/loopback ipam/host-local meta/portmap)
+CNI_PLUGINS=(main/bridge main/loopback ipam/host-local)
 build_cni() {
   local out p; out="$(bin_dir cni-plugins "$CNI_PLUGINS_VERSION")"
   local missing=()
