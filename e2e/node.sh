@@ -298,11 +298,16 @@ cmd_down() {
   fi
   stop containerd
   # The shims outlive containerd by design; their command lines name our socket.
-  local pid
+  # A shim's socket is /run/containerd/s/<sha256 of ADDRESS/NAMESPACE/ID>
+  # (containerd's pkg/shim), not under node/; a killed shim leaves it.
+  local pid sid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
     pid_alive "$pid" || continue
+    sid="$(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n '/^-id$/{n;p;}')"
     log "stopping shim $pid"; kill -KILL "$pid" 2>/dev/null || true
+    [[ -z "$sid" ]] || rm -f "/run/containerd/s/$(printf '%s' "$SOCK/k8s.io/$sid" | sha256sum | cut -c1-64)"
   done
+  rmdir /run/containerd/s /run/containerd 2>/dev/null || true
   # Whatever is left in the node's cgroups is a container of ours.
   local d
   for d in $(cgroup_dirs); do
