@@ -15,6 +15,11 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 pub const APISERVER_SERVICE: &str = "apiserver";
 /// The tag kube-apiserver's request spans carry the audit ID in.
 pub const AUDIT_ID_TAG: &str = "audit-id";
+/// The service the kubelet's traces are stored under.
+pub const KUBELET_SERVICE: &str = "kubelet";
+/// The tag the kubelet's pod syncs (`syncPod`, `syncTerminatingPod`,
+/// `syncTerminatedPod`) carry the Pod's uid in.
+pub const POD_UID_TAG: &str = "k8s.pod.uid";
 
 fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
     attrs.iter().find(|kv| kv.key == key).and_then(|kv| {
@@ -25,10 +30,14 @@ fn string_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
     })
 }
 
-/// Component spans by the audit ID of the request they served.
+/// Component spans by the audit ID of the request they served, and the
+/// kubelet's pod syncs by the Pod's uid.
 #[derive(Default, Debug)]
 pub struct ComponentSpans {
     by_audit_id: HashMap<String, Vec<Span>>,
+    /// Each sync a trace of its own (its spans, earliest first), earliest
+    /// sync first.
+    syncs_by_pod: HashMap<String, Vec<Vec<Span>>>,
     /// Writes not looked up: past [`MAX_JOINED_WRITES`].
     pub not_read: usize,
 }
@@ -41,21 +50,40 @@ impl ComponentSpans {
             by_trace.entry(s.trace_id.clone()).or_default().push(s);
         }
         let mut by_audit_id: HashMap<String, Vec<Span>> = HashMap::new();
+        let mut syncs_by_pod: HashMap<String, Vec<Vec<Span>>> = HashMap::new();
         for (_, mut spans) in by_trace {
-            let Some(id) = spans
+            spans.sort_by_key(|s| (s.start_time_unix_nano, s.span_id.clone()));
+            if let Some(id) = spans
                 .iter()
                 .find_map(|s| string_attr(&s.attributes, AUDIT_ID_TAG))
                 .map(str::to_string)
-            else {
-                continue;
-            };
-            spans.sort_by_key(|s| (s.start_time_unix_nano, s.span_id.clone()));
-            by_audit_id.entry(id).or_default().extend(spans);
+            {
+                by_audit_id.entry(id).or_default().extend(spans);
+            } else if let Some(uid) = spans
+                .iter()
+                .find_map(|s| string_attr(&s.attributes, POD_UID_TAG))
+                .map(str::to_string)
+            {
+                syncs_by_pod.entry(uid).or_default().push(spans);
+            }
+        }
+        for syncs in syncs_by_pod.values_mut() {
+            syncs.sort_by_key(|t| {
+                t.first()
+                    .map(|s| (s.start_time_unix_nano, s.span_id.clone()))
+            });
         }
         Self {
             by_audit_id,
+            syncs_by_pod,
             not_read: 0,
         }
+    }
+
+    /// The kubelet's syncs of the Pod with this uid, each a trace's spans,
+    /// earliest first.
+    pub fn syncs_of(&self, pod_uid: &str) -> &[Vec<Span>] {
+        self.syncs_by_pod.get(pod_uid).map_or(&[], Vec::as_slice)
     }
 
     /// The key under which `audit_id`'s spans are kept.
@@ -71,7 +99,7 @@ impl ComponentSpans {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_audit_id.is_empty()
+        self.by_audit_id.is_empty() && self.syncs_by_pod.is_empty()
     }
 
     #[cfg(feature = "test-support")]

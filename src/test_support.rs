@@ -85,7 +85,8 @@ pub mod frontend {
     }
     pub mod components {
         pub use crate::frontend::components::{
-            APISERVER_SERVICE, AUDIT_ID_TAG, parts, spans_from_otlp_json_lines,
+            APISERVER_SERVICE, AUDIT_ID_TAG, KUBELET_SERVICE, MAX_SYNCS_PER_POD, POD_UID_TAG,
+            parts, spans_from_otlp_json_lines,
         };
     }
     pub mod display {

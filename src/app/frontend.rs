@@ -166,6 +166,8 @@ pub struct FrontendServerConfig {
     /// Service name of kube-apiserver's own traces in the raw store;
     /// empty: they are not joined.
     pub component_service: String,
+    /// Service name of the kubelets' traces in the raw store; empty: no join.
+    pub kubelet_service: String,
     /// Public URL of the Jaeger UI backed by this frontend.
     pub ui_url: String,
     /// Cluster assumed by /redirect links that name none.
@@ -202,6 +204,7 @@ impl Default for FrontendServerConfig {
             raw_timeout: Duration::from_secs(10),
             raw_search_limit: 500,
             component_service: crate::frontend::components::APISERVER_SERVICE.to_string(),
+            kubelet_service: crate::frontend::components::KUBELET_SERVICE.to_string(),
             ui_url: "http://localhost:16686".to_string(),
             default_cluster: "default".to_string(),
             clusters: Vec::new(),
@@ -259,6 +262,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
     let mut cfg = config.assembly.frontend_config()?;
     cfg.raw_search_limit = config.raw_search_limit.max(1);
     cfg.component_service = config.component_service.clone();
+    cfg.kubelet_service = config.kubelet_service.clone();
     cfg.cache_ttl = config.cache_ttl;
     cfg.cache_bytes = config.cache_bytes;
     cfg.clusters = config.clusters.clone();

@@ -108,6 +108,11 @@ pub struct FrontendArgs {
     /// Empty: no join.
     #[arg(long, default_value_t = frontend().component_service, env = "KASCADE_COMPONENT_SERVICE")]
     pub component_service: String,
+    /// Service name of the kubelets' own traces in the raw store (sent to `kascade collect
+    /// --component-traces-listen`): each Pod shown gets its pod syncs, joined by the Pod's uid.
+    /// Empty: no join.
+    #[arg(long, default_value_t = frontend().kubelet_service, env = "KASCADE_KUBELET_SERVICE")]
+    pub kubelet_service: String,
     /// Public URL of the Jaeger UI backed by this frontend (target of /redirect).
     #[arg(long, default_value_t = frontend().ui_url, env = "KASCADE_UI_URL")]
     pub ui_url: String,
@@ -179,6 +184,7 @@ impl From<FrontendArgs> for FrontendServerConfig {
             raw_timeout: a.raw_timeout.into(),
             raw_search_limit: a.raw_search_limit,
             component_service: a.component_service,
+            kubelet_service: a.kubelet_service,
             ui_url: a.ui_url,
             default_cluster: a.default_cluster,
             clusters: a.clusters,

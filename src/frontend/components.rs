@@ -24,6 +24,8 @@ use crate::span_model::attr;
 pub use crate::component_spans::APISERVER_SERVICE;
 pub use crate::component_spans::AUDIT_ID_TAG;
 pub(crate) use crate::component_spans::ComponentSpans;
+pub use crate::component_spans::KUBELET_SERVICE;
+pub use crate::component_spans::POD_UID_TAG;
 #[cfg(feature = "test-support")]
 pub use crate::component_spans::parts;
 #[cfg(feature = "test-support")]
@@ -43,46 +45,192 @@ pub(crate) struct Write {
     pub completed: u64,
 }
 
-/// Reads the apiserver's spans of `writes` (the first
-/// [`MAX_JOINED_WRITES`]) from `store`, `concurrency` searches at a time;
-/// one search over their whole time range first, so a store without
-/// component traces costs one search.
-pub(crate) async fn read<S: RawStore>(
-    store: &S,
-    service: &str,
-    mut writes: Vec<Write>,
-    concurrency: usize,
-) -> Result<ComponentSpans, RawError> {
-    use futures::StreamExt as _;
-    writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
-    writes.dedup_by(|a, b| a.audit_id == b.audit_id);
-    if writes.is_empty() || service.is_empty() {
-        return Ok(ComponentSpans::default());
-    }
-    let at = |ns: u64| std::time::UNIX_EPOCH + Duration::from_nanos(ns);
-    let from = writes.iter().map(|w| w.received).min().unwrap_or(0);
-    let to = writes.iter().map(|w| w.completed).max().unwrap_or(0);
-    let all = TimeRange::new(
-        at(from).checked_sub(SLACK).unwrap_or(at(from)),
-        at(to) + SLACK,
-    );
-    if store.find_component(service, &[], all, 1).await?.is_empty() {
-        return Ok(ComponentSpans::default());
-    }
-    let not_read = writes.len().saturating_sub(MAX_JOINED_WRITES);
-    writes.truncate(MAX_JOINED_WRITES);
-    let searches: Vec<_> = writes
+/// A Pod whose kubelet syncs to look up: its uid, the times of its
+/// history (ns) and the audit IDs of its writes (what shows it in modes
+/// without an object span).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pod {
+    pub uid: String,
+    pub from: u64,
+    pub to: u64,
+    pub writes: Vec<String>,
+}
+
+/// Most Pods of one assembled trace whose kubelet syncs are read (one
+/// search each).
+pub(crate) const MAX_JOINED_PODS: usize = 64;
+/// Most syncs read per Pod (a crash-looping Pod syncs at every back-off).
+pub const MAX_SYNCS_PER_POD: usize = 32;
+/// How long after a Pod's last write its syncs are still looked for: the
+/// kubelet syncs a Pod it has nothing new to report on (a container in
+/// back-off, a probe failing) without a write.
+const SYNCS_AFTER_LAST_WRITE: Duration = Duration::from_secs(300);
+
+/// What to look up: the apiserver's traces of `writes` under
+/// `apiserver_service`, the kubelet's syncs of `pods` under
+/// `kubelet_service` (an empty service: none).
+pub(crate) struct Lookups<'a> {
+    pub apiserver_service: &'a str,
+    pub writes: Vec<Write>,
+    pub kubelet_service: &'a str,
+    pub pods: Vec<Pod>,
+}
+
+/// What an assembly shows that components may have traced: its objects'
+/// writes and its cascades' (by audit ID), and its Pods.
+pub(crate) fn shown(
+    assembly: &super::assemble::Assembly,
+    cascades: &[crate::analysis::cascade::Cascade],
+) -> (Vec<Write>, Vec<Pod>) {
+    let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
+    let mut writes: Vec<Write> = assembly
+        .nodes
         .iter()
-        .map(|w| {
-            let tags = vec![(AUDIT_ID_TAG.to_string(), w.audit_id.clone())];
-            let range = TimeRange::new(
-                at(w.received).checked_sub(SLACK).unwrap_or(at(w.received)),
-                at(w.completed) + SLACK,
-            );
-            async move { store.find_component(service, &tags, range, 2).await }
+        .flat_map(|n| &n.history.entries)
+        .filter_map(|e| {
+            Some(Write {
+                audit_id: audit_id(&e.span)?,
+                received: e.span.start_time_unix_nano,
+                completed: e.span.end_time_unix_nano,
+            })
         })
         .collect();
-    let found: Vec<Result<Vec<TraceIdBytes>, RawError>> = futures::stream::iter(searches)
+    for c in cascades.iter().flat_map(|c| &c.changes) {
+        if !c.audit_id.is_empty() {
+            writes.push(Write {
+                audit_id: c.audit_id.clone(),
+                received: crate::span_model::nanos(c.received),
+                completed: crate::span_model::nanos(c.completed),
+            });
+        }
+    }
+    let pods = assembly
+        .nodes
+        .iter()
+        .filter(|n| n.history.object.resource == "pods" && !n.history.uid.is_empty())
+        .filter_map(|n| {
+            let e = &n.history.entries;
+            Some(Pod {
+                uid: n.history.uid.clone(),
+                from: e.iter().map(|e| e.span.start_time_unix_nano).min()?,
+                to: e.iter().map(|e| e.span.end_time_unix_nano).max()?,
+                writes: e.iter().filter_map(|e| audit_id(&e.span)).collect(),
+            })
+        })
+        .collect();
+    (writes, pods)
+}
+
+fn at(ns: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+fn around(from: u64, to: u64, after: Duration) -> TimeRange {
+    TimeRange::new(
+        at(from).checked_sub(SLACK).unwrap_or(at(from)),
+        at(to) + after,
+    )
+}
+
+/// Reads the apiserver's spans of the writes (the first
+/// [`MAX_JOINED_WRITES`]) and the kubelet's syncs of the Pods (the first
+/// [`MAX_JOINED_PODS`], at most [`MAX_SYNCS_PER_POD`] each) from `store`,
+/// `concurrency` searches at a time; for each service one search over the
+/// whole time range first, so a store without its traces costs one search.
+pub(crate) async fn read<S: RawStore>(
+    store: &S,
+    lookups: Lookups<'_>,
+    concurrency: usize,
+) -> Result<ComponentSpans, RawError> {
+    let Lookups {
+        apiserver_service,
+        mut writes,
+        kubelet_service,
+        mut pods,
+    } = lookups;
+    writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
+    writes.dedup_by(|a, b| a.audit_id == b.audit_id);
+    pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+    pods.dedup_by(|a, b| a.uid == b.uid);
+    let not_read = writes.len().saturating_sub(MAX_JOINED_WRITES);
+    writes.truncate(MAX_JOINED_WRITES);
+    pods.truncate(MAX_JOINED_PODS);
+    let requests = searches(
+        store,
+        apiserver_service,
+        writes
+            .iter()
+            .map(|w| Search {
+                tags: vec![(AUDIT_ID_TAG.to_string(), w.audit_id.clone())],
+                range: around(w.received, w.completed, SLACK),
+                limit: 2,
+            })
+            .collect(),
+        concurrency,
+    );
+    let syncs = searches(
+        store,
+        kubelet_service,
+        pods.iter()
+            .map(|p| Search {
+                tags: vec![(POD_UID_TAG.to_string(), p.uid.clone())],
+                range: around(p.from, p.to, SYNCS_AFTER_LAST_WRITE),
+                limit: MAX_SYNCS_PER_POD,
+            })
+            .collect(),
+        concurrency,
+    );
+    let (requests, syncs) = futures::join!(requests, syncs);
+    let mut ids = requests?;
+    ids.extend(syncs?);
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(ComponentSpans::default());
+    }
+    let traces = store.get_many(&ids, concurrency).await?;
+    let mut spans = ComponentSpans::from_spans(traces.into_values().flatten());
+    spans.not_read = not_read;
+    Ok(spans)
+}
+
+/// One search of a component's traces: spans with these tags, starting in
+/// the range, at most `limit` traces.
+struct Search {
+    tags: Vec<(String, String)>,
+    range: TimeRange,
+    limit: usize,
+}
+
+/// The traces of `service` each search found: none when the service is
+/// empty or holds nothing in the searches' whole range.
+async fn searches<S: RawStore>(
+    store: &S,
+    service: &str,
+    searches: Vec<Search>,
+    concurrency: usize,
+) -> Result<Vec<TraceIdBytes>, RawError> {
+    use futures::StreamExt as _;
+    let (Some(from), Some(to)) = (
+        searches.iter().map(|s| s.range.start).min(),
+        searches.iter().map(|s| s.range.end).max(),
+    ) else {
+        return Ok(Vec::new());
+    };
+    if service.is_empty()
+        || store
+            .find_component(service, &[], TimeRange::new(from, to), 1)
+            .await?
+            .is_empty()
+    {
+        return Ok(Vec::new());
+    }
+    let found: Vec<Result<Vec<TraceIdBytes>, RawError>> =
+        futures::stream::iter(searches.into_iter().map(|s| async move {
+            store
+                .find_component(service, &s.tags, s.range, s.limit)
+                .await
+        }))
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
@@ -90,12 +238,7 @@ pub(crate) async fn read<S: RawStore>(
     for f in found {
         ids.extend(f?);
     }
-    ids.sort();
-    ids.dedup();
-    let traces = store.get_many(&ids, concurrency).await?;
-    let mut spans = ComponentSpans::from_spans(traces.into_values().flatten());
-    spans.not_read = not_read;
-    Ok(spans)
+    Ok(ids)
 }
 
 /// Hangs each request's component spans under the span that shows its
@@ -140,31 +283,120 @@ pub(crate) fn join(
         if let (Some(start), Some(end)) = (start, end) {
             enclose.push((holder.clone(), start, end));
         }
-        let mut request = under(spans, holder, trace_id);
+        let mut request = under(spans, holder, trace_id, "apiserver trace");
         enclose_children(&mut request);
         joined.extend(request);
     }
     widen(out, &enclose);
-    if !joined.is_empty() {
-        joined.sort_by_key(|s| (s.start_time_unix_nano, s.span_id.clone()));
-        out.push(ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", APISERVER_SERVICE)],
+    push_service(out, APISERVER_SERVICE, joined);
+    requests
+}
+
+/// `spans` as one service's resource spans of `out` (none when empty).
+fn push_service(out: &mut Vec<ResourceSpans>, service: &str, mut spans: Vec<Span>) {
+    if spans.is_empty() {
+        return;
+    }
+    spans.sort_by_key(|s| (s.start_time_unix_nano, s.span_id.clone()));
+    out.push(ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![kv("service.name", service)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            scope: Some(InstrumentationScope {
+                name: "kascade-frontend".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
                 ..Default::default()
             }),
-            scope_spans: vec![ScopeSpans {
-                scope: Some(InstrumentationScope {
-                    name: "kascade-frontend".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
-                spans: joined,
-                schema_url: String::new(),
-            }],
+            spans,
             schema_url: String::new(),
-        });
+        }],
+        schema_url: String::new(),
+    });
+}
+
+/// Hangs each of the kubelet's syncs of a Pod under the span that shows
+/// the Pod in `out`: its object span (modes tracing, tree, grouped; found
+/// by uid), else (modes timeline and cascade, a span per write) the span of
+/// its latest write made before the sync began, or of its first. The
+/// sync's spans keep their ids (containerd's under the kubelet's CRI calls
+/// included: one service, `kubelet`, shows them all); its root links to
+/// the kubelet's own trace. Returns the syncs joined.
+pub(crate) fn join_syncs(
+    out: &mut Vec<ResourceSpans>,
+    trace_id: &TraceIdBytes,
+    comps: &ComponentSpans,
+    pods: &[Pod],
+) -> usize {
+    let pods: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| !comps.syncs_of(&p.uid).is_empty())
+        .collect();
+    if pods.is_empty() {
+        return 0;
     }
-    requests
+    let uids: std::collections::HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+    let audit_ids: std::collections::HashSet<&str> = pods
+        .iter()
+        .flat_map(|p| p.writes.iter().map(String::as_str))
+        .collect();
+    let mut objects: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut writes: HashMap<String, (u64, Vec<u8>)> = HashMap::new();
+    for s in out
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+    {
+        let a = &s.attributes;
+        if let Some(id) = string_attr(a, attr::AUDIT_ID).filter(|id| audit_ids.contains(id)) {
+            writes
+                .entry(id.to_string())
+                .or_insert_with(|| (s.start_time_unix_nano, s.span_id.clone()));
+        } else if string_attr(a, attr::RESOURCE) == Some("pods")
+            && let Some(uid) = string_attr(a, attr::UID).filter(|u| uids.contains(u))
+        {
+            objects
+                .entry(uid.to_string())
+                .or_insert_with(|| s.span_id.clone());
+        }
+    }
+    let mut joined = Vec::new();
+    let mut enclose = Vec::new();
+    let mut syncs = 0;
+    for pod in pods {
+        let mut shown: Vec<&(u64, Vec<u8>)> =
+            pod.writes.iter().filter_map(|id| writes.get(id)).collect();
+        shown.sort();
+        for sync in comps.syncs_of(&pod.uid) {
+            let Some(root) = sync.first() else {
+                continue;
+            };
+            let holder = objects.get(&pod.uid).or_else(|| {
+                shown
+                    .iter()
+                    .rev()
+                    .find(|(start, _)| *start <= root.start_time_unix_nano)
+                    .or(shown.first())
+                    .map(|(_, id)| id)
+            });
+            let Some(holder) = holder else {
+                continue;
+            };
+            syncs += 1;
+            let start = sync.iter().map(|s| s.start_time_unix_nano).min();
+            let end = sync.iter().map(|s| s.end_time_unix_nano).max();
+            if let (Some(start), Some(end)) = (start, end) {
+                enclose.push((holder.clone(), start, end));
+            }
+            let mut spans = under(sync, holder, trace_id, "kubelet trace");
+            enclose_children(&mut spans);
+            joined.extend(spans);
+        }
+    }
+    widen(out, &enclose);
+    push_service(out, KUBELET_SERVICE, joined);
+    syncs
 }
 
 /// Widens each holder span, and its ancestors, to enclose its request's
@@ -237,7 +469,7 @@ fn enclose_upwards<C: ?Sized, K: Copy>(
 
 /// One request's spans in the assembled trace: its roots (no parent among
 /// them) under `holder`, each linked to the apiserver's own trace.
-fn under(spans: &[Span], holder: &[u8], trace_id: &TraceIdBytes) -> Vec<Span> {
+fn under(spans: &[Span], holder: &[u8], trace_id: &TraceIdBytes, role: &str) -> Vec<Span> {
     let own: std::collections::HashSet<&[u8]> =
         spans.iter().map(|s| s.span_id.as_slice()).collect();
     spans
@@ -248,7 +480,7 @@ fn under(spans: &[Span], holder: &[u8], trace_id: &TraceIdBytes) -> Vec<Span> {
                 s.links.push(Link {
                     trace_id: s.trace_id.clone(),
                     span_id: s.span_id.clone(),
-                    attributes: vec![kv("link.role", "apiserver trace")],
+                    attributes: vec![kv("link.role", role)],
                     ..Default::default()
                 });
                 s.parent_span_id = holder.to_vec();

@@ -90,6 +90,10 @@ pub struct FrontendConfig {
     /// The service kube-apiserver's own traces are stored under, joined to
     /// the writes by audit ID (`components.rs`); empty: no join.
     pub component_service: String,
+    /// The service the kubelet's own traces are stored under, whose pod
+    /// syncs are joined to the Pods by uid (`components.rs`); empty: no
+    /// join.
+    pub kubelet_service: String,
 }
 
 impl Default for FrontendConfig {
@@ -113,6 +117,7 @@ impl Default for FrontendConfig {
             keep_assembly: true,
             raw_read_reuse: Duration::ZERO,
             component_service: super::components::APISERVER_SERVICE.to_string(),
+            kubelet_service: super::components::KUBELET_SERVICE.to_string(),
         }
     }
 }

@@ -236,8 +236,12 @@ impl<S: RawStore> Frontend<S> {
         writes.truncate(components::MAX_JOINED_WRITES);
         let mut spans = components::read(
             self.assembler.store().as_ref(),
-            service,
-            writes,
+            components::Lookups {
+                apiserver_service: service,
+                writes,
+                kubelet_service: "",
+                pods: Vec::new(),
+            },
             self.cfg.limits.concurrency,
         )
         .await?;

@@ -495,11 +495,12 @@ impl<S: RawStore> Frontend<S> {
             (Vec::new(), spans)
         };
         let mut resource_spans = resource_spans;
-        let comps = self
+        let (comps, pods) = self
             .component_spans(&assembly, &cascades)
             .instrument(tracing::info_span!(target: TARGET, "component spans"))
             .await?;
         components::join(&mut resource_spans, &encoded, &comps);
+        components::join_syncs(&mut resource_spans, &encoded, &comps, &pods);
         self.metrics
             .summarised
             .inc_by(display::not_shown(&resource_spans));
@@ -515,45 +516,26 @@ impl<S: RawStore> Frontend<S> {
     }
 
     /// The apiserver's own spans of the writes an assembly shows (its
-    /// objects' audit entries, and the writes of its cascades).
+    /// objects' audit entries, and the writes of its cascades), the
+    /// kubelet's syncs of the Pods it shows, and those Pods.
     async fn component_spans(
         &self,
         assembly: &Assembly,
         cascades: &[crate::analysis::cascade::Cascade],
-    ) -> Result<components::ComponentSpans, FrontendError> {
-        let service = &self.cfg.component_service;
-        if service.is_empty() {
-            return Ok(components::ComponentSpans::default());
-        }
-        let mut writes: Vec<components::Write> = assembly
-            .nodes
-            .iter()
-            .flat_map(|n| &n.history.entries)
-            .filter_map(|e| {
-                let id = raw::string_attr(&e.span.attributes, crate::span_model::attr::AUDIT_ID)?;
-                Some(components::Write {
-                    audit_id: id.to_string(),
-                    received: e.span.start_time_unix_nano,
-                    completed: e.span.end_time_unix_nano,
-                })
-            })
-            .collect();
-        for c in cascades.iter().flat_map(|c| &c.changes) {
-            if !c.audit_id.is_empty() {
-                writes.push(components::Write {
-                    audit_id: c.audit_id.clone(),
-                    received: nanos(c.received),
-                    completed: nanos(c.completed),
-                });
-            }
-        }
-        Ok(components::read(
+    ) -> Result<(components::ComponentSpans, Vec<components::Pod>), FrontendError> {
+        let (writes, pods) = components::shown(assembly, cascades);
+        let spans = components::read(
             self.assembler.store().as_ref(),
-            service,
-            writes,
+            components::Lookups {
+                apiserver_service: &self.cfg.component_service,
+                writes,
+                kubelet_service: &self.cfg.kubelet_service,
+                pods: pods.clone(),
+            },
             self.cfg.limits.concurrency,
         )
-        .await?)
+        .await?;
+        Ok((spans, pods))
     }
 
     /// `t` (unweighed) as the cache keeps it, weighed: whole, or only what

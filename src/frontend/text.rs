@@ -18,7 +18,8 @@ pub struct TextOptions {
     /// the rest are said in one line, as the Jaeger UI summarises them
     /// (`--max-siblings`; 0 shows all).
     pub max_siblings: usize,
-    /// kube-apiserver's own traces: a traced write gets a line of its parts.
+    /// Components' own traces: a traced write gets a line of its
+    /// request's parts, a Pod a line per kubelet sync.
     pub components: crate::component_spans::ComponentSpans,
 }
 
@@ -107,7 +108,20 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
         let _ = writeln!(out, "{head}");
         // Entries are indented under the object, continuing its tree line.
         let body = prefixes.under(!n.children.is_empty());
+        // The kubelet's syncs of a Pod, in time order among its entries.
+        let mut syncs = opts.components.syncs_of(&n.history.uid).iter().peekable();
+        let mut sync_lines = |out: &mut String, until: Option<u64>| {
+            while let Some(sync) = syncs.next_if(|s| {
+                until.is_none_or(|t| s.first().is_some_and(|r| r.start_time_unix_nano <= t))
+            }) {
+                if let Some(root) = sync.first() {
+                    let t = rel(root.start_time_unix_nano, base);
+                    let _ = writeln!(out, "{body}{t}  {}", sync_line(sync));
+                }
+            }
+        };
         for e in &n.history.entries {
+            sync_lines(&mut out, Some(e.span.start_time_unix_nano));
             let t = rel(e.span.start_time_unix_nano, base);
             let failed = e
                 .span
@@ -182,8 +196,56 @@ pub fn render_text(asm: &Assembly, opts: &TextOptions) -> String {
                 }
             }
         }
+        sync_lines(&mut out, None);
     }
     out
+}
+
+/// One kubelet sync in a line: `kubelet syncPod 231ms: PullImage 118ms ✗,
+/// ExecSync ×12 (3 ✗)  ✗ <why the sync failed>` (its CRI calls by kind).
+fn sync_line(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> String {
+    let ms = |s: &opentelemetry_proto::tonic::trace::v1::Span| {
+        (s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano)) as f64 / 1e6
+    };
+    let failed = |s: &opentelemetry_proto::tonic::trace::v1::Span| {
+        s.status.as_ref().is_some_and(|st| st.code == 2)
+    };
+    let Some(root) = spans.first() else {
+        return String::new();
+    };
+    // The kubelet's calls to the container runtime, by method.
+    let mut calls: Vec<(&str, usize, usize, f64)> = Vec::new();
+    for s in spans.iter().filter(|s| s.parent_span_id == root.span_id) {
+        let Some((_, method)) = s.name.rsplit_once('/') else {
+            continue;
+        };
+        match calls.iter_mut().find(|c| c.0 == method) {
+            Some(c) => {
+                c.1 += 1;
+                c.2 += usize::from(failed(s));
+                c.3 += ms(s);
+            }
+            None => calls.push((method, 1, usize::from(failed(s)), ms(s))),
+        }
+    }
+    let listed: Vec<String> = calls
+        .iter()
+        .map(|&(method, n, bad, took)| match (n, bad) {
+            (1, 0) => format!("{method} {took:.0}ms"),
+            (1, _) => format!("{method} {took:.0}ms ✗"),
+            (_, 0) => format!("{method} ×{n}"),
+            (_, _) => format!("{method} ×{n} ({bad} ✗)"),
+        })
+        .collect();
+    let mut line = format!("kubelet {} {:.0}ms", root.name, ms(root));
+    if !listed.is_empty() {
+        let _ = write!(line, ": {}", listed.join(", "));
+    }
+    if let Some(st) = root.status.as_ref().filter(|st| st.code == 2) {
+        let why: String = st.message.chars().take(300).collect();
+        let _ = write!(line, "  ✗ {why}");
+    }
+    line
 }
 
 /// One traced request in a line: `apiserver 812ms: validating webhook
