@@ -127,6 +127,45 @@ impl Part {
     }
 }
 
+/// `validating webhook policy.example.com` for kube-apiserver's span of a
+/// webhook call (`Call validating webhook`, its `webhook` tag naming it).
+fn webhook_label(s: &Span) -> Option<String> {
+    let kind = s.name.strip_prefix("Call ")?.strip_suffix(" webhook")?;
+    let name = string_attr(&s.attributes, "webhook").unwrap_or("?");
+    Some(format!("{kind} webhook {name}"))
+}
+
+/// The span failed, or its HTTP call did (a webhook call's `HTTP POST`).
+fn in_error(spans: &[Span], s: &Span) -> bool {
+    let failed = |x: &Span| x.status.as_ref().is_some_and(|st| st.code == 2);
+    failed(s)
+        || spans
+            .iter()
+            .filter(|c| c.parent_span_id == s.span_id)
+            .any(failed)
+}
+
+/// Names each webhook call of a request's spans after its webhook (`Call
+/// validating webhook policy.example.com`: the UI's row says which), and
+/// marks a call in error whose HTTP call failed (kube-apiserver marks only
+/// the `HTTP POST` under it, which names no webhook).
+pub fn name_webhook_calls(spans: &mut [Span]) {
+    for i in 0..spans.len() {
+        let Some(label) = webhook_label(&spans[i]) else {
+            continue;
+        };
+        let failed = in_error(spans, &spans[i]);
+        let s = &mut spans[i];
+        s.name = format!("Call {label}");
+        if failed && !s.status.as_ref().is_some_and(|st| st.code == 2) {
+            s.status = Some(opentelemetry_proto::tonic::trace::v1::Status {
+                code: 2,
+                message: format!("the {label} call failed"),
+            });
+        }
+    }
+}
+
 /// The parts of one request's spans, earliest first; and the request's own
 /// duration (its root span's).
 pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {
@@ -141,23 +180,11 @@ pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {
         .map(took)
         .max()
         .unwrap_or_default();
-    let in_error = |s: &Span| {
-        s.status.as_ref().is_some_and(|st| st.code == 2)
-            || spans
-                .iter()
-                .filter(|c| c.parent_span_id == s.span_id)
-                .any(|c| c.status.as_ref().is_some_and(|st| st.code == 2))
-    };
     let parts = spans
         .iter()
         .filter_map(|s| {
-            let label = if let Some(kind) = s
-                .name
-                .strip_prefix("Call ")
-                .and_then(|n| n.strip_suffix(" webhook"))
-            {
-                let name = string_attr(&s.attributes, "webhook").unwrap_or("?");
-                format!("{kind} webhook {name}")
+            let label = if let Some(label) = webhook_label(s) {
+                label
             } else if let Some(op) = s.name.strip_suffix(" etcd3") {
                 format!("etcd {op}")
             } else {
@@ -166,7 +193,7 @@ pub fn parts(spans: &[Span]) -> (Duration, Vec<Part>) {
             Some(Part {
                 label,
                 took: took(s),
-                failed: in_error(s),
+                failed: in_error(spans, s),
             })
         })
         .collect();

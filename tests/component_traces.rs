@@ -177,7 +177,8 @@ async fn the_slow_pod_creates_show_the_webhook_that_took_their_time() {
         .iter()
         .map(|(_, s)| s)
         .filter(|s| {
-            s.name == "Call validating webhook"
+            // Named after its webhook: the UI's row says which.
+            s.name == "Call validating webhook slow-policy.example.com"
                 && string_attr(&s.attributes, "webhook") == Some("slow-policy.example.com")
         })
         .collect();
@@ -185,6 +186,25 @@ async fn the_slow_pod_creates_show_the_webhook_that_took_their_time() {
         webhook_calls.len(),
         2,
         "one per Pod create of the 2 replicas"
+    );
+    assert!(
+        webhook_calls
+            .iter()
+            .all(|c| c.status.as_ref().is_none_or(|st| st.code != 2))
+    );
+    // The webhook that answered 500: its call in error, not only the
+    // `HTTP POST` under it (which names no webhook).
+    let failing: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == "Call validating webhook failing-policy.example.com")
+        .collect();
+    assert_eq!(failing.len(), 2);
+    assert!(
+        failing
+            .iter()
+            .all(|c| c.status.as_ref().is_some_and(|st| st.code == 2)),
+        "{failing:#?}"
     );
     let captured = captured_apiserver_spans();
     for call in webhook_calls {

@@ -284,6 +284,7 @@ pub(crate) fn join(
             enclose.push((holder.clone(), start, end));
         }
         let mut request = under(spans, holder, trace_id, "apiserver trace");
+        crate::component_spans::name_webhook_calls(&mut request);
         enclose_children(&mut request);
         joined.extend(request);
     }

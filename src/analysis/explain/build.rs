@@ -478,15 +478,15 @@ pub(crate) fn report(collector: ExplainCollector, mut inputs: Inputs) -> Report 
             t.looked_up,
             if not_read > 0 {
                 format!(
-                    "; {not_read} of them were not looked up (a report reads at most {} writes' traces, the longest first)",
+                    "; only the {} longest were looked up (a report reads at most that many writes' traces)",
                     t.looked_up.saturating_sub(not_read)
                 )
             } else {
                 String::new()
             },
             if t.traced + not_read < t.looked_up {
-                " (the others have none: sampled out, or made before the apiserver's exporter \
-                 reached its collector); a write without a trace is never called slow"
+                "; a write without a trace (sampled out, or made before the apiserver's exporter \
+                 reached its collector) is never called slow"
             } else {
                 ""
             }
