@@ -149,7 +149,7 @@ fn in_error(spans: &[Span], s: &Span) -> bool {
 /// validating webhook policy.example.com`: the UI's row says which), and
 /// marks a call in error whose HTTP call failed (kube-apiserver marks only
 /// the `HTTP POST` under it, which names no webhook).
-pub fn name_webhook_calls(spans: &mut [Span]) {
+pub(crate) fn name_webhook_calls(spans: &mut [Span]) {
     for i in 0..spans.len() {
         let Some(label) = webhook_label(&spans[i]) else {
             continue;
@@ -157,7 +157,7 @@ pub fn name_webhook_calls(spans: &mut [Span]) {
         let failed = in_error(spans, &spans[i]);
         let s = &mut spans[i];
         s.name = format!("Call {label}");
-        if failed && !s.status.as_ref().is_some_and(|st| st.code == 2) {
+        if failed && s.status.as_ref().is_none_or(|st| st.code != 2) {
             s.status = Some(opentelemetry_proto::tonic::trace::v1::Status {
                 code: 2,
                 message: format!("the {label} call failed"),

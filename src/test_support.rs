@@ -142,7 +142,7 @@ pub mod model {
 pub mod flow {
     pub use crate::flow::{
         CascadeRole, ChangeRecord, ChangeSink, ChangeSource, CpidOrigin, FilterReason, Intake,
-        K8sEvent, SENT_LINKS_FILE, SentLinks, WatchChange, WatchKind, Work,
+        K8sEvent, RequestAnnotations, SENT_LINKS_FILE, SentLinks, WatchChange, WatchKind, Work,
     };
 }
 pub mod self_trace {

@@ -257,6 +257,7 @@ mod tests {
                 start: at,
                 end: at + Duration::from_millis(3),
                 recorded_by: None,
+                annotations: &crate::flow::NO_ANNOTATIONS,
             },
         );
         write.event(

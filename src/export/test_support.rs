@@ -60,6 +60,7 @@ pub(super) fn big_update(
             start: at,
             end: at,
             recorded_by: None,
+            annotations: &crate::flow::NO_ANNOTATIONS,
         },
     );
     let (old, new) = ("o".repeat(value_len), "n".repeat(value_len));

@@ -176,6 +176,7 @@ mod tests {
                 start: at,
                 end: at,
                 recorded_by: None,
+                annotations: &crate::flow::NO_ANNOTATIONS,
             },
         );
         let old = "o".repeat(value_len);

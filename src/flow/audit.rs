@@ -18,8 +18,12 @@ pub struct AuditEvent {
     pub kind: String,
     #[serde(default)]
     pub api_version: String,
-    // `annotations` and the user's groups are not shown: left undecoded
-    // (serde skips unknown fields without allocating).
+    // The user's groups are not shown: left undecoded (serde skips unknown
+    // fields without allocating).
+    /// The annotations kascade reads: webhooks that failed open, where a
+    /// slow request's time went (`annotations.rs`).
+    #[serde(default, deserialize_with = "super::annotations::kept")]
+    pub annotations: super::annotations::RequestAnnotations,
     /// The audit policy's level for this request (`kascade doctor` reports
     /// the levels writes arrive at).
     #[serde(default)]

@@ -191,6 +191,9 @@ pub struct ChangeRecord {
     /// The request's audit ID (joins the apiserver's own trace of it);
     /// empty for a change only the watch saw.
     pub audit_id: String,
+    /// What the apiserver noted of the request: webhooks that failed open,
+    /// where a slow request's time went.
+    pub annotations: super::RequestAnnotations,
     /// The object before and after (redacted), only for sinks that
     /// [`ChangeSink::wants_objects`].
     pub old: Option<Arc<Value>>,

@@ -7,6 +7,7 @@
 //! aggregate ──EncodedSpan (span_model)──▶ export;  ExportProgress counts both sides
 //! ```
 
+mod annotations;
 mod audit;
 mod change;
 mod component_traces;
@@ -21,6 +22,8 @@ use std::time::SystemTime;
 
 use crate::json::Value;
 
+pub(crate) use annotations::NO_ANNOTATIONS;
+pub use annotations::RequestAnnotations;
 pub(crate) use audit::{AUDIT_API_VERSION, AuditEvent, AuditLevel, FailedCreate, UNNAMED_OBJECT};
 pub use change::CascadeRole;
 pub use change::ChangeRecord;

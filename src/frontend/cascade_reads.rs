@@ -178,10 +178,23 @@ pub(crate) fn record_from_span(
         audit_id: string_attr(a, attr::AUDIT_ID)
             .unwrap_or_default()
             .to_string(),
+        annotations: annotations_of(a),
         old: None,
         new: None,
         related: Vec::new(),
     })
+}
+
+/// The apiserver's annotations a write's span carries.
+fn annotations_of(a: &[KeyValue]) -> crate::flow::RequestAnnotations {
+    let mut out = crate::flow::RequestAnnotations::default();
+    if let Some(names) = string_attr(a, attr::AUDIT_WEBHOOKS_FAILED_OPEN) {
+        out.failed_open = names.split(", ").map(str::to_string).collect();
+    }
+    match string_attr(a, attr::AUDIT_LATENCY) {
+        Some(text) => out.with_latency_text(text),
+        None => out,
+    }
 }
 
 /// The `cpid` and `cpid.origin` attributes of a write's span.

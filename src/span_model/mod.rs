@@ -33,6 +33,12 @@ pub mod attr {
     pub const AUDIT_CODE: &str = "audit.code";
     pub const AUDIT_SOURCE_IP: &str = "audit.source_ip";
     pub const AUDIT_ID: &str = "audit.id";
+    /// The admission webhooks that failed open on the request
+    /// (`validating webhook policy.example.com, …`).
+    pub const AUDIT_WEBHOOKS_FAILED_OPEN: &str = "audit.webhooks.failed_open";
+    /// Where a request over 500 ms spent its time, as the apiserver noted
+    /// it: `total=848.98ms validating-webhook=845.75ms …`.
+    pub const AUDIT_LATENCY: &str = "audit.latency";
     pub const AUDIT_RV_OLD: &str = "audit.resource_version.old";
     pub const AUDIT_RV_NEW: &str = "audit.resource_version.new";
     pub const AUDIT_IMPERSONATED_USER: &str = "audit.impersonated_user";

@@ -90,6 +90,9 @@ pub(crate) struct AuditWrite<'a> {
     /// What recorded the write when not the apiserver's audit log
     /// (`audit.recorded_by`): the admission source.
     pub recorded_by: Option<&'static str>,
+    /// The apiserver's annotations of the request (`audit.webhooks.failed_open`,
+    /// `audit.latency`).
+    pub annotations: &'a crate::flow::RequestAnnotations,
 }
 
 /// A child span of the object span of `ow`.
@@ -174,6 +177,15 @@ pub(crate) fn audit_span_named(ow: &ObjectWindow, w: &AuditWrite<'_>, name: &str
     }
     if !w.new_rv.is_empty() {
         s.attr(attr::AUDIT_RV_NEW, w.new_rv);
+    }
+    if !w.annotations.failed_open.is_empty() {
+        s.attr(
+            attr::AUDIT_WEBHOOKS_FAILED_OPEN,
+            &w.annotations.failed_open.join(", "),
+        );
+    }
+    if w.annotations.total.is_some() {
+        s.attr(attr::AUDIT_LATENCY, &w.annotations.latency_text());
     }
     if let Some(msg) = &w.error {
         s.set_error(msg.clone());

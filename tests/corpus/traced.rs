@@ -86,3 +86,56 @@ fn a_healthy_traced_cluster_has_no_slow_write_and_no_webhook_finding() {
     );
     assert!(judged.is_empty(), "{judged:#?}");
 }
+
+/// Explain of a run's audit log alone, without its apiserver traces.
+fn explain_log_only(run: &str) -> Report {
+    explain_files(corpus_logs(run))
+}
+
+#[test]
+fn the_audit_logs_own_annotations_name_the_slow_webhooks_and_the_one_failing_open_without_traces() {
+    let r = explain_log_only("slow-webhook");
+    let slow = of_kinds(&r, &[FindingKind::SlowWrite]);
+    assert_eq!(slow.len(), 1, "{slow:#?}");
+    // The annotations time every validating webhook together, and name
+    // none: the layer is named, not the webhook.
+    assert!(
+        slow[0]
+            .title
+            .starts_with("slow write: validating webhooks: 8"),
+        "{}",
+        slow[0].title
+    );
+    assert_eq!((slow[0].count, slow[0].also_total), (2, 1));
+    assert!(
+        slow[0].evidence[0]
+            .detail
+            .starts_with("the audit event's latency annotations: "),
+        "{}",
+        slow[0].evidence[0].detail
+    );
+    let open = of_kinds(&r, &[FindingKind::WebhookFailedOpen]);
+    assert_eq!(open.len(), 1, "{open:#?}");
+    assert!(
+        open[0]
+            .title
+            .starts_with("validating webhook failing-policy.example.com failed open"),
+        "{}",
+        open[0].title
+    );
+    for f in slow.iter().chain(&open) {
+        assert_eq!(f.object.namespace, "slow-demo", "{}", f.headline);
+    }
+    // Healthy clusters: no annotation says anything, in any healthy run.
+    for run in healthy_runs() {
+        let r = explain_log_only(&run);
+        let judged = of_kinds(
+            &r,
+            &[FindingKind::SlowWrite, FindingKind::WebhookFailedOpen],
+        );
+        assert!(
+            run == "slow-webhook" || judged.is_empty(),
+            "{run}: {judged:#?}"
+        );
+    }
+}

@@ -69,6 +69,7 @@ impl<'a> Write<'a> {
             deleted,
             failure: (ev.code() >= 400).then(|| super::plan::failure_message(ev)),
             audit_id: &ev.audit_id,
+            annotations: &ev.annotations,
             version: None,
             context: item.context,
         }
@@ -415,6 +416,7 @@ impl CauseInferrer {
                 cpid: inference.cpid,
                 failure: w.failure.clone(),
                 audit_id: w.audit_id.to_string(),
+                annotations: w.annotations.clone(),
                 old: old.filter(|_| objects).cloned(),
                 new: new_state.filter(|_| objects).map(NewState::shared),
                 related: if objects {

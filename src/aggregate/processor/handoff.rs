@@ -95,6 +95,8 @@ pub(super) struct Write<'a> {
     pub failure: Option<String>,
     /// The request's audit ID; empty for a change only the watch saw.
     pub audit_id: &'a str,
+    /// The apiserver's annotations of the request.
+    pub annotations: &'a crate::flow::RequestAnnotations,
     /// The object's resourceVersion after the write, when an integer.
     pub version: Option<u64>,
     /// Restart context ([`Accepted::context`](crate::flow::Accepted::context)):

@@ -97,6 +97,7 @@ pub(super) fn audit_write<'a>(
         recorded_by: ev
             .recorded_by_admission
             .then_some(crate::span_model::RECORDED_BY_ADMISSION),
+        annotations: &ev.annotations,
     }
 }
 

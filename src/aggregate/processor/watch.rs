@@ -45,6 +45,7 @@ impl<'a> Write<'a> {
             deleted: p.change.kind == WatchKind::Deleted,
             failure: None,
             audit_id: "",
+            annotations: &crate::flow::NO_ANNOTATIONS,
             version: super::applied::resource_version(&p.change.state)
                 .parse()
                 .ok(),

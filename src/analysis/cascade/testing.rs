@@ -43,6 +43,7 @@ pub(crate) fn change(
     status: Option<(&str, &str)>,
 ) -> ChangeRecord {
     ChangeRecord {
+        annotations: Default::default(),
         object,
         uid: String::new(),
         source: ChangeSource::Audit,

@@ -165,6 +165,7 @@ impl Builder<'_> {
             }
         });
         ChangeRecord {
+            annotations: Default::default(),
             object: self.st.objects[row.obj as usize].object.clone(),
             uid: String::new(),
             source: if row.user == 0 {

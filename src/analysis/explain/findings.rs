@@ -346,7 +346,13 @@ fn traced_requests(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>)
         let listing = n
             .parts
             .iter()
+            // The annotations list every layer, most of them microseconds.
+            .filter(|p| n.traced || p.failed || p.took >= std::time::Duration::from_millis(1))
             .map(|p| {
+                if !n.traced && p.failed {
+                    // An annotation names the webhook, not how long it took.
+                    return format!("{} (failed open)", p.label);
+                }
                 let failed = if p.failed { " (failed)" } else { "" };
                 format!("{}: {}{failed}", p.label, format_duration(p.took))
             })
@@ -359,10 +365,19 @@ fn traced_requests(st: &mut State, members: &HashSet<usize>, out: &mut Vec<Raw>)
                     kind: "write".into(),
                     time: rfc3339(n.received),
                     summary,
-                    detail: format!(
-                        "kube-apiserver's trace: {} in all; {listing}",
-                        format_duration(n.total)
-                    ),
+                    detail: if n.traced {
+                        format!(
+                            "kube-apiserver's trace: {} in all; {listing}",
+                            format_duration(n.total)
+                        )
+                    } else if n.total > std::time::Duration::ZERO {
+                        format!(
+                            "the audit event's latency annotations: {} in all; {listing}",
+                            format_duration(n.total)
+                        )
+                    } else {
+                        format!("the audit event's annotations: {listing}")
+                    },
                 },
             )]
         };

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::{Idx, State};
 use crate::analysis::stats::Latencies;
 use crate::component_spans::{Part, parts};
-use crate::flow::{ChangeRecord, ChangeSource, SpanRef};
+use crate::flow::{ChangeRecord, ChangeSource, RequestAnnotations, SpanRef};
 
 /// A write whose request the apiserver traced, with what its trace says.
 pub(in crate::analysis::explain) struct RequestNote {
@@ -22,6 +22,9 @@ pub(in crate::analysis::explain) struct RequestNote {
     /// The request's own duration (its root span's).
     pub total: Duration,
     pub parts: Vec<Part>,
+    /// The parts come from the apiserver's trace of the request, not from
+    /// its audit event's annotations.
+    pub traced: bool,
 }
 
 /// Traced writes kept for findings.
@@ -117,15 +120,16 @@ impl State {
     /// admitted although a webhook failed.
     pub(super) fn note_request(&mut self, c: &ChangeRecord, obj: Idx) {
         self.write_durations.record(c);
-        let Some(comps) = self.components.as_ref().filter(|_| !c.audit_id.is_empty()) else {
+        let mut traced = None;
+        if let Some(comps) = self.components.as_ref().filter(|_| !c.audit_id.is_empty()) {
+            self.traced_writes.looked_up += 1;
+            traced = comps.of(&c.audit_id).map(parts);
+            self.traced_writes.traced += u64::from(traced.is_some());
+        }
+        let from_trace = traced.is_some();
+        let Some((total, parts)) = traced.or_else(|| annotated_parts(&c.annotations)) else {
             return;
         };
-        self.traced_writes.looked_up += 1;
-        let Some(spans) = comps.of(&c.audit_id) else {
-            return;
-        };
-        self.traced_writes.traced += 1;
-        let (total, parts) = parts(spans);
         let may_be_slow = slow_part(total, &parts, None).is_some();
         let failed_open = c.code < 400 && parts.iter().any(|p| p.failed && p.is_webhook());
         if !(may_be_slow || failed_open) {
@@ -144,8 +148,39 @@ impl State {
             code: c.code,
             total,
             parts,
+            traced: from_trace,
         });
     }
+}
+
+/// What the audit event's annotations say of the request, as parts: where
+/// a request over 500 ms spent its time (by layer: `validating webhooks`
+/// is every validating webhook's calls together), and the webhooks that
+/// failed open. `None` when they say neither.
+fn annotated_parts(a: &RequestAnnotations) -> Option<(Duration, Vec<Part>)> {
+    if a.is_empty() {
+        return None;
+    }
+    let mut parts: Vec<Part> = a
+        .latency
+        .iter()
+        .map(|(layer, took)| Part {
+            label: match layer.as_str() {
+                "validating-webhook" => "validating webhooks".to_string(),
+                "mutating-webhook" => "mutating webhooks".to_string(),
+                "apf-queue-wait" => "priority and fairness queue".to_string(),
+                other => other.to_string(),
+            },
+            took: *took,
+            failed: false,
+        })
+        .collect();
+    parts.extend(a.failed_open.iter().map(|label| Part {
+        label: label.clone(),
+        took: Duration::ZERO,
+        failed: true,
+    }));
+    Some((a.total.unwrap_or_default(), parts))
 }
 
 #[cfg(test)]
