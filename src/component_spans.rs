@@ -127,6 +127,23 @@ impl Part {
     }
 }
 
+/// A request is slow from this long at the least (below it a write is
+/// within what an apiserver's writes take on a busy machine, and far within
+/// Kubernetes' 1 s objective for mutating calls).
+pub(crate) const SLOW_REQUEST: Duration = Duration::from_millis(300);
+
+/// The part that made a request slow: the request took at least
+/// [`SLOW_REQUEST`], the part at least half of it.
+pub(crate) fn slowest_part(total: Duration, parts: &[Part]) -> Option<&Part> {
+    if total < SLOW_REQUEST {
+        return None;
+    }
+    parts
+        .iter()
+        .max_by_key(|p| p.took)
+        .filter(|p| p.took * 2 >= total)
+}
+
 /// `validating webhook policy.example.com` for kube-apiserver's span of a
 /// webhook call (`Call validating webhook`, its `webhook` tag naming it).
 fn webhook_label(s: &Span) -> Option<String> {

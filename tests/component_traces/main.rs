@@ -306,3 +306,35 @@ fn a_file_that_is_not_otlp_json_names_its_line() {
     assert!(err.starts_with("line 2: not OTLP/JSON traces"), "{err}");
     assert!(components::spans_from_otlp_json_lines(&"[".repeat(200_000)).is_err());
 }
+
+#[tokio::test]
+async fn each_slow_write_says_what_made_it_slow_in_every_mode() {
+    for mode in Mode::ALL {
+        let t = deployment_trace(store(true).await, mode).await;
+        // On the write's span, or on its log (modes tracing and grouped).
+        let mut tagged: Vec<String> = Vec::new();
+        for (_, s) in spans_of(&t) {
+            tagged.extend(string_attr(&s.attributes, "request.slowest").map(str::to_string));
+            for e in &s.events {
+                tagged.extend(string_attr(&e.attributes, "request.slowest").map(str::to_string));
+            }
+        }
+        tagged.sort();
+        tagged.dedup();
+        // The two Pod creates, and nothing quick.
+        assert_eq!(tagged.len(), 2, "{mode:?}: {tagged:?}");
+        for what in &tagged {
+            assert!(
+                what.starts_with("validating webhook slow-policy.example.com 8"),
+                "{mode:?}: {what}"
+            );
+        }
+    }
+    // Without the apiserver's traces, nothing is said.
+    let t = deployment_trace(store(false).await, Mode::Tree).await;
+    assert!(
+        spans_of(&t)
+            .iter()
+            .all(|(_, s)| string_attr(&s.attributes, "request.slowest").is_none())
+    );
+}

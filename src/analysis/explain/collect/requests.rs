@@ -30,12 +30,6 @@ pub(in crate::analysis::explain) struct RequestNote {
 /// Traced writes kept for findings.
 const MAX_REQUEST_NOTES: usize = 4096;
 
-/// A traced write is slow from this long at the least, whatever the
-/// cluster's usual: below it a write is within what an apiserver's writes
-/// take on a busy machine (and far within Kubernetes' 1 s objective for
-/// mutating calls).
-const SLOW_WRITE_FLOOR: Duration = Duration::from_millis(300);
-
 /// …and from this many times the usual duration of its verb's writes in
 /// the log, so that a cluster whose every write is slow (a remote etcd) is
 /// not reported write by write. The baseline is the log's writes of the
@@ -97,20 +91,18 @@ impl WriteDurations {
 }
 
 /// The part that made a write slow: the write took at least
-/// [`SLOW_WRITE_FLOOR`] and [`SLOW_WRITE_FACTOR`] times its verb's usual
-/// duration (when the log has one), and the part at least half of it.
+/// [`SLOW_REQUEST`](crate::component_spans::SLOW_REQUEST) and
+/// [`SLOW_WRITE_FACTOR`] times its verb's usual duration (when the log has
+/// one), and the part at least half of it.
 pub(in crate::analysis::explain) fn slow_part(
     total: Duration,
     parts: &[Part],
     usual: Option<Usual>,
 ) -> Option<&Part> {
-    if total < SLOW_WRITE_FLOOR || usual.is_some_and(|u| total < u.median * SLOW_WRITE_FACTOR) {
+    if usual.is_some_and(|u| total < u.median * SLOW_WRITE_FACTOR) {
         return None;
     }
-    parts
-        .iter()
-        .max_by_key(|p| p.took)
-        .filter(|p| p.took * 2 >= total)
+    crate::component_spans::slowest_part(total, parts)
 }
 
 impl State {
