@@ -76,45 +76,63 @@ pub(crate) struct Lookups<'a> {
     pub pods: Vec<Pod>,
 }
 
-/// What an assembly shows that components may have traced: its objects'
-/// writes and its cascades' (by audit ID), and its Pods.
+/// What an assembled trace shows that components may have traced: the
+/// writes its spans show (a span of a write, or a write's log on an object
+/// span), by audit ID, and the Pods it shows (by their object span's uid,
+/// or one of their writes). Writes and Pods the display left out (siblings
+/// beyond `--max-siblings`, summarised) are not looked up: nothing would
+/// hold their spans.
 pub(crate) fn shown(
+    out: &[ResourceSpans],
     assembly: &super::assemble::Assembly,
-    cascades: &[crate::analysis::cascade::Cascade],
 ) -> (Vec<Write>, Vec<Pod>) {
-    let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
-    let mut writes: Vec<Write> = assembly
-        .nodes
+    let mut writes: Vec<Write> = Vec::new();
+    let mut uids: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for s in out
         .iter()
-        .flat_map(|n| &n.history.entries)
-        .filter_map(|e| {
-            Some(Write {
-                audit_id: audit_id(&e.span)?,
-                received: e.span.start_time_unix_nano,
-                completed: e.span.end_time_unix_nano,
-            })
-        })
-        .collect();
-    for c in cascades.iter().flat_map(|c| &c.changes) {
-        if !c.audit_id.is_empty() {
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+    {
+        if let Some(id) = string_attr(&s.attributes, attr::AUDIT_ID) {
             writes.push(Write {
-                audit_id: c.audit_id.clone(),
-                received: crate::span_model::nanos(c.received),
-                completed: crate::span_model::nanos(c.completed),
+                audit_id: id.to_string(),
+                received: s.start_time_unix_nano,
+                completed: s.end_time_unix_nano,
             });
         }
+        for e in &s.events {
+            if let Some(id) = string_attr(&e.attributes, attr::AUDIT_ID) {
+                writes.push(Write {
+                    audit_id: id.to_string(),
+                    received: e.time_unix_nano,
+                    completed: e.time_unix_nano,
+                });
+            }
+        }
+        if string_attr(&s.attributes, attr::RESOURCE) == Some("pods")
+            && let Some(uid) = string_attr(&s.attributes, attr::UID)
+        {
+            uids.insert(uid);
+        }
     }
+    let ids: std::collections::HashSet<&str> =
+        writes.iter().map(|w| w.audit_id.as_str()).collect();
+    let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
     let pods = assembly
         .nodes
         .iter()
         .filter(|n| n.history.object.resource == "pods" && !n.history.uid.is_empty())
         .filter_map(|n| {
             let e = &n.history.entries;
+            let pod_writes: Vec<String> = e.iter().filter_map(|e| audit_id(&e.span)).collect();
+            let is_shown = uids.contains(n.history.uid.as_str())
+                || pod_writes.iter().any(|w| ids.contains(w.as_str()));
+            is_shown.then_some(())?;
             Some(Pod {
                 uid: n.history.uid.clone(),
                 from: e.iter().map(|e| e.span.start_time_unix_nano).min()?,
                 to: e.iter().map(|e| e.span.end_time_unix_nano).max()?,
-                writes: e.iter().filter_map(|e| audit_id(&e.span)).collect(),
+                writes: pod_writes,
             })
         })
         .collect();

@@ -496,7 +496,7 @@ impl<S: RawStore> Frontend<S> {
         };
         let mut resource_spans = resource_spans;
         let (comps, pods) = self
-            .component_spans(&assembly, &cascades)
+            .component_spans(&assembly, &resource_spans)
             .instrument(tracing::info_span!(target: TARGET, "component spans"))
             .await?;
         components::join(&mut resource_spans, &encoded, &comps);
@@ -515,15 +515,15 @@ impl<S: RawStore> Frontend<S> {
         )))
     }
 
-    /// The apiserver's own spans of the writes an assembly shows (its
-    /// objects' audit entries, and the writes of its cascades), the
-    /// kubelet's syncs of the Pods it shows, and those Pods.
+    /// The apiserver's own spans of the writes an assembled trace shows
+    /// (`shown`, as displayed), the kubelet's syncs of the Pods it shows,
+    /// and those Pods.
     async fn component_spans(
         &self,
         assembly: &Assembly,
-        cascades: &[crate::analysis::cascade::Cascade],
+        shown: &[opentelemetry_proto::tonic::trace::v1::ResourceSpans],
     ) -> Result<(components::ComponentSpans, Vec<components::Pod>), FrontendError> {
-        let (writes, pods) = components::shown(assembly, cascades);
+        let (writes, pods) = components::shown(shown, assembly);
         let spans = components::read(
             self.assembler.store().as_ref(),
             components::Lookups {

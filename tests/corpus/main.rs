@@ -499,4 +499,5 @@ mod hops;
 mod inputs;
 mod judgement;
 mod readable;
+mod real_node;
 mod traced;

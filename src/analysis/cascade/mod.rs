@@ -73,11 +73,32 @@ impl Cascade {
         out
     }
 
-    /// Whether the cascade went wrong: waiting for an object, or a write
-    /// in it was refused in a way its writer does not expect. A completion
-    /// that is not known ([`Completion::NotKnown`]) is not judged wrong.
+    /// Whether the cascade went wrong: waiting for an object, a write in
+    /// it was refused in a way its writer does not expect, or its last
+    /// write to an object left that object failed (a Pod whose container
+    /// was OOM-killed under `restartPolicy: Never` ends the cascade
+    /// complete, and failed). A completion that is not known
+    /// ([`Completion::NotKnown`]) is not judged wrong.
     pub fn went_wrong(&self) -> bool {
-        matches!(self.completion, Completion::Waiting(_)) || self.changes.iter().any(write_failed)
+        matches!(self.completion, Completion::Waiting(_))
+            || self.changes.iter().any(write_failed)
+            || self.left_failed().is_some()
+    }
+
+    /// The earliest write that was its object's last in the cascade and
+    /// left it failed.
+    pub fn left_failed(&self) -> Option<&ChangeRecord> {
+        let mut last: std::collections::HashMap<&crate::model::ObjectRef, &ChangeRecord> =
+            std::collections::HashMap::new();
+        for c in &self.changes {
+            let e = last.entry(&c.object).or_insert(c);
+            if (c.completed, c.received) >= (e.completed, e.received) {
+                *e = c;
+            }
+        }
+        last.into_values()
+            .filter(|c| !c.deleted && c.readiness.as_ref().is_some_and(|r| r.status == "Failed"))
+            .min_by_key(|c| (c.completed, c.received))
     }
 
     /// From the root's request received to completion, when complete.

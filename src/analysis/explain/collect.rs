@@ -172,6 +172,7 @@ impl State {
             labels: None,
             settling: Settling::default(),
             problem: None,
+            settled_at: None,
             last_status: (0, 0),
             gone: false,
             last_root: None,

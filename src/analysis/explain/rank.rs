@@ -152,6 +152,7 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
         }
         let best = (0..n)
             .filter(|&y| y != x && grouped[y].kind != FindingKind::SlowHop)
+            .filter(|&y| !recovered_before(st, &grouped[y], gx))
             .filter(|&y| {
                 let gy = &grouped[y];
                 below[x].contains(&gy.obj)
@@ -228,6 +229,19 @@ pub(super) fn rank(raw: Vec<Raw>, st: &State) -> Vec<Ranked> {
             .then(a.obj.cmp(&b.obj))
     });
     out
+}
+
+/// Whether `cause`'s object had recovered from it (settled after its last
+/// occurrence, and settled still) before `symptom` began: a problem gone
+/// before another began does not explain it — a kubelet's start-up
+/// Warnings (cgroup v1, an image filesystem not yet measured) on a Node
+/// Ready a moment later do not explain the crash loop of a Pod bound to it
+/// after that.
+fn recovered_before(st: &State, cause: &Raw, symptom: &Raw) -> bool {
+    let o = &st.objects[cause.obj as usize];
+    o.problem.is_none()
+        && o.settled_at
+            .is_some_and(|at| cause.last <= at && at <= symptom.first)
 }
 
 /// Whether a finding belongs to the cluster's background: its cascade was

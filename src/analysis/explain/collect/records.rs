@@ -55,6 +55,9 @@ pub(in crate::analysis::explain) struct Obj {
     pub(super) settling: Settling,
     /// Not settled (or ended Failed) after its last counted write.
     pub problem: Option<Problem>,
+    /// When it last became settled (and stayed so since); `None` while it
+    /// has a problem.
+    pub settled_at: Option<SystemTime>,
     /// The last readiness it had (status, message ids; 0 = none).
     pub last_status: (u32, u32),
     pub gone: bool,

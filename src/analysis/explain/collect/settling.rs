@@ -41,6 +41,7 @@ impl State {
             o.last_status = (status, message);
         }
         let failed = c.readiness.as_ref().is_some_and(|r| r.status == "Failed");
+        let had_problem = o.problem.is_some();
         o.problem = if o.gone || (settled && !failed) {
             None
         } else {
@@ -55,6 +56,11 @@ impl State {
                 message,
                 since,
             })
+        };
+        o.settled_at = match (&o.problem, o.settled_at) {
+            (Some(_), _) => None,
+            (None, Some(at)) if !had_problem => Some(at),
+            (None, _) => Some(c.completed),
         };
     }
 

@@ -417,6 +417,10 @@ fn what_went_wrong(c: &Cascade, fought: &HashMap<Vec<u8>, String>) -> String {
     if let Some(ch) = c.changes.iter().find(|ch| write_failed(ch)) {
         return format!("{}: {}", short_change_name(ch), failure_message(ch));
     }
+    if let Some(ch) = c.left_failed() {
+        let why = ch.readiness.as_ref().map_or("", |r| r.message.as_str());
+        return format!("{}: left it {why}", short_change_name(ch));
+    }
     c.changes
         .iter()
         .find_map(|ch| fought.get(ch.span.span_id.as_slice()))
