@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+pub mod components;
+
 pub const BATCH: usize = 400;
 const NS: &str = "__KASCADE_BENCH_NS__";
 const ID: &str = "__KASCADE_BENCH_ID__";
@@ -237,6 +239,14 @@ impl Stream {
     pub fn event(&self, i: usize) -> (usize, usize) {
         let (c, k) = self.order[i];
         (c as usize, k as usize)
+    }
+
+    /// When event `i`'s request was received (its stage's time when it has
+    /// no `requestReceivedTimestamp`), as `batch_body` writes it.
+    pub fn received_at(&self, i: usize) -> SystemTime {
+        let (copy, k) = self.event(i);
+        let [received, stage] = self.times[k];
+        self.start + self.spacing * copy as u32 + received.or(stage).unwrap_or_default()
     }
 
     /// The EventList body of events `range`, in namespaces `<ns_prefix><copy>`.

@@ -14,6 +14,14 @@
 # harness's etcd and gives every replica the shared span cache on it;
 # BENCH_REPLICAS=N (default 1) runs N replicas, the load spread over them
 # batch by batch as a load balancer would.
+# BENCH_COMPONENT_TRACES=1 gives each replica --component-traces-listen
+# (port + 2) and a bearer token (--webhook-token-file, sent on both ports),
+# and the load generator also sends kube-apiserver's request traces, one per
+# audit event (derived from the captured ones of e2e/corpus/traced-healthy
+# and e2e/corpus/slow-webhook: see benches/load/components.rs);
+# BENCH_COMPONENT_TRACES=0 is the other half of such a pair: the same
+# kascade configuration, the apiserver's tracing off (nothing sent to the
+# component port). BENCH_COMPONENT_SENDERS (default 2) exporters send them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -42,11 +50,26 @@ if [[ "${BENCH_ETCD:-0}" == 1 ]]; then
   pids+=($!)
   etcd_args=(--etcd-endpoints http://127.0.0.1:29379)
 fi
-urls=(); admins=()
+component_traces="${BENCH_COMPONENT_TRACES:-}"
+[[ -z "$component_traces" || "$component_traces" == 0 || "$component_traces" == 1 ]] \
+  || { echo "BENCH_COMPONENT_TRACES must be 0 or 1, not $component_traces" >&2; exit 2; }
+token_args=()
+if [[ -n "$component_traces" ]]; then
+  export KASCADE_TOKEN="bench-$RANDOM$RANDOM"
+  printf '%s' "$KASCADE_TOKEN" >"$RUN/token"
+  token_args=(--webhook-token-file "$RUN/token")
+fi
+urls=(); admins=(); component_urls=()
 for ((r = 0; r < ${BENCH_REPLICAS:-1}; r++)); do
   port=$((29090 + 10 * r))
+  component_args=()
+  if [[ -n "$component_traces" ]]; then
+    component_args=(--component-traces-listen "127.0.0.1:$((port + 2))")
+    component_urls+=("http://127.0.0.1:$((port + 2))")
+  fi
   "$KASCADE_BIN" collect --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" \
-    --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool-$r" "${etcd_args[@]}" ${KASCADE_BENCH_ARGS:-} \
+    --otlp-endpoint http://127.0.0.1:29317 --spool-dir "$RUN/spool-$r" "${etcd_args[@]}" \
+    "${token_args[@]}" "${component_args[@]}" ${KASCADE_BENCH_ARGS:-} \
     >"$RUN/kascade-$r.log" 2>&1 &
   KPIDS+=($!); pids+=($!)
   urls+=("http://127.0.0.1:$port"); admins+=("http://127.0.0.1:$((port + 1))")
@@ -62,6 +85,7 @@ for r in "${!admins[@]}"; do
 done
 join() { local IFS=,; echo "$*"; }
 export KASCADE_URL="$(join "${urls[@]}")" KASCADE_ADMIN_URL="$(join "${admins[@]}")" KASCADE_PID="$(join "${KPIDS[@]}")"
+export KASCADE_COMPONENT_URL="$(join "${component_urls[@]}")" BENCH_COMPONENT_TRACES="${component_traces:-0}"
 if [[ -n "${LOAD_BIN:-}" ]]; then
   "$LOAD_BIN" --bench
 else
@@ -72,6 +96,7 @@ fi
 # still open and those dropped at the bound (the log's warning names only
 # the first of each minute).
 for r in "${!admins[@]}"; do
-  curl -sf "${admins[$r]}/metrics" | grep -E '^kascade_(span_cache_etcd_(requests|errors)_total|cascades_(open|evicted_total))' | sed "s/^/replica $r: /" || true
-  grep -E "WARN|ERROR" "$RUN/kascade-$r.log" | head -5 >&2 || true
+  curl -sf "${admins[$r]}/metrics" | grep -E '^kascade_(span_cache_etcd_(requests|errors)_total|cascades_(open|evicted_total)|component_(spans_total|trace_requests_refused_total))' | sed "s/^/replica $r: /" || true
+  # The token over plain HTTP is warned about once at start: not a finding.
+  grep -E "WARN|ERROR" "$RUN/kascade-$r.log" | grep -v -e 'without --tls-cert-file' | head -5 >&2 || true
 done

@@ -43,11 +43,12 @@ PY
 }
 
 # wait_for_raw_spans TAGS_JSON START END: until the raw Jaeger finds a trace
-# with those tags (the exporter's last batch stored), at most 5 minutes.
+# of service SERVICE (default kascade) with those tags (the exporter's last
+# batch stored), at most 5 minutes.
 wait_for_raw_spans() {
   local tags deadline=$((SECONDS + 300))
   tags="$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1")"
-  until curl -sf "http://127.0.0.1:29486/api/traces?service=kascade&tags=$tags&start=$2&end=$3&limit=5" \
+  until curl -sf "http://127.0.0.1:29486/api/traces?service=${SERVICE:-kascade}&tags=$tags&start=$2&end=$3&limit=5" \
     | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("data") else 1)' 2>/dev/null; do
     (( SECONDS < deadline )) || { echo "no spans with $1 reached the raw Jaeger" >&2; exit 1; }
     sleep 0.5

@@ -22,6 +22,17 @@
 #   MODE          tracing (default: Service tracing, a span per object) or
 #                 cascade (Service cascade, a span per write; every Pod's
 #                 create is expected, shown or named by a summary)
+#   STORES        the raw reads measured (default: grpc http)
+#   COMPONENT_TRACES=1  also stores kube-apiserver's request trace of every
+#                 write of the log in the raw Jaeger (service apiserver,
+#                 derived from captured ones: e2e/bench/apiserver-traces.py;
+#                 the copied Pods' lines get audit IDs of their own), and
+#                 measures frontends with the join (the default
+#                 --component-service apiserver) and without it (a service
+#                 the store has no traces of: the one search a store
+#                 without component traces costs), paired: ROUNDS (default
+#                 2) rounds of without–with–with–without per store. Each
+#                 line also gives the apiserver spans in the cold answer.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -32,6 +43,8 @@ PODS="${PODS:-1000}"
 RUNS="${RUNS:-5}"
 SIBLINGS="${SIBLINGS:-summary}"
 MODE="${MODE:-tracing}"
+STORES="${STORES:-grpc http}"
+COMPONENT_TRACES="${COMPONENT_TRACES:-0}"
 [[ "$MODE" == tracing || "$MODE" == cascade ]] || { echo "MODE must be tracing or cascade, not $MODE" >&2; exit 2; }
 RUN="$(mktemp -d)"
 pids=()
@@ -45,28 +58,39 @@ trap cleanup EXIT
 source "$ROOT/e2e/bench/jaegers.sh"
 start_raw_jaeger
 
-python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "$PODS" >"$RUN/audit.log" <<'PY'
-import sys
+python3 - "$ROOT/e2e/fixtures/deployment/audit.log" "$PODS" "$COMPONENT_TRACES" >"$RUN/audit.log" <<'PY'
+import json, sys
 template_pod = "hello-54f9b65d48-dfv6w"
 lines = [l for l in open(sys.argv[1]) if l.strip()]
 sys.stdout.writelines(lines)
 template = [l for l in lines if template_pod in l]
+ids = [json.loads(l)["auditID"] for l in template]
 for i in range(int(sys.argv[2])):
     name = f"hello-54f9b65d48-b{i:05}"
-    sys.stdout.writelines(l.replace(template_pod, name) for l in template)
+    copies = [l.replace(template_pod, name) for l in template]
+    if sys.argv[3] == "1":
+        # Each copied write its own audit ID, as the join needs.
+        copies = [l.replace(id, f"{id[:-12]}{i + 1:012x}") for l, id in zip(copies, ids)]
+    sys.stdout.writelines(copies)
 PY
 replay_into_raw_jaeger "$RUN/audit.log"
 read -r START END < <(search_range "$RUN/audit.log")
 # Every raw span stored before timing (the exporter's last batch included).
 wait_for_raw_spans "{\"resource\":\"pods\",\"name\":\"hello-54f9b65d48-b$(printf %05d $((PODS - 1)))\"}" "$START" "$END"
+if [[ "$COMPONENT_TRACES" == 1 ]]; then
+  read -r TRACES SPANS LAST_ID < <(python3 "$ROOT/e2e/bench/apiserver-traces.py" "$RUN/audit.log" http://127.0.0.1:29418 bench)
+  echo "apiserver traces stored: $TRACES requests, $SPANS spans" >&2
+  SERVICE=apiserver wait_for_raw_spans "{\"audit-id\":\"$LAST_ID\"}" "$START" "$END"
+fi
 
 # One frontend + query Jaeger per run, in a subshell; $1 = grpc|http. Prints
 # "cold_ms warm_ms cold_search_ms warm_search_ms reads requests assemble_ms"
 # (assemble_ms: the frontend's own time for the cold assembly, raw reads
 # included).
 measure() {
-  local store=$1 args=(--jaeger-url http://127.0.0.1:29486)
+  local store=$1 variant=$2 args=(--jaeger-url http://127.0.0.1:29486)
   [[ "$store" == http ]] || args+=(--jaeger-grpc-url http://127.0.0.1:29471)
+  [[ "$variant" != without ]] || args+=(--component-service apiserver-not-stored)
   # measure runs in a subshell of its own: its processes end with it.
   trap stop_frontend EXIT
   start_frontend "${args[@]}"
@@ -103,15 +127,19 @@ def answer(url):
     body = urllib.request.urlopen(url, timeout=120).read()
     ms = (time.monotonic() - t) * 1000
     return json.loads(body)["data"], ms
+def apiserver_spans(trace):
+    return sum(1 for s in trace["spans"]
+               if trace["processes"][s["processID"]]["serviceName"] == "apiserver")
 def ui_calls():
-    """(both calls, the search alone) in ms; each answer holds every Pod."""
+    """(both calls, the search alone, apiserver spans) in ms; each answer
+    holds every Pod."""
     found, search_ms = answer(search)
     assert len(found) == 1, f"{len(found)} traces found"
     traces, page_ms = answer(f"{ui}/api/traces/{found[0]['traceID']}")
     pods_in(found[0])
     pods_in(traces[0])
-    return search_ms + page_ms, search_ms
-cold, cold_search = ui_calls()
+    return search_ms + page_ms, search_ms, apiserver_spans(traces[0])
+cold, cold_search, joined = ui_calls()
 warms = [ui_calls() for _ in range(5)]
 warm = sorted(w[0] for w in warms)[2]
 warm_search = sorted(w[1] for w in warms)[2]
@@ -121,20 +149,36 @@ assemble_ms = float(value('kascade_frontend_assemble_seconds_sum')) * 1000
 # Every warm call was answered from the cache: the trace fits --cache-bytes.
 assembled = value('kascade_frontend_traces_assembled_total')
 assert assembled == '1', f"the trace was assembled {assembled} times (cache: {value('kascade_frontend_cache_bytes')} bytes)"
-print(f"{cold:.0f} {warm:.0f} {cold_search:.0f} {warm_search:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f}")
+print(f"{cold:.0f} {warm:.0f} {cold_search:.0f} {warm_search:.0f} {value('kascade_frontend_raw_reads_total')} {value('kascade_frontend_raw_requests_total')} {assemble_ms:.0f} {joined}")
 PY
   stop_frontend
   [[ $rc -eq 0 ]] || { tail -n 5 "$RUN/frontend.log" >&2; return "$rc"; }
 }
 
-for store in grpc http; do
-  colds=() warms=() cold_searches=() warm_searches=() assembles=()
-  for _ in $(seq "$RUNS"); do
-    (measure "$store") >"$RUN/measured"
-    read -r cold warm cold_search warm_search reads requests assemble <"$RUN/measured"
-    colds+=("$cold"); warms+=("$warm"); assembles+=("$assemble")
-    cold_searches+=("$cold_search"); warm_searches+=("$warm_search")
+order=()
+if [[ "$COMPONENT_TRACES" == 1 ]]; then
+  for _ in $(seq "${ROUNDS:-2}"); do order+=(without with with without); done
+else
+  for _ in $(seq "$RUNS"); do order+=(plain); done
+fi
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for store in $STORES; do
+  : >"$RUN/results"
+  for variant in "${order[@]}"; do
+    (measure "$store" "$variant") >"$RUN/measured"
+    echo "$variant $(cat "$RUN/measured")" >>"$RUN/results"
   done
-  median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  echo "store=$store mode=$MODE pods=$PODS siblings=$SIBLINGS runs=$RUNS cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") raw_reads=$reads raw_requests=$requests"
+  for variant in plain without with; do
+    colds=() warms=() cold_searches=() warm_searches=() assembles=()
+    while read -r v cold warm cold_search warm_search r q assemble j; do
+      [[ "$v" == "$variant" ]] || continue
+      reads=$r requests=$q joined=$j
+      colds+=("$cold"); warms+=("$warm"); assembles+=("$assemble")
+      cold_searches+=("$cold_search"); warm_searches+=("$warm_search")
+    done <"$RUN/results"
+    (( ${#colds[@]} )) || continue
+    components=""
+    [[ "$variant" == plain ]] || components=" components=$variant apiserver_spans=$joined"
+    echo "store=$store mode=$MODE pods=$PODS siblings=$SIBLINGS runs=${#colds[@]}$components cold_ms=$(median "${colds[@]}") (${colds[*]}) warm_ms=$(median "${warms[@]}") (${warms[*]}) search_alone_cold_ms=$(median "${cold_searches[@]}") (${cold_searches[*]}) search_alone_warm_ms=$(median "${warm_searches[@]}") (${warm_searches[*]}) frontend_assemble_ms=$(median "${assembles[@]}") (${assembles[*]}) raw_reads=$reads raw_requests=$requests"
+  done
 done
