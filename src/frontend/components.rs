@@ -115,8 +115,7 @@ pub(crate) fn shown(
             uids.insert(uid);
         }
     }
-    let ids: std::collections::HashSet<&str> =
-        writes.iter().map(|w| w.audit_id.as_str()).collect();
+    let ids: std::collections::HashSet<&str> = writes.iter().map(|w| w.audit_id.as_str()).collect();
     let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
     let pods = assembly
         .nodes
