@@ -34,6 +34,14 @@ pub(super) fn node(v: &View) -> Option<ObjectStatus> {
         return in_progress("not yet reporting");
     };
     if !ready.is_true() {
+        // A kubelet registers its Node not ready (`KubeletNotReady: CSINode
+        // is not yet initialized`) and reports it Ready a moment later: a
+        // Node whose Ready condition has not changed since it was created
+        // has never been ready yet, which is progress, not failure.
+        let created = str_at(state, &["metadata", "creationTimestamp"]);
+        if ready.status == "False" && never_changed_since(ready.last_transition, created) {
+            return in_progress(format!("not ready yet: {}", ready.describe(ready.status)));
+        }
         return failed(format!("not ready: {}", ready.describe(ready.status)));
     }
     let mut message = String::from("Ready");
@@ -46,6 +54,20 @@ pub(super) fn node(v: &View) -> Option<ObjectStatus> {
         message.push_str(", cordoned");
     }
     current(message)
+}
+
+/// Whether a condition last changed within a few seconds of the object's
+/// creation (both RFC 3339, second precision as the apiserver writes them).
+fn never_changed_since(transition: &str, created: &str) -> bool {
+    let (Ok(t), Ok(c)) = (
+        humantime::parse_rfc3339_weak(transition),
+        humantime::parse_rfc3339_weak(created),
+    ) else {
+        return false;
+    };
+    t.duration_since(c)
+        .is_ok_and(|d| d <= std::time::Duration::from_secs(5))
+        || c.duration_since(t).is_ok()
 }
 
 pub(super) fn service(v: &View) -> Option<ObjectStatus> {
@@ -87,6 +109,50 @@ mod tests {
     use super::super::*;
     use crate::json::Value;
     use sonic_rs::json;
+
+    /// A real kubelet's Node as it registered it (e2e/corpus/real-crash-loop:
+    /// `Ready=False KubeletNotReady: CSINode is not yet initialized`, the
+    /// Node Ready 0.4 s later) is not ready *yet*; the same Node whose
+    /// Ready condition turned False ten minutes after it was created
+    /// (derived: only that time moved) has failed.
+    #[test]
+    fn a_node_registering_is_in_progress_and_one_that_stopped_being_ready_failed() {
+        use std::io::Read as _;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/corpus/real-crash-loop/audit.log.gz"
+        );
+        let mut log = String::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_string(&mut log)
+            .unwrap();
+        let created = log
+            .lines()
+            .find(|l| {
+                l.contains(r#""verb":"create""#)
+                    && l.contains(r#""resource":"nodes""#)
+                    && l.contains("system:node:")
+            })
+            .expect("the kubelet registers its node");
+        let event: Value = sonic_rs::from_str(created).unwrap();
+        let node = event.get("responseObject").unwrap().clone();
+        let (status, message) = status_of("", "nodes", &node);
+        assert_eq!(status, Status::InProgress, "{message}");
+        assert!(
+            message.starts_with("not ready yet: KubeletNotReady"),
+            "{message}"
+        );
+        let later = node.to_string().replace(
+            &format!(
+                r#""lastTransitionTime":{}"#,
+                crate::json::pointer(&node, "/metadata/creationTimestamp").unwrap()
+            ),
+            r#""lastTransitionTime":"2099-01-01T00:00:00Z""#,
+        );
+        assert_ne!(later, node.to_string(), "the condition's time was moved");
+        let (status, message) = status_of("", "nodes", &sonic_rs::from_str(&later).unwrap());
+        assert_eq!(status, Status::Failed, "{message}");
+    }
 
     #[test]
     fn claims_nodes_services_daemonsets() {

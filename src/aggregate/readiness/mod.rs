@@ -235,6 +235,7 @@ impl<'a> View<'a> {
             status: field("status"),
             reason: field("reason"),
             message: field("message"),
+            last_transition: field("lastTransitionTime"),
         })
     }
 
@@ -288,6 +289,8 @@ pub(super) struct Condition<'a> {
     status: &'a str,
     reason: &'a str,
     message: &'a str,
+    /// RFC 3339, as written.
+    last_transition: &'a str,
 }
 
 impl Condition<'_> {

@@ -99,6 +99,7 @@ pub(super) fn pod_failure(v: &View) -> String {
             status: "",
             reason,
             message,
+            last_transition: "",
         }
         .describe("Failed");
     }
