@@ -114,8 +114,12 @@ pub(super) fn kept<'de, D: Deserializer<'de>>(d: D) -> Result<RequestAnnotations
     if !(finder(LATENCY_PREFIX) || finder(FAILED_OPEN_PREFIX)) {
         return Ok(out);
     }
-    let all: std::collections::HashMap<String, String> =
-        sonic_rs::from_str(text).map_err(serde::de::Error::custom)?;
+    // Annotations are strings; anything else (a crafted or foreign event)
+    // leaves them unread, never the event undecoded: before kascade read
+    // them, no event was refused for them.
+    let Ok(all) = sonic_rs::from_str::<std::collections::HashMap<String, String>>(text) else {
+        return Ok(out);
+    };
     let mut keys: Vec<&String> = all.keys().collect();
     // Map order is not the log's: a stable order (round_0_index_0 first).
     keys.sort();
@@ -210,6 +214,16 @@ mod tests {
         let back = RequestAnnotations::default().with_latency_text(&a.latency_text());
         assert_eq!(back.total, a.total);
         assert_eq!(back.latency.len(), a.latency.len());
+        // Not strings (derived from the same line): the event still decodes,
+        // its annotations unread.
+        let odd = line.replacen(
+            r#""apiserver.latency.k8s.io/total":""#,
+            r#""apiserver.latency.k8s.io/total":{"x":[1]},"was":""#,
+            1,
+        );
+        assert_ne!(odd, line);
+        let kept_none = sonic_rs::from_str::<Only>(&odd).unwrap().annotations;
+        assert!(kept_none.is_empty(), "{kept_none:?}");
         // An event without them: nothing kept.
         let plain = log
             .lines()
