@@ -80,23 +80,8 @@ async fn pod_trace(store: MemoryStore, ns: &str, name: &str, mode: Mode) -> Arc<
     found[0].clone()
 }
 
-/// (service, span) of every span of the assembled trace.
 fn spans_of(t: &AssembledTrace) -> Vec<(String, Span)> {
-    t.resource_spans
-        .iter()
-        .flat_map(|rs| {
-            let service = rs
-                .resource
-                .as_ref()
-                .and_then(|r| string_attr(&r.attributes, "service.name"))
-                .unwrap_or_default()
-                .to_string();
-            rs.scope_spans
-                .iter()
-                .flat_map(|ss| ss.spans.clone())
-                .map(move |s| (service.clone(), s))
-        })
-        .collect()
+    common::spans_with_service(t)
 }
 
 /// The audit IDs of the Pod's writes, from the fixture's audit log.

@@ -333,3 +333,26 @@ pub fn otlp_logs_of(
         }],
     }
 }
+
+/// (service, span) of every span of an assembled trace: kascade's own
+/// spans and the components' joined under them.
+pub fn spans_with_service(
+    t: &kascade::test_support::frontend::AssembledTrace,
+) -> Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> {
+    use kascade::test_support::frontend::raw::string_attr;
+    t.resource_spans
+        .iter()
+        .flat_map(|rs| {
+            let service = rs
+                .resource
+                .as_ref()
+                .and_then(|r| string_attr(&r.attributes, "service.name"))
+                .unwrap_or_default()
+                .to_string();
+            rs.scope_spans
+                .iter()
+                .flat_map(|ss| ss.spans.clone())
+                .map(move |s| (service.clone(), s))
+        })
+        .collect()
+}
