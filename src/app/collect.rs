@@ -328,15 +328,6 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
             roles.clone(),
         )));
     }
-    let admin_listener = tokio::net::TcpListener::bind(config.admin_listen)
-        .await
-        .with_context(|| format!("cannot listen on --admin-listen {}", config.admin_listen))?;
-    tracing::info!(admin_listen = %config.admin_listen, "serving /metrics, /healthz, /readyz");
-    let admin = tokio::spawn(async move {
-        axum::serve(admin_listener, apps.admin)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-    });
     let components = match (config.component_traces_listen, apps.component_traces) {
         (Some(addr), Some(app)) => {
             let listener = std::net::TcpListener::bind(addr)
@@ -391,6 +382,17 @@ pub async fn run(config: CollectConfig) -> anyhow::Result<()> {
             None
         }
     };
+    // The admin listener serves /readyz: it starts last, so that ready means
+    // every listener is bound (a client told "ready" is never refused).
+    let admin_listener = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on --admin-listen {}", config.admin_listen))?;
+    tracing::info!(admin_listen = %config.admin_listen, "serving /metrics, /healthz, /readyz");
+    let admin = tokio::spawn(async move {
+        axum::serve(admin_listener, apps.admin)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+    });
     tracing::info!(listen = %config.listen, cluster = %config.cluster, https = tls.is_some(), mtls = config.tls_client_ca_file.is_some(),
         "kascade collect is serving the audit webhook");
     serve_webhook(

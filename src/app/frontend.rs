@@ -306,6 +306,11 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
         ui_url: config.ui_url.clone(),
         default_cluster: config.default_cluster.clone(),
     }));
+    // Both listeners are bound before either serves: /readyz answering means
+    // the gRPC port accepts too.
+    let grpc_incoming = tonic::transport::server::TcpIncoming::bind(config.grpc_listen)
+        .with_context(|| format!("cannot listen on --grpc-listen {}", config.grpc_listen))?
+        .with_nodelay(Some(true));
     let listener = tokio::net::TcpListener::bind(config.http_listen)
         .await
         .with_context(|| format!("cannot listen on --http-listen {}", config.http_listen))?;
@@ -317,7 +322,7 @@ pub async fn run(config: FrontendServerConfig) -> anyhow::Result<()> {
         .trace_fn(crate::self_trace::grpc_request_span)
         .add_service(traces)
         .add_service(deps)
-        .serve_with_shutdown(config.grpc_listen, shutdown_signal())
+        .serve_with_incoming_shutdown(grpc_incoming, shutdown_signal())
         .await
         .with_context(|| format!("gRPC server on {} failed", config.grpc_listen))?;
     http_task.abort();
