@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::analysis::cascade::{Attempt, Retries};
+use crate::analysis::cascade::{Attempt, Retries, SerialCreates};
 use crate::flow::{CascadeRole, ChangeRecord, ChangeSink};
 
 /// Samples kept exactly per class; past this, percentiles come from the
@@ -146,7 +146,9 @@ impl Stats {
         self.unexplained.values().sum()
     }
 
-    fn add(&mut self, c: &ChangeRecord, attempt: Attempt) {
+    /// `after_sibling`: the hop from the sibling's answer a create waited
+    /// for (its writer's previous batch), counted instead of the cause's.
+    fn add(&mut self, c: &ChangeRecord, attempt: Attempt, after_sibling: Option<Duration>) {
         self.changes += 1;
         if c.code >= 400 {
             self.refused += 1;
@@ -167,7 +169,7 @@ impl Stats {
             self.edges
                 .entry(cause.edge.clone())
                 .or_default()
-                .record(cause.hop);
+                .record(after_sibling.unwrap_or(cause.hop));
         }
     }
 }
@@ -187,6 +189,7 @@ pub(crate) fn write_class(c: &ChangeRecord) -> String {
 pub struct PropagationStats {
     stats: Mutex<Stats>,
     retries: Mutex<Retries>,
+    serial: Mutex<SerialCreates>,
 }
 
 impl PropagationStats {
@@ -223,7 +226,13 @@ impl ChangeSink for PropagationStats {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .observe(change);
-        self.lock().add(change, attempt);
+        let after_sibling = self
+            .serial
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(change)
+            .map(|a| a.gap);
+        self.lock().add(change, attempt, after_sibling);
     }
 }
 

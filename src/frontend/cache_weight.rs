@@ -132,6 +132,7 @@ pub(super) fn cascade_bytes(c: &Cascade) -> usize {
         + c.children.iter().map(vec_bytes).sum::<usize>()
         + c.missing_cause.as_ref().map_or(0, cause_bytes)
         + waiting
+        + vec_bytes(&c.after_sibling)
         + vec_bytes(&c.critical_path)
 }
 

@@ -225,3 +225,90 @@ async fn an_object_created_again_under_its_name_starts_a_cascade_of_its_own() {
         r.findings.first().map(|f| &f.headline)
     );
 }
+
+/// The ReplicaSet controller creates Pods in batches, each once the one
+/// before was answered: when a webhook holds the first create ~800 ms, the
+/// second Pod is late because of it, not because the controller reacted
+/// slowly. Its hop counts from the first create's answer, and the critical
+/// path passes through the slow create — offline and in the UI's cascade
+/// mode. Writes of one pass (the kubelet's, the scheduler's) and a
+/// controller's later passes over one object follow no sibling.
+#[tokio::test]
+async fn a_create_sent_once_the_slow_create_before_was_answered_follows_it() {
+    use kascade::test_support::analysis::cascade::{build, change_name};
+    let changes = common::changes_of_lines(lines("slow-webhook"), CLUSTER).await;
+    let cascades = build(changes);
+    let c = cascades
+        .iter()
+        .find(|c| change_name(c.root()) == "kascade-e2e-admin create deployments slow-demo/web")
+        .expect("the slow Deployment's cascade");
+    let creates: Vec<usize> = (0..c.changes.len())
+        .filter(|&i| c.changes[i].verb == "create" && c.changes[i].object.resource == "pods")
+        .filter(|&i| c.changes[i].subresource.is_empty())
+        .collect();
+    assert_eq!(creates.len(), 2, "two Pods");
+    let (first, second) = (creates[0], creates[1]);
+    assert_eq!(c.after_sibling[first], None);
+    assert_eq!(c.after_sibling[second], Some(first));
+    let gap = c.changes[second]
+        .received
+        .duration_since(c.changes[first].completed)
+        .unwrap();
+    assert!(gap < Duration::from_millis(50), "{gap:?}");
+    let from_cause = c.changes[second].cause.as_ref().unwrap().hop;
+    assert!(from_cause > Duration::from_millis(700), "{from_cause:?}");
+    assert!(
+        c.is_critical(first) && c.is_critical(second),
+        "the critical path {:?} passes through both creates",
+        c.critical_path
+    );
+    // Nothing else in the whole cluster's log follows a sibling but Pod
+    // creates of one writer and cause.
+    for c in &cascades {
+        for (i, after) in c.after_sibling.iter().enumerate() {
+            if let Some(j) = after {
+                let (a, b) = (&c.changes[i], &c.changes[*j]);
+                assert_eq!((a.verb.as_str(), b.verb.as_str()), ("create", "create"));
+                assert_eq!(a.user, b.user);
+                assert_eq!(
+                    a.cause.as_ref().unwrap().span,
+                    b.cause.as_ref().unwrap().span
+                );
+                assert!(b.completed <= a.received);
+            }
+        }
+    }
+
+    // The UI's cascade mode: the second create's hop is the short one, the
+    // first create is starred.
+    let (f, range) = frontend("slow-webhook").await;
+    let t = search(
+        &f,
+        range,
+        Mode::Cascade,
+        ("deployments", "slow-demo", "web"),
+    )
+    .await;
+    let spans = spans(&t);
+    let pod_creates: Vec<&Span> = spans
+        .iter()
+        .filter(|s| string_attr(s, "resource") == Some("pods") && s.name.contains(" create pods "))
+        .collect();
+    assert_eq!(
+        pod_creates.len(),
+        2,
+        "{:#?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    for s in &pod_creates {
+        assert!(s.name.starts_with(CRITICAL_MARK), "{}", s.name);
+    }
+    let after: Vec<&&Span> = pod_creates
+        .iter()
+        .filter(|s| string_attr(s, "cascade.after").is_some())
+        .collect();
+    assert_eq!(after.len(), 1);
+    let hop_us = common::int_attr(after[0], "cascade.hop_us").unwrap();
+    assert!(hop_us < 50_000, "{hop_us}");
+    assert!(common::int_attr(after[0], "cascade.cause_hop_us").unwrap() > 700_000);
+}

@@ -8,6 +8,7 @@
 
 mod completion;
 mod retry;
+mod serial;
 mod text;
 mod tracker;
 
@@ -20,6 +21,7 @@ pub use completion::Completion;
 pub(crate) use completion::Waiting;
 pub(crate) use completion::{Settling, counts};
 pub(crate) use retry::{Attempt, Retries};
+pub(crate) use serial::SerialCreates;
 pub use text::format_duration;
 #[cfg(feature = "test-support")]
 pub use text::render_text;
@@ -45,14 +47,33 @@ pub struct Cascade {
     pub attempts: Vec<Attempt>,
     /// Each retry's index with the index of the first attempt it repeats.
     pub(crate) retried: Vec<(usize, usize)>,
+    /// For each change, the earlier write of the same writer and cause
+    /// whose answer it waited for (a controller's next batch of creates):
+    /// its hop counts from that answer, and the critical path passes
+    /// through that write.
+    pub after_sibling: Vec<Option<usize>>,
     /// Indices from the root to the change that ended last, retries left
-    /// out as its end (their wait is back-off, not propagation).
+    /// out as its end (their wait is back-off, not propagation), through
+    /// the siblings later batches waited for.
     pub critical_path: Vec<usize>,
 }
 
 impl Cascade {
     pub fn root(&self) -> &ChangeRecord {
         &self.changes[0]
+    }
+
+    /// Change `i`'s hop: from its cause's answer, or, for a create its
+    /// writer sent once an earlier one was answered, from that answer.
+    pub(crate) fn hop(&self, i: usize) -> Option<std::time::Duration> {
+        let cause = self.changes[i].cause.as_ref()?;
+        Some(match self.after_sibling[i] {
+            Some(j) => self.changes[i]
+                .received
+                .duration_since(self.changes[j].completed)
+                .unwrap_or_default(),
+            None => cause.hop,
+        })
     }
 
     /// Whether change `i` lies on the critical path.
@@ -183,6 +204,22 @@ pub(crate) fn with_short_writer(name: &str, user: &str) -> String {
 /// UI's names show it.
 pub(crate) fn short_change_name(c: &ChangeRecord) -> String {
     with_short_writer(&change_name(c), &c.user)
+}
+
+/// What a create waited for, after its edge: `hop 3.1ms after its
+/// writer's previous create pods ns/a was answered, 860ms after the cause`
+/// (`None` when it waited for no sibling).
+pub(crate) fn after_sibling_text(c: &Cascade, i: usize) -> Option<String> {
+    let j = c.after_sibling.get(i).copied().flatten()?;
+    let (ch, sibling) = (&c.changes[i], &c.changes[j]);
+    let gap = c.hop(i)?;
+    let since_cause = ch.cause.as_ref().map_or(gap, |k| k.hop);
+    Some(format!(
+        "hop {} after its writer's previous create {} was answered, {} after the cause",
+        format_duration(gap),
+        object_name(&sibling.object),
+        format_duration(since_cause)
+    ))
 }
 
 /// `<resource> <ns>/<name>` (`<resource> <name>` when cluster-scoped).
@@ -409,9 +446,14 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
         .filter(|&i| !attempts[i].is_retry())
         .max_by_key(|&i| (ends[i], std::cmp::Reverse(i)))
         .unwrap_or(0);
+    let after_sibling: Vec<Option<usize>> = serial::after_siblings(&changes)
+        .into_iter()
+        .zip(&attempts)
+        .map(|(after, attempt)| after.filter(|_| !attempt.is_retry()))
+        .collect();
     let mut critical_path = vec![last];
     let mut cur = last;
-    while let Some(p) = parent[cur] {
+    while let Some(p) = after_sibling[cur].or(parent[cur]) {
         critical_path.push(p);
         cur = p;
     }
@@ -424,6 +466,7 @@ fn assemble(changes: Vec<ChangeRecord>, parent: Vec<Option<usize>>) -> Cascade {
         completion,
         attempts,
         retried,
+        after_sibling,
         critical_path,
     }
 }

@@ -196,9 +196,14 @@ pub(crate) fn render_text_in_part(
                             format_duration(backoff)
                         );
                     }
-                    super::Attempt::First => {
-                        let _ = write!(line, "  [{}, hop {}]", k.edge, format_duration(k.hop));
-                    }
+                    super::Attempt::First => match super::after_sibling_text(c, i) {
+                        Some(after) => {
+                            let _ = write!(line, "  [{}, {after}]", k.edge);
+                        }
+                        None => {
+                            let _ = write!(line, "  [{}, hop {}]", k.edge, format_duration(k.hop));
+                        }
+                    },
                 }
             }
             if let Some(r) = &ch.readiness {
@@ -222,7 +227,7 @@ pub(crate) fn render_text_in_part(
         if c.changes.len() > 1 {
             let _ = writeln!(
                 out,
-                "★ critical path: the chain of writes whose work ended last (a write tried again ends with its last attempt; the waits between attempts are back-off)"
+                "★ critical path: the chain of writes whose work ended last (a write tried again ends with its last attempt, the waits between attempts are back-off; a write its writer sent once an earlier one was answered follows that one)"
             );
         }
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::scope::Scope;
-use crate::analysis::cascade::{Attempt, Retries, Settling};
+use crate::analysis::cascade::{Attempt, Retries, SerialCreates, Settling};
 use crate::component_spans::ComponentSpans;
 use crate::flow::{CascadeRole, ChangeRecord, EventRecord, SpanRef};
 use crate::judgement::{Refusal, Writer};
@@ -68,6 +68,9 @@ pub(super) struct State {
     start_up: crate::analysis::foreground::StartUp,
     /// Writers' refused attempts, to tell retries from new intents.
     pub retries: Retries,
+    /// Writers' creates in batches: a later batch's hop counts from the
+    /// answer it waited for.
+    serial: SerialCreates,
     /// Spec fields by (object, path): who set them (writers fighting).
     pub fields: fights::Fields,
     pub fields_dropped: u64,
@@ -136,6 +139,7 @@ impl State {
             first_user_cascade: None,
             start_up: Default::default(),
             retries: Retries::default(),
+            serial: SerialCreates::default(),
             fields: HashMap::new(),
             fields_dropped: 0,
             rows: Vec::new(),
@@ -256,6 +260,7 @@ impl State {
         }
         self.start_up.observe(c);
         let attempt = self.retries.observe(c);
+        let after_sibling = self.serial.observe(c);
         if !self.scope.admits_time(c.received) || !self.scope.may_concern(&c.object) {
             return;
         }
@@ -299,7 +304,8 @@ impl State {
         let counted = c.role == CascadeRole::Effect && !self.start_up.started(&c.root);
         match (&c.cause, attempt) {
             (Some(cause), Attempt::First) if counted && c.code < 400 => {
-                self.record_hop(c, obj, cause);
+                let hop = after_sibling.map_or(cause.hop, |a| a.gap);
+                self.record_hop(c, obj, cause, hop);
             }
             // A retry's wait is its writer's back-off, not a hop.
             (Some(cause), Attempt::Retry { backoff, .. }) if counted => {
@@ -364,10 +370,17 @@ impl State {
         });
     }
 
-    fn record_hop(&mut self, c: &ChangeRecord, obj: Idx, cause: &crate::flow::Cause) {
+    /// `hop`: the cause's, or from the sibling's answer a create waited for.
+    fn record_hop(
+        &mut self,
+        c: &ChangeRecord,
+        obj: Idx,
+        cause: &crate::flow::Cause,
+        hop: std::time::Duration,
+    ) {
         let edge = self.edges.entry(cause.edge.clone()).or_default();
-        edge.latencies.record(cause.hop);
-        let hop_us = u64::try_from(cause.hop.as_micros()).unwrap_or(u64::MAX);
+        edge.latencies.record(hop);
+        let hop_us = u64::try_from(hop.as_micros()).unwrap_or(u64::MAX);
         let slowest = &mut edge.slowest;
         if slowest.len() < SLOWEST_PER_EDGE || slowest.last().is_some_and(|s| s.hop_us < hop_us) {
             slowest.push(SlowHop {

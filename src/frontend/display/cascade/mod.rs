@@ -238,14 +238,37 @@ pub(crate) fn render(
                 (Some(k), Attempt::First) => {
                     attributes.push(kv("cascade.edge", k.edge.clone()));
                     attributes.push(kv("cascade.rule", k.rule.clone()));
-                    attributes.push(kv_int("cascade.hop_us", k.hop.as_micros() as i64));
-                    attributes.push(kv("cascade.hop", format_duration(k.hop)));
-                    events.push(Event {
-                        time_unix_nano: nanos(ch.received),
-                        name: format!(
+                    // A later batch's hop counts from the answer it waited
+                    // for; the cause's is kept under another name.
+                    let hop = c.hop(i).unwrap_or(k.hop);
+                    let after = c.after_sibling[i].map(|j| {
+                        (
+                            hop,
+                            crate::analysis::cascade::short_change_name(&c.changes[j]),
+                        )
+                    });
+                    attributes.push(kv_int("cascade.hop_us", hop.as_micros() as i64));
+                    attributes.push(kv("cascade.hop", format_duration(hop)));
+                    let received = match &after {
+                        Some((gap, sibling)) => {
+                            attributes.push(kv("cascade.after", sibling.clone()));
+                            attributes
+                                .push(kv_int("cascade.cause_hop_us", k.hop.as_micros() as i64));
+                            attributes.push(kv("cascade.cause_hop", format_duration(k.hop)));
+                            format!(
+                                "request received ({} after its writer's previous create was answered: {sibling}; {} after the cause)",
+                                format_duration(*gap),
+                                format_duration(k.hop)
+                            )
+                        }
+                        None => format!(
                             "request received ({} after the cause)",
                             format_duration(k.hop)
                         ),
+                    };
+                    events.push(Event {
+                        time_unix_nano: nanos(ch.received),
+                        name: received,
                         ..Default::default()
                     });
                 }
