@@ -39,6 +39,9 @@ fn a_nodes_start_up_warnings_do_not_explain_a_pod_bound_after_the_node_was_ready
             );
         }
     }
+    // The same Warnings on a healthy run on the real node: a note.
+    let r = explain_run("real-healthy");
+    assert!(r.worst() < Some(Severity::Warning), "{:#?}", r.findings);
 }
 
 #[tokio::test]
@@ -58,7 +61,70 @@ async fn a_pod_its_kubelet_left_failed_is_a_failing_cascade_and_a_ready_one_is_n
         "{:?}",
         top.status
     );
-    // Pods that ended Succeeded (a Job's three completions): red in no
-    // mode.
-    no_error_in_any_mode("job-complete", ("jobs", "job-demo", "pi")).await;
+    // Two Pods that ran and became Ready on the same node: red in no mode.
+    no_error_in_any_mode("real-healthy", ("deployments", "real-healthy", "web")).await;
+}
+
+/// A real kubelet registers its Node NotReady and reports it Ready 0.2 s
+/// later, after its own start-up; the ttl controller annotates the Node
+/// between the two. The Ready report belongs to the kubelet's registration
+/// (rule `node-registered`), not to the annotation, so the registration
+/// completes with it; the annotation's cascade, which found the Node
+/// NotReady and left it so, ends when the Node is Ready — offline and in
+/// the live tracker `kascade analyze` counts with.
+#[tokio::test]
+async fn a_kubelets_node_registration_completes_with_its_ready_report() {
+    use kascade::test_support::analysis::cascade::{Completion, build, change_name};
+    let changes = common::changes_of_lines(lines("real-healthy"), CLUSTER).await;
+    let node = "nodes corpus-real-healthy-real";
+    let ready = changes
+        .iter()
+        .find(|c| {
+            change_name(c).ends_with(&format!("patch status {node}"))
+                && c.readiness.as_ref().is_some_and(|r| r.status == "Current")
+        })
+        .expect("the kubelet's Ready report");
+    let cause = ready.cause.as_ref().expect("a cause");
+    assert_eq!(cause.rule, "node-registered");
+    assert!(
+        cause.name.ends_with(&format!("create {node}")),
+        "{}",
+        cause.name
+    );
+    let cascades = build(changes.clone());
+    let of_node: Vec<_> = cascades
+        .iter()
+        .filter(|c| c.changes.iter().any(|ch| change_name(ch).ends_with(node)))
+        .collect();
+    assert!(of_node.len() >= 3, "{}", of_node.len());
+    for c in &of_node {
+        assert!(
+            matches!(c.completion, Completion::Complete { .. }),
+            "{}: {:?}",
+            change_name(c.root()),
+            c.completion
+        );
+    }
+    let ttl = of_node
+        .iter()
+        .find(|c| c.root().user.ends_with(":ttl-controller"))
+        .expect("the ttl controller's annotation");
+    assert_eq!(
+        ttl.completion,
+        Completion::Complete {
+            at: ready.completed
+        }
+    );
+    // Analyze's live tracker: nothing of the Node's left incomplete.
+    let a = analyze_json("real-healthy");
+    let nodes: Vec<&serde_json::Value> = a["completions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "nodes")
+        .collect();
+    assert!(!nodes.is_empty());
+    for c in nodes {
+        assert_eq!(c["incomplete"], 0, "{c}");
+    }
 }

@@ -111,6 +111,12 @@ pub(crate) struct Settling {
     /// response finished late) tells nothing of the object now.
     newest: Option<u64>,
     pub(crate) settled_since: Option<SystemTime>,
+    /// The live tracker's: the object's readiness (a hash of status and
+    /// message) when this cascade first wrote it, if unsettled then, and
+    /// after its last write here — equal, the cascade changed nothing of it
+    /// (see [`settle_unchanged`]).
+    pub(crate) found_unsettled: Option<u64>,
+    pub(crate) left: Option<u64>,
 }
 
 impl Settling {
@@ -144,7 +150,32 @@ impl Settling {
     }
 }
 
+/// A readiness as the live tracker compares it: status and message.
+pub(crate) fn readiness_key(c: &ChangeRecord) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Some(r) = &c.readiness {
+        r.status.hash(&mut h);
+        r.message.hash(&mut h);
+    }
+    h.finish()
+}
+
 impl Settling {
+    /// Whether the cascade found the object unsettled and left it as it
+    /// found it (see [`settle_unchanged`]).
+    pub(crate) fn left_as_found(&self) -> bool {
+        self.settled_since.is_none()
+            && self.found_unsettled.is_some()
+            && self.found_unsettled == self.left
+    }
+
+    /// Another cascade settled the object at `at`, which this one found
+    /// unsettled and left so: its wait ended then.
+    pub(crate) fn settled_elsewhere(&mut self, at: SystemTime) {
+        self.settled_since.get_or_insert(at);
+    }
+
     /// Another cascade removed the object at `at` while this one waited
     /// for it (the write that took away a deleted object's last finalizer;
     /// a Pod a later scale-down deleted): its wait ended then.
@@ -203,4 +234,86 @@ pub(super) fn completion(changes: &[ChangeRecord]) -> Completion {
         .or_else(|| changes.iter().map(|c| c.completed).max())
         .unwrap_or(SystemTime::UNIX_EPOCH);
     Completion::Complete { at }
+}
+
+/// An object a cascade waits for although its writes changed nothing of
+/// the object's readiness — they found it unsettled by other work and left
+/// it so (the ttl controller annotating a Node its kubelet is still
+/// registering) — waits for that other work: its wait ends when a later
+/// write, of any cascade, settles the object. A cascade whose writes made
+/// the object unsettled (a rollout) keeps waiting whatever came later.
+pub(super) fn settle_unchanged(cascades: &mut [super::Cascade]) {
+    let waited: std::collections::HashSet<&ObjectRef> = cascades
+        .iter()
+        .filter_map(|c| match &c.completion {
+            Completion::Waiting(w) => Some(w.iter().map(|w| &w.object)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if waited.is_empty() {
+        return;
+    }
+    // Each waited-for object's writes that tell its state: (completed,
+    // readiness after it, settled by it), in order of completion.
+    type State = (SystemTime, Option<(String, String)>, bool);
+    let mut history: HashMap<ObjectRef, Vec<State>> = HashMap::new();
+    for ch in cascades.iter().flat_map(|c| &c.changes) {
+        if waited.contains(&ch.object) && counts(ch) {
+            let readiness = ch
+                .readiness
+                .as_ref()
+                .map(|r| (r.status.clone(), r.message.clone()));
+            history.entry(ch.object.clone()).or_default().push((
+                ch.completed,
+                readiness,
+                settles(ch, false),
+            ));
+        }
+    }
+    for states in history.values_mut() {
+        states.sort_by_key(|s| s.0);
+    }
+    for c in cascades.iter_mut() {
+        let Completion::Waiting(waiting) = &mut c.completion else {
+            continue;
+        };
+        let mut at = c.changes.iter().map(|ch| ch.completed).max();
+        waiting.retain(|w| {
+            let Some(states) = history.get(&w.object) else {
+                return true;
+            };
+            let Some(first) = c
+                .changes
+                .iter()
+                .filter(|ch| ch.object == w.object && counts(ch))
+                .map(|ch| ch.received)
+                .min()
+            else {
+                return true;
+            };
+            let before = states.iter().rev().find(|s| s.0 <= first);
+            let unchanged = before.is_some_and(|(_, r, settled)| {
+                !settled
+                    && r.as_ref().is_some_and(|(status, message)| {
+                        *status == w.status && *message == w.message
+                    })
+            });
+            if !unchanged {
+                return true;
+            }
+            match states.iter().find(|s| s.0 > w.since && s.2) {
+                Some(&(t, _, _)) => {
+                    at = at.max(Some(t));
+                    false
+                }
+                None => true,
+            }
+        });
+        if waiting.is_empty()
+            && let Some(at) = at
+        {
+            c.completion = Completion::Complete { at };
+        }
+    }
 }

@@ -303,7 +303,7 @@ pub(crate) fn build_with_early_writes(
     let mut roots: Vec<usize> = members.keys().copied().collect();
     roots.sort_unstable();
     let mut slots: Vec<Option<ChangeRecord>> = all.into_iter().map(Some).collect();
-    roots
+    let mut cascades = roots
         .into_iter()
         .map(|r| {
             let mut ids = members.remove(&r).unwrap_or_default();
@@ -322,7 +322,9 @@ pub(crate) fn build_with_early_writes(
             not_known_for_early_writes(&mut c, &early);
             c
         })
-        .collect()
+        .collect::<Vec<_>>();
+    completion::settle_unchanged(&mut cascades);
+    cascades
 }
 
 /// An object a cascade left unsettled that another cascade removed later

@@ -23,7 +23,7 @@ use crate::model::FastHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::completion::{Settling, counts};
+use super::completion::{Settling, counts, readiness_key, settles};
 use crate::flow::{CascadeRole, ChangeRecord, ChangeSink, SpanRef};
 use crate::metrics::CascadeMetrics;
 
@@ -76,6 +76,11 @@ struct State {
     /// By object hash: the open cascades waiting for it (not settled in
     /// them), so that its removal settles it in each.
     waiting_for: HashMap<u64, Vec<SpanRef>>,
+    /// By object hash: the readiness ([`readiness_key`]) the latest write
+    /// of any cascade left an unsettled object in, at most
+    /// [`MAX_UNSETTLED`] (the oldest forgotten).
+    unsettled_objects: HashMap<u64, u64>,
+    unsettled_order: VecDeque<u64>,
     /// Effects recorded before the change they name as root, by its span.
     early: HashMap<SpanRef, Vec<ChangeRecord>>,
     /// Such a change once recorded: its span → its cascade's root, for the
@@ -248,6 +253,46 @@ impl CascadeTracker {
     }
 }
 
+impl CascadeTracker {
+    /// The object `hash` settled at `at`: every open cascade that found it
+    /// unsettled and left it as it found it has it settled from then on
+    /// (as [`super::build`] judges them offline).
+    fn settled_elsewhere(&self, st: &mut State, hash: u64, at: SystemTime) {
+        let Some(waits) = st.waiting_for.get_mut(&hash) else {
+            return;
+        };
+        let mut settled = Vec::new();
+        waits.retain(|root| {
+            let left_as_found = st
+                .open
+                .get(root)
+                .and_then(|o| o.objects.get(&hash))
+                .is_some_and(Settling::left_as_found);
+            if left_as_found {
+                settled.push(*root);
+            }
+            !left_as_found
+        });
+        if waits.is_empty() {
+            st.waiting_for.remove(&hash);
+        }
+        for root in settled {
+            let Some(open) = st.open.get_mut(&root) else {
+                continue;
+            };
+            let Some(settling) = open.objects.get_mut(&hash) else {
+                continue;
+            };
+            settling.settled_elsewhere(at);
+            open.unsettled -= 1;
+            open.done_at = done_at(open);
+            if open.done_at.is_some() {
+                st.done.insert((open.last, root));
+            }
+        }
+    }
+}
+
 /// When every object of `open` settled, if they all have.
 fn done_at(open: &Open) -> Option<SystemTime> {
     (open.unsettled == 0).then(|| {
@@ -276,6 +321,9 @@ fn forget_waits(waiting_for: &mut HashMap<u64, Vec<SpanRef>>, open: &Open, root:
 
 /// Effects kept at most while their cause has not been recorded.
 const MAX_EARLY_EFFECTS: usize = 10_000;
+
+/// Unsettled objects whose readiness is remembered at most.
+const MAX_UNSETTLED: usize = 100_000;
 
 impl ChangeSink for CascadeTracker {
     fn record(&self, change: &ChangeRecord) {
@@ -388,13 +436,17 @@ impl CascadeTracker {
         st.done.remove(&(open.last, root));
         open.last = open.last.max(change.completed);
         let hash = change.object.hash();
+        let found = st.unsettled_objects.get(&hash).copied();
         if counts(change) {
             let settling = open.objects.entry(hash).or_insert_with(|| {
                 open.unsettled += 1;
-                Settling::default()
+                let mut settling = Settling::default();
+                settling.found_unsettled = found;
+                settling
             });
             let before = settling.settled_since.is_some();
             settling.apply(change);
+            settling.left = Some(readiness_key(change));
             let after = settling.settled_since.is_some();
             match (before, after) {
                 (false, true) => open.unsettled -= 1,
@@ -415,6 +467,30 @@ impl CascadeTracker {
         }
         if change.deleted && counts(change) {
             self.removed_elsewhere(st, hash, change.completed);
+        }
+        if counts(change) {
+            if settles(change, false) {
+                if st.unsettled_objects.remove(&hash).is_some() {
+                    self.settled_elsewhere(st, hash, change.completed);
+                }
+            } else {
+                if st
+                    .unsettled_objects
+                    .insert(hash, readiness_key(change))
+                    .is_none()
+                {
+                    st.unsettled_order.push_back(hash);
+                }
+                while st.unsettled_objects.len() > MAX_UNSETTLED
+                    && let Some(oldest) = st.unsettled_order.pop_front()
+                {
+                    st.unsettled_objects.remove(&oldest);
+                }
+                if st.unsettled_order.len() > 2 * MAX_UNSETTLED {
+                    let kept = &st.unsettled_objects;
+                    st.unsettled_order.retain(|h| kept.contains_key(h));
+                }
+            }
         }
         if st.waiting_for.get(&hash).is_some_and(Vec::is_empty) {
             st.waiting_for.remove(&hash);

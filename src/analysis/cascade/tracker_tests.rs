@@ -290,3 +290,105 @@ fn an_object_another_cascade_removes_has_settled_for_the_tracker_as_offline() {
     t.record(&recreated);
     assert_eq!(t.open(), 2);
 }
+
+/// Cascades told of by the tracker's listener after `changes` and the end
+/// of the input: (root verb, took).
+fn told_of(changes: &[ChangeRecord]) -> Vec<(String, Option<std::time::Duration>)> {
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let t = {
+        let told = told.clone();
+        CascadeTracker::new(
+            TrackerConfig::default(),
+            Arc::new(CascadeMetrics::default()),
+        )
+        .with_completion_listener(Arc::new(move |_, verb, took| {
+            told.lock().unwrap().push((verb.to_string(), took))
+        }))
+    };
+    for c in changes {
+        t.record(c);
+    }
+    t.flush();
+    let mut told = told.lock().unwrap().clone();
+    told.sort();
+    told
+}
+
+#[test]
+fn a_cascade_that_left_an_object_as_it_found_it_ends_when_other_work_settles_it() {
+    // A kubelet registers its Node NotReady (cascade 1); another controller
+    // annotates it, NotReady still (cascade 2); the kubelet reports it
+    // Ready (cascade 1 again). Cascade 2 changed nothing of the Node's
+    // readiness: it ends when the Node is Ready, offline and live.
+    let n = obj("nodes", "n1");
+    let not_ready = Some(("InProgress", "not ready yet: KubeletNotReady"));
+    let create = change(1, n.clone(), "create", 0, 1, not_ready);
+    let annotate = change(2, n.clone(), "patch", 10, 11, not_ready);
+    let ready = caused_by(
+        change(3, n.clone(), "patch", 200, 201, Some(("Current", "Ready"))),
+        &create,
+        "nodes status",
+    );
+    let all = [create.clone(), annotate.clone(), ready.clone()];
+    let offline = build(all.clone());
+    assert_eq!(offline.len(), 2);
+    assert!(
+        offline
+            .iter()
+            .all(|c| c.completion == Completion::Complete { at: at(201) }),
+        "{:?}",
+        offline.iter().map(|c| &c.completion).collect::<Vec<_>>()
+    );
+    let ms = std::time::Duration::from_millis;
+    assert_eq!(
+        told_of(&all),
+        [
+            ("create".into(), Some(ms(201))),
+            ("patch".into(), Some(ms(191)))
+        ]
+    );
+
+    // A cascade whose write made the object unsettled (a rollout from a
+    // Ready state) waits for its own work: a later, other settling does not
+    // end it — nor one that changed the readiness it found.
+    let d = obj("deployments", "web");
+    let ready_before = change(
+        4,
+        d.clone(),
+        "create",
+        0,
+        1,
+        Some(("Current", "1/1 available")),
+    );
+    let rollout = change(
+        5,
+        d.clone(),
+        "patch",
+        10,
+        11,
+        Some(("InProgress", "0/1 updated")),
+    );
+    let other = change(
+        6,
+        d.clone(),
+        "patch",
+        20,
+        21,
+        Some(("InProgress", "0/1 updated, paused")),
+    );
+    let settled = change(7, d, "patch", 300, 301, Some(("Current", "1/1 available")));
+    let all = [ready_before, rollout, other, settled];
+    let offline = build(all.clone());
+    let waiting: Vec<_> = offline
+        .iter()
+        .filter(|c| matches!(c.completion, Completion::Waiting(_)))
+        .map(|c| c.root().span)
+        .collect();
+    assert_eq!(waiting, [span(5), span(6)]);
+    let told = told_of(&all);
+    assert_eq!(
+        told.iter().filter(|(_, took)| took.is_none()).count(),
+        2,
+        "{told:?}"
+    );
+}
