@@ -44,6 +44,10 @@ pub(crate) struct CascadeMetrics {
     /// Effects recorded before their cause (its response finished late),
     /// dropped while waiting for it to stay within the bound.
     pub early_effects_dropped: Counter,
+    /// Unsettled objects whose readiness was forgotten to stay within the
+    /// bound: a cascade that left one as it found it waits for its own
+    /// writes again.
+    pub unsettled_forgotten: Counter,
     kinds: std::sync::Mutex<HashSet<String>>,
 }
 
@@ -56,6 +60,7 @@ impl Default for CascadeMetrics {
             stalled: Family::default(),
             kinds_folded: Counter::default(),
             early_effects_dropped: Counter::default(),
+            unsettled_forgotten: Counter::default(),
             kinds: Default::default(),
         }
     }
@@ -104,6 +109,11 @@ impl CascadeMetrics {
             "cascade_early_effects_dropped",
             "Changes recorded before their cause (its response finished late) dropped while they waited for it, to stay within the bound (their cascade misses them)",
             self.early_effects_dropped.clone(),
+        );
+        r.register(
+            "cascade_unsettled_forgotten",
+            "Unsettled objects whose readiness the tracker forgot to stay within the bound (100,000): a cascade that left one as it found it no longer ends when other work settles it",
+            self.unsettled_forgotten.clone(),
         );
         r.register(
             "cascade_kinds_folded",

@@ -91,6 +91,7 @@ struct State {
     early_order: VecDeque<(SystemTime, SpanRef)>,
     early_len: usize,
     last_warning: Option<Instant>,
+    last_unsettled_warning: Option<Instant>,
     unreported_evictions: u64,
 }
 
@@ -481,10 +482,25 @@ impl CascadeTracker {
                 {
                     st.unsettled_order.push_back(hash);
                 }
+                let mut forgotten = 0;
                 while st.unsettled_objects.len() > MAX_UNSETTLED
                     && let Some(oldest) = st.unsettled_order.pop_front()
                 {
-                    st.unsettled_objects.remove(&oldest);
+                    forgotten += u64::from(st.unsettled_objects.remove(&oldest).is_some());
+                }
+                if forgotten > 0 {
+                    self.metrics.unsettled_forgotten.inc_by(forgotten);
+                    let now = Instant::now();
+                    if st
+                        .last_unsettled_warning
+                        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+                    {
+                        tracing::warn!(
+                            bound = MAX_UNSETTLED,
+                            "too many unsettled objects: the oldest one's readiness forgotten, a cascade that left it as it found it waits for its own writes (kascade_cascade_unsettled_forgotten_total)"
+                        );
+                        st.last_unsettled_warning = Some(now);
+                    }
                 }
                 if st.unsettled_order.len() > 2 * MAX_UNSETTLED {
                     let kept = &st.unsettled_objects;
