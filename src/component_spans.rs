@@ -38,7 +38,8 @@ pub struct ComponentSpans {
     /// Each sync a trace of its own (its spans, earliest first), earliest
     /// sync first.
     syncs_by_pod: HashMap<String, Vec<Vec<Span>>>,
-    /// Writes not looked up: past [`MAX_JOINED_WRITES`].
+    /// Writes not looked up: past the bound of the reader (the frontend's
+    /// `MAX_JOINED_WRITES`, `MAX_EXPLAINED_WRITES`).
     pub not_read: usize,
 }
 

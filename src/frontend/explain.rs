@@ -211,7 +211,7 @@ impl<S: RawStore> Frontend<S> {
 
     /// The apiserver's own spans of the report's writes (`None` when the
     /// store holds none in their range, or `--component-service` is
-    /// empty): at most [`components::MAX_JOINED_WRITES`] writes are looked
+    /// empty): at most [`components::MAX_EXPLAINED_WRITES`] writes are looked
     /// up, the longest first (a slow write is a long one; the report's
     /// inputs say how many were not).
     async fn explain_component_spans(
@@ -219,26 +219,25 @@ impl<S: RawStore> Frontend<S> {
         records: &[(ChangeRecord, Vec<String>)],
     ) -> Result<Option<components::ComponentSpans>, FrontendError> {
         let service = &self.cfg.component_service;
-        let mut writes: Vec<components::Write> = records
+        let writes: Vec<components::Write> = records
             .iter()
             .filter(|(r, _)| r.source == ChangeSource::Audit && !r.audit_id.is_empty())
             .map(|(r, _)| components::Write {
                 audit_id: r.audit_id.clone(),
                 received: nanos(r.received),
                 completed: nanos(r.completed),
+                failed: r.code >= 400,
             })
             .collect();
         if service.is_empty() || writes.is_empty() {
             return Ok(None);
         }
-        writes.sort_by_key(|w| std::cmp::Reverse(w.completed.saturating_sub(w.received)));
-        let not_read = writes.len().saturating_sub(components::MAX_JOINED_WRITES);
-        writes.truncate(components::MAX_JOINED_WRITES);
-        let mut spans = components::read(
+        let spans = components::read(
             self.assembler.store().as_ref(),
             components::Lookups {
                 apiserver_service: service,
                 writes,
+                max_writes: components::MAX_EXPLAINED_WRITES,
                 kubelet_service: "",
                 pods: Vec::new(),
             },
@@ -248,7 +247,6 @@ impl<S: RawStore> Frontend<S> {
         if spans.is_empty() {
             return Ok(None);
         }
-        spans.not_read = not_read;
         Ok(Some(spans))
     }
 }

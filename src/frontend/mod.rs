@@ -529,6 +529,7 @@ impl<S: RawStore> Frontend<S> {
             components::Lookups {
                 apiserver_service: &self.cfg.component_service,
                 writes,
+                max_writes: components::MAX_JOINED_WRITES,
                 kubelet_service: &self.cfg.kubelet_service,
                 pods: pods.clone(),
             },

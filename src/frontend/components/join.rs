@@ -1,14 +1,6 @@
-//! Kubernetes components' own traces joined to the writes they served.
-//!
-//! kube-apiserver exports one trace per request (sent to `kascade collect
-//! --component-traces-listen`, forwarded to the raw store unchanged); its
-//! root span (`POST /api/v1/namespaces/{:namespace}/pods`) and the handler
-//! span (`Create`) carry the request's audit ID as the tag `audit-id`. An
-//! audit span names the same ID (`audit.id`), so the join is exact: one
-//! search of the raw store by `audit-id` per write shown. The joined spans
-//! keep their span ids; only their trace id becomes the assembled trace's,
-//! the root's parent becomes the span that shows the write, and the root
-//! links back to the apiserver's own trace.
+//! The join itself: each request's spans under the span that shows its
+//! write, each kubelet sync under the span that shows its Pod, the holders
+//! widened to enclose what they hold.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,245 +10,11 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::Link;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
-use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, kv, string_attr};
+use super::{
+    APISERVER_SERVICE, ComponentSpans, KUBELET_SERVICE, MAX_JOINED_WRITES, NOT_JOINED_TAG, Pod,
+};
+use crate::frontend::raw::{TraceIdBytes, kv, string_attr};
 use crate::span_model::attr;
-
-pub use crate::component_spans::APISERVER_SERVICE;
-pub use crate::component_spans::AUDIT_ID_TAG;
-pub(crate) use crate::component_spans::ComponentSpans;
-pub use crate::component_spans::KUBELET_SERVICE;
-pub use crate::component_spans::POD_UID_TAG;
-#[cfg(feature = "test-support")]
-pub use crate::component_spans::parts;
-#[cfg(feature = "test-support")]
-pub use crate::component_spans::spans_from_otlp_json_lines;
-/// Most writes of one assembled trace whose component spans are read: each
-/// is one search of the raw store.
-pub(crate) const MAX_JOINED_WRITES: usize = 256;
-/// How far around a write its request's spans are searched (the apiserver
-/// starts its root span as the request arrives; clocks are one host's).
-const SLACK: Duration = Duration::from_secs(5);
-
-/// A write to look up: its audit ID and its request's times (ns).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Write {
-    pub audit_id: String,
-    pub received: u64,
-    pub completed: u64,
-}
-
-/// A Pod whose kubelet syncs to look up: its uid, the times of its
-/// history (ns) and the audit IDs of its writes (what shows it in modes
-/// without an object span).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Pod {
-    pub uid: String,
-    pub from: u64,
-    pub to: u64,
-    pub writes: Vec<String>,
-}
-
-/// Most Pods of one assembled trace whose kubelet syncs are read (one
-/// search each).
-pub(crate) const MAX_JOINED_PODS: usize = 64;
-/// Most syncs read per Pod (a crash-looping Pod syncs at every back-off).
-pub const MAX_SYNCS_PER_POD: usize = 32;
-/// How long after a Pod's last write its syncs are still looked for: the
-/// kubelet syncs a Pod it has nothing new to report on (a container in
-/// back-off, a probe failing) without a write.
-const SYNCS_AFTER_LAST_WRITE: Duration = Duration::from_secs(300);
-
-/// What to look up: the apiserver's traces of `writes` under
-/// `apiserver_service`, the kubelet's syncs of `pods` under
-/// `kubelet_service` (an empty service: none).
-pub(crate) struct Lookups<'a> {
-    pub apiserver_service: &'a str,
-    pub writes: Vec<Write>,
-    pub kubelet_service: &'a str,
-    pub pods: Vec<Pod>,
-}
-
-/// What an assembled trace shows that components may have traced: the
-/// writes its spans show (a span of a write, or a write's log on an object
-/// span), by audit ID, and the Pods it shows (by their object span's uid,
-/// or one of their writes). Writes and Pods the display left out (siblings
-/// beyond `--max-siblings`, summarised) are not looked up: nothing would
-/// hold their spans.
-pub(crate) fn shown(
-    out: &[ResourceSpans],
-    assembly: &super::assemble::Assembly,
-) -> (Vec<Write>, Vec<Pod>) {
-    let mut writes: Vec<Write> = Vec::new();
-    let mut uids: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    for s in out
-        .iter()
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
-    {
-        if let Some(id) = string_attr(&s.attributes, attr::AUDIT_ID) {
-            writes.push(Write {
-                audit_id: id.to_string(),
-                received: s.start_time_unix_nano,
-                completed: s.end_time_unix_nano,
-            });
-        }
-        for e in &s.events {
-            if let Some(id) = string_attr(&e.attributes, attr::AUDIT_ID) {
-                writes.push(Write {
-                    audit_id: id.to_string(),
-                    received: e.time_unix_nano,
-                    completed: e.time_unix_nano,
-                });
-            }
-        }
-        if string_attr(&s.attributes, attr::RESOURCE) == Some("pods")
-            && let Some(uid) = string_attr(&s.attributes, attr::UID)
-        {
-            uids.insert(uid);
-        }
-    }
-    let ids: std::collections::HashSet<&str> = writes.iter().map(|w| w.audit_id.as_str()).collect();
-    let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
-    let pods = assembly
-        .nodes
-        .iter()
-        .filter(|n| n.history.object.resource == "pods" && !n.history.uid.is_empty())
-        .filter_map(|n| {
-            let e = &n.history.entries;
-            let pod_writes: Vec<String> = e.iter().filter_map(|e| audit_id(&e.span)).collect();
-            let is_shown = uids.contains(n.history.uid.as_str())
-                || pod_writes.iter().any(|w| ids.contains(w.as_str()));
-            is_shown.then_some(())?;
-            Some(Pod {
-                uid: n.history.uid.clone(),
-                from: e.iter().map(|e| e.span.start_time_unix_nano).min()?,
-                to: e.iter().map(|e| e.span.end_time_unix_nano).max()?,
-                writes: pod_writes,
-            })
-        })
-        .collect();
-    (writes, pods)
-}
-
-fn at(ns: u64) -> std::time::SystemTime {
-    std::time::UNIX_EPOCH + Duration::from_nanos(ns)
-}
-
-fn around(from: u64, to: u64, after: Duration) -> TimeRange {
-    TimeRange::new(
-        at(from).checked_sub(SLACK).unwrap_or(at(from)),
-        at(to) + after,
-    )
-}
-
-/// Reads the apiserver's spans of the writes (the first
-/// [`MAX_JOINED_WRITES`]) and the kubelet's syncs of the Pods (the first
-/// [`MAX_JOINED_PODS`], at most [`MAX_SYNCS_PER_POD`] each) from `store`,
-/// `concurrency` searches at a time; for each service one search over the
-/// whole time range first, so a store without its traces costs one search.
-pub(crate) async fn read<S: RawStore>(
-    store: &S,
-    lookups: Lookups<'_>,
-    concurrency: usize,
-) -> Result<ComponentSpans, RawError> {
-    let Lookups {
-        apiserver_service,
-        mut writes,
-        kubelet_service,
-        mut pods,
-    } = lookups;
-    writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
-    writes.dedup_by(|a, b| a.audit_id == b.audit_id);
-    pods.sort_by(|a, b| a.uid.cmp(&b.uid));
-    pods.dedup_by(|a, b| a.uid == b.uid);
-    let not_read = writes.len().saturating_sub(MAX_JOINED_WRITES);
-    writes.truncate(MAX_JOINED_WRITES);
-    pods.truncate(MAX_JOINED_PODS);
-    let requests = searches(
-        store,
-        apiserver_service,
-        writes
-            .iter()
-            .map(|w| Search {
-                tags: vec![(AUDIT_ID_TAG.to_string(), w.audit_id.clone())],
-                range: around(w.received, w.completed, SLACK),
-                limit: 2,
-            })
-            .collect(),
-        concurrency,
-    );
-    let syncs = searches(
-        store,
-        kubelet_service,
-        pods.iter()
-            .map(|p| Search {
-                tags: vec![(POD_UID_TAG.to_string(), p.uid.clone())],
-                range: around(p.from, p.to, SYNCS_AFTER_LAST_WRITE),
-                limit: MAX_SYNCS_PER_POD,
-            })
-            .collect(),
-        concurrency,
-    );
-    let (requests, syncs) = futures::join!(requests, syncs);
-    let mut ids = requests?;
-    ids.extend(syncs?);
-    ids.sort();
-    ids.dedup();
-    if ids.is_empty() {
-        return Ok(ComponentSpans::default());
-    }
-    let traces = store.get_many(&ids, concurrency).await?;
-    let mut spans = ComponentSpans::from_spans(traces.into_values().flatten());
-    spans.not_read = not_read;
-    Ok(spans)
-}
-
-/// One search of a component's traces: spans with these tags, starting in
-/// the range, at most `limit` traces.
-struct Search {
-    tags: Vec<(String, String)>,
-    range: TimeRange,
-    limit: usize,
-}
-
-/// The traces of `service` each search found: none when the service is
-/// empty or holds nothing in the searches' whole range.
-async fn searches<S: RawStore>(
-    store: &S,
-    service: &str,
-    searches: Vec<Search>,
-    concurrency: usize,
-) -> Result<Vec<TraceIdBytes>, RawError> {
-    use futures::StreamExt as _;
-    let (Some(from), Some(to)) = (
-        searches.iter().map(|s| s.range.start).min(),
-        searches.iter().map(|s| s.range.end).max(),
-    ) else {
-        return Ok(Vec::new());
-    };
-    if service.is_empty()
-        || store
-            .find_component(service, &[], TimeRange::new(from, to), 1)
-            .await?
-            .is_empty()
-    {
-        return Ok(Vec::new());
-    }
-    let found: Vec<Result<Vec<TraceIdBytes>, RawError>> =
-        futures::stream::iter(searches.into_iter().map(|s| async move {
-            store
-                .find_component(service, &s.tags, s.range, s.limit)
-                .await
-        }))
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
-    let mut ids = Vec::new();
-    for f in found {
-        ids.extend(f?);
-    }
-    Ok(ids)
-}
 
 /// Hangs each request's component spans under the span that shows its
 /// write in `out` (a span with `audit.id`, or one with a log naming it:
@@ -318,6 +76,21 @@ pub(crate) fn join(
     mark_slow(out, &slow);
     widen(out, &enclose);
     push_service(out, APISERVER_SERVICE, joined);
+    if comps.not_read > 0
+        && let Some(top) = out
+            .iter_mut()
+            .flat_map(|rs| &mut rs.scope_spans)
+            .flat_map(|ss| &mut ss.spans)
+            .find(|s| s.parent_span_id.is_empty())
+    {
+        top.attributes.push(kv(
+            NOT_JOINED_TAG,
+            format!(
+                "{} of the writes shown: the apiserver's traces are read for {MAX_JOINED_WRITES} writes a trace, the failed then the slowest",
+                comps.not_read
+            ),
+        ));
+    }
     requests
 }
 
@@ -589,5 +362,36 @@ mod tests {
             (spans[0].start_time_unix_nano, spans[0].end_time_unix_nano),
             (5, 100)
         );
+    }
+
+    /// Writes whose requests were not read are said on the top span.
+    #[test]
+    fn the_top_span_says_how_many_writes_were_not_looked_up() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/real-crashloop/apiserver-traces.jsonl"
+        );
+        let spans = crate::component_spans::spans_from_otlp_json_lines(
+            &std::fs::read_to_string(path).unwrap(),
+        )
+        .unwrap();
+        let mut comps = ComponentSpans::from_spans(spans);
+        let mut out = vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![span(1, 0, 10, 100)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        let tag = |out: &[ResourceSpans]| {
+            string_attr(&out[0].scope_spans[0].spans[0].attributes, NOT_JOINED_TAG)
+                .map(str::to_string)
+        };
+        join(&mut out, &[0; 16], &comps);
+        assert_eq!(tag(&out), None);
+        comps.not_read = 7;
+        join(&mut out, &[0; 16], &comps);
+        let said = tag(&out).expect("the tag");
+        assert!(said.starts_with("7 of the writes shown"), "{said}");
     }
 }

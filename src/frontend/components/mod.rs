@@ -1,0 +1,374 @@
+//! Kubernetes components' own traces joined to the writes they served.
+//!
+//! kube-apiserver exports one trace per request (sent to `kascade collect
+//! --component-traces-listen`, forwarded to the raw store unchanged); its
+//! root span (`POST /api/v1/namespaces/{:namespace}/pods`) and the handler
+//! span (`Create`) carry the request's audit ID as the tag `audit-id`. An
+//! audit span names the same ID (`audit.id`), so the join is exact: one
+//! search of the raw store by `audit-id` per write shown. The joined spans
+//! keep their span ids; only their trace id becomes the assembled trace's,
+//! the root's parent becomes the span that shows the write, and the root
+//! links back to the apiserver's own trace.
+
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, Span};
+
+use super::raw::{RawError, RawStore, TimeRange, TraceIdBytes, int_attr, string_attr};
+use crate::span_model::attr;
+
+mod join;
+
+pub(crate) use join::{join, join_syncs};
+
+pub use crate::component_spans::APISERVER_SERVICE;
+pub use crate::component_spans::AUDIT_ID_TAG;
+pub(crate) use crate::component_spans::ComponentSpans;
+pub use crate::component_spans::KUBELET_SERVICE;
+pub use crate::component_spans::POD_UID_TAG;
+#[cfg(feature = "test-support")]
+pub use crate::component_spans::parts;
+#[cfg(feature = "test-support")]
+pub use crate::component_spans::spans_from_otlp_json_lines;
+/// Most writes of one assembled trace whose component spans are read, the
+/// failed then the slowest first: each is one search of the raw store (a
+/// store that indexes no tags scans every trace for each, ~40 ms in the
+/// harness's), and the fast ones' requests say little.
+pub(crate) const MAX_JOINED_WRITES: usize = 64;
+/// Most writes `/explain` reads the requests of, the slowest first.
+pub(crate) const MAX_EXPLAINED_WRITES: usize = 256;
+/// The tag on a trace's top span saying how many shown writes' requests
+/// were not looked up ([`MAX_JOINED_WRITES`]).
+pub(crate) const NOT_JOINED_TAG: &str = "apiserver.writes_not_joined";
+/// How far around a write its request's spans are searched (the apiserver
+/// starts its root span as the request arrives; clocks are one host's).
+const SLACK: Duration = Duration::from_secs(5);
+
+/// A write to look up: its audit ID and its request's times (ns).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Write {
+    pub audit_id: String,
+    pub received: u64,
+    pub completed: u64,
+    /// Refused (code ≥ 400): looked up first.
+    pub failed: bool,
+}
+
+/// A Pod whose kubelet syncs to look up: its uid, the times of its
+/// history (ns) and the audit IDs of its writes (what shows it in modes
+/// without an object span).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pod {
+    pub uid: String,
+    pub from: u64,
+    pub to: u64,
+    pub writes: Vec<String>,
+}
+
+/// Most Pods of one assembled trace whose kubelet syncs are read (one
+/// search each).
+pub(crate) const MAX_JOINED_PODS: usize = 64;
+/// Most syncs read per Pod (a crash-looping Pod syncs at every back-off).
+pub const MAX_SYNCS_PER_POD: usize = 32;
+/// How long after a Pod's last write its syncs are still looked for: the
+/// kubelet syncs a Pod it has nothing new to report on (a container in
+/// back-off, a probe failing) without a write.
+const SYNCS_AFTER_LAST_WRITE: Duration = Duration::from_secs(300);
+
+/// What to look up: the apiserver's traces of `writes` under
+/// `apiserver_service`, the kubelet's syncs of `pods` under
+/// `kubelet_service` (an empty service: none).
+pub(crate) struct Lookups<'a> {
+    pub apiserver_service: &'a str,
+    pub writes: Vec<Write>,
+    /// Writes whose requests are read at most (the failed, then the
+    /// slowest): [`MAX_JOINED_WRITES`], [`MAX_EXPLAINED_WRITES`].
+    pub max_writes: usize,
+    pub kubelet_service: &'a str,
+    pub pods: Vec<Pod>,
+}
+
+/// What an assembled trace shows that components may have traced: the
+/// writes its spans show (a span of a write, or a write's log on an object
+/// span), by audit ID, and the Pods it shows (by their object span's uid,
+/// or one of their writes). Writes and Pods the display left out (siblings
+/// beyond `--max-siblings`, summarised) are not looked up: nothing would
+/// hold their spans.
+pub(crate) fn shown(
+    out: &[ResourceSpans],
+    assembly: &super::assemble::Assembly,
+) -> (Vec<Write>, Vec<Pod>) {
+    let mut writes: Vec<Write> = Vec::new();
+    let mut uids: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for s in out
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+    {
+        let failed =
+            |attrs: &[KeyValue]| int_attr(attrs, attr::AUDIT_CODE).is_some_and(|c| c >= 400);
+        if let Some(id) = string_attr(&s.attributes, attr::AUDIT_ID) {
+            writes.push(Write {
+                audit_id: id.to_string(),
+                received: s.start_time_unix_nano,
+                completed: s.end_time_unix_nano,
+                failed: failed(&s.attributes),
+            });
+        }
+        for e in &s.events {
+            if let Some(id) = string_attr(&e.attributes, attr::AUDIT_ID) {
+                writes.push(Write {
+                    audit_id: id.to_string(),
+                    received: e.time_unix_nano,
+                    completed: e.time_unix_nano,
+                    failed: failed(&e.attributes),
+                });
+            }
+        }
+        if string_attr(&s.attributes, attr::RESOURCE) == Some("pods")
+            && let Some(uid) = string_attr(&s.attributes, attr::UID)
+        {
+            uids.insert(uid);
+        }
+    }
+    let ids: std::collections::HashSet<&str> = writes.iter().map(|w| w.audit_id.as_str()).collect();
+    let audit_id = |s: &Span| string_attr(&s.attributes, attr::AUDIT_ID).map(str::to_string);
+    let pods = assembly
+        .nodes
+        .iter()
+        .filter(|n| n.history.object.resource == "pods" && !n.history.uid.is_empty())
+        .filter_map(|n| {
+            let e = &n.history.entries;
+            let pod_writes: Vec<String> = e.iter().filter_map(|e| audit_id(&e.span)).collect();
+            let is_shown = uids.contains(n.history.uid.as_str())
+                || pod_writes.iter().any(|w| ids.contains(w.as_str()));
+            is_shown.then_some(())?;
+            Some(Pod {
+                uid: n.history.uid.clone(),
+                from: e.iter().map(|e| e.span.start_time_unix_nano).min()?,
+                to: e.iter().map(|e| e.span.end_time_unix_nano).max()?,
+                writes: pod_writes,
+            })
+        })
+        .collect();
+    (writes, pods)
+}
+
+fn at(ns: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+fn around(from: u64, to: u64, after: Duration) -> TimeRange {
+    TimeRange::new(
+        at(from).checked_sub(SLACK).unwrap_or(at(from)),
+        at(to) + after,
+    )
+}
+
+/// Reads the apiserver's spans of the writes (at most `max_writes`: the
+/// failed, then the slowest) and the kubelet's syncs of the Pods (the first
+/// [`MAX_JOINED_PODS`], at most [`MAX_SYNCS_PER_POD`] each) from `store`,
+/// `concurrency` searches at a time; for each service one search over the
+/// whole time range first, so a store without its traces costs one search.
+pub(crate) async fn read<S: RawStore>(
+    store: &S,
+    lookups: Lookups<'_>,
+    concurrency: usize,
+) -> Result<ComponentSpans, RawError> {
+    let Lookups {
+        apiserver_service,
+        mut writes,
+        max_writes,
+        kubelet_service,
+        mut pods,
+    } = lookups;
+    writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
+    writes.dedup_by(|a, b| a.audit_id == b.audit_id);
+    // The failed, then the slowest: their requests are the ones to read.
+    writes.sort_by_key(|w| {
+        (
+            std::cmp::Reverse(w.failed),
+            std::cmp::Reverse(w.completed.saturating_sub(w.received)),
+        )
+    });
+    pods.sort_by(|a, b| a.uid.cmp(&b.uid));
+    pods.dedup_by(|a, b| a.uid == b.uid);
+    let not_read = writes.len().saturating_sub(max_writes);
+    writes.truncate(max_writes);
+    pods.truncate(MAX_JOINED_PODS);
+    let requests = searches(
+        store,
+        apiserver_service,
+        writes
+            .iter()
+            .map(|w| Search {
+                tags: vec![(AUDIT_ID_TAG.to_string(), w.audit_id.clone())],
+                range: around(w.received, w.completed, SLACK),
+                limit: 2,
+            })
+            .collect(),
+        concurrency,
+    );
+    let syncs = searches(
+        store,
+        kubelet_service,
+        pods.iter()
+            .map(|p| Search {
+                tags: vec![(POD_UID_TAG.to_string(), p.uid.clone())],
+                range: around(p.from, p.to, SYNCS_AFTER_LAST_WRITE),
+                limit: MAX_SYNCS_PER_POD,
+            })
+            .collect(),
+        concurrency,
+    );
+    let (requests, syncs) = futures::join!(requests, syncs);
+    let mut ids = requests?;
+    ids.extend(syncs?);
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok(ComponentSpans::default());
+    }
+    let traces = store.get_many(&ids, concurrency).await?;
+    let mut spans = ComponentSpans::from_spans(traces.into_values().flatten());
+    spans.not_read = not_read;
+    Ok(spans)
+}
+
+/// One search of a component's traces: spans with these tags, starting in
+/// the range, at most `limit` traces.
+struct Search {
+    tags: Vec<(String, String)>,
+    range: TimeRange,
+    limit: usize,
+}
+
+/// The traces of `service` each search found: none when the service is
+/// empty or holds nothing in the searches' whole range.
+async fn searches<S: RawStore>(
+    store: &S,
+    service: &str,
+    searches: Vec<Search>,
+    concurrency: usize,
+) -> Result<Vec<TraceIdBytes>, RawError> {
+    use futures::StreamExt as _;
+    let (Some(from), Some(to)) = (
+        searches.iter().map(|s| s.range.start).min(),
+        searches.iter().map(|s| s.range.end).max(),
+    ) else {
+        return Ok(Vec::new());
+    };
+    if service.is_empty()
+        || store
+            .find_component(service, &[], TimeRange::new(from, to), 1)
+            .await?
+            .is_empty()
+    {
+        return Ok(Vec::new());
+    }
+    let found: Vec<Result<Vec<TraceIdBytes>, RawError>> =
+        futures::stream::iter(searches.into_iter().map(|s| async move {
+            store
+                .find_component(service, &s.tags, s.range, s.limit)
+                .await
+        }))
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut ids = Vec::new();
+    for f in found {
+        ids.extend(f?);
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::raw::MemoryStore;
+
+    /// A captured run's apiserver traces (the real kubelet's crash loop):
+    /// every request's (audit ID, received, completed), from its root span.
+    fn captured() -> (MemoryStore, Vec<Write>) {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/fixtures/real-crashloop/apiserver-traces.jsonl"
+        );
+        let spans = crate::component_spans::spans_from_otlp_json_lines(
+            &std::fs::read_to_string(path).unwrap(),
+        )
+        .unwrap();
+        let comps = ComponentSpans::from_spans(spans.clone());
+        let mut writes: Vec<Write> = spans
+            .iter()
+            .filter(|s| s.parent_span_id.is_empty())
+            .filter_map(|s| {
+                let id = string_attr(&s.attributes, AUDIT_ID_TAG)?;
+                comps.key_of(id)?;
+                Some(Write {
+                    audit_id: id.to_string(),
+                    received: s.start_time_unix_nano,
+                    completed: s.end_time_unix_nano,
+                    failed: false,
+                })
+            })
+            .collect();
+        writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
+        writes.dedup_by(|a, b| a.audit_id == b.audit_id);
+        (MemoryStore::new(spans), writes)
+    }
+
+    /// Past the bound, the requests read are the failed writes' and then
+    /// the slowest: the ones whose inner spans say something.
+    #[tokio::test]
+    async fn past_the_bound_the_failed_then_the_slowest_writes_are_read() {
+        let (store, mut writes) = captured();
+        assert!(writes.len() > 10, "{} requests captured", writes.len());
+        let duration = |w: &Write| w.completed - w.received;
+        // The fastest one refused: read first however fast.
+        let fastest = writes
+            .iter()
+            .min_by_key(|w| duration(w))
+            .unwrap()
+            .audit_id
+            .clone();
+        writes
+            .iter_mut()
+            .find(|w| w.audit_id == fastest)
+            .unwrap()
+            .failed = true;
+        let mut by_time = writes.clone();
+        by_time.retain(|w| !w.failed);
+        by_time.sort_by_key(|w| std::cmp::Reverse(duration(w)));
+        let read = |max_writes| {
+            read(
+                &store,
+                Lookups {
+                    apiserver_service: APISERVER_SERVICE,
+                    writes: writes.clone(),
+                    max_writes,
+                    kubelet_service: "",
+                    pods: Vec::new(),
+                },
+                4,
+            )
+        };
+        let got = read(5).await.unwrap();
+        assert_eq!(got.requests(), 5);
+        assert_eq!(got.not_read, writes.len() - 5);
+        assert!(
+            got.key_of(&fastest).is_some(),
+            "the failed write's request is read"
+        );
+        for w in &by_time[..4] {
+            assert!(got.key_of(&w.audit_id).is_some(), "{} not read", w.audit_id);
+        }
+        for w in &by_time[4..] {
+            assert!(got.key_of(&w.audit_id).is_none(), "{} read", w.audit_id);
+        }
+        // Within the bound, every one.
+        let all = read(writes.len()).await.unwrap();
+        assert_eq!((all.requests(), all.not_read), (writes.len(), 0));
+    }
+}
