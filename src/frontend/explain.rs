@@ -226,7 +226,8 @@ impl<S: RawStore> Frontend<S> {
                 audit_id: r.audit_id.clone(),
                 received: nanos(r.received),
                 completed: nanos(r.completed),
-                failed: r.code >= 400,
+                failed: r.code >= 400 && r.code != 409,
+                root: r.role == crate::flow::CascadeRole::Root,
             })
             .collect();
         if service.is_empty() || writes.is_empty() {

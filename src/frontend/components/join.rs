@@ -86,7 +86,7 @@ pub(crate) fn join(
         top.attributes.push(kv(
             NOT_JOINED_TAG,
             format!(
-                "{} of the writes shown: the apiserver's traces are read for {MAX_JOINED_WRITES} writes a trace, the failed then the slowest",
+                "{} of the writes shown: the apiserver's traces are read for {MAX_JOINED_WRITES} writes a trace: the slow ones, the cascades' roots, the refused, then the longest",
                 comps.not_read
             ),
         ));

@@ -31,8 +31,8 @@ pub use crate::component_spans::POD_UID_TAG;
 pub use crate::component_spans::parts;
 #[cfg(feature = "test-support")]
 pub use crate::component_spans::spans_from_otlp_json_lines;
-/// Most writes of one assembled trace whose component spans are read, the
-/// failed then the slowest first: each is one search of the raw store (a
+/// Most writes of one assembled trace whose component spans are read (see
+/// [`Write::rank`] for which first): each is one search of the raw store (a
 /// store that indexes no tags scans every trace for each, ~40 ms in the
 /// harness's), and the fast ones' requests say little.
 pub(crate) const MAX_JOINED_WRITES: usize = 64;
@@ -51,8 +51,22 @@ pub(crate) struct Write {
     pub audit_id: String,
     pub received: u64,
     pub completed: u64,
-    /// Refused (code ≥ 400): looked up first.
+    /// Refused (code ≥ 400), not for a conflict (a controller's routine
+    /// retry): a webhook that denied it shows in its request.
     pub failed: bool,
+    /// A cascade's root (a user's change): the write the trace is about.
+    pub root: bool,
+}
+
+impl Write {
+    /// Which writes' requests are read first: the slow ones (their request
+    /// says what took the time), the cascades' roots, the refused, then the
+    /// longest.
+    fn rank(&self) -> std::cmp::Reverse<(bool, bool, bool, u64)> {
+        let took = self.completed.saturating_sub(self.received);
+        let slow = took >= crate::component_spans::SLOW_REQUEST.as_nanos() as u64;
+        std::cmp::Reverse((slow, self.root, self.failed, took))
+    }
 }
 
 /// A Pod whose kubelet syncs to look up: its uid, the times of its
@@ -82,8 +96,8 @@ const SYNCS_AFTER_LAST_WRITE: Duration = Duration::from_secs(300);
 pub(crate) struct Lookups<'a> {
     pub apiserver_service: &'a str,
     pub writes: Vec<Write>,
-    /// Writes whose requests are read at most (the failed, then the
-    /// slowest): [`MAX_JOINED_WRITES`], [`MAX_EXPLAINED_WRITES`].
+    /// Writes whose requests are read at most (ranked by [`Write::rank`]):
+    /// [`MAX_JOINED_WRITES`], [`MAX_EXPLAINED_WRITES`].
     pub max_writes: usize,
     pub kubelet_service: &'a str,
     pub pods: Vec<Pod>,
@@ -106,14 +120,17 @@ pub(crate) fn shown(
         .flat_map(|rs| &rs.scope_spans)
         .flat_map(|ss| &ss.spans)
     {
-        let failed =
-            |attrs: &[KeyValue]| int_attr(attrs, attr::AUDIT_CODE).is_some_and(|c| c >= 400);
+        let failed = |attrs: &[KeyValue]| {
+            int_attr(attrs, attr::AUDIT_CODE).is_some_and(|c| c >= 400 && c != 409)
+        };
+        let root = |attrs: &[KeyValue]| string_attr(attrs, attr::CASCADE_ROLE) == Some("root");
         if let Some(id) = string_attr(&s.attributes, attr::AUDIT_ID) {
             writes.push(Write {
                 audit_id: id.to_string(),
                 received: s.start_time_unix_nano,
                 completed: s.end_time_unix_nano,
                 failed: failed(&s.attributes),
+                root: root(&s.attributes),
             });
         }
         for e in &s.events {
@@ -123,6 +140,7 @@ pub(crate) fn shown(
                     received: e.time_unix_nano,
                     completed: e.time_unix_nano,
                     failed: failed(&e.attributes),
+                    root: root(&e.attributes),
                 });
             }
         }
@@ -166,8 +184,8 @@ fn around(from: u64, to: u64, after: Duration) -> TimeRange {
     )
 }
 
-/// Reads the apiserver's spans of the writes (at most `max_writes`: the
-/// failed, then the slowest) and the kubelet's syncs of the Pods (the first
+/// Reads the apiserver's spans of the writes (at most `max_writes`, ranked
+/// by [`Write::rank`]) and the kubelet's syncs of the Pods (the first
 /// [`MAX_JOINED_PODS`], at most [`MAX_SYNCS_PER_POD`] each) from `store`,
 /// `concurrency` searches at a time; for each service one search over the
 /// whole time range first, so a store without its traces costs one search.
@@ -185,13 +203,7 @@ pub(crate) async fn read<S: RawStore>(
     } = lookups;
     writes.sort_by(|a, b| a.audit_id.cmp(&b.audit_id));
     writes.dedup_by(|a, b| a.audit_id == b.audit_id);
-    // The failed, then the slowest: their requests are the ones to read.
-    writes.sort_by_key(|w| {
-        (
-            std::cmp::Reverse(w.failed),
-            std::cmp::Reverse(w.completed.saturating_sub(w.received)),
-        )
-    });
+    writes.sort_by_key(Write::rank);
     pods.sort_by(|a, b| a.uid.cmp(&b.uid));
     pods.dedup_by(|a, b| a.uid == b.uid);
     let not_read = writes.len().saturating_sub(max_writes);
@@ -311,6 +323,7 @@ mod tests {
                     received: s.start_time_unix_nano,
                     completed: s.end_time_unix_nano,
                     failed: false,
+                    root: false,
                 })
             })
             .collect();
@@ -319,28 +332,32 @@ mod tests {
         (MemoryStore::new(spans), writes)
     }
 
-    /// Past the bound, the requests read are the failed writes' and then
-    /// the slowest: the ones whose inner spans say something.
+    /// Past the bound, the requests read are the slow writes', the
+    /// cascades' roots', the refused ones', then the longest: the ones
+    /// whose inner spans say something.
     #[tokio::test]
-    async fn past_the_bound_the_failed_then_the_slowest_writes_are_read() {
+    async fn past_the_bound_the_slow_the_roots_the_refused_then_the_longest_are_read() {
         let (store, mut writes) = captured();
         assert!(writes.len() > 10, "{} requests captured", writes.len());
         let duration = |w: &Write| w.completed - w.received;
-        // The fastest one refused: read first however fast.
-        let fastest = writes
+        writes.sort_by_key(|w| (duration(w), w.audit_id.clone()));
+        // The fastest refused, the next fastest a user's change: read
+        // before longer ones however fast.
+        writes[0].failed = true;
+        writes[1].root = true;
+        let (failed, root) = (writes[0].audit_id.clone(), writes[1].audit_id.clone());
+        let slow: Vec<String> = writes
             .iter()
-            .min_by_key(|w| duration(w))
-            .unwrap()
-            .audit_id
-            .clone();
-        writes
-            .iter_mut()
-            .find(|w| w.audit_id == fastest)
-            .unwrap()
-            .failed = true;
-        let mut by_time = writes.clone();
-        by_time.retain(|w| !w.failed);
-        by_time.sort_by_key(|w| std::cmp::Reverse(duration(w)));
+            .filter(|w| duration(w) >= 300_000_000)
+            .map(|w| w.audit_id.clone())
+            .collect();
+        let mut rest: Vec<&Write> = writes[2..]
+            .iter()
+            .filter(|w| duration(w) < 300_000_000)
+            .collect();
+        rest.sort_by_key(|w| std::cmp::Reverse(duration(w)));
+        let by_time: Vec<String> = rest.iter().map(|w| w.audit_id.clone()).collect();
+        let bound = slow.len() + 2 + 3;
         let read = |max_writes| {
             read(
                 &store,
@@ -354,18 +371,14 @@ mod tests {
                 4,
             )
         };
-        let got = read(5).await.unwrap();
-        assert_eq!(got.requests(), 5);
-        assert_eq!(got.not_read, writes.len() - 5);
-        assert!(
-            got.key_of(&fastest).is_some(),
-            "the failed write's request is read"
-        );
-        for w in &by_time[..4] {
-            assert!(got.key_of(&w.audit_id).is_some(), "{} not read", w.audit_id);
+        let got = read(bound).await.unwrap();
+        assert_eq!(got.requests(), bound);
+        assert_eq!(got.not_read, writes.len() - bound);
+        for id in slow.iter().chain([&failed, &root]).chain(&by_time[..3]) {
+            assert!(got.key_of(id).is_some(), "{id} not read");
         }
-        for w in &by_time[4..] {
-            assert!(got.key_of(&w.audit_id).is_none(), "{} read", w.audit_id);
+        for id in &by_time[3..] {
+            assert!(got.key_of(id).is_none(), "{id} read");
         }
         // Within the bound, every one.
         let all = read(writes.len()).await.unwrap();
