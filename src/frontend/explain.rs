@@ -239,6 +239,7 @@ impl<S: RawStore> Frontend<S> {
                 apiserver_service: service,
                 writes,
                 max_writes: components::MAX_EXPLAINED_WRITES,
+                budget: None,
                 kubelet_service: "",
                 pods: Vec::new(),
             },

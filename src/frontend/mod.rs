@@ -530,6 +530,7 @@ impl<S: RawStore> Frontend<S> {
                 apiserver_service: &self.cfg.component_service,
                 writes,
                 max_writes: components::MAX_JOINED_WRITES,
+                budget: Some(components::JOIN_BUDGET),
                 kubelet_service: &self.cfg.kubelet_service,
                 pods: pods.clone(),
             },

@@ -11,7 +11,8 @@ use opentelemetry_proto::tonic::trace::v1::span::Link;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
 use super::{
-    APISERVER_SERVICE, ComponentSpans, KUBELET_SERVICE, MAX_JOINED_WRITES, NOT_JOINED_TAG, Pod,
+    ALWAYS_JOINED_WRITES, APISERVER_SERVICE, ComponentSpans, JOIN_BUDGET, KUBELET_SERVICE,
+    MAX_JOINED_WRITES, NOT_JOINED_TAG, Pod,
 };
 use crate::frontend::raw::{TraceIdBytes, kv, string_attr};
 use crate::span_model::attr;
@@ -86,8 +87,9 @@ pub(crate) fn join(
         top.attributes.push(kv(
             NOT_JOINED_TAG,
             format!(
-                "{} of the writes shown: the apiserver's traces are read for {MAX_JOINED_WRITES} writes a trace: the slow ones, the cascades' roots, the refused, then the longest",
-                comps.not_read
+                "{} of the writes shown: the apiserver's traces are read for at most {MAX_JOINED_WRITES} writes a trace, past the first {ALWAYS_JOINED_WRITES} for {}s of searching: the slow ones first, then the cascades' roots, the refused, the longest",
+                comps.not_read,
+                JOIN_BUDGET.as_secs()
             ),
         ));
     }

@@ -35,7 +35,14 @@ pub use crate::component_spans::spans_from_otlp_json_lines;
 /// [`Write::rank`] for which first): each is one search of the raw store (a
 /// store that indexes no tags scans every trace for each, ~40 ms in the
 /// harness's), and the fast ones' requests say little.
-pub(crate) const MAX_JOINED_WRITES: usize = 64;
+pub(crate) const MAX_JOINED_WRITES: usize = 256;
+/// Writes whose requests are always read, however long their searches
+/// take; past them, a search starts only within [`JOIN_BUDGET`].
+pub(crate) const ALWAYS_JOINED_WRITES: usize = 64;
+/// How long the searches of the writes past [`ALWAYS_JOINED_WRITES`] may
+/// keep starting: a cold assembly waits at most about this long more for
+/// them (a store that answers each in milliseconds joins every write).
+pub(crate) const JOIN_BUDGET: Duration = Duration::from_secs(1);
 /// Most writes `/explain` reads the requests of, the slowest first.
 pub(crate) const MAX_EXPLAINED_WRITES: usize = 256;
 /// The tag on a trace's top span saying how many shown writes' requests
@@ -99,6 +106,9 @@ pub(crate) struct Lookups<'a> {
     /// Writes whose requests are read at most (ranked by [`Write::rank`]):
     /// [`MAX_JOINED_WRITES`], [`MAX_EXPLAINED_WRITES`].
     pub max_writes: usize,
+    /// Past [`ALWAYS_JOINED_WRITES`], how long searches may keep starting
+    /// (`None`: no limit).
+    pub budget: Option<Duration>,
     pub kubelet_service: &'a str,
     pub pods: Vec<Pod>,
 }
@@ -198,6 +208,7 @@ pub(crate) async fn read<S: RawStore>(
         apiserver_service,
         mut writes,
         max_writes,
+        budget,
         kubelet_service,
         mut pods,
     } = lookups;
@@ -206,9 +217,10 @@ pub(crate) async fn read<S: RawStore>(
     writes.sort_by_key(Write::rank);
     pods.sort_by(|a, b| a.uid.cmp(&b.uid));
     pods.dedup_by(|a, b| a.uid == b.uid);
-    let not_read = writes.len().saturating_sub(max_writes);
+    let mut not_read = writes.len().saturating_sub(max_writes);
     writes.truncate(max_writes);
     pods.truncate(MAX_JOINED_PODS);
+    let deadline = budget.map(|b| (ALWAYS_JOINED_WRITES, std::time::Instant::now() + b));
     let requests = searches(
         store,
         apiserver_service,
@@ -221,6 +233,7 @@ pub(crate) async fn read<S: RawStore>(
             })
             .collect(),
         concurrency,
+        deadline,
     );
     let syncs = searches(
         store,
@@ -233,10 +246,12 @@ pub(crate) async fn read<S: RawStore>(
             })
             .collect(),
         concurrency,
+        None,
     );
     let (requests, syncs) = futures::join!(requests, syncs);
-    let mut ids = requests?;
-    ids.extend(syncs?);
+    let (mut ids, skipped) = requests?;
+    not_read += skipped;
+    ids.extend(syncs?.0);
     ids.sort();
     ids.dedup();
     if ids.is_empty() {
@@ -257,19 +272,22 @@ struct Search {
 }
 
 /// The traces of `service` each search found: none when the service is
-/// empty or holds nothing in the searches' whole range.
+/// empty or holds nothing in the searches' whole range. With a `deadline`
+/// (first searches always made, then an instant), a search past the first
+/// ones starts only before the instant; returns also how many did not.
 async fn searches<S: RawStore>(
     store: &S,
     service: &str,
     searches: Vec<Search>,
     concurrency: usize,
-) -> Result<Vec<TraceIdBytes>, RawError> {
+    deadline: Option<(usize, std::time::Instant)>,
+) -> Result<(Vec<TraceIdBytes>, usize), RawError> {
     use futures::StreamExt as _;
     let (Some(from), Some(to)) = (
         searches.iter().map(|s| s.range.start).min(),
         searches.iter().map(|s| s.range.end).max(),
     ) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     };
     if service.is_empty()
         || store
@@ -277,22 +295,36 @@ async fn searches<S: RawStore>(
             .await?
             .is_empty()
     {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
-    let found: Vec<Result<Vec<TraceIdBytes>, RawError>> =
-        futures::stream::iter(searches.into_iter().map(|s| async move {
-            store
-                .find_component(service, &s.tags, s.range, s.limit)
-                .await
+    // Checked as each search starts (buffer_unordered starts them in order
+    // as earlier ones finish).
+    let found: Vec<Option<Result<Vec<TraceIdBytes>, RawError>>> =
+        futures::stream::iter(searches.into_iter().enumerate().map(|(i, s)| async move {
+            if let Some((always, until)) = deadline
+                && i >= always
+                && std::time::Instant::now() >= until
+            {
+                return None;
+            }
+            Some(
+                store
+                    .find_component(service, &s.tags, s.range, s.limit)
+                    .await,
+            )
         }))
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
     let mut ids = Vec::new();
+    let mut skipped = 0;
     for f in found {
-        ids.extend(f?);
+        match f {
+            Some(found) => ids.extend(found?),
+            None => skipped += 1,
+        }
     }
-    Ok(ids)
+    Ok((ids, skipped))
 }
 
 #[cfg(test)]
@@ -307,10 +339,26 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/e2e/fixtures/real-crashloop/apiserver-traces.jsonl"
         );
-        let spans = crate::component_spans::spans_from_otlp_json_lines(
-            &std::fs::read_to_string(path).unwrap(),
-        )
-        .unwrap();
+        requests_of(&std::fs::read_to_string(path).unwrap())
+    }
+
+    /// The requests of a whole-cluster run's traces (`slow-webhook`: every
+    /// request of the cluster's start-up and two rollouts).
+    fn whole_cluster() -> (MemoryStore, Vec<Write>) {
+        use std::io::Read as _;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/e2e/corpus/slow-webhook/apiserver-traces.jsonl.gz"
+        );
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        requests_of(&text)
+    }
+
+    fn requests_of(text: &str) -> (MemoryStore, Vec<Write>) {
+        let spans = crate::component_spans::spans_from_otlp_json_lines(text).unwrap();
         let comps = ComponentSpans::from_spans(spans.clone());
         let mut writes: Vec<Write> = spans
             .iter()
@@ -365,6 +413,7 @@ mod tests {
                     apiserver_service: APISERVER_SERVICE,
                     writes: writes.clone(),
                     max_writes,
+                    budget: None,
                     kubelet_service: "",
                     pods: Vec::new(),
                 },
@@ -383,5 +432,37 @@ mod tests {
         // Within the bound, every one.
         let all = read(writes.len()).await.unwrap();
         assert_eq!((all.requests(), all.not_read), (writes.len(), 0));
+    }
+
+    /// Past the writes always read, searches start only within the budget:
+    /// none left, none more; a budget never spent, every write (up to the
+    /// bound).
+    #[tokio::test]
+    async fn past_the_first_writes_searches_start_only_within_the_budget() {
+        let (store, writes) = whole_cluster();
+        assert!(
+            writes.len() > ALWAYS_JOINED_WRITES + 10,
+            "{} requests captured",
+            writes.len()
+        );
+        let read = |budget| {
+            read(
+                &store,
+                Lookups {
+                    apiserver_service: APISERVER_SERVICE,
+                    writes: writes.clone(),
+                    max_writes: writes.len(),
+                    budget,
+                    kubelet_service: "",
+                    pods: Vec::new(),
+                },
+                4,
+            )
+        };
+        let spent = read(Some(Duration::ZERO)).await.unwrap();
+        assert_eq!(spent.requests(), ALWAYS_JOINED_WRITES);
+        assert_eq!(spent.not_read, writes.len() - ALWAYS_JOINED_WRITES);
+        let ample = read(Some(Duration::from_secs(24 * 3600))).await.unwrap();
+        assert_eq!((ample.requests(), ample.not_read), (writes.len(), 0));
     }
 }
