@@ -302,6 +302,29 @@ async fn the_jaeger_ui_shows_the_image_change_as_a_cascade_of_writes() {
                 .unwrap();
             assert!(i128::from(hop) <= gap.max(0), "{}", s["operationName"]);
             assert!(tag(s, "cascade.backoff_us").is_some());
+        } else if let Some(after) = tag_str(s, "cascade.after") {
+            // A create of its writer's next batch: its hop counts from the
+            // answer of the earlier create it waited for; the cause's gap
+            // is kept beside it.
+            let cause_hop = tag(s, "cascade.cause_hop_us")
+                .and_then(Value::as_i64)
+                .unwrap();
+            assert_eq!(i128::from(cause_hop), gap.max(0), "{}", s["operationName"]);
+            let hop = tag(s, "cascade.hop_us").and_then(Value::as_i64).unwrap();
+            assert!(
+                hop <= 50_000 && i128::from(hop) < gap,
+                "{}",
+                s["operationName"]
+            );
+            // The create it waited for, when shown (not summarised).
+            if let Some(sibling) = below
+                .iter()
+                .find(|t| t["operationName"].as_str().unwrap().ends_with(after))
+            {
+                let from_sibling = rfc3339_micros(s, "request.received")
+                    - rfc3339_micros(sibling, "response.completed");
+                assert_eq!(i128::from(hop), from_sibling, "{}", s["operationName"]);
+            }
         } else {
             let hop = tag(s, "cascade.hop_us").and_then(Value::as_i64).unwrap();
             assert_eq!(i128::from(hop), gap.max(0), "{}", s["operationName"]);
